@@ -1,0 +1,24 @@
+//! # throng-protocol
+//!
+//! Everything throng puts on the wire, with no I/O: the server and the load
+//! generator both build on it.
+//!
+//! - [`frame`]: RFC 6455 frames, decoded in place from a caller's buffer
+//!   (`Ok(None)` = incomplete, `Err` = never valid, with its close code).
+//! - [`handshake`]: the HTTP upgrade, server and client side.
+//! - [`message`]: Phoenix Channels wire types ([`Message`], [`Payload`], [`Vsn`]).
+//! - [`serializer`]: Phoenix's V1 and V2 JSON serializers (and V2's binary
+//!   frames), byte-compatible with `phoenix.js` and Phoenix itself.
+//!
+//! Design: decoding borrows from the input (no allocation for the common
+//! case); encoding appends to a caller's `Vec<u8>` so a broadcast can be
+//! encoded once per serializer and the bytes shared by every subscriber.
+
+pub mod frame;
+pub mod handshake;
+pub mod message;
+pub mod serializer;
+
+pub use frame::{close_code, FrameError, Opcode, Role};
+pub use message::{event, Message, Payload, Vsn};
+pub use serializer::{DecodeError, EncodeError};

@@ -1,0 +1,623 @@
+//! The Phoenix Channels serializers, v1 (JSON objects) and v2 (JSON arrays and
+//! binary frames), matching `Phoenix.Socket.V1.JSONSerializer` and
+//! `Phoenix.Socket.V2.JSONSerializer` byte for byte where clients look: v1
+//! writes exactly the keys `event, payload, ref, topic` in that (sorted) order
+//! and never `join_ref`; replies carry `{"response": .., "status": ..}`.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::frame::Opcode;
+use crate::message::{Message, Payload, Vsn};
+
+/// Why a client's message could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("invalid JSON message: {0}")]
+    Json(String),
+    #[error("message is not a Phoenix message: {0}")]
+    Shape(&'static str),
+    #[error("binary messages need the v2 serializer")]
+    BinaryOnV1,
+    #[error("malformed binary message")]
+    Binary,
+}
+
+/// Why a message could not be encoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("binary payloads need the v2 serializer")]
+    BinaryOnV1,
+    #[error("{0} longer than 255 bytes in a binary message")]
+    TooLong(&'static str),
+}
+
+/// Who sent the bytes being decoded: binary layouts differ by direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum From {
+    Client,
+    Server,
+}
+
+const PUSH: u8 = 0;
+const REPLY: u8 = 1;
+const BROADCAST: u8 = 2;
+
+/// A ref or join_ref as JSON: a string, null, or (leniently) a number.
+fn json_ref(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, DecodeError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'"') => {
+            let s: Cow<'_, str> =
+                serde_json::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))?;
+            Ok(Some(s))
+        }
+        Some(b'n') => Ok(None),
+        Some(b'-' | b'0'..=b'9') => Ok(Some(Cow::Borrowed(text))),
+        _ => Err(DecodeError::Shape("ref must be a string, number or null")),
+    }
+}
+
+#[derive(Deserialize)]
+struct V1In<'a> {
+    #[serde(borrow)]
+    topic: Cow<'a, str>,
+    #[serde(borrow)]
+    event: Cow<'a, str>,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    #[serde(borrow, rename = "ref", default)]
+    msg_ref: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    join_ref: Option<&'a RawValue>,
+}
+
+/// Decodes one WebSocket message. `opcode` is the message's (Text or Binary).
+pub fn decode<'a>(
+    vsn: Vsn,
+    opcode: Opcode,
+    data: &'a [u8],
+    from: From,
+) -> Result<Message<'a>, DecodeError> {
+    if opcode == Opcode::Binary {
+        return match vsn {
+            Vsn::V1 => Err(DecodeError::BinaryOnV1),
+            Vsn::V2 => decode_binary(data, from),
+        };
+    }
+    match vsn {
+        Vsn::V1 => {
+            let m: V1In<'a> =
+                serde_json::from_slice(data).map_err(|e| DecodeError::Json(e.to_string()))?;
+            Ok(Message {
+                join_ref: json_ref(m.join_ref)?,
+                msg_ref: json_ref(m.msg_ref)?,
+                topic: m.topic,
+                event: m.event,
+                payload: Payload::Json(m.payload.get()),
+            })
+        }
+        Vsn::V2 => {
+            let parts: Vec<&'a RawValue> =
+                serde_json::from_slice(data).map_err(|e| DecodeError::Json(e.to_string()))?;
+            if parts.len() < 5 {
+                return Err(DecodeError::Shape(
+                    "expected [join_ref, ref, topic, event, payload]",
+                ));
+            }
+            let string = |raw: &'a RawValue, what| -> Result<Cow<'a, str>, DecodeError> {
+                serde_json::from_str(raw.get()).map_err(|_| DecodeError::Shape(what))
+            };
+            Ok(Message {
+                join_ref: json_ref(Some(parts[0]))?,
+                msg_ref: json_ref(Some(parts[1]))?,
+                topic: string(parts[2], "topic must be a string")?,
+                event: string(parts[3], "event must be a string")?,
+                payload: Payload::Json(parts[4].get()),
+            })
+        }
+    }
+}
+
+fn take<'a>(data: &mut &'a [u8], n: usize) -> Result<&'a [u8], DecodeError> {
+    if data.len() < n {
+        return Err(DecodeError::Binary);
+    }
+    let (head, tail) = data.split_at(n);
+    *data = tail;
+    Ok(head)
+}
+
+fn utf8(b: &[u8]) -> Result<Cow<'_, str>, DecodeError> {
+    std::str::from_utf8(b)
+        .map(Cow::Borrowed)
+        .map_err(|_| DecodeError::Binary)
+}
+
+fn opt(b: &[u8]) -> Result<Option<Cow<'_, str>>, DecodeError> {
+    Ok(if b.is_empty() { None } else { Some(utf8(b)?) })
+}
+
+fn decode_binary(mut data: &[u8], from: From) -> Result<Message<'_>, DecodeError> {
+    let kind = take(&mut data, 1)?[0];
+    match (from, kind) {
+        (From::Client, PUSH) => {
+            let h = take(&mut data, 4)?;
+            let (jr, r, t, e) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3] as usize);
+            Ok(Message {
+                join_ref: opt(take(&mut data, jr)?)?,
+                msg_ref: opt(take(&mut data, r)?)?,
+                topic: utf8(take(&mut data, t)?)?,
+                event: utf8(take(&mut data, e)?)?,
+                payload: Payload::Binary(data),
+            })
+        }
+        (From::Server, PUSH) => {
+            let h = take(&mut data, 3)?;
+            let (jr, t, e) = (h[0] as usize, h[1] as usize, h[2] as usize);
+            Ok(Message {
+                join_ref: opt(take(&mut data, jr)?)?,
+                msg_ref: None,
+                topic: utf8(take(&mut data, t)?)?,
+                event: utf8(take(&mut data, e)?)?,
+                payload: Payload::Binary(data),
+            })
+        }
+        (From::Server, REPLY) => {
+            let h = take(&mut data, 4)?;
+            let (jr, r, t, s) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3] as usize);
+            let join_ref = opt(take(&mut data, jr)?)?;
+            let msg_ref = opt(take(&mut data, r)?)?;
+            let topic = utf8(take(&mut data, t)?)?;
+            // The status travels as the event of a decoded reply; phoenix.js does the same.
+            let status = utf8(take(&mut data, s)?)?;
+            Ok(Message {
+                join_ref,
+                msg_ref,
+                topic,
+                event: status,
+                payload: Payload::Binary(data),
+            })
+        }
+        (From::Server, BROADCAST) => {
+            let h = take(&mut data, 2)?;
+            let (t, e) = (h[0] as usize, h[1] as usize);
+            Ok(Message {
+                join_ref: None,
+                msg_ref: None,
+                topic: utf8(take(&mut data, t)?)?,
+                event: utf8(take(&mut data, e)?)?,
+                payload: Payload::Binary(data),
+            })
+        }
+        _ => Err(DecodeError::Binary),
+    }
+}
+
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn json_opt(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => json_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn short(s: &str, what: &'static str) -> Result<u8, EncodeError> {
+    u8::try_from(s.len()).map_err(|_| EncodeError::TooLong(what))
+}
+
+/// Writes a JSON message in the serializer's layout. `payload` is JSON text.
+fn json_message(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    join_ref: Option<&str>,
+    msg_ref: Option<&str>,
+    topic: &str,
+    event: &str,
+    payload: &dyn Fn(&mut Vec<u8>),
+) {
+    match vsn {
+        Vsn::V1 => {
+            out.extend_from_slice(b"{\"event\":");
+            json_str(out, event);
+            out.extend_from_slice(b",\"payload\":");
+            payload(out);
+            out.extend_from_slice(b",\"ref\":");
+            json_opt(out, msg_ref);
+            out.extend_from_slice(b",\"topic\":");
+            json_str(out, topic);
+            out.push(b'}');
+        }
+        Vsn::V2 => {
+            out.push(b'[');
+            json_opt(out, join_ref);
+            out.push(b',');
+            json_opt(out, msg_ref);
+            out.push(b',');
+            json_str(out, topic);
+            out.push(b',');
+            json_str(out, event);
+            out.push(b',');
+            payload(out);
+            out.push(b']');
+        }
+    }
+}
+
+/// Encodes a `%Message{}` (a push, `phx_close`, `phx_error`) from the server.
+/// Returns the frame opcode to send it with.
+pub fn encode_message(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    join_ref: Option<&str>,
+    msg_ref: Option<&str>,
+    topic: &str,
+    event: &str,
+    payload: Payload<'_>,
+) -> Result<Opcode, EncodeError> {
+    match payload {
+        Payload::Json(p) => {
+            json_message(vsn, out, join_ref, msg_ref, topic, event, &|o| {
+                o.extend_from_slice(p.as_bytes())
+            });
+            Ok(Opcode::Text)
+        }
+        Payload::Binary(data) => {
+            if vsn == Vsn::V1 {
+                return Err(EncodeError::BinaryOnV1);
+            }
+            let jr = join_ref.unwrap_or("");
+            out.extend_from_slice(&[
+                PUSH,
+                short(jr, "join_ref")?,
+                short(topic, "topic")?,
+                short(event, "event")?,
+            ]);
+            out.extend_from_slice(jr.as_bytes());
+            out.extend_from_slice(topic.as_bytes());
+            out.extend_from_slice(event.as_bytes());
+            out.extend_from_slice(data);
+            Ok(Opcode::Binary)
+        }
+    }
+}
+
+/// Encodes a `%Reply{}`: event `phx_reply`, payload `{"response": .., "status": ..}`.
+pub fn encode_reply(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    join_ref: Option<&str>,
+    msg_ref: Option<&str>,
+    topic: &str,
+    status: &str,
+    response: Payload<'_>,
+) -> Result<Opcode, EncodeError> {
+    match response {
+        Payload::Json(p) => {
+            let body = |o: &mut Vec<u8>| {
+                o.extend_from_slice(b"{\"response\":");
+                o.extend_from_slice(p.as_bytes());
+                o.extend_from_slice(b",\"status\":");
+                json_str(o, status);
+                o.push(b'}');
+            };
+            json_message(
+                vsn,
+                out,
+                join_ref,
+                msg_ref,
+                topic,
+                crate::message::event::REPLY,
+                &body,
+            );
+            Ok(Opcode::Text)
+        }
+        Payload::Binary(data) => {
+            if vsn == Vsn::V1 {
+                return Err(EncodeError::BinaryOnV1);
+            }
+            let (jr, r) = (join_ref.unwrap_or(""), msg_ref.unwrap_or(""));
+            out.extend_from_slice(&[
+                REPLY,
+                short(jr, "join_ref")?,
+                short(r, "ref")?,
+                short(topic, "topic")?,
+                short(status, "status")?,
+            ]);
+            for part in [jr, r, topic, status] {
+                out.extend_from_slice(part.as_bytes());
+            }
+            out.extend_from_slice(data);
+            Ok(Opcode::Binary)
+        }
+    }
+}
+
+/// Encodes a `%Broadcast{}` as the fastlane does: no join_ref, no ref.
+pub fn encode_broadcast(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    topic: &str,
+    event: &str,
+    payload: Payload<'_>,
+) -> Result<Opcode, EncodeError> {
+    match payload {
+        Payload::Json(_) => encode_message(vsn, out, None, None, topic, event, payload),
+        Payload::Binary(data) => {
+            if vsn == Vsn::V1 {
+                return Err(EncodeError::BinaryOnV1);
+            }
+            out.extend_from_slice(&[BROADCAST, short(topic, "topic")?, short(event, "event")?]);
+            out.extend_from_slice(topic.as_bytes());
+            out.extend_from_slice(event.as_bytes());
+            out.extend_from_slice(data);
+            Ok(Opcode::Binary)
+        }
+    }
+}
+
+/// Client side: encodes a message to send to a server (v1 objects carry
+/// `join_ref` too, as Phoenix's `Message.from_map!` accepts it).
+pub fn encode_client(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    msg: &Message<'_>,
+) -> Result<Opcode, EncodeError> {
+    let (jr, r) = (msg.join_ref.as_deref(), msg.msg_ref.as_deref());
+    match (vsn, msg.payload) {
+        (Vsn::V1, Payload::Json(p)) => {
+            out.extend_from_slice(b"{\"topic\":");
+            json_str(out, &msg.topic);
+            out.extend_from_slice(b",\"event\":");
+            json_str(out, &msg.event);
+            out.extend_from_slice(b",\"payload\":");
+            out.extend_from_slice(p.as_bytes());
+            out.extend_from_slice(b",\"ref\":");
+            json_opt(out, r);
+            if jr.is_some() {
+                out.extend_from_slice(b",\"join_ref\":");
+                json_opt(out, jr);
+            }
+            out.push(b'}');
+            Ok(Opcode::Text)
+        }
+        (Vsn::V1, Payload::Binary(_)) => Err(EncodeError::BinaryOnV1),
+        (Vsn::V2, Payload::Json(_)) => {
+            encode_message(vsn, out, jr, r, &msg.topic, &msg.event, msg.payload)
+        }
+        (Vsn::V2, Payload::Binary(data)) => {
+            let (jr, r) = (jr.unwrap_or(""), r.unwrap_or(""));
+            out.extend_from_slice(&[
+                PUSH,
+                short(jr, "join_ref")?,
+                short(r, "ref")?,
+                short(&msg.topic, "topic")?,
+                short(&msg.event, "event")?,
+            ]);
+            for part in [jr, r, &msg.topic, &msg.event] {
+                out.extend_from_slice(part.as_bytes());
+            }
+            out.extend_from_slice(data);
+            Ok(Opcode::Binary)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn s(b: Vec<u8>) -> String {
+        String::from_utf8(b).unwrap()
+    }
+
+    #[test]
+    fn v1_reply_matches_phoenix() {
+        let mut out = Vec::new();
+        encode_reply(
+            Vsn::V1,
+            &mut out,
+            Some("1"),
+            Some("1"),
+            "rooms:lobby",
+            "ok",
+            Payload::EMPTY,
+        )
+        .unwrap();
+        assert_eq!(
+            s(out),
+            r#"{"event":"phx_reply","payload":{"response":{},"status":"ok"},"ref":"1","topic":"rooms:lobby"}"#
+        );
+    }
+
+    #[test]
+    fn v1_broadcast_has_null_ref() {
+        let mut out = Vec::new();
+        encode_broadcast(
+            Vsn::V1,
+            &mut out,
+            "rooms:lobby",
+            "new:msg",
+            Payload::Json(r#"{"body":"hi","user":"a"}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            s(out),
+            r#"{"event":"new:msg","payload":{"body":"hi","user":"a"},"ref":null,"topic":"rooms:lobby"}"#
+        );
+    }
+
+    #[test]
+    fn v2_reply_and_broadcast() {
+        let mut out = Vec::new();
+        encode_reply(
+            Vsn::V2,
+            &mut out,
+            Some("3"),
+            Some("4"),
+            "t",
+            "error",
+            Payload::Json(r#"{"reason":"unauthorized"}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            s(out),
+            r#"["3","4","t","phx_reply",{"response":{"reason":"unauthorized"},"status":"error"}]"#
+        );
+        let mut out = Vec::new();
+        encode_broadcast(Vsn::V2, &mut out, "t", "e", Payload::EMPTY).unwrap();
+        assert_eq!(s(out), r#"[null,null,"t","e",{}]"#);
+    }
+
+    #[test]
+    fn decodes_tsung_v1_join() {
+        let raw =
+            br#"{"topic":"rooms:lobby", "event":"phx_join", "payload": {"user":"42"}, "ref":"1"}"#;
+        let m = decode(Vsn::V1, Opcode::Text, raw, From::Client).unwrap();
+        assert_eq!(m.topic, "rooms:lobby");
+        assert_eq!(m.event, "phx_join");
+        assert_eq!(m.msg_ref.as_deref(), Some("1"));
+        assert_eq!(m.join_ref, None);
+        assert_eq!(m.payload, Payload::Json(r#"{"user":"42"}"#));
+    }
+
+    #[test]
+    fn decodes_v2_with_numbers_and_extras() {
+        let m = decode(
+            Vsn::V2,
+            Opcode::Text,
+            br#"[null, 5, "phoenix", "heartbeat", {}, "extra"]"#,
+            From::Client,
+        )
+        .unwrap();
+        assert_eq!(m.msg_ref.as_deref(), Some("5"));
+        assert_eq!(m.join_ref, None);
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        for (vsn, raw) in [
+            (Vsn::V1, &b"not json"[..]),
+            (Vsn::V1, br#"{"topic":"t","event":"e"}"#),
+            (Vsn::V1, br#"["1","1","t","e",{}]"#),
+            (
+                Vsn::V2,
+                br#"{"topic":"t","event":"e","payload":{},"ref":"1"}"#,
+            ),
+            (Vsn::V2, br#"["1","1","t"]"#),
+            (Vsn::V2, br#"["1","1",3,"e",{}]"#),
+            (Vsn::V2, br#"[{},"1","t","e",{}]"#),
+        ] {
+            assert!(
+                decode(vsn, Opcode::Text, raw, From::Client).is_err(),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+        assert_eq!(
+            decode(Vsn::V1, Opcode::Binary, b"\0", From::Client),
+            Err(DecodeError::BinaryOnV1)
+        );
+        assert_eq!(
+            decode(Vsn::V2, Opcode::Binary, &[0, 9, 0, 0, 0], From::Client),
+            Err(DecodeError::Binary)
+        );
+        assert_eq!(
+            decode(Vsn::V2, Opcode::Binary, &[7], From::Client),
+            Err(DecodeError::Binary)
+        );
+    }
+
+    #[test]
+    fn binary_layouts() {
+        let mut out = Vec::new();
+        encode_broadcast(Vsn::V2, &mut out, "ab", "c", Payload::Binary(&[1, 2])).unwrap();
+        assert_eq!(out, [2, 2, 1, b'a', b'b', b'c', 1, 2]);
+        let m = decode(Vsn::V2, Opcode::Binary, &out, From::Server).unwrap();
+        assert_eq!(
+            (m.topic.as_ref(), m.event.as_ref(), m.payload),
+            ("ab", "c", Payload::Binary(&[1, 2]))
+        );
+        let mut out = Vec::new();
+        encode_reply(
+            Vsn::V2,
+            &mut out,
+            Some("1"),
+            Some("22"),
+            "t",
+            "ok",
+            Payload::Binary(&[9]),
+        )
+        .unwrap();
+        assert_eq!(out, [1, 1, 2, 1, 2, b'1', b'2', b'2', b't', b'o', b'k', 9]);
+        let mut out = Vec::new();
+        encode_message(
+            Vsn::V2,
+            &mut out,
+            Some("1"),
+            None,
+            "t",
+            "e",
+            Payload::Binary(&[]),
+        )
+        .unwrap();
+        assert_eq!(out, [0, 1, 1, 1, b'1', b't', b'e']);
+        assert!(
+            encode_broadcast(Vsn::V1, &mut Vec::new(), "t", "e", Payload::Binary(&[])).is_err()
+        );
+    }
+
+    fn arb_str() -> impl Strategy<Value = String> {
+        "[a-z:\"\\\\é\u{1F600} ]{0,20}"
+    }
+
+    proptest! {
+        #[test]
+        fn client_round_trip(v2 in any::<bool>(), jr in proptest::option::of(arb_str()), r in proptest::option::of(arb_str()),
+                             topic in arb_str(), event in arb_str(), bin in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..50))) {
+            let vsn = if v2 { Vsn::V2 } else { Vsn::V1 };
+            let json = serde_json::to_string(&serde_json::json!({"k": topic})).unwrap();
+            let payload = match &bin { Some(b) => Payload::Binary(b), None => Payload::Json(&json) };
+            let jr = jr.filter(|s| !s.is_empty());
+            let r = r.filter(|s| !s.is_empty());
+            let msg = Message { join_ref: jr.as_deref().map(Cow::Borrowed), msg_ref: r.as_deref().map(Cow::Borrowed),
+                                topic: Cow::Borrowed(&topic), event: Cow::Borrowed(&event), payload };
+            let mut out = Vec::new();
+            match encode_client(vsn, &mut out, &msg) {
+                Ok(op) => {
+                    let back = decode(vsn, op, &out, From::Client).unwrap();
+                    prop_assert_eq!(back, msg);
+                }
+                Err(_) => prop_assert!(vsn == Vsn::V1 && bin.is_some()),
+            }
+        }
+
+        #[test]
+        fn server_messages_decode(v2 in any::<bool>(), topic in arb_str(), event in arb_str(), r in proptest::option::of("[0-9]{1,5}")) {
+            let vsn = if v2 { Vsn::V2 } else { Vsn::V1 };
+            let mut out = Vec::new();
+            let op = encode_message(vsn, &mut out, None, r.as_deref(), &topic, &event, Payload::Json("[1,{}]")).unwrap();
+            let back = decode(vsn, op, &out, From::Server).unwrap();
+            prop_assert_eq!(back.topic.as_ref(), topic.as_str());
+            prop_assert_eq!(back.event.as_ref(), event.as_str());
+            prop_assert_eq!(back.msg_ref.as_deref(), r.as_deref());
+            prop_assert_eq!(back.payload, Payload::Json("[1,{}]"));
+        }
+
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), v2 in any::<bool>(), bin in any::<bool>()) {
+            let vsn = if v2 { Vsn::V2 } else { Vsn::V1 };
+            let op = if bin { Opcode::Binary } else { Opcode::Text };
+            let _ = decode(vsn, op, &bytes, From::Client);
+            let _ = decode(vsn, op, &bytes, From::Server);
+        }
+    }
+}
