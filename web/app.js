@@ -1,0 +1,71 @@
+// throng chat page: the official Phoenix client talking to the throng server.
+import {Socket} from "phoenix"
+
+const TOPIC = "rooms:lobby"
+
+const byId = id => document.getElementById(id)
+
+function setStatus(el, state, text){
+  el.dataset.state = state
+  el.textContent = text || state
+}
+
+function renderMessage(list, payload){
+  const item = document.createElement("li")
+  const user = document.createElement("strong")
+  user.className = "user"
+  const body = document.createElement("span")
+  body.className = "body"
+  if(payload instanceof ArrayBuffer){
+    user.textContent = "binary"
+    body.textContent = `[${payload.byteLength} bytes]`
+  } else {
+    user.textContent = String(payload && payload.user || "anonymous")
+    body.textContent = String(payload && payload.body != null ? payload.body : "")
+  }
+  item.append(user, ": ", body)
+  const atBottom = list.scrollTop + list.clientHeight >= list.scrollHeight - 8
+  list.appendChild(item)
+  if(atBottom){ list.scrollTop = list.scrollHeight }
+}
+
+function start(){
+  const status = byId("status")
+  const list = byId("messages")
+  const form = byId("composer")
+  const userInput = byId("user")
+  const messageInput = byId("message")
+  if(!userInput.value){ userInput.value = `guest-${Math.floor(Math.random() * 9000 + 1000)}` }
+  const userName = () => userInput.value.trim() || "anonymous"
+
+  const socket = new Socket("/socket", {params: {}})
+  socket.onOpen(() => setStatus(status, "connected"))
+  socket.onError(() => setStatus(status, "disconnected", "disconnected, retrying"))
+  socket.onClose(() => { if(status.dataset.state !== "disconnected"){ setStatus(status, "disconnected") } })
+
+  // params as a closure, so a rejoin after a reconnect uses the current name
+  const channel = socket.channel(TOPIC, () => ({user: userName()}))
+  channel.on("new:msg", payload => renderMessage(list, payload))
+  channel.join()
+    .receive("ok", () => setStatus(status, "joined"))
+    .receive("error", ({reason} = {}) => setStatus(status, "error", `join failed: ${reason || "unknown"}`))
+    .receive("timeout", () => setStatus(status, "error", "join timed out"))
+
+  form.addEventListener("submit", event => {
+    event.preventDefault()
+    const body = messageInput.value.trim()
+    if(!body){ return }
+    channel.push("new:msg", {user: userName(), body})
+    messageInput.value = ""
+    messageInput.focus()
+  })
+
+  socket.connect()
+  window.throng = {socket, channel}
+}
+
+if(document.readyState === "loading"){
+  document.addEventListener("DOMContentLoaded", start)
+} else {
+  start()
+}
