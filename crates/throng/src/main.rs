@@ -1,1 +1,44 @@
-fn main() {}
+//! The `throng` binary: the command line and nothing else.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "throng",
+    version,
+    about = "A Phoenix Channels compatible realtime server, and the kit that benchmarks it"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (the chat app on /, channels on /socket/websocket).
+    Serve(throng_server::config::ServeArgs),
+    /// Run a load test: the controller, with local agents (and a local server unless --target).
+    Bench(throng_bench::BenchArgs),
+    /// Run a load agent that takes orders from a controller.
+    Agent(throng_bench::AgentArgs),
+    /// Print (or --apply) the OS settings a big run needs, and the limits that cap it.
+    Tune(throng_bench::TuneArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("THRONG_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => throng_server::run(args.resolve()?)?,
+        Command::Bench(args) => throng_bench::run_bench(args).map_err(|e| anyhow::anyhow!(e))?,
+        Command::Agent(args) => throng_bench::run_agent(args).map_err(|e| anyhow::anyhow!(e))?,
+        Command::Tune(args) => throng_bench::run_tune(args).map_err(|e| anyhow::anyhow!(e))?,
+    }
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! The chat app of the seed benchmark (phoenix_chat_example's `RoomChannel`,
+//! bench branch: no `after_join` broadcast, no per-socket ping timer).
+//!
+//! - `rooms:lobby` is open to anyone;
+//! - any other `rooms:*` is refused with `{"reason":"unauthorized"}`;
+//! - `new:msg` `{user, body}` is broadcast to the topic as `new:msg`, and the
+//!   sender gets the reply `{"msg": body}`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::channel::{Channel, HandleIn, OwnedPayload, Payload, Router, Socket};
+
+/// `Chat.RoomChannel`.
+pub struct RoomChannel;
+
+#[derive(Deserialize)]
+struct NewMsgIn<'a> {
+    #[serde(borrow, default)]
+    user: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    body: Option<&'a RawValue>,
+}
+
+/// Phoenix builds `%{user: .., body: ..}`, which Jason writes with sorted keys.
+#[derive(Serialize)]
+struct NewMsgOut<'a> {
+    body: Option<&'a RawValue>,
+    user: Option<&'a RawValue>,
+}
+
+impl Channel for RoomChannel {
+    fn join(
+        &self,
+        topic: &str,
+        _payload: Payload<'_>,
+        _socket: &mut Socket<'_>,
+    ) -> Result<OwnedPayload, OwnedPayload> {
+        if topic == "rooms:lobby" {
+            Ok(OwnedPayload::empty())
+        } else {
+            Err(OwnedPayload::Json(r#"{"reason":"unauthorized"}"#.into()))
+        }
+    }
+
+    fn handle_in(&self, event: &str, payload: Payload<'_>, socket: &mut Socket<'_>) -> HandleIn {
+        if event != "new:msg" {
+            return HandleIn::NoReply;
+        }
+        match payload {
+            Payload::Json(text) => {
+                let Ok(msg) = serde_json::from_str::<NewMsgIn<'_>>(text) else {
+                    return HandleIn::Reply {
+                        ok: false,
+                        response: OwnedPayload::Json(
+                            r#"{"reason":"new:msg needs an object {user, body}"}"#.into(),
+                        ),
+                    };
+                };
+                socket.broadcast(
+                    "new:msg",
+                    OwnedPayload::json(&NewMsgOut {
+                        body: msg.body,
+                        user: msg.user,
+                    }),
+                );
+                let body = msg.body.map(|b| b.get()).unwrap_or("null");
+                HandleIn::Reply {
+                    ok: true,
+                    response: OwnedPayload::Json(format!("{{\"msg\":{body}}}")),
+                }
+            }
+            Payload::Binary(bytes) => {
+                socket.broadcast("new:msg", OwnedPayload::Binary(bytes.to_vec()));
+                HandleIn::NoReply
+            }
+        }
+    }
+}
+
+/// The chat app's routes: `rooms:*` to [`RoomChannel`].
+pub fn router() -> Router {
+    Router::new().channel("rooms:*", RoomChannel)
+}
