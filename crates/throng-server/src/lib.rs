@@ -101,6 +101,7 @@ impl Server {
             pages: page::Pages::build(),
             fd_limit,
         });
+        node.backplane.attach(Arc::downgrade(&node));
         let mut threads = Vec::new();
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()

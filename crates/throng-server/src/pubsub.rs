@@ -79,6 +79,10 @@ pub(crate) fn frame_of(opcode: Opcode, body: &[u8]) -> Box<[u8]> {
 /// subscriber) and hands broadcasts from other nodes to
 /// [`crate::Node::deliver_remote`].
 pub trait Backplane: Send + Sync + 'static {
+    /// Called once when the node is built, before any other call, so the
+    /// backplane can hand incoming broadcasts to [`crate::Node::deliver_remote`]
+    /// and list the node's topics ([`NodeTopics::names`]) to re-subscribe.
+    fn attach(&self, _node: std::sync::Weak<crate::Node>) {}
     /// A broadcast made on this node; send it to the other nodes.
     fn publish(&self, broadcast: &Broadcast);
     /// This node gained its first local subscriber of `topic`.
@@ -134,6 +138,16 @@ impl NodeTopics {
     pub fn shards(&self, topic: &str) -> u64 {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(topic).copied().unwrap_or(0)
+    }
+
+    /// Every topic with a subscriber on this node (for re-subscribing).
+    pub fn names(&self) -> Vec<Arc<str>> {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// How many topics have a subscriber on this node.
