@@ -1,0 +1,139 @@
+//! An agent: one process, one [`Engine`], taking orders from a controller.
+//!
+//! The main thread runs the engine; a reader thread turns the controller's
+//! lines into commands and wakes the engine's poll with a mio `Waker`.
+//! Replies (progress, final) are written from the main thread, blocking:
+//! they are small and the controller reads each agent on its own thread.
+
+use std::io::BufReader;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::engine::{Engine, EngineConfig, CONN_SIZE};
+use crate::error::BenchError;
+use crate::sys;
+use crate::wire::{self, Final, ToAgent, ToController};
+
+/// File descriptors an agent keeps for itself (poll, controller, std streams).
+pub const FD_MARGIN: u64 = 1000;
+
+enum Cmd {
+    Msg(ToAgent),
+    Lost,
+}
+
+/// Connects to the controller (retrying briefly) and runs until `finish`.
+pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
+    let (soft, hard) = sys::raise_fd_limit();
+    let capacity = soft.saturating_sub(FD_MARGIN).max(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stream = loop {
+        match TcpStream::connect(controller) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!("controller not there yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    stream.set_nodelay(true)?;
+    let mut out = stream.try_clone()?;
+    let mut input = BufReader::new(stream);
+    wire::send(
+        &mut out,
+        &ToController::Hello {
+            pid: std::process::id(),
+            fd_soft: soft,
+            fd_hard: hard,
+            capacity,
+        },
+    )?;
+    let plan = match wire::recv::<ToAgent>(&mut input)? {
+        Some(ToAgent::Plan(p)) => p,
+        Some(other) => {
+            return Err(BenchError::Protocol(format!(
+                "expected a plan, got {other:?}"
+            )))
+        }
+        None => return Ok(()),
+    };
+    let mut engine = Engine::new(EngineConfig {
+        scenario: plan.scenario,
+        target: plan.target,
+        host: plan.host,
+        bind_sources: plan.bind_sources,
+        index: plan.index,
+        agents: plan.agents,
+        capacity: plan.capacity.min(capacity) as usize,
+    })?;
+    let waker = engine.waker()?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        loop {
+            match wire::recv::<ToAgent>(&mut input) {
+                Ok(Some(m)) => {
+                    if tx.send(Cmd::Msg(m)).is_err() {
+                        break;
+                    }
+                }
+                Ok(None) | Err(_) => {
+                    let _ = tx.send(Cmd::Lost);
+                    break;
+                }
+            }
+            let _ = waker.wake();
+        }
+        let _ = waker.wake();
+    });
+    let rss = sys::proc_sample("self").map(|s| s.rss).unwrap_or(0);
+    wire::send(
+        &mut out,
+        &ToController::Ready {
+            rss,
+            users: engine.planned_users(),
+            conn_size: CONN_SIZE,
+        },
+    )?;
+    let mut started = false;
+    let mut last_progress = Instant::now();
+    loop {
+        engine.turn(Duration::from_millis(50))?;
+        while let Ok(cmd) = rx.try_recv() {
+            match cmd {
+                Cmd::Lost => {
+                    tracing::info!("controller gone: agent {} exits", plan.index);
+                    return Ok(());
+                }
+                Cmd::Msg(ToAgent::Start) => {
+                    started = true;
+                    engine.start();
+                }
+                Cmd::Msg(ToAgent::Release) => engine.release(),
+                Cmd::Msg(ToAgent::Storm) => {
+                    let dropped = engine.storm() as u64;
+                    wire::send(&mut out, &ToController::StormDone { dropped })?;
+                }
+                Cmd::Msg(ToAgent::Finish) => {
+                    engine.refresh_gauges();
+                    let fin = Final {
+                        counters: engine.counters.clone(),
+                        hists: engine.hists.to_wire(),
+                        bcasts: engine.bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
+                    };
+                    wire::send(&mut out, &ToController::Final(Box::new(fin)))?;
+                    return Ok(());
+                }
+                Cmd::Msg(ToAgent::Plan(_)) => {
+                    return Err(BenchError::Protocol("a second plan".into()));
+                }
+            }
+        }
+        if started && last_progress.elapsed() >= Duration::from_millis(250) {
+            last_progress = Instant::now();
+            engine.refresh_gauges();
+            wire::send(&mut out, &ToController::Progress(engine.counters.clone()))?;
+        }
+    }
+}

@@ -1,0 +1,990 @@
+//! The controller: `throng bench`. Starts the server (unless `--target`),
+//! spawns local agents (or accepts remote ones), splits the load, watches the
+//! run, and merges what the agents measured into the report.
+//!
+//! A run, in order:
+//! 1. **ramp-up**: agents start users on the arrival schedule; a progress
+//!    bar on stderr, a sample of everything every second;
+//! 2. **settle**: every user has arrived, and no connect or tracked reply is
+//!    outstanding; then the **plateau** sample (server and agent RSS per
+//!    connection, over idle connections);
+//! 3. **release** of the barrier, then **hold**: broadcasts flow; the hold
+//!    ends when every session is parked and every broadcast delivered, or
+//!    after `--hold` seconds;
+//! 4. **disconnect storm**: every agent drops every connection at once; we
+//!    time the server's `throng_connections` to 0 and the CPU it spent;
+//! 5. **collect**: agents send counters, histograms (merged, not averaged)
+//!    and per-broadcast receipts; the report is printed and written.
+//!
+//! Threads: the main thread owns all state; one reader thread per agent
+//! forwards its lines over a channel; the dashboard thread only reads a
+//! snapshot behind a mutex that the main thread replaces every second.
+
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::agent::FD_MARGIN;
+use crate::error::BenchError;
+use crate::scenario::{self, Scenario, Serializer};
+use crate::stats::{merge_bcasts, summarize, BcastTable, Counters, Hists};
+use crate::sys::{self, ProcSample};
+use crate::wire::{self, Plan, ToAgent, ToController};
+use crate::{dashboard, report, tsung, BenchArgs};
+
+/// The embedded server, our child.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--port", "0", "--bind", "127.0.0.1"]);
+        if let Some(t) = idle_timeout {
+            cmd.args(["--idle-timeout", &t.to_string()]);
+        }
+        cmd.args(extra);
+        if std::env::var_os("THRONG_LOG").is_none() {
+            cmd.env("THRONG_LOG", "warn");
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stdin(Stdio::null()).spawn()?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if !sent {
+                    if let Some(a) = line.trim().strip_prefix("listening on ") {
+                        let _ = tx.send(a.trim().to_string());
+                        sent = true;
+                    }
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => {
+                let addr = a.parse().map_err(|_| {
+                    BenchError::Server(format!("server printed an address I cannot read: {a}"))
+                })?;
+                Ok(Server { child, addr })
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(BenchError::Server(
+                    "`throng serve` did not print `listening on ADDR` within 20 s".into(),
+                ))
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One agent as the controller sees it.
+struct AgentLink {
+    out: TcpStream,
+    pid: u32,
+    /// Our child, if local.
+    child: Option<Child>,
+    ready_rss: u64,
+    users: u64,
+    last: Option<Counters>,
+    final_: Option<wire::Final>,
+    storm_done: bool,
+}
+
+enum Event {
+    Msg(usize, ToController),
+    Gone(usize),
+}
+
+/// One per-second sample of the run.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Sample {
+    pub t: f64,
+    /// Sessions running (Tsung's "users").
+    pub users: u64,
+    /// Open WebSockets (Tsung's "connected").
+    pub connected: u64,
+    pub joined: u64,
+    pub conn_per_sec: f64,
+    pub msgs_out_per_sec: f64,
+    pub msgs_in_per_sec: f64,
+    pub errors: u64,
+    pub server_conns: Option<f64>,
+    pub server_rss_mb: Option<f64>,
+    pub server_cpu_pct: Option<f64>,
+    pub agents_cpu_pct: f64,
+    pub agents_rss_mb: f64,
+}
+
+/// Sources of server samples: `/proc` for our child, `/metrics` always.
+struct ServerProbe {
+    pid: Option<u32>,
+    metrics: SocketAddr,
+}
+
+impl ServerProbe {
+    fn proc(&self) -> Option<ProcSample> {
+        self.pid.and_then(|p| sys::proc_sample(&p.to_string()))
+    }
+
+    fn metrics(&self) -> Option<String> {
+        sys::http_get(self.metrics, "/metrics", Duration::from_millis(500)).ok()
+    }
+
+    /// RSS and CPU, from `/proc` or else from the metrics.
+    fn sample(&self, metrics: Option<&str>) -> Option<ProcSample> {
+        self.proc().or_else(|| {
+            let m = metrics?;
+            Some(ProcSample {
+                rss: sys::metric(m, "throng_process_resident_memory_bytes")? as u64,
+                cpu_secs: sys::metric(m, "throng_process_cpu_seconds_total")?,
+            })
+        })
+    }
+}
+
+fn load_scenario(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>), BenchError> {
+    if let Some(path) = &args.tsung {
+        let text = std::fs::read_to_string(path)?;
+        let imp = tsung::import(&text)?;
+        return Ok((imp.scenario.clone(), Some(imp)));
+    }
+    if let Some(path) = &args.scenario {
+        let text = std::fs::read_to_string(path)?;
+        return Ok((Scenario::from_toml(&text)?, None));
+    }
+    let n = args.connections.unwrap_or(1000);
+    let rate = args.arrival_rate.unwrap_or(10_000.0);
+    let ser = if args.v1 {
+        Serializer::V1
+    } else {
+        Serializer::V2
+    };
+    Ok((
+        scenario::chat(
+            n,
+            rate,
+            args.publishers,
+            args.broadcasts,
+            args.broadcast_interval,
+            ser,
+        ),
+        None,
+    ))
+}
+
+fn resolve(target: &str) -> Result<SocketAddr, BenchError> {
+    let t = target
+        .trim_start_matches("ws://")
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    t.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| BenchError::Server(format!("cannot resolve {target}")))
+}
+
+fn send_all(agents: &mut [AgentLink], msg: &ToAgent) -> Result<(), BenchError> {
+    for a in agents.iter_mut() {
+        wire::send(&mut a.out, msg)?;
+    }
+    Ok(())
+}
+
+/// Runs `throng bench`.
+pub fn run(args: BenchArgs) -> Result<(), BenchError> {
+    let (_soft, hard) = sys::raise_fd_limit();
+    let per_process = hard.saturating_sub(FD_MARGIN).max(1);
+    let (mut sc, imported) = load_scenario(&args)?;
+    if args.scenario.is_some() || args.tsung.is_some() {
+        if let Some(r) = args.arrival_rate {
+            sc.set_arrival_rate(r);
+        }
+        if let Some(d) = args.duration {
+            sc.set_duration(d);
+        }
+        if let Some(n) = args.connections {
+            sc.set_max_users(n);
+        }
+    } else if let Some(d) = args.duration {
+        sc.set_duration(d);
+    }
+    if let Some(imp) = &imported {
+        for n in &imp.notes {
+            eprintln!("tsung: {n}");
+        }
+        if let Some((h, p)) = &imp.server {
+            eprintln!(
+                "tsung: <server host=\"{h}\" port=\"{p}\"> replaced by {}",
+                args.target.as_deref().unwrap_or("the embedded server")
+            );
+        }
+    }
+    // The server side: ours, or a remote one.
+    let mut server = None;
+    let target = match &args.target {
+        Some(t) => {
+            if !sc.sends_heartbeats() {
+                eprintln!(
+                    "warning: this scenario sends no heartbeats: the server's idle timeout (throng's default 60 s) will close sessions that stay quiet longer"
+                );
+            }
+            resolve(t)?
+        }
+        None => {
+            let users = sc.total_users();
+            if users > per_process {
+                eprintln!(
+                    "note: one server process caps this run at {per_process} connections (its open-files hard limit is {hard}, less {FD_MARGIN} for itself); the cluster feature will lift this. Capping {users} users to {per_process}."
+                );
+                sc.set_max_users(per_process);
+            }
+            let idle = if sc.sends_heartbeats() {
+                args.idle_timeout
+            } else {
+                Some(args.idle_timeout.unwrap_or(0))
+            };
+            let s = Server::spawn(idle, &args.server_arg)?;
+            let addr = s.addr;
+            server = Some(s);
+            addr
+        }
+    };
+    let users = sc.total_users();
+    // Agents: each holds up to its fd limit less a margin.
+    let tsung_caps: Vec<u64> = imported
+        .as_ref()
+        .map(|i| {
+            i.clients
+                .iter()
+                .map(|c| c.maxusers.unwrap_or(u64::MAX).min(per_process))
+                .collect()
+        })
+        .unwrap_or_default();
+    let min_agents = users.div_ceil(per_process).max(1) as u32;
+    let mut local = args
+        .agents
+        .unwrap_or(if tsung_caps.is_empty() {
+            min_agents
+        } else {
+            tsung_caps.len() as u32
+        })
+        .max(1);
+    if local + args.remote_agents < min_agents {
+        eprintln!(
+            "note: {users} users need {min_agents} agents of {per_process} connections each: using {min_agents}"
+        );
+        local = min_agents - args.remote_agents;
+    }
+    if let Some(imp) = &imported {
+        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
+        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
+    }
+    let total_agents = local + args.remote_agents;
+    let capacity = per_process;
+    eprintln!(
+        "throng bench: {} -> {target} with {total_agents} agent(s)",
+        scenario::describe(&sc)
+    );
+
+    let listener = TcpListener::bind(&args.listen)?;
+    let ctl_addr = listener.local_addr()?;
+    let mut children = Vec::new();
+    let exe = std::env::current_exe()?;
+    for _ in 0..local {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["agent", "--controller", &ctl_addr.to_string()]);
+        if std::env::var_os("THRONG_LOG").is_none() {
+            cmd.env("THRONG_LOG", "warn");
+        }
+        children.push(cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
+    }
+    if args.remote_agents > 0 {
+        eprintln!(
+            "waiting for {} remote agent(s): throng agent --controller {ctl_addr}",
+            args.remote_agents
+        );
+    }
+    let (ev_tx, ev_rx) = mpsc::channel();
+    let mut agents: Vec<AgentLink> = Vec::new();
+    listener.set_nonblocking(true)?;
+    let accept_deadline = Instant::now()
+        + if args.remote_agents > 0 {
+            Duration::from_secs(120)
+        } else {
+            Duration::from_secs(20)
+        };
+    while agents.len() < total_agents as usize {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                s.set_nodelay(true)?;
+                let mut input = BufReader::new(s.try_clone()?);
+                let Some(ToController::Hello { pid, .. }) = wire::recv(&mut input)? else {
+                    return Err(BenchError::Protocol("expected hello".into()));
+                };
+                let idx = agents.len();
+                let tx = ev_tx.clone();
+                std::thread::spawn(move || loop {
+                    match wire::recv::<ToController>(&mut input) {
+                        Ok(Some(m)) => {
+                            if tx.send(Event::Msg(idx, m)).is_err() {
+                                break;
+                            }
+                        }
+                        _ => {
+                            let _ = tx.send(Event::Gone(idx));
+                            break;
+                        }
+                    }
+                });
+                let child = children
+                    .iter()
+                    .position(|c| c.id() == pid)
+                    .map(|i| children.swap_remove(i));
+                agents.push(AgentLink {
+                    out: s,
+                    pid,
+                    child,
+                    ready_rss: 0,
+                    users: 0,
+                    last: None,
+                    final_: None,
+                    storm_done: false,
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > accept_deadline {
+                    return Err(BenchError::Protocol(format!(
+                        "only {} of {total_agents} agents connected",
+                        agents.len()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let host = args.target.clone().unwrap_or_else(|| target.to_string());
+    for (i, a) in agents.iter_mut().enumerate() {
+        let cap = tsung_caps.get(i).copied().unwrap_or(capacity).min(capacity);
+        let plan = Plan {
+            index: i as u32,
+            agents: total_agents,
+            scenario: sc.clone(),
+            target,
+            host: host.clone(),
+            bind_sources: true,
+            capacity: cap,
+        };
+        wire::send(&mut a.out, &ToAgent::Plan(Box::new(plan)))?;
+    }
+    let mut conn_size = 0;
+    let mut ready = 0;
+    while ready < agents.len() {
+        match ev_rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Event::Msg(
+                i,
+                ToController::Ready {
+                    rss,
+                    users,
+                    conn_size: cs,
+                },
+            )) => {
+                agents[i].ready_rss = rss;
+                agents[i].users = users;
+                conn_size = cs;
+                ready += 1;
+            }
+            Ok(Event::Gone(i)) => {
+                return Err(BenchError::Protocol(format!(
+                    "agent {i} left before it was ready"
+                )))
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(BenchError::Protocol(
+                    "agents did not get ready in 20 s".into(),
+                ))
+            }
+        }
+    }
+
+    let probe = ServerProbe {
+        pid: server.as_ref().map(Server::pid),
+        metrics: target,
+    };
+    let mut run = Run::new(&args, &sc, probe, agents, conn_size, server.is_some());
+    let live = Arc::new(Mutex::new(json!({"status": "starting"})));
+    if args.dashboard_port != 0 {
+        match dashboard::serve(args.dashboard_port, Arc::clone(&live)) {
+            Ok(addr) => eprintln!("dashboard: http://{addr}/"),
+            Err(e) => eprintln!("dashboard off: port {}: {e}", args.dashboard_port),
+        }
+    }
+    let result = run.execute(&ev_rx, &live);
+    // Whatever happened, leave no agent or server behind.
+    for a in &mut run.agents {
+        if let Some(mut c) = a.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match c.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    _ => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    drop(server);
+    let report = result?;
+    *live.lock().unwrap_or_else(|p| p.into_inner()) = report.clone();
+    print!("{}", report::summary_table(&report));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+        eprintln!("json: {}", p.display());
+    }
+    if let Some(p) = &args.report {
+        std::fs::write(p, report::html(&report, false))?;
+        eprintln!("report: {}", p.display());
+    }
+    Ok(())
+}
+
+/// The state of one run, owned by the main thread.
+struct Run {
+    sc: Scenario,
+    hold: Option<f64>,
+    probe: ServerProbe,
+    agents: Vec<AgentLink>,
+    conn_size: usize,
+    embedded: bool,
+    timeline: Vec<Sample>,
+    start: Instant,
+    tty: bool,
+    last_metrics: Option<String>,
+}
+
+/// CPU use of one process over a window.
+fn cpu_pct(a: f64, b: f64, secs: f64) -> f64 {
+    if secs <= 0.0 {
+        0.0
+    } else {
+        (b - a) / secs * 100.0
+    }
+}
+
+impl Run {
+    fn new(
+        args: &BenchArgs,
+        sc: &Scenario,
+        probe: ServerProbe,
+        agents: Vec<AgentLink>,
+        conn_size: usize,
+        embedded: bool,
+    ) -> Run {
+        Run {
+            sc: sc.clone(),
+            hold: args.hold,
+            probe,
+            agents,
+            conn_size,
+            embedded,
+            timeline: Vec::new(),
+            start: Instant::now(),
+            tty: std::io::stderr().is_terminal(),
+            last_metrics: None,
+        }
+    }
+
+    fn total(&self) -> Option<Counters> {
+        let mut sum = Counters {
+            arrivals_done: true,
+            ..Default::default()
+        };
+        for a in &self.agents {
+            sum.add(a.last.as_ref()?);
+        }
+        Some(sum)
+    }
+
+    /// Handles agent events for up to `wait`.
+    fn pump(&mut self, rx: &Receiver<Event>, wait: Duration) -> Result<(), BenchError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Event::Msg(i, m)) => match m {
+                    ToController::Progress(c) => self.agents[i].last = Some(c),
+                    ToController::StormDone { .. } => self.agents[i].storm_done = true,
+                    ToController::Final(f) => {
+                        self.agents[i].last = Some(f.counters.clone());
+                        self.agents[i].final_ = Some(*f);
+                    }
+                    _ => {}
+                },
+                Ok(Event::Gone(i)) => {
+                    if self.agents[i].final_.is_none() {
+                        return Err(BenchError::Protocol(format!(
+                            "agent {i} (pid {}) went away mid-run",
+                            self.agents[i].pid
+                        )));
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => return Ok(()),
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            if Instant::now() >= deadline {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Takes the per-second sample.
+    fn sample(&mut self, prev: &mut Option<(Instant, Counters, Option<ProcSample>)>) {
+        let Some(c) = self.total() else { return };
+        let now = Instant::now();
+        let metrics = self.probe.metrics();
+        let srv = self.probe.sample(metrics.as_deref());
+        let mut s = Sample {
+            t: now.duration_since(self.start).as_secs_f64(),
+            users: c.active(),
+            connected: c.open,
+            joined: c.joined,
+            errors: c.errors.total(),
+            server_conns: metrics
+                .as_deref()
+                .and_then(|m| sys::metric(m, "throng_connections")),
+            server_rss_mb: srv.map(|p| p.rss as f64 / 1048576.0),
+            agents_rss_mb: c.rss as f64 / 1048576.0,
+            ..Default::default()
+        };
+        if let Some((t0, c0, s0)) = prev.as_ref() {
+            let dt = now.duration_since(*t0).as_secs_f64().max(1e-3);
+            s.conn_per_sec = (c.connected - c0.connected) as f64 / dt;
+            s.msgs_out_per_sec = (c.msgs_out - c0.msgs_out) as f64 / dt;
+            s.msgs_in_per_sec = (c.msgs_in - c0.msgs_in) as f64 / dt;
+            s.agents_cpu_pct = cpu_pct(c0.cpu_secs, c.cpu_secs, dt);
+            if let (Some(a), Some(b)) = (s0, srv) {
+                s.server_cpu_pct = Some(cpu_pct(a.cpu_secs, b.cpu_secs, dt));
+            }
+        }
+        self.last_metrics = metrics;
+        *prev = Some((now, c, srv));
+        self.timeline.push(s);
+    }
+
+    fn progress_line(&self, phase: &str) {
+        let Some(c) = self.total() else { return };
+        let target = self.sc.total_users().max(1);
+        let width = 30;
+        let done = ((c.started as f64 / target as f64) * width as f64).round() as usize;
+        let rate = self.timeline.last().map(|s| s.conn_per_sec).unwrap_or(0.0);
+        let line = format!(
+            "{phase:<7} [{}{}] {}/{} users  open {}  joined {}  {:.0} conn/s  errors {}",
+            "#".repeat(done.min(width)),
+            "-".repeat(width - done.min(width)),
+            c.started,
+            target,
+            c.open,
+            c.joined,
+            rate,
+            c.errors.total()
+        );
+        if self.tty {
+            eprint!("\r{line}\x1b[K");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn snapshot(&self, status: &str) -> Value {
+        json!({
+            "status": status,
+            "scenario": self.sc.name,
+            "connections": {"target": self.sc.total_users()},
+            "counters": self.total(),
+            "timeline": self.timeline,
+        })
+    }
+
+    fn execute(
+        &mut self,
+        rx: &Receiver<Event>,
+        live: &Arc<Mutex<Value>>,
+    ) -> Result<Value, BenchError> {
+        let publish = |live: &Arc<Mutex<Value>>, v: Value| {
+            *live.lock().unwrap_or_else(|p| p.into_inner()) = v;
+        };
+        // Baseline: the server with no connections.
+        let base_metrics = self.probe.metrics();
+        let server_base = self.probe.sample(base_metrics.as_deref());
+        if base_metrics.is_none() {
+            eprintln!(
+                "warning: no /metrics from the server at {}: server-side figures will be missing",
+                self.probe.metrics
+            );
+        }
+        let controller_cpu0 = sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0);
+        send_all(&mut self.agents, &ToAgent::Start)?;
+        self.start = Instant::now();
+        let mut prev = None;
+        let mut next_sample = self.start + Duration::from_secs(1);
+        let mut next_line = self.start;
+        let s = &self.sc;
+        let settle_limit = s.ramp_secs() + s.connect_timeout + s.reply_timeout + 10.0;
+        let mut last_joined = (0u64, self.start);
+        // 1-2. Ramp-up until settled.
+        loop {
+            self.pump(rx, Duration::from_millis(50))?;
+            let now = Instant::now();
+            if let Some(c) = self.total() {
+                if c.joined > last_joined.0 {
+                    last_joined = (c.joined, now);
+                }
+                if c.arrivals_done && c.connecting == 0 && c.awaiting == 0 {
+                    break;
+                }
+            }
+            if now >= next_sample {
+                next_sample += Duration::from_secs(1);
+                self.sample(&mut prev);
+                publish(live, self.snapshot("ramp-up"));
+            }
+            if now >= next_line {
+                next_line = now
+                    + if self.tty {
+                        Duration::from_millis(200)
+                    } else {
+                        Duration::from_secs(1)
+                    };
+                self.progress_line("ramp-up");
+            }
+            if now.duration_since(self.start).as_secs_f64() > settle_limit {
+                eprintln!("\nwarning: the ramp-up did not settle in {settle_limit:.0} s; going on");
+                break;
+            }
+        }
+        let ramp_end = Instant::now();
+        let ramp_secs = ramp_end.duration_since(self.start).as_secs_f64();
+        let server_ramp = self
+            .probe
+            .sample(None)
+            .or_else(|| self.probe.sample(self.probe.metrics().as_deref()));
+        let agents_ramp: Vec<f64> = self
+            .agents
+            .iter()
+            .map(|a| a.last.as_ref().map(|c| c.cpu_secs).unwrap_or(0.0))
+            .collect();
+        self.progress_line("settled");
+        if self.tty {
+            eprintln!();
+        }
+        // Plateau: let the server finish its work, then measure idle memory.
+        self.pump(rx, Duration::from_millis(1000))?;
+        let plateau_metrics = self.probe.metrics();
+        let server_plateau = self.probe.sample(plateau_metrics.as_deref());
+        let plateau = self.total().unwrap_or_default();
+        let plateau_server_conns = plateau_metrics
+            .as_deref()
+            .and_then(|m| sys::metric(m, "throng_connections"));
+        let agent_rss_delta: i64 = self
+            .agents
+            .iter()
+            .map(|a| a.last.as_ref().map(|c| c.rss as i64).unwrap_or(0) - a.ready_rss as i64)
+            .sum();
+        // 3. Release and hold.
+        send_all(&mut self.agents, &ToAgent::Release)?;
+        let hold_start = Instant::now();
+        let parks_forever = self.sc.roles.iter().any(|r| {
+            r.session
+                .iter()
+                .any(|s| matches!(s, crate::scenario::Step::Hold))
+        });
+        let hold_limit = self.hold.unwrap_or(if parks_forever { 60.0 } else { 10.0 });
+        let mut last_recv = (u64::MAX, Instant::now());
+        loop {
+            self.pump(rx, Duration::from_millis(50))?;
+            let now = Instant::now();
+            if now >= next_sample {
+                next_sample += Duration::from_secs(1);
+                self.sample(&mut prev);
+                publish(live, self.snapshot("hold"));
+            }
+            let held = now.duration_since(hold_start).as_secs_f64();
+            if held >= hold_limit {
+                break;
+            }
+            // Sessions that park: done once everyone is parked and broadcasts stop arriving.
+            if self.hold.is_none() && held > 0.3 {
+                if let Some(c) = self.total() {
+                    if c.bcast_recv != last_recv.0 {
+                        last_recv = (c.bcast_recv, now);
+                    }
+                    let live_sessions = c.active();
+                    let parked = live_sessions == c.holding;
+                    let expected = c.bcast_sent * c.open;
+                    let delivered = c.bcast_recv >= expected
+                        || now.duration_since(last_recv.1) > Duration::from_secs(3);
+                    if live_sessions == 0 || (parked && delivered) {
+                        break;
+                    }
+                }
+            }
+        }
+        let before_storm = self.total().unwrap_or_default();
+        // 4. The disconnect storm.
+        let storm_cpu0 = self.probe.sample(None).map(|p| p.cpu_secs);
+        let storm_metrics0 = if storm_cpu0.is_none() {
+            self.probe.metrics()
+        } else {
+            None
+        };
+        let storm_cpu0 = storm_cpu0.or_else(|| {
+            storm_metrics0
+                .as_deref()
+                .and_then(|m| sys::metric(m, "throng_process_cpu_seconds_total"))
+        });
+        let storm_start = Instant::now();
+        send_all(&mut self.agents, &ToAgent::Storm)?;
+        let mut storm_secs = None;
+        let mut storm_cpu = None;
+        let storm_deadline = storm_start + Duration::from_secs(30);
+        let mut metrics_ok = base_metrics.is_some();
+        while metrics_ok && Instant::now() < storm_deadline {
+            match self.probe.metrics() {
+                Some(m) => {
+                    if sys::metric(&m, "throng_connections").unwrap_or(1.0) <= 0.0 {
+                        storm_secs = Some(storm_start.elapsed().as_secs_f64());
+                        let cpu1 = self
+                            .probe
+                            .proc()
+                            .map(|p| p.cpu_secs)
+                            .or_else(|| sys::metric(&m, "throng_process_cpu_seconds_total"));
+                        if let (Some(a), Some(b)) = (storm_cpu0, cpu1) {
+                            storm_cpu = Some(b - a);
+                        }
+                        break;
+                    }
+                }
+                None => metrics_ok = false,
+            }
+            self.pump(rx, Duration::from_millis(5))?;
+        }
+        while !self.agents.iter().all(|a| a.storm_done) && Instant::now() < storm_deadline {
+            self.pump(rx, Duration::from_millis(20))?;
+        }
+        self.sample(&mut prev);
+        // 5. Collect.
+        send_all(&mut self.agents, &ToAgent::Finish)?;
+        let collect_deadline = Instant::now() + Duration::from_secs(30);
+        while !self.agents.iter().all(|a| a.final_.is_some()) {
+            if Instant::now() > collect_deadline {
+                return Err(BenchError::Protocol(
+                    "agents did not send their final report".into(),
+                ));
+            }
+            self.pump(rx, Duration::from_millis(50))?;
+        }
+        let controller_cpu =
+            sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0) - controller_cpu0;
+        let total_secs = self.start.elapsed().as_secs_f64();
+        let mut hists = Hists::default();
+        let mut bcasts = BcastTable::new();
+        let mut fin = Counters {
+            arrivals_done: true,
+            ..Default::default()
+        };
+        for a in &self.agents {
+            let f = a.final_.as_ref().expect("checked above");
+            hists.merge_wire(&f.hists);
+            merge_bcasts(&mut bcasts, &f.bcasts);
+            fin.add(&f.counters);
+        }
+        // Broadcasts: per broadcast, publish to last receipt.
+        let mut lasts: Vec<f64> = bcasts
+            .values()
+            .filter(|b| b.sent_ns > 0 && b.recv > 0)
+            .map(|b| b.last_ns.saturating_sub(b.sent_ns) as f64 / 1e6)
+            .collect();
+        lasts.sort_by(|a, b| a.total_cmp(b));
+        let sent = bcasts.values().filter(|b| b.sent_ns > 0).count() as u64;
+        let receivers: u64 = bcasts.values().map(|b| b.recv).sum();
+        let bsum = summarize(&hists.broadcast);
+        let join = summarize(&hists.join);
+        let connect = summarize(&hists.connect);
+        let reply = summarize(&hists.reply);
+        let join_window = last_joined.1.duration_since(self.start).as_secs_f64();
+        let per_sec = if join_window > 0.0 {
+            last_joined.0 as f64 / join_window
+        } else {
+            0.0
+        };
+        let open = plateau.open.max(1) as f64;
+        let server_bytes = match (server_base, server_plateau) {
+            (Some(a), Some(b)) if plateau.open > 0 => Some((b.rss as f64 - a.rss as f64) / open),
+            _ => None,
+        };
+        let agent_bytes = if plateau.open > 0 {
+            Some(agent_rss_delta as f64 / open)
+        } else {
+            None
+        };
+        let server_cpu_ramp = match (server_base, server_ramp) {
+            (Some(a), Some(b)) => Some(cpu_pct(a.cpu_secs, b.cpu_secs, ramp_secs)),
+            _ => None,
+        };
+        let agent_cpu: Vec<Value> = self
+            .agents
+            .iter()
+            .zip(&agents_ramp)
+            .enumerate()
+            .map(|(i, (a, ramp_cpu))| {
+                let f = &a.final_.as_ref().expect("checked").counters;
+                json!({
+                    "index": i,
+                    "pid": a.pid,
+                    "users": a.users,
+                    "cpu_secs": f.cpu_secs,
+                    "cpu_pct_ramp": cpu_pct(0.0, *ramp_cpu, ramp_secs),
+                    "rss_bytes": a.last.as_ref().map(|c| c.rss).unwrap_or(0),
+                })
+            })
+            .collect();
+        let busiest_agent = agent_cpu
+            .iter()
+            .filter_map(|a| a["cpu_pct_ramp"].as_f64())
+            .fold(0.0, f64::max);
+        let bottleneck = match server_cpu_ramp {
+            Some(s) if s >= busiest_agent && s >= 85.0 => {
+                "server (its one event loop was saturated)"
+            }
+            Some(s) if s >= busiest_agent => {
+                "neither saturated: the arrival rate set the pace (server was the busier side)"
+            }
+            _ if busiest_agent >= 85.0 => {
+                "agents (the load generator was saturated: add agents or lower the rate)"
+            }
+            _ => "neither saturated: the arrival rate set the pace (agents were the busier side)",
+        };
+        let last_metrics = self.last_metrics.as_deref();
+        let m = |name: &str| {
+            plateau_metrics
+                .as_deref()
+                .or(last_metrics)
+                .and_then(|t| sys::metric(t, name))
+        };
+        let expected_bcast = self.sc.expected_broadcasts();
+        let report = json!({
+            "scenario": {
+                "name": self.sc.name,
+                "description": scenario::describe(&self.sc),
+                "serializer": match self.sc.serializer { Serializer::V1 => "v1", Serializer::V2 => "v2" },
+                "heartbeat_secs": self.sc.heartbeat,
+            },
+            "connections": {
+                "target": self.sc.total_users(),
+                "started": fin.started,
+                "connected": fin.connected,
+                "joined": fin.joined,
+                "open_at_plateau": plateau.open,
+                "server_conns_at_plateau": plateau_server_conns,
+            },
+            "errors": {
+                "total": fin.errors.total(),
+                "by_kind": fin.errors.by_kind().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            },
+            "arrival": {
+                "target_per_sec": self.sc.phases.first().map(|p| p.arrival_rate),
+                "per_sec": per_sec,
+                "peak_per_sec": self.timeline.iter().map(|s| s.conn_per_sec).fold(0.0, f64::max),
+                "ramp_secs": ramp_secs,
+            },
+            "connect": connect,
+            "join": join,
+            "reply": reply,
+            "broadcast": {
+                "sent": sent,
+                "expected_sent": expected_bcast,
+                "receivers": receivers,
+                "p50_ms": bsum.p50_ms,
+                "p90_ms": bsum.p90_ms,
+                "p99_ms": bsum.p99_ms,
+                "max_ms": bsum.max_ms,
+                "mean_ms": bsum.mean_ms,
+                "last_ms": lasts.last().copied().unwrap_or(0.0),
+                "last_p50_ms": lasts.get(lasts.len() / 2).copied().unwrap_or(0.0),
+            },
+            "messages": {
+                "out": fin.msgs_out,
+                "in": fin.msgs_in,
+                "out_per_sec": fin.msgs_out as f64 / total_secs,
+                "in_per_sec": fin.msgs_in as f64 / total_secs,
+                "server_in_total": m("throng_messages_in_total"),
+                "server_out_total": m("throng_messages_out_total"),
+                "server_broadcasts_total": m("throng_broadcasts_total"),
+            },
+            "server": {
+                "embedded": self.embedded,
+                "address": self.probe.metrics.to_string(),
+                "pid": self.probe.pid,
+                "rss_baseline": server_base.map(|s| s.rss),
+                "rss_plateau": server_plateau.map(|s| s.rss),
+                "bytes_per_conn": server_bytes,
+                "cpu_pct_ramp": server_cpu_ramp,
+                "cpu_secs": server_plateau.zip(server_base).map(|(b, a)| b.cpu_secs - a.cpu_secs),
+                "channels_joined": m("throng_channels_joined"),
+            },
+            "agent": {
+                "count": self.agents.len(),
+                "bytes_per_conn": agent_bytes,
+                "conn_struct_bytes": self.conn_size,
+                "processes": agent_cpu,
+            },
+            "controller": { "cpu_secs": controller_cpu },
+            "storm": {
+                "connections": before_storm.open,
+                "secs_to_zero": storm_secs,
+                "server_cpu_secs": storm_cpu,
+            },
+            "bottleneck": bottleneck,
+            "duration_secs": total_secs,
+            "hold_secs": storm_start.duration_since(hold_start).as_secs_f64(),
+            "percentiles": {
+                "connect": crate::stats::percentile_curve(&hists.connect),
+                "join": crate::stats::percentile_curve(&hists.join),
+                "broadcast": crate::stats::percentile_curve(&hists.broadcast),
+            },
+            "timeline": self.timeline,
+            "status": "done",
+        });
+        let _ = std::io::stderr().flush();
+        Ok(report)
+    }
+}

@@ -1,0 +1,20 @@
+//! The crate's one error type.
+
+/// Why a bench, an agent or a scenario could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("scenario: {0}")]
+    Scenario(String),
+    #[error("tsung config: {0}")]
+    Tsung(String),
+    #[error("controller protocol: {0}")]
+    Protocol(String),
+    #[error("server: {0}")]
+    Server(String),
+    #[error("{0}")]
+    Limit(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}

@@ -1,0 +1,1021 @@
+//! Scenarios: who arrives when (phases), what each user does (a session of
+//! steps, per role), and the program an agent runs for it.
+//!
+//! A scenario is TOML (see `scenarios/README.md`) or a Tsung XML file
+//! imported by [`crate::tsung`]. Both become a [`Scenario`], which travels to
+//! the agents as JSON; each agent compiles every role's session into a flat
+//! [`Program`] of [`Op`]s so that a connection's whole progress is one
+//! program counter and two loop counters.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use throng_protocol::{serializer, Message, Payload, Vsn};
+
+use crate::error::BenchError;
+
+/// The load: arrival phases, and what the users do.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Shown in reports.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// The serializer every connection negotiates (`v1` JSON objects, `v2` arrays).
+    #[serde(default)]
+    pub serializer: Serializer,
+    /// Seconds between heartbeats on each open connection (Phoenix clients
+    /// send one every 30 s); 0 sends none.
+    #[serde(default)]
+    pub heartbeat: f64,
+    /// Seconds a TCP connect plus WebSocket handshake may take.
+    #[serde(default = "default_timeout")]
+    pub connect_timeout: f64,
+    /// Seconds a reply may take before it counts as a timeout.
+    #[serde(default = "default_timeout")]
+    pub reply_timeout: f64,
+    /// Arrival phases, run one after the other.
+    pub phases: Vec<Phase>,
+    /// Roles; each user takes one (see [`Scenario::role_of`]).
+    pub roles: Vec<Role>,
+}
+
+fn default_name() -> String {
+    "scenario".into()
+}
+
+fn default_timeout() -> f64 {
+    10.0
+}
+
+/// Which Phoenix serializer the connections use.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Serializer {
+    V1,
+    #[default]
+    V2,
+}
+
+impl Serializer {
+    pub fn vsn(self) -> Vsn {
+        match self {
+            Serializer::V1 => Vsn::V1,
+            Serializer::V2 => Vsn::V2,
+        }
+    }
+}
+
+/// Users arrive at `arrival_rate` per second for `duration` seconds, at most
+/// `max_users` of them (Tsung's `<arrivalphase>` with `<users maxnumber arrivalrate>`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    pub duration: f64,
+    pub arrival_rate: f64,
+    #[serde(default)]
+    pub max_users: Option<u64>,
+}
+
+impl Phase {
+    /// How many users this phase starts in all.
+    pub fn users(&self) -> u64 {
+        let by_rate = (self.duration * self.arrival_rate).ceil().max(0.0) as u64;
+        match self.max_users {
+            Some(m) => m.min(by_rate),
+            None => by_rate,
+        }
+    }
+}
+
+/// A kind of user: the first `count` users take the first role with a count
+/// and so on; the rest are shared among roles without a count by `weight`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Role {
+    pub name: String,
+    #[serde(default)]
+    pub count: Option<u64>,
+    #[serde(default)]
+    pub weight: Option<f64>,
+    pub session: Vec<Step>,
+}
+
+/// One step of a session. In TOML: `"barrier"`, `"hold"`, `"disconnect"`, or
+/// a one-key table such as `{ think = 30 }`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Open the WebSocket at this path (with query).
+    Connect(String),
+    /// Join a topic and wait for the reply (its latency is the join latency).
+    Join {
+        topic: String,
+        #[serde(default = "empty_object")]
+        payload: String,
+    },
+    /// Push an event; with `wait`, wait for its reply.
+    Push {
+        topic: String,
+        event: String,
+        #[serde(default = "empty_object")]
+        payload: String,
+        #[serde(default)]
+        wait: bool,
+    },
+    /// Send a text frame as it is (after substitutions), as Tsung does.
+    /// A `phx_join` in it with a numeric ref is tracked for its reply.
+    Send(String),
+    /// Sleep this many seconds.
+    Think(f64),
+    /// Repeat the steps `times` times (at most two loops deep).
+    Loop { times: u32, steps: Vec<Step> },
+    /// `count` timestamped broadcasts, `interval` seconds apart: every
+    /// subscriber that receives one measures its latency.
+    Publish {
+        topic: String,
+        #[serde(default = "new_msg")]
+        event: String,
+        count: u32,
+        #[serde(default)]
+        interval: f64,
+        #[serde(default = "stamp_payload")]
+        payload: String,
+    },
+    /// Leave a topic and wait for the reply.
+    Leave(String),
+    /// Wait until the ramp-up is over (every user of the run has arrived and
+    /// settled), so that broadcasts reach the full audience.
+    Barrier,
+    /// Stay connected until the end of the run (then the disconnect storm).
+    Hold,
+    /// Close the connection (so does the end of the session).
+    Disconnect,
+}
+
+fn empty_object() -> String {
+    "{}".into()
+}
+
+fn new_msg() -> String {
+    "new:msg".into()
+}
+
+fn stamp_payload() -> String {
+    r#"{"user":"%%user_id%%","body":"%%stamp%%"}"#.into()
+}
+
+/// The marker a `%%stamp%%` expands to: `throng:<user>:<ref>:<realtime ns>`.
+pub const STAMP_PREFIX: &str = "throng:";
+
+impl Scenario {
+    /// Parses and checks a TOML scenario.
+    pub fn from_toml(text: &str) -> Result<Scenario, BenchError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| BenchError::Scenario(e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Checks what serde cannot: non-empty phases and roles, sessions that
+    /// compile (loops, templates).
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.phases.is_empty() {
+            return Err(BenchError::Scenario("no [[phases]]".into()));
+        }
+        for p in &self.phases {
+            if !(p.duration > 0.0) || !(p.arrival_rate > 0.0) {
+                return Err(BenchError::Scenario(
+                    "a phase needs duration > 0 and arrival_rate > 0".into(),
+                ));
+            }
+        }
+        if self.roles.is_empty() {
+            return Err(BenchError::Scenario("no [[roles]]".into()));
+        }
+        if self.roles.len() > 255 {
+            return Err(BenchError::Scenario("at most 255 roles".into()));
+        }
+        for r in &self.roles {
+            Program::compile(self, r)?;
+        }
+        Ok(())
+    }
+
+    /// How many users the phases start in all.
+    pub fn total_users(&self) -> u64 {
+        self.phases.iter().map(Phase::users).sum()
+    }
+
+    /// Sets the total number of users: the phases' caps are scaled so they add
+    /// up to `n` (and each lasts long enough at its rate to start them).
+    pub fn set_max_users(&mut self, n: u64) {
+        let total: u64 = self.phases.iter().map(Phase::users).sum::<u64>().max(1);
+        let mut left = n;
+        let count = self.phases.len();
+        for (i, p) in self.phases.iter_mut().enumerate() {
+            let share = if i + 1 == count {
+                left
+            } else {
+                ((p.users() as u128 * n as u128) / total as u128) as u64
+            }
+            .min(left);
+            left -= share;
+            p.max_users = Some(share);
+            let needed = share as f64 / p.arrival_rate;
+            if p.duration < needed {
+                p.duration = needed;
+            }
+        }
+    }
+
+    /// Sets every phase's arrival rate.
+    pub fn set_arrival_rate(&mut self, rate: f64) {
+        for p in &mut self.phases {
+            p.arrival_rate = rate;
+        }
+    }
+
+    /// Sets the total ramp-up duration, split over phases in proportion.
+    pub fn set_duration(&mut self, secs: f64) {
+        let total: f64 = self.phases.iter().map(|p| p.duration).sum();
+        for p in &mut self.phases {
+            p.duration = secs * p.duration / total;
+        }
+    }
+
+    /// Seconds the phases take, at most.
+    pub fn ramp_secs(&self) -> f64 {
+        self.phases.iter().map(|p| p.duration).sum()
+    }
+
+    /// The role of the user with 0-based global index `index`.
+    pub fn role_of(&self, index: u64) -> u8 {
+        let mut offset = 0;
+        for (i, r) in self.roles.iter().enumerate() {
+            if let Some(c) = r.count {
+                if index < offset + c {
+                    return i as u8;
+                }
+                offset += c;
+            }
+        }
+        let weighted: Vec<(usize, f64)> = self
+            .roles
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.count.is_none())
+            .map(|(i, r)| (i, r.weight.unwrap_or(1.0).max(0.0)))
+            .collect();
+        let sum: f64 = weighted.iter().map(|w| w.1).sum();
+        if weighted.is_empty() || sum <= 0.0 {
+            // Every role has a count and they are used up: the last role repeats.
+            return (self.roles.len() - 1) as u8;
+        }
+        // A deterministic spread (Fibonacci hashing) so every agent agrees.
+        let x = (index.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
+        let mut acc = 0.0;
+        for (i, w) in &weighted {
+            acc += w / sum;
+            if x < acc {
+                return *i as u8;
+            }
+        }
+        weighted[weighted.len() - 1].0 as u8
+    }
+
+    /// Expected broadcasts each publishing user sends (for reports).
+    pub fn publishes_per_user(&self, role: usize) -> u64 {
+        fn walk(steps: &[Step], mult: u64) -> u64 {
+            steps
+                .iter()
+                .map(|s| match s {
+                    Step::Publish { count, .. } => mult * *count as u64,
+                    Step::Loop { times, steps } => walk(steps, mult * *times as u64),
+                    _ => 0,
+                })
+                .sum()
+        }
+        walk(&self.roles[role].session, 1)
+    }
+
+    /// Broadcasts the whole run sends (each role's publishes times its users).
+    pub fn expected_broadcasts(&self) -> u64 {
+        let total = self.total_users();
+        let mut n = 0;
+        for (i, _) in self.roles.iter().enumerate() {
+            let per = self.publishes_per_user(i);
+            if per == 0 {
+                continue;
+            }
+            let users = (0..total)
+                .filter(|u| self.role_of(*u) as usize == i)
+                .count() as u64;
+            n += users * per;
+        }
+        n
+    }
+
+    /// Whether any session sends heartbeats (for the server's idle timeout).
+    pub fn sends_heartbeats(&self) -> bool {
+        self.heartbeat > 0.0
+    }
+}
+
+/// One piece of a message template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seg {
+    Lit(Box<str>),
+    /// `%%user_id%%`, `%%ts_user_server:get_unique_id%%`: the user's unique id (1-based).
+    UserId,
+    /// `%%now_ns%%`: CLOCK_REALTIME nanoseconds.
+    NowNs,
+    /// `%%ref%%`: this message's ref.
+    Ref,
+    /// `%%join_ref%%`: the ref of the connection's last join.
+    JoinRef,
+    /// `%%stamp%%`: `throng:<user>:<ref>:<now_ns>`, a broadcast receivers time.
+    Stamp,
+}
+
+/// A message with its substitutions, split once at compile time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    pub segs: Vec<Seg>,
+}
+
+/// What a template needs at render time.
+pub struct Vars {
+    pub user_id: u64,
+    pub msg_ref: u32,
+    pub join_ref: u32,
+    pub now_ns: u64,
+}
+
+impl Template {
+    /// Splits `%%name%%` substitutions out of `text`.
+    pub fn parse(text: &str) -> Result<Template, BenchError> {
+        let mut segs = Vec::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("%%") {
+            let Some(j) = rest[i + 2..].find("%%") else {
+                break;
+            };
+            let name = &rest[i + 2..i + 2 + j];
+            let seg = match name {
+                "user_id" | "ts_user_server:get_unique_id" | "unique_id" => Seg::UserId,
+                "now_ns" => Seg::NowNs,
+                "ref" => Seg::Ref,
+                "join_ref" => Seg::JoinRef,
+                "stamp" => Seg::Stamp,
+                other => {
+                    return Err(BenchError::Scenario(format!(
+                        "unknown substitution %%{other}%% (known: user_id, ts_user_server:get_unique_id, now_ns, ref, join_ref, stamp)"
+                    )))
+                }
+            };
+            if i > 0 {
+                segs.push(Seg::Lit(rest[..i].into()));
+            }
+            segs.push(seg);
+            rest = &rest[i + 2 + j + 2..];
+        }
+        if !rest.is_empty() {
+            segs.push(Seg::Lit(rest.into()));
+        }
+        Ok(Template { segs })
+    }
+
+    /// Whether rendering it produces a broadcast stamp.
+    pub fn has_stamp(&self) -> bool {
+        self.segs.contains(&Seg::Stamp)
+    }
+
+    /// Appends the rendered text to `out`.
+    pub fn render(&self, out: &mut Vec<u8>, v: &Vars) {
+        let num = |out: &mut Vec<u8>, n: u64| {
+            let mut b = itoa_buf(n);
+            out.extend_from_slice(b.as_bytes_mut());
+        };
+        for s in &self.segs {
+            match s {
+                Seg::Lit(t) => out.extend_from_slice(t.as_bytes()),
+                Seg::UserId => num(out, v.user_id),
+                Seg::NowNs => num(out, v.now_ns),
+                Seg::Ref => num(out, v.msg_ref as u64),
+                Seg::JoinRef => num(out, v.join_ref as u64),
+                Seg::Stamp => {
+                    out.extend_from_slice(STAMP_PREFIX.as_bytes());
+                    num(out, v.user_id);
+                    out.push(b':');
+                    num(out, v.msg_ref as u64);
+                    out.push(b':');
+                    num(out, v.now_ns);
+                }
+            }
+        }
+    }
+
+    /// Renders with sample values, for checks and tests.
+    pub fn sample(&self) -> String {
+        let mut out = Vec::new();
+        self.render(
+            &mut out,
+            &Vars {
+                user_id: 1,
+                msg_ref: 2,
+                join_ref: 1,
+                now_ns: 3,
+            },
+        );
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// A tiny stack buffer for decimal numbers (no allocation per message).
+struct NumBuf {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl NumBuf {
+    fn as_bytes_mut(&mut self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+fn itoa_buf(mut n: u64) -> NumBuf {
+    let mut buf = [0u8; 20];
+    let mut i = 20;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    NumBuf { buf, start: i }
+}
+
+/// Parses a stamp (`throng:<user>:<ref>:<ns>`) out of a payload.
+/// Returns the broadcast's key (user << 32 | ref) and its send time.
+pub fn find_stamp(payload: &[u8]) -> Option<(u64, u64)> {
+    let p = STAMP_PREFIX.as_bytes();
+    let at = payload.windows(p.len()).position(|w| w == p)?;
+    let mut nums = [0u64; 3];
+    let mut idx = 0;
+    let mut digits = 0;
+    for &b in &payload[at + p.len()..] {
+        match b {
+            b'0'..=b'9' => {
+                nums[idx] = nums[idx].checked_mul(10)?.checked_add((b - b'0') as u64)?;
+                digits += 1;
+            }
+            b':' if idx < 2 && digits > 0 => {
+                idx += 1;
+                digits = 0;
+            }
+            _ => break,
+        }
+    }
+    if idx != 2 || digits == 0 {
+        return None;
+    }
+    Some(((nums[0] << 32) | (nums[1] & 0xFFFF_FFFF), nums[2]))
+}
+
+/// What a send is, for accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendKind {
+    Join,
+    Push,
+    Leave,
+}
+
+/// One instruction of a compiled session.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Connect {
+        path: String,
+        vsn: Vsn,
+    },
+    /// Send a text frame. `track`: remember its ref and time its reply;
+    /// `wait`: block the session until the reply. `fixed_ref`: the ref a raw
+    /// message carries (otherwise `%%ref%%` takes the connection's next ref).
+    Send {
+        tpl: Template,
+        kind: SendKind,
+        track: bool,
+        wait: bool,
+        fixed_ref: Option<u32>,
+        stamp: bool,
+    },
+    Think {
+        ms: u32,
+    },
+    LoopStart {
+        times: u32,
+        slot: u8,
+        end: u16,
+    },
+    LoopEnd {
+        start: u16,
+        slot: u8,
+    },
+    Barrier,
+    Hold,
+    Disconnect,
+}
+
+/// A role's session compiled to a flat list of ops.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub ops: Vec<Op>,
+}
+
+impl Program {
+    /// Compiles one role's session for the scenario's serializer.
+    pub fn compile(sc: &Scenario, role: &Role) -> Result<Program, BenchError> {
+        let mut ops = Vec::new();
+        let mut vsn = sc.serializer.vsn();
+        compile_steps(sc, &role.session, 0, &mut ops, &mut vsn)?;
+        if ops.len() > u16::MAX as usize {
+            return Err(BenchError::Scenario("session too long".into()));
+        }
+        if !matches!(ops.first(), Some(Op::Connect { .. })) {
+            return Err(BenchError::Scenario(format!(
+                "role {}: a session must start with connect",
+                role.name
+            )));
+        }
+        Ok(Program { ops })
+    }
+}
+
+fn message_template(
+    vsn: Vsn,
+    topic: &str,
+    event: &str,
+    payload: &str,
+    is_join: bool,
+) -> Result<Template, BenchError> {
+    // Encode with placeholder refs, then split the placeholders out again:
+    // the serializer writes the layout, the template only fills in numbers.
+    let probe = Template::parse(payload)?;
+    let sample = probe.sample();
+    serde_json::from_str::<serde_json::Value>(&sample).map_err(|e| {
+        BenchError::Scenario(format!(
+            "payload is not JSON after substitution ({sample}): {e}"
+        ))
+    })?;
+    let join_ref = match (vsn, is_join) {
+        (Vsn::V1, _) => None,
+        (Vsn::V2, true) => Some("%%ref%%"),
+        (Vsn::V2, false) => Some("%%join_ref%%"),
+    };
+    let msg = Message {
+        join_ref: join_ref.map(Into::into),
+        msg_ref: Some("%%ref%%".into()),
+        topic: topic.into(),
+        event: event.into(),
+        payload: Payload::Json(payload),
+    };
+    let mut out = Vec::new();
+    serializer::encode_client(vsn, &mut out, &msg)
+        .map_err(|e| BenchError::Scenario(e.to_string()))?;
+    Template::parse(&String::from_utf8_lossy(&out))
+}
+
+fn compile_steps(
+    sc: &Scenario,
+    steps: &[Step],
+    depth: u8,
+    ops: &mut Vec<Op>,
+    vsn: &mut Vsn,
+) -> Result<(), BenchError> {
+    for step in steps {
+        match step {
+            Step::Connect(path) => {
+                let path = if path.is_empty() {
+                    "/socket/websocket"
+                } else {
+                    path
+                };
+                let query = path.split_once('?').map(|(_, q)| q).unwrap_or("");
+                let has_vsn = query.split('&').any(|kv| kv.starts_with("vsn="));
+                let mut full = path.to_string();
+                if !has_vsn && sc.serializer == Serializer::V2 {
+                    full.push(if path.contains('?') { '&' } else { '?' });
+                    full.push_str("vsn=2.0.0");
+                }
+                let q = full.split_once('?').map(|(_, q)| q).unwrap_or("");
+                *vsn = Vsn::from_query(q)
+                    .ok_or_else(|| BenchError::Scenario(format!("unsupported vsn in {full}")))?;
+                ops.push(Op::Connect {
+                    path: full,
+                    vsn: *vsn,
+                });
+            }
+            Step::Join { topic, payload } => ops.push(Op::Send {
+                tpl: message_template(*vsn, topic, "phx_join", payload, true)?,
+                kind: SendKind::Join,
+                track: true,
+                wait: true,
+                fixed_ref: None,
+                stamp: false,
+            }),
+            Step::Push {
+                topic,
+                event,
+                payload,
+                wait,
+            } => {
+                let tpl = message_template(*vsn, topic, event, payload, false)?;
+                let stamp = tpl.has_stamp();
+                ops.push(Op::Send {
+                    tpl,
+                    kind: SendKind::Push,
+                    track: *wait,
+                    wait: *wait,
+                    fixed_ref: None,
+                    stamp,
+                })
+            }
+            Step::Leave(topic) => ops.push(Op::Send {
+                tpl: message_template(*vsn, topic, "phx_leave", "{}", false)?,
+                kind: SendKind::Leave,
+                track: true,
+                wait: true,
+                fixed_ref: None,
+                stamp: false,
+            }),
+            Step::Send(text) => {
+                let tpl = Template::parse(text)?;
+                let (kind, fixed_ref) = raw_kind(*vsn, &tpl.sample());
+                let stamp = tpl.has_stamp();
+                ops.push(Op::Send {
+                    tpl,
+                    kind,
+                    track: fixed_ref.is_some(),
+                    wait: false,
+                    fixed_ref,
+                    stamp,
+                });
+            }
+            Step::Think(secs) => {
+                if !(*secs >= 0.0) {
+                    return Err(BenchError::Scenario("think needs seconds >= 0".into()));
+                }
+                ops.push(Op::Think {
+                    ms: (secs * 1000.0).round().min(u32::MAX as f64 / 2.0) as u32,
+                })
+            }
+            Step::Loop { times, steps } => {
+                compile_loop(sc, *times, depth, ops, vsn, |sc, ops, vsn| {
+                    compile_steps(sc, steps, depth + 1, ops, vsn)
+                })?
+            }
+            Step::Publish {
+                topic,
+                event,
+                count,
+                interval,
+                payload,
+            } => {
+                let tpl = message_template(*vsn, topic, event, payload, false)?;
+                if !tpl.has_stamp() {
+                    return Err(BenchError::Scenario(
+                        "a publish payload needs %%stamp%% so receivers can time it".into(),
+                    ));
+                }
+                let ms = (interval * 1000.0).round().max(0.0) as u32;
+                compile_loop(sc, *count, depth, ops, vsn, |_, ops, _| {
+                    ops.push(Op::Send {
+                        tpl: tpl.clone(),
+                        kind: SendKind::Push,
+                        track: false,
+                        wait: false,
+                        fixed_ref: None,
+                        stamp: true,
+                    });
+                    if ms > 0 {
+                        ops.push(Op::Think { ms });
+                    }
+                    Ok(())
+                })?
+            }
+            Step::Barrier => ops.push(Op::Barrier),
+            Step::Hold => ops.push(Op::Hold),
+            Step::Disconnect => ops.push(Op::Disconnect),
+        }
+    }
+    Ok(())
+}
+
+fn compile_loop(
+    sc: &Scenario,
+    times: u32,
+    depth: u8,
+    ops: &mut Vec<Op>,
+    vsn: &mut Vsn,
+    body: impl FnOnce(&Scenario, &mut Vec<Op>, &mut Vsn) -> Result<(), BenchError>,
+) -> Result<(), BenchError> {
+    if depth >= 2 {
+        return Err(BenchError::Scenario("loops nest at most two deep".into()));
+    }
+    let start = ops.len();
+    ops.push(Op::LoopStart {
+        times,
+        slot: depth,
+        end: 0,
+    });
+    body(sc, ops, vsn)?;
+    ops.push(Op::LoopEnd {
+        start: start as u16,
+        slot: depth,
+    });
+    let end = ops.len() as u16;
+    if let Op::LoopStart { end: e, .. } = &mut ops[start] {
+        *e = end;
+    }
+    Ok(())
+}
+
+/// What a raw text frame is: a join (tracked by its numeric ref) or a push.
+fn raw_kind(vsn: Vsn, sample: &str) -> (SendKind, Option<u32>) {
+    let Ok(m) = serializer::decode(
+        vsn,
+        throng_protocol::Opcode::Text,
+        sample.as_bytes(),
+        serializer::From::Client,
+    ) else {
+        return (SendKind::Push, None);
+    };
+    let kind = match &*m.event {
+        "phx_join" => SendKind::Join,
+        "phx_leave" => SendKind::Leave,
+        _ => SendKind::Push,
+    };
+    let r = m.msg_ref.as_deref().and_then(|r| r.parse::<u32>().ok());
+    (kind, r)
+}
+
+/// The built-in chat scenario behind `throng bench --connections N --broadcasts B`:
+/// everyone joins `rooms:lobby`; after the ramp-up, `publishers` users each
+/// send `broadcasts` timestamped `new:msg`s; everyone holds until the storm.
+pub fn chat(
+    connections: u64,
+    arrival_rate: f64,
+    publishers: u64,
+    broadcasts: u32,
+    interval: f64,
+    serializer: Serializer,
+) -> Scenario {
+    let join = Step::Join {
+        topic: "rooms:lobby".into(),
+        payload: r#"{"user":"%%user_id%%"}"#.into(),
+    };
+    let connect = Step::Connect("/socket/websocket".into());
+    let mut roles = Vec::new();
+    let publishers = publishers.min(connections);
+    if broadcasts > 0 && publishers > 0 {
+        roles.push(Role {
+            name: "publisher".into(),
+            count: Some(publishers),
+            weight: None,
+            session: vec![
+                connect.clone(),
+                join.clone(),
+                Step::Barrier,
+                Step::Publish {
+                    topic: "rooms:lobby".into(),
+                    event: new_msg(),
+                    count: broadcasts,
+                    interval,
+                    payload: stamp_payload(),
+                },
+                Step::Hold,
+            ],
+        });
+    }
+    roles.push(Role {
+        name: "listener".into(),
+        count: None,
+        weight: None,
+        session: vec![connect, join, Step::Barrier, Step::Hold],
+    });
+    Scenario {
+        name: "chat".into(),
+        serializer,
+        heartbeat: 30.0,
+        connect_timeout: default_timeout(),
+        reply_timeout: default_timeout(),
+        phases: vec![Phase {
+            duration: (connections as f64 / arrival_rate).max(0.001),
+            arrival_rate,
+            max_users: Some(connections),
+        }],
+        roles,
+    }
+}
+
+/// A one-line description of a scenario's load, for the terminal.
+pub fn describe(sc: &Scenario) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "{} ({:?}", sc.name, sc.serializer);
+    for (i, p) in sc.phases.iter().enumerate() {
+        let _ = write!(
+            s,
+            ", phase {}: {} users at {}/s over {:.1}s",
+            i + 1,
+            p.users(),
+            p.arrival_rate,
+            p.duration
+        );
+    }
+    s.push(')');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHAT: &str = include_str!("../../../scenarios/chat.toml");
+
+    #[test]
+    fn parses_the_example_chat_scenario() {
+        let sc = Scenario::from_toml(CHAT).unwrap();
+        assert_eq!(sc.name, "chat");
+        assert_eq!(sc.serializer, Serializer::V2);
+        assert_eq!(sc.heartbeat, 30.0);
+        assert_eq!(sc.total_users(), 10_000);
+        assert_eq!(sc.roles.len(), 2);
+        assert_eq!(sc.role_of(0), 0);
+        assert_eq!(sc.role_of(9), 0);
+        assert_eq!(sc.role_of(10), 1);
+        assert_eq!(sc.expected_broadcasts(), 10 * 5);
+        let p = Program::compile(&sc, &sc.roles[1]).unwrap();
+        assert_eq!(
+            p.ops[0],
+            Op::Connect {
+                path: "/socket/websocket?vsn=2.0.0".into(),
+                vsn: Vsn::V2
+            }
+        );
+    }
+
+    #[test]
+    fn templates_substitute() {
+        let t =
+            Template::parse(r#"{"user":"%%ts_user_server:get_unique_id%%","r":%%ref%%}"#).unwrap();
+        assert_eq!(t.segs.len(), 5);
+        let mut out = Vec::new();
+        t.render(
+            &mut out,
+            &Vars {
+                user_id: 42,
+                msg_ref: 7,
+                join_ref: 1,
+                now_ns: 0,
+            },
+        );
+        assert_eq!(out, br#"{"user":"42","r":7}"#);
+        assert!(Template::parse("%%nope%%").is_err());
+        assert_eq!(
+            Template::parse("100%% sure").unwrap().sample(),
+            "100%% sure"
+        );
+    }
+
+    #[test]
+    fn join_template_is_a_v2_array_with_refs() {
+        let sc = chat(10, 100.0, 1, 2, 0.0, Serializer::V2);
+        let p = Program::compile(&sc, &sc.roles[0]).unwrap();
+        let Op::Send { tpl, kind, .. } = &p.ops[1] else {
+            panic!("{:?}", p.ops[1])
+        };
+        assert_eq!(*kind, SendKind::Join);
+        assert_eq!(
+            tpl.sample(),
+            r#"["2","2","rooms:lobby","phx_join",{"user":"1"}]"#
+        );
+        let Op::Send { tpl, stamp, .. } = &p.ops[4] else {
+            panic!("{:?}", p.ops[4])
+        };
+        assert!(*stamp);
+        assert_eq!(
+            tpl.sample(),
+            r#"["1","2","rooms:lobby","new:msg",{"user":"1","body":"throng:1:2:3"}]"#
+        );
+    }
+
+    #[test]
+    fn v1_join_template() {
+        let sc = chat(10, 100.0, 0, 0, 0.0, Serializer::V1);
+        let p = Program::compile(&sc, &sc.roles[0]).unwrap();
+        assert_eq!(
+            p.ops[0],
+            Op::Connect {
+                path: "/socket/websocket".into(),
+                vsn: Vsn::V1
+            }
+        );
+        let Op::Send { tpl, .. } = &p.ops[1] else {
+            panic!()
+        };
+        assert_eq!(
+            tpl.sample(),
+            r#"{"topic":"rooms:lobby","event":"phx_join","payload":{"user":"1"},"ref":"2"}"#
+        );
+    }
+
+    #[test]
+    fn stamps_round_trip() {
+        let t = Template::parse(r#"{"body":"%%stamp%%"}"#).unwrap();
+        let mut out = Vec::new();
+        t.render(
+            &mut out,
+            &Vars {
+                user_id: 5,
+                msg_ref: 9,
+                join_ref: 1,
+                now_ns: 1_700_000_000_123_456_789,
+            },
+        );
+        assert_eq!(
+            find_stamp(&out),
+            Some(((5 << 32) | 9, 1_700_000_000_123_456_789))
+        );
+        assert_eq!(find_stamp(b"throng:1:2"), None);
+        assert_eq!(find_stamp(b"nothing"), None);
+    }
+
+    #[test]
+    fn loops_compile_with_jump_targets() {
+        let sc = Scenario::from_toml(
+            r#"
+            [[phases]]
+            duration = 1
+            arrival_rate = 10
+            [[roles]]
+            name = "r"
+            session = [{ connect = "/socket/websocket" }, { loop = { times = 3, steps = [{ think = 1.5 }, { loop = { times = 2, steps = [{ think = 0 }] } }] } }, "disconnect"]
+            "#,
+        )
+        .unwrap();
+        let p = Program::compile(&sc, &sc.roles[0]).unwrap();
+        assert_eq!(
+            p.ops[1],
+            Op::LoopStart {
+                times: 3,
+                slot: 0,
+                end: 7
+            }
+        );
+        assert_eq!(p.ops[2], Op::Think { ms: 1500 });
+        assert_eq!(p.ops[6], Op::LoopEnd { start: 1, slot: 0 });
+        assert_eq!(p.ops[7], Op::Disconnect);
+        let too_deep = r#"
+            [[phases]]
+            duration = 1
+            arrival_rate = 10
+            [[roles]]
+            name = "r"
+            session = [{ connect = "/" }, { loop = { times = 1, steps = [{ loop = { times = 1, steps = [{ loop = { times = 1, steps = [] } }] } }] } }]
+        "#;
+        assert!(Scenario::from_toml(too_deep).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_scenarios() {
+        assert!(Scenario::from_toml("[[roles]]\nname='x'\nsession=[]").is_err());
+        let no_connect =
+            "[[phases]]\nduration=1\narrival_rate=1\n[[roles]]\nname='x'\nsession=[{think=1}]";
+        assert!(Scenario::from_toml(no_connect).is_err());
+        let bad_json = "[[phases]]\nduration=1\narrival_rate=1\n[[roles]]\nname='x'\nsession=[{connect='/'},{join={topic='t',payload='{nope'}}]";
+        assert!(Scenario::from_toml(bad_json).is_err());
+    }
+
+    #[test]
+    fn scaling_flags() {
+        let mut sc = chat(1000, 100.0, 1, 1, 0.0, Serializer::V2);
+        sc.set_arrival_rate(500.0);
+        sc.set_max_users(2000);
+        assert_eq!(sc.total_users(), 2000);
+        assert!(sc.phases[0].duration >= 4.0);
+        sc.set_duration(2.0);
+        assert_eq!(sc.total_users(), 1000);
+    }
+
+    #[test]
+    fn weighted_roles_split_the_rest() {
+        let mut sc = chat(10, 1.0, 0, 0, 0.0, Serializer::V2);
+        let mut other = sc.roles[0].clone();
+        other.name = "b".into();
+        sc.roles[0].weight = Some(3.0);
+        sc.roles.push(other);
+        let a = (0..10_000).filter(|i| sc.role_of(*i) == 0).count();
+        assert!((7000..8000).contains(&a), "{a}");
+    }
+}

@@ -1,0 +1,239 @@
+//! The operating system: file limits, `/proc` samples, a socket option, and
+//! a minimal HTTP GET for the server's `/metrics`.
+//!
+//! The few `unsafe` blocks here are plain libc calls with owned, valid
+//! arguments; they are the only ones in the crate.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Raises the open-files soft limit to the hard limit; returns (soft, hard).
+#[allow(unsafe_code)]
+pub fn raise_fd_limit() -> (u64, u64) {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
+            return (1024, 1024);
+        }
+        if rl.rlim_cur < rl.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: rl.rlim_max,
+                rlim_max: rl.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                rl.rlim_cur = rl.rlim_max;
+            }
+        }
+    }
+    (rl.rlim_cur as u64, rl.rlim_max as u64)
+}
+
+/// The open-files limit (soft, hard) as it stands.
+#[allow(unsafe_code)]
+pub fn fd_limit() -> (u64, u64) {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer to a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return (1024, 1024);
+    }
+    (rl.rlim_cur as u64, rl.rlim_max as u64)
+}
+
+/// Linux's `IP_BIND_ADDRESS_NO_PORT` (not in the libc crate): bind picks the
+/// address now and the port at connect, when the 4-tuple is known, so one
+/// source address serves many more connections.
+const IP_BIND_ADDRESS_NO_PORT: libc::c_int = 24;
+
+#[allow(unsafe_code)]
+pub fn set_bind_no_port(sock: &impl AsRawFd) -> std::io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on an fd we own, with a pointer to a local int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            IP_BIND_ADDRESS_NO_PORT,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Clock ticks per second, for `/proc/PID/stat` times.
+#[allow(unsafe_code)]
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// A process's resident set size and CPU time, from `/proc`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProcSample {
+    pub rss: u64,
+    pub cpu_secs: f64,
+}
+
+/// Samples `/proc/<pid>` (`"self"` for this process).
+pub fn proc_sample(pid: &str) -> Option<ProcSample> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime is field 14, stime 15.
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some(ProcSample {
+        rss,
+        cpu_secs: (utime + stime) / clock_ticks(),
+    })
+}
+
+/// Total memory of the machine, bytes.
+pub fn mem_total() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    m.lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+}
+
+/// Reads a sysctl from `/proc/sys` (`net.core.somaxconn` style name).
+pub fn sysctl_read(name: &str) -> Option<String> {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// `GET path` over HTTP/1.1 with a short timeout; returns the body.
+pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return Err(std::io::Error::other("no HTTP body"));
+    };
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        return Err(std::io::Error::other(format!(
+            "HTTP {}",
+            head.lines().next().unwrap_or("")
+        )));
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Ok(dechunk(body));
+    }
+    Ok(body.to_string())
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// The value of an unlabelled Prometheus sample (`name value`), or the sum
+/// over its label sets.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let value = if let Some(r) = rest.strip_prefix('{') {
+            r.split_once('}').map(|(_, v)| v)
+        } else if rest.starts_with(' ') {
+            Some(rest)
+        } else {
+            None
+        };
+        if let Some(v) = value.and_then(|v| v.split_whitespace().next()) {
+            if let Ok(x) = v.parse::<f64>() {
+                *found.get_or_insert(0.0) += x;
+            }
+        }
+    }
+    found
+}
+
+/// CLOCK_REALTIME nanoseconds, the clock broadcast stamps use.
+pub fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_prometheus_samples() {
+        let text = "# HELP throng_connections open\n# TYPE throng_connections gauge\nthrong_connections 42\nthrong_connections_total 7\nthrong_messages_out_total{kind=\"a\"} 3\nthrong_messages_out_total{kind=\"b\"} 4.5\n";
+        assert_eq!(metric(text, "throng_connections"), Some(42.0));
+        assert_eq!(metric(text, "throng_messages_out_total"), Some(7.5));
+        assert_eq!(metric(text, "throng_nope"), None);
+    }
+
+    #[test]
+    fn samples_this_process() {
+        let s = proc_sample("self").unwrap();
+        assert!(s.rss > 0);
+        assert!(s.cpu_secs >= 0.0);
+        let (soft, hard) = raise_fd_limit();
+        assert!(soft <= hard && soft >= 1);
+    }
+
+    #[test]
+    fn dechunks() {
+        assert_eq!(dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"), "abcde");
+    }
+}

@@ -1,0 +1,150 @@
+//! `throng tune`: the OS settings from the Phoenix team's 2-million run, and
+//! the limits that will cap a run on this machine.
+//!
+//! Prints each setting with its current value; `--apply` writes them with
+//! `sysctl -w` (root). Then it reports the caps: open files per process
+//! (soft/hard; each agent and the server hold at most that many sockets),
+//! ephemeral ports per source address, listen backlog and memory.
+
+use std::process::Command;
+
+use crate::error::BenchError;
+use crate::sys;
+
+/// The seed's settings (fs.nr_open and the port range added for load generators).
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    ("fs.file-max", "12000500", "system-wide open files"),
+    (
+        "fs.nr_open",
+        "20000500",
+        "the most one process may raise its open-files limit to",
+    ),
+    (
+        "net.ipv4.tcp_mem",
+        "10000000 10000000 10000000",
+        "pages all TCP sockets may use",
+    ),
+    (
+        "net.ipv4.tcp_rmem",
+        "1024 4096 16384",
+        "per-socket receive buffer: small, many sockets",
+    ),
+    (
+        "net.ipv4.tcp_wmem",
+        "1024 4096 16384",
+        "per-socket send buffer: small, many sockets",
+    ),
+    ("net.core.rmem_max", "16384", "largest receive buffer"),
+    ("net.core.wmem_max", "16384", "largest send buffer"),
+    (
+        "net.ipv4.ip_local_port_range",
+        "1025 65535",
+        "ephemeral ports per source address (Tsung's ports_range)",
+    ),
+    (
+        "net.core.somaxconn",
+        "65535",
+        "listen backlog: arrival bursts wait here",
+    ),
+];
+
+/// Runs `throng tune`.
+pub fn run(apply: bool, connections: Option<u64>) -> Result<(), BenchError> {
+    println!("OS settings (from \"The Road to 2 Million WebSocket Connections\"):");
+    let mut failed = 0;
+    for (name, want, why) in SETTINGS {
+        let now = sys::sysctl_read(name).unwrap_or_else(|| "?".into());
+        let ok = now == *want;
+        println!(
+            "  {:<30} now {:<28} want {:<28} {}",
+            name,
+            now,
+            want,
+            if ok { "ok" } else { why }
+        );
+        if apply && !ok {
+            let status = Command::new("sysctl")
+                .arg("-w")
+                .arg(format!("{name}={want}"))
+                .status();
+            match status {
+                Ok(s) if s.success() => {}
+                Ok(s) => {
+                    failed += 1;
+                    eprintln!(
+                        "  sysctl -w {name} failed ({s}); in a container some keys are read-only"
+                    );
+                }
+                Err(e) => {
+                    failed += 1;
+                    eprintln!("  cannot run sysctl: {e}");
+                }
+            }
+        }
+    }
+    if !apply {
+        println!("  (dry run: `throng tune --apply` runs `sysctl -w` for each; `ulimit -n` is per process: throng raises its soft limit to the hard limit itself)");
+    }
+    println!();
+    print!("{}", limits_report(connections));
+    if failed > 0 {
+        return Err(BenchError::Limit(format!(
+            "{failed} setting(s) could not be applied"
+        )));
+    }
+    Ok(())
+}
+
+/// What caps a run here, as text.
+pub fn limits_report(connections: Option<u64>) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let (soft0, hard0) = sys::fd_limit();
+    let (soft, hard) = sys::raise_fd_limit();
+    let per_process = hard.saturating_sub(crate::agent::FD_MARGIN);
+    let _ = writeln!(s, "Limits that cap a run:");
+    let _ = writeln!(s, "  open files per process          soft {soft0} (raised to {soft}), hard {hard}: one server process or agent holds at most ~{per_process} connections");
+    let ports = sys::sysctl_read("net.ipv4.ip_local_port_range")
+        .and_then(|r| {
+            let v: Vec<u64> = r
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (v.len() == 2).then(|| v[1].saturating_sub(v[0]) + 1)
+        })
+        .unwrap_or(28_232);
+    let _ = writeln!(s, "  ephemeral ports per source addr {ports} per destination (agents bind 8 loopback addresses each, ports picked at connect)");
+    if let Some(b) = sys::sysctl_read("net.core.somaxconn") {
+        let _ = writeln!(s, "  listen backlog (somaxconn)      {b}");
+    }
+    if let Some(f) = sys::sysctl_read("fs.file-max") {
+        let _ = writeln!(s, "  system-wide open files          {f}");
+    }
+    if let Some(m) = sys::mem_total() {
+        let _ = writeln!(s, "  memory                          {:.1} GiB (each connection costs kernel socket buffers on both ends, plus the server's and agent's state)", m as f64 / 1073741824.0);
+    }
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let _ = writeln!(
+        s,
+        "  CPUs                            {cpus} (server and agents share them when co-located)"
+    );
+    if let Some(n) = connections {
+        let agents = n.div_ceil(per_process.max(1));
+        let _ = writeln!(s, "  for {n} connections: {agents} agent process(es); one server process takes at most {per_process}{}", if n > per_process { " -> this run is capped by one server process" } else { "" });
+    }
+    let _ = hard0;
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reports_limits() {
+        let r = super::limits_report(Some(100_000));
+        assert!(r.contains("open files per process"));
+        assert!(r.contains("agent process"));
+        assert_eq!(super::SETTINGS.len(), 9);
+    }
+}
