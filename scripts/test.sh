@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Every test of throng, on a fresh Debian machine: installs what is missing
+# (apt: redis-server, chromium; npm ci; cargo builds), then runs the Rust
+# unit/property/integration tests and the end-to-end suites against the real
+# binary. Each suite is bounded; the whole run takes a few minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v node >/dev/null || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]} (apt-get)"
+  as_root apt-get update -q
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q "${missing[@]}"
+fi
+if ! command -v cargo >/dev/null; then
+  echo "cargo not found: install Rust (stable) from https://rustup.rs, then re-run" >&2
+  exit 1
+fi
+
+echo "== npm ci"
+npm ci --no-audit --no-fund --loglevel=error
+
+echo "== cargo build --release"
+cargo build --release --workspace --quiet
+
+echo "== cargo test (unit, property, integration)"
+cargo test --release --workspace
+
+echo "== end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
+THRONG_BIN="$PWD/target/release/throng" node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
+
+if [ -d tests/cluster ]; then
+  echo "== cluster: real redis-server, workers, failures"
+  THRONG_BIN="$PWD/target/release/throng" node --test --test-concurrency=1 --test-timeout=90000 tests/cluster/
+fi
