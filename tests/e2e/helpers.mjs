@@ -373,9 +373,10 @@ export class RawWs {
     return ws
   }
 
-  constructor(sock){
+  /** `reader`: an existing reader of sock, e.g. a RawHttp's after a manual handshake. */
+  constructor(sock, reader = new ByteReader(sock)){
     this.sock = sock
-    this.reader = new ByteReader(sock)
+    this.reader = reader
     this.writeError = null
     // writes after the server closed may fail: remember, do not crash
     sock.on("error", err => { this.writeError = err })

@@ -89,6 +89,26 @@ describe("protocol errors close with 1002", () => {
     await stillServes(server)
   })
 
+  test("64-bit payload length with the most significant bit set", T, async () => {
+    await expectClose(server, 1002, ws => ws.send(Buffer.from([0x81, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4])))
+    await stillServes(server)
+  })
+
+  test("close frame with an invalid code (999)", T, async () => {
+    await expectClose(server, 1002, ws => ws.sendClose(999))
+    await stillServes(server)
+  })
+
+  test("close frame with a reserved code (1005)", T, async () => {
+    await expectClose(server, 1002, ws => ws.sendClose(1005))
+    await stillServes(server)
+  })
+
+  test("close frame with a 1-byte payload", T, async () => {
+    await expectClose(server, 1002, ws => ws.sendFrame({opcode: OP.close, payload: Buffer.from([3])}))
+    await stillServes(server)
+  })
+
   test("continuation frame without a started message", T, async () => {
     await expectClose(server, 1002, ws => ws.sendFrame({opcode: OP.cont, payload: Buffer.from("[]")}))
     await stillServes(server)
@@ -117,6 +137,11 @@ describe("payload errors", () => {
     await stillServes(server)
   })
 
+  test("close reason with invalid UTF-8 closes 1007", T, async () => {
+    await expectClose(server, 1007, ws => ws.sendFrame({opcode: OP.close, payload: Buffer.from([0x03, 0xe8, 0xff, 0xfe])}))
+    await stillServes(server)
+  })
+
   test("text that is not JSON closes 1007", T, async () => {
     await expectClose(server, 1007, ws => ws.sendText("this is not json {"))
     await stillServes(server)
@@ -129,6 +154,16 @@ describe("payload errors", () => {
 
   test("v2 array of the wrong length closes 1007", T, async () => {
     await expectClose(server, 1007, ws => ws.sendText(JSON.stringify(["1", "1", "rooms:lobby"])))
+    await stillServes(server)
+  })
+
+  test("v2 message whose event is not a string closes 1007", T, async () => {
+    await expectClose(server, 1007, ws => ws.sendText(JSON.stringify([null, "1", "rooms:lobby", 5, {}])))
+    await stillServes(server)
+  })
+
+  test("v2 binary frame that is not a valid push closes 1007", T, async () => {
+    await expectClose(server, 1007, ws => ws.sendBinary(Buffer.from([0, 5])))
     await stillServes(server)
   })
 
@@ -255,6 +290,49 @@ describe("control frames and fragmentation", () => {
     }
   })
 
+  test("handshake and first frame in one TCP write", T, async () => {
+    const http = await RawHttp.connect(server.port)
+    try {
+      const key = randomBytes(16).toString("base64")
+      const frame = encodeFrame({opcode: OP.text, payload: Buffer.from(joinText("3"))})
+      http.send(Buffer.concat([Buffer.from(handshakeRequest({port: server.port, key})), frame]))
+      const res = await http.response({head: true})
+      assert.equal(res.status, 101)
+      const ws = new RawWs(http.sock, http.reader) // the reader holds the bytes after the head
+      const msg = await ws.nextMessage(5000)
+      assert.deepEqual(JSON.parse(msg.text), ["3", "3", "rooms:lobby", "phx_reply", {status: "ok", response: {}}])
+    } finally {
+      http.close()
+    }
+  })
+
+  test("20 messages in one TCP write are all answered, in order", T, async () => {
+    const c = await RawPhx.connect(server.port)
+    try {
+      const frames = []
+      for(let i = 1; i <= 20; i++){
+        frames.push(encodeFrame({opcode: OP.text, payload: Buffer.from(JSON.stringify([null, `hb${i}`, "phoenix", "heartbeat", {}]))}))
+      }
+      c.ws.send(Buffer.concat(frames))
+      const refs = []
+      for(let i = 0; i < 20; i++){ refs.push((await c.next(5000)).ref) }
+      assert.deepEqual(refs, Array.from({length: 20}, (_, i) => `hb${i + 1}`))
+    } finally {
+      c.destroy()
+    }
+  })
+
+  test("a socket without vsn speaks v1", T, async () => {
+    const c = await RawPhx.connect(server.port, null)
+    try {
+      const {reply} = await c.join("rooms:lobby", {user: "old"})
+      assert.deepEqual(JSON.parse(reply.raw), {event: "phx_reply", payload: {status: "ok", response: {}}, ref: "1", topic: "rooms:lobby"})
+      assert.deepEqual(Object.keys(JSON.parse(reply.raw)), ["event", "payload", "ref", "topic"])
+    } finally {
+      c.destroy()
+    }
+  })
+
   for(const code of [1000, 4001]){
     test(`client close ${code} is echoed with the same code`, T, async () => {
       const ws = await RawWs.connect(server.port)
@@ -330,6 +408,12 @@ describe("bad handshakes get an HTTP error response", () => {
 
   test("unsupported vsn=3.0.0 -> 400", T, async () => {
     const res = await handshakeStatus(handshakeRequest({port: server.port, key: key(), path: "/socket/websocket?vsn=3.0.0"}))
+    assert.equal(res.status, 400)
+    await stillServes(server)
+  })
+
+  test("GET /socket/websocket without Upgrade -> 400", T, async () => {
+    const res = await handshakeStatus(handshakeRequest({port: server.port, key: key(), omit: ["Upgrade", "Connection"]}))
     assert.equal(res.status, 400)
     await stillServes(server)
   })
