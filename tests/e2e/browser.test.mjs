@@ -24,12 +24,12 @@ before(async () => {
       "--disable-background-networking", "--disable-component-update", "--disable-sync",
     ],
   })
-})
+}, {timeout: 20000})
 
 after(async () => {
   await browser?.close().catch(() => {})
   await server?.stop()
-})
+}, {timeout: 20000})
 
 async function openChat(user){
   const context = await browser.newContext({viewport: {width: 720, height: 520}})

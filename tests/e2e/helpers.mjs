@@ -39,6 +39,13 @@ export function deferred(){
 // ---------------------------------------------------------------------------
 // the server process
 
+// servers still running when this test process exits (e.g. killed by a runner timeout
+// or a crash before `after`) are killed with it
+const liveServers = new Set()
+process.on("exit", () => {
+  for(const proc of liveServers){ try { proc.kill("SIGKILL") } catch(_e){ /* gone */ } }
+})
+
 /**
  * Spawns `throng serve --port 0 --bind 127.0.0.1 ...extraArgs` and waits (10 s at most)
  * for its `listening on HOST:PORT` line on stdout.
@@ -57,7 +64,11 @@ export async function startServer(extraArgs = []){
     stderrText += chunk
     if(stderrText.length > 64 * 1024){ stderrText = stderrText.slice(-32 * 1024) }
   })
-  const exited = new Promise(resolve => proc.once("exit", (code, signal) => resolve({code, signal})))
+  liveServers.add(proc)
+  const exited = new Promise(resolve => proc.once("exit", (code, signal) => {
+    liveServers.delete(proc)
+    resolve({code, signal})
+  }))
 
   const listening = new Promise((resolve, reject) => {
     proc.stdout.setEncoding("utf8")

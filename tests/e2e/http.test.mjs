@@ -8,8 +8,8 @@ import {startServer, httpRequest, RawHttp, REPO_ROOT, RawPhx} from "./helpers.mj
 const T = {timeout: 20000}
 
 let server
-before(async () => { server = await startServer() })
-after(async () => { await server?.stop() })
+before(async () => { server = await startServer() }, {timeout: 20000})
+after(async () => { await server?.stop() }, {timeout: 20000})
 
 const asset = name => readFileSync(path.join(REPO_ROOT, "crates/throng-server/assets", name))
 

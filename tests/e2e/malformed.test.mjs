@@ -17,10 +17,10 @@ let small // --max-message-bytes 1024 --echo
 before(async () => {
   server = await startServer()
   small = await startServer(["--max-message-bytes", "1024", "--echo"])
-})
+}, {timeout: 20000})
 after(async () => {
   await Promise.all([server?.stop(), small?.stop()])
-})
+}, {timeout: 20000})
 
 const v2 = "/socket/websocket?vsn=2.0.0"
 const v1 = "/socket/websocket?vsn=1.0.0"

@@ -15,8 +15,8 @@ const T = {timeout: 20000}
 const NEW_MSG_REPLIES = true
 
 let server
-before(async () => { server = await startServer() })
-after(async () => { await server?.stop() })
+before(async () => { server = await startServer() }, {timeout: 20000})
+after(async () => { await server?.stop() }, {timeout: 20000})
 
 const socketsOf = new WeakMap()
 
