@@ -40,6 +40,15 @@ pub struct ServeArgs {
     /// Log every HTTP request (off by default: logging halves throughput)
     #[arg(long, env = "THRONG_LOG_REQUESTS")]
     pub log_requests: bool,
+    /// Join a cluster through this Redis (redis://HOST:PORT): broadcasts reach every node subscribed to the topic [default: none, a single node]
+    #[arg(long, value_name = "URL", env = "THRONG_REDIS")]
+    pub redis: Option<String>,
+    /// Worker processes sharing the port (SO_REUSEPORT), each a node with its own open-files limit; more than 1 needs --redis [default: 1]
+    #[arg(long, value_name = "N", env = "THRONG_WORKERS")]
+    pub workers: Option<usize>,
+    /// Set by the supervisor on the worker processes it starts.
+    #[arg(long, hide = true)]
+    pub worker_index: Option<usize>,
 }
 
 /// The config file's shape: the same settings as the flags.
@@ -54,6 +63,8 @@ struct FileConfig {
     max_outbound_bytes: Option<usize>,
     echo: Option<bool>,
     log_requests: Option<bool>,
+    redis: Option<String>,
+    workers: Option<usize>,
 }
 
 /// Resolved settings.
@@ -67,7 +78,16 @@ pub struct Config {
     pub max_outbound_bytes: usize,
     pub echo: bool,
     pub log_requests: bool,
+    /// The cluster backplane's Redis URL; `None`: a single node.
+    pub redis: Option<String>,
+    /// Worker processes; above 1 this process only supervises them.
+    pub workers: usize,
+    /// `Some(i)` in a worker process started by the supervisor.
+    pub worker_index: Option<usize>,
 }
+
+/// The most worker processes `--workers` accepts.
+pub const MAX_WORKERS: usize = 64;
 
 impl Default for Config {
     fn default() -> Self {
@@ -81,6 +101,9 @@ impl Default for Config {
             max_outbound_bytes: 256 << 10,
             echo: false,
             log_requests: false,
+            redis: None,
+            workers: 1,
+            worker_index: None,
         }
     }
 }
@@ -100,7 +123,24 @@ impl ServeArgs {
         let d = Config::default();
         let port = self.port.or(file.port).unwrap_or(d.addr.port());
         let bind = self.bind.or(file.bind).unwrap_or(d.addr.ip());
-        let shards = self.shards.or(file.shards).unwrap_or(d.shards);
+        let workers = self.workers.or(file.workers).unwrap_or(d.workers);
+        if workers == 0 || workers > MAX_WORKERS {
+            return Err(Error::Config(format!(
+                "workers must be 1..={MAX_WORKERS}, got {workers}"
+            )));
+        }
+        let redis = self.redis.or(file.redis).filter(|url| !url.is_empty());
+        if workers > 1 && redis.is_none() {
+            return Err(Error::Config(format!(
+                "--workers {workers} needs --redis URL: each worker is a separate node, \
+                 and only a backplane carries broadcasts between them"
+            )));
+        }
+        // The cores are shared by the workers: by default each runs its share.
+        let shards = self
+            .shards
+            .or(file.shards)
+            .unwrap_or((d.shards / workers).max(1));
         if shards == 0 || shards > 256 {
             return Err(Error::Config(format!(
                 "shards must be 1..=256, got {shards}"
@@ -127,7 +167,47 @@ impl ServeArgs {
                 .unwrap_or(d.max_outbound_bytes),
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
+            redis,
+            workers,
+            worker_index: self.worker_index,
         })
+    }
+}
+
+impl Config {
+    /// The `throng serve` arguments that make worker `index` of a supervisor:
+    /// every resolved setting spelled out (so a worker reads no config file and
+    /// no `THRONG_*` default can differ), on the supervisor's chosen `port`.
+    pub fn worker_args(&self, index: usize, port: u16) -> Vec<String> {
+        let mut args = vec![
+            "serve".to_string(),
+            "--bind".into(),
+            self.addr.ip().to_string(),
+            "--port".into(),
+            port.to_string(),
+            "--shards".into(),
+            self.shards.to_string(),
+            "--idle-timeout".into(),
+            self.idle_timeout.map_or(0, |d| d.as_secs()).to_string(),
+            "--max-message-bytes".into(),
+            self.max_message_bytes.to_string(),
+            "--max-outbound-bytes".into(),
+            self.max_outbound_bytes.to_string(),
+            "--workers".into(),
+            "1".into(),
+            "--worker-index".into(),
+            index.to_string(),
+        ];
+        if let Some(url) = &self.redis {
+            args.extend(["--redis".into(), url.clone()]);
+        }
+        if self.echo {
+            args.push("--echo".into());
+        }
+        if self.log_requests {
+            args.push("--log-requests".into());
+        }
+        args
     }
 }
 
@@ -150,6 +230,58 @@ mod tests {
         assert_eq!(c.shards, 2);
         assert_eq!(c.idle_timeout, None);
         assert_eq!(c.max_message_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn workers_need_redis() {
+        let err = ServeArgs {
+            workers: Some(2),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.to_string().contains("--redis"), "{err}");
+        let c = ServeArgs {
+            workers: Some(2),
+            redis: Some("redis://127.0.0.1:6379".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.workers, 2);
+        assert!(c.shards >= 1);
+    }
+
+    #[test]
+    fn worker_args_round_trip() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            cmd: Cmd,
+        }
+        #[derive(clap::Subcommand)]
+        enum Cmd {
+            Serve(ServeArgs),
+        }
+        let c = ServeArgs {
+            workers: Some(3),
+            shards: Some(2),
+            idle_timeout: Some(0),
+            echo: true,
+            redis: Some("redis://127.0.0.1:7000".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let argv = std::iter::once("throng".to_string()).chain(c.worker_args(1, 4321));
+        let Cmd::Serve(args) = <Cli as clap::Parser>::parse_from(argv).cmd;
+        let w = args.resolve().unwrap();
+        assert_eq!(w.addr.port(), 4321);
+        assert_eq!((w.workers, w.worker_index, w.shards), (1, Some(1), 2));
+        assert_eq!(w.idle_timeout, None);
+        assert_eq!(w.redis, c.redis);
+        assert!(w.echo && !w.log_requests);
+        assert_eq!(w.max_message_bytes, c.max_message_bytes);
     }
 
     #[test]

@@ -15,7 +15,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server (the chat app on /, channels on /socket/websocket).
+    /// Run the server (the chat app on /, channels on /socket/websocket); --redis joins a cluster, --workers N runs N nodes on one port.
     Serve(throng_server::config::ServeArgs),
     /// Run a load test: the controller, with local agents (and a local server unless --target).
     Bench(throng_bench::BenchArgs),
@@ -35,7 +35,7 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => throng_server::run(args.resolve()?)?,
+        Command::Serve(args) => throng_cluster::serve(args.resolve()?)?,
         Command::Bench(args) => throng_bench::run_bench(args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Agent(args) => throng_bench::run_agent(args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Tune(args) => throng_bench::run_tune(args).map_err(|e| anyhow::anyhow!(e))?,

@@ -1,0 +1,213 @@
+//! The envelope: how a broadcast travels through Redis between nodes.
+//!
+//! Like `phoenix_pubsub_redis`'s `{vsn, node_ref, from_pid, topic, msg}`
+//! term, it starts with a version and names the sending node, so a node can
+//! skip the copies of its own broadcasts that Redis hands back (it delivered
+//! them locally already). Unlike Erlang's term format it is a fixed binary
+//! layout, so any language can read it. All integers are big-endian:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 1 | version, [`VERSION`] (1) |
+//! | 8 | sender node id (random per process) |
+//! | 4 + n | topic length, topic (UTF-8) |
+//! | 4 + n | event length, event (UTF-8) |
+//! | 1 | payload kind: 0 = JSON text, 1 = binary |
+//! | 4 + n | payload length, payload |
+//!
+//! Nothing may follow. A reader drops (and counts) what it cannot read:
+//! an unknown version, a truncated or oversized field, invalid UTF-8.
+//! Decoding never panics on any input.
+
+use throng_server::channel::Payload;
+
+/// The envelope version this build writes and reads.
+pub const VERSION: u8 = 1;
+
+const KIND_JSON: u8 = 0;
+const KIND_BINARY: u8 = 1;
+
+/// A decoded envelope, borrowing from the Redis message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Envelope<'a> {
+    /// The node that made the broadcast.
+    pub node: u64,
+    pub topic: &'a str,
+    pub event: &'a str,
+    pub payload: Payload<'a>,
+}
+
+/// Why an envelope could not be read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("empty message")]
+    Empty,
+    #[error("envelope version {0}, this node reads version {VERSION}")]
+    Version(u8),
+    #[error("truncated envelope")]
+    Truncated,
+    #[error("{0} is not UTF-8")]
+    Utf8(&'static str),
+    #[error("unknown payload kind {0}")]
+    Kind(u8),
+    #[error("{0} bytes after the payload")]
+    Trailing(usize),
+}
+
+impl<'a> Envelope<'a> {
+    /// Appends the encoded envelope to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let (kind, body) = match self.payload {
+            Payload::Json(s) => (KIND_JSON, s.as_bytes()),
+            Payload::Binary(b) => (KIND_BINARY, b),
+        };
+        out.reserve(1 + 8 + 4 * 3 + 1 + self.topic.len() + self.event.len() + body.len());
+        out.push(VERSION);
+        out.extend_from_slice(&self.node.to_be_bytes());
+        put(out, self.topic.as_bytes());
+        put(out, self.event.as_bytes());
+        out.push(kind);
+        put(out, body);
+    }
+
+    /// The encoded envelope.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Reads an envelope; checks every length against what is there.
+    pub fn decode(bytes: &'a [u8]) -> Result<Envelope<'a>, DecodeError> {
+        let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
+        if version != VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let mut r = Reader(rest);
+        let b = r.take(8)?;
+        let node = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        let topic = std::str::from_utf8(r.field()?).map_err(|_| DecodeError::Utf8("topic"))?;
+        let event = std::str::from_utf8(r.field()?).map_err(|_| DecodeError::Utf8("event"))?;
+        let kind = r.take(1)?[0];
+        let body = r.field()?;
+        let payload = match kind {
+            KIND_JSON => {
+                Payload::Json(std::str::from_utf8(body).map_err(|_| DecodeError::Utf8("payload"))?)
+            }
+            KIND_BINARY => Payload::Binary(body),
+            k => return Err(DecodeError::Kind(k)),
+        };
+        if !r.0.is_empty() {
+            return Err(DecodeError::Trailing(r.0.len()));
+        }
+        Ok(Envelope {
+            node,
+            topic,
+            event,
+            payload,
+        })
+    }
+}
+
+/// A length-prefixed field. Lengths past `u32::MAX` cannot occur: the
+/// server's largest message is far below 4 GiB.
+fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.0.len() < n {
+            return Err(DecodeError::Truncated);
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+
+    fn field(&mut self) -> Result<&'a [u8], DecodeError> {
+        let b = self.take(4)?;
+        let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        self.take(len as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn layout_is_as_documented() {
+        let e = Envelope {
+            node: 0x0102030405060708,
+            topic: "rooms:lobby",
+            event: "new:msg",
+            payload: Payload::Json(r#"{"a":1}"#),
+        };
+        let bytes = e.to_vec();
+        let mut want = vec![1u8, 1, 2, 3, 4, 5, 6, 7, 8];
+        want.extend_from_slice(&[0, 0, 0, 11]);
+        want.extend_from_slice(b"rooms:lobby");
+        want.extend_from_slice(&[0, 0, 0, 7]);
+        want.extend_from_slice(b"new:msg");
+        want.push(0);
+        want.extend_from_slice(&[0, 0, 0, 7]);
+        want.extend_from_slice(br#"{"a":1}"#);
+        assert_eq!(bytes, want);
+        assert_eq!(Envelope::decode(&bytes).unwrap(), e);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        let good = Envelope {
+            node: 7,
+            topic: "t",
+            event: "e",
+            payload: Payload::Binary(&[0xff, 0]),
+        }
+        .to_vec();
+        assert_eq!(Envelope::decode(&[]), Err(DecodeError::Empty));
+        let mut v2 = good.clone();
+        v2[0] = 2;
+        assert_eq!(Envelope::decode(&v2), Err(DecodeError::Version(2)));
+        for n in 1..good.len() {
+            assert_eq!(
+                Envelope::decode(&good[..n]),
+                Err(DecodeError::Truncated),
+                "{n}"
+            );
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert_eq!(Envelope::decode(&long), Err(DecodeError::Trailing(1)));
+        let mut kind = good.clone();
+        let at = 1 + 8 + 5 + 5;
+        kind[at] = 9;
+        assert_eq!(Envelope::decode(&kind), Err(DecodeError::Kind(9)));
+        kind[at] = KIND_JSON;
+        assert_eq!(Envelope::decode(&kind), Err(DecodeError::Utf8("payload")));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(node: u64, topic in ".{0,40}", event in ".{0,20}", json in ".{0,200}",
+                       bin in proptest::collection::vec(any::<u8>(), 0..200), binary: bool) {
+            let payload = if binary { Payload::Binary(&bin) } else { Payload::Json(&json) };
+            let e = Envelope { node, topic: &topic, event: &event, payload };
+            let bytes = e.to_vec();
+            prop_assert_eq!(Envelope::decode(&bytes).unwrap(), e);
+        }
+
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = Envelope::decode(&bytes);
+            let mut v1 = bytes.clone();
+            if !v1.is_empty() { v1[0] = VERSION; }
+            let _ = Envelope::decode(&v1);
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! # throng-cluster
+//!
+//! Many nodes acting as one server: a broadcast made on any node reaches the
+//! subscribers of its topic on every node.
+//!
+//! ## What it owns
+//! - [`RedisBackplane`] (`redis.rs`): the cluster implementation of
+//!   `throng_server::Backplane` over Redis pub/sub. The trait, and the
+//!   in-memory default `LocalBackplane` (a single node), live in
+//!   `throng_server::pubsub`, beside the registry that calls them.
+//! - the [`envelope`]: the versioned binary form of a broadcast in Redis.
+//! - the [`supervisor`]: `throng serve --workers N`, N node processes on one
+//!   port (`SO_REUSEPORT`), joined through the Redis backplane.
+//! - [`serve`]: what `throng serve` runs, picking one of the above.
+//!
+//! Dependencies point one way: this crate uses `throng-server` (for `Node`,
+//! `Broadcast`, `Server`), never the reverse.
+//!
+//! ## How a broadcast travels
+//! A client on node A broadcasts on `rooms:lobby`. A's shards deliver it to
+//! A's subscribers (encoded once per serializer, as on a single node) and
+//! call `Backplane::publish` once: one envelope on a bounded queue, one
+//! `PUBLISH throng:t:rooms:lobby <envelope>` by A's `throng-redis` thread.
+//! Every node with a local subscriber of the topic has SUBSCRIBEd that
+//! channel (a node subscribes when it gains its first local subscriber of a
+//! topic and unsubscribes when it loses the last), so Redis sends the message
+//! once to each such node, A included. A sees its own node id in the
+//! envelope and skips it; every other node encodes the frames once and hands
+//! them to its shards (`Node::deliver_remote`). Fan-out stays one Redis
+//! message per subscribed node per broadcast, whatever the subscriber count.
+//!
+//! ## The envelope (version 1)
+//! `[version u8 = 1][sender node id u64][topic len u32][topic]`
+//! `[event len u32][event][payload kind u8: 0 JSON, 1 binary][payload len u32][payload]`,
+//! big-endian; see [`envelope`]. A node reads only the version it writes and
+//! drops (counts, logs) anything else, so a rolling upgrade that changes the
+//! format must bump the version and expects no cross-version delivery.
+//!
+//! ## Guarantees while Redis is up
+//! - **Exactly once**: a broadcast reaches each subscriber on each node once.
+//!   The origin delivers locally and skips its own copy from Redis; every
+//!   other subscribed node gets one copy from Redis.
+//! - **Per-node order**: one publisher connection per node, fed by one FIFO
+//!   queue, so the broadcasts a node makes on a topic reach every subscriber
+//!   in the order that node made them (Redis keeps a connection's order).
+//!   Broadcasts made on *different* nodes have no total order: subscribers on
+//!   different nodes may see two concurrent broadcasts interleaved
+//!   differently (as with Phoenix.PubSub's Redis adapter).
+//! - A node that has just gained its first subscriber of a topic receives
+//!   other nodes' broadcasts once its SUBSCRIBE reaches Redis (about one
+//!   round trip after the join); broadcasts published before that are not
+//!   replayed (Redis pub/sub keeps nothing).
+//!
+//! ## When Redis is down
+//! - At start: `throng serve --redis URL` fails with an error naming the URL
+//!   and exits non-zero (the supervisor checks before starting workers).
+//! - Later: the node logs **one** error naming the URL, marks itself
+//!   disconnected (`throng_backplane_connected 0`) and reconnects with
+//!   backoff, 100 ms doubling to 5 s. Meanwhile local delivery is untouched
+//!   (a broadcast still reaches every subscriber on its own node) and
+//!   broadcasts for other nodes are **dropped and counted**
+//!   (`throng_backplane_dropped_total`), not queued: Redis pub/sub would not
+//!   have kept them for late subscribers either, and replaying a backlog
+//!   after an outage would deliver stale messages late. Broadcasts made on
+//!   other nodes during the outage are lost to this node the same way.
+//! - Reconnected: both connections are rebuilt, every topic in
+//!   `node.topics.names()` is SUBSCRIBEd again, then the node counts as
+//!   connected and publishes again; it logs how long it was down and how
+//!   many broadcasts it dropped. No restart is needed.
+//! - Redis slower than the node: past [`crate::redis::PUBLISH_QUEUE`] queued
+//!   broadcasts, `publish` drops (counted, one warning) instead of blocking
+//!   an event loop.
+//!
+//! ## Threads
+//! `RedisBackplane` methods run on the shards and never block: `try_send`
+//! on a bounded queue (broadcasts) or `send` on an unbounded one (topic
+//! changes). The `throng-redis` thread owns both connections and the set of
+//! subscribed channels; it reads the node's topic set (`NodeTopics`, a
+//! mutex the shards take only on first/last subscriber) to decide what to
+//! subscribe, so out-of-order topic notifications from two shards cannot
+//! leave a wrong subscription.
+
+pub mod envelope;
+pub mod redis;
+pub mod supervisor;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use throng_server::{chat, Backplane, Config, LocalBackplane, Server};
+
+pub use crate::redis::RedisBackplane;
+
+/// The cluster's errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid Redis URL {url}: {reason}")]
+    RedisUrl { url: String, reason: String },
+    #[error("cannot connect to Redis at {url}: {reason}")]
+    RedisConnect { url: String, reason: String },
+    #[error("--workers above 1 needs --redis URL: workers are separate nodes")]
+    WorkersNeedRedis,
+    #[error("cannot reserve {addr} for the workers: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("worker {index} exited ({status}) before it was listening")]
+    WorkerStart { index: usize, status: String },
+    #[error("the workers were not all listening after {0:?}")]
+    StartTimeout(Duration),
+    #[error(transparent)]
+    Server(#[from] throng_server::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// `throng serve`: the chat app as a single node (no `--redis`), a clustered
+/// node (`--redis`), or the supervisor of `--workers` such nodes. Prints
+/// `listening on ADDR` on stdout once it serves, then blocks.
+pub fn serve(config: Config) -> Result<(), Error> {
+    if config.workers > 1 && config.worker_index.is_none() {
+        return supervisor::run(config);
+    }
+    let backplane: Arc<dyn Backplane> = match &config.redis {
+        Some(url) => Arc::new(RedisBackplane::connect(url)?),
+        None => Arc::new(LocalBackplane),
+    };
+    let worker = config.worker_index;
+    let server = Server::start(config, chat::router(), backplane)?;
+    let mut out = std::io::stdout().lock();
+    if let Some(index) = worker {
+        // For the supervisor, which sums the workers' capacities.
+        let capacity = server
+            .node
+            .fd_limit
+            .saturating_sub(throng_server::FD_MARGIN);
+        tracing::info!(
+            worker = index,
+            pid = std::process::id(),
+            "worker {index} serving"
+        );
+        let _ = writeln!(out, "capacity {capacity}");
+    }
+    let _ = writeln!(out, "listening on {}", server.addr);
+    let _ = out.flush();
+    drop(out);
+    server.wait();
+    Ok(())
+}

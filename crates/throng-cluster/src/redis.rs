@@ -1,0 +1,728 @@
+//! [`RedisBackplane`]: broadcasts between nodes through Redis pub/sub.
+//!
+//! The shards call [`Backplane`] from their event loops, so nothing here may
+//! block them: `publish` encodes the [envelope](crate::envelope) and puts it
+//! on a bounded queue (`try_send`), `subscribe`/`unsubscribe` put the topic on
+//! an unbounded one (it grows only with topic churn). One background thread,
+//! `throng-redis`, owns both Redis connections and does all network I/O.
+//!
+//! That thread runs a single-threaded tokio runtime rather than the `redis`
+//! crate's blocking API because the subscriber connection has to wait for two
+//! things at once: messages from Redis and topic changes from the shards. The
+//! blocking `PubSub` can only poll with a read timeout (a timeout in the
+//! middle of a reply can desynchronise its parser) and cannot take a
+//! SUBSCRIBE while it is blocked reading; one `select!` over both does it
+//! with no polling and no extra threads.
+//!
+//! Per Redis session there are exactly two connections:
+//! - the *publisher*, a multiplexed connection; every PUBLISH of this node
+//!   goes through it in queue order (batched into pipelines), which is what
+//!   keeps a node's broadcasts in order;
+//! - the *subscriber*, a pub/sub connection with one SUBSCRIBE per topic
+//!   channel (`throng:t:<topic>`) that has a local subscriber.
+//!
+//! When either fails, both are dropped and the session is rebuilt with
+//! backoff; see the crate docs for what happens meanwhile.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use ::redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
+use futures_util::StreamExt;
+use throng_server::pubsub::{Backplane, Broadcast};
+use throng_server::Node;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+
+use crate::envelope::Envelope;
+use crate::Error;
+
+/// Redis channel of a topic: this prefix, then the topic.
+pub const CHANNEL_PREFIX: &str = "throng:t:";
+/// Broadcasts waiting for the publisher; past this, `publish` drops them.
+pub const PUBLISH_QUEUE: usize = 16 * 1024;
+/// Largest PUBLISH pipeline.
+const MAX_BATCH: usize = 512;
+/// SUBSCRIBE/UNSUBSCRIBE commands sent at once.
+const MAX_SUBSCRIBE_BATCH: usize = 1024;
+/// How long a connection attempt (TCP + handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a reply may take before the connection counts as lost.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often the subscriber connection is checked with a PING.
+const PING_EVERY: Duration = Duration::from_secs(5);
+/// First wait between reconnection attempts; doubles up to [`BACKOFF_MAX`].
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Counters for `/metrics`; written by the shards (`dropped`) and the
+/// `throng-redis` thread, read by anyone.
+#[derive(Default, Debug)]
+pub struct Stats {
+    /// Both connections are up and every local topic is subscribed.
+    pub connected: AtomicBool,
+    /// Broadcasts published to Redis.
+    pub published: AtomicU64,
+    /// Broadcasts from other nodes handed to the shards.
+    pub received: AtomicU64,
+    /// Broadcasts not published: Redis down, queue full, or a failed pipeline.
+    pub dropped: AtomicU64,
+    /// Messages on our channels that were not a readable envelope.
+    pub invalid: AtomicU64,
+    /// Sessions rebuilt after a lost connection.
+    pub reconnects: AtomicU64,
+}
+
+/// A broadcast on its way to the publisher.
+struct Outgoing {
+    topic: Arc<str>,
+    envelope: Vec<u8>,
+}
+
+/// The Redis backplane. Build it with [`RedisBackplane::connect`] before
+/// `Server::start`, which calls [`Backplane::attach`].
+pub struct RedisBackplane {
+    /// For logs and errors: the URL with any password masked.
+    url: String,
+    /// This process's id in envelopes (random).
+    node_id: u64,
+    publish_tx: mpsc::Sender<Outgoing>,
+    topic_tx: mpsc::UnboundedSender<Arc<str>>,
+    /// Set by `attach`; the thread reads it to deliver and to re-subscribe.
+    node: Arc<OnceLock<Weak<Node>>>,
+    stats: Arc<Stats>,
+    /// Whether the "queue full" warning was logged since the queue last had room.
+    queue_full_logged: AtomicBool,
+}
+
+impl RedisBackplane {
+    /// Connects both connections to Redis at `url` (`redis://HOST:PORT`)
+    /// and starts the `throng-redis` thread. Fails, naming the URL, when
+    /// Redis cannot be reached now; after that, outages are survived.
+    pub fn connect(url: &str) -> Result<RedisBackplane, Error> {
+        let shown = redact(url);
+        let client = ::redis::Client::open(url).map_err(|e| Error::RedisUrl {
+            url: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        let node_id = random_node_id();
+        let (publish_tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
+        let (topic_tx, topic_rx) = mpsc::unbounded_channel();
+        let node = Arc::new(OnceLock::new());
+        let stats = Arc::new(Stats::default());
+        let task = Task {
+            client,
+            url: shown.clone(),
+            node_id,
+            node: node.clone(),
+            stats: stats.clone(),
+            publish_rx,
+            topic_rx,
+        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("throng-redis".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match Session::connect(&task.client).await {
+                        Ok(session) => {
+                            let _ = ready_tx.send(Ok(()));
+                            task.run(session).await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => return Err(Error::RedisConnect { url: shown, reason }),
+            Err(_) => {
+                return Err(Error::RedisConnect {
+                    url: shown,
+                    reason: "the Redis thread ended".into(),
+                })
+            }
+        }
+        stats.connected.store(true, Relaxed);
+        tracing::info!(url = %shown, node_id = format_args!("{node_id:016x}"), "cluster backplane: connected to Redis");
+        Ok(RedisBackplane {
+            url: shown,
+            node_id,
+            publish_tx,
+            topic_tx,
+            node,
+            stats,
+            queue_full_logged: AtomicBool::new(false),
+        })
+    }
+
+    /// The URL (password masked).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// This node's id in envelopes.
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// Appends the backplane's metrics, Prometheus text format, to `out`.
+    pub fn render_metrics(&self, out: &mut String) {
+        render_metrics(&self.stats, out)
+    }
+}
+
+/// The backplane metrics of `stats`, Prometheus text format.
+pub fn render_metrics(stats: &Stats, out: &mut String) {
+    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    metric(
+        "throng_backplane_connected",
+        "gauge",
+        "1 while the Redis backplane is connected and subscribed, else 0.",
+        stats.connected.load(Relaxed) as u64,
+    );
+    metric(
+        "throng_backplane_published_total",
+        "counter",
+        "Broadcasts published to the other nodes.",
+        stats.published.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_received_total",
+        "counter",
+        "Broadcasts received from the other nodes.",
+        stats.received.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_dropped_total",
+        "counter",
+        "Broadcasts not sent to the other nodes (Redis down or queue full).",
+        stats.dropped.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_invalid_total",
+        "counter",
+        "Unreadable messages received on the backplane.",
+        stats.invalid.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_reconnects_total",
+        "counter",
+        "Times the backplane reconnected to Redis.",
+        stats.reconnects.load(Relaxed),
+    );
+}
+
+impl Backplane for RedisBackplane {
+    fn attach(&self, node: Weak<Node>) {
+        let _ = self.node.set(node);
+    }
+
+    fn publish(&self, b: &Broadcast) {
+        if !self.stats.connected.load(Relaxed) {
+            self.stats.dropped.fetch_add(1, Relaxed);
+            return;
+        }
+        let envelope = Envelope {
+            node: self.node_id,
+            topic: &b.topic,
+            event: &b.event,
+            payload: b.payload.as_payload(),
+        }
+        .to_vec();
+        let out = Outgoing {
+            topic: b.topic.clone(),
+            envelope,
+        };
+        match self.publish_tx.try_send(out) {
+            Ok(()) => {
+                if self.queue_full_logged.load(Relaxed) {
+                    self.queue_full_logged.store(false, Relaxed);
+                }
+            }
+            Err(TrySendError::Full(_)) => {
+                self.stats.dropped.fetch_add(1, Relaxed);
+                if !self.queue_full_logged.swap(true, Relaxed) {
+                    tracing::warn!(
+                        url = %self.url,
+                        "cluster backplane: {PUBLISH_QUEUE} broadcasts wait for Redis; \
+                         dropping broadcasts to other nodes until the queue drains"
+                    );
+                }
+            }
+            Err(TrySendError::Closed(_)) => {
+                self.stats.dropped.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn subscribe(&self, topic: &str) {
+        let _ = self.topic_tx.send(Arc::from(topic));
+    }
+
+    fn unsubscribe(&self, topic: &str) {
+        let _ = self.topic_tx.send(Arc::from(topic));
+    }
+}
+
+/// Checks, with a blocking connection, that Redis at `url` answers PING.
+pub fn check(url: &str) -> Result<(), Error> {
+    let shown = redact(url);
+    let client = ::redis::Client::open(url).map_err(|e| Error::RedisUrl {
+        url: shown.clone(),
+        reason: e.to_string(),
+    })?;
+    let fail = |e: ::redis::RedisError| Error::RedisConnect {
+        url: shown.clone(),
+        reason: e.to_string(),
+    };
+    let mut conn = client
+        .get_connection_with_timeout(CONNECT_TIMEOUT)
+        .map_err(fail)?;
+    conn.set_read_timeout(Some(RESPONSE_TIMEOUT))
+        .map_err(fail)?;
+    ::redis::cmd("PING")
+        .query::<String>(&mut conn)
+        .map_err(fail)?;
+    Ok(())
+}
+
+/// One pair of connections to Redis.
+struct Session {
+    publisher: MultiplexedConnection,
+    sink: PubSubSink,
+    stream: PubSubStream,
+    /// Topics this session has SUBSCRIBEd.
+    subscribed: HashSet<Arc<str>>,
+}
+
+impl Session {
+    async fn connect(client: &::redis::Client) -> ::redis::RedisResult<Session> {
+        let attempt = async {
+            let config = ::redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(CONNECT_TIMEOUT)
+                .set_response_timeout(RESPONSE_TIMEOUT);
+            let publisher = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let (sink, stream) = client.get_async_pubsub().await?.split();
+            Ok(Session {
+                publisher,
+                sink,
+                stream,
+                subscribed: HashSet::new(),
+            })
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {CONNECT_TIMEOUT:?}"),
+            )
+            .into()),
+        }
+    }
+
+    /// SUBSCRIBEs (or UNSUBSCRIBEs) `topics`, one command per channel but
+    /// all in flight at once: each reply then answers its own command.
+    async fn set_subscribed(
+        &mut self,
+        topics: Vec<Arc<str>>,
+        on: bool,
+    ) -> ::redis::RedisResult<()> {
+        for chunk in topics.chunks(MAX_SUBSCRIBE_BATCH) {
+            let requests = chunk.iter().map(|t| {
+                let mut sink = self.sink.clone();
+                let channel = channel_of(t);
+                async move {
+                    if on {
+                        sink.subscribe(channel).await
+                    } else {
+                        sink.unsubscribe(channel).await
+                    }
+                }
+            });
+            with_timeout(futures_util::future::try_join_all(requests)).await?;
+            for t in chunk {
+                if on {
+                    self.subscribed.insert(t.clone());
+                } else {
+                    self.subscribed.remove(t);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `throng-redis` thread's state.
+struct Task {
+    client: ::redis::Client,
+    url: String,
+    node_id: u64,
+    node: Arc<OnceLock<Weak<Node>>>,
+    stats: Arc<Stats>,
+    publish_rx: mpsc::Receiver<Outgoing>,
+    topic_rx: mpsc::UnboundedReceiver<Arc<str>>,
+}
+
+/// Why a session ended.
+enum End {
+    /// The backplane was dropped: stop.
+    Closed,
+    /// Redis went away.
+    Lost(::redis::RedisError),
+}
+
+impl From<::redis::RedisError> for End {
+    fn from(e: ::redis::RedisError) -> End {
+        End::Lost(e)
+    }
+}
+
+impl Task {
+    async fn run(mut self, first: Session) {
+        let mut session = first;
+        // Topics that got subscribers before the node was attached (none,
+        // in practice) are picked up by the first reconcile.
+        loop {
+            let err = match self.serve(&mut session).await {
+                End::Closed => return,
+                End::Lost(e) => e,
+            };
+            self.stats.connected.store(false, Relaxed);
+            drop(session);
+            let down_at = Instant::now();
+            let dropped_before = self.stats.dropped.load(Relaxed);
+            tracing::error!(
+                url = %self.url,
+                error = %err,
+                "cluster backplane: lost the connection to Redis; reconnecting with backoff \
+                 ({BACKOFF_MIN:?} doubling to {BACKOFF_MAX:?}). Until then local delivery \
+                 continues and broadcasts to other nodes are dropped"
+            );
+            session = match self.reconnect().await {
+                Some(s) => s,
+                None => return,
+            };
+            self.stats.reconnects.fetch_add(1, Relaxed);
+            self.stats.connected.store(true, Relaxed);
+            tracing::info!(
+                url = %self.url,
+                down_ms = down_at.elapsed().as_millis() as u64,
+                topics = session.subscribed.len(),
+                dropped = self.stats.dropped.load(Relaxed) - dropped_before,
+                "cluster backplane: reconnected to Redis and re-subscribed every local topic"
+            );
+        }
+    }
+
+    fn node(&self) -> Option<Arc<Node>> {
+        self.node.get().and_then(Weak::upgrade)
+    }
+
+    /// Runs a connected session until Redis goes away or the backplane is dropped.
+    async fn serve(&mut self, s: &mut Session) -> End {
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                msg = s.stream.next() => match msg {
+                    Some(msg) => self.deliver(s, msg.get_payload_bytes()),
+                    None => return End::Lost(closed("the subscriber connection closed")),
+                },
+                out = self.publish_rx.recv() => match out {
+                    Some(first) => if let Err(e) = self.publish_batch(s, first).await {
+                        return e;
+                    },
+                    None => return End::Closed,
+                },
+                topic = self.topic_rx.recv() => match topic {
+                    Some(first) => if let Err(e) = self.reconcile(s, first).await {
+                        return e.into();
+                    },
+                    None => return End::Closed,
+                },
+                _ = ping.tick() => {
+                    if let Err(e) = with_timeout(s.sink.ping::<::redis::Value>()).await {
+                        return e.into();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes `first` and whatever else is queued, as one pipeline.
+    async fn publish_batch(&mut self, s: &mut Session, first: Outgoing) -> Result<(), End> {
+        let mut pipe = ::redis::pipe();
+        let mut n = 0u64;
+        let mut next = Some(first);
+        while let Some(out) = next {
+            pipe.cmd("PUBLISH")
+                .arg(channel_of(&out.topic))
+                .arg(out.envelope)
+                .ignore();
+            n += 1;
+            next = if n < MAX_BATCH as u64 {
+                self.publish_rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        match pipe.query_async::<()>(&mut s.publisher).await {
+            Ok(()) => {
+                self.stats.published.fetch_add(n, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.dropped.fetch_add(n, Relaxed);
+                Err(End::Lost(e))
+            }
+        }
+    }
+
+    /// Brings the subscriptions of `first` and of every other queued topic
+    /// change in line with the node's topic set. The set, not the call that
+    /// queued the change, decides: two shards' first/last-subscriber calls
+    /// may arrive out of order, the set is always current.
+    async fn reconcile(&mut self, s: &mut Session, first: Arc<str>) -> ::redis::RedisResult<()> {
+        let mut changed = HashSet::from([first]);
+        while let Ok(t) = self.topic_rx.try_recv() {
+            changed.insert(t);
+        }
+        let Some(node) = self.node() else {
+            return Ok(());
+        };
+        let (mut add, mut remove) = (Vec::new(), Vec::new());
+        for t in changed {
+            let wanted = node.topics.shards(&t) != 0;
+            match (wanted, s.subscribed.contains(&t)) {
+                (true, false) => add.push(t),
+                (false, true) => remove.push(t),
+                _ => {}
+            }
+        }
+        if !add.is_empty() {
+            s.set_subscribed(add, true).await?;
+        }
+        if !remove.is_empty() {
+            s.set_subscribed(remove, false).await?;
+        }
+        Ok(())
+    }
+
+    fn deliver(&self, s: &Session, bytes: &[u8]) {
+        let env = match Envelope::decode(bytes) {
+            Ok(env) => env,
+            Err(e) => {
+                let n = self.stats.invalid.fetch_add(1, Relaxed);
+                if n.is_power_of_two() || n == 0 {
+                    tracing::warn!(error = %e, count = n + 1, "cluster backplane: dropped an unreadable message");
+                }
+                return;
+            }
+        };
+        if env.node == self.node_id {
+            return; // ours: the shards delivered it already
+        }
+        let Some(node) = self.node() else {
+            return;
+        };
+        let topic = s
+            .subscribed
+            .get(env.topic)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(env.topic));
+        self.stats.received.fetch_add(1, Relaxed);
+        node.deliver_remote(Arc::new(Broadcast::new(
+            topic,
+            env.event.to_owned(),
+            env.payload.into(),
+            None,
+        )));
+    }
+
+    /// Drops what piled up while disconnected: queued broadcasts (counted)
+    /// and topic changes (the re-subscribe reads the node's whole set after).
+    /// Returns false once the backplane is gone.
+    fn drain(&mut self) -> bool {
+        let mut n = 0;
+        loop {
+            match self.publish_rx.try_recv() {
+                Ok(_) => n += 1,
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
+        self.stats.dropped.fetch_add(n, Relaxed);
+        loop {
+            match self.topic_rx.try_recv() {
+                Ok(_) => {}
+                Err(mpsc::error::TryRecvError::Empty) => return true,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    /// Reconnects with backoff and re-subscribes every local topic.
+    async fn reconnect(&mut self) -> Option<Session> {
+        let mut delay = BACKOFF_MIN;
+        let mut attempt = 0u32;
+        loop {
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+            if !self.drain() {
+                return None;
+            }
+            match Session::connect(&self.client).await {
+                Ok(mut s) => {
+                    // Changes queued from here on are reconciled by `serve`;
+                    // everything before is in the snapshot.
+                    if !self.drain() {
+                        return None;
+                    }
+                    let topics = self.node().map(|n| n.topics.names()).unwrap_or_default();
+                    match s.set_subscribed(topics, true).await {
+                        Ok(()) => return Some(s),
+                        Err(e) => tracing::debug!(attempt, error = %e, "re-subscribe failed"),
+                    }
+                }
+                Err(e) => tracing::debug!(attempt, error = %e, "reconnect failed"),
+            }
+            delay = (delay * 2).min(BACKOFF_MAX);
+        }
+    }
+}
+
+fn channel_of(topic: &str) -> String {
+    let mut c = String::with_capacity(CHANNEL_PREFIX.len() + topic.len());
+    c.push_str(CHANNEL_PREFIX);
+    c.push_str(topic);
+    c
+}
+
+fn closed(what: &'static str) -> ::redis::RedisError {
+    std::io::Error::new(std::io::ErrorKind::ConnectionReset, what).into()
+}
+
+async fn with_timeout<T>(
+    f: impl std::future::Future<Output = ::redis::RedisResult<T>>,
+) -> ::redis::RedisResult<T> {
+    match tokio::time::timeout(RESPONSE_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("Redis did not answer within {RESPONSE_TIMEOUT:?}"),
+        )
+        .into()),
+    }
+}
+
+/// A random id for this process: std's per-process random hash keys, mixed
+/// with the pid and the time.
+fn random_node_id() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.finish()
+}
+
+/// `url` with the password, if any, replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &rest[..at];
+    let user = match userinfo.find(':') {
+        Some(colon) => format!("{}:***", &userinfo[..colon]),
+        None => userinfo.to_string(),
+    };
+    format!("{}{}{}", &url[..scheme_end], user, &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("redis://u:p@h/0"), "redis://u:***@h/0");
+        assert_eq!(redact("redis://u@h"), "redis://u@h");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn channel_names() {
+        assert_eq!(channel_of("rooms:lobby"), "throng:t:rooms:lobby");
+    }
+
+    #[test]
+    fn node_ids_differ() {
+        assert_ne!(random_node_id(), random_node_id());
+    }
+
+    #[test]
+    fn unreachable_redis_is_an_error_naming_the_url() {
+        let err = match RedisBackplane::connect("redis://127.0.0.1:1") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("connected to port 1"),
+        };
+        assert!(err.contains("redis://127.0.0.1:1"), "{err}");
+        let err = check("redis://:pw@127.0.0.1:1").unwrap_err().to_string();
+        assert!(
+            err.contains("redis://:***@127.0.0.1:1") && !err.contains("pw"),
+            "{err}"
+        );
+        assert!(RedisBackplane::connect("http://nope").is_err());
+    }
+
+    #[test]
+    fn metrics_are_prometheus_text() {
+        let stats = Stats::default();
+        stats.connected.store(true, Relaxed);
+        stats.dropped.store(3, Relaxed);
+        let mut out = String::new();
+        render_metrics(&stats, &mut out);
+        assert!(out.contains("\nthrong_backplane_connected 1\n"), "{out}");
+        assert!(
+            out.contains("\nthrong_backplane_dropped_total 3\n"),
+            "{out}"
+        );
+    }
+}

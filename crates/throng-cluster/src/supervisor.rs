@@ -1,0 +1,366 @@
+//! `throng serve --workers N`: this process becomes a supervisor of N worker
+//! processes, each a full node (its own shards, open-files limit and Redis
+//! backplane connections) listening on the same port with `SO_REUSEPORT`, so
+//! the kernel spreads new connections over them.
+//!
+//! The supervisor:
+//! - checks Redis once, so a bad `--redis` fails here with one clear error;
+//! - reserves the port: with `--port 0` it binds a `SO_REUSEPORT` socket to
+//!   port 0 *without listening* and keeps it open for its whole life, so the
+//!   port cannot be taken by anyone else (a socket that does not listen gets
+//!   no connections), and passes the port number to the workers;
+//! - starts each worker as `current_exe() serve <every resolved setting>
+//!   --worker-index i`, reads its stdout (`capacity N`, then `listening on
+//!   ADDR`), and once all are up logs the total capacity and prints, on its
+//!   own stdout, `listening on ADDR` and one `worker I pid P` line per worker
+//!   (again for each restarted worker once it listens);
+//! - restarts a worker that exits (logging its exit status), waiting a second
+//!   first if it died within a second of starting (a crash loop);
+//! - on SIGTERM or SIGINT sends the signal on to the workers, waits up to
+//!   five seconds for them (then SIGKILL), and exits 0;
+//! - fails (stopping the others) if a worker exits before the group is up
+//!   or the group is not up within [`START_TIMEOUT`].
+//!
+//! Workers get `PR_SET_PDEATHSIG = SIGTERM`, so they end with the supervisor
+//! even when it is killed with SIGKILL.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{RecvTimeoutError, Sender};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use throng_server::Config;
+
+use crate::Error;
+
+/// How long the workers have to be listening at start.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long stopping workers may take before they are killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// A worker that dies sooner than this after starting is restarted after it.
+const CRASH_LOOP: Duration = Duration::from_secs(1);
+/// How often the children are checked.
+const TICK: Duration = Duration::from_millis(50);
+
+enum Event {
+    Signal(i32),
+    /// A line a worker printed; `generation` tells restarts apart.
+    Line {
+        index: usize,
+        generation: u64,
+        line: String,
+    },
+}
+
+struct Worker {
+    index: usize,
+    generation: u64,
+    child: Option<Child>,
+    pid: u32,
+    started: Instant,
+    capacity: u64,
+    listening: bool,
+    /// When to start it again after it exited.
+    restart_at: Option<Instant>,
+}
+
+/// Runs the supervisor until SIGTERM/SIGINT; see the module docs.
+pub fn run(config: Config) -> Result<(), Error> {
+    let url = config.redis.clone().ok_or(Error::WorkersNeedRedis)?;
+    crate::redis::check(&url)?;
+    let reservation = reserve(config.addr)?;
+    let port = reservation
+        .local_addr()?
+        .as_socket()
+        .map_or(0, |a| a.port());
+    let addr = SocketAddr::new(config.addr.ip(), port);
+    let exe = std::env::current_exe()?;
+
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    {
+        let tx = tx.clone();
+        std::thread::Builder::new()
+            .name("throng-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if tx.send(Event::Signal(sig)).is_err() {
+                        break;
+                    }
+                }
+            })?;
+    }
+
+    let spawn = |w: &mut Worker| -> std::io::Result<()> {
+        w.generation += 1;
+        let child = start_worker(&exe, &config, w.index, port, w.generation, &tx)?;
+        w.pid = child.id();
+        w.child = Some(child);
+        w.started = Instant::now();
+        w.listening = false;
+        w.restart_at = None;
+        tracing::info!(
+            worker = w.index,
+            pid = w.pid,
+            "started worker {} (pid {})",
+            w.index,
+            w.pid
+        );
+        Ok(())
+    };
+    let mut workers: Vec<Worker> = (0..config.workers)
+        .map(|index| Worker {
+            index,
+            generation: 0,
+            child: None,
+            pid: 0,
+            started: Instant::now(),
+            capacity: 0,
+            listening: false,
+            restart_at: None,
+        })
+        .collect();
+    for w in &mut workers {
+        if let Err(e) = spawn(w) {
+            stop_all(&mut workers, SIGTERM);
+            return Err(e.into());
+        }
+    }
+
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut up = false;
+    loop {
+        match rx.recv_timeout(TICK) {
+            Ok(Event::Signal(sig)) => {
+                tracing::info!(
+                    signal = sig,
+                    "supervisor: stopping {} workers",
+                    workers.len()
+                );
+                stop_all(&mut workers, sig);
+                drop(reservation);
+                return Ok(());
+            }
+            Ok(Event::Line {
+                index,
+                generation,
+                line,
+            }) => {
+                let w = &mut workers[index];
+                if w.generation != generation {
+                    continue;
+                }
+                if let Some(n) = line.strip_prefix("capacity ") {
+                    w.capacity = n.trim().parse().unwrap_or(0);
+                } else if line.starts_with("listening on ") {
+                    w.listening = true;
+                    if up {
+                        tracing::info!(
+                            worker = index,
+                            pid = w.pid,
+                            "worker {index} (pid {}) restarted and listening",
+                            w.pid
+                        );
+                        announce(&[format!("worker {index} pid {}", w.pid)]);
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {}
+        }
+
+        let now = Instant::now();
+        for i in 0..workers.len() {
+            let w = &mut workers[i];
+            if let Some(child) = &mut w.child {
+                let status = match child.try_wait() {
+                    Ok(Some(status)) => status,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::error!(worker = w.index, error = %e, "cannot check worker");
+                        continue;
+                    }
+                };
+                w.child = None;
+                w.listening = false;
+                if !up {
+                    let (index, status) = (w.index, describe(status));
+                    stop_all(&mut workers, SIGTERM);
+                    return Err(Error::WorkerStart { index, status });
+                }
+                let quick = w.started.elapsed() < CRASH_LOOP;
+                tracing::error!(
+                    worker = w.index,
+                    pid = w.pid,
+                    status = %describe(status),
+                    "worker {} (pid {}) exited ({}); restarting it{}",
+                    w.index,
+                    w.pid,
+                    describe(status),
+                    if quick { " in 1 s" } else { "" }
+                );
+                w.restart_at = Some(if quick { now + CRASH_LOOP } else { now });
+            }
+            if w.child.is_none() && w.restart_at.is_some_and(|at| at <= now) {
+                if let Err(e) = spawn(w) {
+                    tracing::error!(worker = w.index, error = %e, "cannot start worker; retrying in 1 s");
+                    w.restart_at = Some(now + CRASH_LOOP);
+                }
+            }
+        }
+
+        if !up {
+            if workers.iter().all(|w| w.listening) {
+                up = true;
+                let total: u64 = workers.iter().map(|w| w.capacity).sum();
+                tracing::info!(
+                    %addr,
+                    workers = workers.len(),
+                    capacity = total,
+                    "{} workers listening on {addr}; together they allow about {total} connections",
+                    workers.len()
+                );
+                let mut lines = vec![format!("listening on {addr}")];
+                lines.extend(
+                    workers
+                        .iter()
+                        .map(|w| format!("worker {} pid {}", w.index, w.pid)),
+                );
+                announce(&lines);
+            } else if now > deadline {
+                stop_all(&mut workers, SIGTERM);
+                return Err(Error::StartTimeout(START_TIMEOUT));
+            }
+        }
+    }
+}
+
+/// Prints lines on stdout and flushes (a pipe would hold them otherwise).
+fn announce(lines: &[String]) {
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
+    let _ = out.flush();
+}
+
+/// A `SO_REUSEPORT` socket bound to `addr` but not listening: it holds the
+/// port (picking one if `addr`'s is 0) and never takes a connection.
+fn reserve(addr: SocketAddr) -> Result<socket2::Socket, Error> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let bind = || -> std::io::Result<Socket> {
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_reuse_address(true)?;
+        sock.set_reuse_port(true)?;
+        sock.bind(&addr.into())?;
+        Ok(sock)
+    };
+    bind().map_err(|source| Error::Bind { addr, source })
+}
+
+fn start_worker(
+    exe: &std::path::Path,
+    config: &Config,
+    index: usize,
+    port: u16,
+    generation: u64,
+    events: &Sender<Event>,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.args(config.worker_args(index, port))
+        .env_remove("THRONG_CONFIG")
+        .env_remove("THRONG_WORKERS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    die_with_parent(&mut cmd);
+    let mut child = cmd.spawn()?;
+    if let Some(stdout) = child.stdout.take() {
+        let events = events.clone();
+        std::thread::Builder::new()
+            .name(format!("throng-worker-{index}-out"))
+            .spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let event = Event::Line {
+                        index,
+                        generation,
+                        line,
+                    };
+                    if events.send(event).is_err() {
+                        break;
+                    }
+                }
+            })?;
+    }
+    Ok(child)
+}
+
+/// Asks the kernel to SIGTERM the child when the supervisor dies.
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // the async-signal-safe prctl system call.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends `sig` to a process we started (and have not reaped).
+#[allow(unsafe_code)]
+fn send_signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) takes plain integers; the pid is our unreaped child,
+    // so it cannot have been reused.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// Sends `sig` to every running worker, waits for them, kills stragglers.
+fn stop_all(workers: &mut [Worker], sig: i32) {
+    for w in workers.iter() {
+        if w.child.is_some() {
+            send_signal(w.pid, sig);
+        }
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    for w in workers.iter_mut() {
+        let Some(child) = w.child.as_mut() else {
+            continue;
+        };
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(TICK),
+                Ok(None) => {
+                    tracing::warn!(
+                        worker = w.index,
+                        pid = w.pid,
+                        "worker did not stop; killing it"
+                    );
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+            }
+        }
+        w.child = None;
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => status.to_string(),
+    }
+}
