@@ -161,13 +161,14 @@ for(const vsn of SERIALIZERS){
       // second join of the same topic, new join_ref
       const joinRef2 = raw.makeRef()
       raw.send({join_ref: joinRef2, ref: joinRef2, topic: "rooms:lobby", event: "phx_join", payload: {user: "dup"}})
+      // Phoenix's order: the new join's reply, then phx_close for the old join_ref
+      const reply = await raw.next()
+      assert.equal(reply.event, "phx_reply", `expected the join reply first, got ${reply.raw}`)
       const close = await raw.next()
-      assert.equal(close.event, "phx_close", `expected phx_close first, got ${close.raw}`)
+      assert.equal(close.event, "phx_close", `expected phx_close after the reply, got ${close.raw}`)
       assert.equal(close.topic, "rooms:lobby")
       assert.equal(close.ref, first.join_ref)
       assert.deepEqual(close.payload, {})
-      const reply = await raw.next()
-      assert.equal(reply.event, "phx_reply", `expected the join reply, got ${reply.raw}`)
       assert.equal(reply.ref, joinRef2)
       assert.deepEqual(reply.payload, {status: "ok", response: {}})
       if(vsn === "2.0.0"){
