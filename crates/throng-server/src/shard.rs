@@ -680,17 +680,10 @@ impl Shard {
         let joined = self.joined(key, topic);
         match msg.event.as_ref() {
             event::JOIN => {
-                if let Some(i) = joined {
-                    let old = self.leave(key, i, Terminate::DuplicateJoin);
-                    self.message_out(
-                        vsn,
-                        old.as_deref(),
-                        old.as_deref(),
-                        topic,
-                        event::CLOSE,
-                        Payload::EMPTY,
-                    );
-                }
+                // A second join replaces the first. Phoenix answers the new join
+                // first and sends the old one's phx_close after it (through the
+                // socket's mailbox); we keep that order.
+                let replaced = joined.map(|i| self.leave(key, i, Terminate::DuplicateJoin));
                 self.join(
                     key,
                     vsn,
@@ -699,6 +692,10 @@ impl Shard {
                     topic,
                     msg.payload,
                 );
+                if let Some(old) = replaced {
+                    let old = old.as_deref();
+                    self.message_out(vsn, old, old, topic, event::CLOSE, Payload::EMPTY);
+                }
             }
             event::LEAVE => match joined {
                 Some(i) => {
