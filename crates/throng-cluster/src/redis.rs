@@ -421,11 +421,10 @@ impl Task {
             let down_at = Instant::now();
             let dropped_before = self.stats.dropped.load(Relaxed);
             tracing::error!(
-                url = %self.url,
-                error = %err,
-                "cluster backplane: lost the connection to Redis; reconnecting with backoff \
-                 ({BACKOFF_MIN:?} doubling to {BACKOFF_MAX:?}). Until then local delivery \
-                 continues and broadcasts to other nodes are dropped"
+                "cluster backplane: lost the connection to Redis at {}: {err}; reconnecting \
+                 with backoff ({BACKOFF_MIN:?} doubling to {BACKOFF_MAX:?}). Until then local \
+                 delivery continues and broadcasts to other nodes are dropped",
+                self.url
             );
             session = match self.reconnect().await {
                 Some(s) => s,
@@ -438,7 +437,8 @@ impl Task {
                 down_ms = down_at.elapsed().as_millis() as u64,
                 topics = session.subscribed.len(),
                 dropped = self.stats.dropped.load(Relaxed) - dropped_before,
-                "cluster backplane: reconnected to Redis and re-subscribed every local topic"
+                "cluster backplane: reconnected to Redis at {} and re-subscribed every local topic",
+                self.url
             );
         }
     }

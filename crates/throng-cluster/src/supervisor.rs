@@ -14,8 +14,9 @@
 //!   ADDR`), and once all are up logs the total capacity and prints, on its
 //!   own stdout, `listening on ADDR` and one `worker I pid P` line per worker
 //!   (again for each restarted worker once it listens);
-//! - restarts a worker that exits (logging its exit status), waiting a second
-//!   first if it died within a second of starting (a crash loop);
+//! - restarts a worker that exits (logging its exit status) at once, or, if
+//!   it died within a second of starting (a crash loop, e.g. Redis is down so
+//!   the new worker cannot connect), after 1 s, 2 s, 4 s, up to 8 s;
 //! - on SIGTERM or SIGINT sends the signal on to the workers, waits up to
 //!   five seconds for them (then SIGKILL), and exits 0;
 //! - fails (stopping the others) if a worker exits before the group is up
@@ -39,8 +40,11 @@ use crate::Error;
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long stopping workers may take before they are killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-/// A worker that dies sooner than this after starting is restarted after it.
+/// A worker that dies sooner than this after starting is in a crash loop:
+/// it is restarted after a delay that starts here and doubles per quick death.
 const CRASH_LOOP: Duration = Duration::from_secs(1);
+/// The longest delay before restarting a crash-looping worker.
+const CRASH_LOOP_MAX: Duration = Duration::from_secs(8);
 /// How often the children are checked.
 const TICK: Duration = Duration::from_millis(50);
 
@@ -64,6 +68,8 @@ struct Worker {
     listening: bool,
     /// When to start it again after it exited.
     restart_at: Option<Instant>,
+    /// Deaths in a row within [`CRASH_LOOP`] of starting.
+    quick_deaths: u32,
 }
 
 /// Runs the supervisor until SIGTERM/SIGINT; see the module docs.
@@ -120,6 +126,7 @@ pub fn run(config: Config) -> Result<(), Error> {
             capacity: 0,
             listening: false,
             restart_at: None,
+            quick_deaths: 0,
         })
         .collect();
     for w in &mut workers {
@@ -190,18 +197,25 @@ pub fn run(config: Config) -> Result<(), Error> {
                     stop_all(&mut workers, SIGTERM);
                     return Err(Error::WorkerStart { index, status });
                 }
-                let quick = w.started.elapsed() < CRASH_LOOP;
+                w.quick_deaths = if w.started.elapsed() < CRASH_LOOP {
+                    w.quick_deaths + 1
+                } else {
+                    0
+                };
+                let delay = match w.quick_deaths {
+                    0 => Duration::ZERO,
+                    n => (CRASH_LOOP * 2u32.saturating_pow(n - 1)).min(CRASH_LOOP_MAX),
+                };
                 tracing::error!(
                     worker = w.index,
                     pid = w.pid,
                     status = %describe(status),
-                    "worker {} (pid {}) exited ({}); restarting it{}",
+                    "worker {} (pid {}) exited ({}); restarting it in {delay:?}",
                     w.index,
                     w.pid,
                     describe(status),
-                    if quick { " in 1 s" } else { "" }
                 );
-                w.restart_at = Some(if quick { now + CRASH_LOOP } else { now });
+                w.restart_at = Some(now + delay);
             }
             if w.child.is_none() && w.restart_at.is_some_and(|at| at <= now) {
                 if let Err(e) = spawn(w) {
