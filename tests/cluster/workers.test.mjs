@@ -8,6 +8,10 @@ import {
 } from "./helpers.mjs"
 
 const T = {timeout: 30000}
+
+function alive(pid){
+  try { process.kill(pid, 0); return true } catch(_e){ return false }
+}
 const N = 40
 
 /** Connects n lobby clients; returns them with the pid of the worker holding each. */
@@ -48,6 +52,22 @@ test("(b) one broadcast reaches 40 clients spread over 2 workers exactly once", 
   for(const c of clients){
     for(const pid of pids){ assert.equal(c.count(`from ${pid}`), 1, `${c.name} (worker ${c.pid}): from ${pid}`) }
   }
+  // SIGTERM to the supervisor stops the workers and exits 0
+  await closeAll(clients)
+  const {code} = await server.stop()
+  assert.equal(code, 0, server.stderr())
+  for(const pid of pids){ assert.ok(!alive(pid), `worker ${pid} outlived the supervisor`) }
+})
+
+test("workers end with a SIGKILLed supervisor (PR_SET_PDEATHSIG)", T, async t => {
+  const redis = await startRedis()
+  t.after(() => redis.stop())
+  const server = await startThrong(["--workers", "2", "--redis", redis.url])
+  t.after(() => server.stop())
+  const pids = [...server.workers().values()]
+  server.proc.kill("SIGKILL")
+  await server.exited
+  await waitFor(() => pids.every(pid => !alive(pid)), 5000, "the workers to exit")
 })
 
 test("(c) SIGKILL a worker: its clients reconnect, survivors lose nothing, broadcasts reach all", T, async t => {

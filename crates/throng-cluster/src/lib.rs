@@ -66,7 +66,11 @@
 //! - Reconnected: both connections are rebuilt, every topic in
 //!   `node.topics.names()` is SUBSCRIBEd again, then the node counts as
 //!   connected and publishes again; it logs how long it was down and how
-//!   many broadcasts it dropped. No restart is needed.
+//!   many broadcasts it dropped. No restart is needed. The attempts come
+//!   0.1, 0.3, 0.7, 1.5, 3.1, 6.3, 11.3 s ... after the loss, so broadcasts
+//!   flow again at most 5 s after Redis is back (measured on loopback: 0.3 s
+//!   after a 1 s outage, 0.1 s after 3 s, 1.3 s after 10 s;
+//!   `tests/cluster/redis_restart.test.mjs`).
 //! - Redis slower than the node: past [`crate::redis::PUBLISH_QUEUE`] queued
 //!   broadcasts, `publish` drops (counted, one warning) instead of blocking
 //!   an event loop.
