@@ -137,6 +137,36 @@ pub struct Sample {
     pub agents_rss_mb: f64,
 }
 
+/// CPU seconds of the server (total and per thread) and of each agent, at `t`.
+#[derive(Clone, Debug, Default)]
+struct CpuPoint {
+    t: f64,
+    server: Option<f64>,
+    server_threads: Vec<(u32, f64)>,
+    /// Per agent: from `/proc` for local agents, else from its last progress.
+    agents: Vec<f64>,
+    /// This controller.
+    controller: f64,
+    /// The machine: (busy, total) CPU seconds over all cores.
+    machine: Option<(f64, f64)>,
+}
+
+/// CPU use over a window of the ramp-up, % of one core.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+struct CpuWindow {
+    window_secs: f64,
+    server_pct: Option<f64>,
+    server_busiest_thread_pct: Option<f64>,
+    server_threads: usize,
+    agents_pct: Vec<f64>,
+    controller_pct: f64,
+    /// Server + agents + controller.
+    throng_pct: f64,
+    /// Every process on the machine (kernel softirq work included), % of one core.
+    machine_pct: Option<f64>,
+    cores: usize,
+}
+
 /// Sources of server samples: `/proc` for our child, `/metrics` always.
 struct ServerProbe {
     pid: Option<u32>,
@@ -202,6 +232,12 @@ fn resolve(target: &str) -> Result<SocketAddr, BenchError> {
     t.to_socket_addrs()?
         .next()
         .ok_or_else(|| BenchError::Server(format!("cannot resolve {target}")))
+}
+
+/// The server's open connections less the scrape asking: `throng_connections`
+/// counts every TCP connection, our `/metrics` request included.
+fn server_conns(metrics: &str) -> Option<f64> {
+    sys::metric(metrics, "throng_connections").map(|c| (c - 1.0).max(0.0))
 }
 
 fn send_all(agents: &mut [AgentLink], msg: &ToAgent) -> Result<(), BenchError> {
@@ -489,6 +525,40 @@ struct Run {
     start: Instant,
     tty: bool,
     last_metrics: Option<String>,
+    trace: Vec<CpuPoint>,
+}
+
+/// Which side limited the ramp-up, from CPU use over it.
+fn bottleneck(c: &CpuWindow) -> String {
+    let busiest_agent = c.agents_pct.iter().copied().fold(0.0, f64::max);
+    let server = c.server_pct.unwrap_or(0.0);
+    let capacity = c.cores as f64 * 100.0;
+    let shares = format!(
+        "server {server:.0}% (busiest of its {} threads {:.0}%), agents {} (% of one core, over {:.2} s)",
+        c.server_threads,
+        c.server_busiest_thread_pct.unwrap_or(0.0),
+        c.agents_pct.iter().map(|a| format!("{a:.0}%")).collect::<Vec<_>>().join(" + "),
+        c.window_secs
+    );
+    let machine = c.machine_pct.unwrap_or(c.throng_pct);
+    let others = (machine - c.throng_pct).max(0.0);
+    if c.server_busiest_thread_pct.unwrap_or(0.0) >= 90.0 {
+        format!("server: a server thread was saturated; {shares}")
+    } else if busiest_agent >= 90.0 {
+        format!("agents: an agent was saturated (add agents); {shares}")
+    } else if machine >= 0.85 * capacity {
+        let side = if server >= c.throng_pct - server {
+            "server"
+        } else {
+            "agents"
+        };
+        format!(
+            "the machine: its {} cores were {:.0}% of {:.0}% busy (throng {:.0}%, other processes and the kernel {:.0}%), the {side} using most of throng's share; {shares}",
+            c.cores, machine, capacity, c.throng_pct, others
+        )
+    } else {
+        format!("neither saturated: the arrival rate set the pace (machine {machine:.0}% of {capacity:.0}%); {shares}")
+    }
 }
 
 /// CPU use of one process over a window.
@@ -520,6 +590,7 @@ impl Run {
             start: Instant::now(),
             tty: std::io::stderr().is_terminal(),
             last_metrics: None,
+            trace: Vec::new(),
         }
     }
 
@@ -566,6 +637,86 @@ impl Run {
         }
     }
 
+    fn cpu_point(&self) -> CpuPoint {
+        CpuPoint {
+            t: self.start.elapsed().as_secs_f64(),
+            server: self.probe.proc().map(|p| p.cpu_secs),
+            server_threads: self.probe.pid.map(sys::thread_cpu).unwrap_or_default(),
+            agents: self
+                .agents
+                .iter()
+                .map(|a| {
+                    a.child
+                        .as_ref()
+                        .and_then(|c| sys::proc_sample(&c.id().to_string()))
+                        .map(|p| p.cpu_secs)
+                        .or_else(|| a.last.as_ref().map(|c| c.cpu_secs))
+                        .unwrap_or(0.0)
+                })
+                .collect(),
+            controller: sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0),
+            machine: sys::machine_cpu(),
+        }
+    }
+
+    /// CPU use from the start of arrivals to `until` seconds (the last join).
+    fn cpu_window(&self, until: f64) -> CpuWindow {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let (Some(a), Some(last)) = (self.trace.first(), self.trace.last()) else {
+            return CpuWindow {
+                cores,
+                ..Default::default()
+            };
+        };
+        let b = self
+            .trace
+            .iter()
+            .find(|p| p.t >= until && p.t > a.t)
+            .unwrap_or(last);
+        let dt = (b.t - a.t).max(1e-3);
+        let pct = |x: f64, y: f64| (y - x) / dt * 100.0;
+        let server_pct = a.server.zip(b.server).map(|(x, y)| pct(x, y));
+        let busiest = b
+            .server_threads
+            .iter()
+            .filter_map(|(tid, y)| {
+                let x = a
+                    .server_threads
+                    .iter()
+                    .find(|(t, _)| t == tid)
+                    .map(|p| p.1)
+                    .unwrap_or(0.0);
+                Some(pct(x, *y))
+            })
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let agents_pct: Vec<f64> = a
+            .agents
+            .iter()
+            .zip(&b.agents)
+            .map(|(x, y)| pct(*x, *y))
+            .collect();
+        let controller_pct = pct(a.controller, b.controller);
+        let machine_pct = match (a.machine, b.machine) {
+            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+                Some((b1 - b0) / (t1 - t0) * cores as f64 * 100.0)
+            }
+            _ => None,
+        };
+        CpuWindow {
+            window_secs: dt,
+            throng_pct: server_pct.unwrap_or(0.0) + agents_pct.iter().sum::<f64>() + controller_pct,
+            controller_pct,
+            machine_pct,
+            server_pct,
+            server_busiest_thread_pct: busiest,
+            server_threads: b.server_threads.len(),
+            agents_pct,
+            cores,
+        }
+    }
+
     /// Takes the per-second sample.
     fn sample(&mut self, prev: &mut Option<(Instant, Counters, Option<ProcSample>)>) {
         let Some(c) = self.total() else { return };
@@ -578,9 +729,7 @@ impl Run {
             connected: c.open,
             joined: c.joined,
             errors: c.errors.total(),
-            server_conns: metrics
-                .as_deref()
-                .and_then(|m| sys::metric(m, "throng_connections")),
+            server_conns: metrics.as_deref().and_then(server_conns),
             server_rss_mb: srv.map(|p| p.rss as f64 / 1048576.0),
             agents_rss_mb: c.rss as f64 / 1048576.0,
             ..Default::default()
@@ -652,25 +801,27 @@ impl Run {
             );
         }
         let controller_cpu0 = sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0);
-        send_all(&mut self.agents, &ToAgent::Start)?;
         self.start = Instant::now();
-        let mut prev = None;
+        self.trace.push(self.cpu_point());
+        send_all(&mut self.agents, &ToAgent::Start)?;
+        let mut prev = Some((self.start, Counters::default(), server_base));
+        let mut next_trace = self.start + Duration::from_millis(100);
         let mut next_sample = self.start + Duration::from_secs(1);
         let mut next_line = self.start;
         let s = &self.sc;
         let settle_limit = s.ramp_secs() + s.connect_timeout + s.reply_timeout + 10.0;
-        let mut last_joined = (0u64, self.start);
         // 1-2. Ramp-up until settled.
         loop {
             self.pump(rx, Duration::from_millis(50))?;
             let now = Instant::now();
             if let Some(c) = self.total() {
-                if c.joined > last_joined.0 {
-                    last_joined = (c.joined, now);
-                }
                 if c.arrivals_done && c.connecting == 0 && c.awaiting == 0 {
                     break;
                 }
+            }
+            if now >= next_trace {
+                next_trace += Duration::from_millis(100);
+                self.trace.push(self.cpu_point());
             }
             if now >= next_sample {
                 next_sample += Duration::from_secs(1);
@@ -691,17 +842,9 @@ impl Run {
                 break;
             }
         }
+        self.trace.push(self.cpu_point());
         let ramp_end = Instant::now();
         let ramp_secs = ramp_end.duration_since(self.start).as_secs_f64();
-        let server_ramp = self
-            .probe
-            .sample(None)
-            .or_else(|| self.probe.sample(self.probe.metrics().as_deref()));
-        let agents_ramp: Vec<f64> = self
-            .agents
-            .iter()
-            .map(|a| a.last.as_ref().map(|c| c.cpu_secs).unwrap_or(0.0))
-            .collect();
         self.progress_line("settled");
         if self.tty {
             eprintln!();
@@ -711,9 +854,7 @@ impl Run {
         let plateau_metrics = self.probe.metrics();
         let server_plateau = self.probe.sample(plateau_metrics.as_deref());
         let plateau = self.total().unwrap_or_default();
-        let plateau_server_conns = plateau_metrics
-            .as_deref()
-            .and_then(|m| sys::metric(m, "throng_connections"));
+        let plateau_server_conns = plateau_metrics.as_deref().and_then(server_conns);
         let agent_rss_delta: i64 = self
             .agents
             .iter()
@@ -780,7 +921,7 @@ impl Run {
         while metrics_ok && Instant::now() < storm_deadline {
             match self.probe.metrics() {
                 Some(m) => {
-                    if sys::metric(&m, "throng_connections").unwrap_or(1.0) <= 0.0 {
+                    if server_conns(&m).unwrap_or(1.0) <= 0.0 {
                         storm_secs = Some(storm_start.elapsed().as_secs_f64());
                         let cpu1 = self
                             .probe
@@ -840,9 +981,8 @@ impl Run {
         let join = summarize(&hists.join);
         let connect = summarize(&hists.connect);
         let reply = summarize(&hists.reply);
-        let join_window = last_joined.1.duration_since(self.start).as_secs_f64();
-        let per_sec = if join_window > 0.0 {
-            last_joined.0 as f64 / join_window
+        let per_sec = if fin.last_join_secs > 0.0 {
+            fin.joined as f64 / fin.last_join_secs
         } else {
             0.0
         };
@@ -856,43 +996,29 @@ impl Run {
         } else {
             None
         };
-        let server_cpu_ramp = match (server_base, server_ramp) {
-            (Some(a), Some(b)) => Some(cpu_pct(a.cpu_secs, b.cpu_secs, ramp_secs)),
-            _ => None,
-        };
+        let cpu = self.cpu_window(if fin.last_join_secs > 0.0 {
+            fin.last_join_secs
+        } else {
+            ramp_secs
+        });
         let agent_cpu: Vec<Value> = self
             .agents
             .iter()
-            .zip(&agents_ramp)
             .enumerate()
-            .map(|(i, (a, ramp_cpu))| {
+            .map(|(i, a)| {
                 let f = &a.final_.as_ref().expect("checked").counters;
                 json!({
                     "index": i,
                     "pid": a.pid,
                     "users": a.users,
                     "cpu_secs": f.cpu_secs,
-                    "cpu_pct_ramp": cpu_pct(0.0, *ramp_cpu, ramp_secs),
+                    "cpu_pct_ramp": cpu.agents_pct.get(i),
                     "rss_bytes": a.last.as_ref().map(|c| c.rss).unwrap_or(0),
                 })
             })
             .collect();
-        let busiest_agent = agent_cpu
-            .iter()
-            .filter_map(|a| a["cpu_pct_ramp"].as_f64())
-            .fold(0.0, f64::max);
-        let bottleneck = match server_cpu_ramp {
-            Some(s) if s >= busiest_agent && s >= 85.0 => {
-                "server (its one event loop was saturated)"
-            }
-            Some(s) if s >= busiest_agent => {
-                "neither saturated: the arrival rate set the pace (server was the busier side)"
-            }
-            _ if busiest_agent >= 85.0 => {
-                "agents (the load generator was saturated: add agents or lower the rate)"
-            }
-            _ => "neither saturated: the arrival rate set the pace (agents were the busier side)",
-        };
+        let bottleneck = bottleneck(&cpu);
+        let server_cpu_ramp = cpu.server_pct;
         let last_metrics = self.last_metrics.as_deref();
         let m = |name: &str| {
             plateau_metrics
@@ -974,6 +1100,7 @@ impl Run {
                 "server_cpu_secs": storm_cpu,
             },
             "bottleneck": bottleneck,
+            "cpu": cpu,
             "duration_secs": total_secs,
             "hold_secs": storm_start.duration_since(hold_start).as_secs_f64(),
             "percentiles": {

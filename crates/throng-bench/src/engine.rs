@@ -118,6 +118,8 @@ struct Arrivals {
     phases: Vec<(f64, f64, u64, u64)>,
     idx: usize,
     phase_start: Option<Instant>,
+    /// When arrivals began.
+    started_at: Option<Instant>,
     /// This agent's users started in the current phase.
     started_in_phase: u64,
     k: u64,
@@ -142,6 +144,7 @@ impl Arrivals {
             phases,
             idx: 0,
             phase_start: None,
+            started_at: None,
             started_in_phase: 0,
             k,
             agents,
@@ -258,7 +261,10 @@ pub struct Engine {
     reply_timeout_ms: u32,
     capacity: usize,
     arrivals: Arrivals,
+    /// Masks (xorshift state).
     rng: u64,
+    /// Fixed per agent: handshake nonces derive from it and the user id.
+    seed: u64,
     storming: bool,
     pub counters: Counters,
     pub hists: Hists,
@@ -373,6 +379,7 @@ impl Engine {
             sources,
             capacity: cfg.capacity,
             rng: sys::realtime_ns() | 1,
+            seed: sys::realtime_ns().rotate_left(17),
             storming: false,
             counters: Counters::default(),
             hists: Hists::default(),
@@ -404,7 +411,9 @@ impl Engine {
 
     /// Starts the arrivals.
     pub fn start(&mut self) {
-        self.arrivals.phase_start = Some(Instant::now());
+        let now = Instant::now();
+        self.arrivals.phase_start = Some(now);
+        self.arrivals.started_at = Some(now);
     }
 
     /// Releases the connections parked at the barrier (and any that come later).
@@ -729,7 +738,7 @@ impl Engine {
 
     /// The handshake nonce for a user: derived, so nothing is stored.
     fn nonce(&self, user: u32) -> [u8; 16] {
-        let a = (user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.rng;
+        let a = (user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.seed;
         let mut n = [0u8; 16];
         n[..8].copy_from_slice(&a.to_le_bytes());
         n[8..].copy_from_slice(&a.rotate_left(29).to_le_bytes());
@@ -815,7 +824,12 @@ impl Engine {
                     pos = n;
                     self.on_open(token);
                 }
-                Err(_) => {
+                Err(e) => {
+                    tracing::debug!(
+                        user,
+                        "handshake failed: {e}: {:?}",
+                        String::from_utf8_lossy(&data[..data.len().min(200)])
+                    );
                     self.drop_conn(token, Cause::Error(ErrKind::Handshake));
                     return data.len();
                 }
@@ -916,6 +930,9 @@ impl Engine {
                     self.hists.join.saturating_record(us);
                     if ok {
                         self.counters.joined += 1;
+                        if let Some(t0) = self.arrivals.started_at {
+                            self.counters.last_join_secs = t0.elapsed().as_secs_f64();
+                        }
                     }
                 } else {
                     self.hists.reply.saturating_record(us);

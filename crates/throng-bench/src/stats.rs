@@ -96,6 +96,8 @@ pub struct Counters {
     pub rss: u64,
     /// The agent's CPU time (user + system), seconds.
     pub cpu_secs: f64,
+    /// Seconds from the start of arrivals to the last `ok` join (merged: the latest).
+    pub last_join_secs: f64,
 }
 
 impl Counters {
@@ -118,6 +120,7 @@ impl Counters {
         self.errors.add(&o.errors);
         self.rss += o.rss;
         self.cpu_secs += o.cpu_secs;
+        self.last_join_secs = self.last_join_secs.max(o.last_join_secs);
     }
 
     /// Users whose session is running now.

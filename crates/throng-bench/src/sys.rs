@@ -115,6 +115,42 @@ pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     })
 }
 
+/// CPU seconds of each thread of a process: `(tid, seconds)`.
+pub fn thread_cpu(pid: u32) -> Vec<(u32, f64)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let ticks = clock_ticks();
+    dir.flatten()
+        .filter_map(|e| {
+            let tid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let t: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+            Some((tid, t / ticks))
+        })
+        .collect()
+}
+
+/// Machine-wide CPU time from `/proc/stat`: (busy, total) in seconds summed
+/// over cores; busy counts user, nice, system, irq, softirq and steal.
+pub fn machine_cpu() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 8 {
+        return None;
+    }
+    let idle = v[3] + v[4];
+    let total: f64 = v[..8].iter().sum();
+    let t = clock_ticks();
+    Some(((total - idle) / t, total / t))
+}
+
 /// Total memory of the machine, bytes.
 pub fn mem_total() -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;
