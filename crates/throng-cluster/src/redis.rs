@@ -186,11 +186,6 @@ impl RedisBackplane {
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
     }
-
-    /// Appends the backplane's metrics, Prometheus text format, to `out`.
-    pub fn render_metrics(&self, out: &mut String) {
-        render_metrics(&self.stats, out)
-    }
 }
 
 /// The backplane metrics of `stats`, Prometheus text format.
@@ -242,6 +237,10 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
 impl Backplane for RedisBackplane {
     fn attach(&self, node: Weak<Node>) {
         let _ = self.node.set(node);
+    }
+
+    fn render_metrics(&self, out: &mut String) {
+        render_metrics(&self.stats, out)
     }
 
     fn publish(&self, b: &Broadcast) {

@@ -239,6 +239,7 @@ impl Node {
             "# HELP throng_process_cpu_seconds_total User and system CPU time.\n# TYPE throng_process_cpu_seconds_total counter\nthrong_process_cpu_seconds_total {:.3}",
             sys::cpu_seconds().unwrap_or(0.0)
         );
+        self.backplane.render_metrics(&mut out);
         out
     }
 }

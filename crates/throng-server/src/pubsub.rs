@@ -89,6 +89,8 @@ pub trait Backplane: Send + Sync + 'static {
     fn subscribe(&self, topic: &str);
     /// This node lost its last local subscriber of `topic`.
     fn unsubscribe(&self, topic: &str);
+    /// Appends the backplane's own Prometheus lines to `/metrics`.
+    fn render_metrics(&self, _out: &mut String) {}
 }
 
 /// A single node: nothing to carry.
