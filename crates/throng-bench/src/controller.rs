@@ -526,6 +526,8 @@ struct Run {
     tty: bool,
     last_metrics: Option<String>,
     trace: Vec<CpuPoint>,
+    /// The timeline's sampling period.
+    every: Duration,
 }
 
 /// Which side limited the ramp-up, from CPU use over it.
@@ -591,6 +593,7 @@ impl Run {
             tty: std::io::stderr().is_terminal(),
             last_metrics: None,
             trace: Vec::new(),
+            every: Duration::from_secs_f64(args.sample_interval.clamp(0.05, 60.0)),
         }
     }
 
@@ -681,14 +684,14 @@ impl Run {
         let busiest = b
             .server_threads
             .iter()
-            .filter_map(|(tid, y)| {
+            .map(|(tid, y)| {
                 let x = a
                     .server_threads
                     .iter()
                     .find(|(t, _)| t == tid)
                     .map(|p| p.1)
                     .unwrap_or(0.0);
-                Some(pct(x, *y))
+                pct(x, *y)
             })
             .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
         let agents_pct: Vec<f64> = a
@@ -805,8 +808,13 @@ impl Run {
         self.trace.push(self.cpu_point());
         send_all(&mut self.agents, &ToAgent::Start)?;
         let mut prev = Some((self.start, Counters::default(), server_base));
+        self.timeline.push(Sample {
+            server_rss_mb: server_base.map(|p| p.rss as f64 / 1048576.0),
+            server_conns: base_metrics.as_deref().and_then(server_conns),
+            ..Default::default()
+        });
         let mut next_trace = self.start + Duration::from_millis(100);
-        let mut next_sample = self.start + Duration::from_secs(1);
+        let mut next_sample = self.start + self.every;
         let mut next_line = self.start;
         let s = &self.sc;
         let settle_limit = s.ramp_secs() + s.connect_timeout + s.reply_timeout + 10.0;
@@ -824,7 +832,7 @@ impl Run {
                 self.trace.push(self.cpu_point());
             }
             if now >= next_sample {
-                next_sample += Duration::from_secs(1);
+                next_sample += self.every;
                 self.sample(&mut prev);
                 publish(live, self.snapshot("ramp-up"));
             }
@@ -874,7 +882,7 @@ impl Run {
             self.pump(rx, Duration::from_millis(50))?;
             let now = Instant::now();
             if now >= next_sample {
-                next_sample += Duration::from_secs(1);
+                next_sample += self.every;
                 self.sample(&mut prev);
                 publish(live, self.snapshot("hold"));
             }

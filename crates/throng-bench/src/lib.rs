@@ -113,6 +113,9 @@ pub struct BenchArgs {
     /// Write a self-contained HTML report.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Seconds between timeline samples (users, connected, rates, CPU, RSS).
+    #[arg(long, default_value_t = 1.0)]
+    pub sample_interval: f64,
     /// The live dashboard's port (0 = off).
     #[arg(long, default_value_t = 8091)]
     pub dashboard_port: u16,

@@ -183,7 +183,11 @@ impl Scenario {
             return Err(BenchError::Scenario("no [[phases]]".into()));
         }
         for p in &self.phases {
-            if !(p.duration > 0.0) || !(p.arrival_rate > 0.0) {
+            if p.duration.is_nan()
+                || p.duration <= 0.0
+                || p.arrival_rate.is_nan()
+                || p.arrival_rate <= 0.0
+            {
                 return Err(BenchError::Scenario(
                     "a phase needs duration > 0 and arrival_rate > 0".into(),
                 ));
@@ -663,7 +667,7 @@ fn compile_steps(
                 });
             }
             Step::Think(secs) => {
-                if !(*secs >= 0.0) {
+                if secs.is_nan() || *secs < 0.0 {
                     return Err(BenchError::Scenario("think needs seconds >= 0".into()));
                 }
                 ops.push(Op::Think {

@@ -31,7 +31,7 @@ pub fn raise_fd_limit() -> (u64, u64) {
             }
         }
     }
-    (rl.rlim_cur as u64, rl.rlim_max as u64)
+    (rl.rlim_cur, rl.rlim_max)
 }
 
 /// The open-files limit (soft, hard) as it stands.
@@ -45,7 +45,7 @@ pub fn fd_limit() -> (u64, u64) {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
         return (1024, 1024);
     }
-    (rl.rlim_cur as u64, rl.rlim_max as u64)
+    (rl.rlim_cur, rl.rlim_max)
 }
 
 /// Linux's `IP_BIND_ADDRESS_NO_PORT` (not in the libc crate): bind picks the
