@@ -43,6 +43,27 @@ struct Server {
     addr: SocketAddr,
 }
 
+impl Drop for AgentLink {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Local agents not yet linked: killed if the run stops before they are.
+struct Spawned(Vec<Child>);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 impl Server {
     fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
         let exe = std::env::current_exe()?;
@@ -249,7 +270,7 @@ fn send_all(agents: &mut [AgentLink], msg: &ToAgent) -> Result<(), BenchError> {
 
 /// Runs `throng bench`.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
-    let (_soft, hard) = sys::raise_fd_limit();
+    let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
     let (mut sc, imported) = load_scenario(&args)?;
     if args.scenario.is_some() || args.tsung.is_some() {
@@ -337,6 +358,11 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
     }
     let total_agents = local + args.remote_agents;
+    let ports = sys::sysctl_read("net.ipv4.ip_local_port_range").unwrap_or_default();
+    eprintln!(
+        "limits: open files {soft}/{hard} (soft/hard) per process -> {per_process} connections per agent and per server process; ephemeral ports {ports} per source address (8 source addresses per agent); {:.1} GiB memory; `throng tune` for more",
+        sys::mem_total().unwrap_or(0) as f64 / 1073741824.0
+    );
     let capacity = per_process;
     eprintln!(
         "throng bench: {} -> {target} with {total_agents} agent(s)",
@@ -345,7 +371,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
 
     let listener = TcpListener::bind(&args.listen)?;
     let ctl_addr = listener.local_addr()?;
-    let mut children = Vec::new();
+    let mut children = Spawned(Vec::new());
     let exe = std::env::current_exe()?;
     for _ in 0..local {
         let mut cmd = Command::new(&exe);
@@ -353,7 +379,9 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         if std::env::var_os("THRONG_LOG").is_none() {
             cmd.env("THRONG_LOG", "warn");
         }
-        children.push(cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
+        children
+            .0
+            .push(cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
     }
     if args.remote_agents > 0 {
         eprintln!(
@@ -395,9 +423,10 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
                     }
                 });
                 let child = children
+                    .0
                     .iter()
                     .position(|c| c.id() == pid)
-                    .map(|i| children.swap_remove(i));
+                    .map(|i| children.0.swap_remove(i));
                 agents.push(AgentLink {
                     out: s,
                     pid,

@@ -225,7 +225,8 @@ svg text{font-size:11px;fill:#555} .legend span{margin-right:12px}
 <div class="card"><h2>Users and connected</h2><div id="c_users"></div></div>
 <div class="card"><h2>New connections per second</h2><div id="c_rate"></div></div>
 <div class="card"><h2>Messages per second (clients)</h2><div id="c_msgs"></div></div>
-<div class="card"><h2>Server memory (MiB) and CPU (% of a core)</h2><div id="c_server"></div></div>
+<div class="card"><h2>CPU (% of one core)</h2><div id="c_cpu"></div></div>
+<div class="card"><h2>Memory (MiB)</h2><div id="c_mem"></div></div>
 <div class="card"><h2>Latency percentiles (ms)</h2><div id="c_lat"></div></div>
 </div>
 <script>
@@ -260,7 +261,8 @@ function render(d){
   chart("c_users",[{name:"users",points:col("users")},{name:"connected",points:col("connected")},{name:"joined",points:col("joined")}],"s");
   chart("c_rate",[{name:"conn/s",points:col("conn_per_sec")}],"s");
   chart("c_msgs",[{name:"out/s",points:col("msgs_out_per_sec")},{name:"in/s",points:col("msgs_in_per_sec")}],"s");
-  chart("c_server",[{name:"server RSS MiB",points:col("server_rss_mb")},{name:"server CPU %",points:col("server_cpu_pct")},{name:"agents CPU %",points:col("agents_cpu_pct")}],"s");
+  chart("c_cpu",[{name:"server",points:col("server_cpu_pct")},{name:"agents",points:col("agents_cpu_pct")}],"s");
+  chart("c_mem",[{name:"server RSS",points:col("server_rss_mb")},{name:"agents RSS",points:col("agents_rss_mb")}],"s");
   const p=d.percentiles||{};
   chart("c_lat",["connect","join","broadcast"].filter(k=>p[k]&&p[k].length).map(k=>({name:k,points:p[k]})),"percentile",true);
   const rows=[];
