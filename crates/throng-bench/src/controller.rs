@@ -559,8 +559,8 @@ struct Run {
     every: Duration,
 }
 
-/// Which side limited the ramp-up, from CPU use over it.
-fn bottleneck(c: &CpuWindow) -> String {
+/// Which side limited a phase of the run, from CPU use over it.
+fn bottleneck_of(c: &CpuWindow, what: &str) -> String {
     let busiest_agent = c.agents_pct.iter().copied().fold(0.0, f64::max);
     let server = c.server_pct.unwrap_or(0.0);
     let capacity = c.cores as f64 * 100.0;
@@ -588,7 +588,7 @@ fn bottleneck(c: &CpuWindow) -> String {
             c.cores, machine, capacity, c.throng_pct, others
         )
     } else {
-        format!("neither saturated: the arrival rate set the pace (machine {machine:.0}% of {capacity:.0}%); {shares}")
+        format!("neither saturated: the load set the pace of {what} (machine {machine:.0}% of {capacity:.0}%); {shares}")
     }
 }
 
@@ -692,11 +692,17 @@ impl Run {
     }
 
     /// CPU use from the start of arrivals to `until` seconds (the last join).
-    fn cpu_window(&self, until: f64) -> CpuWindow {
+    fn cpu_window(&self, from: f64, until: f64) -> CpuWindow {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
-        let (Some(a), Some(last)) = (self.trace.first(), self.trace.last()) else {
+        let first = self
+            .trace
+            .iter()
+            .rev()
+            .find(|p| p.t <= from)
+            .or(self.trace.first());
+        let (Some(a), Some(last)) = (first, self.trace.last()) else {
             return CpuWindow {
                 cores,
                 ..Default::default()
@@ -834,6 +840,7 @@ impl Run {
         }
         let controller_cpu0 = sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0);
         self.start = Instant::now();
+        let start_rt = sys::realtime_ns();
         self.trace.push(self.cpu_point());
         send_all(&mut self.agents, &ToAgent::Start)?;
         let mut prev = Some((self.start, Counters::default(), server_base));
@@ -900,6 +907,8 @@ impl Run {
         // 3. Release and hold.
         send_all(&mut self.agents, &ToAgent::Release)?;
         let hold_start = Instant::now();
+        let hold_t0 = self.start.elapsed().as_secs_f64();
+        self.trace.push(self.cpu_point());
         let parks_forever = self.sc.roles.iter().any(|r| {
             r.session
                 .iter()
@@ -914,6 +923,10 @@ impl Run {
                 next_sample += self.every;
                 self.sample(&mut prev);
                 publish(live, self.snapshot("hold"));
+            }
+            if now >= next_trace {
+                next_trace = now + Duration::from_millis(100);
+                self.trace.push(self.cpu_point());
             }
             let held = now.duration_since(hold_start).as_secs_f64();
             if held >= hold_limit {
@@ -936,6 +949,8 @@ impl Run {
                 }
             }
         }
+        self.trace.push(self.cpu_point());
+        let hold_t1 = self.start.elapsed().as_secs_f64();
         let before_storm = self.total().unwrap_or_default();
         // 4. The disconnect storm.
         let storm_cpu0 = self.probe.sample(None).map(|p| p.cpu_secs);
@@ -1013,6 +1028,23 @@ impl Run {
             .collect();
         lasts.sort_by(|a, b| a.total_cmp(b));
         let sent = bcasts.values().filter(|b| b.sent_ns > 0).count() as u64;
+        let mut per_broadcast: Vec<(&u64, &crate::stats::BcastSeen)> =
+            bcasts.iter().filter(|(_, b)| b.sent_ns > 0).collect();
+        per_broadcast.sort_by_key(|(_, b)| b.sent_ns);
+        let first_ns = per_broadcast.first().map(|(_, b)| b.sent_ns).unwrap_or(0);
+        let per_broadcast: Vec<Value> = per_broadcast
+            .iter()
+            .take(1000)
+            .map(|(k, b)| {
+                json!({
+                    "publisher": *k >> 32,
+                    "ref": *k & 0xFFFF_FFFF,
+                    "sent_at_ms": (b.sent_ns - first_ns) as f64 / 1e6,
+                    "receivers": b.recv,
+                    "last_ms": if b.recv > 0 { b.last_ns.saturating_sub(b.sent_ns) as f64 / 1e6 } else { 0.0 },
+                })
+            })
+            .collect();
         let receivers: u64 = bcasts.values().map(|b| b.recv).sum();
         let bsum = summarize(&hists.broadcast);
         let join = summarize(&hists.join);
@@ -1033,11 +1065,30 @@ impl Run {
         } else {
             None
         };
-        let cpu = self.cpu_window(if fin.last_join_secs > 0.0 {
-            fin.last_join_secs
-        } else {
-            ramp_secs
-        });
+        // Broadcasts: from the first publish to the last receipt, on the trace's clock.
+        let (bc_from, bc_until) = match (
+            bcasts
+                .values()
+                .filter(|b| b.sent_ns > 0)
+                .map(|b| b.sent_ns)
+                .min(),
+            bcasts.values().map(|b| b.last_ns).max(),
+        ) {
+            (Some(a), Some(b)) if b > a => (
+                (a.saturating_sub(start_rt) as f64 / 1e9).max(hold_t0),
+                (b.saturating_sub(start_rt) as f64 / 1e9).min(hold_t1),
+            ),
+            _ => (hold_t0, hold_t1),
+        };
+        let hold_cpu = self.cpu_window(bc_from, bc_until);
+        let cpu = self.cpu_window(
+            0.0,
+            if fin.last_join_secs > 0.0 {
+                fin.last_join_secs
+            } else {
+                ramp_secs
+            },
+        );
         let agent_cpu: Vec<Value> = self
             .agents
             .iter()
@@ -1054,7 +1105,7 @@ impl Run {
                 })
             })
             .collect();
-        let bottleneck = bottleneck(&cpu);
+        let bottleneck = bottleneck_of(&cpu, "the ramp-up");
         let server_cpu_ramp = cpu.server_pct;
         let last_metrics = self.last_metrics.as_deref();
         let m = |name: &str| {
@@ -1103,6 +1154,7 @@ impl Run {
                 "mean_ms": bsum.mean_ms,
                 "last_ms": lasts.last().copied().unwrap_or(0.0),
                 "last_p50_ms": lasts.get(lasts.len() / 2).copied().unwrap_or(0.0),
+                "per_broadcast": per_broadcast,
             },
             "messages": {
                 "out": fin.msgs_out,
@@ -1137,7 +1189,8 @@ impl Run {
                 "server_cpu_secs": storm_cpu,
             },
             "bottleneck": bottleneck,
-            "cpu": cpu,
+            "cpu": {"ramp": cpu, "broadcasts": hold_cpu},
+            "broadcast_bottleneck": if sent > 0 { Some(bottleneck_of(&hold_cpu, "broadcasts")) } else { None },
             "duration_secs": total_secs,
             "hold_secs": storm_start.duration_since(hold_start).as_secs_f64(),
             "percentiles": {

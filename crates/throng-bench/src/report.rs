@@ -202,9 +202,12 @@ pub fn summary_table(r: &Value) -> String {
     );
     row(
         &mut s,
-        "bottleneck",
+        "bottleneck (ramp-up)",
         r["bottleneck"].as_str().unwrap_or("-").to_string(),
     );
+    if let Some(b) = r["broadcast_bottleneck"].as_str() {
+        row(&mut s, "bottleneck (broadcasts)", b.to_string());
+    }
     s
 }
 
@@ -276,7 +279,8 @@ function render(d){
   if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}
   if(d.agent){add("agent bytes / connection",fmt(d.agent.bytes_per_conn));}
   if(d.storm){add("disconnect storm: s to 0 / server CPU s",fmt(d.storm.secs_to_zero)+" / "+fmt(d.storm.server_cpu_secs));}
-  if(d.bottleneck){add("bottleneck",d.bottleneck);}
+  if(d.bottleneck){add("bottleneck (ramp-up)",d.bottleneck);}
+  if(d.broadcast_bottleneck){add("bottleneck (broadcasts)",d.broadcast_bottleneck);}
   document.getElementById("summary").innerHTML=rows.join("");
 }
 render(DATA);
