@@ -78,7 +78,7 @@ pub fn summary_table(r: &Value) -> String {
         &mut s,
         "arrival: joins/s achieved (target)",
         format!(
-            "{} ({}), peak 1-s {} conn/s, ramp {} s",
+            "{} ({}), peak {} conn/s (over >= 0.5 s), ramp {} s",
             num(&a["per_sec"]),
             num(&a["target_per_sec"]),
             num(&a["peak_per_sec"]),
@@ -103,31 +103,33 @@ pub fn summary_table(r: &Value) -> String {
         );
     }
     let b = &r["broadcast"];
-    row(
-        &mut s,
-        "broadcasts sent / receipts",
-        format!("{} / {}", num(&b["sent"]), num(&b["receivers"])),
-    );
-    row(
-        &mut s,
-        "broadcast latency ms",
-        format!(
-            "p50 {}  p90 {}  p99 {}  max {}",
-            num(&b["p50_ms"]),
-            num(&b["p90_ms"]),
-            num(&b["p99_ms"]),
-            num(&b["max_ms"])
-        ),
-    );
-    row(
-        &mut s,
-        "time to last receiver ms",
-        format!(
-            "worst {}  median {}",
-            num(&b["last_ms"]),
-            num(&b["last_p50_ms"])
-        ),
-    );
+    if b["sent"].as_u64().unwrap_or(0) > 0 {
+        row(
+            &mut s,
+            "broadcasts sent / receipts",
+            format!("{} / {}", num(&b["sent"]), num(&b["receivers"])),
+        );
+        row(
+            &mut s,
+            "broadcast latency ms",
+            format!(
+                "p50 {}  p90 {}  p99 {}  max {}",
+                num(&b["p50_ms"]),
+                num(&b["p90_ms"]),
+                num(&b["p99_ms"]),
+                num(&b["max_ms"])
+            ),
+        );
+        row(
+            &mut s,
+            "time to last receiver ms",
+            format!(
+                "worst {}  median {}",
+                num(&b["last_ms"]),
+                num(&b["last_p50_ms"])
+            ),
+        );
+    }
     let m = &r["messages"];
     row(
         &mut s,
