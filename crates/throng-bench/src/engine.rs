@@ -12,7 +12,7 @@
 //!   (`rx`), and only bytes the socket would not take are kept (`tx`). Both
 //!   are `None` almost always.
 //! - **Many source addresses.** With `bind_sources`, sockets bind to
-//!   127.0.x.y (8 per agent) with `IP_BIND_ADDRESS_NO_PORT`, so the port is
+//!   127.0.0.2, 127.0.0.3, ... (8 per agent) with `IP_BIND_ADDRESS_NO_PORT`, so the port is
 //!   picked per destination at connect time and no address runs out of ports.
 //! - **Deterministic users.** Agent `k` of `K` starts global user indices
 //!   `k, k+K, k+2K, ...` of each phase at `index / rate`: the agents together
@@ -322,18 +322,11 @@ impl Engine {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))?;
         let sources = if cfg.bind_sources && cfg.target.ip().is_loopback() && cfg.target.is_ipv4() {
-            // 127.(1 + k/256).(k%256).(2..=9): eight addresses per agent.
-            let k = cfg.index;
-            (0..8u8)
-                .map(|i| {
-                    IpAddr::V4(Ipv4Addr::new(
-                        127,
-                        1 + (k / 256) as u8,
-                        (k % 256) as u8,
-                        2 + i,
-                    ))
-                })
-                .collect()
+            // Eight addresses per agent: agent 0 binds 127.0.0.2..=127.0.0.9,
+            // agent 1 127.0.0.10..=17, and so on (.0, .1 and .255 skipped).
+            (0..8u32)
+                .map(|i| source_addr(cfg.index * 8 + i))
+                .collect::<Vec<_>>()
         } else {
             Vec::new()
         };
@@ -1163,6 +1156,13 @@ impl Engine {
     }
 }
 
+/// The `n`th loopback source address: 127.0.0.2, 127.0.0.3, ... 127.0.0.254,
+/// 127.0.1.2, ... (each third octet's .0, .1 and .255 left out).
+fn source_addr(n: u32) -> IpAddr {
+    let (hi, lo) = (n / 253, n % 253);
+    IpAddr::V4(Ipv4Addr::new(127, (hi >> 8) as u8, hi as u8, 2 + lo as u8))
+}
+
 /// A non-blocking TCP socket, bound to `src` (port picked at connect) and
 /// connecting to `target`.
 fn open_socket(target: SocketAddr, src: Option<IpAddr>) -> io::Result<Socket> {
@@ -1194,6 +1194,14 @@ mod tests {
     fn conn_is_small() {
         eprintln!("size_of::<Conn>() = {CONN_SIZE} bytes");
         const { assert!(CONN_SIZE <= 80, "Conn grew past 80 bytes") };
+    }
+
+    #[test]
+    fn source_addresses_start_at_127_0_0_2() {
+        assert_eq!(source_addr(0), "127.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(source_addr(7), "127.0.0.9".parse::<IpAddr>().unwrap());
+        assert_eq!(source_addr(252), "127.0.0.254".parse::<IpAddr>().unwrap());
+        assert_eq!(source_addr(253), "127.0.1.2".parse::<IpAddr>().unwrap());
     }
 
     #[test]
