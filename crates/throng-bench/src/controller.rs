@@ -351,7 +351,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         } else {
             tsung_caps.len() as u32
         })
-        .max(1);
+        .max(if args.remote_agents > 0 { 0 } else { 1 });
     if local + args.remote_agents < min_agents {
         eprintln!(
             "note: {users} users need {min_agents} agents of {per_process} connections each: using {min_agents}"
@@ -810,11 +810,13 @@ impl Run {
             rate,
             c.errors.total()
         );
-        if self.tty {
-            eprint!("\r{line}\x1b[K");
+        // A closed stderr must not stop the run: ignore write errors here.
+        let mut err = std::io::stderr().lock();
+        let _ = if self.tty {
+            write!(err, "\r{line}\x1b[K")
         } else {
-            eprintln!("{line}");
-        }
+            writeln!(err, "{line}")
+        };
     }
 
     fn snapshot(&self, status: &str) -> Value {
