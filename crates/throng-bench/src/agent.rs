@@ -121,6 +121,7 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
                         counters: engine.counters.clone(),
                         hists: engine.hists.to_wire(),
                         bcasts: engine.bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
+                        slots: engine.slots.clone(),
                     };
                     wire::send(&mut out, &ToController::Final(Box::new(fin)))?;
                     return Ok(());
@@ -130,7 +131,7 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
                 }
             }
         }
-        if started && last_progress.elapsed() >= Duration::from_millis(250) {
+        if started && last_progress.elapsed() >= Duration::from_millis(100) {
             last_progress = Instant::now();
             engine.refresh_gauges();
             wire::send(&mut out, &ToController::Progress(engine.counters.clone()))?;

@@ -170,8 +170,6 @@ struct CpuPoint {
     controller: f64,
     /// The machine: (busy, total) CPU seconds over all cores.
     machine: Option<(f64, f64)>,
-    /// WebSocket handshakes completed so far (all agents).
-    connected: u64,
 }
 
 /// CPU use over a window of the ramp-up, % of one core.
@@ -693,7 +691,6 @@ impl Run {
                 .collect(),
             controller: sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0),
             machine: sys::machine_cpu(),
-            connected: self.total().map(|c| c.connected).unwrap_or(0),
         }
     }
 
@@ -1022,8 +1019,10 @@ impl Run {
             arrivals_done: true,
             ..Default::default()
         };
+        let mut slots = crate::engine::Slots::default();
         for a in &self.agents {
             let f = a.final_.as_ref().expect("checked above");
+            slots.merge(&f.slots);
             hists.merge_wire(&f.hists);
             merge_bcasts(&mut bcasts, &f.bcasts);
             fin.add(&f.counters);
@@ -1089,14 +1088,9 @@ impl Run {
             _ => (hold_t0, hold_t1),
         };
         let hold_cpu = self.cpu_window(bc_from, bc_until);
-        // The best connect rate over any half second or more of the ramp-up trace.
-        let mut peak_rate: f64 = 0.0;
-        for (i, a) in self.trace.iter().enumerate() {
-            if let Some(b) = self.trace[i..].iter().find(|b| b.t - a.t >= 0.5) {
-                peak_rate =
-                    peak_rate.max(b.connected.saturating_sub(a.connected) as f64 / (b.t - a.t));
-            }
-        }
+        // The best second of handshakes and joins, from the agents' 100 ms slots.
+        let peak_rate = crate::engine::Slots::peak_per_sec(&slots.connects, 10);
+        let peak_joins = crate::engine::Slots::peak_per_sec(&slots.joins, 10);
         let cpu = self.cpu_window(
             0.0,
             if fin.last_join_secs > 0.0 {
@@ -1153,7 +1147,10 @@ impl Run {
             "arrival": {
                 "target_per_sec": self.sc.phases.first().map(|p| p.arrival_rate),
                 "per_sec": per_sec,
-                "peak_per_sec": peak_rate,
+                // A ramp-up shorter than a second has no best second: its average stands.
+                "peak_per_sec": if slots.joins.len() < 10 { per_sec } else { peak_joins },
+                "peak_connects_per_sec": peak_rate,
+                "joins_per_100ms": slots.joins,
                 "peak_1s_sample_per_sec": self.timeline.iter().map(|s| s.conn_per_sec).fold(0.0, f64::max),
                 "ramp_secs": ramp_secs,
             },

@@ -272,6 +272,59 @@ pub struct Engine {
     pub counters: Counters,
     pub hists: Hists,
     pub bcasts: BcastTable,
+    /// Handshakes and `ok` joins per 100 ms since the arrivals began, for exact rates.
+    pub slots: Slots,
+}
+
+/// Events per 100 ms slot since the start of arrivals.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Slots {
+    pub connects: Vec<u32>,
+    pub joins: Vec<u32>,
+}
+
+impl Slots {
+    fn bump(v: &mut Vec<u32>, since: Option<Instant>) {
+        let Some(t0) = since else { return };
+        let slot = (t0.elapsed().as_millis() / 100) as usize;
+        if slot >= 1_000_000 {
+            return;
+        }
+        if v.len() <= slot {
+            v.resize(slot + 1, 0);
+        }
+        v[slot] += 1;
+    }
+
+    /// Adds another agent's slots.
+    pub fn merge(&mut self, o: &Slots) {
+        for (mine, theirs) in [
+            (&mut self.connects, &o.connects),
+            (&mut self.joins, &o.joins),
+        ] {
+            if mine.len() < theirs.len() {
+                mine.resize(theirs.len(), 0);
+            }
+            for (m, t) in mine.iter_mut().zip(theirs) {
+                *m += t;
+            }
+        }
+    }
+
+    /// The most events in any `window` consecutive slots, per second.
+    pub fn peak_per_sec(v: &[u32], window: usize) -> f64 {
+        let w = window.clamp(1, v.len().max(1));
+        if v.is_empty() {
+            return 0.0;
+        }
+        let mut sum: u64 = v[..w].iter().map(|&x| x as u64).sum();
+        let mut best = sum;
+        for i in w..v.len() {
+            sum = sum + v[i] as u64 - v[i - w] as u64;
+            best = best.max(sum);
+        }
+        best as f64 / (w as f64 * 0.1)
+    }
 }
 
 const TIMER_STEP: u8 = 0;
@@ -380,6 +433,7 @@ impl Engine {
             counters: Counters::default(),
             hists: Hists::default(),
             bcasts: BcastTable::new(),
+            slots: Slots::default(),
         })
     }
 
@@ -861,6 +915,7 @@ impl Engine {
         c.state = State::Running;
         self.hists.connect.saturating_record(us);
         self.counters.connected += 1;
+        Slots::bump(&mut self.slots.connects, self.arrivals.started_at);
         if hb > 0 {
             let at = now_ms.wrapping_add(hb);
             c.hb_ms = at;
@@ -923,6 +978,7 @@ impl Engine {
                     self.hists.join.saturating_record(us);
                     if ok {
                         self.counters.joined += 1;
+                        Slots::bump(&mut self.slots.joins, self.arrivals.started_at);
                         if let Some(t0) = self.arrivals.started_at {
                             self.counters.last_join_secs = t0.elapsed().as_secs_f64();
                         }
@@ -1194,6 +1250,24 @@ mod tests {
     fn conn_is_small() {
         eprintln!("size_of::<Conn>() = {CONN_SIZE} bytes");
         const { assert!(CONN_SIZE <= 80, "Conn grew past 80 bytes") };
+    }
+
+    #[test]
+    fn slots_give_the_best_second() {
+        let v = vec![1, 2, 3, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 0, 0];
+        assert_eq!(Slots::peak_per_sec(&v, 10), 100.0);
+        assert_eq!(Slots::peak_per_sec(&[5, 5], 10), 50.0);
+        assert_eq!(Slots::peak_per_sec(&[], 10), 0.0);
+        let mut a = Slots {
+            connects: vec![1, 2],
+            joins: vec![],
+        };
+        a.merge(&Slots {
+            connects: vec![1, 1, 1],
+            joins: vec![4],
+        });
+        assert_eq!(a.connects, vec![2, 3, 1]);
+        assert_eq!(a.joins, vec![4]);
     }
 
     #[test]

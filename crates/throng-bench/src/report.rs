@@ -78,7 +78,7 @@ pub fn summary_table(r: &Value) -> String {
         &mut s,
         "arrival: joins/s achieved (target)",
         format!(
-            "{} ({}), peak {} conn/s (over >= 0.5 s), ramp {} s",
+            "{} ({}), peak {} joins/s (best second), ramp {} s",
             num(&a["per_sec"]),
             num(&a["target_per_sec"]),
             num(&a["peak_per_sec"]),

@@ -5,7 +5,7 @@
 //! controller -> agent   plan {index, agents, scenario, target, ...}
 //! agent -> controller   ready {rss, users, conn_size}
 //! controller -> agent   start                      (arrivals begin)
-//! agent -> controller   progress {counters}        (every 250 ms)
+//! agent -> controller   progress {counters}        (every 100 ms)
 //! controller -> agent   release                    (the barrier opens)
 //! controller -> agent   storm                      (drop every connection)
 //! agent -> controller   storm_done {dropped}
@@ -51,6 +51,7 @@ pub struct Final {
     pub counters: Counters,
     pub hists: HistsWire,
     pub bcasts: Vec<(u64, BcastSeen)>,
+    pub slots: crate::engine::Slots,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
