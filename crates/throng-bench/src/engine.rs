@@ -772,17 +772,23 @@ impl Engine {
         c.state = State::Handshaking;
         let user = c.user;
         let nonce = self.nonce(user);
-        let path = self.connect_path(token);
+        let programs = Rc::clone(&self.programs);
+        let path = self.connect_path(&programs, token);
         self.wbuf.clear();
-        write_client_request(&mut self.wbuf, &self.host, &path, nonce);
+        write_client_request(&mut self.wbuf, &self.host, path, nonce);
         self.write_wbuf(token);
     }
 
-    fn connect_path(&self, token: usize) -> String {
+    /// The path of the connect op the connection is in (no allocation: the
+    /// programs are shared behind an `Rc` the caller holds).
+    fn connect_path<'p>(&self, programs: &'p [Program], token: usize) -> &'p str {
         let c = &self.conns[token];
-        match self.programs[c.role as usize].ops.get(c.pc as usize - 1) {
-            Some(Op::Connect { path, .. }) => path.clone(),
-            _ => "/socket/websocket".into(),
+        match programs[c.role as usize]
+            .ops
+            .get((c.pc as usize).wrapping_sub(1))
+        {
+            Some(Op::Connect { path, .. }) => path,
+            _ => "/socket/websocket",
         }
     }
 
@@ -855,10 +861,11 @@ impl Engine {
         let mut pos = 0;
         if self.conns[token].state == State::Handshaking {
             let user = self.conns[token].user;
-            let path = self.connect_path(token);
+            let programs = Rc::clone(&self.programs);
+            let path = self.connect_path(&programs, token);
             self.tbuf.clear();
             let nonce = self.nonce(user);
-            let expect = write_client_request(&mut self.tbuf, &self.host, &path, nonce);
+            let expect = write_client_request(&mut self.tbuf, &self.host, path, nonce);
             match parse_client_response(data, &expect) {
                 Ok(None) => {
                     if data.len() > 16 * 1024 {

@@ -228,7 +228,7 @@ svg text{font-size:11px;fill:#555} .legend span{margin-right:12px}
 <div class="grid">
 <div class="card"><h2>Summary</h2><table id="summary"></table></div>
 <div class="card"><h2>Users and connected</h2><div id="c_users"></div></div>
-<div class="card"><h2>New connections per second</h2><div id="c_rate"></div></div>
+<div class="card"><h2>New connections and joins per second</h2><div id="c_rate"></div></div>
 <div class="card"><h2>Messages per second (clients)</h2><div id="c_msgs"></div></div>
 <div class="card"><h2>CPU (% of one core)</h2><div id="c_cpu"></div></div>
 <div class="card"><h2>Memory (MiB)</h2><div id="c_mem"></div></div>
@@ -264,7 +264,8 @@ function render(d){
   const col=k=>tl.map(s=>[s.t,s[k]]);
   document.getElementById("sub").textContent=(d.scenario&&d.scenario.description||d.scenario||"")+" — "+(d.status||"");
   chart("c_users",[{name:"users",points:col("users")},{name:"connected",points:col("connected")},{name:"joined",points:col("joined")}],"s");
-  chart("c_rate",[{name:"conn/s",points:col("conn_per_sec")}],"s");
+  const slots=(d.arrival&&d.arrival.joins_per_100ms)||[];
+  chart("c_rate",[{name:"conn/s (per sample)",points:col("conn_per_sec")},{name:"joins/s (100 ms slots)",points:slots.map((v,i)=>[i*0.1,v*10])}],"s");
   chart("c_msgs",[{name:"out/s",points:col("msgs_out_per_sec")},{name:"in/s",points:col("msgs_in_per_sec")}],"s");
   chart("c_cpu",[{name:"server",points:col("server_cpu_pct")},{name:"agents",points:col("agents_cpu_pct")}],"s");
   chart("c_mem",[{name:"server RSS",points:col("server_rss_mb")},{name:"agents RSS",points:col("agents_rss_mb")}],"s");
