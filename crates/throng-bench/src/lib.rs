@@ -97,7 +97,7 @@ pub struct BenchArgs {
     pub listen: String,
     /// Seconds to keep everyone connected after the ramp-up before the
     /// disconnect storm (default: until sessions park and broadcasts are
-    /// delivered, at most 60 s; 10 s for sessions that never park, as Tsung's).
+    /// delivered, at most 60 s; 10 s when sessions never park, such as Tsung think loops).
     #[arg(long)]
     pub hold: Option<f64>,
     /// The embedded server's idle timeout (default: the server's, or 0 when
