@@ -1259,6 +1259,176 @@ mod tests {
         const { assert!(CONN_SIZE <= 80, "Conn grew past 80 bytes") };
     }
 
+    /// A stand-in Phoenix server on threads: upgrades, answers joins (even
+    /// users `ok`, odd users `error`), and sends every `new:msg` to everyone.
+    fn stand_in_server(vsn: Vsn) -> SocketAddr {
+        use std::io::{Read as _, Write as _};
+        use std::sync::{Arc, Mutex};
+        use throng_protocol::handshake::{accept_key, write_response};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peers: Arc<Mutex<Vec<std::net::TcpStream>>> = Arc::default();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { break };
+                let peers = Arc::clone(&peers);
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let n = s.read(&mut chunk).unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let head = String::from_utf8_lossy(&buf).to_string();
+                    let key = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+                        .unwrap()
+                        .trim()
+                        .to_string();
+                    let mut out = Vec::new();
+                    write_response(&mut out, &accept_key(key.as_bytes()));
+                    s.write_all(&out).unwrap();
+                    peers.lock().unwrap().push(s.try_clone().unwrap());
+                    let mut pending: Vec<u8> = Vec::new();
+                    loop {
+                        while let Ok(Some(f)) =
+                            decode_frame(&mut pending, throng_protocol::Role::Server, 1 << 20)
+                        {
+                            let data = pending[f.payload.clone()].to_vec();
+                            pending.drain(..f.consumed);
+                            if f.opcode != Opcode::Text {
+                                continue;
+                            }
+                            let m = serializer::decode(
+                                vsn,
+                                Opcode::Text,
+                                &data,
+                                serializer::From::Client,
+                            )
+                            .unwrap();
+                            let mut msg = Vec::new();
+                            match &*m.event {
+                                "phx_join" => {
+                                    let user: u64 = match m.payload {
+                                        Payload::Json(p) => {
+                                            serde_json::from_str::<serde_json::Value>(p)
+                                                .ok()
+                                                .and_then(|v| v["user"].as_str()?.parse().ok())
+                                                .unwrap_or(0)
+                                        }
+                                        Payload::Binary(_) => 0,
+                                    };
+                                    let odd = user % 2 == 1;
+                                    let (status, resp) = if odd {
+                                        ("error", r#"{"reason":"odd"}"#)
+                                    } else {
+                                        ("ok", "{}")
+                                    };
+                                    serializer::encode_reply(
+                                        vsn,
+                                        &mut msg,
+                                        m.join_ref.as_deref(),
+                                        m.msg_ref.as_deref(),
+                                        &m.topic,
+                                        status,
+                                        Payload::Json(resp),
+                                    )
+                                    .unwrap();
+                                    let mut frame = Vec::new();
+                                    encode_frame(&mut frame, Opcode::Text, &msg, None);
+                                    s.write_all(&frame).unwrap();
+                                }
+                                "new:msg" => {
+                                    serializer::encode_broadcast(
+                                        vsn, &mut msg, &m.topic, &m.event, m.payload,
+                                    )
+                                    .unwrap();
+                                    let mut frame = Vec::new();
+                                    encode_frame(&mut frame, Opcode::Text, &msg, None);
+                                    for p in peers.lock().unwrap().iter_mut() {
+                                        let _ = p.write_all(&frame);
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                        let n = s.read(&mut chunk).unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        pending.extend_from_slice(&chunk[..n]);
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn run_engine(ser: Serializer) {
+        let addr = stand_in_server(ser.vsn());
+        let users = 20;
+        let mut engine = Engine::new(EngineConfig {
+            scenario: chat(users, 2000.0, 1, 2, 0.0, ser),
+            target: addr,
+            host: addr.to_string(),
+            bind_sources: true,
+            index: 0,
+            agents: 1,
+            capacity: 1000,
+        })
+        .unwrap();
+        engine.start();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            engine.turn(Duration::from_millis(5)).unwrap();
+            engine.refresh_gauges();
+            let c = &engine.counters;
+            if c.arrivals_done && c.connecting == 0 && c.awaiting == 0 && c.at_barrier == users {
+                break;
+            }
+            assert!(Instant::now() < deadline, "did not settle: {c:?}");
+        }
+        engine.release();
+        while engine.counters.bcast_recv < 2 * users {
+            engine.turn(Duration::from_millis(5)).unwrap();
+            assert!(
+                Instant::now() < deadline,
+                "broadcasts missing: {:?}",
+                engine.counters
+            );
+        }
+        engine.refresh_gauges();
+        let c = &engine.counters;
+        assert_eq!(c.connected, users);
+        assert_eq!(c.joined, users / 2, "even users are accepted");
+        assert_eq!(c.errors.error_reply, users / 2, "odd users are refused");
+        assert_eq!(c.errors.total(), users / 2);
+        assert_eq!(c.bcast_sent, 2);
+        assert_eq!(c.holding, users, "everyone holds after the barrier");
+        assert_eq!(engine.hists.join.len(), users);
+        assert_eq!(engine.hists.broadcast.len(), 2 * users);
+        assert_eq!(engine.bcasts.len(), 2);
+        assert!(engine
+            .bcasts
+            .values()
+            .all(|b| b.recv == users && b.sent_ns > 0));
+        assert_eq!(engine.storm(), users as usize);
+    }
+
+    #[test]
+    fn engine_runs_a_session_against_a_stand_in_server_v2() {
+        run_engine(Serializer::V2);
+    }
+
+    #[test]
+    fn engine_runs_a_session_against_a_stand_in_server_v1() {
+        run_engine(Serializer::V1);
+    }
+
     #[test]
     fn slots_give_the_best_second() {
         let v = vec![1, 2, 3, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 0, 0];
