@@ -563,7 +563,8 @@ struct Run {
 }
 
 /// Which side limited a phase of the run, from CPU use over it.
-fn bottleneck_of(c: &CpuWindow, what: &str) -> String {
+/// `behind`: (achieved, target) rate when the run fell behind its schedule.
+fn bottleneck_of(c: &CpuWindow, what: &str, behind: Option<(f64, f64)>) -> String {
     let busiest_agent = c.agents_pct.iter().copied().fold(0.0, f64::max);
     let server = c.server_pct.unwrap_or(0.0);
     let capacity = c.cores as f64 * 100.0;
@@ -580,14 +581,18 @@ fn bottleneck_of(c: &CpuWindow, what: &str) -> String {
         format!("server: a server thread was saturated; {shares}")
     } else if busiest_agent >= 90.0 {
         format!("agents: an agent was saturated (add agents); {shares}")
-    } else if machine >= 0.8 * capacity {
+    } else if machine >= 0.8 * capacity || behind.is_some() {
         let side = if server >= c.throng_pct - server {
             "server"
         } else {
             "agents"
         };
+        let lag = match behind {
+            Some((got, want)) => format!("{what} fell behind its schedule ({got:.0} of {want:.0}/s) with no process saturated; "),
+            None => String::new(),
+        };
         format!(
-            "the machine: its {} cores were {:.0}% of {:.0}% busy (throng {:.0}%, other processes and the kernel {:.0}%), the {side} using most of throng's share; {shares}",
+            "the machine: {lag}its {} cores were {:.0}% of {:.0}% busy (throng {:.0}%, other processes and the kernel {:.0}%), the {side} using most of throng's share; {shares}",
             c.cores, machine, capacity, c.throng_pct, others
         )
     } else {
@@ -1115,7 +1120,15 @@ impl Run {
                 })
             })
             .collect();
-        let bottleneck = bottleneck_of(&cpu, "the ramp-up");
+        let target_rate = self
+            .sc
+            .phases
+            .first()
+            .map(|p| p.arrival_rate)
+            .unwrap_or(0.0);
+        let behind = (self.sc.phases.len() == 1 && per_sec < 0.9 * target_rate)
+            .then_some((per_sec, target_rate));
+        let bottleneck = bottleneck_of(&cpu, "the ramp-up", behind);
         let server_cpu_ramp = cpu.server_pct;
         let last_metrics = self.last_metrics.as_deref();
         let m = |name: &str| {
@@ -1148,7 +1161,8 @@ impl Run {
                 "target_per_sec": self.sc.phases.first().map(|p| p.arrival_rate),
                 "per_sec": per_sec,
                 // A ramp-up shorter than a second has no best second: its average stands.
-                "peak_per_sec": if slots.joins.len() < 10 { per_sec } else { peak_joins },
+                // The best second, or the whole ramp-up when it is about a second long.
+                "peak_per_sec": peak_joins.max(per_sec),
                 "peak_connects_per_sec": peak_rate,
                 "joins_per_100ms": slots.joins,
                 "peak_1s_sample_per_sec": self.timeline.iter().map(|s| s.conn_per_sec).fold(0.0, f64::max),
@@ -1204,7 +1218,7 @@ impl Run {
             },
             "bottleneck": bottleneck,
             "cpu": {"ramp": cpu, "broadcasts": hold_cpu},
-            "broadcast_bottleneck": if sent > 0 { Some(bottleneck_of(&hold_cpu, "broadcasts")) } else { None },
+            "broadcast_bottleneck": if sent > 0 { Some(bottleneck_of(&hold_cpu, "broadcasts", None)) } else { None },
             "duration_secs": total_secs,
             "hold_secs": storm_start.duration_since(hold_start).as_secs_f64(),
             "percentiles": {

@@ -104,6 +104,7 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
     assert_eq!(r["connections"]["connected"], 2000, "{}", ctx());
     assert_eq!(r["connections"]["joined"], 2000, "{}", ctx());
     assert_eq!(r["errors"]["total"], 0, "{}", ctx());
+    assert_eq!(r["errors"]["by_kind"]["refused"], 0, "{}", ctx());
     assert_eq!(r["broadcast"]["sent"], 3, "{}", ctx());
     assert_eq!(r["broadcast"]["receivers"], 2000 * 3, "{}", ctx());
     for key in [
