@@ -49,7 +49,7 @@ echo "redis pid $redis, supervisor pid $super, $workers workers: ${wpids[*]}"
 
 rss_of() { local t=0; for p in "$@"; do [ -r /proc/$p/statm ] && t=$(( t + $(awk '{print $2}' /proc/$p/statm) * 4096 )); done; echo $t; }
 cpu_of() { local t=0; for p in "$@"; do [ -r /proc/$p/stat ] && t=$(( t + $(awk '{print $14+$15}' /proc/$p/stat) )); done; echo $t; }
-slab() { awk '/^Slab:/ {printf "%d\n", $2*1024}' /proc/meminfo; }
+slab() { awk '/^Slab:/ {printf "%.0f\n", $2*1024}' /proc/meminfo; }
 agents() { pgrep -f "$bin agent" || true; }
 
 base_rss=$(rss_of "${wpids[@]}" "$redis"); base_slab=$(slab)

@@ -25,6 +25,12 @@ enum Cmd {
 
 /// Connects to the controller (retrying briefly) and runs until `finish`.
 pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
+    // Before any thread starts, so every thread inherits it; see
+    // `sys::set_batch_scheduling`. THRONG_AGENT_NO_BATCH=1 keeps the default
+    // policy (for comparing).
+    if std::env::var_os("THRONG_AGENT_NO_BATCH").is_none() && !sys::set_batch_scheduling() {
+        tracing::debug!("SCHED_BATCH refused; keeping the default scheduling policy");
+    }
     let (soft, hard) = sys::raise_fd_limit();
     let capacity = soft.saturating_sub(FD_MARGIN).max(1);
     let deadline = Instant::now() + Duration::from_secs(10);

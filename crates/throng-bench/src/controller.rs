@@ -37,10 +37,59 @@ use crate::sys::{self, ProcSample};
 use crate::wire::{self, Plan, ToAgent, ToController};
 use crate::{dashboard, report, tsung, BenchArgs};
 
-/// The embedded server, our child.
+/// Open files kept back per server worker, beyond the limit's margin, so that
+/// the kernel's uneven spread of connections over `SO_REUSEPORT` listeners
+/// never pushes one worker into its limit.
+const WORKER_MARGIN: u64 = 600;
+
+/// The embedded server, our child: one `throng serve`, or a supervisor of
+/// `--workers` (whose worker pids it prints as `worker I pid P`).
 struct Server {
     child: Child,
     addr: SocketAddr,
+    workers: Arc<Mutex<Vec<u32>>>,
+}
+
+/// A `redis-server` we started for a multi-worker embedded server.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    /// Starts `redis-server` on a free loopback port and waits until it accepts.
+    fn spawn() -> Result<Redis, BenchError> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                BenchError::Server(format!(
+                    "this run needs several server workers joined through Redis, but `redis-server` could not be started ({e}); install it: apt-get install redis-server"
+                ))
+            })?;
+        let redis = Redis { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(BenchError::Server(format!(
+                    "redis-server did not listen on 127.0.0.1:{port} within 10 s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(redis)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for AgentLink {
@@ -79,10 +128,21 @@ impl Server {
         let mut child = cmd.stdout(Stdio::piped()).stdin(Stdio::null()).spawn()?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
+        let workers = Arc::new(Mutex::new(Vec::new()));
+        let pids = workers.clone();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                if let Some(pid) = line
+                    .trim()
+                    .strip_prefix("worker ")
+                    .and_then(|r| r.split_whitespace().nth(2))
+                {
+                    if let Ok(pid) = pid.parse::<u32>() {
+                        pids.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+                    }
+                }
                 if !sent {
                     if let Some(a) = line.trim().strip_prefix("listening on ") {
                         let _ = tx.send(a.trim().to_string());
@@ -96,7 +156,11 @@ impl Server {
                 let addr = a.parse().map_err(|_| {
                     BenchError::Server(format!("server printed an address I cannot read: {a}"))
                 })?;
-                Ok(Server { child, addr })
+                Ok(Server {
+                    child,
+                    addr,
+                    workers,
+                })
             }
             Err(_) => {
                 let _ = child.kill();
@@ -110,6 +174,26 @@ impl Server {
 
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The processes that hold connections: the workers, or the server itself.
+    fn holders(&self, expect: usize) -> Vec<u32> {
+        if expect <= 1 {
+            return vec![self.pid()];
+        }
+        // The supervisor prints the worker lines right after `listening on`.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let w = self
+                .workers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if w.len() >= expect || Instant::now() > deadline {
+                return w;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -188,15 +272,58 @@ struct CpuWindow {
     cores: usize,
 }
 
-/// Sources of server samples: `/proc` for our child, `/metrics` always.
+/// Sources of server samples: `/proc` for our children, `/metrics` always.
 struct ServerProbe {
+    /// The server, or the supervisor of its workers.
     pid: Option<u32>,
+    /// Processes whose RSS and CPU count as the server's: the server itself,
+    /// or every worker plus the Redis between them.
+    procs: Vec<u32>,
+    /// With several workers, `/metrics` on the shared port reaches one of
+    /// them only: connections are counted from the workers' open files,
+    /// over the count they had before the run.
+    fd_holders: Vec<u32>,
+    fd_baseline: u64,
     metrics: SocketAddr,
 }
 
 impl ServerProbe {
     fn proc(&self) -> Option<ProcSample> {
-        self.pid.and_then(|p| sys::proc_sample(&p.to_string()))
+        let samples: Vec<ProcSample> = self
+            .procs
+            .iter()
+            .filter_map(|p| sys::proc_sample(&p.to_string()))
+            .collect();
+        if samples.is_empty() {
+            return None;
+        }
+        Some(ProcSample {
+            rss: samples.iter().map(|s| s.rss).sum(),
+            cpu_secs: samples.iter().map(|s| s.cpu_secs).sum(),
+        })
+    }
+
+    fn open_fds(pids: &[u32]) -> u64 {
+        pids.iter()
+            .filter_map(|p| std::fs::read_dir(format!("/proc/{p}/fd")).ok())
+            .map(|d| d.count() as u64)
+            .sum()
+    }
+
+    /// The server's open connections: from `/metrics`, or from the workers' files.
+    fn conns(&self, metrics: Option<&str>) -> Option<f64> {
+        if self.fd_holders.is_empty() {
+            metrics.and_then(server_conns)
+        } else {
+            Some(Self::open_fds(&self.fd_holders).saturating_sub(self.fd_baseline) as f64)
+        }
+    }
+
+    fn threads(&self) -> Vec<(u32, f64)> {
+        self.procs
+            .iter()
+            .flat_map(|&p| sys::thread_cpu(p))
+            .collect()
     }
 
     fn metrics(&self) -> Option<String> {
@@ -300,8 +427,11 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             );
         }
     }
-    // The server side: ours, or a remote one.
+    // The server side: ours, or a remote one. A multi-worker server is
+    // dropped before its Redis (locals drop in reverse order).
+    let mut redis: Option<Redis> = None;
     let mut server = None;
+    let mut workers = 1usize;
     let target = match &args.target {
         Some(t) => {
             if !sc.sends_heartbeats() {
@@ -313,18 +443,31 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         }
         None => {
             let users = sc.total_users();
-            if users > per_process {
-                eprintln!(
-                    "note: one server process caps this run at {per_process} connections (its open-files hard limit is {hard}, less {FD_MARGIN} for itself); the cluster feature will lift this. Capping {users} users to {per_process}."
-                );
-                sc.set_max_users(per_process);
-            }
             let idle = if sc.sends_heartbeats() {
                 args.idle_timeout
             } else {
                 Some(args.idle_timeout.unwrap_or(0))
             };
-            let s = Server::spawn(idle, &args.server_arg)?;
+            let mut extra = args.server_arg.clone();
+            if users > per_process {
+                // Several server processes on one port, joined through a local
+                // Redis; a margin per worker absorbs SO_REUSEPORT's uneven spread.
+                let per_worker = hard.saturating_sub(WORKER_MARGIN).max(1);
+                workers = users.div_ceil(per_worker) as usize;
+                let r = Redis::spawn()?;
+                eprintln!(
+                    "note: {users} connections are more than one process's open-files limit ({hard}) allows: starting {workers} server workers (`throng serve --workers {workers}`) joined through redis-server on 127.0.0.1:{}",
+                    r.port
+                );
+                extra.extend([
+                    "--workers".to_string(),
+                    workers.to_string(),
+                    "--redis".to_string(),
+                    format!("redis://127.0.0.1:{}", r.port),
+                ]);
+                redis = Some(r);
+            }
+            let s = Server::spawn(idle, &extra)?;
             let addr = s.addr;
             server = Some(s);
             addr
@@ -498,8 +641,18 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         }
     }
 
+    let holders = server
+        .as_ref()
+        .map(|s| s.holders(workers))
+        .unwrap_or_default();
+    let mut procs = holders.clone();
+    procs.extend(redis.as_ref().map(|r| r.child.id()));
+    let fd_holders = if workers > 1 { holders } else { Vec::new() };
     let probe = ServerProbe {
         pid: server.as_ref().map(Server::pid),
+        procs,
+        fd_baseline: ServerProbe::open_fds(&fd_holders),
+        fd_holders,
         metrics: target,
     };
     let mut run = Run::new(&args, &sc, probe, agents, conn_size, server.is_some());
@@ -681,7 +834,7 @@ impl Run {
         CpuPoint {
             t: self.start.elapsed().as_secs_f64(),
             server: self.probe.proc().map(|p| p.cpu_secs),
-            server_threads: self.probe.pid.map(sys::thread_cpu).unwrap_or_default(),
+            server_threads: self.probe.threads(),
             agents: self
                 .agents
                 .iter()
@@ -775,7 +928,7 @@ impl Run {
             connected: c.open,
             joined: c.joined,
             errors: c.errors.total(),
-            server_conns: metrics.as_deref().and_then(server_conns),
+            server_conns: self.probe.conns(metrics.as_deref()),
             server_rss_mb: srv.map(|p| p.rss as f64 / 1048576.0),
             agents_rss_mb: c.rss as f64 / 1048576.0,
             ..Default::default()
@@ -856,7 +1009,7 @@ impl Run {
         let mut prev = Some((self.start, Counters::default(), server_base));
         self.timeline.push(Sample {
             server_rss_mb: server_base.map(|p| p.rss as f64 / 1048576.0),
-            server_conns: base_metrics.as_deref().and_then(server_conns),
+            server_conns: self.probe.conns(base_metrics.as_deref()),
             ..Default::default()
         });
         let mut next_trace = self.start + Duration::from_millis(100);
@@ -908,7 +1061,7 @@ impl Run {
         let plateau_metrics = self.probe.metrics();
         let server_plateau = self.probe.sample(plateau_metrics.as_deref());
         let plateau = self.total().unwrap_or_default();
-        let plateau_server_conns = plateau_metrics.as_deref().and_then(server_conns);
+        let plateau_server_conns = self.probe.conns(plateau_metrics.as_deref());
         let agent_rss_delta: i64 = self
             .agents
             .iter()
@@ -974,6 +1127,13 @@ impl Run {
                 .as_deref()
                 .and_then(|m| sys::metric(m, "throng_process_cpu_seconds_total"))
         });
+        // With several workers the connections are counted from their open
+        // files: the storm is over when as many files are gone as the agents
+        // held connections (the workers' other files, such as their Redis
+        // connections, stay).
+        let storm_fd_floor = (!self.probe.fd_holders.is_empty()).then(|| {
+            ServerProbe::open_fds(&self.probe.fd_holders).saturating_sub(before_storm.open)
+        });
         let storm_start = Instant::now();
         send_all(&mut self.agents, &ToAgent::Storm)?;
         let mut storm_secs = None;
@@ -983,7 +1143,11 @@ impl Run {
         while metrics_ok && Instant::now() < storm_deadline {
             match self.probe.metrics() {
                 Some(m) => {
-                    if server_conns(&m).unwrap_or(1.0) <= 0.0 {
+                    let drained = match storm_fd_floor {
+                        Some(floor) => ServerProbe::open_fds(&self.probe.fd_holders) <= floor,
+                        None => server_conns(&m).unwrap_or(1.0) <= 0.0,
+                    };
+                    if drained {
                         storm_secs = Some(storm_start.elapsed().as_secs_f64());
                         let cpu1 = self
                             .probe
