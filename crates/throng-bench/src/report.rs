@@ -214,7 +214,7 @@ pub fn summary_table(r: &Value) -> String {
 }
 
 const PAGE: &str = r##"<!doctype html>
-<html><head><meta charset="utf-8"><title>throng bench</title>
+<html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>throng bench</title>
 <style>
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fafafa}
 h1{font-size:20px;margin:0 0 4px} .sub{color:#666;margin-bottom:16px}
