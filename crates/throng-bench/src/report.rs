@@ -238,6 +238,7 @@ svg text{font-size:11px;fill:#555} .legend span{margin-right:12px}
 const LIVE = /*LIVE*/false;
 let DATA = /*DATA*/null;
 const COLORS = ["#1f77b4","#d62728","#2ca02c","#ff7f0e","#9467bd","#8c564b"];
+function tick(v){ const a=Math.abs(v); if(a>=1e6) return (+(v/1e6).toFixed(2))+"M"; if(a>=1e4) return (+(v/1e3).toFixed(1))+"k"; return fmt(v); }
 function fmt(v){ if(v===null||v===undefined) return "-"; if(typeof v==="number") return Math.abs(v)>=100?Math.round(v).toLocaleString():(+v.toFixed(2)).toString(); return String(v); }
 function chart(el, series, xlabel, logx){
   const W=440,H=220,L=50,B=28,T=8,R=10;
@@ -249,7 +250,7 @@ function chart(el, series, xlabel, logx){
   if(x1===x0)x1=x0+1;
   const X=x=>L+(tx(x)-x0)/(x1-x0)*(W-L-R), Y=y=>H-B-(y/y1)*(H-B-T);
   let g=`<svg width="${W}" height="${H}">`;
-  for(let i=0;i<=4;i++){const y=y1*i/4;g+=`<line x1="${L}" x2="${W-R}" y1="${Y(y)}" y2="${Y(y)}" stroke="#eee"/><text x="${L-4}" y="${Y(y)+4}" text-anchor="end">${fmt(y)}</text>`;}
+  for(let i=0;i<=4;i++){const y=y1*i/4;g+=`<line x1="${L}" x2="${W-R}" y1="${Y(y)}" y2="${Y(y)}" stroke="#eee"/><text x="${L-4}" y="${Y(y)+4}" text-anchor="end">${tick(y)}</text>`;}
   if(logx){[0,50,90,99,99.9,99.99].forEach(q=>{if(tx(q)<=x1)g+=`<text x="${X(q)}" y="${H-B+14}" text-anchor="middle">p${q}</text>`;});}
   else{for(let i=0;i<=4;i++){const x=x0+(x1-x0)*i/4;g+=`<text x="${L+(x-x0)/(x1-x0)*(W-L-R)}" y="${H-B+14}" text-anchor="middle">${fmt(x)}</text>`;}}
   g+=`<text x="${W-R}" y="${H-2}" text-anchor="end">${xlabel}</text>`;
