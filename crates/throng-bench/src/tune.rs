@@ -161,6 +161,8 @@ mod tests {
         assert!(r.contains("agent process"));
         // The seed's eight, the port range and somaxconn for load generators, conntrack.
         assert_eq!(super::SETTINGS.len(), 10);
-        assert!(super::SETTINGS.iter().any(|(k, _, _)| *k == "net.netfilter.nf_conntrack_max"));
+        assert!(super::SETTINGS
+            .iter()
+            .any(|(k, _, _)| *k == "net.netfilter.nf_conntrack_max"));
     }
 }
