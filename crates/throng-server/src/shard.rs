@@ -828,14 +828,20 @@ impl Shard {
     /// Removes join `i` of `key`; returns its join_ref.
     fn leave(&mut self, key: usize, i: usize, reason: Terminate) -> Option<Box<str>> {
         let join = self.conns[key].joins.swap_remove(i);
-        let topic_name = self
+        self.end_join(join, reason)
+    }
+
+    /// Ends a join already taken off its connection: unsubscribes it and
+    /// tells the channel. Returns its join_ref.
+    fn end_join(&mut self, join: Join, reason: Terminate) -> Option<Box<str>> {
+        let name = self
             .registry
             .topics
             .get(join.topic as usize)
             .map(|t| t.name.clone());
         self.unsubscribe(join.topic, join.pos);
         ShardStats::sub(&self.stats.channels, 1);
-        if let Some(name) = topic_name {
+        if let Some(name) = name {
             self.terminate(&name, join.join_ref.as_deref(), reason);
         }
         join.join_ref
@@ -1155,16 +1161,7 @@ impl Shard {
         // The channels end now; the socket lingers only to deliver the close.
         let joins = std::mem::take(&mut conn.joins);
         for join in joins {
-            let name = self
-                .registry
-                .topics
-                .get(join.topic as usize)
-                .map(|t| t.name.clone());
-            self.unsubscribe(join.topic, join.pos);
-            ShardStats::sub(&self.stats.channels, 1);
-            if let Some(name) = name {
-                self.terminate(&name, join.join_ref.as_deref(), Terminate::Closed);
-            }
+            self.end_join(join, Terminate::Closed);
         }
         if was_ws {
             ShardStats::sub(&self.stats.websockets, 1);
@@ -1215,16 +1212,7 @@ impl Shard {
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
         for join in conn.joins {
-            let name = self
-                .registry
-                .topics
-                .get(join.topic as usize)
-                .map(|t| t.name.clone());
-            self.unsubscribe(join.topic, join.pos);
-            ShardStats::sub(&self.stats.channels, 1);
-            if let Some(name) = name {
-                self.terminate(&name, join.join_ref.as_deref(), Terminate::Closed);
-            }
+            self.end_join(join, Terminate::Closed);
         }
         // Dropping the stream closes the descriptor, which also leaves epoll.
     }
