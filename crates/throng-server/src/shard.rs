@@ -53,7 +53,6 @@ enum Kind {
     },
     /// Our last bytes are queued or sent; waiting to shut down and for the peer's FIN.
     Closing {
-        ws: bool,
         shut: bool,
     },
 }
@@ -558,7 +557,7 @@ impl Shard {
             _ => self.send(key, node.pages.not_found.bytes(head_only)),
         }
         if !keep_alive {
-            self.start_closing(key, false);
+            self.start_closing(key);
         }
         Some(head_len)
     }
@@ -566,7 +565,7 @@ impl Shard {
     fn http_error(&mut self, key: usize, status: u16, reason: &str, extra: &str, body: &str) {
         let resp = crate::page::error_response(status, reason, extra, body);
         self.send(key, &resp);
-        self.start_closing(key, false);
+        self.start_closing(key);
     }
 
     // ---- WebSocket ----
@@ -593,7 +592,7 @@ impl Shard {
                         Some(code) => frame::encode_close(&mut self.reply, code, "", None),
                         None => frame::encode_frame(&mut self.reply, Opcode::Close, &[], None),
                     }
-                    self.start_closing(key, true);
+                    self.start_closing(key);
                 }
                 Err(e) => self.fail(key, e.close_code(), &e.to_string()),
             },
@@ -973,7 +972,7 @@ impl Shard {
             self.reply.clear();
         }
         if let Some(conn) = self.conns.get(key) {
-            if let Kind::Closing { shut: false, .. } = conn.kind {
+            if let Kind::Closing { shut: false } = conn.kind {
                 self.try_shutdown(key);
             }
         }
@@ -984,7 +983,7 @@ impl Shard {
         ShardStats::add(&self.stats.protocol_errors, 1);
         tracing::debug!(key, code, "closing: {reason}");
         frame::encode_close(&mut self.reply, code, reason, None);
-        self.start_closing(key, true);
+        self.start_closing(key);
     }
 
     // ---- output ----
@@ -1087,7 +1086,7 @@ impl Shard {
             .registry()
             .reregister(&mut conn.sock, Token(key), Interest::READABLE);
         conn.trim();
-        if let Kind::Closing { shut: false, .. } = conn.kind {
+        if let Kind::Closing { shut: false } = conn.kind {
             self.try_shutdown(key);
         }
     }
@@ -1141,7 +1140,7 @@ impl Shard {
     // ---- closing ----
 
     /// Sends what is gathered, then half-closes once the queue drains.
-    fn start_closing(&mut self, key: usize, ws: bool) {
+    fn start_closing(&mut self, key: usize) {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
@@ -1149,10 +1148,7 @@ impl Shard {
             return;
         }
         let was_ws = matches!(conn.kind, Kind::Ws { .. });
-        conn.kind = Kind::Closing {
-            ws: ws || was_ws,
-            shut: false,
-        };
+        conn.kind = Kind::Closing { shut: false };
         conn.last_active = self.now;
         if let Some(e) = conn.extra.as_mut() {
             e.input = Vec::new();
@@ -1175,9 +1171,9 @@ impl Shard {
         if conn.queued() || !self.reply.is_empty() {
             return;
         }
-        if let Kind::Closing { ws, shut: false } = conn.kind {
+        if let Kind::Closing { shut: false } = conn.kind {
             let _ = conn.sock.shutdown(std::net::Shutdown::Write);
-            conn.kind = Kind::Closing { ws, shut: true };
+            conn.kind = Kind::Closing { shut: true };
         }
     }
 
