@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use slab::Slab;
 use throng_protocol::frame::{encode_header, Opcode};
 use throng_protocol::serializer::encode_broadcast;
-use throng_protocol::{Payload, Vsn};
+use throng_protocol::Vsn;
 
 use crate::channel::OwnedPayload;
 
@@ -61,6 +61,11 @@ impl Broadcast {
             frames,
             exclude,
         }
+    }
+
+    /// The frame a socket speaking `vsn` gets, if that serializer can carry it.
+    pub fn frame(&self, vsn: Vsn) -> Option<&[u8]> {
+        self.frames[vsn.index()].as_deref()
     }
 }
 
@@ -231,36 +236,21 @@ impl Registry {
     }
 }
 
-/// Payload helper for tests and apps: a JSON payload from text.
-pub fn json(text: &str) -> OwnedPayload {
-    OwnedPayload::Json(text.to_string())
-}
-
-/// The frame a v1 or v2 socket gets for `b`.
-pub fn frame_for(b: &Broadcast, vsn: Vsn) -> Option<&[u8]> {
-    b.frames[vsn.index()].as_deref()
-}
-
-/// Borrowed view used by tests.
-pub fn payload_of(b: &Broadcast) -> Payload<'_> {
-    b.payload.as_payload()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn encodes_once_per_serializer() {
-        let b = Broadcast::new("t".into(), "e".into(), json("{}"), None);
+        let b = Broadcast::new("t".into(), "e".into(), OwnedPayload::empty(), None);
         assert_eq!(
-            &frame_for(&b, Vsn::V2).unwrap()[2..],
+            &b.frame(Vsn::V2).unwrap()[2..],
             br#"[null,null,"t","e",{}]"#
         );
-        assert_eq!(frame_for(&b, Vsn::V1).unwrap()[0], 0x81);
+        assert_eq!(b.frame(Vsn::V1).unwrap()[0], 0x81);
         let bin = Broadcast::new("t".into(), "e".into(), OwnedPayload::Binary(vec![1]), None);
-        assert!(frame_for(&bin, Vsn::V1).is_none());
-        assert_eq!(frame_for(&bin, Vsn::V2).unwrap()[0], 0x82);
+        assert!(bin.frame(Vsn::V1).is_none());
+        assert_eq!(bin.frame(Vsn::V2).unwrap()[0], 0x82);
     }
 
     #[test]

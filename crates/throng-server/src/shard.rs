@@ -95,7 +95,7 @@ enum Chunk {
 impl Chunk {
     fn rest(&self) -> &[u8] {
         match self {
-            Chunk::Shared(b, vsn, off) => &b.frames[vsn.index()].as_deref().unwrap_or(&[])[*off..],
+            Chunk::Shared(b, vsn, off) => &b.frame(*vsn).unwrap_or(&[])[*off..],
             Chunk::Owned(v, off) => &v[*off..],
         }
     }
@@ -1116,7 +1116,7 @@ impl Shard {
             if conn.dead {
                 continue;
             }
-            let Some(bytes) = b.frames[vsn.index()].as_deref() else {
+            let Some(bytes) = b.frame(vsn) else {
                 continue;
             };
             self.msgs_out += 1;
