@@ -25,7 +25,6 @@
 //! backoff; see the crate docs for what happens meanwhile.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
@@ -33,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use ::redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use futures_util::StreamExt;
+use throng_server::node::write_metric;
 use throng_server::pubsub::{Backplane, Broadcast};
 use throng_server::Node;
 use tokio::sync::mpsc;
@@ -191,10 +191,7 @@ impl RedisBackplane {
 /// The backplane metrics of `stats`, Prometheus text format.
 pub fn render_metrics(stats: &Stats, out: &mut String) {
     let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
+        write_metric(out, name, kind, help, value);
     };
     metric(
         "throng_backplane_connected",

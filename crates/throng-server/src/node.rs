@@ -15,6 +15,21 @@ use crate::page::Pages;
 use crate::pubsub::{Backplane, Broadcast, NodeTopics};
 use crate::sys;
 
+/// Appends one metric in Prometheus text format: its HELP, TYPE and value.
+/// Every `/metrics` line, the backplane's included, is written here.
+pub fn write_metric(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    value: impl std::fmt::Display,
+) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
+}
+
 /// A message to a shard's event loop.
 pub(crate) enum ShardMsg {
     Broadcast(Arc<Broadcast>),
@@ -109,10 +124,7 @@ impl Node {
         };
         let mut out = String::with_capacity(2048);
         let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
+            write_metric(&mut out, name, kind, help, value);
         };
         metric(
             "throng_connections",
@@ -234,10 +246,12 @@ impl Node {
             "Resident set size.",
             sys::rss_bytes().unwrap_or(0),
         );
-        let _ = writeln!(
-            out,
-            "# HELP throng_process_cpu_seconds_total User and system CPU time.\n# TYPE throng_process_cpu_seconds_total counter\nthrong_process_cpu_seconds_total {:.3}",
-            sys::cpu_seconds().unwrap_or(0.0)
+        write_metric(
+            &mut out,
+            "throng_process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time.",
+            format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
         );
         self.backplane.render_metrics(&mut out);
         out
