@@ -213,6 +213,30 @@ fn short(s: &str, what: &'static str) -> Result<u8, EncodeError> {
     u8::try_from(s.len()).map_err(|_| EncodeError::TooLong(what))
 }
 
+/// Writes a v2 binary frame body: the `kind` byte, one length byte per
+/// named part, the parts, then `data`. Nothing is written on error.
+fn binary(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    kind: u8,
+    parts: &[(&str, &'static str)],
+    data: &[u8],
+) -> Result<Opcode, EncodeError> {
+    if vsn == Vsn::V1 {
+        return Err(EncodeError::BinaryOnV1);
+    }
+    let mut head = [kind, 0, 0, 0, 0];
+    for (i, (part, what)) in parts.iter().enumerate() {
+        head[i + 1] = short(part, what)?;
+    }
+    out.extend_from_slice(&head[..parts.len() + 1]);
+    for (part, _) in parts {
+        out.extend_from_slice(part.as_bytes());
+    }
+    out.extend_from_slice(data);
+    Ok(Opcode::Binary)
+}
+
 /// Writes a JSON message in the serializer's layout. `payload` is JSON text.
 fn json_message(
     vsn: Vsn,
@@ -270,21 +294,9 @@ pub fn encode_message(
             Ok(Opcode::Text)
         }
         Payload::Binary(data) => {
-            if vsn == Vsn::V1 {
-                return Err(EncodeError::BinaryOnV1);
-            }
             let jr = join_ref.unwrap_or("");
-            out.extend_from_slice(&[
-                PUSH,
-                short(jr, "join_ref")?,
-                short(topic, "topic")?,
-                short(event, "event")?,
-            ]);
-            out.extend_from_slice(jr.as_bytes());
-            out.extend_from_slice(topic.as_bytes());
-            out.extend_from_slice(event.as_bytes());
-            out.extend_from_slice(data);
-            Ok(Opcode::Binary)
+            let parts = [(jr, "join_ref"), (topic, "topic"), (event, "event")];
+            binary(vsn, out, PUSH, &parts, data)
         }
     }
 }
@@ -320,22 +332,14 @@ pub fn encode_reply(
             Ok(Opcode::Text)
         }
         Payload::Binary(data) => {
-            if vsn == Vsn::V1 {
-                return Err(EncodeError::BinaryOnV1);
-            }
             let (jr, r) = (join_ref.unwrap_or(""), msg_ref.unwrap_or(""));
-            out.extend_from_slice(&[
-                REPLY,
-                short(jr, "join_ref")?,
-                short(r, "ref")?,
-                short(topic, "topic")?,
-                short(status, "status")?,
-            ]);
-            for part in [jr, r, topic, status] {
-                out.extend_from_slice(part.as_bytes());
-            }
-            out.extend_from_slice(data);
-            Ok(Opcode::Binary)
+            let parts = [
+                (jr, "join_ref"),
+                (r, "ref"),
+                (topic, "topic"),
+                (status, "status"),
+            ];
+            binary(vsn, out, REPLY, &parts, data)
         }
     }
 }
@@ -350,16 +354,13 @@ pub fn encode_broadcast(
 ) -> Result<Opcode, EncodeError> {
     match payload {
         Payload::Json(_) => encode_message(vsn, out, None, None, topic, event, payload),
-        Payload::Binary(data) => {
-            if vsn == Vsn::V1 {
-                return Err(EncodeError::BinaryOnV1);
-            }
-            out.extend_from_slice(&[BROADCAST, short(topic, "topic")?, short(event, "event")?]);
-            out.extend_from_slice(topic.as_bytes());
-            out.extend_from_slice(event.as_bytes());
-            out.extend_from_slice(data);
-            Ok(Opcode::Binary)
-        }
+        Payload::Binary(data) => binary(
+            vsn,
+            out,
+            BROADCAST,
+            &[(topic, "topic"), (event, "event")],
+            data,
+        ),
     }
 }
 
@@ -394,18 +395,13 @@ pub fn encode_client(
         }
         (Vsn::V2, Payload::Binary(data)) => {
             let (jr, r) = (jr.unwrap_or(""), r.unwrap_or(""));
-            out.extend_from_slice(&[
-                PUSH,
-                short(jr, "join_ref")?,
-                short(r, "ref")?,
-                short(&msg.topic, "topic")?,
-                short(&msg.event, "event")?,
-            ]);
-            for part in [jr, r, &msg.topic, &msg.event] {
-                out.extend_from_slice(part.as_bytes());
-            }
-            out.extend_from_slice(data);
-            Ok(Opcode::Binary)
+            let parts = [
+                (jr, "join_ref"),
+                (r, "ref"),
+                (&*msg.topic, "topic"),
+                (&*msg.event, "event"),
+            ];
+            binary(vsn, out, PUSH, &parts, data)
         }
     }
 }
