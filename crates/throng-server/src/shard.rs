@@ -1233,10 +1233,14 @@ impl Shard {
                 expired.push((key, matches!(conn.kind, Kind::Ws { .. })));
             }
         }
+        if expired.is_empty() {
+            return;
+        }
+        // The same close frame for every idle socket of this sweep.
+        let mut bye = Vec::with_capacity(32);
+        frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
         for (key, ws) in expired {
             if ws {
-                let mut bye = Vec::with_capacity(32);
-                frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
                 if let Some(conn) = self.conns.get_mut(key) {
                     let _ = write_some(&mut conn.sock, &bye);
                 }
