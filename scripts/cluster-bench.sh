@@ -2,9 +2,9 @@
 # A cluster-scale run on one machine: a local redis-server, `throng serve
 # --workers W --redis ...` (W from the connection count and the per-process
 # open-files limit), and `throng bench --target` with as many agents as the
-# count needs. Besides bench's own report it samples, every 2 s, what bench
-# cannot see from outside: RSS of every worker plus Redis, the kernel's Slab
-# (/proc/meminfo), and CPU seconds per process kind.
+# count needs. Besides bench's own report (which includes the kernel's Slab
+# per connection) it samples, every 2 s, what bench cannot see of a server it
+# did not start: RSS of every worker plus Redis, and CPU seconds per process kind.
 #
 # Usage: scripts/cluster-bench.sh CONNECTIONS [extra `throng bench` args...]
 #   e.g. scripts/cluster-bench.sh 1000000 --arrival-rate 20000 --hold 120 --broadcasts 3 --broadcast-interval 5
@@ -49,16 +49,15 @@ echo "redis pid $redis, supervisor pid $super, $workers workers: ${wpids[*]}"
 
 rss_of() { local t=0; for p in "$@"; do [ -r /proc/$p/statm ] && t=$(( t + $(awk '{print $2}' /proc/$p/statm) * 4096 )); done; echo $t; }
 cpu_of() { local t=0; for p in "$@"; do [ -r /proc/$p/stat ] && t=$(( t + $(awk '{print $14+$15}' /proc/$p/stat) )); done; echo $t; }
-slab() { awk '/^Slab:/ {printf "%.0f\n", $2*1024}' /proc/meminfo; }
 agents() { pgrep -f "$bin agent" || true; }
 
-base_rss=$(rss_of "${wpids[@]}" "$redis"); base_slab=$(slab)
-echo "t,server_rss,redis_rss,slab,workers_cpu,redis_cpu,agents_cpu,agents_rss" >"$out/samples.csv"
+base_rss=$(rss_of "${wpids[@]}" "$redis")
+echo "t,server_rss,redis_rss,workers_cpu,redis_cpu,agents_cpu,agents_rss" >"$out/samples.csv"
 (
   t0=$(date +%s)
   while kill -0 "$super" 2>/dev/null; do
     mapfile -t apids < <(agents)
-    echo "$(( $(date +%s) - t0 )),$(rss_of "${wpids[@]}"),$(rss_of "$redis"),$(slab),$(cpu_of "${wpids[@]}"),$(cpu_of "$redis"),$(cpu_of "${apids[@]}"),$(rss_of "${apids[@]}")" >>"$out/samples.csv"
+    echo "$(( $(date +%s) - t0 )),$(rss_of "${wpids[@]}"),$(rss_of "$redis"),$(cpu_of "${wpids[@]}"),$(cpu_of "$redis"),$(cpu_of "${apids[@]}"),$(rss_of "${apids[@]}")" >>"$out/samples.csv"
     sleep 2
   done
 ) &
@@ -69,19 +68,19 @@ sampler=$!
 sleep 2
 kill "$sampler" 2>/dev/null || true
 
-python3 - "$out" "$n" "$base_rss" "$base_slab" "$workers" <<'PY' | tee "$out/summary.txt"
+python3 - "$out" "$n" "$base_rss" "$workers" <<'PY' | tee "$out/summary.txt"
 import csv, json, sys, os
-out, n, base_rss, base_slab, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+out, n, base_rss, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rows = list(csv.DictReader(open(os.path.join(out, "samples.csv"))))
 b = json.load(open(os.path.join(out, "bench.json")))
-peak = max(rows, key=lambda r: int(r["slab"]))
+peak = max(rows, key=lambda r: int(r["server_rss"]))
 hz = os.sysconf("SC_CLK_TCK")
 srv = int(peak["server_rss"]) + int(peak["redis_rss"])
 conn = b["connections"]["connected"]
 print(f"connections: target {n}, connected {conn}, errors {b['errors']['total']}")
 print(f"workers: {workers} (+ redis)")
 print(f"server RSS at peak (all workers + redis): {srv/2**20:.0f} MiB; over baseline {(srv-base_rss)/max(conn,1):.0f} B per connection")
-print(f"kernel Slab over baseline: {(int(peak['slab'])-base_slab)/max(conn,1):.0f} B per connection (both ends of each loopback connection)")
+print(f"kernel Slab: {b['kernel']['bytes_per_conn']:.0f} B per connection (bench's figure; both ends of each loopback connection)")
 print(f"agents RSS at peak: {int(peak['agents_rss'])/2**20:.0f} MiB in all = {int(peak['agents_rss'])/max(conn,1):.0f} B per connection, each process's baseline included (bench.json agent.bytes_per_conn is the slope)")
 last = rows[-1]
 agents_cpu = max(int(r["agents_cpu"]) for r in rows)

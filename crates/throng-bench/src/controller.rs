@@ -1002,6 +1002,7 @@ impl Run {
         // Baseline: the server with no connections.
         let base_metrics = self.probe.metrics();
         let server_base = self.probe.sample(base_metrics.as_deref());
+        let slab_base = sys::slab();
         if base_metrics.is_none() {
             eprintln!(
                 "warning: no /metrics from the server at {}: server-side figures will be missing",
@@ -1067,6 +1068,7 @@ impl Run {
         self.pump(rx, Duration::from_millis(1000))?;
         let plateau_metrics = self.probe.metrics();
         let server_plateau = self.probe.sample(plateau_metrics.as_deref());
+        let slab_plateau = sys::slab();
         let plateau = self.total().unwrap_or_default();
         let plateau_server_conns = self.probe.conns(plateau_metrics.as_deref());
         let agent_rss_delta: i64 = self
@@ -1145,34 +1147,34 @@ impl Run {
         send_all(&mut self.agents, &ToAgent::Storm)?;
         let mut storm_secs = None;
         let mut storm_cpu = None;
-        let storm_deadline = storm_start + Duration::from_secs(30);
-        let mut metrics_ok = base_metrics.is_some();
+        // 30 s, and a second more per 25,000 connections (a million took ~24 s).
+        let storm_deadline = storm_start + Duration::from_secs(30 + before_storm.open / 25_000);
         // Between checks, at least as long as a check took: counting open
         // files never takes more than half of the controller's time.
         let mut pause = Duration::from_millis(5);
-        while metrics_ok && Instant::now() < storm_deadline {
-            match self.probe.metrics() {
-                Some(m) => {
-                    let check = Instant::now();
-                    let drained = match storm_fd_floor {
-                        Some(floor) => ServerProbe::open_fds(&self.probe.fd_holders) <= floor,
-                        None => server_conns(&m).unwrap_or(1.0) <= 0.0,
-                    };
-                    pause = pause.max(check.elapsed());
-                    if drained {
-                        storm_secs = Some(storm_start.elapsed().as_secs_f64());
-                        let cpu1 = self
-                            .probe
-                            .proc()
-                            .map(|p| p.cpu_secs)
-                            .or_else(|| sys::metric(&m, "throng_process_cpu_seconds_total"));
-                        if let (Some(a), Some(b)) = (storm_cpu0, cpu1) {
-                            storm_cpu = Some(b - a);
-                        }
-                        break;
-                    }
+        let metrics_ok = base_metrics.is_some();
+        while Instant::now() < storm_deadline {
+            let check = Instant::now();
+            // Workers' open files need no /metrics (which a saturated machine
+            // may not answer in time); a single server's count does.
+            let (drained, metrics) = match storm_fd_floor {
+                Some(floor) => (ServerProbe::open_fds(&self.probe.fd_holders) <= floor, None),
+                None if metrics_ok => match self.probe.metrics() {
+                    Some(m) => (server_conns(&m).unwrap_or(1.0) <= 0.0, Some(m)),
+                    None => break,
+                },
+                None => break,
+            };
+            pause = pause.max(check.elapsed());
+            if drained {
+                storm_secs = Some(storm_start.elapsed().as_secs_f64());
+                let cpu1 = self.probe.proc().map(|p| p.cpu_secs).or_else(|| {
+                    metrics.and_then(|m| sys::metric(&m, "throng_process_cpu_seconds_total"))
+                });
+                if let (Some(a), Some(b)) = (storm_cpu0, cpu1) {
+                    storm_cpu = Some(b - a);
                 }
-                None => metrics_ok = false,
+                break;
             }
             self.pump(rx, pause)?;
         }
@@ -1246,6 +1248,10 @@ impl Run {
         let open = plateau.open.max(1) as f64;
         let server_bytes = match (server_base, server_plateau) {
             (Some(a), Some(b)) if plateau.open > 0 => Some((b.rss as f64 - a.rss as f64) / open),
+            _ => None,
+        };
+        let kernel_bytes = match (slab_base, slab_plateau) {
+            (Some(a), Some(b)) if plateau.open > 0 => Some((b as f64 - a as f64) / open),
             _ => None,
         };
         let agent_bytes = if plateau.open > 0 {
@@ -1385,6 +1391,12 @@ impl Run {
                 "bytes_per_conn": agent_bytes,
                 "conn_struct_bytes": self.conn_size,
                 "processes": agent_cpu,
+            },
+            "kernel": {
+                "slab_baseline": slab_base,
+                "slab_plateau": slab_plateau,
+                "bytes_per_conn": kernel_bytes,
+                "note": "machine-wide Slab growth per connection: both ends of each loopback connection when agents are local",
             },
             "controller": { "cpu_secs": controller_cpu },
             "storm": {

@@ -180,6 +180,14 @@ pub fn summary_table(r: &Value) -> String {
             num(&ag["conn_struct_bytes"])
         ),
     );
+    row(
+        &mut s,
+        "kernel Slab per connection",
+        format!(
+            "{} (machine-wide, both ends)",
+            bytes(&r["kernel"]["bytes_per_conn"])
+        ),
+    );
     if let Some(ps) = ag["processes"].as_array() {
         let cpus: Vec<String> = ps
             .iter()

@@ -153,9 +153,20 @@ pub fn machine_cpu() -> Option<(f64, f64)> {
 
 /// Total memory of the machine, bytes.
 pub fn mem_total() -> Option<u64> {
+    meminfo("MemTotal")
+}
+
+/// The kernel's slab allocations (socket state among them), bytes: the
+/// machine-wide memory a connection costs outside any process's RSS.
+pub fn slab() -> Option<u64> {
+    meminfo("Slab")
+}
+
+/// One `/proc/meminfo` field, bytes.
+fn meminfo(field: &str) -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;
     m.lines()
-        .find(|l| l.starts_with("MemTotal:"))
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<u64>().ok())
         .map(|kb| kb * 1024)
