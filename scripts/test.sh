@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+stage() { echo "== $* (at ${SECONDS}s)"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
@@ -13,7 +14,7 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v node >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "== installing ${missing[*]} (apt-get)"
+  stage "installing ${missing[*]} (apt-get)"
   as_root apt-get update -q
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q "${missing[@]}"
 fi
@@ -22,19 +23,22 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
-echo "== npm ci"
+stage "npm ci"
 npm ci --no-audit --no-fund --loglevel=error
 
-echo "== cargo build --release"
-cargo build --release --workspace --quiet
+# One build profile for everything (Cargo.toml's `ci`: release speed, no LTO).
+export THRONG_BIN="$PWD/target/ci/throng"
+stage "cargo build (profile ci)"
+cargo build --profile ci -p throng --quiet
 
-echo "== cargo test (unit, property, integration)"
-cargo test --release --workspace
+stage "cargo test (unit, property, integration)"
+cargo test --profile ci --workspace
 
-echo "== end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
-THRONG_BIN="$PWD/target/release/throng" node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
+stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
+node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
 
 if [ -d tests/cluster ]; then
-  echo "== cluster: real redis-server, workers, failures"
-  THRONG_BIN="$PWD/target/release/throng" node --test --test-concurrency=1 --test-timeout=90000 tests/cluster/
+  stage "cluster: real redis-server, workers, failures"
+  node --test --test-concurrency=1 --test-timeout=90000 tests/cluster/
 fi
+echo "== all passed in ${SECONDS}s"
