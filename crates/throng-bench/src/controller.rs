@@ -343,6 +343,19 @@ impl ServerProbe {
 }
 
 fn load_scenario(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>), BenchError> {
+    let (mut sc, imported) = scenario_of(args)?;
+    if let Some(h) = args.heartbeat {
+        if !(h.is_finite() && h >= 0.0) {
+            return Err(BenchError::Scenario(format!(
+                "--heartbeat {h}: seconds must be 0 (off) or more"
+            )));
+        }
+        sc.heartbeat = h;
+    }
+    Ok((sc, imported))
+}
+
+fn scenario_of(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>), BenchError> {
     if let Some(path) = &args.tsung {
         let text = std::fs::read_to_string(path)?;
         let imp = tsung::import(&text)?;

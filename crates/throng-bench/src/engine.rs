@@ -835,6 +835,12 @@ impl Engine {
                             c.rx = Some(Box::new(buf[used..end].to_vec()));
                         }
                     }
+                    // A short read drained the socket: epoll (edge-triggered)
+                    // reports the next arrival, so skip the read that would
+                    // only say EAGAIN (one syscall less per broadcast receipt).
+                    if end < buf.len() {
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if len > 0 {

@@ -74,6 +74,11 @@ pub struct BenchArgs {
     /// Ramp-up seconds (all arrival phases together).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// Seconds between each connection's heartbeats, overriding the scenario's
+    /// (built-in: 30, as phoenix.js; Tsung imports: 0). 0 sends none, as the
+    /// seed's Tsung run did; the embedded server then gets no idle timeout.
+    #[arg(long)]
+    pub heartbeat: Option<f64>,
     /// Use the v1 serializer (JSON objects) in the built-in scenario.
     #[arg(long)]
     pub v1: bool,
