@@ -35,7 +35,7 @@ use crate::scenario::{self, Scenario, Serializer};
 use crate::stats::{merge_bcasts, summarize, BcastTable, Counters, Hists};
 use crate::sys::{self, ProcSample};
 use crate::wire::{self, Plan, ToAgent, ToController};
-use crate::{dashboard, report, tsung, BenchArgs};
+use crate::{dashboard, netns, report, tsung, BenchArgs, NetnsMode};
 
 /// Open files kept back per server worker, beyond the limit's margin, so that
 /// the kernel's uneven spread of connections over `SO_REUSEPORT` listeners
@@ -388,6 +388,49 @@ fn scenario_of(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>
     ))
 }
 
+/// Moves the run into a private network namespace when `--netns` asks
+/// (see [`netns`]); returns the TCP hash buckets the run gets and whether
+/// they are its own.
+fn private_netns(args: &BenchArgs, users: u64) -> Result<(Option<u64>, bool), BenchError> {
+    let host = netns::host_buckets();
+    let local_only = args.target.is_none() && args.remote_agents == 0;
+    let wanted = match args.netns {
+        NetnsMode::Off => false,
+        NetnsMode::On => {
+            if !local_only {
+                return Err(BenchError::Scenario(
+                    "--netns on needs the embedded server and local agents (no --target, no --remote-agents)".into(),
+                ));
+            }
+            true
+        }
+        NetnsMode::Auto => {
+            local_only && host.is_some_and(|h| netns::overfills(users, h)) && sys::is_root()
+        }
+    };
+    if !wanted {
+        return Ok((host, false));
+    }
+    let buckets = netns::buckets_for(users);
+    match netns::enter(buckets) {
+        Ok(got) => {
+            eprintln!(
+                "note: {users} loopback connections are {} sockets for the kernel's TCP hash table ({} buckets here): running the server and agents in a private network namespace with {got} buckets (`--netns off` keeps the host's)",
+                users * 2,
+                host.map_or("?".into(), |h| h.to_string()),
+            );
+            Ok((Some(got), true))
+        }
+        Err(e) if args.netns == NetnsMode::On => {
+            Err(BenchError::Scenario(format!("--netns on: {e}")))
+        }
+        Err(e) => {
+            eprintln!("note: staying in the host's network namespace ({e}); TCP lookups slow down past {} connections", host.unwrap_or(0));
+            Ok((host, false))
+        }
+    }
+}
+
 fn resolve(target: &str) -> Result<SocketAddr, BenchError> {
     let t = target
         .trim_start_matches("ws://")
@@ -440,6 +483,10 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             );
         }
     }
+    // Bound before a move into a private network namespace, so the browser
+    // on the host still reaches it.
+    let dashboard = (args.dashboard_port != 0).then(|| dashboard::bind(args.dashboard_port));
+    let tcp_hash = private_netns(&args, sc.total_users())?;
     // The server side: ours, or a remote one. A multi-worker server is
     // dropped before its Redis (locals drop in reverse order).
     let mut redis: Option<Redis> = None;
@@ -670,8 +717,9 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     };
     let mut run = Run::new(&args, &sc, probe, agents, conn_size, server.is_some());
     let live = Arc::new(Mutex::new(json!({"status": "starting"})));
-    if args.dashboard_port != 0 {
-        match dashboard::serve(args.dashboard_port, Arc::clone(&live)) {
+    run.tcp_hash = tcp_hash;
+    if let Some(l) = dashboard {
+        match l.and_then(|l| dashboard::serve(l, Arc::clone(&live))) {
             Ok(addr) => eprintln!("dashboard: http://{addr}/"),
             Err(e) => eprintln!("dashboard off: port {}: {e}", args.dashboard_port),
         }
@@ -726,6 +774,9 @@ struct Run {
     trace: Vec<CpuPoint>,
     /// The timeline's sampling period.
     every: Duration,
+    /// The kernel's TCP established-hash buckets for this run, and whether
+    /// they are a private namespace's.
+    tcp_hash: (Option<u64>, bool),
 }
 
 /// Which side limited a phase of the run, from CPU use over it.
@@ -797,6 +848,7 @@ impl Run {
             last_metrics: None,
             trace: Vec::new(),
             every: Duration::from_secs_f64(args.sample_interval.clamp(0.05, 60.0)),
+            tcp_hash: (None, false),
         }
     }
 
@@ -1410,6 +1462,8 @@ impl Run {
                 "slab_plateau": slab_plateau,
                 "bytes_per_conn": kernel_bytes,
                 "note": "machine-wide Slab growth per connection: both ends of each loopback connection when agents are local",
+                "tcp_ehash_buckets": self.tcp_hash.0,
+                "private_netns": self.tcp_hash.1,
             },
             "controller": { "cpu_secs": controller_cpu },
             "storm": {

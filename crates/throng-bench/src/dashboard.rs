@@ -15,8 +15,13 @@ use serde_json::Value;
 use crate::report;
 
 /// Starts the dashboard on 127.0.0.1:`port` (0 picks one); returns its address.
-pub fn serve(port: u16, data: Arc<Mutex<Value>>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(("127.0.0.1", port))?;
+pub fn bind(port: u16) -> std::io::Result<TcpListener> {
+    TcpListener::bind(("127.0.0.1", port))
+}
+
+/// Serves the dashboard on `listener` (bound by [`bind`] in the host's
+/// network namespace, before a run moves into its own).
+pub fn serve(listener: TcpListener, data: Arc<Mutex<Value>>) -> std::io::Result<SocketAddr> {
     let addr = listener.local_addr()?;
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
@@ -64,7 +69,7 @@ mod tests {
         let data = Arc::new(Mutex::new(
             serde_json::json!({"status": "ramp-up", "timeline": []}),
         ));
-        let addr = serve(0, Arc::clone(&data)).unwrap();
+        let addr = serve(bind(0).unwrap(), Arc::clone(&data)).unwrap();
         let page = crate::sys::http_get(addr, "/", Duration::from_secs(2)).unwrap();
         assert!(page.contains("const LIVE = true"));
         let json = crate::sys::http_get(addr, "/data.json", Duration::from_secs(2)).unwrap();

@@ -37,6 +37,7 @@ pub mod controller;
 pub mod dashboard;
 pub mod engine;
 pub mod error;
+pub mod netns;
 pub mod report;
 pub mod scenario;
 pub mod stats;
@@ -121,9 +122,26 @@ pub struct BenchArgs {
     /// Seconds between timeline samples (users, connected, rates, CPU, RSS).
     #[arg(long, default_value_t = 1.0)]
     pub sample_interval: f64,
+    /// Run the embedded server and local agents in a private network
+    /// namespace whose TCP hash table fits the run (root, Linux 5.19+):
+    /// `auto` does so when the connections overfill the host's table.
+    #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
+    pub netns: NetnsMode,
     /// The live dashboard's port (0 = off).
     #[arg(long, default_value_t = 8091)]
     pub dashboard_port: u16,
+}
+
+/// `throng bench --netns`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsMode {
+    /// When the run overfills the host's TCP hash table, it is root, and
+    /// no --target or remote agents are involved.
+    Auto,
+    /// Always (an error when it cannot).
+    On,
+    /// Never: the host's namespace.
+    Off,
 }
 
 /// `throng agent`: hold connections for a controller.

@@ -188,6 +188,23 @@ pub fn summary_table(r: &Value) -> String {
             bytes(&r["kernel"]["bytes_per_conn"])
         ),
     );
+    if let Some(b) = r["kernel"]["tcp_ehash_buckets"].as_u64() {
+        let conns = r["connections"]["target"].as_u64().unwrap_or(0);
+        row(
+            &mut s,
+            "kernel TCP hash table",
+            format!(
+                "{} buckets for {} sockets{}",
+                group(b as i64),
+                group((conns * 2) as i64),
+                if r["kernel"]["private_netns"].as_bool() == Some(true) {
+                    " (the run's own network namespace)"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
     if let Some(ps) = ag["processes"].as_array() {
         let cpus: Vec<String> = ps
             .iter()

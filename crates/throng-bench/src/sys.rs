@@ -258,6 +258,27 @@ pub fn realtime_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Whether this process runs as root (effective uid 0).
+#[allow(unsafe_code)]
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Puts this process in the `SCHED_BATCH` class: its wakeups no longer
+/// preempt the running task. An agent is woken by every frame a co-located
+/// server writes to one of its sockets; with normal wakeup preemption each
+/// such write can switch to the agent for a single message and back, and
+/// with a hundred processes on two cores that switching, not the work,
+/// decides how long a broadcast takes. Batch agents let a server worker
+/// finish writing a broadcast, then read many sockets per wakeup.
+#[allow(unsafe_code)]
+pub fn set_batch_scheduling() -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads the struct we pass; pid 0 is this process.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,18 +304,4 @@ mod tests {
     fn dechunks() {
         assert_eq!(dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"), "abcde");
     }
-}
-
-/// Puts this process in the `SCHED_BATCH` class: its wakeups no longer
-/// preempt the running task. An agent is woken by every frame a co-located
-/// server writes to one of its sockets; with normal wakeup preemption each
-/// such write can switch to the agent for a single message and back, and
-/// with a hundred processes on two cores that switching, not the work,
-/// decides how long a broadcast takes. Batch agents let a server worker
-/// finish writing a broadcast, then read many sockets per wakeup.
-#[allow(unsafe_code)]
-pub fn set_batch_scheduling() -> bool {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler reads the struct we pass; pid 0 is this process.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0 }
 }

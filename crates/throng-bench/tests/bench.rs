@@ -177,3 +177,96 @@ fn bench_runs_the_phoenix_tsung_config_scaled_down() {
     assert!(stderr.contains("mapped onto 3 local agent"), "{stderr}");
     let _ = std::fs::remove_file(json);
 }
+
+/// `--netns on`: the server and agents run in a private network namespace
+/// with their own TCP hash table, the host's setting is left as it was, and
+/// the dashboard (bound before the move) still answers from the host.
+#[test]
+fn bench_in_a_private_network_namespace() {
+    let knob = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !is_root || std::fs::metadata(knob).is_err() {
+        eprintln!("skipped: --netns needs root and Linux 5.19+ ({knob})");
+        return;
+    }
+    let before = std::fs::read_to_string(knob).unwrap();
+    let json = tmp("netns.json");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(throng_bin())
+        .args([
+            "bench",
+            "--connections",
+            "500",
+            "--netns",
+            "on",
+            "--heartbeat",
+            "0",
+        ])
+        .args([
+            "--broadcasts",
+            "1",
+            "--hold",
+            "3",
+            "--dashboard-port",
+            &port.to_string(),
+        ])
+        .args(["--json", json.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start throng bench");
+    // The dashboard answers from the host's namespace while the run is on.
+    let start = Instant::now();
+    let mut dashboard = None;
+    while dashboard.is_none() && start.elapsed() < Duration::from_secs(20) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = s.write_all(b"GET /data.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut r = String::new();
+            let _ = s.read_to_string(&mut r);
+            dashboard = Some(r);
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("throng bench --netns on ran over 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr:\n{stderr}");
+    let dashboard = dashboard.expect("dashboard reachable from the host during the run");
+    assert!(dashboard.starts_with("HTTP/1.1 200"), "{dashboard}");
+    assert_eq!(
+        std::fs::read_to_string(knob).unwrap(),
+        before,
+        "host setting restored"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["kernel"]["private_netns"], true, "{r}");
+    assert_eq!(r["kernel"]["tcp_ehash_buckets"], 65536, "{r}");
+    assert_eq!(r["scenario"]["heartbeat_secs"], 0.0, "{r}");
+    assert_eq!(r["connections"]["joined"], 500, "{r}");
+    assert_eq!(r["broadcast"]["receivers"], 500, "{r}");
+    assert_eq!(r["errors"]["total"], 0, "{r}");
+    let _ = std::fs::remove_file(json);
+}
