@@ -375,17 +375,16 @@ fn scenario_of(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>
     } else {
         Serializer::V2
     };
-    Ok((
-        scenario::chat(
-            n,
-            rate,
-            args.publishers,
-            args.broadcasts,
-            args.broadcast_interval,
-            ser,
-        ),
-        None,
-    ))
+    let mut sc = scenario::chat(
+        n,
+        rate,
+        args.publishers,
+        args.broadcasts,
+        args.broadcast_interval,
+        ser,
+    );
+    scenario::delay_publish(&mut sc, args.broadcast_after);
+    Ok((sc, None))
 }
 
 /// Moves the run into a private network namespace when `--netns` asks

@@ -69,6 +69,10 @@ pub struct BenchArgs {
     /// Seconds between one publisher's broadcasts.
     #[arg(long, default_value_t = 0.1)]
     pub broadcast_interval: f64,
+    /// Seconds the publishers wait, once everyone has joined, before their
+    /// first broadcast (built-in scenario): hold the crowd, then broadcast.
+    #[arg(long, default_value_t = 0.0)]
+    pub broadcast_after: f64,
     /// New users per second (default 10000 for the built-in scenario).
     #[arg(long)]
     pub arrival_rate: Option<f64>,

@@ -823,6 +823,23 @@ pub fn chat(
     }
 }
 
+/// Makes every publisher wait `secs` before its first broadcast (the
+/// built-in scenario's `--broadcast-after`: hold everyone, then broadcast).
+pub fn delay_publish(sc: &mut Scenario, secs: f64) {
+    if secs <= 0.0 {
+        return;
+    }
+    for role in &mut sc.roles {
+        if let Some(i) = role
+            .session
+            .iter()
+            .position(|s| matches!(s, Step::Publish { .. }))
+        {
+            role.session.insert(i, Step::Think(secs));
+        }
+    }
+}
+
 /// A one-line description of a scenario's load, for the terminal.
 pub fn describe(sc: &Scenario) -> String {
     let mut s = String::new();
@@ -917,6 +934,16 @@ mod tests {
     #[test]
     fn v1_join_template() {
         let sc = chat(10, 100.0, 0, 0, 0.0, Serializer::V1);
+        let mut delayed = chat(10, 100.0, 1, 2, 0.0, Serializer::V2);
+        delay_publish(&mut delayed, 120.0);
+        let publisher = &delayed.roles[0].session;
+        let at = publisher
+            .iter()
+            .position(|s| matches!(s, Step::Publish { .. }))
+            .unwrap();
+        assert_eq!(publisher[at - 1], Step::Think(120.0));
+        assert_eq!(publisher[at - 2], Step::Barrier);
+        assert!(!delayed.roles[1].session.contains(&Step::Think(120.0)));
         let p = Program::compile(&sc, &sc.roles[0]).unwrap();
         assert_eq!(
             p.ops[0],
