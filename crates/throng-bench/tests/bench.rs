@@ -33,14 +33,22 @@ fn throng_bin() -> PathBuf {
 }
 
 fn run_bench(args: &[&str], limit: Duration) -> std::process::Output {
-    let mut child = Command::new(throng_bin())
+    wait_bench(spawn_bench(args), limit)
+}
+
+fn spawn_bench(args: &[&str]) -> std::process::Child {
+    Command::new(throng_bin())
         .arg("bench")
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start throng bench");
+        .expect("start throng bench")
+}
+
+/// Waits for a bench run, killing it (and failing) past `limit` from now.
+fn wait_bench(mut child: std::process::Child, limit: Duration) -> std::process::Output {
     let start = Instant::now();
     loop {
         if child.try_wait().expect("wait").is_some() {
@@ -201,30 +209,23 @@ fn bench_in_a_private_network_namespace() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = Command::new(throng_bin())
-        .args([
-            "bench",
-            "--connections",
-            "500",
-            "--netns",
-            "on",
-            "--heartbeat",
-            "0",
-        ])
-        .args([
-            "--broadcasts",
-            "1",
-            "--hold",
-            "3",
-            "--dashboard-port",
-            &port.to_string(),
-        ])
-        .args(["--json", json.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start throng bench");
+    let port_arg = port.to_string();
+    let mut child = spawn_bench(&[
+        "--connections",
+        "500",
+        "--netns",
+        "on",
+        "--heartbeat",
+        "0",
+        "--broadcasts",
+        "1",
+        "--hold",
+        "3",
+        "--dashboard-port",
+        &port_arg,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     // The dashboard answers from the host's namespace while the run is on.
     let start = Instant::now();
     let mut dashboard = None;
@@ -243,14 +244,7 @@ fn bench_in_a_private_network_namespace() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("throng bench --netns on ran over 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = wait_bench(child, Duration::from_secs(60));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stderr:\n{stderr}");
     let dashboard = dashboard.expect("dashboard reachable from the host during the run");
