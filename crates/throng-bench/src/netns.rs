@@ -18,16 +18,17 @@ const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
 /// The kernel's largest `tcp_child_ehash_entries`.
 const MAX_BUCKETS: u64 = 1 << 24;
 
-/// Per-namespace settings carried into the new namespace (`throng tune`'s
-/// loopback-relevant ones; a new namespace starts from kernel defaults).
-const CARRIED: &[&str] = &[
-    "net.core.somaxconn",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.tcp_rmem",
-    "net.ipv4.tcp_wmem",
-    "net.ipv4.tcp_congestion_control",
-    "net.netfilter.nf_conntrack_max",
-];
+/// The network settings carried into the new namespace, which starts from
+/// kernel defaults: every `net.*` one of `throng tune` (those that are not
+/// per-namespace are absent or shared there, and skipped), and the
+/// congestion control.
+fn carried() -> impl Iterator<Item = &'static str> {
+    crate::tune::SETTINGS
+        .iter()
+        .map(|(k, _, _)| *k)
+        .filter(|k| k.starts_with("net."))
+        .chain(["net.ipv4.tcp_congestion_control"])
+}
 
 /// The host's TCP established-hash buckets.
 pub fn host_buckets() -> Option<u64> {
@@ -57,9 +58,8 @@ pub fn overfills(connections: u64, host: u64) -> bool {
 /// namespace with `buckets` TCP hash buckets and loopback up; returns the
 /// buckets the new table has. Call before any other thread is started.
 pub fn enter(buckets: u64) -> Result<u64, String> {
-    let carried: Vec<(&str, String)> = CARRIED
-        .iter()
-        .filter_map(|k| crate::sys::sysctl_read(k).map(|v| (*k, v)))
+    let carried: Vec<(&str, String)> = carried()
+        .filter_map(|k| crate::sys::sysctl_read(k).map(|v| (k, v)))
         .collect();
     // Opened before the move, so the restore below writes the host's value.
     let mut knob = OpenOptions::new()
@@ -139,6 +139,22 @@ mod tests {
         assert_eq!(buckets_for(200_000), 524_288);
         assert_eq!(buckets_for(10), 65_536);
         assert_eq!(buckets_for(u64::MAX / 4), MAX_BUCKETS);
+    }
+
+    #[test]
+    fn carries_the_tuned_network_settings() {
+        let c: Vec<&str> = carried().collect();
+        for k in [
+            "net.core.somaxconn",
+            "net.ipv4.ip_local_port_range",
+            "net.ipv4.tcp_rmem",
+            "net.ipv4.tcp_wmem",
+            "net.ipv4.tcp_congestion_control",
+            "net.netfilter.nf_conntrack_max",
+        ] {
+            assert!(c.contains(&k), "{k} not carried: {c:?}");
+        }
+        assert!(c.iter().all(|k| k.starts_with("net.")));
     }
 
     #[test]
