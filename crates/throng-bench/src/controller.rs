@@ -1406,8 +1406,7 @@ impl Run {
             "arrival": {
                 "target_per_sec": self.sc.phases.first().map(|p| p.arrival_rate),
                 "per_sec": per_sec,
-                // A ramp-up shorter than a second has no best second: its average stands.
-                // The best second, or the whole ramp-up when it is about a second long.
+                // The best second; a ramp-up shorter than a second has none, so its average stands.
                 "peak_per_sec": peak_joins.max(per_sec),
                 "peak_connects_per_sec": peak_rate,
                 "joins_per_100ms": slots.joins,

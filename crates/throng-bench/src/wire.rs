@@ -5,7 +5,7 @@
 //! controller -> agent   plan {index, agents, scenario, target, ...}
 //! agent -> controller   ready {rss, users, conn_size}
 //! controller -> agent   start                      (arrivals begin)
-//! agent -> controller   progress {counters}        (every 100 ms)
+//! agent -> controller   progress {counters}        (every 100 ms; 1 s once settled)
 //! controller -> agent   release                    (the barrier opens)
 //! controller -> agent   storm                      (drop every connection)
 //! agent -> controller   storm_done {dropped}

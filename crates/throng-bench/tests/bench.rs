@@ -192,13 +192,7 @@ fn bench_runs_the_phoenix_tsung_config_scaled_down() {
 #[test]
 fn bench_in_a_private_network_namespace() {
     let knob = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
-    let is_root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !is_root || std::fs::metadata(knob).is_err() {
+    if !throng_bench::sys::is_root() || std::fs::metadata(knob).is_err() {
         eprintln!("skipped: --netns needs root and Linux 5.19+ ({knob})");
         return;
     }
