@@ -12,7 +12,7 @@
 //! agents it starts, into one, then restores the host's setting.
 
 use std::fs::OpenOptions;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 
 const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
 /// The kernel's largest `tcp_child_ehash_entries`.
@@ -67,7 +67,10 @@ pub fn enter(buckets: u64) -> Result<u64, String> {
         .write(true)
         .open(CHILD_EHASH)
         .map_err(|e| format!("{CHILD_EHASH}: {e} (needs root and Linux 5.19+)"))?;
-    let before = std::fs::read_to_string(CHILD_EHASH).unwrap_or_else(|_| "0".into());
+    let mut before = String::new();
+    knob.read_to_string(&mut before)
+        .map_err(|e| format!("{CHILD_EHASH}: {e}"))?;
+    let _ = knob.seek(SeekFrom::Start(0));
     knob.write_all(buckets.to_string().as_bytes())
         .map_err(|e| format!("{CHILD_EHASH}: {e}"))?;
     let moved = unshare_net();
