@@ -172,13 +172,13 @@ describe("payload errors", () => {
     await stillServes(server)
   })
 
-  test("binary frame on a v1 socket closes 1003", T, async () => {
-    await expectClose(server, 1003, ws => ws.sendBinary(Buffer.from([0, 1, 1, 11, 7])), {path: v1})
+  test("binary frame of invalid UTF-8 on a v1 socket closes 1007", T, async () => {
+    await expectClose(server, 1007, ws => ws.sendBinary(Buffer.from([0, 1, 1, 11, 0xff])), {path: v1})
     await stillServes(server)
   })
 
-  test("binary frame on a socket without vsn (v1) closes 1003", T, async () => {
-    await expectClose(server, 1003, ws => ws.sendBinary(Buffer.from([1, 2, 3])), {path: "/socket/websocket"})
+  test("binary frame of non-JSON on a socket without vsn (v1) closes 1007", T, async () => {
+    await expectClose(server, 1007, ws => ws.sendBinary(Buffer.from("hello")), {path: "/socket/websocket"})
     await stillServes(server)
   })
 
@@ -215,6 +215,24 @@ describe("payload errors", () => {
     }
     await stillServes(small)
   })
+})
+
+describe("v1 reads JSON from binary frames, as Phoenix's V1 serializer (Tsung sends binary)", () => {
+  for(const path of [v1, "/socket/websocket"]){
+    test(`join in a binary frame on ${path} gets an ok reply as text`, T, async () => {
+      const ws = await RawWs.connect(server.port, {path})
+      try {
+        ws.sendBinary(Buffer.from(joinText("7", "1.0.0")))
+        const m = await ws.nextMessage(5000)
+        assert.equal(m.opcode, OP.text, "v1 replies are text frames")
+        assert.deepEqual(JSON.parse(m.text),
+          {event: "phx_reply", payload: {response: {}, status: "ok"}, ref: "7", topic: "rooms:lobby"})
+      } finally {
+        ws.destroy()
+      }
+      await stillServes(server)
+    })
+  }
 })
 
 describe("control frames and fragmentation", () => {

@@ -26,7 +26,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 use throng_protocol::frame::{self, close_code, decode_frame, encode_header, Opcode, Role};
-use throng_protocol::serializer::{self, DecodeError, From as Sender};
+use throng_protocol::serializer::{self, From as Sender};
 use throng_protocol::{event, handshake, Payload, Vsn};
 
 use crate::channel::{Effects, HandleIn, Socket, Terminate};
@@ -655,10 +655,6 @@ impl Shard {
         }
         let msg = match serializer::decode(vsn, opcode, data, Sender::Client) {
             Ok(m) => m,
-            Err(DecodeError::BinaryOnV1) => {
-                self.fail(key, 1003, "binary frames need vsn=2.0.0");
-                return;
-            }
             Err(e) => {
                 self.fail(key, close_code::INVALID_PAYLOAD, &e.to_string());
                 return;
@@ -701,14 +697,22 @@ impl Shard {
                     }
                     let old = self.leave(key, i, Terminate::Leave);
                     self.reply(vsn, old.as_deref(), msg_ref, topic, true, Payload::EMPTY);
-                    self.message_out(
-                        vsn,
-                        old.as_deref(),
-                        old.as_deref(),
-                        topic,
-                        event::CLOSE,
-                        Payload::EMPTY,
-                    );
+                    // The ok reply already ends the channel in the client. A v1
+                    // phx_close carries no join_ref, so phoenix.js would route it
+                    // to a channel the client has joined on the same topic since
+                    // (leave, then join at once) and close that one: Phoenix 1.7
+                    // loses that race sometimes; on v1 we send none. On v2 the
+                    // join_ref makes it harmless, and Phoenix sends it.
+                    if vsn == Vsn::V2 {
+                        self.message_out(
+                            vsn,
+                            old.as_deref(),
+                            old.as_deref(),
+                            topic,
+                            event::CLOSE,
+                            Payload::EMPTY,
+                        );
+                    }
                 }
                 None => self.reply(
                     vsn,
