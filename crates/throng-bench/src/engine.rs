@@ -962,7 +962,7 @@ impl Engine {
         } else {
             Vsn::V1
         };
-        let Ok(msg) = serializer::decode(vsn, opcode, data, serializer::From::Server) else {
+        let Ok(msg) = serializer::decode(vsn, opcode, data, serializer::Sender::Server) else {
             self.counters.errors.other += 1;
             return;
         };
@@ -1313,7 +1313,7 @@ mod tests {
                                 vsn,
                                 Opcode::Text,
                                 &data,
-                                serializer::From::Client,
+                                serializer::Sender::Client,
                             )
                             .unwrap();
                             let mut msg = Vec::new();

@@ -751,7 +751,7 @@ fn raw_kind(vsn: Vsn, sample: &str) -> (SendKind, Option<u32>) {
         vsn,
         throng_protocol::Opcode::Text,
         sample.as_bytes(),
-        serializer::From::Client,
+        serializer::Sender::Client,
     ) else {
         return (SendKind::Push, None);
     };

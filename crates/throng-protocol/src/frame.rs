@@ -54,7 +54,7 @@ impl Opcode {
     }
 }
 
-/// Close codes this codebase sends (RFC 6455 §7.4.1).
+/// Close codes (RFC 6455 §7.4.1) that the server sends and the load generator reads.
 pub mod close_code {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;

@@ -112,16 +112,31 @@ pub fn write_client_request(out: &mut Vec<u8>, host: &str, path: &str, nonce: [u
     accept_key(key.as_bytes())
 }
 
+/// Why a server's answer to an upgrade request is not an upgrade.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResponseError {
+    /// The server answered with another status (403 refused, 404, ...).
+    #[error("HTTP {0}")]
+    Status(u16),
+    #[error("bad Sec-WebSocket-Accept")]
+    Accept,
+    #[error("bad HTTP response: {0}")]
+    Malformed(String),
+}
+
 /// Client side: parses the server's answer. `Ok(None)` means read more;
 /// `Ok(Some(n))` means upgraded, with the response taking `n` bytes.
-pub fn parse_client_response(buf: &[u8], expected_accept: &str) -> Result<Option<usize>, String> {
+pub fn parse_client_response(
+    buf: &[u8],
+    expected_accept: &str,
+) -> Result<Option<usize>, ResponseError> {
     let mut headers = [httparse::EMPTY_HEADER; 16];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(buf) {
         Ok(httparse::Status::Partial) => Ok(None),
         Ok(httparse::Status::Complete(n)) => {
             if resp.code != Some(101) {
-                return Err(format!("HTTP {}", resp.code.unwrap_or(0)));
+                return Err(ResponseError::Status(resp.code.unwrap_or(0)));
             }
             let accept = resp
                 .headers
@@ -129,11 +144,11 @@ pub fn parse_client_response(buf: &[u8], expected_accept: &str) -> Result<Option
                 .find(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept"))
                 .map(|h| h.value);
             if accept != Some(expected_accept.as_bytes()) {
-                return Err("bad Sec-WebSocket-Accept".into());
+                return Err(ResponseError::Accept);
             }
             Ok(Some(n))
         }
-        Err(e) => Err(format!("bad HTTP response: {e}")),
+        Err(e) => Err(ResponseError::Malformed(e.to_string())),
     }
 }
 

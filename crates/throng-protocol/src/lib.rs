@@ -14,11 +14,13 @@
 //! case); encoding appends to a caller's `Vec<u8>` so a broadcast can be
 //! encoded once per serializer and the bytes shared by every subscriber.
 
+#![forbid(unsafe_code)]
+
 pub mod frame;
 pub mod handshake;
 pub mod message;
 pub mod serializer;
 
 pub use frame::{close_code, FrameError, Opcode, Role};
-pub use message::{event, Message, Payload, Vsn};
+pub use message::{event, Message, OwnedPayload, Payload, Vsn};
 pub use serializer::{DecodeError, EncodeError};

@@ -28,6 +28,49 @@ impl Payload<'_> {
     pub const EMPTY: Payload<'static> = Payload::Json("{}");
 }
 
+/// An owned [`Payload`]: what replies, pushes and broadcasts carry once they
+/// outlive the frame they were decoded from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnedPayload {
+    /// JSON text; valid JSON by construction (see [`OwnedPayload::json`]).
+    Json(String),
+    /// Raw bytes; reaches v2 sockets as a binary frame, skipped for v1 sockets.
+    Binary(Vec<u8>),
+}
+
+impl OwnedPayload {
+    /// `{}`.
+    pub fn empty() -> OwnedPayload {
+        OwnedPayload::Json("{}".into())
+    }
+
+    /// Serializes a value to a JSON payload. A value serde cannot write (a
+    /// map with non-string keys, a failing `Serialize`) is an error, never a
+    /// silent `null`.
+    pub fn json<T: serde::Serialize + ?Sized>(
+        value: &T,
+    ) -> Result<OwnedPayload, serde_json::Error> {
+        serde_json::to_string(value).map(OwnedPayload::Json)
+    }
+
+    /// Borrows as a wire [`Payload`].
+    pub fn as_payload(&self) -> Payload<'_> {
+        match self {
+            OwnedPayload::Json(s) => Payload::Json(s),
+            OwnedPayload::Binary(b) => Payload::Binary(b),
+        }
+    }
+}
+
+impl From<Payload<'_>> for OwnedPayload {
+    fn from(p: Payload<'_>) -> Self {
+        match p {
+            Payload::Json(s) => OwnedPayload::Json(s.to_owned()),
+            Payload::Binary(b) => OwnedPayload::Binary(b.to_vec()),
+        }
+    }
+}
+
 /// A message as Phoenix's `%Phoenix.Socket.Message{}`: what a client pushes,
 /// and, decoded on the client side, what a server sends.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,7 +34,7 @@ pub enum EncodeError {
 
 /// Who sent the bytes being decoded: binary layouts differ by direction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum From {
+pub enum Sender {
     Client,
     Server,
 }
@@ -84,7 +84,7 @@ pub fn decode<'a>(
     vsn: Vsn,
     opcode: Opcode,
     data: &'a [u8],
-    from: From,
+    from: Sender,
 ) -> Result<Message<'a>, DecodeError> {
     if opcode == Opcode::Binary && vsn == Vsn::V2 {
         return decode_binary(data, from);
@@ -142,10 +142,10 @@ fn opt(b: &[u8]) -> Result<Option<Cow<'_, str>>, DecodeError> {
     Ok(if b.is_empty() { None } else { Some(utf8(b)?) })
 }
 
-fn decode_binary(mut data: &[u8], from: From) -> Result<Message<'_>, DecodeError> {
+fn decode_binary(mut data: &[u8], from: Sender) -> Result<Message<'_>, DecodeError> {
     let kind = take(&mut data, 1)?[0];
     match (from, kind) {
-        (From::Client, PUSH) => {
+        (Sender::Client, PUSH) => {
             let h = take(&mut data, 4)?;
             let (jr, r, t, e) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3] as usize);
             Ok(Message {
@@ -156,7 +156,7 @@ fn decode_binary(mut data: &[u8], from: From) -> Result<Message<'_>, DecodeError
                 payload: Payload::Binary(data),
             })
         }
-        (From::Server, PUSH) => {
+        (Sender::Server, PUSH) => {
             let h = take(&mut data, 3)?;
             let (jr, t, e) = (h[0] as usize, h[1] as usize, h[2] as usize);
             Ok(Message {
@@ -167,7 +167,7 @@ fn decode_binary(mut data: &[u8], from: From) -> Result<Message<'_>, DecodeError
                 payload: Payload::Binary(data),
             })
         }
-        (From::Server, REPLY) => {
+        (Sender::Server, REPLY) => {
             let h = take(&mut data, 4)?;
             let (jr, r, t, s) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3] as usize);
             let join_ref = opt(take(&mut data, jr)?)?;
@@ -183,7 +183,7 @@ fn decode_binary(mut data: &[u8], from: From) -> Result<Message<'_>, DecodeError
                 payload: Payload::Binary(data),
             })
         }
-        (From::Server, BROADCAST) => {
+        (Sender::Server, BROADCAST) => {
             let h = take(&mut data, 2)?;
             let (t, e) = (h[0] as usize, h[1] as usize);
             Ok(Message {
@@ -478,7 +478,7 @@ mod tests {
     fn decodes_tsung_v1_join() {
         let raw =
             br#"{"topic":"rooms:lobby", "event":"phx_join", "payload": {"user":"42"}, "ref":"1"}"#;
-        let m = decode(Vsn::V1, Opcode::Text, raw, From::Client).unwrap();
+        let m = decode(Vsn::V1, Opcode::Text, raw, Sender::Client).unwrap();
         assert_eq!(m.topic, "rooms:lobby");
         assert_eq!(m.event, "phx_join");
         assert_eq!(m.msg_ref.as_deref(), Some("1"));
@@ -489,10 +489,10 @@ mod tests {
     #[test]
     fn v1_reads_json_from_binary_frames() {
         let raw = br#"{"topic":"rooms:lobby","event":"phx_join","payload":{},"ref":"1"}"#;
-        let text = decode(Vsn::V1, Opcode::Text, raw, From::Client).unwrap();
-        let binary = decode(Vsn::V1, Opcode::Binary, raw, From::Client).unwrap();
+        let text = decode(Vsn::V1, Opcode::Text, raw, Sender::Client).unwrap();
+        let binary = decode(Vsn::V1, Opcode::Binary, raw, Sender::Client).unwrap();
         assert_eq!(text, binary);
-        assert!(decode(Vsn::V1, Opcode::Binary, b"\xff{}", From::Client).is_err());
+        assert!(decode(Vsn::V1, Opcode::Binary, b"\xff{}", Sender::Client).is_err());
     }
 
     #[test]
@@ -501,7 +501,7 @@ mod tests {
             Vsn::V2,
             Opcode::Text,
             br#"[null, 5, "phoenix", "heartbeat", {}, "extra"]"#,
-            From::Client,
+            Sender::Client,
         )
         .unwrap();
         assert_eq!(m.msg_ref.as_deref(), Some("5"));
@@ -523,21 +523,21 @@ mod tests {
             (Vsn::V2, br#"[{},"1","t","e",{}]"#),
         ] {
             assert!(
-                decode(vsn, Opcode::Text, raw, From::Client).is_err(),
+                decode(vsn, Opcode::Text, raw, Sender::Client).is_err(),
                 "{}",
                 String::from_utf8_lossy(raw)
             );
         }
         assert!(matches!(
-            decode(Vsn::V1, Opcode::Binary, b"\0", From::Client),
+            decode(Vsn::V1, Opcode::Binary, b"\0", Sender::Client),
             Err(DecodeError::Json(_))
         ));
         assert_eq!(
-            decode(Vsn::V2, Opcode::Binary, &[0, 9, 0, 0, 0], From::Client),
+            decode(Vsn::V2, Opcode::Binary, &[0, 9, 0, 0, 0], Sender::Client),
             Err(DecodeError::Binary)
         );
         assert_eq!(
-            decode(Vsn::V2, Opcode::Binary, &[7], From::Client),
+            decode(Vsn::V2, Opcode::Binary, &[7], Sender::Client),
             Err(DecodeError::Binary)
         );
     }
@@ -547,7 +547,7 @@ mod tests {
         let mut out = Vec::new();
         encode_broadcast(Vsn::V2, &mut out, "ab", "c", Payload::Binary(&[1, 2])).unwrap();
         assert_eq!(out, [2, 2, 1, b'a', b'b', b'c', 1, 2]);
-        let m = decode(Vsn::V2, Opcode::Binary, &out, From::Server).unwrap();
+        let m = decode(Vsn::V2, Opcode::Binary, &out, Sender::Server).unwrap();
         assert_eq!(
             (m.topic.as_ref(), m.event.as_ref(), m.payload),
             ("ab", "c", Payload::Binary(&[1, 2]))
@@ -599,7 +599,7 @@ mod tests {
             let mut out = Vec::new();
             match encode_client(vsn, &mut out, &msg) {
                 Ok(op) => {
-                    let back = decode(vsn, op, &out, From::Client).unwrap();
+                    let back = decode(vsn, op, &out, Sender::Client).unwrap();
                     prop_assert_eq!(back, msg);
                 }
                 Err(_) => prop_assert!(vsn == Vsn::V1 && bin.is_some()),
@@ -611,7 +611,7 @@ mod tests {
             let vsn = if v2 { Vsn::V2 } else { Vsn::V1 };
             let mut out = Vec::new();
             let op = encode_message(vsn, &mut out, None, r.as_deref(), &topic, &event, Payload::Json("[1,{}]")).unwrap();
-            let back = decode(vsn, op, &out, From::Server).unwrap();
+            let back = decode(vsn, op, &out, Sender::Server).unwrap();
             prop_assert_eq!(back.topic.as_ref(), topic.as_str());
             prop_assert_eq!(back.event.as_ref(), event.as_str());
             prop_assert_eq!(back.msg_ref.as_deref(), r.as_deref());
@@ -622,8 +622,8 @@ mod tests {
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), v2 in any::<bool>(), bin in any::<bool>()) {
             let vsn = if v2 { Vsn::V2 } else { Vsn::V1 };
             let op = if bin { Opcode::Binary } else { Opcode::Text };
-            let _ = decode(vsn, op, &bytes, From::Client);
-            let _ = decode(vsn, op, &bytes, From::Server);
+            let _ = decode(vsn, op, &bytes, Sender::Client);
+            let _ = decode(vsn, op, &bytes, Sender::Server);
         }
     }
 }

@@ -10,45 +10,7 @@
 
 use std::sync::Arc;
 
-pub use throng_protocol::Payload;
-
-/// An owned payload, for replies, pushes and broadcasts an app produces.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OwnedPayload {
-    /// JSON text; must be valid JSON (build it with `serde_json`).
-    Json(String),
-    /// Raw bytes; reaches v2 sockets as a binary frame, skipped for v1 sockets.
-    Binary(Vec<u8>),
-}
-
-impl OwnedPayload {
-    /// `{}`.
-    pub fn empty() -> OwnedPayload {
-        OwnedPayload::Json("{}".into())
-    }
-
-    /// Serializes a value to a JSON payload.
-    pub fn json<T: serde::Serialize>(value: &T) -> OwnedPayload {
-        OwnedPayload::Json(serde_json::to_string(value).unwrap_or_else(|_| "null".into()))
-    }
-
-    /// Borrows as a wire [`Payload`].
-    pub fn as_payload(&self) -> Payload<'_> {
-        match self {
-            OwnedPayload::Json(s) => Payload::Json(s),
-            OwnedPayload::Binary(b) => Payload::Binary(b),
-        }
-    }
-}
-
-impl From<Payload<'_>> for OwnedPayload {
-    fn from(p: Payload<'_>) -> Self {
-        match p {
-            Payload::Json(s) => OwnedPayload::Json(s.to_owned()),
-            Payload::Binary(b) => OwnedPayload::Binary(b.to_vec()),
-        }
-    }
-}
+pub use throng_protocol::{OwnedPayload, Payload};
 
 /// What `handle_in` answers, as Phoenix's `{:reply, {status, payload}, socket}`
 /// or `{:noreply, socket}`.

@@ -57,13 +57,15 @@ impl Channel for RoomChannel {
                         ),
                     };
                 };
-                socket.broadcast(
-                    "new:msg",
-                    OwnedPayload::json(&NewMsgOut {
-                        body: msg.body,
-                        user: msg.user,
-                    }),
-                );
+                // Raw JSON values re-written as they came: this cannot fail.
+                let out = OwnedPayload::json(&NewMsgOut {
+                    body: msg.body,
+                    user: msg.user,
+                });
+                match out {
+                    Ok(out) => socket.broadcast("new:msg", out),
+                    Err(e) => tracing::error!("new:msg not encodable: {e}"),
+                }
                 let body = msg.body.map(|b| b.get()).unwrap_or("null");
                 HandleIn::Reply {
                     ok: true,

@@ -26,7 +26,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 use throng_protocol::frame::{self, close_code, decode_frame, encode_header, Opcode, Role};
-use throng_protocol::serializer::{self, From as Sender};
+use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{event, handshake, Payload, Vsn};
 
 use crate::channel::{Effects, HandleIn, Socket, Terminate};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
 use throng_protocol::handshake::{parse_client_response, write_client_request};
-use throng_protocol::serializer::{decode, From};
+use throng_protocol::serializer::{decode, Sender};
 use throng_protocol::Vsn;
 
 struct Server {
@@ -139,7 +139,7 @@ impl Client {
     /// The next text message's (topic, event, payload JSON).
     fn next_message(&mut self) -> (String, String, String) {
         let (op, data) = self.next_frame().expect("connection closed");
-        let m = decode(Vsn::V2, op, &data, From::Server).unwrap();
+        let m = decode(Vsn::V2, op, &data, Sender::Server).unwrap();
         let throng_protocol::Payload::Json(p) = m.payload else {
             panic!("binary")
         };
