@@ -424,9 +424,9 @@ describe("bad handshakes get an HTTP error response", () => {
     await stillServes(server)
   })
 
-  test("unsupported vsn=3.0.0 -> 400", T, async () => {
+  test("unsupported vsn=3.0.0 -> 403, as Phoenix refuses a serializer it cannot negotiate", T, async () => {
     const res = await handshakeStatus(handshakeRequest({port: server.port, key: key(), path: "/socket/websocket?vsn=3.0.0"}))
-    assert.equal(res.status, 400)
+    assert.equal(res.status, 403)
     await stillServes(server)
   })
 

@@ -89,11 +89,35 @@ pub fn check_request(req: &httparse::Request<'_, '_>) -> Result<String, Handshak
 
 /// Appends the `101 Switching Protocols` response.
 pub fn write_response(out: &mut Vec<u8>, accept: &str) {
+    write_response_with_protocol(out, accept, None);
+}
+
+/// Appends the `101 Switching Protocols` response, selecting `protocol`
+/// (one of the client's `Sec-WebSocket-Protocol` offers) if given.
+pub fn write_response_with_protocol(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>) {
     out.extend_from_slice(
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ",
     );
     out.extend_from_slice(accept.as_bytes());
+    if let Some(p) = protocol {
+        out.extend_from_slice(b"\r\nSec-WebSocket-Protocol: ");
+        out.extend_from_slice(p.as_bytes());
+    }
     out.extend_from_slice(b"\r\n\r\n");
+}
+
+/// The subprotocols a client offers in `Sec-WebSocket-Protocol` (one header
+/// or several, comma-separated), trimmed.
+pub fn offered_protocols<'a>(
+    req: &'a httparse::Request<'_, '_>,
+) -> impl Iterator<Item = &'a str> + 'a {
+    req.headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-protocol"))
+        .filter_map(|h| std::str::from_utf8(h.value).ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
 }
 
 /// Client side: appends an upgrade request for `path` (with query) on `host`.

@@ -93,7 +93,8 @@ pub enum Vsn {
 
 impl Vsn {
     /// Picks the serializer from a request's query string, as Phoenix's
-    /// `~> 1.0.0` / `~> 2.0.0` requirements do; `None` for an unsupported `vsn`.
+    /// `~> 1.0.0` / `~> 2.0.0` requirements do: no `vsn` is 1.0.0; `None`
+    /// for an unsupported `vsn`.
     pub fn from_query(query: &str) -> Option<Vsn> {
         let vsn = query
             .split('&')
@@ -102,9 +103,18 @@ impl Vsn {
             .map(|(_, v)| v);
         match vsn {
             None => Some(Vsn::V1),
-            Some(v) if v.starts_with("1.") => Some(Vsn::V1),
-            Some(v) if v.starts_with("2.") => Some(Vsn::V2),
-            Some(_) => None,
+            Some(v) => Vsn::from_requirement(v),
+        }
+    }
+
+    /// The serializer for a `vsn` value: `1.x` or `2.x`.
+    pub fn from_requirement(vsn: &str) -> Option<Vsn> {
+        if vsn.starts_with("1.") {
+            Some(Vsn::V1)
+        } else if vsn.starts_with("2.") {
+            Some(Vsn::V2)
+        } else {
+            None
         }
     }
 

@@ -4,21 +4,25 @@
 //! [`Router`] (`"rooms:*"` matches every topic starting with `rooms:`).
 //! Callbacks run on the event-loop shard that owns the socket, so they must
 //! be quick and must not block; they talk to the world through [`Socket`]:
-//! `push` to this client, `broadcast` to every subscriber of the topic.
+//! `push` to this client, `broadcast` to every subscriber of the topic,
+//! `send_info` to this channel's own [`Channel::handle_info`] after the
+//! callback (Phoenix's `send(self(), msg)`, e.g. `:after_join`), and
+//! `assign` to keep state for this join (Phoenix's `socket.assigns`).
+//! From outside a callback (an HTTP handler, a timer thread of the app, the
+//! server API) use an [`Endpoint`](crate::Endpoint).
 //!
-//! A refused join is a reply (`Err(json)`), not an error.
+//! Join and handle_in answer the same way: a [`Reply`] is `Ok(payload)` or
+//! `Err(payload)`, sent as a `phx_reply` with status `ok` or `error`. A
+//! refused join is such a reply, not an error of the server.
 
+use std::any::Any;
 use std::sync::Arc;
 
 pub use throng_protocol::{OwnedPayload, Payload};
 
-/// What `handle_in` answers, as Phoenix's `{:reply, {status, payload}, socket}`
-/// or `{:noreply, socket}`.
-#[derive(Debug, PartialEq, Eq)]
-pub enum HandleIn {
-    NoReply,
-    Reply { ok: bool, response: OwnedPayload },
-}
+/// A reply to the client: `Ok` is status `ok`, `Err` is status `error`
+/// (Phoenix's `{:ok, payload}` / `{:error, payload}`).
+pub type Reply = Result<OwnedPayload, OwnedPayload>;
 
 /// Why a channel ended, passed to [`Channel::terminate`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,18 +35,60 @@ pub enum Terminate {
     Closed,
 }
 
-/// Side effects a callback asks for; applied by the shard after it returns.
-#[derive(Default, Debug)]
+/// A message for [`Channel::handle_info`]: any value the app chooses.
+pub type Info = Arc<dyn Any + Send + Sync>;
+
+/// Per-join state kept between callbacks (Phoenix's `socket.assigns`).
+pub type Assigns = Option<Box<dyn Any + Send>>;
+
+/// Who connected: what the transport learned before any join. Shared by
+/// every channel of one connection.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ConnectInfo {
+    /// The socket `params` from the connect URL (phoenix.js `params`),
+    /// without `vsn`, in order, percent-decoded.
+    pub params: Vec<(String, String)>,
+    /// The token of phoenix.js's `authToken` option (the
+    /// `base64url.bearer.phx.*` subprotocol), decoded.
+    pub auth_token: Option<String>,
+    /// The authenticated user, when connect authentication has one.
+    pub user_id: Option<String>,
+}
+
+impl ConnectInfo {
+    /// The first value of param `name`.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Side effects a callback asks for; applied by the socket after it returns.
+#[derive(Default)]
 pub(crate) struct Effects {
     pub pushes: Vec<(String, OwnedPayload)>,
     /// (event, payload, include the sender?)
     pub broadcasts: Vec<(String, OwnedPayload, bool)>,
+    /// Messages to this channel's own `handle_info`, after the callback.
+    pub infos: Vec<Info>,
+}
+
+impl Effects {
+    pub fn clear(&mut self) {
+        self.pushes.clear();
+        self.broadcasts.clear();
+        self.infos.clear();
+    }
 }
 
 /// The joined socket, as a callback sees it.
 pub struct Socket<'a> {
     pub(crate) topic: &'a str,
     pub(crate) join_ref: Option<&'a str>,
+    pub(crate) connect: Option<&'a ConnectInfo>,
+    pub(crate) assigns: &'a mut Assigns,
     pub(crate) effects: &'a mut Effects,
 }
 
@@ -55,6 +101,36 @@ impl Socket<'_> {
     /// The `join_ref` of this channel's join, if the client sent one.
     pub fn join_ref(&self) -> Option<&str> {
         self.join_ref
+    }
+
+    /// What the client connected with (params, token, user).
+    pub fn connect_info(&self) -> Option<&ConnectInfo> {
+        self.connect
+    }
+
+    /// The authenticated user's id, if any.
+    pub fn user_id(&self) -> Option<&str> {
+        self.connect.and_then(|c| c.user_id.as_deref())
+    }
+
+    /// Socket param `name` from the connect URL.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.connect.and_then(|c| c.param(name))
+    }
+
+    /// Keeps `value` as this join's state, replacing what was there.
+    pub fn assign<T: Any + Send>(&mut self, value: T) {
+        *self.assigns = Some(Box::new(value));
+    }
+
+    /// This join's state, if it is a `T`.
+    pub fn assigns<T: Any + Send>(&self) -> Option<&T> {
+        self.assigns.as_ref().and_then(|b| b.downcast_ref())
+    }
+
+    /// This join's state, mutably, if it is a `T`.
+    pub fn assigns_mut<T: Any + Send>(&mut self) -> Option<&mut T> {
+        self.assigns.as_mut().and_then(|b| b.downcast_mut())
     }
 
     /// Sends `event` to this client only (Phoenix's `push/3`).
@@ -72,21 +148,33 @@ impl Socket<'_> {
     pub fn broadcast_from(&mut self, event: impl Into<String>, payload: OwnedPayload) {
         self.effects.broadcasts.push((event.into(), payload, false));
     }
+
+    /// Hands `msg` to this channel's [`Channel::handle_info`] once the current
+    /// callback is done and its reply is sent (Phoenix's `send(self(), msg)`).
+    pub fn send_info(&mut self, msg: impl Any + Send + Sync) {
+        self.effects.infos.push(Arc::new(msg));
+    }
 }
 
 /// A channel: the app's handler for a family of topics.
 pub trait Channel: Send + Sync + 'static {
     /// A client asks to join `topic` with `payload` (the join params).
     /// `Ok(response)` joins and replies `ok`; `Err(response)` refuses with `error`.
-    fn join(
+    fn join(&self, topic: &str, payload: Payload<'_>, socket: &mut Socket<'_>) -> Reply;
+
+    /// A client pushed `event` on a topic it joined; `Some(reply)` answers
+    /// it, `None` does not (Phoenix's `{:noreply, socket}`).
+    fn handle_in(
         &self,
-        topic: &str,
+        event: &str,
         payload: Payload<'_>,
         socket: &mut Socket<'_>,
-    ) -> Result<OwnedPayload, OwnedPayload>;
+    ) -> Option<Reply>;
 
-    /// A client pushed `event` on a topic it joined.
-    fn handle_in(&self, event: &str, payload: Payload<'_>, socket: &mut Socket<'_>) -> HandleIn;
+    /// A message sent to this channel ([`Socket::send_info`], or an
+    /// [`Endpoint`](crate::Endpoint) on its topic). Pushes and broadcasts
+    /// made here go out as from any callback.
+    fn handle_info(&self, _msg: &Info, _socket: &mut Socket<'_>) {}
 
     /// The channel ended; pushes made here are dropped.
     fn terminate(&self, _reason: Terminate, _socket: &mut Socket<'_>) {}
@@ -127,16 +215,11 @@ mod tests {
 
     struct Nop;
     impl Channel for Nop {
-        fn join(
-            &self,
-            _: &str,
-            _: Payload<'_>,
-            _: &mut Socket<'_>,
-        ) -> Result<OwnedPayload, OwnedPayload> {
+        fn join(&self, _: &str, _: Payload<'_>, _: &mut Socket<'_>) -> Reply {
             Ok(OwnedPayload::empty())
         }
-        fn handle_in(&self, _: &str, _: Payload<'_>, _: &mut Socket<'_>) -> HandleIn {
-            HandleIn::NoReply
+        fn handle_in(&self, _: &str, _: Payload<'_>, _: &mut Socket<'_>) -> Option<Reply> {
+            None
         }
     }
 
@@ -148,5 +231,25 @@ mod tests {
         assert!(r.route("exact").is_some());
         assert!(r.route("exactly").is_none());
         assert!(r.route("room:lobby").is_none());
+    }
+
+    #[test]
+    fn assigns_are_typed() {
+        let mut assigns: Assigns = None;
+        let mut effects = Effects::default();
+        let mut s = Socket {
+            topic: "t",
+            join_ref: None,
+            connect: None,
+            assigns: &mut assigns,
+            effects: &mut effects,
+        };
+        assert!(s.assigns::<u32>().is_none());
+        s.assign(5u32);
+        *s.assigns_mut::<u32>().unwrap() += 1;
+        assert_eq!(s.assigns::<u32>(), Some(&6));
+        assert!(s.assigns::<String>().is_none());
+        s.send_info("after_join");
+        assert_eq!(effects.infos.len(), 1);
     }
 }

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::channel::{Channel, HandleIn, OwnedPayload, Payload, Router, Socket};
+use crate::channel::{Channel, OwnedPayload, Payload, Reply, Router, Socket};
 
 /// `Chat.RoomChannel`.
 pub struct RoomChannel;
@@ -30,12 +30,7 @@ struct NewMsgOut<'a> {
 }
 
 impl Channel for RoomChannel {
-    fn join(
-        &self,
-        topic: &str,
-        _payload: Payload<'_>,
-        _socket: &mut Socket<'_>,
-    ) -> Result<OwnedPayload, OwnedPayload> {
+    fn join(&self, topic: &str, _payload: Payload<'_>, _socket: &mut Socket<'_>) -> Reply {
         if topic == "rooms:lobby" {
             Ok(OwnedPayload::empty())
         } else {
@@ -43,19 +38,21 @@ impl Channel for RoomChannel {
         }
     }
 
-    fn handle_in(&self, event: &str, payload: Payload<'_>, socket: &mut Socket<'_>) -> HandleIn {
+    fn handle_in(
+        &self,
+        event: &str,
+        payload: Payload<'_>,
+        socket: &mut Socket<'_>,
+    ) -> Option<Reply> {
         if event != "new:msg" {
-            return HandleIn::NoReply;
+            return None;
         }
         match payload {
             Payload::Json(text) => {
                 let Ok(msg) = serde_json::from_str::<NewMsgIn<'_>>(text) else {
-                    return HandleIn::Reply {
-                        ok: false,
-                        response: OwnedPayload::Json(
-                            r#"{"reason":"new:msg needs an object {user, body}"}"#.into(),
-                        ),
-                    };
+                    return Some(Err(OwnedPayload::Json(
+                        r#"{"reason":"new:msg needs an object {user, body}"}"#.into(),
+                    )));
                 };
                 // Raw JSON values re-written as they came: this cannot fail.
                 let out = OwnedPayload::json(&NewMsgOut {
@@ -67,14 +64,11 @@ impl Channel for RoomChannel {
                     Err(e) => tracing::error!("new:msg not encodable: {e}"),
                 }
                 let body = msg.body.map(|b| b.get()).unwrap_or("null");
-                HandleIn::Reply {
-                    ok: true,
-                    response: OwnedPayload::Json(format!("{{\"msg\":{body}}}")),
-                }
+                Some(Ok(OwnedPayload::Json(format!("{{\"msg\":{body}}}"))))
             }
             Payload::Binary(bytes) => {
                 socket.broadcast("new:msg", OwnedPayload::Binary(bytes.to_vec()));
-                HandleIn::NoReply
+                None
             }
         }
     }

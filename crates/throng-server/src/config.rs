@@ -34,6 +34,9 @@ pub struct ServeArgs {
     /// Outbound bytes a slow reader may have queued before it is disconnected [default: 262144]
     #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_BYTES")]
     pub max_outbound_bytes: Option<usize>,
+    /// Channels one socket may join at once; a join past it is refused with {"reason":"too many channels joined"}, as Phoenix 1.8 [default: 100]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_CHANNELS_PER_SOCKET")]
+    pub max_channels_per_socket: Option<usize>,
     /// Serve a WebSocket echo endpoint at /echo (for the Autobahn TestSuite)
     #[arg(long, env = "THRONG_ECHO")]
     pub echo: bool,
@@ -61,6 +64,7 @@ struct FileConfig {
     idle_timeout: Option<u64>,
     max_message_bytes: Option<usize>,
     max_outbound_bytes: Option<usize>,
+    max_channels_per_socket: Option<usize>,
     echo: Option<bool>,
     log_requests: Option<bool>,
     redis: Option<String>,
@@ -76,6 +80,8 @@ pub struct Config {
     pub idle_timeout: Option<Duration>,
     pub max_message_bytes: usize,
     pub max_outbound_bytes: usize,
+    /// Joins one socket may hold at once.
+    pub max_channels_per_socket: usize,
     pub echo: bool,
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
@@ -99,6 +105,7 @@ impl Default for Config {
             idle_timeout: Some(Duration::from_secs(60)),
             max_message_bytes: 1 << 20,
             max_outbound_bytes: 256 << 10,
+            max_channels_per_socket: 100,
             echo: false,
             log_requests: false,
             redis: None,
@@ -141,9 +148,10 @@ impl ServeArgs {
             .shards
             .or(file.shards)
             .unwrap_or((d.shards / workers).max(1));
-        if shards == 0 || shards > 256 {
+        if shards == 0 || shards > throng_pubsub::MAX_SHARDS {
             return Err(Error::Config(format!(
-                "shards must be 1..=256, got {shards}"
+                "shards must be 1..={}, got {shards}",
+                throng_pubsub::MAX_SHARDS
             )));
         }
         let idle = self.idle_timeout.or(file.idle_timeout).unwrap_or(60);
@@ -165,6 +173,10 @@ impl ServeArgs {
                 .max_outbound_bytes
                 .or(file.max_outbound_bytes)
                 .unwrap_or(d.max_outbound_bytes),
+            max_channels_per_socket: self
+                .max_channels_per_socket
+                .or(file.max_channels_per_socket)
+                .unwrap_or(d.max_channels_per_socket),
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
@@ -193,6 +205,8 @@ impl Config {
             self.max_message_bytes.to_string(),
             "--max-outbound-bytes".into(),
             self.max_outbound_bytes.to_string(),
+            "--max-channels-per-socket".into(),
+            self.max_channels_per_socket.to_string(),
             "--workers".into(),
             "1".into(),
             "--worker-index".into(),
@@ -269,6 +283,7 @@ mod tests {
             idle_timeout: Some(0),
             echo: true,
             redis: Some("redis://127.0.0.1:7000".into()),
+            max_channels_per_socket: Some(7),
             ..Default::default()
         }
         .resolve()
@@ -282,6 +297,7 @@ mod tests {
         assert_eq!(w.redis, c.redis);
         assert!(w.echo && !w.log_requests);
         assert_eq!(w.max_message_bytes, c.max_message_bytes);
+        assert_eq!(w.max_channels_per_socket, 7);
     }
 
     #[test]

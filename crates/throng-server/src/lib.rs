@@ -1,35 +1,57 @@
 //! # throng-server
 //!
-//! The server: transport, socket multiplexing, the channel API, the sharded
-//! pub/sub registry, HTTP pages and metrics.
+//! The server: the transport (event loops, connections, HTTP and WebSocket),
+//! the Phoenix socket that multiplexes channels over a connection, the
+//! channel API apps write against, pages and metrics. Pub/sub (the
+//! registry, encode-once broadcasts, the backplane) is `throng-pubsub`.
 //!
-//! ## Layout
+//! ## Layout, along Phoenix's own lines
 //! - [`config`]: flags, environment, TOML file.
+//! - `transport/`: one event loop per core (`mod.rs`), the lean connection
+//!   (`conn.rs`), output and broadcast delivery (`output.rs`), closing
+//!   (`closing.rs`), and the Phoenix socket on a connection (`phoenix.rs`).
+//!   Phoenix's `Phoenix.Socket.Transport`.
+//! - `http`: what a request asks for (upgrade, page, error), without I/O.
+//! - `ws`: WebSocket messages from frames (fragments, control frames).
+//! - `socket/`: the Phoenix multiplexer (heartbeat, join, leave, duplicate
+//!   join, dispatch, replies) as a state machine with no I/O, unit-tested
+//!   against a recording transport. Phoenix's `Phoenix.Socket`.
 //! - [`channel`]: the app-facing API (`Channel`, `Socket`, `Router`).
-//! - [`chat`]: the seed benchmark's chat app, written with that API.
-//! - [`pubsub`]: the per-shard registry, encode-once `Broadcast`, `Backplane`.
-//! - `shard`: one event loop per core; each owns the connections it accepted.
-//! - [`node`]: what the shards of one process share (config, metrics, peers).
+//!   Phoenix's `Phoenix.Channel`.
+//! - [`node`]: what the shards of one process share, and the [`Endpoint`]
+//!   handle for code outside callbacks. Phoenix's `Endpoint.broadcast`.
+//! - [`metrics`]: per-shard counters and `/metrics`.
+//! - [`chat`]: the seed benchmark's chat app, written with the API.
 //! - `page`: the chat page (template + layout) and fixed responses.
+//!
+//! ## The path of a broadcast
+//! A client pushes `new:msg` on `rooms:lobby`. Its shard reads the frame
+//! into the shard's one buffer, `ws` makes it a message, the serializer
+//! decodes it in place, and the socket dispatches it to the channel, whose
+//! `broadcast` becomes one `Broadcast` encoded once per serializer into
+//! whole frames. The shard writes those bytes to its own subscribers of the
+//! topic (`output.rs`: a `write` per subscriber, no allocation), then hands
+//! an `Arc` of it to each other shard with subscribers (a channel and a
+//! wake per shard) and one copy to the backplane for the other nodes.
 //!
 //! ## Design
 //! N shard threads (default: one per core), each with its own epoll and its
 //! own `SO_REUSEPORT` listener, so accepting, reading, joining and leaving
-//! never cross threads or take a lock. A broadcast is encoded once per
-//! serializer into whole WebSocket frames; the originating shard writes them
-//! to its subscribers and hands an `Arc` to each other shard that has
-//! subscribers of the topic. We use `mio` directly rather than a task per
-//! connection so that an idle connection is a ~50-byte slab entry with no
-//! buffer, no future and no timer.
+//! never cross threads or take a lock. We use `mio` directly rather than a
+//! task per connection so that an idle connection is a ~56-byte slab entry
+//! with no buffer, no future and no timer.
 
 pub mod channel;
 pub mod chat;
 pub mod config;
+mod http;
+pub mod metrics;
 pub mod node;
 mod page;
-pub mod pubsub;
-mod shard;
+mod socket;
 pub mod sys;
+mod transport;
+mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,11 +59,13 @@ use std::thread::JoinHandle;
 
 use mio::net::TcpListener;
 use mio::{Poll, Waker};
+use throng_pubsub::{Backplane, Handler};
 
-pub use channel::{Channel, HandleIn, OwnedPayload, Router, Socket, Terminate};
+pub use channel::{
+    Channel, ConnectInfo, Info, OwnedPayload, Payload, Reply, Router, Socket, Terminate,
+};
 pub use config::{Config, ServeArgs};
-pub use node::Node;
-pub use pubsub::{Backplane, Broadcast, LocalBackplane};
+pub use node::{Endpoint, Node};
 
 /// File descriptors kept back from the limit for listeners, epoll, logs.
 pub const FD_MARGIN: u64 = 64;
@@ -83,7 +107,7 @@ impl Server {
         let mut inboxes = Vec::new();
         for _ in 0..config.shards {
             let poll = Poll::new()?;
-            let waker = Arc::new(Waker::new(poll.registry(), shard::WAKER)?);
+            let waker = Arc::new(Waker::new(poll.registry(), transport::WAKER)?);
             let (tx, rx) = crossbeam_channel::unbounded();
             polls.push(poll);
             peers.push(node::Peer { tx, waker });
@@ -91,7 +115,7 @@ impl Server {
         }
         let node = Arc::new(Node {
             stats: (0..config.shards)
-                .map(|_| Arc::new(node::ShardStats::default()))
+                .map(|_| Arc::new(metrics::ShardStats::default()))
                 .collect(),
             config,
             router,
@@ -101,12 +125,13 @@ impl Server {
             pages: page::Pages::build(),
             fd_limit,
         });
-        node.backplane.attach(Arc::downgrade(&node));
+        let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
+        node.backplane.attach(handler);
         let mut threads = Vec::new();
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
         {
-            let shard = shard::Shard::new(id, poll, listener, inbox, node.clone())?;
+            let shard = transport::Shard::new(id, poll, listener, inbox, node.clone())?;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("throng-shard-{id}"))
@@ -117,7 +142,7 @@ impl Server {
             %addr,
             shards = node.config.shards,
             fd_limit,
-            conn_struct_bytes = shard::CONN_SIZE,
+            conn_struct_bytes = transport::CONN_SIZE,
             "open-files limit {fd_limit} allows about {} connections in this process",
             fd_limit.saturating_sub(FD_MARGIN)
         );
@@ -126,6 +151,11 @@ impl Server {
             node,
             threads,
         })
+    }
+
+    /// A handle for broadcasting and sending infos from outside callbacks.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new(self.node.clone())
     }
 
     /// Blocks while the shards run (they run until the process ends).
@@ -156,14 +186,4 @@ fn bind_one(addr: SocketAddr) -> std::io::Result<TcpListener> {
     sock.bind(&addr.into())?;
     sock.listen(65535)?;
     Ok(TcpListener::from_std(sock.into()))
-}
-
-/// `throng serve`: the chat app on a single node; prints the address, then runs.
-pub fn run(config: Config) -> Result<(), Error> {
-    let server = Server::start(config, chat::router(), Arc::new(LocalBackplane))?;
-    println!("listening on {}", server.addr);
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    server.wait();
-    Ok(())
 }

@@ -1,38 +1,30 @@
-//! The node: what every shard of one server process shares. Immutable after
-//! start except for atomics (metrics) and [`NodeTopics`] (locked only when a
-//! shard gains its first or loses its last subscriber of a topic).
+//! The node: what every shard of one server process shares, and the
+//! [`Endpoint`] through which code outside a channel callback reaches the
+//! node's subscribers (Phoenix's `Endpoint.broadcast/3`).
+//!
+//! Immutable after start except for atomics (metrics) and [`NodeTopics`]
+//! (locked only when a shard gains its first or loses its last subscriber of
+//! a topic, and once per broadcast). The node is the backplane's
+//! [`Handler`]: broadcasts from other nodes come in through it.
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 use mio::Waker;
+use throng_protocol::OwnedPayload;
+use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics};
 
-use crate::channel::Router;
+use crate::channel::{Info, Router};
 use crate::config::Config;
+use crate::metrics::ShardStats;
 use crate::page::Pages;
-use crate::pubsub::{Backplane, Broadcast, NodeTopics};
-use crate::sys;
-
-/// Appends one metric in Prometheus text format: its HELP, TYPE and value.
-/// Every `/metrics` line, the backplane's included, is written here.
-pub fn write_metric(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    value: impl std::fmt::Display,
-) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
-}
 
 /// A message to a shard's event loop.
 pub(crate) enum ShardMsg {
+    /// Deliver to the shard's subscribers of the broadcast's topic.
     Broadcast(Arc<Broadcast>),
+    /// Call `handle_info` of every channel joined on the topic.
+    Info(Arc<str>, Info),
 }
 
 /// How to reach a shard from another thread.
@@ -41,41 +33,11 @@ pub(crate) struct Peer {
     pub waker: Arc<Waker>,
 }
 
-/// Counters one shard writes and `/metrics` reads. Only the owning shard
-/// writes them, so they stay in its cache until scraped.
-#[derive(Default)]
-#[repr(align(128))]
-pub struct ShardStats {
-    pub connections: AtomicU64,
-    pub websockets: AtomicU64,
-    pub channels: AtomicU64,
-    pub topics: AtomicU64,
-    pub accepted: AtomicU64,
-    pub closed: AtomicU64,
-    pub accept_errors: AtomicU64,
-    pub http_requests: AtomicU64,
-    pub messages_in: AtomicU64,
-    pub messages_out: AtomicU64,
-    pub broadcasts: AtomicU64,
-    pub bytes_in: AtomicU64,
-    pub bytes_out: AtomicU64,
-    pub slow_reader_closes: AtomicU64,
-    pub idle_timeout_closes: AtomicU64,
-    pub protocol_errors: AtomicU64,
-    pub joins: AtomicU64,
-    pub refused_joins: AtomicU64,
-}
-
-impl ShardStats {
-    /// Adds `n` to a counter; owner-only, so a plain load+store is enough.
-    #[inline]
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
-    }
-
-    #[inline]
-    pub fn sub(counter: &AtomicU64, n: u64) {
-        counter.store(counter.load(Relaxed).wrapping_sub(n), Relaxed);
+impl Peer {
+    fn send(&self, msg: ShardMsg) {
+        if self.tx.send(msg).is_ok() {
+            let _ = self.waker.wake();
+        }
     }
 }
 
@@ -93,181 +55,75 @@ pub struct Node {
 }
 
 impl Node {
-    /// Sends a broadcast made on `from_shard` (already delivered there) to the
-    /// node's other shards that have subscribers, and to the other nodes.
-    pub(crate) fn broadcast(&self, from_shard: usize, b: Arc<Broadcast>) {
+    /// Sends a broadcast made on this node to the other nodes, and to the
+    /// node's shards that have subscribers, except `from_shard` (which
+    /// delivered it already).
+    pub(crate) fn broadcast(&self, from_shard: Option<usize>, b: Arc<Broadcast>) {
         self.backplane.publish(&b);
-        self.fan_out(Some(from_shard), b);
-    }
-
-    /// Delivers a broadcast that came from another node over the backplane.
-    pub fn deliver_remote(&self, b: Arc<Broadcast>) {
-        self.fan_out(None, b);
+        self.fan_out(from_shard, b);
     }
 
     fn fan_out(&self, skip: Option<usize>, b: Arc<Broadcast>) {
-        let mask = self.topics.shards(&b.topic);
-        for (i, peer) in self.peers.iter().enumerate() {
-            if Some(i) == skip || mask & (1 << (i % 64)) == 0 {
+        let shards = self.topics.shards(&b.topic);
+        for i in shards.iter() {
+            if Some(i) == skip {
                 continue;
             }
-            if peer.tx.send(ShardMsg::Broadcast(b.clone())).is_ok() {
-                let _ = peer.waker.wake();
+            if let Some(peer) = self.peers.get(i) {
+                peer.send(ShardMsg::Broadcast(b.clone()));
+            }
+        }
+    }
+}
+
+impl Handler for Node {
+    fn deliver(&self, b: Arc<Broadcast>) {
+        self.fan_out(None, b);
+    }
+
+    fn has_topic(&self, topic: &str) -> bool {
+        self.topics.contains(topic)
+    }
+
+    fn topics(&self) -> Vec<Arc<str>> {
+        self.topics.names()
+    }
+}
+
+/// A handle on a running node for code outside channel callbacks: an HTTP
+/// API, the app's own threads. Cheap to clone; every method returns at
+/// once (the work is queued to the shards).
+#[derive(Clone)]
+pub struct Endpoint {
+    node: Arc<Node>,
+}
+
+impl Endpoint {
+    pub(crate) fn new(node: Arc<Node>) -> Endpoint {
+        Endpoint { node }
+    }
+
+    /// Broadcasts `event` on `topic` to every subscriber, on this node and,
+    /// through the backplane, on the others (Phoenix's
+    /// `Endpoint.broadcast/3`). Encoded once per serializer.
+    pub fn broadcast(&self, topic: &str, event: &str, payload: OwnedPayload) {
+        let b = Arc::new(Broadcast::new(topic.into(), event.into(), payload, None));
+        self.node.broadcast(None, b);
+    }
+
+    /// Hands `info` to [`Channel::handle_info`](crate::Channel::handle_info)
+    /// of every channel joined on `topic` on this node.
+    pub fn info(&self, topic: &str, info: Info) {
+        let topic: Arc<str> = Arc::from(topic);
+        for i in self.node.topics.shards(&topic).iter() {
+            if let Some(peer) = self.node.peers.get(i) {
+                peer.send(ShardMsg::Info(topic.clone(), info.clone()));
             }
         }
     }
 
-    /// The `/metrics` page, Prometheus text format.
-    pub fn render_metrics(&self) -> String {
-        let sum = |f: fn(&ShardStats) -> &AtomicU64| -> u64 {
-            self.stats.iter().map(|s| f(s).load(Relaxed)).sum()
-        };
-        let mut out = String::with_capacity(2048);
-        let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-            write_metric(&mut out, name, kind, help, value);
-        };
-        metric(
-            "throng_connections",
-            "gauge",
-            "Open TCP connections (HTTP and WebSocket).",
-            sum(|s| &s.connections),
-        );
-        metric(
-            "throng_websockets",
-            "gauge",
-            "Open WebSocket connections.",
-            sum(|s| &s.websockets),
-        );
-        metric(
-            "throng_channels_joined",
-            "gauge",
-            "Joined channels over all sockets.",
-            sum(|s| &s.channels),
-        );
-        metric(
-            "throng_topics",
-            "gauge",
-            "Topics with at least one local subscriber.",
-            self.topics.len() as u64,
-        );
-        metric(
-            "throng_connections_accepted_total",
-            "counter",
-            "Connections accepted.",
-            sum(|s| &s.accepted),
-        );
-        metric(
-            "throng_connections_closed_total",
-            "counter",
-            "Connections closed.",
-            sum(|s| &s.closed),
-        );
-        metric(
-            "throng_accept_errors_total",
-            "counter",
-            "Failed accepts (e.g. out of file descriptors).",
-            sum(|s| &s.accept_errors),
-        );
-        metric(
-            "throng_http_requests_total",
-            "counter",
-            "HTTP requests served.",
-            sum(|s| &s.http_requests),
-        );
-        metric(
-            "throng_joins_total",
-            "counter",
-            "Successful channel joins.",
-            sum(|s| &s.joins),
-        );
-        metric(
-            "throng_refused_joins_total",
-            "counter",
-            "Refused or unmatched joins.",
-            sum(|s| &s.refused_joins),
-        );
-        metric(
-            "throng_messages_in_total",
-            "counter",
-            "WebSocket messages received.",
-            sum(|s| &s.messages_in),
-        );
-        metric(
-            "throng_messages_out_total",
-            "counter",
-            "WebSocket messages sent.",
-            sum(|s| &s.messages_out),
-        );
-        metric(
-            "throng_broadcasts_total",
-            "counter",
-            "Broadcasts fanned out by this node's shards.",
-            sum(|s| &s.broadcasts),
-        );
-        metric(
-            "throng_bytes_in_total",
-            "counter",
-            "Bytes read from sockets.",
-            sum(|s| &s.bytes_in),
-        );
-        metric(
-            "throng_bytes_out_total",
-            "counter",
-            "Bytes written to sockets.",
-            sum(|s| &s.bytes_out),
-        );
-        metric(
-            "throng_slow_reader_closes_total",
-            "counter",
-            "Connections closed because their outbound queue passed its bound.",
-            sum(|s| &s.slow_reader_closes),
-        );
-        metric(
-            "throng_idle_timeout_closes_total",
-            "counter",
-            "Connections closed by the idle sweep.",
-            sum(|s| &s.idle_timeout_closes),
-        );
-        metric(
-            "throng_protocol_errors_total",
-            "counter",
-            "Connections closed for protocol errors.",
-            sum(|s| &s.protocol_errors),
-        );
-        metric(
-            "throng_max_connections",
-            "gauge",
-            "Connections the open-files limit allows.",
-            self.fd_limit.saturating_sub(crate::FD_MARGIN),
-        );
-        metric(
-            "throng_process_resident_memory_bytes",
-            "gauge",
-            "Resident set size.",
-            sys::rss_bytes().unwrap_or(0),
-        );
-        write_metric(
-            &mut out,
-            "throng_process_cpu_seconds_total",
-            "counter",
-            "User and system CPU time.",
-            format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
-        );
-        self.backplane.render_metrics(&mut out);
-        out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn owner_only_counters() {
-        let s = ShardStats::default();
-        ShardStats::add(&s.messages_out, 5);
-        ShardStats::sub(&s.messages_out, 2);
-        assert_eq!(s.messages_out.load(Relaxed), 3);
-        assert_eq!(std::mem::align_of::<ShardStats>(), 128);
+    /// The node this endpoint serves.
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
     }
 }

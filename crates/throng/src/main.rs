@@ -1,4 +1,9 @@
-//! The `throng` binary: the command line and nothing else.
+//! The `throng` binary: the command line, and the wiring of a serving
+//! process (`serve.rs`: which backplane, single node or cluster node;
+//! `supervisor.rs`: `serve --workers N`, N node processes on one port).
+
+mod serve;
+mod supervisor;
 
 use clap::{Parser, Subcommand};
 
@@ -35,7 +40,7 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => throng_cluster::serve(args.resolve()?)?,
+        Command::Serve(args) => serve::serve(args.resolve()?)?,
         Command::Bench(args) => throng_bench::run_bench(args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Agent(args) => throng_bench::run_agent(args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Tune(args) => throng_bench::run_tune(args).map_err(|e| anyhow::anyhow!(e))?,

@@ -1,7 +1,7 @@
 //! [`RedisBackplane`]: broadcasts between nodes through Redis pub/sub.
 //!
 //! The shards call [`Backplane`] from their event loops, so nothing here may
-//! block them: `publish` encodes the [envelope](crate::envelope) and puts it
+//! block them: `publish` encodes the [envelope](super::envelope) and puts it
 //! on a bounded queue (`try_send`), `subscribe`/`unsubscribe` put the topic on
 //! an unbounded one (it grows only with topic churn). One background thread,
 //! `throng-redis`, owns both Redis connections and does all network I/O.
@@ -32,14 +32,13 @@ use std::time::{Duration, Instant};
 
 use ::redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use futures_util::StreamExt;
-use throng_server::node::write_metric;
-use throng_server::pubsub::{Backplane, Broadcast};
-use throng_server::Node;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
-use crate::envelope::Envelope;
-use crate::Error;
+use super::envelope::Envelope;
+use super::{Backplane, Handler};
+use crate::metrics::write_metric;
+use crate::{Broadcast, Error};
 
 /// Redis channel of a topic: this prefix, then the topic.
 pub const CHANNEL_PREFIX: &str = "throng:t:";
@@ -84,7 +83,7 @@ struct Outgoing {
 }
 
 /// The Redis backplane. Build it with [`RedisBackplane::connect`] before
-/// `Server::start`, which calls [`Backplane::attach`].
+/// the server starts, which calls [`Backplane::attach`].
 pub struct RedisBackplane {
     /// For logs and errors: the URL with any password masked.
     url: String,
@@ -93,7 +92,7 @@ pub struct RedisBackplane {
     publish_tx: mpsc::Sender<Outgoing>,
     topic_tx: mpsc::UnboundedSender<Arc<str>>,
     /// Set by `attach`; the thread reads it to deliver and to re-subscribe.
-    node: Arc<OnceLock<Weak<Node>>>,
+    handler: Arc<OnceLock<Weak<dyn Handler>>>,
     stats: Arc<Stats>,
     /// Whether the "queue full" warning was logged since the queue last had room.
     queue_full_logged: AtomicBool,
@@ -112,13 +111,13 @@ impl RedisBackplane {
         let node_id = random_node_id();
         let (publish_tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
         let (topic_tx, topic_rx) = mpsc::unbounded_channel();
-        let node = Arc::new(OnceLock::new());
+        let handler = Arc::new(OnceLock::new());
         let stats = Arc::new(Stats::default());
         let task = Task {
             client,
             url: shown.clone(),
             node_id,
-            node: node.clone(),
+            handler: handler.clone(),
             stats: stats.clone(),
             publish_rx,
             topic_rx,
@@ -166,7 +165,7 @@ impl RedisBackplane {
             node_id,
             publish_tx,
             topic_tx,
-            node,
+            handler,
             stats,
             queue_full_logged: AtomicBool::new(false),
         })
@@ -232,8 +231,12 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
 }
 
 impl Backplane for RedisBackplane {
-    fn attach(&self, node: Weak<Node>) {
-        let _ = self.node.set(node);
+    fn attach(&self, handler: Weak<dyn Handler>) {
+        let _ = self.handler.set(handler);
+    }
+
+    fn is_connected(&self) -> bool {
+        self.stats.connected.load(Relaxed)
     }
 
     fn render_metrics(&self, out: &mut String) {
@@ -382,7 +385,7 @@ struct Task {
     client: ::redis::Client,
     url: String,
     node_id: u64,
-    node: Arc<OnceLock<Weak<Node>>>,
+    handler: Arc<OnceLock<Weak<dyn Handler>>>,
     stats: Arc<Stats>,
     publish_rx: mpsc::Receiver<Outgoing>,
     topic_rx: mpsc::UnboundedReceiver<Arc<str>>,
@@ -439,8 +442,8 @@ impl Task {
         }
     }
 
-    fn node(&self) -> Option<Arc<Node>> {
-        self.node.get().and_then(Weak::upgrade)
+    fn handler(&self) -> Option<Arc<dyn Handler>> {
+        self.handler.get().and_then(Weak::upgrade)
     }
 
     /// Runs a connected session until Redis goes away or the backplane is dropped.
@@ -513,12 +516,12 @@ impl Task {
         while let Ok(t) = self.topic_rx.try_recv() {
             changed.insert(t);
         }
-        let Some(node) = self.node() else {
+        let Some(handler) = self.handler() else {
             return Ok(());
         };
         let (mut add, mut remove) = (Vec::new(), Vec::new());
         for t in changed {
-            let wanted = node.topics.shards(&t) != 0;
+            let wanted = handler.has_topic(&t);
             match (wanted, s.subscribed.contains(&t)) {
                 (true, false) => add.push(t),
                 (false, true) => remove.push(t),
@@ -548,7 +551,7 @@ impl Task {
         if env.node == self.node_id {
             return; // ours: the shards delivered it already
         }
-        let Some(node) = self.node() else {
+        let Some(handler) = self.handler() else {
             return;
         };
         let topic = s
@@ -557,7 +560,7 @@ impl Task {
             .cloned()
             .unwrap_or_else(|| Arc::from(env.topic));
         self.stats.received.fetch_add(1, Relaxed);
-        node.deliver_remote(Arc::new(Broadcast::new(
+        handler.deliver(Arc::new(Broadcast::new(
             topic,
             env.event.to_owned(),
             env.payload.into(),
@@ -604,7 +607,7 @@ impl Task {
                     if !self.drain() {
                         return None;
                     }
-                    let topics = self.node().map(|n| n.topics.names()).unwrap_or_default();
+                    let topics = self.handler().map(|h| h.topics()).unwrap_or_default();
                     match s.set_subscribed(topics, true).await {
                         Ok(()) => return Some(s),
                         Err(e) => tracing::debug!(attempt, error = %e, "re-subscribe failed"),

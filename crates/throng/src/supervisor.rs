@@ -34,7 +34,25 @@ use crossbeam_channel::{RecvTimeoutError, Sender};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use throng_server::Config;
 
-use crate::Error;
+/// Why the supervisor could not start or keep its workers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Redis(#[from] throng_pubsub::Error),
+    #[error("cannot reserve {addr} for the workers: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("worker {index} exited ({status}) before it was listening")]
+    WorkerStart { index: usize, status: String },
+    #[error("the workers were not all listening after {0:?}")]
+    StartTimeout(Duration),
+    #[error(transparent)]
+    Server(#[from] throng_server::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
 
 /// How long the workers have to be listening at start.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,10 +90,10 @@ struct Worker {
     quick_deaths: u32,
 }
 
-/// Runs the supervisor until SIGTERM/SIGINT; see the module docs.
-pub fn run(config: Config) -> Result<(), Error> {
-    let url = config.redis.clone().ok_or(Error::WorkersNeedRedis)?;
-    crate::redis::check(&url)?;
+/// Runs the supervisor of workers joined through Redis at `redis_url`
+/// until SIGTERM/SIGINT; see the module docs.
+pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
+    throng_pubsub::backplane::redis::check(redis_url)?;
     let reservation = reserve(config.addr)?;
     let port = reservation
         .local_addr()?

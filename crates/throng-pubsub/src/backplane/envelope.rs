@@ -19,7 +19,7 @@
 //! an unknown version, a truncated or oversized field, invalid UTF-8.
 //! Decoding never panics on any input.
 
-use throng_server::channel::Payload;
+use throng_protocol::Payload;
 
 /// The envelope version this build writes and reads.
 pub const VERSION: u8 = 1;

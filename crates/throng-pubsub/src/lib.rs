@@ -1,20 +1,29 @@
-//! # throng-cluster
+//! # throng-pubsub
 //!
-//! Many nodes acting as one server: a broadcast made on any node reaches the
-//! subscribers of its topic on every node.
+//! The pub/sub boundary: everything between "a channel broadcasts on a
+//! topic" and "these connections get these bytes", on one node and across
+//! many. The server's event loops call into it; it never calls the server
+//! except through the narrow [`Handler`].
 //!
 //! ## What it owns
-//! - [`RedisBackplane`] (`redis.rs`): the cluster implementation of
-//!   `throng_server::Backplane` over Redis pub/sub. The trait, and the
-//!   in-memory default `LocalBackplane` (a single node), live in
-//!   `throng_server::pubsub`, beside the registry that calls them.
-//! - the [`envelope`]: the versioned binary form of a broadcast in Redis.
-//! - the [`supervisor`]: `throng serve --workers N`, N node processes on one
-//!   port (`SO_REUSEPORT`), joined through the Redis backplane.
-//! - [`serve`]: what `throng serve` runs, picking one of the above.
+//! - [`Broadcast`] (`broadcast.rs`): a message encoded once per serializer
+//!   into whole WebSocket frames, shared by every subscriber.
+//! - [`Registry`] (`registry.rs`): one shard's subscriptions (topic to
+//!   connection keys); join and leave touch only it, no lock.
+//! - [`NodeTopics`] (`shards.rs`): which shards of the node have subscribers
+//!   of a topic, as a [`ShardSet`]; locked only on a shard's first or last
+//!   subscriber of a topic and once per broadcast.
+//! - [`Backplane`] and [`Handler`] (`backplane/`): how nodes reach each
+//!   other, with [`LocalBackplane`] (one node, the default),
+//!   [`MemoryBackplane`] (an in-process cluster for tests) and
+//!   [`RedisBackplane`] (Redis pub/sub, with its versioned
+//!   [envelope](backplane::envelope)).
+//! - [`conformance`]: the suite every backplane must pass, run against the
+//!   in-memory and the Redis backplane by `tests/backplanes.rs`, as
+//!   phoenix_pubsub shares one test suite across its adapters.
+//! - [`metrics::write_metric`]: the one writer of Prometheus lines.
 //!
-//! Dependencies point one way: this crate uses `throng-server` (for `Node`,
-//! `Broadcast`, `Server`), never the reverse.
+//! Dependencies point one way: protocol, then this crate, then the server.
 //!
 //! ## How a broadcast travels
 //! A client on node A broadcasts on `rooms:lobby`. A's shards deliver it to
@@ -26,7 +35,7 @@
 //! topic and unsubscribes when it loses the last), so Redis sends the message
 //! once to each such node, A included. A sees its own node id in the
 //! envelope and skips it; every other node encodes the frames once and hands
-//! them to its shards (`Node::deliver_remote`). Fan-out stays one Redis
+//! them to its shards (`Handler::deliver`). Fan-out stays one Redis
 //! message per subscribed node per broadcast, whatever the subscriber count.
 //!
 //! ## The envelope (version 1)
@@ -64,14 +73,14 @@
 //!   after an outage would deliver stale messages late. Broadcasts made on
 //!   other nodes during the outage are lost to this node the same way.
 //! - Reconnected: both connections are rebuilt, every topic in
-//!   `node.topics.names()` is SUBSCRIBEd again, then the node counts as
+//!   `Handler::topics()` is SUBSCRIBEd again, then the node counts as
 //!   connected and publishes again; it logs how long it was down and how
 //!   many broadcasts it dropped. No restart is needed. The attempts come
 //!   0.1, 0.3, 0.7, 1.5, 3.1, 6.3, 11.3 s ... after the loss, so broadcasts
 //!   flow again at most 5 s after Redis is back (measured on loopback: 0.3 s
 //!   after a 1 s outage, 0.1 s after 3 s, 1.3 s after 10 s;
 //!   `tests/cluster/redis_restart.test.mjs`).
-//! - Redis slower than the node: past [`crate::redis::PUBLISH_QUEUE`] queued
+//! - Redis slower than the node: past [`backplane::redis::PUBLISH_QUEUE`] queued
 //!   broadcasts, `publish` drops (counted, one warning) instead of blocking
 //!   an event loop.
 //!
@@ -79,78 +88,32 @@
 //! `RedisBackplane` methods run on the shards and never block: `try_send`
 //! on a bounded queue (broadcasts) or `send` on an unbounded one (topic
 //! changes). The `throng-redis` thread owns both connections and the set of
-//! subscribed channels; it reads the node's topic set (`NodeTopics`, a
-//! mutex the shards take only on first/last subscriber) to decide what to
+//! subscribed channels; it asks the node's topic set (`Handler::has_topic`,
+//! backed by `NodeTopics`, a mutex the shards take only on first/last subscriber) to decide what to
 //! subscribe, so out-of-order topic notifications from two shards cannot
 //! leave a wrong subscription.
 
-pub mod envelope;
-pub mod redis;
-pub mod supervisor;
+pub mod backplane;
+mod broadcast;
+pub mod conformance;
+pub mod metrics;
+mod registry;
+mod shards;
 
-use std::io::Write as _;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+pub use backplane::{
+    Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane,
+};
+pub use broadcast::{frame_of, Broadcast, Exclude};
+pub use registry::{Registry, Slot, Topic};
+pub use shards::{NodeTopics, ShardSet, MAX_SHARDS};
 
-use throng_server::{chat, Backplane, Config, LocalBackplane, Server};
-
-pub use crate::redis::RedisBackplane;
-
-/// The cluster's errors.
+/// The pub/sub layer's errors (the Redis backplane's, at start).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("invalid Redis URL {url}: {reason}")]
     RedisUrl { url: String, reason: String },
     #[error("cannot connect to Redis at {url}: {reason}")]
     RedisConnect { url: String, reason: String },
-    #[error("--workers above 1 needs --redis URL: workers are separate nodes")]
-    WorkersNeedRedis,
-    #[error("cannot reserve {addr} for the workers: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("worker {index} exited ({status}) before it was listening")]
-    WorkerStart { index: usize, status: String },
-    #[error("the workers were not all listening after {0:?}")]
-    StartTimeout(Duration),
-    #[error(transparent)]
-    Server(#[from] throng_server::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
-}
-
-/// `throng serve`: the chat app as a single node (no `--redis`), a clustered
-/// node (`--redis`), or the supervisor of `--workers` such nodes. Prints
-/// `listening on ADDR` on stdout once it serves, then blocks.
-pub fn serve(config: Config) -> Result<(), Error> {
-    if config.workers > 1 && config.worker_index.is_none() {
-        return supervisor::run(config);
-    }
-    let backplane: Arc<dyn Backplane> = match &config.redis {
-        Some(url) => Arc::new(RedisBackplane::connect(url)?),
-        None => Arc::new(LocalBackplane),
-    };
-    let worker = config.worker_index;
-    let server = Server::start(config, chat::router(), backplane)?;
-    let mut out = std::io::stdout().lock();
-    if let Some(index) = worker {
-        // For the supervisor, which sums the workers' capacities.
-        let capacity = server
-            .node
-            .fd_limit
-            .saturating_sub(throng_server::FD_MARGIN);
-        tracing::info!(
-            worker = index,
-            pid = std::process::id(),
-            "worker {index} serving"
-        );
-        let _ = writeln!(out, "capacity {capacity}");
-    }
-    let _ = writeln!(out, "listening on {}", server.addr);
-    let _ = out.flush();
-    drop(out);
-    server.wait();
-    Ok(())
 }

@@ -1,0 +1,136 @@
+//! [`Broadcast`]: one message for every subscriber of a topic, encoded once
+//! per serializer into complete WebSocket frames.
+//!
+//! As Phoenix's fastlane (`Phoenix.Channel.Server.dispatch/3` encodes a
+//! broadcast once per serializer and writes it straight to each transport),
+//! the bytes are made once when the broadcast is created and then shared,
+//! behind an `Arc`, by every shard and every subscriber: delivering it to a
+//! socket is a `write` of bytes that already exist, with no allocation.
+
+use std::sync::Arc;
+
+use throng_protocol::frame::{encode_header, Opcode};
+use throng_protocol::serializer::encode_broadcast;
+use throng_protocol::{OwnedPayload, Vsn};
+
+/// A subscriber that must not receive a broadcast (`broadcast_from`): the
+/// shard and the connection key there.
+pub type Exclude = (usize, usize);
+
+/// A broadcast, with its frames already encoded for each serializer.
+#[derive(Debug)]
+pub struct Broadcast {
+    pub topic: Arc<str>,
+    pub event: String,
+    pub payload: OwnedPayload,
+    /// Complete WebSocket frames, indexed by [`Vsn::index`]; `None` where the
+    /// serializer cannot carry the payload (binary on v1).
+    frames: [Option<Box<[u8]>>; 2],
+    /// Where each frame's message body starts (after the frame header): a
+    /// transport that is not WebSocket (long-poll) sends the body alone.
+    body_at: [u8; 2],
+    /// A connection that must not receive it (`broadcast_from`).
+    pub exclude: Option<Exclude>,
+}
+
+impl Broadcast {
+    /// Encodes `event`/`payload` once per serializer.
+    pub fn new(
+        topic: Arc<str>,
+        event: String,
+        payload: OwnedPayload,
+        exclude: Option<Exclude>,
+    ) -> Broadcast {
+        let mut frames: [Option<Box<[u8]>>; 2] = [None, None];
+        let mut body_at = [0u8; 2];
+        let mut body = Vec::with_capacity(128);
+        for vsn in Vsn::ALL {
+            body.clear();
+            if let Ok(opcode) =
+                encode_broadcast(vsn, &mut body, &topic, &event, payload.as_payload())
+            {
+                let frame = frame_of(opcode, &body);
+                body_at[vsn.index()] = (frame.len() - body.len()) as u8;
+                frames[vsn.index()] = Some(frame);
+            }
+        }
+        Broadcast {
+            topic,
+            event,
+            payload,
+            frames,
+            body_at,
+            exclude,
+        }
+    }
+
+    /// The frame a socket speaking `vsn` gets, if that serializer can carry it.
+    #[inline]
+    pub fn frame(&self, vsn: Vsn) -> Option<&[u8]> {
+        self.frames[vsn.index()].as_deref()
+    }
+
+    /// The message body alone (the frame without its header), for transports
+    /// that frame messages their own way.
+    pub fn body(&self, vsn: Vsn) -> Option<&[u8]> {
+        let at = self.body_at[vsn.index()] as usize;
+        self.frame(vsn).map(|f| &f[at..])
+    }
+
+    /// Bytes of the largest frame: what one delivery may queue.
+    pub fn frame_len(&self) -> usize {
+        self.frames
+            .iter()
+            .flatten()
+            .map(|f| f.len())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A whole unmasked server frame around `body`.
+pub fn frame_of(opcode: Opcode, body: &[u8]) -> Box<[u8]> {
+    let mut f = Vec::with_capacity(body.len() + 10);
+    encode_header(&mut f, true, opcode, body.len(), None);
+    f.extend_from_slice(body);
+    f.into_boxed_slice()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_once_per_serializer() {
+        let b = Broadcast::new("t".into(), "e".into(), OwnedPayload::empty(), None);
+        assert_eq!(
+            &b.frame(Vsn::V2).unwrap()[2..],
+            br#"[null,null,"t","e",{}]"#
+        );
+        assert_eq!(b.body(Vsn::V2).unwrap(), br#"[null,null,"t","e",{}]"#);
+        assert_eq!(b.frame(Vsn::V1).unwrap()[0], 0x81);
+        assert_eq!(
+            b.body(Vsn::V1).unwrap(),
+            br#"{"event":"e","payload":{},"ref":null,"topic":"t"}"#
+        );
+        let bin = Broadcast::new("t".into(), "e".into(), OwnedPayload::Binary(vec![1]), None);
+        assert!(bin.frame(Vsn::V1).is_none());
+        assert!(bin.body(Vsn::V1).is_none());
+        assert_eq!(bin.frame(Vsn::V2).unwrap()[0], 0x82);
+    }
+
+    #[test]
+    fn long_bodies_skip_the_long_header() {
+        let big = format!("{{\"b\":\"{}\"}}", "x".repeat(70_000));
+        let b = Broadcast::new(
+            "t".into(),
+            "e".into(),
+            OwnedPayload::Json(big.clone()),
+            None,
+        );
+        let body = b.body(Vsn::V2).unwrap();
+        assert!(body.starts_with(b"[null,null,"));
+        assert_eq!(b.frame(Vsn::V2).unwrap().len() - body.len(), 10);
+        assert_eq!(b.frame_len(), b.frame(Vsn::V1).unwrap().len());
+    }
+}

@@ -1,0 +1,375 @@
+//! HTTP: what one request at the front of a connection's bytes asks for,
+//! decided without I/O (the transport does what the [`Action`] says).
+//!
+//! - `GET /socket/websocket` upgrades to a Phoenix socket, as Phoenix's
+//!   WebSocket transport does: `vsn` picks the serializer (missing: 1.0.0;
+//!   unsupported: 403, as `Phoenix.Socket` refuses a serializer it cannot
+//!   negotiate), the other query params are the socket's connect params,
+//!   and phoenix.js's `authToken` arrives as the subprotocols `phoenix` and
+//!   `base64url.bearer.phx.<base64 token, unpadded>`, answered with
+//!   `Sec-WebSocket-Protocol: phoenix` (Phoenix 1.8,
+//!   `lib/phoenix/transports/websocket.ex`; phoenix.js `socket.js`).
+//! - `/echo` upgrades to a WebSocket echo (Autobahn), with `--echo`.
+//! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text.
+//! - Anything else is 404; bodies and methods other than GET/HEAD are 405;
+//!   malformed heads 400, heads over [`MAX_REQUEST_HEAD`] 431.
+
+use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use throng_protocol::{handshake, Vsn};
+
+use crate::channel::ConnectInfo;
+use crate::config::Config;
+
+/// Largest request head accepted.
+pub(crate) const MAX_REQUEST_HEAD: usize = 16 * 1024;
+/// Headers a request may have.
+const MAX_HEADERS: usize = 48;
+/// phoenix.js's `authToken` subprotocol prefix (`constants.js`).
+const AUTH_TOKEN_PREFIX: &str = "base64url.bearer.phx.";
+
+/// The fixed pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Page {
+    Index,
+    AppJs,
+    AppCss,
+    Metrics,
+    NotFound,
+}
+
+/// An upgrade the transport should perform.
+#[derive(Debug)]
+pub(crate) struct Upgrade {
+    /// The whole `101` response.
+    pub response: Vec<u8>,
+    pub vsn: Vsn,
+    pub echo: bool,
+    /// Params and token, when the client sent any.
+    pub connect: Option<ConnectInfo>,
+}
+
+/// An error response; the connection closes after it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct HttpError {
+    pub status: u16,
+    pub reason: &'static str,
+    pub extra_headers: &'static str,
+    pub body: String,
+}
+
+impl HttpError {
+    fn new(status: u16, reason: &'static str, body: impl Into<String>) -> HttpError {
+        HttpError {
+            status,
+            reason,
+            extra_headers: "",
+            body: body.into(),
+        }
+    }
+}
+
+/// What the request at the front of the bytes asks for.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// The head is not complete yet: read more.
+    Incomplete,
+    /// Serve a page; the connection stays open if `keep_alive`.
+    Page {
+        page: Page,
+        head_only: bool,
+        keep_alive: bool,
+    },
+    Upgrade(Box<Upgrade>),
+    Error(HttpError),
+}
+
+/// Reads one request head from `data`; returns the bytes it used (all of
+/// them for an error, which ends the connection) and what to do.
+pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let head_len = match req.parse(data) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if data.len() > MAX_REQUEST_HEAD {
+                let e = HttpError::new(
+                    431,
+                    "Request Header Fields Too Large",
+                    "request head too large\n",
+                );
+                return (data.len(), Action::Error(e));
+            }
+            return (0, Action::Incomplete);
+        }
+        Err(httparse::Error::TooManyHeaders) => {
+            let e = HttpError::new(431, "Request Header Fields Too Large", "too many headers\n");
+            return (data.len(), Action::Error(e));
+        }
+        Err(e) => {
+            let e = HttpError::new(400, "Bad Request", format!("malformed request: {e}\n"));
+            return (data.len(), Action::Error(e));
+        }
+    };
+    let method = req.method.unwrap_or("");
+    let target = req.path.unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    if config.log_requests {
+        tracing::info!("{method} {target}");
+    }
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    let is_ws_path = path == "/socket/websocket" || (config.echo && path == "/echo");
+    if is_ws_path {
+        return match upgrade(&req, path == "/echo", query) {
+            Ok(u) => (head_len, Action::Upgrade(Box::new(u))),
+            Err(e) => (data.len(), Action::Error(e)),
+        };
+    }
+    let has_body = header("content-length").is_some_and(|v| v.trim_ascii() != b"0")
+        || header("transfer-encoding").is_some();
+    if has_body || (method != "GET" && method != "HEAD") {
+        let mut e = HttpError::new(405, "Method Not Allowed", "only GET and HEAD are served\n");
+        e.extra_headers = "Allow: GET, HEAD\r\n";
+        return (data.len(), Action::Error(e));
+    }
+    let keep_alive = match header("connection") {
+        Some(v) if v.eq_ignore_ascii_case(b"close") => false,
+        Some(v) if v.eq_ignore_ascii_case(b"keep-alive") => true,
+        _ => req.version == Some(1),
+    };
+    let page = match path {
+        "/" => Page::Index,
+        "/assets/app.js" => Page::AppJs,
+        "/assets/app.css" => Page::AppCss,
+        "/metrics" => Page::Metrics,
+        _ => Page::NotFound,
+    };
+    let action = Action::Page {
+        page,
+        head_only: method == "HEAD",
+        keep_alive,
+    };
+    (head_len, action)
+}
+
+/// Checks an upgrade request and builds its `101` response.
+fn upgrade(req: &httparse::Request<'_, '_>, echo: bool, query: &str) -> Result<Upgrade, HttpError> {
+    let accept = handshake::check_request(req).map_err(|e| {
+        let reason = match e.status() {
+            426 => "Upgrade Required",
+            405 => "Method Not Allowed",
+            _ => "Bad Request",
+        };
+        let mut err = HttpError::new(e.status(), reason, format!("{e}\n"));
+        if e.status() == 426 {
+            err.extra_headers = "Sec-WebSocket-Version: 13\r\n";
+        }
+        err
+    })?;
+    let mut params: Vec<(String, String)> = Vec::new();
+    let mut vsn_param = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if k == "vsn" {
+            vsn_param.get_or_insert(v.into_owned());
+        } else {
+            params.push((k.into_owned(), v.into_owned()));
+        }
+    }
+    let vsn = if echo {
+        Vsn::V2
+    } else {
+        match vsn_param.as_deref() {
+            None => Vsn::V1,
+            Some(v) => Vsn::from_requirement(v).ok_or_else(|| {
+                HttpError::new(
+                    403,
+                    "Forbidden",
+                    format!("unsupported vsn {v:?}: this server speaks 1.0.0 and 2.0.0\n"),
+                )
+            })?,
+        }
+    };
+    let mut protocol = None;
+    let mut auth_token = None;
+    let mut offered_phoenix = false;
+    for p in handshake::offered_protocols(req) {
+        if p == "phoenix" {
+            offered_phoenix = true;
+        } else if let Some(encoded) = p.strip_prefix(AUTH_TOKEN_PREFIX) {
+            // phoenix.js encodes with btoa (standard alphabet) and strips the
+            // padding; Phoenix decodes it so. The URL-safe alphabet the
+            // prefix's name suggests is accepted too.
+            let raw = STANDARD_NO_PAD
+                .decode(encoded)
+                .or_else(|_| URL_SAFE_NO_PAD.decode(encoded))
+                .map_err(|_| {
+                    HttpError::new(400, "Bad Request", "authToken subprotocol is not base64\n")
+                })?;
+            let token = String::from_utf8(raw)
+                .map_err(|_| HttpError::new(400, "Bad Request", "authToken is not UTF-8\n"))?;
+            auth_token = Some(token);
+        }
+    }
+    if offered_phoenix {
+        protocol = Some("phoenix");
+    }
+    let connect = (!params.is_empty() || auth_token.is_some()).then_some(ConnectInfo {
+        params,
+        auth_token,
+        user_id: None,
+    });
+    let mut response = Vec::with_capacity(192);
+    handshake::write_response_with_protocol(&mut response, &accept, protocol);
+    Ok(Upgrade {
+        response,
+        vsn,
+        echo,
+        connect,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        Config {
+            echo: true,
+            ..Config::default()
+        }
+    }
+
+    const KEY: &str = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+
+    fn ws(target: &str, extra: &str) -> String {
+        format!(
+            "GET {target} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n{KEY}{extra}\r\n"
+        )
+    }
+
+    fn upgrade_of(req: &str) -> Upgrade {
+        match handle(req.as_bytes(), &cfg()) {
+            (n, Action::Upgrade(u)) if n == req.len() => *u,
+            (_, other) => panic!("expected an upgrade, got {other:?}"),
+        }
+    }
+
+    fn error_of(req: &str) -> HttpError {
+        match handle(req.as_bytes(), &cfg()) {
+            (_, Action::Error(e)) => e,
+            (_, other) => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn vsn_picks_the_serializer() {
+        assert_eq!(upgrade_of(&ws("/socket/websocket", "")).vsn, Vsn::V1);
+        assert_eq!(
+            upgrade_of(&ws("/socket/websocket?vsn=2.0.0", "")).vsn,
+            Vsn::V2
+        );
+        assert_eq!(
+            upgrade_of(&ws("/socket/websocket?vsn=1.0.0", "")).vsn,
+            Vsn::V1
+        );
+        let e = error_of(&ws("/socket/websocket?vsn=3.0.0", ""));
+        assert_eq!(e.status, 403);
+        assert!(e.body.contains("3.0.0"), "{}", e.body);
+    }
+
+    #[test]
+    fn params_are_decoded_without_vsn() {
+        let u = upgrade_of(&ws(
+            "/socket/websocket?token=a%20b&vsn=2.0.0&user=%C3%A9&x=",
+            "",
+        ));
+        let c = u.connect.expect("params");
+        assert_eq!(c.param("token"), Some("a b"));
+        assert_eq!(c.param("user"), Some("é"));
+        assert_eq!(c.param("x"), Some(""));
+        assert_eq!(c.param("vsn"), None);
+        assert!(upgrade_of(&ws("/socket/websocket?vsn=2.0.0", ""))
+            .connect
+            .is_none());
+    }
+
+    #[test]
+    fn auth_token_subprotocol() {
+        // phoenix.js: ["phoenix", "base64url.bearer.phx." + btoa("1234") without "="]
+        let u = upgrade_of(&ws(
+            "/socket/websocket?vsn=2.0.0",
+            "Sec-WebSocket-Protocol: phoenix, base64url.bearer.phx.MTIzNA\r\n",
+        ));
+        assert_eq!(u.connect.unwrap().auth_token.as_deref(), Some("1234"));
+        let text = String::from_utf8(u.response).unwrap();
+        assert!(
+            text.contains("\r\nSec-WebSocket-Protocol: phoenix\r\n"),
+            "{text}"
+        );
+        // "??>" encodes to "Pz8+" in the standard alphabet, "Pz8-" URL-safe
+        for enc in ["Pz8+", "Pz8-"] {
+            let u = upgrade_of(&ws(
+                "/socket/websocket",
+                &format!("Sec-WebSocket-Protocol: phoenix\r\nSec-WebSocket-Protocol: {AUTH_TOKEN_PREFIX}{enc}\r\n"),
+            ));
+            assert_eq!(u.connect.unwrap().auth_token.as_deref(), Some("??>"));
+        }
+        let plain = upgrade_of(&ws("/socket/websocket", ""));
+        assert!(!String::from_utf8(plain.response)
+            .unwrap()
+            .contains("Sec-WebSocket-Protocol"));
+        let e = error_of(&ws(
+            "/socket/websocket",
+            "Sec-WebSocket-Protocol: phoenix, base64url.bearer.phx.***\r\n",
+        ));
+        assert_eq!(e.status, 400);
+    }
+
+    #[test]
+    fn pages_and_errors() {
+        let get = |t: &str| format!("GET {t} HTTP/1.1\r\nHost: x\r\n\r\n");
+        for (path, want) in [
+            ("/", Page::Index),
+            ("/assets/app.js", Page::AppJs),
+            ("/metrics", Page::Metrics),
+            ("/nope", Page::NotFound),
+        ] {
+            match handle(get(path).as_bytes(), &cfg()) {
+                (
+                    _,
+                    Action::Page {
+                        page,
+                        keep_alive,
+                        head_only,
+                    },
+                ) => {
+                    assert_eq!(page, want);
+                    assert!(keep_alive && !head_only);
+                }
+                (_, other) => panic!("{path}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            handle(b"GET / HTTP/1.1\r\nHo", &cfg()),
+            (0, Action::Incomplete)
+        ));
+        assert_eq!(error_of("POST / HTTP/1.1\r\nHost: x\r\n\r\n").status, 405);
+        assert_eq!(
+            error_of("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc").status,
+            405
+        );
+        assert_eq!(error_of("GARBAGE\r\n\r\n").status, 400);
+        let big = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(MAX_REQUEST_HEAD));
+        assert_eq!(error_of(&big).status, 431);
+        assert_eq!(
+            error_of(&ws("/socket/websocket", "").replace(": 13", ": 8")).status,
+            426
+        );
+        assert!(upgrade_of(&ws("/echo", "")).echo);
+    }
+}

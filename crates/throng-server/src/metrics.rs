@@ -1,0 +1,218 @@
+//! Metrics: the counters each shard keeps ([`ShardStats`]) and the
+//! `/metrics` page (Prometheus text) that sums them.
+//!
+//! Each shard writes only its own counters, so they stay in its cache until
+//! a scrape reads them; a scrape sums every shard's.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use throng_pubsub::metrics::write_metric;
+
+use crate::node::Node;
+use crate::sys;
+
+/// Counters one shard writes and `/metrics` reads. Only the owning shard
+/// writes them, so they stay in its cache until scraped.
+#[derive(Default)]
+#[repr(align(128))]
+pub struct ShardStats {
+    pub connections: AtomicU64,
+    pub websockets: AtomicU64,
+    pub channels: AtomicU64,
+    pub topics: AtomicU64,
+    pub accepted: AtomicU64,
+    pub closed: AtomicU64,
+    pub accept_errors: AtomicU64,
+    pub http_requests: AtomicU64,
+    pub messages_in: AtomicU64,
+    pub messages_out: AtomicU64,
+    pub broadcasts: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub slow_reader_closes: AtomicU64,
+    pub idle_timeout_closes: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub joins: AtomicU64,
+    pub refused_joins: AtomicU64,
+    /// Joins refused because the socket had `--max-channels-per-socket`.
+    pub channel_limit_refusals: AtomicU64,
+}
+
+impl ShardStats {
+    /// Adds `n` to a counter; owner-only, so a plain load+store is enough.
+    #[inline]
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    #[inline]
+    pub fn sub(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Relaxed).wrapping_sub(n), Relaxed);
+    }
+}
+
+/// One `/metrics` line per (name, type, help, which counter) of [`ShardStats`].
+type Counter = fn(&ShardStats) -> &AtomicU64;
+const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
+    (
+        "throng_connections",
+        "gauge",
+        "Open TCP connections (HTTP and WebSocket).",
+        |s| &s.connections,
+    ),
+    (
+        "throng_websockets",
+        "gauge",
+        "Open WebSocket connections.",
+        |s| &s.websockets,
+    ),
+    (
+        "throng_channels_joined",
+        "gauge",
+        "Joined channels over all sockets.",
+        |s| &s.channels,
+    ),
+    (
+        "throng_connections_accepted_total",
+        "counter",
+        "Connections accepted.",
+        |s| &s.accepted,
+    ),
+    (
+        "throng_connections_closed_total",
+        "counter",
+        "Connections closed.",
+        |s| &s.closed,
+    ),
+    (
+        "throng_accept_errors_total",
+        "counter",
+        "Failed accepts (e.g. out of file descriptors).",
+        |s| &s.accept_errors,
+    ),
+    (
+        "throng_http_requests_total",
+        "counter",
+        "HTTP requests served.",
+        |s| &s.http_requests,
+    ),
+    (
+        "throng_joins_total",
+        "counter",
+        "Successful channel joins.",
+        |s| &s.joins,
+    ),
+    (
+        "throng_refused_joins_total",
+        "counter",
+        "Refused or unmatched joins.",
+        |s| &s.refused_joins,
+    ),
+    (
+        "throng_channel_limit_refusals_total",
+        "counter",
+        "Joins refused because the socket had --max-channels-per-socket channels.",
+        |s| &s.channel_limit_refusals,
+    ),
+    (
+        "throng_messages_in_total",
+        "counter",
+        "WebSocket messages received.",
+        |s| &s.messages_in,
+    ),
+    (
+        "throng_messages_out_total",
+        "counter",
+        "WebSocket messages sent.",
+        |s| &s.messages_out,
+    ),
+    (
+        "throng_broadcasts_total",
+        "counter",
+        "Broadcasts fanned out by this node's shards.",
+        |s| &s.broadcasts,
+    ),
+    (
+        "throng_bytes_in_total",
+        "counter",
+        "Bytes read from sockets.",
+        |s| &s.bytes_in,
+    ),
+    (
+        "throng_bytes_out_total",
+        "counter",
+        "Bytes written to sockets.",
+        |s| &s.bytes_out,
+    ),
+    (
+        "throng_slow_reader_closes_total",
+        "counter",
+        "Connections closed because their outbound queue passed its bound.",
+        |s| &s.slow_reader_closes,
+    ),
+    (
+        "throng_idle_timeout_closes_total",
+        "counter",
+        "Connections closed by the idle sweep.",
+        |s| &s.idle_timeout_closes,
+    ),
+    (
+        "throng_protocol_errors_total",
+        "counter",
+        "Connections closed for protocol errors.",
+        |s| &s.protocol_errors,
+    ),
+];
+
+/// The `/metrics` page of `node`, Prometheus text format.
+pub fn render(node: &Node) -> String {
+    let mut out = String::with_capacity(4096);
+    for (name, kind, help, counter) in SHARD_METRICS {
+        let sum: u64 = node.stats.iter().map(|s| counter(s).load(Relaxed)).sum();
+        write_metric(&mut out, name, kind, help, sum);
+    }
+    write_metric(
+        &mut out,
+        "throng_topics",
+        "gauge",
+        "Topics with at least one local subscriber.",
+        node.topics.len(),
+    );
+    write_metric(
+        &mut out,
+        "throng_max_connections",
+        "gauge",
+        "Connections the open-files limit allows.",
+        node.fd_limit.saturating_sub(crate::FD_MARGIN),
+    );
+    write_metric(
+        &mut out,
+        "throng_process_resident_memory_bytes",
+        "gauge",
+        "Resident set size.",
+        sys::rss_bytes().unwrap_or(0),
+    );
+    write_metric(
+        &mut out,
+        "throng_process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time.",
+        format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
+    );
+    node.backplane.render_metrics(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_only_counters() {
+        let s = ShardStats::default();
+        ShardStats::add(&s.messages_out, 5);
+        ShardStats::sub(&s.messages_out, 2);
+        assert_eq!(s.messages_out.load(Relaxed), 3);
+        assert_eq!(std::mem::align_of::<ShardStats>(), 128);
+    }
+}

@@ -1,0 +1,414 @@
+//! The Phoenix socket: one connection's channels, multiplexed over it, as
+//! `Phoenix.Socket` does it (`lib/phoenix/socket.ex`: heartbeat, join,
+//! leave, duplicate join, dispatch to the channel, `phx_reply`/`phx_close`).
+//!
+//! It is a state machine with no I/O: it takes decoded [`Message`]s and
+//! answers through a [`Transport`], which subscribes the connection in the
+//! shard's registry, sends encoded messages to the client and broadcasts.
+//! The WebSocket transport and the long-poll transport both run it; the
+//! unit tests below run it against a recording transport, with no socket.
+//!
+//! The state of one connection is its [`Join`]s (the transport keeps them
+//! in the connection and lends them for each call). Channel callbacks run
+//! here and return effects (pushes, broadcasts, infos), applied in
+//! Phoenix's order: a broadcast goes out before the reply of the push that
+//! made it (the fastlane), and infos after the reply (`send(self(), msg)`).
+
+use std::sync::Arc;
+
+use throng_protocol::frame::Opcode;
+use throng_protocol::serializer::{encode_message, encode_reply};
+use throng_protocol::{event, Message, OwnedPayload, Payload, Vsn};
+use throng_pubsub::Slot;
+
+use crate::channel::{
+    Assigns, Channel, ConnectInfo, Effects, Info, Reply, Router, Socket, Terminate,
+};
+use crate::metrics::ShardStats;
+
+/// One channel a socket joined.
+pub(crate) struct Join {
+    /// Where the connection sits in the shard's registry.
+    pub slot: Slot,
+    /// The client's join_ref (v2; v1 clients send none): every message of
+    /// this channel carries it.
+    pub join_ref: Option<Box<str>>,
+    /// The channel's state between callbacks.
+    pub assigns: Assigns,
+}
+
+/// What the socket needs from the transport that carries it.
+pub(crate) trait Transport {
+    /// Subscribes this connection to `topic`.
+    fn subscribe(&mut self, topic: &str) -> Slot;
+    /// Ends a subscription made by [`Transport::subscribe`].
+    fn unsubscribe(&mut self, slot: Slot);
+    /// The registry's index of `topic`, if it has subscribers on this shard.
+    fn topic_index(&self, topic: &str) -> Option<u32>;
+    /// The name of the registry's topic `index`.
+    fn topic_name(&self, index: u32) -> Option<Arc<str>>;
+    /// One message to this client: `body` as the serializer encoded it, to
+    /// be sent as `opcode` (text or binary).
+    fn send(&mut self, opcode: Opcode, body: &[u8]);
+    /// A broadcast from this connection's channel on `topic` to every
+    /// subscriber, on this node and the others (`include_self: false` skips
+    /// this connection). Messages sent before it reach this client first.
+    fn broadcast(
+        &mut self,
+        topic: Arc<str>,
+        event: String,
+        payload: OwnedPayload,
+        include_self: bool,
+    );
+    /// The shard's counters.
+    fn stats(&self) -> &ShardStats;
+}
+
+/// Buffers a shard lends each call, so that a message costs no allocation.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    body: Vec<u8>,
+    effects: Effects,
+}
+
+/// Settings of one call: fixed per node or per connection.
+pub(crate) struct Cx<'a> {
+    pub router: &'a Router,
+    pub vsn: Vsn,
+    pub connect: Option<&'a ConnectInfo>,
+    /// Joins one socket may hold (`--max-channels-per-socket`).
+    pub max_channels: usize,
+}
+
+/// The reply of a join over the cap, as Phoenix 1.8's socket answers it
+/// (`max_channels`-like limit, checked before the channel runs).
+const TOO_MANY: &str = r#"{"reason":"too many channels joined"}"#;
+const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
+/// Infos one callback chain may trigger (an info that sends itself another
+/// info forever would otherwise hold the shard).
+const MAX_INFOS: usize = 64;
+
+/// One call into a connection's socket.
+pub(crate) struct Mux<'a, T: Transport> {
+    pub cx: Cx<'a>,
+    pub t: &'a mut T,
+    pub joins: &'a mut Vec<Join>,
+    pub scratch: &'a mut Scratch,
+}
+
+impl<'a, T: Transport> Mux<'a, T> {
+    /// A message from the client.
+    pub fn handle_in(&mut self, msg: Message<'_>) {
+        let topic: &str = &msg.topic;
+        let msg_ref = msg.msg_ref.as_deref();
+        if topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT {
+            self.reply(None, msg_ref, topic, Ok(Payload::EMPTY));
+            return;
+        }
+        let joined = self.joined(topic);
+        match msg.event.as_ref() {
+            event::JOIN => {
+                // A second join replaces the first. Phoenix answers the new
+                // join first and sends the old one's phx_close after it
+                // (through the socket's mailbox); we keep that order.
+                let replaced = joined.map(|i| self.leave(i, Terminate::DuplicateJoin));
+                self.join(msg.join_ref.as_deref(), msg_ref, topic, msg.payload);
+                if let Some(old) = replaced {
+                    let old = old.as_deref();
+                    self.message(old, old, topic, event::CLOSE, Payload::EMPTY);
+                }
+            }
+            event::LEAVE => match joined {
+                Some(i) => {
+                    let stored = self.joins[i].join_ref.as_deref();
+                    if let (Some(sent), Some(stored)) = (msg.join_ref.as_deref(), stored) {
+                        if sent != stored {
+                            // The client raced a close we already sent.
+                            return;
+                        }
+                    }
+                    let old = self.leave(i, Terminate::Leave);
+                    self.reply(old.as_deref(), msg_ref, topic, Ok(Payload::EMPTY));
+                    // The ok reply already ends the channel in the client. A
+                    // v1 phx_close carries no join_ref, so phoenix.js would
+                    // route it to a channel the client has joined on the same
+                    // topic since (leave, then join at once) and close that
+                    // one: Phoenix 1.7 loses that race sometimes; on v1 we
+                    // send none. On v2 the join_ref makes it harmless, and
+                    // Phoenix sends it.
+                    if self.cx.vsn == Vsn::V2 {
+                        let old = old.as_deref();
+                        self.message(old, old, topic, event::CLOSE, Payload::EMPTY);
+                    }
+                }
+                None => self.reply(msg.join_ref.as_deref(), msg_ref, topic, Ok(Payload::EMPTY)),
+            },
+            ev => match joined {
+                Some(i) => self.push_in(i, ev, msg_ref, msg.payload),
+                None => self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED))),
+            },
+        }
+    }
+
+    /// A message for the channel joined on the registry's topic `index`
+    /// (from an [`Endpoint`](crate::Endpoint)); ignored if not joined.
+    pub fn handle_info(&mut self, index: u32, info: &Info) {
+        if let Some(i) = self.joins.iter().position(|j| j.slot.topic == index) {
+            self.run_infos(i, vec![info.clone()]);
+        }
+    }
+
+    /// The connection is gone: every channel ends, with no more output.
+    pub fn close(&mut self) {
+        while let Some(join) = self.joins.pop() {
+            self.end_join(join, Terminate::Closed);
+        }
+    }
+
+    fn joined(&self, topic: &str) -> Option<usize> {
+        let idx = self.t.topic_index(topic)?;
+        self.joins.iter().position(|j| j.slot.topic == idx)
+    }
+
+    fn join(
+        &mut self,
+        join_ref: Option<&str>,
+        msg_ref: Option<&str>,
+        topic: &str,
+        payload: Payload<'_>,
+    ) {
+        let router: &'a Router = self.cx.router;
+        let Some(channel) = router.route(topic) else {
+            ShardStats::add(&self.t.stats().refused_joins, 1);
+            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
+            return;
+        };
+        if self.joins.len() >= self.cx.max_channels {
+            ShardStats::add(&self.t.stats().refused_joins, 1);
+            ShardStats::add(&self.t.stats().channel_limit_refusals, 1);
+            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_MANY)));
+            return;
+        }
+        let mut effects = std::mem::take(&mut self.scratch.effects);
+        let mut assigns = None;
+        let result = channel.join(
+            topic,
+            payload,
+            &mut Socket {
+                topic,
+                join_ref,
+                connect: self.cx.connect,
+                assigns: &mut assigns,
+                effects: &mut effects,
+            },
+        );
+        match result {
+            Ok(response) => {
+                let slot = self.t.subscribe(topic);
+                self.joins.push(Join {
+                    slot,
+                    join_ref: join_ref.map(Box::from),
+                    assigns,
+                });
+                let stats = self.t.stats();
+                ShardStats::add(&stats.channels, 1);
+                ShardStats::add(&stats.joins, 1);
+                self.reply(join_ref, msg_ref, topic, Ok(response.as_payload()));
+                let i = self.joins.len() - 1;
+                self.apply(i, &mut effects);
+                let infos = std::mem::take(&mut effects.infos);
+                self.scratch.effects = effects;
+                if !infos.is_empty() {
+                    self.run_infos(i, infos);
+                }
+            }
+            Err(response) => {
+                ShardStats::add(&self.t.stats().refused_joins, 1);
+                self.reply(join_ref, msg_ref, topic, Err(response.as_payload()));
+                effects.clear();
+                self.scratch.effects = effects;
+            }
+        }
+    }
+
+    /// `event` pushed by the client on join `i`.
+    fn push_in(&mut self, i: usize, ev: &str, msg_ref: Option<&str>, payload: Payload<'_>) {
+        let Some((channel, topic)) = self.channel_of(i) else {
+            return;
+        };
+        let mut effects = std::mem::take(&mut self.scratch.effects);
+        let reply = {
+            let join = &mut self.joins[i];
+            channel.handle_in(
+                ev,
+                payload,
+                &mut Socket {
+                    topic: &topic,
+                    join_ref: join.join_ref.as_deref(),
+                    connect: self.cx.connect,
+                    assigns: &mut join.assigns,
+                    effects: &mut effects,
+                },
+            )
+        };
+        // Phoenix's order: the broadcast (fastlaned) before the reply.
+        self.apply(i, &mut effects);
+        if let Some(reply) = reply {
+            let join_ref = self.joins[i].join_ref.clone();
+            self.reply(join_ref.as_deref(), msg_ref, &topic, payload_of(&reply));
+        }
+        let infos = std::mem::take(&mut effects.infos);
+        self.scratch.effects = effects;
+        if !infos.is_empty() {
+            self.run_infos(i, infos);
+        }
+    }
+
+    /// Runs `handle_info` for `infos` and for whatever infos they send, on
+    /// join `i`, at most [`MAX_INFOS`] in all.
+    fn run_infos(&mut self, i: usize, mut infos: Vec<Info>) {
+        let Some((channel, topic)) = self.channel_of(i) else {
+            return;
+        };
+        let mut done = 0;
+        while !infos.is_empty() {
+            let mut effects = std::mem::take(&mut self.scratch.effects);
+            for info in infos.drain(..) {
+                done += 1;
+                if done > MAX_INFOS {
+                    tracing::warn!(topic = %topic, "dropping infos: a channel sent itself more than {MAX_INFOS} in one chain");
+                    effects.clear();
+                    self.scratch.effects = effects;
+                    return;
+                }
+                let join = &mut self.joins[i];
+                channel.handle_info(
+                    &info,
+                    &mut Socket {
+                        topic: &topic,
+                        join_ref: join.join_ref.as_deref(),
+                        connect: self.cx.connect,
+                        assigns: &mut join.assigns,
+                        effects: &mut effects,
+                    },
+                );
+            }
+            self.apply(i, &mut effects);
+            infos = std::mem::take(&mut effects.infos);
+            self.scratch.effects = effects;
+        }
+    }
+
+    /// The channel and topic of join `i`. The channel is borrowed from the
+    /// router, not cloned: its reference count is shared by every shard.
+    fn channel_of(&self, i: usize) -> Option<(&'a Arc<dyn Channel>, Arc<str>)> {
+        let topic = self.t.topic_name(self.joins[i].slot.topic)?;
+        let router: &'a Router = self.cx.router;
+        let channel = router.route(&topic)?;
+        Some((channel, topic))
+    }
+
+    /// Removes join `i`; returns its join_ref.
+    fn leave(&mut self, i: usize, reason: Terminate) -> Option<Box<str>> {
+        let join = self.joins.swap_remove(i);
+        self.end_join(join, reason)
+    }
+
+    /// Ends a join already taken off the connection: unsubscribes it and
+    /// tells the channel. Returns its join_ref.
+    fn end_join(&mut self, mut join: Join, reason: Terminate) -> Option<Box<str>> {
+        let name = self.t.topic_name(join.slot.topic);
+        self.t.unsubscribe(join.slot);
+        ShardStats::sub(&self.t.stats().channels, 1);
+        let router: &'a Router = self.cx.router;
+        if let Some(topic) = name {
+            if let Some(channel) = router.route(&topic) {
+                let mut effects = std::mem::take(&mut self.scratch.effects);
+                channel.terminate(
+                    reason,
+                    &mut Socket {
+                        topic: &topic,
+                        join_ref: join.join_ref.as_deref(),
+                        connect: self.cx.connect,
+                        assigns: &mut join.assigns,
+                        effects: &mut effects,
+                    },
+                );
+                effects.clear();
+                self.scratch.effects = effects;
+            }
+        }
+        join.join_ref
+    }
+
+    /// Applies a callback's pushes and broadcasts on join `i`.
+    fn apply(&mut self, i: usize, effects: &mut Effects) {
+        if effects.pushes.is_empty() && effects.broadcasts.is_empty() {
+            return;
+        }
+        let Some(topic) = self.t.topic_name(self.joins[i].slot.topic) else {
+            effects.clear();
+            return;
+        };
+        let join_ref = self.joins[i].join_ref.clone();
+        for (ev, payload) in effects.pushes.drain(..) {
+            self.message(join_ref.as_deref(), None, &topic, &ev, payload.as_payload());
+        }
+        for (ev, payload, include_self) in effects.broadcasts.drain(..) {
+            self.t.broadcast(topic.clone(), ev, payload, include_self);
+        }
+    }
+
+    fn reply(
+        &mut self,
+        join_ref: Option<&str>,
+        msg_ref: Option<&str>,
+        topic: &str,
+        reply: Result<Payload<'_>, Payload<'_>>,
+    ) {
+        let (status, response) = match reply {
+            Ok(p) => ("ok", p),
+            Err(p) => ("error", p),
+        };
+        let body = &mut self.scratch.body;
+        body.clear();
+        match encode_reply(
+            self.cx.vsn,
+            body,
+            join_ref,
+            msg_ref,
+            topic,
+            status,
+            response,
+        ) {
+            Ok(op) => self.t.send(op, body),
+            Err(e) => tracing::warn!("reply not encodable: {e}"),
+        }
+    }
+
+    fn message(
+        &mut self,
+        join_ref: Option<&str>,
+        msg_ref: Option<&str>,
+        topic: &str,
+        ev: &str,
+        payload: Payload<'_>,
+    ) {
+        let body = &mut self.scratch.body;
+        body.clear();
+        match encode_message(self.cx.vsn, body, join_ref, msg_ref, topic, ev, payload) {
+            Ok(op) => self.t.send(op, body),
+            Err(e) => tracing::warn!("push not encodable: {e}"),
+        }
+    }
+}
+
+fn payload_of(reply: &Reply) -> Result<Payload<'_>, Payload<'_>> {
+    match reply {
+        Ok(p) => Ok(p.as_payload()),
+        Err(p) => Err(p.as_payload()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,404 @@
+//! The socket state machine against a recording transport: no sockets, no
+//! shard. Each test feeds decoded messages and reads what went out.
+
+use std::sync::{Arc, Mutex};
+
+use throng_protocol::frame::Opcode;
+use throng_protocol::serializer::{decode, Sender};
+use throng_protocol::{OwnedPayload, Payload, Vsn};
+use throng_pubsub::{Registry, Slot};
+
+use super::{Cx, Join, Mux, Scratch, Transport};
+use crate::channel::{Channel, ConnectInfo, Info, Reply, Router, Socket, Terminate};
+use crate::metrics::ShardStats;
+
+/// Everything the socket did, in order.
+#[derive(Default)]
+struct Log {
+    sent: Vec<String>,
+}
+
+struct Fake {
+    registry: Registry,
+    stats: ShardStats,
+    log: Log,
+}
+
+impl Fake {
+    fn new() -> Fake {
+        Fake {
+            registry: Registry::default(),
+            stats: ShardStats::default(),
+            log: Log::default(),
+        }
+    }
+}
+
+impl Transport for Fake {
+    fn subscribe(&mut self, topic: &str) -> Slot {
+        self.registry.subscribe(topic, 1).0
+    }
+    fn unsubscribe(&mut self, slot: Slot) {
+        self.registry.unsubscribe(slot);
+    }
+    fn topic_index(&self, topic: &str) -> Option<u32> {
+        self.registry.find(topic)
+    }
+    fn topic_name(&self, index: u32) -> Option<Arc<str>> {
+        self.registry.name(index).cloned()
+    }
+    fn send(&mut self, opcode: Opcode, body: &[u8]) {
+        assert_eq!(opcode, Opcode::Text);
+        self.log
+            .sent
+            .push(String::from_utf8(body.to_vec()).unwrap());
+    }
+    fn broadcast(
+        &mut self,
+        topic: Arc<str>,
+        event: String,
+        payload: OwnedPayload,
+        include_self: bool,
+    ) {
+        let OwnedPayload::Json(p) = payload else {
+            panic!("binary")
+        };
+        self.log
+            .sent
+            .push(format!("BROADCAST {topic} {event} {p} self={include_self}"));
+    }
+    fn stats(&self) -> &ShardStats {
+        &self.stats
+    }
+}
+
+/// A channel that records its callbacks and exercises the API.
+#[derive(Clone, Default)]
+struct Probe {
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl Probe {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Channel for Probe {
+    fn join(&self, topic: &str, payload: Payload<'_>, socket: &mut Socket<'_>) -> Reply {
+        self.calls.lock().unwrap().push(format!("join {topic}"));
+        if topic == "room:secret" {
+            return Err(OwnedPayload::Json(r#"{"reason":"unauthorized"}"#.into()));
+        }
+        socket.assign(0u32);
+        if let Payload::Json(p) = payload {
+            if p.contains("after") {
+                socket.send_info("after_join");
+            }
+        }
+        Ok(OwnedPayload::empty())
+    }
+
+    fn handle_in(
+        &self,
+        event: &str,
+        payload: Payload<'_>,
+        socket: &mut Socket<'_>,
+    ) -> Option<Reply> {
+        *socket.assigns_mut::<u32>().unwrap() += 1;
+        let n = *socket.assigns::<u32>().unwrap();
+        let Payload::Json(p) = payload else {
+            return None;
+        };
+        match event {
+            "shout" => {
+                socket.broadcast("shout", OwnedPayload::Json(p.into()));
+                Some(Ok(OwnedPayload::Json(format!("{{\"n\":{n}}}"))))
+            }
+            "whisper" => {
+                socket.broadcast_from("whisper", OwnedPayload::Json(p.into()));
+                None
+            }
+            "bad" => Some(Err(OwnedPayload::Json(r#"{"reason":"bad"}"#.into()))),
+            "user" => Some(Ok(OwnedPayload::json(&socket.user_id()).unwrap())),
+            _ => None,
+        }
+    }
+
+    fn handle_info(&self, msg: &Info, socket: &mut Socket<'_>) {
+        let what = msg.downcast_ref::<&str>().copied().unwrap_or("?");
+        self.calls.lock().unwrap().push(format!("info {what}"));
+        let n = *socket.assigns::<u32>().unwrap();
+        socket.push("state", OwnedPayload::Json(format!("{{\"n\":{n}}}")));
+    }
+
+    fn terminate(&self, reason: Terminate, socket: &mut Socket<'_>) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("terminate {} {reason:?}", socket.topic()));
+    }
+}
+
+struct Harness {
+    router: Router,
+    probe: Probe,
+    t: Fake,
+    joins: Vec<Join>,
+    scratch: Scratch,
+    vsn: Vsn,
+    connect: Option<ConnectInfo>,
+    max_channels: usize,
+}
+
+impl Harness {
+    fn new(vsn: Vsn) -> Harness {
+        let probe = Probe::default();
+        Harness {
+            router: Router::new().channel("room:*", probe.clone()),
+            probe,
+            t: Fake::new(),
+            joins: Vec::new(),
+            scratch: Scratch::default(),
+            vsn,
+            connect: None,
+            max_channels: 100,
+        }
+    }
+
+    fn mux(&mut self) -> Mux<'_, Fake> {
+        Mux {
+            cx: Cx {
+                router: &self.router,
+                vsn: self.vsn,
+                connect: self.connect.as_ref(),
+                max_channels: self.max_channels,
+            },
+            t: &mut self.t,
+            joins: &mut self.joins,
+            scratch: &mut self.scratch,
+        }
+    }
+
+    /// Feeds one client message (v2 array or v1 object text) and returns
+    /// what went out for it.
+    fn input(&mut self, text: &str) -> Vec<String> {
+        let vsn = self.vsn;
+        let msg = decode(vsn, Opcode::Text, text.as_bytes(), Sender::Client).unwrap();
+        self.mux().handle_in(msg);
+        std::mem::take(&mut self.t.log.sent)
+    }
+}
+
+#[test]
+fn heartbeat_is_answered_on_the_phoenix_topic() {
+    let mut h = Harness::new(Vsn::V2);
+    assert_eq!(
+        h.input(r#"[null,"9","phoenix","heartbeat",{}]"#),
+        vec![r#"[null,"9","phoenix","phx_reply",{"response":{},"status":"ok"}]"#]
+    );
+}
+
+#[test]
+fn join_refused_join_and_unmatched_topic() {
+    let mut h = Harness::new(Vsn::V2);
+    assert_eq!(
+        h.input(r#"["1","1","room:a","phx_join",{}]"#),
+        vec![r#"["1","1","room:a","phx_reply",{"response":{},"status":"ok"}]"#]
+    );
+    assert_eq!(h.joins.len(), 1);
+    assert!(h.t.registry.find("room:a").is_some());
+    assert_eq!(
+        h.input(r#"["2","2","room:secret","phx_join",{}]"#),
+        vec![
+            r#"["2","2","room:secret","phx_reply",{"response":{"reason":"unauthorized"},"status":"error"}]"#
+        ]
+    );
+    assert_eq!(
+        h.input(r#"["3","3","nowhere","phx_join",{}]"#),
+        vec![
+            r#"["3","3","nowhere","phx_reply",{"response":{"reason":"unmatched topic"},"status":"error"}]"#
+        ]
+    );
+    assert_eq!(h.joins.len(), 1);
+    assert_eq!(h.t.registry.len(), 1, "refused joins subscribe nothing");
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(h.t.stats.joins.load(Relaxed), 1);
+    assert_eq!(h.t.stats.refused_joins.load(Relaxed), 2);
+    assert_eq!(h.t.stats.channels.load(Relaxed), 1);
+}
+
+#[test]
+fn push_broadcasts_before_its_reply_and_keeps_assigns() {
+    let mut h = Harness::new(Vsn::V2);
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    assert_eq!(
+        h.input(r#"["1","2","room:a","shout",{"x":1}]"#),
+        vec![
+            r#"BROADCAST room:a shout {"x":1} self=true"#.to_string(),
+            r#"["1","2","room:a","phx_reply",{"response":{"n":1},"status":"ok"}]"#.to_string(),
+        ]
+    );
+    assert_eq!(
+        h.input(r#"["1","3","room:a","shout",{}]"#)[1],
+        r#"["1","3","room:a","phx_reply",{"response":{"n":2},"status":"ok"}]"#,
+        "assigns persist between callbacks"
+    );
+    assert_eq!(
+        h.input(r#"["1","4","room:a","whisper",{}]"#),
+        vec![r#"BROADCAST room:a whisper {} self=false"#]
+    );
+    assert_eq!(
+        h.input(r#"["1","5","room:a","bad",{}]"#),
+        vec![r#"["1","5","room:a","phx_reply",{"response":{"reason":"bad"},"status":"error"}]"#]
+    );
+}
+
+#[test]
+fn push_to_a_topic_not_joined_is_unmatched() {
+    let mut h = Harness::new(Vsn::V2);
+    assert_eq!(
+        h.input(r#"[null,"7","room:a","shout",{}]"#),
+        vec![
+            r#"[null,"7","room:a","phx_reply",{"response":{"reason":"unmatched topic"},"status":"error"}]"#
+        ]
+    );
+}
+
+#[test]
+fn leave_on_v2_replies_then_closes_by_join_ref() {
+    let mut h = Harness::new(Vsn::V2);
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    assert_eq!(
+        h.input(r#"["1","2","room:a","phx_leave",{}]"#),
+        vec![
+            r#"["1","2","room:a","phx_reply",{"response":{},"status":"ok"}]"#,
+            r#"["1","1","room:a","phx_close",{}]"#,
+        ]
+    );
+    assert!(h.joins.is_empty());
+    assert!(h.t.registry.is_empty());
+    assert_eq!(h.probe.calls().last().unwrap(), "terminate room:a Leave");
+}
+
+#[test]
+fn leave_on_v1_sends_no_phx_close() {
+    let mut h = Harness::new(Vsn::V1);
+    h.input(r#"{"topic":"room:a","event":"phx_join","payload":{},"ref":"1"}"#);
+    assert_eq!(
+        h.input(r#"{"topic":"room:a","event":"phx_leave","payload":{},"ref":"2"}"#),
+        vec![
+            r#"{"event":"phx_reply","payload":{"response":{},"status":"ok"},"ref":"2","topic":"room:a"}"#
+        ]
+    );
+    // the rejoin at once is not disturbed by anything
+    assert_eq!(
+        h.input(r#"{"topic":"room:a","event":"phx_join","payload":{},"ref":"3"}"#),
+        vec![
+            r#"{"event":"phx_reply","payload":{"response":{},"status":"ok"},"ref":"3","topic":"room:a"}"#
+        ]
+    );
+    assert_eq!(h.joins.len(), 1);
+}
+
+#[test]
+fn leave_with_a_stale_join_ref_is_ignored() {
+    let mut h = Harness::new(Vsn::V2);
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    assert!(h.input(r#"["0","2","room:a","phx_leave",{}]"#).is_empty());
+    assert_eq!(h.joins.len(), 1);
+}
+
+#[test]
+fn duplicate_join_answers_the_new_join_then_closes_the_old() {
+    let mut h = Harness::new(Vsn::V2);
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    assert_eq!(
+        h.input(r#"["5","5","room:a","phx_join",{}]"#),
+        vec![
+            r#"["5","5","room:a","phx_reply",{"response":{},"status":"ok"}]"#,
+            r#"["1","1","room:a","phx_close",{}]"#,
+        ]
+    );
+    assert_eq!(h.joins.len(), 1);
+    assert_eq!(h.joins[0].join_ref.as_deref(), Some("5"));
+    assert_eq!(
+        h.t.registry.topics[h.joins[0].slot.topic as usize]
+            .subs
+            .len(),
+        1
+    );
+    assert!(h
+        .probe
+        .calls()
+        .contains(&"terminate room:a DuplicateJoin".to_string()));
+}
+
+#[test]
+fn channel_cap_refuses_as_phoenix() {
+    let mut h = Harness::new(Vsn::V2);
+    h.max_channels = 2;
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    h.input(r#"["2","2","room:b","phx_join",{}]"#);
+    assert_eq!(
+        h.input(r#"["3","3","room:c","phx_join",{}]"#),
+        vec![
+            r#"["3","3","room:c","phx_reply",{"response":{"reason":"too many channels joined"},"status":"error"}]"#
+        ]
+    );
+    // rejoining a joined topic replaces it, so it is not over the cap
+    assert_eq!(h.input(r#"["4","4","room:b","phx_join",{}]"#).len(), 2);
+    h.input(r#"["1","5","room:a","phx_leave",{}]"#);
+    assert_eq!(
+        h.input(r#"["6","6","room:c","phx_join",{}]"#),
+        vec![r#"["6","6","room:c","phx_reply",{"response":{},"status":"ok"}]"#]
+    );
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(h.t.stats.channel_limit_refusals.load(Relaxed), 1);
+}
+
+#[test]
+fn infos_run_after_the_join_reply() {
+    let mut h = Harness::new(Vsn::V2);
+    assert_eq!(
+        h.input(r#"["1","1","room:a","phx_join",{"after":true}]"#),
+        vec![
+            r#"["1","1","room:a","phx_reply",{"response":{},"status":"ok"}]"#,
+            r#"["1",null,"room:a","state",{"n":0}]"#,
+        ]
+    );
+    assert_eq!(h.probe.calls(), vec!["join room:a", "info after_join"]);
+    // from outside: an info by topic index
+    let idx = h.joins[0].slot.topic;
+    let info: Info = Arc::new("tick");
+    h.mux().handle_info(idx, &info);
+    assert_eq!(h.t.log.sent, vec![r#"["1",null,"room:a","state",{"n":0}]"#]);
+}
+
+#[test]
+fn close_terminates_every_channel() {
+    let mut h = Harness::new(Vsn::V2);
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    h.input(r#"["2","2","room:b","phx_join",{}]"#);
+    h.mux().close();
+    assert!(h.joins.is_empty() && h.t.registry.is_empty());
+    let calls = h.probe.calls();
+    assert!(calls.contains(&"terminate room:a Closed".to_string()));
+    assert!(calls.contains(&"terminate room:b Closed".to_string()));
+    assert!(h.t.log.sent.is_empty(), "a closed socket sends nothing");
+}
+
+#[test]
+fn channels_see_who_connected() {
+    let mut h = Harness::new(Vsn::V2);
+    h.connect = Some(ConnectInfo {
+        params: vec![("token".into(), "t".into())],
+        auth_token: None,
+        user_id: Some("u7".into()),
+    });
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    assert_eq!(
+        h.input(r#"["1","2","room:a","user",{}]"#),
+        vec![r#"["1","2","room:a","phx_reply",{"response":"u7","status":"ok"}]"#]
+    );
+}

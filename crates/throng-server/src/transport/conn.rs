@@ -1,0 +1,132 @@
+//! [`Conn`]: one TCP connection as its shard keeps it, and what it holds
+//! only while something is pending ([`Extra`]: partial input, a fragmented
+//! message, output the kernel has not taken).
+//!
+//! The lean connection: an idle connection is a [`Conn`] in the shard's slab
+//! (socket, kind, last-activity second, its joins) and nothing else. Reads
+//! go into the shard's one read buffer; a connection keeps bytes only while
+//! a frame or request is incomplete, and an output queue only while the
+//! kernel refuses bytes; both live in one [`Extra`] box that is freed when
+//! empty. There is no timer per connection: the shard's sweep once a second
+//! closes idle ones.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use throng_protocol::frame::Opcode;
+use throng_protocol::Vsn;
+use throng_pubsub::Broadcast;
+
+use crate::channel::ConnectInfo;
+use crate::socket::Join;
+
+/// What a connection is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Reading HTTP requests.
+    Http,
+    /// Upgraded: a Phoenix socket speaking `vsn`, or the echo endpoint.
+    Ws { vsn: Vsn, echo: bool },
+    /// Our last bytes are queued or sent; waiting to shut down and for the peer's FIN.
+    Closing { shut: bool },
+}
+
+/// What a connection holds only while something is pending.
+#[derive(Default)]
+pub(crate) struct Extra {
+    /// Bytes of an incomplete frame or HTTP request.
+    pub input: Vec<u8>,
+    /// A fragmented message in progress: its opcode and bytes so far.
+    pub frag: Option<(Opcode, Vec<u8>)>,
+    /// Bytes the kernel has not taken yet.
+    pub out: VecDeque<Chunk>,
+    pub out_bytes: usize,
+    /// Registered for writable events.
+    pub want_write: bool,
+}
+
+impl Extra {
+    pub fn is_empty(&self) -> bool {
+        self.input.is_empty() && self.frag.is_none() && self.out.is_empty()
+    }
+}
+
+/// Queued output.
+pub(crate) enum Chunk {
+    /// A broadcast frame shared with every other subscriber, from `offset`.
+    Shared(Arc<Broadcast>, Vsn, usize),
+    /// Bytes of this connection alone, from `offset`.
+    Owned(Vec<u8>, usize),
+}
+
+impl Chunk {
+    pub fn rest(&self) -> &[u8] {
+        match self {
+            Chunk::Shared(b, vsn, off) => &b.frame(*vsn).unwrap_or(&[])[*off..],
+            Chunk::Owned(v, off) => &v[*off..],
+        }
+    }
+
+    pub fn advance(&mut self, n: usize) {
+        match self {
+            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) => *off += n,
+        }
+    }
+}
+
+/// A connection. Kept small: this is what an idle socket costs in user space.
+pub(crate) struct Conn {
+    pub sock: TcpStream,
+    pub kind: Kind,
+    /// Seconds since the shard started, at the last byte received.
+    pub last_active: u32,
+    /// Marked for closing at the end of this loop turn.
+    pub dead: bool,
+    pub extra: Option<Box<Extra>>,
+    /// The Phoenix socket's channels.
+    pub joins: Vec<Join>,
+    /// What the client connected with, when it sent anything (params,
+    /// token); `None` for most benchmark clients.
+    pub connect: Option<Arc<ConnectInfo>>,
+}
+
+impl Conn {
+    pub fn new(sock: TcpStream, now: u32) -> Conn {
+        Conn {
+            sock,
+            kind: Kind::Http,
+            last_active: now,
+            dead: false,
+            extra: None,
+            joins: Vec::new(),
+            connect: None,
+        }
+    }
+
+    pub fn extra(&mut self) -> &mut Extra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
+    /// Frees the [`Extra`] box once nothing is pending.
+    pub fn trim(&mut self) {
+        if self
+            .extra
+            .as_ref()
+            .is_some_and(|e| e.is_empty() && !e.want_write)
+        {
+            self.extra = None;
+        }
+    }
+
+    pub fn queued(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| !e.out.is_empty())
+    }
+}
+
+/// What an idle connection costs in user space (tests keep it honest).
+pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
+
+// Checked at compile time: socket, kind, last activity, the optional box,
+// the joins vector, the optional connect info.
+const _: () = assert!(CONN_SIZE <= 64, "Conn grew past 64 bytes");

@@ -1,0 +1,490 @@
+//! The transport: one event loop per shard, each a thread with its own epoll
+//! instance, its own `SO_REUSEPORT` listener, the connections it accepted
+//! and their subscriptions. Nothing here is shared with other shards except
+//! through [`Node`] (read-only config, atomics, and a channel per shard for
+//! broadcasts and infos).
+//!
+//! - this file: the loop, accepting, reading, routing bytes to HTTP or
+//!   WebSocket handling, the inbox, and the once-a-second sweep (idle
+//!   timeouts, lingering closes) that replaces a timer per connection;
+//! - [`conn`]: the connection and what it holds only while busy;
+//! - `output.rs`: writing, the bounded output queue, broadcast delivery;
+//! - `closing.rs`: close frames, half-close, removing connections;
+//! - `phoenix.rs`: a WebSocket message through the Phoenix socket
+//!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
+//!   on this shard.
+//!
+//! Invariant: a connection is only removed from the slab between events
+//! (in [`Conns::close`], called from the event dispatch or the sweep), never
+//! while its input is being processed; deliveries that must end a
+//! connection mark it `dead` and queue it in `doomed`.
+
+mod closing;
+pub(crate) mod conn;
+mod output;
+mod phoenix;
+
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+use throng_protocol::frame::{self, close_code, decode_frame, Opcode, Role};
+use throng_pubsub::Registry;
+
+use crate::http::{self, Action, Page};
+use crate::metrics::ShardStats;
+use crate::node::{Node, ShardMsg};
+use crate::socket::Scratch;
+use crate::ws::{self, FrameAction};
+use conn::{Conn, Kind};
+
+pub(crate) use conn::CONN_SIZE;
+
+pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
+pub(crate) const WAKER: Token = Token(usize::MAX - 2);
+
+const READ_BUF: usize = 64 * 1024;
+const ACCEPTS_PER_TURN: usize = 1024;
+/// Seconds a closing connection may linger for the peer's FIN.
+const CLOSE_LINGER: u32 = 3;
+/// Seconds an HTTP keep-alive connection may sit idle.
+const HTTP_IDLE: u32 = 60;
+
+/// Why a connection is being closed, for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CloseReason {
+    Normal,
+    Idle,
+    SlowReader,
+}
+
+/// A shard's connections and everything their handling writes: the slab,
+/// the registry of their subscriptions, the frames gathered for the
+/// connection being processed, counters. Separate from [`Shard`] so that
+/// the node (router, config) can be read while this is borrowed mutably.
+pub(crate) struct Conns {
+    pub id: usize,
+    pub slab: Slab<Conn>,
+    pub registry: Registry,
+    /// For (re)registering sockets with the shard's epoll.
+    pub poll: mio::Registry,
+    pub stats: Arc<ShardStats>,
+    /// Frames for the connection being processed, written in one syscall.
+    pub reply: Vec<u8>,
+    pub doomed: Vec<(usize, CloseReason)>,
+    /// Seconds since the shard started.
+    pub now: u32,
+    /// Counted locally, added to `stats` once per loop turn.
+    pub msgs_out: u64,
+    pub bytes_out: u64,
+    /// `--max-outbound-bytes`: a connection with more queued is cut.
+    pub max_outbound: usize,
+}
+
+pub(crate) struct Shard {
+    id: usize,
+    poll: Poll,
+    listener: TcpListener,
+    inbox: Receiver<ShardMsg>,
+    node: Arc<Node>,
+    conns: Conns,
+    scratch: Scratch,
+    /// The one read buffer of the shard.
+    rbuf: Vec<u8>,
+    started: Instant,
+    last_sweep: u32,
+    accept_retry: bool,
+    last_accept_warning: Option<Instant>,
+}
+
+impl Shard {
+    pub(crate) fn new(
+        id: usize,
+        poll: Poll,
+        mut listener: TcpListener,
+        inbox: Receiver<ShardMsg>,
+        node: Arc<Node>,
+    ) -> io::Result<Shard> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let conns = Conns {
+            id,
+            slab: Slab::new(),
+            registry: Registry::default(),
+            poll: poll.registry().try_clone()?,
+            stats: node.stats[id].clone(),
+            reply: Vec::with_capacity(4096),
+            doomed: Vec::new(),
+            now: 0,
+            msgs_out: 0,
+            bytes_out: 0,
+            max_outbound: node.config.max_outbound_bytes,
+        };
+        Ok(Shard {
+            id,
+            poll,
+            listener,
+            inbox,
+            node,
+            conns,
+            scratch: Scratch::default(),
+            rbuf: vec![0; READ_BUF],
+            started: Instant::now(),
+            last_sweep: 0,
+            accept_retry: false,
+            last_accept_warning: None,
+        })
+    }
+
+    /// Runs the loop forever.
+    pub(crate) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let timeout = if self.accept_retry {
+                Duration::from_millis(20)
+            } else {
+                Duration::from_millis(1000)
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(shard = self.id, "poll failed: {e}");
+                }
+                continue;
+            }
+            self.conns.now = self.started.elapsed().as_secs() as u32;
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => self.drain_inbox(),
+                    Token(key) => {
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.on_readable(key);
+                        }
+                        if ev.is_writable() {
+                            self.conns.on_writable(key);
+                        }
+                    }
+                }
+                self.conns.close_doomed(&self.node, &mut self.scratch);
+            }
+            if self.accept_retry {
+                self.accept_retry = false;
+                self.accept();
+            }
+            // A broadcast may arrive without a wake being seen yet.
+            self.drain_inbox();
+            self.conns.close_doomed(&self.node, &mut self.scratch);
+            if self.conns.now != self.last_sweep {
+                self.last_sweep = self.conns.now;
+                self.sweep();
+            }
+            self.conns.flush_counters();
+        }
+    }
+
+    fn accept(&mut self) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            match self.listener.accept() {
+                Ok((mut sock, _addr)) => {
+                    let _ = sock.set_nodelay(true);
+                    let entry = self.conns.slab.vacant_entry();
+                    let key = entry.key();
+                    if let Err(e) =
+                        self.poll
+                            .registry()
+                            .register(&mut sock, Token(key), Interest::READABLE)
+                    {
+                        tracing::warn!("register failed: {e}");
+                        continue;
+                    }
+                    entry.insert(Conn::new(sock, self.conns.now));
+                    ShardStats::add(&self.conns.stats.accepted, 1);
+                    ShardStats::add(&self.conns.stats.connections, 1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    ShardStats::add(&self.conns.stats.accept_errors, 1);
+                    let quiet = self
+                        .last_accept_warning
+                        .is_some_and(|t| t.elapsed() < Duration::from_secs(10));
+                    if !quiet {
+                        self.last_accept_warning = Some(Instant::now());
+                        tracing::warn!(
+                            shard = self.id,
+                            open = self.conns.slab.len(),
+                            fd_limit = self.node.fd_limit,
+                            "accept failed: {e} (raise `ulimit -n`, or run more workers)"
+                        );
+                    }
+                    self.accept_retry = true;
+                    return;
+                }
+            }
+        }
+        self.accept_retry = true;
+    }
+
+    fn drain_inbox(&mut self) {
+        while let Ok(msg) = self.inbox.try_recv() {
+            match msg {
+                ShardMsg::Broadcast(b) => self.conns.deliver(&b),
+                ShardMsg::Info(topic, info) => {
+                    self.conns
+                        .info(&self.node, &mut self.scratch, &topic, &info)
+                }
+            }
+        }
+    }
+
+    fn on_readable(&mut self, key: usize) {
+        let mut rbuf = std::mem::take(&mut self.rbuf);
+        while let Some(conn) = self.conns.slab.get_mut(key).filter(|c| !c.dead) {
+            let n = match conn.sock.read(&mut rbuf) {
+                Ok(0) => {
+                    self.conns.doom(key, CloseReason::Normal);
+                    break;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.conns.doom(key, CloseReason::Normal);
+                    break;
+                }
+            };
+            conn.last_active = self.conns.now;
+            ShardStats::add(&self.conns.stats.bytes_in, n as u64);
+            self.input(key, &mut rbuf[..n]);
+            self.conns.flush_reply(key);
+            // A short read drained the socket; edge-triggered epoll reports new data.
+            if n < rbuf.len() {
+                break;
+            }
+        }
+        self.rbuf = rbuf;
+    }
+
+    /// Processes newly read bytes, with any incomplete bytes kept from before.
+    fn input(&mut self, key: usize, fresh: &mut [u8]) {
+        let conn = &mut self.conns.slab[key];
+        let pending = conn
+            .extra
+            .as_mut()
+            .map(|e| std::mem::take(&mut e.input))
+            .filter(|p| !p.is_empty());
+        match pending {
+            Some(mut data) => {
+                data.extend_from_slice(fresh);
+                let used = self.process(key, &mut data);
+                data.drain(..used);
+                self.keep_input(key, data);
+            }
+            None => {
+                let used = self.process(key, fresh);
+                if used < fresh.len() {
+                    self.keep_input(key, fresh[used..].to_vec());
+                }
+            }
+        }
+    }
+
+    fn keep_input(&mut self, key: usize, data: Vec<u8>) {
+        if let Some(conn) = self.conns.slab.get_mut(key) {
+            if data.is_empty() {
+                conn.trim();
+            } else if !matches!(conn.kind, Kind::Closing { .. }) {
+                conn.extra().input = data;
+            }
+        }
+    }
+
+    /// Consumes whole requests or frames from `data`; returns bytes used.
+    fn process(&mut self, key: usize, data: &mut [u8]) -> usize {
+        let mut pos = 0;
+        while pos < data.len() {
+            let conn = &self.conns.slab[key];
+            if conn.dead {
+                return data.len();
+            }
+            match conn.kind {
+                Kind::Http => match http::handle(&data[pos..], &self.node.config) {
+                    (_, Action::Incomplete) => return pos,
+                    (used, action) => {
+                        ShardStats::add(&self.conns.stats.http_requests, 1);
+                        pos += used;
+                        self.http(key, action);
+                    }
+                },
+                Kind::Ws { vsn, echo } => {
+                    let max = self.node.config.max_message_bytes;
+                    match decode_frame(&mut data[pos..], Role::Server, max as u64) {
+                        Ok(Some(f)) => {
+                            let payload = pos + f.payload.start..pos + f.payload.end;
+                            pos += f.consumed;
+                            let conn = &mut self.conns.slab[key];
+                            let action =
+                                ws::on_frame(&mut conn.extra, f.fin, f.opcode, &data[payload], max);
+                            self.ws(key, vsn, echo, action);
+                        }
+                        Ok(None) => {
+                            if data.len() - pos > max + frame::MAX_HEADER_LEN {
+                                self.conns.fail(
+                                    &self.node,
+                                    &mut self.scratch,
+                                    key,
+                                    close_code::TOO_BIG,
+                                    "message too big",
+                                );
+                                return data.len();
+                            }
+                            return pos;
+                        }
+                        Err(e) => {
+                            self.conns.fail(
+                                &self.node,
+                                &mut self.scratch,
+                                key,
+                                e.close_code(),
+                                &e.to_string(),
+                            );
+                            return data.len();
+                        }
+                    }
+                }
+                Kind::Closing { .. } => return data.len(),
+            }
+        }
+        pos
+    }
+
+    /// Does what an HTTP request asked for.
+    fn http(&mut self, key: usize, action: Action) {
+        let node = &*self.node;
+        let conns = &mut self.conns;
+        match action {
+            Action::Incomplete => {}
+            Action::Error(e) => {
+                let resp =
+                    crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
+                conns.send(key, &resp);
+                conns.start_closing(node, &mut self.scratch, key);
+            }
+            Action::Upgrade(u) => {
+                conns.send(key, &u.response);
+                let conn = &mut conns.slab[key];
+                conn.kind = Kind::Ws {
+                    vsn: u.vsn,
+                    echo: u.echo,
+                };
+                conn.connect = u.connect.map(Arc::new);
+                ShardStats::add(&conns.stats.websockets, 1);
+            }
+            Action::Page {
+                page,
+                head_only,
+                keep_alive,
+            } => {
+                let pages = &node.pages;
+                match page {
+                    Page::Index => conns.send(key, pages.index.bytes(head_only)),
+                    Page::AppJs => conns.send(key, pages.app_js.bytes(head_only)),
+                    Page::AppCss => conns.send(key, pages.app_css.bytes(head_only)),
+                    Page::NotFound => conns.send(key, pages.not_found.bytes(head_only)),
+                    Page::Metrics => {
+                        let body = crate::metrics::render(node);
+                        let r = crate::page::Response::new(
+                            "200 OK",
+                            "text/plain; version=0.0.4",
+                            "",
+                            body.as_bytes(),
+                        );
+                        conns.send(key, r.bytes(head_only));
+                    }
+                }
+                if !keep_alive {
+                    conns.start_closing(node, &mut self.scratch, key);
+                }
+            }
+        }
+    }
+
+    /// Does what a WebSocket frame asked for.
+    fn ws(&mut self, key: usize, vsn: throng_protocol::Vsn, echo: bool, action: FrameAction<'_>) {
+        match action {
+            FrameAction::None => {}
+            FrameAction::Ping(payload) => {
+                frame::encode_frame(&mut self.conns.reply, Opcode::Pong, payload, None);
+                self.conns.msgs_out += 1;
+            }
+            FrameAction::Close(code) => {
+                match code {
+                    Some(code) => frame::encode_close(&mut self.conns.reply, code, "", None),
+                    None => frame::encode_frame(&mut self.conns.reply, Opcode::Close, &[], None),
+                }
+                self.conns.start_closing(&self.node, &mut self.scratch, key);
+            }
+            FrameAction::Fail(code, reason) => {
+                self.conns
+                    .fail(&self.node, &mut self.scratch, key, code, reason)
+            }
+            FrameAction::Message(opcode, data) => {
+                if let Some(conn) = self.conns.slab.get_mut(key) {
+                    conn.trim();
+                }
+                ShardStats::add(&self.conns.stats.messages_in, 1);
+                if echo {
+                    frame::encode_frame(&mut self.conns.reply, opcode, &data, None);
+                    self.conns.msgs_out += 1;
+                    return;
+                }
+                self.conns
+                    .message(&self.node, &mut self.scratch, key, vsn, opcode, &data);
+            }
+        }
+    }
+
+    /// Once a second: closes idle sockets and finishes lingering closes.
+    fn sweep(&mut self) {
+        let now = self.conns.now;
+        let idle = self
+            .node
+            .config
+            .idle_timeout
+            .map(|d| d.as_secs().min(u32::MAX as u64) as u32);
+        let mut expired = Vec::new();
+        for (key, conn) in self.conns.slab.iter() {
+            let quiet = now.saturating_sub(conn.last_active);
+            let over = match conn.kind {
+                Kind::Ws { .. } => idle.is_some_and(|t| quiet >= t),
+                Kind::Http => quiet >= HTTP_IDLE,
+                Kind::Closing { .. } => quiet >= CLOSE_LINGER,
+            };
+            if over {
+                expired.push((key, matches!(conn.kind, Kind::Ws { .. })));
+            }
+        }
+        if expired.is_empty() {
+            return;
+        }
+        // The same close frame for every idle socket of this sweep.
+        let mut bye = Vec::with_capacity(32);
+        frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
+        for (key, ws) in expired {
+            if ws {
+                if let Some(conn) = self.conns.slab.get_mut(key) {
+                    let _ = output::write_some(&mut conn.sock, &bye);
+                }
+                self.conns
+                    .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
+            } else {
+                self.conns
+                    .close(&self.node, &mut self.scratch, key, CloseReason::Normal);
+            }
+        }
+    }
+}

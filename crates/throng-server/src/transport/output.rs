@@ -1,0 +1,214 @@
+//! Output: writing to connections, the bounded per-connection queue for what
+//! the kernel refuses, and delivering a broadcast to a shard's subscribers.
+//!
+//! A broadcast's frame is written straight from the shared [`Broadcast`]:
+//! no copy and no allocation per subscriber unless the kernel takes only
+//! part of it, and then the queue holds an `Arc` and an offset, not bytes.
+
+use std::io::{self, IoSlice, Write};
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use throng_protocol::frame::{encode_header, Opcode};
+use throng_pubsub::Broadcast;
+
+use super::conn::{Chunk, Kind};
+use super::{CloseReason, Conns};
+use crate::metrics::ShardStats;
+
+impl Conns {
+    /// Appends a frame around `body` to the frames gathered for the
+    /// connection being processed.
+    pub fn frame_out(&mut self, op: Opcode, body: &[u8]) {
+        encode_header(&mut self.reply, true, op, body.len(), None);
+        self.reply.extend_from_slice(body);
+        self.msgs_out += 1;
+    }
+
+    /// Writes the frames gathered for `key` in one syscall.
+    pub fn flush_reply(&mut self, key: usize) {
+        if !self.reply.is_empty() {
+            let reply = std::mem::take(&mut self.reply);
+            self.send(key, &reply);
+            self.reply = reply;
+            self.reply.clear();
+        }
+        if let Some(conn) = self.slab.get(key) {
+            if let Kind::Closing { shut: false } = conn.kind {
+                self.try_shutdown(key);
+            }
+        }
+    }
+
+    /// Writes `bytes` now if nothing is queued, queueing what the kernel refuses.
+    pub fn send(&mut self, key: usize, bytes: &[u8]) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        if conn.dead {
+            return;
+        }
+        let mut written = 0;
+        if !conn.queued() {
+            match write_some(&mut conn.sock, bytes) {
+                Ok(n) => written = n,
+                Err(_) => {
+                    self.doom(key, CloseReason::Normal);
+                    return;
+                }
+            }
+            self.bytes_out += written as u64;
+            if written == bytes.len() {
+                return;
+            }
+        }
+        self.enqueue(key, Chunk::Owned(bytes[written..].to_vec(), 0));
+    }
+
+    fn enqueue(&mut self, key: usize, chunk: Chunk) {
+        let max = self.max_outbound;
+        let conn = &mut self.slab[key];
+        let len = chunk.rest().len();
+        let extra = conn.extra();
+        extra.out.push_back(chunk);
+        extra.out_bytes += len;
+        if extra.out_bytes > max {
+            self.doom(key, CloseReason::SlowReader);
+            return;
+        }
+        if !extra.want_write {
+            extra.want_write = true;
+            let _ = self.poll.reregister(
+                &mut conn.sock,
+                Token(key),
+                Interest::READABLE | Interest::WRITABLE,
+            );
+        }
+    }
+
+    /// The kernel has room again: writes the queue, in batches of slices.
+    pub fn on_writable(&mut self, key: usize) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        if conn.dead {
+            return;
+        }
+        let Some(extra) = conn.extra.as_mut() else {
+            return;
+        };
+        while !extra.out.is_empty() {
+            let slices: Vec<IoSlice<'_>> = extra
+                .out
+                .iter()
+                .take(64)
+                .map(|c| IoSlice::new(c.rest()))
+                .collect();
+            match conn.sock.write_vectored(&slices) {
+                Ok(0) => break,
+                Ok(mut n) => {
+                    self.bytes_out += n as u64;
+                    extra.out_bytes -= n;
+                    while n > 0 {
+                        let front = extra
+                            .out
+                            .front_mut()
+                            .expect("written bytes come from queued chunks");
+                        let len = front.rest().len();
+                        if n >= len {
+                            n -= len;
+                            extra.out.pop_front();
+                        } else {
+                            front.advance(n);
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.doom(key, CloseReason::Normal);
+                    return;
+                }
+            }
+        }
+        extra.want_write = false;
+        extra.out.shrink_to_fit();
+        let _ = self
+            .poll
+            .reregister(&mut conn.sock, Token(key), Interest::READABLE);
+        conn.trim();
+        if let Kind::Closing { shut: false } = conn.kind {
+            self.try_shutdown(key);
+        }
+    }
+
+    /// Delivers a broadcast to this shard's subscribers of its topic.
+    pub fn deliver(&mut self, b: &Arc<Broadcast>) {
+        let Some(idx) = self.registry.find(&b.topic) else {
+            return;
+        };
+        ShardStats::add(&self.stats.broadcasts, 1);
+        let exclude = b
+            .exclude
+            .filter(|(shard, _)| *shard == self.id)
+            .map(|(_, key)| key);
+        let subs = std::mem::take(&mut self.registry.topics[idx as usize].subs);
+        for &key in &subs {
+            let key = key as usize;
+            if Some(key) == exclude {
+                continue;
+            }
+            let Some(conn) = self.slab.get_mut(key) else {
+                continue;
+            };
+            let Kind::Ws { vsn, .. } = conn.kind else {
+                continue;
+            };
+            if conn.dead {
+                continue;
+            }
+            let Some(bytes) = b.frame(vsn) else {
+                continue;
+            };
+            self.msgs_out += 1;
+            if conn.queued() {
+                self.enqueue(key, Chunk::Shared(b.clone(), vsn, 0));
+                continue;
+            }
+            match write_some(&mut conn.sock, bytes) {
+                Ok(n) => {
+                    self.bytes_out += n as u64;
+                    if n < bytes.len() {
+                        self.enqueue(key, Chunk::Shared(b.clone(), vsn, n));
+                    }
+                }
+                Err(_) => self.doom(key, CloseReason::Normal),
+            }
+        }
+        self.registry.topics[idx as usize].subs = subs;
+    }
+
+    /// Adds the turn's local counts to the shared counters.
+    pub fn flush_counters(&mut self) {
+        if self.msgs_out > 0 || self.bytes_out > 0 {
+            ShardStats::add(&self.stats.messages_out, self.msgs_out);
+            ShardStats::add(&self.stats.bytes_out, self.bytes_out);
+            self.msgs_out = 0;
+            self.bytes_out = 0;
+        }
+    }
+}
+
+/// One `write`, mapping `WouldBlock` to zero bytes.
+pub(crate) fn write_some(sock: &mut TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        match sock.write(bytes) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
