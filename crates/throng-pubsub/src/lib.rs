@@ -93,6 +93,8 @@
 //! subscribe, so out-of-order topic notifications from two shards cannot
 //! leave a wrong subscription.
 
+#![forbid(unsafe_code)]
+
 pub mod backplane;
 mod broadcast;
 pub mod conformance;
