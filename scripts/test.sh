@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test of throng, on a fresh Debian machine: installs what is missing
-# (apt: redis-server, chromium; npm ci; cargo builds), then runs the Rust
-# unit/property/integration tests and the end-to-end suites against the real
-# binary. Each suite is bounded; the whole run takes a few minutes.
+# (apt: redis-server, chromium, tsung; npm ci; cargo builds), then runs the
+# Rust unit/property/integration tests, the end-to-end suites and the
+# third-party client compatibility test (real Tsung) against the real binary.
+# Each suite is bounded; the whole run takes a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v tsung >/dev/null || missing+=(tsung)
 command -v node >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing ${missing[*]} (apt-get)"
@@ -36,6 +38,9 @@ cargo test --profile ci --workspace
 
 stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
+
+stage "compatibility: real Tsung 1.7 runs the seed's scenarios/phoenix.xml (4,000 users)"
+node --test --test-concurrency=1 --test-timeout=120000 tests/compat/
 
 if [ -d tests/cluster ]; then
   stage "cluster: real redis-server, workers, failures"
