@@ -88,6 +88,10 @@ impl Handler for Node {
     fn topics(&self) -> Vec<Arc<str>> {
         self.topics.names()
     }
+
+    fn direct(&self, _msg: &[u8]) {
+        // Nothing sends direct messages to a node yet.
+    }
 }
 
 /// A handle on a running node for code outside channel callbacks: an HTTP

@@ -19,7 +19,11 @@
 //!   goes through it in queue order (batched into pipelines), which is what
 //!   keeps a node's broadcasts in order;
 //! - the *subscriber*, a pub/sub connection with one SUBSCRIBE per topic
-//!   channel (`throng:t:<topic>`) that has a local subscriber.
+//!   channel (`throng:t:<topic>`) that has a local subscriber, and one for
+//!   the node's own channel (`throng:n:<node id, 16 hex digits>`), where
+//!   other nodes PUBLISH direct messages to it ([`Backplane::send_to`],
+//!   through the same queue and publisher as broadcasts, so in order).
+//!   It is subscribed before the session counts as connected.
 //!
 //! When either fails, both are dropped and the session is rebuilt with
 //! backoff; see the crate docs for what happens meanwhile. The thread's
@@ -44,6 +48,9 @@ use crate::{Broadcast, Error};
 
 /// Redis channel of a topic: this prefix, then the topic.
 pub const CHANNEL_PREFIX: &str = "throng:t:";
+/// Redis channel of a node's direct messages: this prefix, then its id in
+/// 16 hex digits.
+pub const NODE_CHANNEL_PREFIX: &str = "throng:n:";
 /// Broadcasts waiting for the publisher; past this, `publish` drops them.
 pub const PUBLISH_QUEUE: usize = 16 * 1024;
 /// Largest PUBLISH pipeline.
@@ -70,18 +77,26 @@ pub struct Stats {
     pub published: AtomicU64,
     /// Broadcasts from other nodes handed to the shards.
     pub received: AtomicU64,
-    /// Broadcasts not published: Redis down, queue full, or a failed pipeline.
+    /// Broadcasts and direct messages not published: Redis down, queue
+    /// full, or a failed pipeline.
     pub dropped: AtomicU64,
     /// Messages on our channels that were not a readable envelope.
     pub invalid: AtomicU64,
     /// Sessions rebuilt after a lost connection.
     pub reconnects: AtomicU64,
+    /// Direct messages published to other nodes.
+    pub direct_sent: AtomicU64,
+    /// Direct messages received from other nodes.
+    pub direct_received: AtomicU64,
 }
 
-/// A broadcast on its way to the publisher.
+/// A broadcast or a direct message on its way to the publisher.
 struct Outgoing {
-    topic: Arc<str>,
-    envelope: Vec<u8>,
+    /// The Redis channel.
+    channel: String,
+    payload: Vec<u8>,
+    /// A direct message (counted apart from broadcasts).
+    direct: bool,
 }
 
 /// The Redis backplane. Build it with [`RedisBackplane::connect`] before
@@ -119,6 +134,7 @@ impl RedisBackplane {
             client,
             url: shown.clone(),
             node_id,
+            node_channel: node_channel(node_id),
             handler: handler.clone(),
             stats: stats.clone(),
             publish_rx,
@@ -139,7 +155,7 @@ impl RedisBackplane {
                     }
                 };
                 rt.block_on(async move {
-                    match Session::connect(&task.client).await {
+                    match Session::connect(&task.client, &task.node_channel).await {
                         Ok(session) => {
                             let _ = ready_tx.send(Ok(()));
                             task.run(session).await;
@@ -187,6 +203,39 @@ impl RedisBackplane {
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
     }
+
+    /// Queues `out` for the publisher without blocking; counts what the
+    /// full queue refuses. Returns whether it was queued.
+    fn enqueue(&self, out: Outgoing) -> bool {
+        match self.publish_tx.try_send(out) {
+            Ok(()) => {
+                if self.queue_full_logged.load(Relaxed) {
+                    self.queue_full_logged.store(false, Relaxed);
+                }
+                true
+            }
+            Err(TrySendError::Full(_)) => {
+                self.stats.dropped.fetch_add(1, Relaxed);
+                if !self.queue_full_logged.swap(true, Relaxed) {
+                    tracing::warn!(
+                        url = %self.url,
+                        "cluster backplane: {PUBLISH_QUEUE} messages wait for Redis; \
+                         dropping broadcasts to other nodes until the queue drains"
+                    );
+                }
+                false
+            }
+            Err(TrySendError::Closed(_)) => {
+                self.stats.dropped.fetch_add(1, Relaxed);
+                false
+            }
+        }
+    }
+}
+
+/// The Redis channel of node `id`'s direct messages.
+pub fn node_channel(id: u64) -> String {
+    format!("{NODE_CHANNEL_PREFIX}{id:016x}")
 }
 
 /// The backplane metrics of `stats`, Prometheus text format.
@@ -215,7 +264,7 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
     metric(
         "throng_backplane_dropped_total",
         "counter",
-        "Broadcasts not sent to the other nodes (Redis down or queue full).",
+        "Broadcasts and direct messages not sent to the other nodes (Redis down or queue full).",
         stats.dropped.load(Relaxed),
     );
     metric(
@@ -229,6 +278,18 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
         "counter",
         "Times the backplane reconnected to Redis.",
         stats.reconnects.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_direct_sent_total",
+        "counter",
+        "Direct messages sent to one other node (forwarded long-poll requests and answers).",
+        stats.direct_sent.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_direct_received_total",
+        "counter",
+        "Direct messages received from other nodes.",
+        stats.direct_received.load(Relaxed),
     );
 }
 
@@ -257,30 +318,27 @@ impl Backplane for RedisBackplane {
             payload: b.payload.as_payload(),
         }
         .to_vec();
-        let out = Outgoing {
-            topic: b.topic.clone(),
-            envelope,
-        };
-        match self.publish_tx.try_send(out) {
-            Ok(()) => {
-                if self.queue_full_logged.load(Relaxed) {
-                    self.queue_full_logged.store(false, Relaxed);
-                }
-            }
-            Err(TrySendError::Full(_)) => {
-                self.stats.dropped.fetch_add(1, Relaxed);
-                if !self.queue_full_logged.swap(true, Relaxed) {
-                    tracing::warn!(
-                        url = %self.url,
-                        "cluster backplane: {PUBLISH_QUEUE} broadcasts wait for Redis; \
-                         dropping broadcasts to other nodes until the queue drains"
-                    );
-                }
-            }
-            Err(TrySendError::Closed(_)) => {
-                self.stats.dropped.fetch_add(1, Relaxed);
-            }
+        self.enqueue(Outgoing {
+            channel: session::channel_of(&b.topic),
+            payload: envelope,
+            direct: false,
+        });
+    }
+
+    fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    fn send_to(&self, node: u64, msg: Vec<u8>) -> bool {
+        if !self.stats.connected.load(Relaxed) {
+            self.stats.dropped.fetch_add(1, Relaxed);
+            return false;
         }
+        self.enqueue(Outgoing {
+            channel: node_channel(node),
+            payload: msg,
+            direct: true,
+        })
     }
 
     fn subscribe(&self, topic: &str) {
@@ -359,6 +417,7 @@ mod tests {
     #[test]
     fn channel_names() {
         assert_eq!(session::channel_of("rooms:lobby"), "throng:t:rooms:lobby");
+        assert_eq!(node_channel(0xab), "throng:n:00000000000000ab");
     }
 
     #[test]
