@@ -37,7 +37,13 @@ pub struct ServeArgs {
     /// Channels one socket may join at once; a join past it is refused with {"reason":"too many channels joined"}, as Phoenix 1.8 [default: 100]
     #[arg(long, value_name = "N", env = "THRONG_MAX_CHANNELS_PER_SOCKET")]
     pub max_channels_per_socket: Option<usize>,
-    /// Serve a WebSocket echo endpoint at /echo (for the Autobahn TestSuite)
+    /// Long-poll transport (/socket/longpoll): seconds a poll waits for messages before it is answered 204 (Phoenix's window_ms); a session ends after 1.5x this without a poll; 0 turns long-poll off [default: 10]
+    #[arg(long, value_name = "SECS", env = "THRONG_LONGPOLL_WINDOW")]
+    pub longpoll_window: Option<u64>,
+    /// Messages one long-poll POST may carry (phoenix.js sends up to 100); a larger batch is refused with {"status":413} [default: 100]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_LONGPOLL_BATCH")]
+    pub max_longpoll_batch: Option<usize>,
+    /// Test-only: serve a WebSocket echo at /echo (for the Autobahn TestSuite) and mount the channel echo:*, whose join replies with the socket's params, authToken and user
     #[arg(long, env = "THRONG_ECHO")]
     pub echo: bool,
     /// Log every HTTP request (off by default: logging halves throughput)
@@ -65,6 +71,8 @@ struct FileConfig {
     max_message_bytes: Option<usize>,
     max_outbound_bytes: Option<usize>,
     max_channels_per_socket: Option<usize>,
+    longpoll_window: Option<u64>,
+    max_longpoll_batch: Option<usize>,
     echo: Option<bool>,
     log_requests: Option<bool>,
     redis: Option<String>,
@@ -82,6 +90,10 @@ pub struct Config {
     pub max_outbound_bytes: usize,
     /// Joins one socket may hold at once.
     pub max_channels_per_socket: usize,
+    /// How long a long-poll waits for messages; `None`: no long-poll.
+    pub longpoll_window: Option<Duration>,
+    /// Messages one long-poll POST may carry.
+    pub max_longpoll_batch: usize,
     pub echo: bool,
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
@@ -106,6 +118,8 @@ impl Default for Config {
             max_message_bytes: 1 << 20,
             max_outbound_bytes: 256 << 10,
             max_channels_per_socket: 100,
+            longpoll_window: Some(Duration::from_secs(10)),
+            max_longpoll_batch: 100,
             echo: false,
             log_requests: false,
             redis: None,
@@ -155,6 +169,12 @@ impl ServeArgs {
             )));
         }
         let idle = self.idle_timeout.or(file.idle_timeout).unwrap_or(60);
+        let window = self.longpoll_window.or(file.longpoll_window).unwrap_or(10);
+        if window > 3600 {
+            return Err(Error::Config(format!(
+                "longpoll_window must be 0..=3600 seconds, got {window}"
+            )));
+        }
         let max_message_bytes = self
             .max_message_bytes
             .or(file.max_message_bytes)
@@ -177,6 +197,11 @@ impl ServeArgs {
                 .max_channels_per_socket
                 .or(file.max_channels_per_socket)
                 .unwrap_or(d.max_channels_per_socket),
+            longpoll_window: (window > 0).then(|| Duration::from_secs(window)),
+            max_longpoll_batch: self
+                .max_longpoll_batch
+                .or(file.max_longpoll_batch)
+                .unwrap_or(d.max_longpoll_batch),
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
@@ -207,6 +232,10 @@ impl Config {
             self.max_outbound_bytes.to_string(),
             "--max-channels-per-socket".into(),
             self.max_channels_per_socket.to_string(),
+            "--longpoll-window".into(),
+            self.longpoll_window.map_or(0, |d| d.as_secs()).to_string(),
+            "--max-longpoll-batch".into(),
+            self.max_longpoll_batch.to_string(),
             "--workers".into(),
             "1".into(),
             "--worker-index".into(),
@@ -284,6 +313,8 @@ mod tests {
             echo: true,
             redis: Some("redis://127.0.0.1:7000".into()),
             max_channels_per_socket: Some(7),
+            longpoll_window: Some(3),
+            max_longpoll_batch: Some(9),
             ..Default::default()
         }
         .resolve()
@@ -298,6 +329,8 @@ mod tests {
         assert!(w.echo && !w.log_requests);
         assert_eq!(w.max_message_bytes, c.max_message_bytes);
         assert_eq!(w.max_channels_per_socket, 7);
+        assert_eq!(w.longpoll_window, Some(Duration::from_secs(3)));
+        assert_eq!(w.max_longpoll_batch, 9);
     }
 
     #[test]

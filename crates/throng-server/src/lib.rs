@@ -11,7 +11,11 @@
 //!   (`conn.rs`), output and broadcast delivery (`output.rs`), closing
 //!   (`closing.rs`), and the Phoenix socket on a connection (`phoenix.rs`).
 //!   Phoenix's `Phoenix.Socket.Transport`.
-//! - `http`: what a request asks for (upgrade, page, error), without I/O.
+//! - `http`: what a request asks for (upgrade, long-poll, page, error),
+//!   without I/O.
+//! - `longpoll`: the long-poll transport's sessions, tokens and forwarding
+//!   (its shard side is `transport/longpoll.rs`). Phoenix's
+//!   `Phoenix.Transports.LongPoll`.
 //! - `ws`: WebSocket messages from frames (fragments, control frames).
 //! - `socket/`: the Phoenix multiplexer (heartbeat, join, leave, duplicate
 //!   join, dispatch, replies) as a state machine with no I/O, unit-tested
@@ -22,6 +26,8 @@
 //!   handle for code outside callbacks. Phoenix's `Endpoint.broadcast`.
 //! - [`metrics`]: per-shard counters and `/metrics`.
 //! - [`chat`]: the seed benchmark's chat app, written with the API.
+//! - [`echo`]: a test-only channel (`--echo`) that shows what a socket
+//!   connected with.
 //! - `page`: the chat page (template + layout) and fixed responses.
 //!
 //! ## The path of a broadcast
@@ -44,7 +50,9 @@
 pub mod channel;
 pub mod chat;
 pub mod config;
+pub mod echo;
 mod http;
+mod longpoll;
 pub mod metrics;
 pub mod node;
 mod page;

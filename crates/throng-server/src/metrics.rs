@@ -36,6 +36,15 @@ pub struct ShardStats {
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
     pub channel_limit_refusals: AtomicU64,
+    /// Open long-poll sessions (owned by this shard).
+    pub longpoll_sessions: AtomicU64,
+    /// Polls parked, waiting for messages.
+    pub longpoll_parked: AtomicU64,
+    pub longpoll_expired: AtomicU64,
+    pub longpoll_overflows: AtomicU64,
+    pub longpoll_forwarded: AtomicU64,
+    pub longpoll_forward_timeouts: AtomicU64,
+    pub longpoll_refused: AtomicU64,
 }
 
 impl ShardStats {
@@ -67,9 +76,21 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.websockets,
     ),
     (
+        "throng_longpoll_sessions",
+        "gauge",
+        "Open long-poll sessions.",
+        |s| &s.longpoll_sessions,
+    ),
+    (
+        "throng_longpoll_polls_waiting",
+        "gauge",
+        "Long-polls waiting for messages (answered when one arrives, or 204 after --longpoll-window).",
+        |s| &s.longpoll_parked,
+    ),
+    (
         "throng_channels_joined",
         "gauge",
-        "Joined channels over all sockets.",
+        "Joined channels over all sockets and long-poll sessions.",
         |s| &s.channels,
     ),
     (
@@ -117,13 +138,13 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
     (
         "throng_messages_in_total",
         "counter",
-        "WebSocket messages received.",
+        "Phoenix messages received (WebSocket frames and long-poll POSTed messages).",
         |s| &s.messages_in,
     ),
     (
         "throng_messages_out_total",
         "counter",
-        "WebSocket messages sent.",
+        "Messages sent (WebSocket frames and messages handed to long-polls).",
         |s| &s.messages_out,
     ),
     (
@@ -159,8 +180,38 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
     (
         "throng_protocol_errors_total",
         "counter",
-        "Connections closed for protocol errors.",
+        "Connections and long-poll sessions closed for protocol errors.",
         |s| &s.protocol_errors,
+    ),
+    (
+        "throng_longpoll_expired_total",
+        "counter",
+        "Long-poll sessions ended after 1.5x --longpoll-window without a poll.",
+        |s| &s.longpoll_expired,
+    ),
+    (
+        "throng_longpoll_overflows_total",
+        "counter",
+        "Long-poll sessions ended (their messages dropped) because messages waiting for a poll passed --max-outbound-bytes.",
+        |s| &s.longpoll_overflows,
+    ),
+    (
+        "throng_longpoll_forwarded_total",
+        "counter",
+        "Long-poll requests forwarded to the shard or node holding their session.",
+        |s| &s.longpoll_forwarded,
+    ),
+    (
+        "throng_longpoll_forward_timeouts_total",
+        "counter",
+        "Forwarded long-poll requests with no answer in the window + 5 s (answered 410).",
+        |s| &s.longpoll_forward_timeouts,
+    ),
+    (
+        "throng_longpoll_refused_total",
+        "counter",
+        "Long-poll requests refused: 403 (unsupported vsn) or 413 (more than --max-longpoll-batch messages).",
+        |s| &s.longpoll_refused,
     ),
 ];
 

@@ -5,7 +5,9 @@
 //! Immutable after start except for atomics (metrics) and [`NodeTopics`]
 //! (locked only when a shard gains its first or loses its last subscriber of
 //! a topic, and once per broadcast). The node is the backplane's
-//! [`Handler`]: broadcasts from other nodes come in through it.
+//! [`Handler`]: broadcasts from other nodes come in through it, and so do
+//! long-poll requests and answers forwarded by other nodes (direct
+//! messages, see `crate::longpoll`).
 
 use std::sync::Arc;
 
@@ -16,6 +18,8 @@ use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics};
 
 use crate::channel::{Info, Router};
 use crate::config::Config;
+use crate::longpoll::wire::Forward;
+use crate::longpoll::{self, Answer, Request};
 use crate::metrics::ShardStats;
 use crate::page::Pages;
 
@@ -25,6 +29,10 @@ pub(crate) enum ShardMsg {
     Broadcast(Arc<Broadcast>),
     /// Call `handle_info` of every channel joined on the topic.
     Info(Arc<str>, Info),
+    /// A long-poll request for a session of this shard.
+    LongPoll(Box<Request>),
+    /// The answer to a long-poll request a connection of this shard holds.
+    LongPollAnswer(Box<Answer>),
 }
 
 /// How to reach a shard from another thread.
@@ -34,7 +42,7 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    fn send(&self, msg: ShardMsg) {
+    pub(crate) fn send(&self, msg: ShardMsg) {
         if self.tx.send(msg).is_ok() {
             let _ = self.waker.wake();
         }
@@ -63,6 +71,36 @@ impl Node {
         self.fan_out(from_shard, b);
     }
 
+    /// Sends a long-poll request to the shard (of this node or another)
+    /// that holds its session; false if it cannot get there.
+    pub(crate) fn forward_request(&self, req: Request) -> bool {
+        if req.token.node != self.backplane.node_id() {
+            let to = req.token.node;
+            return self.backplane.send_to(to, Forward::Request(req).encode());
+        }
+        match self.peers.get(req.token.shard as usize) {
+            Some(peer) => {
+                peer.send(ShardMsg::LongPoll(Box::new(req)));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sends the answer of a long-poll request to the shard (of this node or
+    /// another) whose connection holds the request. Lost if that node is gone:
+    /// its connection is gone with it.
+    pub(crate) fn forward_answer(&self, answer: Answer) {
+        if answer.reply.node != self.backplane.node_id() {
+            let to = answer.reply.node;
+            self.backplane.send_to(to, Forward::Answer(answer).encode());
+            return;
+        }
+        if let Some(peer) = self.peers.get(answer.reply.shard as usize) {
+            peer.send(ShardMsg::LongPollAnswer(Box::new(answer)));
+        }
+    }
+
     fn fan_out(&self, skip: Option<usize>, b: Arc<Broadcast>) {
         let shards = self.topics.shards(&b.topic);
         for i in shards.iter() {
@@ -89,8 +127,25 @@ impl Handler for Node {
         self.topics.names()
     }
 
-    fn direct(&self, _msg: &[u8]) {
-        // Nothing sends direct messages to a node yet.
+    fn direct(&self, msg: &[u8]) {
+        match Forward::decode(msg) {
+            Some(Forward::Request(req)) => {
+                let reply = req.reply;
+                if req.token.node != self.backplane.node_id() || !self.forward_request(req) {
+                    // Not a session of this node (a stale token): gone.
+                    self.forward_answer(Answer {
+                        reply,
+                        body: longpoll::status_body(410),
+                    });
+                }
+            }
+            Some(Forward::Answer(answer)) => {
+                if answer.reply.node == self.backplane.node_id() {
+                    self.forward_answer(answer);
+                }
+            }
+            None => tracing::debug!("dropped an unreadable direct message"),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 use throng_pubsub::{Backplane, LocalBackplane, RedisBackplane};
-use throng_server::{chat, Config, Server};
+use throng_server::{chat, echo, Config, Server};
 
 use crate::supervisor::{self, Error};
 
@@ -24,7 +24,13 @@ pub fn serve(config: Config) -> Result<(), Error> {
         None => Arc::new(LocalBackplane),
     };
     let worker = config.worker_index;
-    let server = Server::start(config, chat::router(), backplane)?;
+    let router = if config.echo {
+        // Test-only: what a socket connected with (see `throng_server::echo`).
+        chat::router().channel("echo:*", echo::EchoChannel)
+    } else {
+        chat::router()
+    };
+    let server = Server::start(config, router, backplane)?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
         // For the supervisor, which sums the workers' capacities.

@@ -79,6 +79,9 @@ impl Conns {
         while let Some((key, reason)) = self.doomed.pop() {
             self.close(node, scratch, key, reason);
         }
+        while let Some((idx, end)) = self.lp.doomed.pop() {
+            self.lp_end(node, scratch, idx, end);
+        }
     }
 
     /// Removes a connection: its channels end, its socket closes.
@@ -93,6 +96,10 @@ impl Conns {
         }
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
+        if !self.lp.waiting.is_empty() {
+            // A long-poll answer on its way here is dropped when it comes.
+            self.lp.waiting.remove(&key);
+        }
         if let Kind::Ws { vsn, .. } = conn.kind {
             ShardStats::sub(&self.stats.websockets, 1);
             let connect = conn.connect.take();

@@ -12,7 +12,9 @@
 //! - `closing.rs`: close frames, half-close, removing connections;
 //! - `phoenix.rs`: a WebSocket message through the Phoenix socket
 //!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
-//!   on this shard.
+//!   on this shard;
+//! - `longpoll.rs`: the long-poll transport's requests and sessions
+//!   (`crate::longpoll`), which run the same Phoenix socket.
 //!
 //! Invariant: a connection is only removed from the slab between events
 //! (in [`Conns::close`], called from the event dispatch or the sweep), never
@@ -21,6 +23,7 @@
 
 mod closing;
 pub(crate) mod conn;
+mod longpoll;
 mod output;
 mod phoenix;
 
@@ -83,6 +86,8 @@ pub(crate) struct Conns {
     pub bytes_out: u64,
     /// `--max-outbound-bytes`: a connection with more queued is cut.
     pub max_outbound: usize,
+    /// Long-poll sessions owned here and requests waited on here.
+    pub lp: crate::longpoll::State,
 }
 
 pub(crate) struct Shard {
@@ -123,6 +128,12 @@ impl Shard {
             msgs_out: 0,
             bytes_out: 0,
             max_outbound: node.config.max_outbound_bytes,
+            lp: crate::longpoll::State::new(
+                node.backplane.node_id(),
+                node.config
+                    .longpoll_window
+                    .map_or(0, |w| w.as_millis() as u64),
+            ),
         };
         Ok(Shard {
             id,
@@ -155,7 +166,9 @@ impl Shard {
                 }
                 continue;
             }
-            self.conns.now = self.started.elapsed().as_secs() as u32;
+            let elapsed = self.started.elapsed();
+            self.conns.now = elapsed.as_secs() as u32;
+            self.conns.lp.now_ms = elapsed.as_millis() as u64;
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(),
@@ -178,6 +191,7 @@ impl Shard {
             // A broadcast may arrive without a wake being seen yet.
             self.drain_inbox();
             self.conns.close_doomed(&self.node, &mut self.scratch);
+            self.finish_longpolls();
             if self.conns.now != self.last_sweep {
                 self.last_sweep = self.conns.now;
                 self.sweep();
@@ -237,8 +251,29 @@ impl Shard {
                     self.conns
                         .info(&self.node, &mut self.scratch, &topic, &info)
                 }
+                ShardMsg::LongPoll(req) => {
+                    self.conns.lp_request(&self.node, &mut self.scratch, *req)
+                }
+                ShardMsg::LongPollAnswer(a) => {
+                    self.conns
+                        .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
+                }
             }
         }
+    }
+
+    /// End of a loop turn for long-poll: parked polls that got messages are
+    /// answered, and connections whose answer went out read their next
+    /// request.
+    fn finish_longpolls(&mut self) {
+        self.conns.lp_flush(&self.node, &mut self.scratch);
+        while let Some(key) = self.conns.lp.resume.pop() {
+            if self.conns.slab.get(key).is_some_and(|c| !c.dead) {
+                self.input(key, &mut []);
+                self.conns.flush_reply(key);
+            }
+        }
+        self.conns.close_doomed(&self.node, &mut self.scratch);
     }
 
     fn on_readable(&mut self, key: usize) {
@@ -312,6 +347,9 @@ impl Shard {
                 return data.len();
             }
             match conn.kind {
+                // Responses go out in request order: the next request
+                // waits for the long-poll answer before it.
+                Kind::Http if self.conns.lp.is_waiting(key) => return pos,
                 Kind::Http => match http::handle(&data[pos..], &self.node.config) {
                     (_, Action::Incomplete) => return pos,
                     (used, action) => {
@@ -374,6 +412,7 @@ impl Shard {
                 conns.send(key, &resp);
                 conns.start_closing(node, &mut self.scratch, key);
             }
+            Action::LongPoll(lp) => conns.lp_http(node, &mut self.scratch, key, *lp),
             Action::Upgrade(u) => {
                 conns.send(key, &u.response);
                 let conn = &mut conns.slab[key];
@@ -448,8 +487,11 @@ impl Shard {
         }
     }
 
-    /// Once a second: closes idle sockets and finishes lingering closes.
+    /// Once a second: closes idle sockets and finishes lingering closes;
+    /// long-poll windows and expiries.
     fn sweep(&mut self) {
+        self.conns.lp_sweep(&self.node, &mut self.scratch);
+        self.conns.close_doomed(&self.node, &mut self.scratch);
         let now = self.conns.now;
         let idle = self
             .node
@@ -461,7 +503,8 @@ impl Shard {
             let quiet = now.saturating_sub(conn.last_active);
             let over = match conn.kind {
                 Kind::Ws { .. } => idle.is_some_and(|t| quiet >= t),
-                Kind::Http => quiet >= HTTP_IDLE,
+                // A long-poll waiting for its answer is not idle.
+                Kind::Http => quiet >= HTTP_IDLE && !self.conns.lp.is_waiting(key),
                 Kind::Closing { .. } => quiet >= CLOSE_LINGER,
             };
             if over {

@@ -1,9 +1,10 @@
-//! The Phoenix socket on this shard's WebSocket connections: a complete
-//! message is decoded with the connection's serializer and handed to the
-//! socket state machine ([`crate::socket`]), which answers through
-//! [`ShardTransport`]: the shard's registry for subscriptions, the
-//! connection's gathered frames for replies, the shard and the node for
-//! broadcasts.
+//! The Phoenix socket on this shard's WebSocket connections and long-poll
+//! sessions: a complete message is decoded with the connection's serializer
+//! and handed to the socket state machine ([`crate::socket`]), which answers
+//! through [`ShardTransport`]: the shard's registry for subscriptions, the
+//! connection's gathered frames (or the session's buffer) for replies, the
+//! shard and the node for broadcasts. A key with [`SESSION_BIT`] names a
+//! long-poll session.
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use throng_pubsub::{Broadcast, Slot};
 use super::conn::Kind;
 use super::Conns;
 use crate::channel::{ConnectInfo, Info};
+use crate::longpoll::{is_session, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::{Cx, Join, Mux, Scratch, Transport};
@@ -54,14 +56,26 @@ impl Conns {
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
             let key = key as usize;
-            let Some(conn) = self.slab.get(key).filter(|c| !c.dead) else {
-                continue;
-            };
-            let Kind::Ws { vsn, .. } = conn.kind else {
-                continue;
+            let session = is_session(key);
+            let vsn = if session {
+                let s = self.lp.sessions.get(key & !SESSION_BIT);
+                match s.filter(|s| !s.dead) {
+                    Some(s) => s.vsn,
+                    None => continue,
+                }
+            } else {
+                let Some(conn) = self.slab.get(key).filter(|c| !c.dead) else {
+                    continue;
+                };
+                let Kind::Ws { vsn, .. } = conn.kind else {
+                    continue;
+                };
+                vsn
             };
             self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
-            self.flush_reply(key);
+            if !session {
+                self.flush_reply(key);
+            }
         }
     }
 
@@ -90,8 +104,9 @@ impl Conns {
         .close();
     }
 
-    /// Lends the socket state of `key` to `f`, and takes it back.
-    fn with_socket(
+    /// Lends the socket state of `key` (a connection, or a session with
+    /// [`SESSION_BIT`]) to `f`, and takes it back.
+    pub(super) fn with_socket(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
@@ -99,9 +114,17 @@ impl Conns {
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
     ) {
-        let conn = &mut self.slab[key];
-        let mut joins = std::mem::take(&mut conn.joins);
-        let connect = conn.connect.take();
+        let (mut joins, connect) = if is_session(key) {
+            let Some(s) = self.lp.sessions.get_mut(key & !SESSION_BIT) else {
+                return;
+            };
+            (std::mem::take(&mut s.joins), s.connect.take())
+        } else {
+            let Some(conn) = self.slab.get_mut(key) else {
+                return;
+            };
+            (std::mem::take(&mut conn.joins), conn.connect.take())
+        };
         {
             let mut t = ShardTransport {
                 conns: self,
@@ -116,10 +139,26 @@ impl Conns {
             };
             f(&mut mux);
         }
-        // Connections leave the slab only between events, so it is there.
-        if let Some(conn) = self.slab.get_mut(key) {
+        // Connections and sessions leave their slab only between events,
+        // so it is there.
+        if is_session(key) {
+            if let Some(s) = self.lp.sessions.get_mut(key & !SESSION_BIT) {
+                s.joins = joins;
+                s.connect = connect;
+            }
+        } else if let Some(conn) = self.slab.get_mut(key) {
             conn.joins = joins;
             conn.connect = connect;
+        }
+    }
+
+    /// The joins of connection or session `key`.
+    fn joins_mut(&mut self, key: usize) -> Option<&mut Vec<Join>> {
+        if is_session(key) {
+            let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
+            Some(&mut s.joins)
+        } else {
+            Some(&mut self.slab.get_mut(key)?.joins)
         }
     }
 }
@@ -160,8 +199,8 @@ impl Transport for ShardTransport<'_> {
         let (moved, gone) = c.registry.unsubscribe(slot);
         if let Some(moved) = moved {
             // The subscriber that took this one's place learns its position.
-            if let Some(conn) = c.slab.get_mut(moved as usize) {
-                if let Some(j) = conn.joins.iter_mut().find(|j| j.slot.topic == slot.topic) {
+            if let Some(joins) = c.joins_mut(moved as usize) {
+                if let Some(j) = joins.iter_mut().find(|j| j.slot.topic == slot.topic) {
                     j.slot.pos = slot.pos;
                 }
             }
@@ -183,7 +222,13 @@ impl Transport for ShardTransport<'_> {
     }
 
     fn send(&mut self, opcode: Opcode, body: &[u8]) {
-        self.conns.frame_out(opcode, body);
+        if is_session(self.key) {
+            let item = Item::Owned(body.to_vec(), opcode == Opcode::Binary);
+            self.conns
+                .lp_push(self.key & !SESSION_BIT, item, body.len());
+        } else {
+            self.conns.frame_out(opcode, body);
+        }
     }
 
     fn broadcast(
@@ -193,8 +238,11 @@ impl Transport for ShardTransport<'_> {
         payload: OwnedPayload,
         include_self: bool,
     ) {
-        // Replies so far go out before the broadcast reaches this socket.
-        self.conns.flush_reply(self.key);
+        // Replies so far go out before the broadcast reaches this socket (a
+        // session's are in its buffer already).
+        if !is_session(self.key) {
+            self.conns.flush_reply(self.key);
+        }
         let exclude = (!include_self).then_some((self.conns.id, self.key));
         let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
         self.conns.deliver(&b);
