@@ -143,27 +143,35 @@ test("a POST of 101 messages is refused with 413 and none of them is dispatched"
   assert.deepEqual(refs, ["1", "after"])
 })
 
-test("a waiting poll is answered as soon as a message arrives", T, async () => {
-  // a window far longer than the test: a 204 cannot come in time, only the message
-  const slow = await startServer(["--longpoll-window", "60"])
-  try {
-    const q = "vsn=2.0.0"
-    const created = await lp("GET", q, {port: slow.port})
-    const token = created.token
-    const parked = lp("GET", `${q}&token=${token}`, {port: slow.port})
-    const waiting = async () => {
-      const res = await httpRequest(slow.port, "GET", "/metrics")
-      return /\nthrong_longpoll_polls_waiting 1\n/.test(res.body.toString("utf8"))
-    }
-    await waitFor(waiting, 5000, "the poll to wait")
-    const pushed = await lp("POST", `${q}&token=${token}`, {port: slow.port, body: JSON.stringify(joinLine("rooms:lobby")), headers: ndjson})
-    assert.deepEqual(pushed, {status: 200})
-    const res = await withTimeout(parked, 10000, "the parked poll's answer")
-    assert.equal(res.status, 200)
-    assert.deepEqual(res.messages.map(m => JSON.parse(m)), [["1", "1", "rooms:lobby", "phx_reply", {status: "ok", response: {}}]])
-  } finally {
-    await slow.stop()
-  }
+test("a waiting poll is answered as soon as a message arrives; one whose connection closes loses nothing", T, async t => {
+  // a window far longer than the test: a 204 cannot come in time, only a message
+  const slow = await startServer(["--longpoll-window", "60", "--shards", "1"])
+  t.after(() => slow.stop())
+  const q = "vsn=2.0.0"
+  const created = await lp("GET", q, {port: slow.port})
+  const path = `/socket/longpoll?${q}&token=${created.token}`
+  const send = lines => lp("POST", `${q}&token=${created.token}`, {port: slow.port, body: lines.map(l => JSON.stringify(l)).join("\n"), headers: ndjson})
+  const waiting = n => waitFor(async () => {
+    const res = await httpRequest(slow.port, "GET", "/metrics")
+    return new RegExp(`\nthrong_longpoll_polls_waiting ${n}\n`).test(res.body.toString("utf8"))
+  }, 5000, `${n} waiting polls`)
+
+  const parked = lp("GET", `${q}&token=${created.token}`, {port: slow.port})
+  await waiting(1)
+  assert.deepEqual(await send([joinLine("rooms:lobby")]), {status: 200})
+  const res = await withTimeout(parked, 10000, "the parked poll's answer")
+  assert.equal(res.status, 200)
+  assert.deepEqual(res.messages.map(m => JSON.parse(m)), [["1", "1", "rooms:lobby", "phx_reply", {status: "ok", response: {}}]])
+
+  // a poll whose client goes away is taken back: the next message waits for the next poll
+  const gone = await RawHttp.connect(slow.port)
+  gone.send(`GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`)
+  await waiting(1)
+  gone.close()
+  await waiting(0)
+  assert.deepEqual(await send([["1", "2", "rooms:lobby", "new:msg", {user: "u", body: "kept"}]]), {status: 200})
+  const next = await withTimeout(lp("GET", `${q}&token=${created.token}`, {port: slow.port}), 10000, "the next poll")
+  assert.deepEqual(next.messages.map(m => JSON.parse(m)[3]), ["new:msg", "phx_reply"])
 })
 
 test("a session ends after 1.5x the window without a poll; its token then gets 410", T, async () => {

@@ -172,6 +172,9 @@ pub(crate) struct Waiting {
     /// When to give up and answer 410 (ms since the shard started).
     pub deadline: u64,
     pub keep_alive: bool,
+    /// The session's key when it is on this shard: a poll whose connection
+    /// closes is taken back, so its messages wait for the next poll.
+    pub local: Option<usize>,
 }
 
 /// One shard's long-poll state: the sessions it owns, and the requests its

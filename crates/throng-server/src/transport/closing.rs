@@ -97,8 +97,7 @@ impl Conns {
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
         if !self.lp.waiting.is_empty() {
-            // A long-poll answer on its way here is dropped when it comes.
-            self.lp.waiting.remove(&key);
+            self.lp_conn_closed(key);
         }
         if let Kind::Ws { vsn, .. } = conn.kind {
             ShardStats::sub(&self.stats.websockets, 1);

@@ -55,16 +55,18 @@ impl Conns {
             req: self.lp.next_req(),
         };
         let deadline = self.lp.now_ms + self.lp.window_ms + FORWARD_GRACE_MS;
+        let here = token.node == self.lp.node_id && token.shard as usize == self.id;
         self.lp.waiting.insert(
             key,
             Waiting {
                 req: reply.req,
                 deadline,
                 keep_alive,
+                local: here.then_some(token.key as usize),
             },
         );
         let request = Request { token, ask, reply };
-        if token.node == self.lp.node_id && token.shard as usize == self.id {
+        if here {
             self.lp_request(node, scratch, request);
         } else {
             ShardStats::add(&self.stats.longpoll_forwarded, 1);
@@ -372,6 +374,29 @@ impl Conns {
         }
         for idx in expired {
             self.lp_end(node, scratch, idx, End::Expired);
+        }
+    }
+
+    /// Connection `key`, waiting on a request, closes: the answer will find
+    /// no one. A poll parked on a session of this shard is taken back, so
+    /// the messages that come meanwhile wait for the next poll (for a
+    /// session elsewhere, the answer is dropped when it comes, as Phoenix's
+    /// is when the listening process is gone).
+    pub fn lp_conn_closed(&mut self, key: usize) {
+        let Some(w) = self.lp.waiting.remove(&key) else {
+            return;
+        };
+        let Some(s) = w.local.and_then(|idx| self.lp.sessions.get_mut(idx)) else {
+            return;
+        };
+        let mine = s
+            .parked
+            .as_ref()
+            .is_some_and(|p| p.reply.conn as usize == key && p.reply.req == w.req);
+        if mine {
+            s.parked = None;
+            s.last_poll = self.lp.now_ms;
+            ShardStats::sub(&self.stats.longpoll_parked, 1);
         }
     }
 

@@ -348,8 +348,16 @@ impl Shard {
             }
             match conn.kind {
                 // Responses go out in request order: the next request
-                // waits for the long-poll answer before it.
-                Kind::Http if self.conns.lp.is_waiting(key) => return pos,
+                // waits for the long-poll answer before it (as much of it as
+                // one request may be; more is not HTTP a client would send).
+                Kind::Http if self.conns.lp.is_waiting(key) => {
+                    let most = http::MAX_REQUEST_HEAD + self.node.config.max_message_bytes;
+                    if data.len() - pos > most {
+                        self.conns.doom(key, CloseReason::Normal);
+                        return data.len();
+                    }
+                    return pos;
+                }
                 Kind::Http => match http::handle(&data[pos..], &self.node.config) {
                     (_, Action::Incomplete) => return pos,
                     (used, action) => {
