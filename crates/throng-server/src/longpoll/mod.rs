@@ -50,6 +50,9 @@
 //!   next poll gets 410 and rejoins, instead of growing without limit.
 //! - A second poll answers the one it replaces at once (204), instead of
 //!   leaving it waiting out its window.
+//! - A poll whose connection closes is taken back from its session (when
+//!   both are on one shard), so messages arriving meanwhile wait for the
+//!   next poll instead of being handed to no one.
 
 pub(crate) mod token;
 pub(crate) mod wire;
