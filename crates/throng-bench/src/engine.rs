@@ -77,6 +77,9 @@ const F_V2: u8 = 1;
 /// Flag: the tracked ref is a join's.
 const F_AWAIT_JOIN: u8 = 2;
 
+/// The kind byte of a v2 binary reply (push 0, reply 1, broadcast 2).
+const BINARY_REPLY: u8 = 1;
+
 /// One client connection. Kept small on purpose (see `conn_size` in the
 /// tests): ~72 bytes in the slab, plus the kernel's socket.
 // `Option<Box<Vec<u8>>>` is one pointer (8 bytes) where `Option<Vec<u8>>` is
@@ -110,6 +113,17 @@ pub struct Conn {
     rx: Option<Box<Vec<u8>>>,
     /// Bytes the socket would not take yet.
     tx: Option<Box<Vec<u8>>>,
+}
+
+impl Conn {
+    /// The serializer the connection negotiated.
+    fn vsn(&self) -> Vsn {
+        if self.flags & F_V2 != 0 {
+            Vsn::V2
+        } else {
+            Vsn::V1
+        }
+    }
 }
 
 /// The size of one connection's state, for reports.
@@ -956,58 +970,32 @@ impl Engine {
     }
 
     fn on_message(&mut self, token: usize, opcode: Opcode, data: &[u8]) {
-        let c = &mut self.conns[token];
-        let vsn = if c.flags & F_V2 != 0 {
-            Vsn::V2
-        } else {
-            Vsn::V1
-        };
+        let vsn = self.conns[token].vsn();
         let Ok(msg) = serializer::decode(vsn, opcode, data, serializer::Sender::Server) else {
             self.counters.errors.other += 1;
             return;
         };
+        // A reply, and whether it says `ok`. A v2 binary reply (kind byte
+        // 1 in Phoenix's `V2.JSONSerializer`) decodes with its status where
+        // other messages carry their event, so it is told by its kind.
+        let reply_ok = if opcode == Opcode::Binary && vsn == Vsn::V2 {
+            (data.first() == Some(&BINARY_REPLY)).then(|| msg.event == "ok")
+        } else if msg.event == "phx_reply" {
+            Some(match msg.payload {
+                Payload::Json(p) => serde_json::from_str::<ReplyStatus>(p)
+                    .map(|s| s.status == "ok")
+                    .unwrap_or(false),
+                Payload::Binary(_) => false,
+            })
+        } else {
+            None
+        };
+        if let Some(ok) = reply_ok {
+            let r = msg.msg_ref.as_deref().and_then(|r| r.parse::<u32>().ok());
+            self.on_reply(token, r, ok);
+            return;
+        }
         match &*msg.event {
-            "phx_reply" => {
-                if c.await_ref == 0 {
-                    return;
-                }
-                let r = msg.msg_ref.as_deref().and_then(|r| r.parse::<u32>().ok());
-                if r != Some(c.await_ref) {
-                    return;
-                }
-                let us = self
-                    .epoch
-                    .elapsed()
-                    .as_micros()
-                    .saturating_sub(c.mark_us as u128)
-                    .max(1) as u64;
-                let ok = match msg.payload {
-                    Payload::Json(p) => serde_json::from_str::<ReplyStatus>(p)
-                        .map(|s| s.status == "ok")
-                        .unwrap_or(false),
-                    Payload::Binary(_) => msg.event == "ok",
-                };
-                if c.flags & F_AWAIT_JOIN != 0 {
-                    self.hists.join.saturating_record(us);
-                    if ok {
-                        self.counters.joined += 1;
-                        Slots::bump(&mut self.slots.joins, self.arrivals.started_at);
-                        if let Some(t0) = self.arrivals.started_at {
-                            self.counters.last_join_secs = t0.elapsed().as_secs_f64();
-                        }
-                    }
-                } else {
-                    self.hists.reply.saturating_record(us);
-                }
-                if !ok {
-                    self.counters.errors.error_reply += 1;
-                }
-                c.await_ref = 0;
-                c.flags &= !F_AWAIT_JOIN;
-                if c.state == State::Awaiting {
-                    c.state = State::Running;
-                }
-            }
             "phx_error" => self.counters.errors.error_reply += 1,
             "phx_close" => {}
             _ => {
@@ -1023,6 +1011,41 @@ impl Engine {
                     }
                 }
             }
+        }
+    }
+
+    /// A reply to `msg_ref`: timed and counted if it is the one the
+    /// connection tracks (a join's, or a waited push's).
+    fn on_reply(&mut self, token: usize, msg_ref: Option<u32>, ok: bool) {
+        let c = &mut self.conns[token];
+        if c.await_ref == 0 || msg_ref != Some(c.await_ref) {
+            return;
+        }
+        let us = self
+            .epoch
+            .elapsed()
+            .as_micros()
+            .saturating_sub(c.mark_us as u128)
+            .max(1) as u64;
+        if c.flags & F_AWAIT_JOIN != 0 {
+            self.hists.join.saturating_record(us);
+            if ok {
+                self.counters.joined += 1;
+                Slots::bump(&mut self.slots.joins, self.arrivals.started_at);
+                if let Some(t0) = self.arrivals.started_at {
+                    self.counters.last_join_secs = t0.elapsed().as_secs_f64();
+                }
+            }
+        } else {
+            self.hists.reply.saturating_record(us);
+        }
+        if !ok {
+            self.counters.errors.error_reply += 1;
+        }
+        c.await_ref = 0;
+        c.flags &= !F_AWAIT_JOIN;
+        if c.state == State::Awaiting {
+            c.state = State::Running;
         }
     }
 
@@ -1266,8 +1289,9 @@ mod tests {
     }
 
     /// A stand-in Phoenix server on threads: upgrades, answers joins (even
-    /// users `ok`, odd users `error`), and sends every `new:msg` to everyone.
-    fn stand_in_server(vsn: Vsn) -> SocketAddr {
+    /// users `ok`, odd users `error`; with `binary_replies`, as v2 binary
+    /// reply frames), and sends every `new:msg` to everyone.
+    fn stand_in_server(vsn: Vsn, binary_replies: bool) -> SocketAddr {
         use std::io::{Read as _, Write as _};
         use std::sync::{Arc, Mutex};
         use throng_protocol::handshake::{accept_key, write_response};
@@ -1334,18 +1358,23 @@ mod tests {
                                     } else {
                                         ("ok", "{}")
                                     };
-                                    serializer::encode_reply(
+                                    let response = if binary_replies {
+                                        Payload::Binary(resp.as_bytes())
+                                    } else {
+                                        Payload::Json(resp)
+                                    };
+                                    let opcode = serializer::encode_reply(
                                         vsn,
                                         &mut msg,
                                         m.join_ref.as_deref(),
                                         m.msg_ref.as_deref(),
                                         &m.topic,
                                         status,
-                                        Payload::Json(resp),
+                                        response,
                                     )
                                     .unwrap();
                                     let mut frame = Vec::new();
-                                    encode_frame(&mut frame, Opcode::Text, &msg, None);
+                                    encode_frame(&mut frame, opcode, &msg, None);
                                     s.write_all(&frame).unwrap();
                                 }
                                 "new:msg" => {
@@ -1374,8 +1403,8 @@ mod tests {
         addr
     }
 
-    fn run_engine(ser: Serializer) {
-        let addr = stand_in_server(ser.vsn());
+    fn run_engine(ser: Serializer, binary_replies: bool) {
+        let addr = stand_in_server(ser.vsn(), binary_replies);
         let users = 20;
         let mut engine = Engine::new(EngineConfig {
             scenario: chat(users, 2000.0, 1, 2, 0.0, ser),
@@ -1427,12 +1456,21 @@ mod tests {
 
     #[test]
     fn engine_runs_a_session_against_a_stand_in_server_v2() {
-        run_engine(Serializer::V2);
+        run_engine(Serializer::V2, false);
     }
 
     #[test]
     fn engine_runs_a_session_against_a_stand_in_server_v1() {
-        run_engine(Serializer::V1);
+        run_engine(Serializer::V1, false);
+    }
+
+    /// A v2 reply may come as a binary frame (Phoenix sends one when the
+    /// channel replies `{:binary, data}`): its status decodes where other
+    /// messages carry their event, and the join must still be timed and
+    /// counted, `ok` or not.
+    #[test]
+    fn engine_counts_binary_replies() {
+        run_engine(Serializer::V2, true);
     }
 
     #[test]
