@@ -31,7 +31,7 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
     if std::env::var_os("THRONG_AGENT_NO_BATCH").is_none() && !sys::set_batch_scheduling() {
         tracing::debug!("SCHED_BATCH refused; keeping the default scheduling policy");
     }
-    let (soft, hard) = sys::raise_fd_limit();
+    let (soft, _) = sys::raise_fd_limit();
     let capacity = soft.saturating_sub(FD_MARGIN).max(1);
     let deadline = Instant::now() + Duration::from_secs(10);
     let stream = loop {
@@ -51,9 +51,6 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
         &mut out,
         &ToController::Hello {
             pid: std::process::id(),
-            fd_soft: soft,
-            fd_hard: hard,
-            capacity,
         },
     )?;
     let plan = match wire::recv::<ToAgent>(&mut input)? {
@@ -118,8 +115,8 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
                 }
                 Cmd::Msg(ToAgent::Release) => engine.release(),
                 Cmd::Msg(ToAgent::Storm) => {
-                    let dropped = engine.storm() as u64;
-                    wire::send(&mut out, &ToController::StormDone { dropped })?;
+                    engine.storm();
+                    wire::send(&mut out, &ToController::StormDone)?;
                 }
                 Cmd::Msg(ToAgent::Finish) => {
                     engine.refresh_gauges();

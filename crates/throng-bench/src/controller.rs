@@ -609,7 +609,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
                 s.set_nonblocking(false)?;
                 s.set_nodelay(true)?;
                 let mut input = BufReader::new(s.try_clone()?);
-                let Some(ToController::Hello { pid, .. }) = wire::recv(&mut input)? else {
+                let Some(ToController::Hello { pid }) = wire::recv(&mut input)? else {
                     return Err(BenchError::Protocol("expected hello".into()));
                 };
                 let idx = agents.len();
@@ -870,7 +870,7 @@ impl Run {
             match rx.recv_timeout(left) {
                 Ok(Event::Msg(i, m)) => match m {
                     ToController::Progress(c) => self.agents[i].last = Some(c),
-                    ToController::StormDone { .. } => self.agents[i].storm_done = true,
+                    ToController::StormDone => self.agents[i].storm_done = true,
                     ToController::Final(f) => {
                         self.agents[i].last = Some(f.counters.clone());
                         self.agents[i].final_ = Some(*f);

@@ -282,7 +282,6 @@ pub struct Engine {
     rng: u64,
     /// Fixed per agent: handshake nonces derive from it and the user id.
     seed: u64,
-    storming: bool,
     pub counters: Counters,
     pub hists: Hists,
     pub bcasts: BcastTable,
@@ -443,7 +442,6 @@ impl Engine {
             capacity: cfg.capacity,
             rng: sys::realtime_ns() | 1,
             seed: sys::realtime_ns().rotate_left(17),
-            storming: false,
             counters: Counters::default(),
             hists: Hists::default(),
             bcasts: BcastTable::new(),
@@ -495,7 +493,6 @@ impl Engine {
 
     /// The disconnect storm: every connection dropped at once. Returns how many.
     pub fn storm(&mut self) -> usize {
-        self.storming = true;
         self.arrivals.done = true;
         let n = self.conns.len();
         self.counters.ended += n as u64;
@@ -1240,11 +1237,6 @@ impl Engine {
             k.rss = s.rss;
             k.cpu_secs = s.cpu_secs;
         }
-    }
-
-    /// Whether the disconnect storm has happened.
-    pub fn stormed(&self) -> bool {
-        self.storming
     }
 }
 

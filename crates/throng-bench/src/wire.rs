@@ -1,16 +1,16 @@
 //! The controller <-> agent protocol: JSON lines over one TCP connection.
 //!
 //! ```text
-//! agent -> controller   hello {pid, fd_soft, fd_hard, capacity}
+//! agent -> controller   hello {pid}
 //! controller -> agent   plan {index, agents, scenario, target, ...}
 //! agent -> controller   ready {rss, users, conn_size}
 //! controller -> agent   start                      (arrivals begin)
 //! agent -> controller   progress {counters}        (every 100 ms; 1 s once settled)
 //! controller -> agent   release                    (the barrier opens)
 //! controller -> agent   storm                      (drop every connection)
-//! agent -> controller   storm_done {dropped}
+//! agent -> controller   storm_done
 //! controller -> agent   finish
-//! agent -> controller   final {counters, hists, bcasts}   (then it exits)
+//! agent -> controller   final {counters, hists, bcasts, slots}   (then it exits)
 //! ```
 //! An agent whose controller connection closes exits.
 
@@ -57,11 +57,9 @@ pub struct Final {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToController {
+    /// The agent's pid: the controller samples a local agent's CPU from `/proc`.
     Hello {
         pid: u32,
-        fd_soft: u64,
-        fd_hard: u64,
-        capacity: u64,
     },
     Ready {
         rss: u64,
@@ -69,9 +67,7 @@ pub enum ToController {
         conn_size: usize,
     },
     Progress(Counters),
-    StormDone {
-        dropped: u64,
-    },
+    StormDone,
     Final(Box<Final>),
 }
 
