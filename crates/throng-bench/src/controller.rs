@@ -391,7 +391,7 @@ fn scenario_of(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>
 /// (see [`netns`]); returns the TCP hash buckets the run gets and whether
 /// they are its own.
 fn private_netns(args: &BenchArgs, users: u64) -> Result<(Option<u64>, bool), BenchError> {
-    let host = netns::host_buckets();
+    let host = sys::tcp_ehash_buckets();
     let local_only = args.target.is_none() && args.remote_agents == 0;
     let wanted = match args.netns {
         NetnsMode::Off => false,

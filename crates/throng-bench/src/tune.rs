@@ -131,7 +131,7 @@ pub fn limits_report(connections: Option<u64>) -> String {
     if let Some(b) = sys::sysctl_read("net.core.somaxconn") {
         let _ = writeln!(s, "  listen backlog (somaxconn)      {b}");
     }
-    if let Some(b) = crate::netns::host_buckets() {
+    if let Some(b) = sys::tcp_ehash_buckets() {
         let _ = writeln!(s, "  TCP established-hash buckets    {b} (net.ipv4.tcp_ehash_entries, set at boot): past ~{b} TCP sockets per machine (a loopback connection is two) every segment's socket lookup walks longer chains; a server booted with thash_entries=N gets N; `throng bench` runs past it in a private network namespace with its own table (--netns)");
     }
     if let Some(f) = sys::sysctl_read("fs.file-max") {
