@@ -37,10 +37,17 @@ use crate::sys::{self, ProcSample};
 use crate::wire::{self, Plan, ToAgent, ToController};
 use crate::{dashboard, netns, report, tsung, BenchArgs, NetnsMode};
 
-/// Open files kept back per server worker, beyond the limit's margin, so that
-/// the kernel's uneven spread of connections over `SO_REUSEPORT` listeners
-/// never pushes one worker into its limit.
+/// Open files a server worker keeps back from its hard limit when the
+/// controller sizes `--workers`: room for the worker's own files and for the
+/// kernel's uneven spread of connections over `SO_REUSEPORT` listeners, so
+/// that no worker reaches its limit.
 const WORKER_MARGIN: u64 = 600;
+
+/// Server workers for `users` connections, each holding at most its hard
+/// open-files limit less [`WORKER_MARGIN`].
+pub(crate) fn server_workers(users: u64, hard: u64) -> u64 {
+    users.div_ceil(hard.saturating_sub(WORKER_MARGIN).max(1))
+}
 
 /// The embedded server, our child: one `throng serve`, or a supervisor of
 /// `--workers` (whose worker pids it prints as `worker I pid P`).
@@ -511,8 +518,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             if users > per_process {
                 // Several server processes on one port, joined through a local
                 // Redis; a margin per worker absorbs SO_REUSEPORT's uneven spread.
-                let per_worker = hard.saturating_sub(WORKER_MARGIN).max(1);
-                workers = users.div_ceil(per_worker) as usize;
+                workers = server_workers(users, hard) as usize;
                 let r = Redis::spawn()?;
                 eprintln!(
                     "note: {users} connections are more than one process's open-files limit ({hard}) allows: starting {workers} server workers (`throng serve --workers {workers}`) joined through redis-server on 127.0.0.1:{}",

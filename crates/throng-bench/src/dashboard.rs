@@ -14,7 +14,8 @@ use serde_json::Value;
 
 use crate::report;
 
-/// Starts the dashboard on 127.0.0.1:`port` (0 picks one); returns its address.
+/// Binds the dashboard's listener on 127.0.0.1:`port` (0 picks one);
+/// [`serve`] serves on it.
 pub fn bind(port: u16) -> std::io::Result<TcpListener> {
     TcpListener::bind(("127.0.0.1", port))
 }
