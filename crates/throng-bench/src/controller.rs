@@ -28,10 +28,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use throng_protocol::Vsn;
 
 use crate::agent::FD_MARGIN;
 use crate::error::BenchError;
-use crate::scenario::{self, Scenario, Serializer};
+use crate::scenario::{self, vsn_name, Scenario};
 use crate::stats::{merge_bcasts, summarize, BcastTable, Counters, Hists};
 use crate::sys::{self, ProcSample};
 use crate::wire::{self, Plan, ToAgent, ToController};
@@ -377,11 +378,7 @@ fn scenario_of(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>
         .arrival_rate
         .or(args.duration.map(|d| n as f64 / d.max(0.001)))
         .unwrap_or(10_000.0);
-    let ser = if args.v1 {
-        Serializer::V1
-    } else {
-        Serializer::V2
-    };
+    let ser = if args.v1 { Vsn::V1 } else { Vsn::V2 };
     let mut sc = scenario::chat(
         n,
         rate,
@@ -1394,7 +1391,7 @@ impl Run {
             "scenario": {
                 "name": self.sc.name,
                 "description": scenario::describe(&self.sc),
-                "serializer": match self.sc.serializer { Serializer::V1 => "v1", Serializer::V2 => "v2" },
+                "serializer": vsn_name::of(self.sc.serializer),
                 "heartbeat_secs": self.sc.heartbeat,
             },
             "connections": {

@@ -1272,7 +1272,7 @@ fn open_socket(target: SocketAddr, src: Option<IpAddr>) -> io::Result<Socket> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{chat, Serializer};
+    use crate::scenario::chat;
 
     #[test]
     fn conn_is_small() {
@@ -1395,8 +1395,8 @@ mod tests {
         addr
     }
 
-    fn run_engine(ser: Serializer, binary_replies: bool) {
-        let addr = stand_in_server(ser.vsn(), binary_replies);
+    fn run_engine(ser: Vsn, binary_replies: bool) {
+        let addr = stand_in_server(ser, binary_replies);
         let users = 20;
         let mut engine = Engine::new(EngineConfig {
             scenario: chat(users, 2000.0, 1, 2, 0.0, ser),
@@ -1448,12 +1448,12 @@ mod tests {
 
     #[test]
     fn engine_runs_a_session_against_a_stand_in_server_v2() {
-        run_engine(Serializer::V2, false);
+        run_engine(Vsn::V2, false);
     }
 
     #[test]
     fn engine_runs_a_session_against_a_stand_in_server_v1() {
-        run_engine(Serializer::V1, false);
+        run_engine(Vsn::V1, false);
     }
 
     /// A v2 reply may come as a binary frame (Phoenix sends one when the
@@ -1462,7 +1462,7 @@ mod tests {
     /// counted, `ok` or not.
     #[test]
     fn engine_counts_binary_replies() {
-        run_engine(Serializer::V2, true);
+        run_engine(Vsn::V2, true);
     }
 
     #[test]
@@ -1493,7 +1493,7 @@ mod tests {
 
     #[test]
     fn arrivals_interleave_across_agents() {
-        let sc = chat(10, 1000.0, 0, 0, 0.0, Serializer::V2);
+        let sc = chat(10, 1000.0, 0, 0, 0.0, Vsn::V2);
         let mut all = Vec::new();
         for k in 0..3 {
             let mut a = Arrivals::new(&sc, k, 3);
@@ -1514,7 +1514,7 @@ mod tests {
 
     #[test]
     fn arrivals_walk_phases() {
-        let mut sc = chat(10, 1000.0, 0, 0, 0.0, Serializer::V2);
+        let mut sc = chat(10, 1000.0, 0, 0, 0.0, Vsn::V2);
         sc.phases = vec![
             crate::scenario::Phase {
                 duration: 0.002,

@@ -21,9 +21,10 @@ pub struct Scenario {
     /// Shown in reports.
     #[serde(default = "default_name")]
     pub name: String,
-    /// The serializer every connection negotiates (`v1` JSON objects, `v2` arrays).
-    #[serde(default)]
-    pub serializer: Serializer,
+    /// The serializer every connection negotiates (`"v1"` JSON objects,
+    /// `"v2"` arrays; v2 by default).
+    #[serde(default = "default_vsn", with = "vsn_name")]
+    pub serializer: Vsn,
     /// Seconds between heartbeats on each open connection (Phoenix clients
     /// send one every 30 s); 0 sends none.
     #[serde(default)]
@@ -48,20 +49,32 @@ fn default_timeout() -> f64 {
     10.0
 }
 
-/// Which Phoenix serializer the connections use.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Serializer {
-    V1,
-    #[default]
-    V2,
+fn default_vsn() -> Vsn {
+    Vsn::V2
 }
 
-impl Serializer {
-    pub fn vsn(self) -> Vsn {
-        match self {
-            Serializer::V1 => Vsn::V1,
-            Serializer::V2 => Vsn::V2,
+/// A [`Vsn`] as scenarios and reports write it: `"v1"` or `"v2"`.
+pub mod vsn_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use throng_protocol::Vsn;
+
+    /// The name of a serializer.
+    pub fn of(vsn: Vsn) -> &'static str {
+        match vsn {
+            Vsn::V1 => "v1",
+            Vsn::V2 => "v2",
+        }
+    }
+
+    pub fn serialize<S: Serializer>(vsn: &Vsn, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(of(*vsn))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vsn, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "v1" => Ok(Vsn::V1),
+            "v2" => Ok(Vsn::V2),
+            other => Err(serde::de::Error::unknown_variant(other, &["v1", "v2"])),
         }
     }
 }
@@ -541,7 +554,7 @@ impl Program {
     /// Compiles one role's session for the scenario's serializer.
     pub fn compile(sc: &Scenario, role: &Role) -> Result<Program, BenchError> {
         let mut ops = Vec::new();
-        let mut vsn = sc.serializer.vsn();
+        let mut vsn = sc.serializer;
         compile_steps(sc, &role.session, 0, &mut ops, &mut vsn)?;
         if ops.len() > u16::MAX as usize {
             return Err(BenchError::Scenario("session too long".into()));
@@ -608,7 +621,7 @@ fn compile_steps(
                 let query = path.split_once('?').map(|(_, q)| q).unwrap_or("");
                 let has_vsn = query.split('&').any(|kv| kv.starts_with("vsn="));
                 let mut full = path.to_string();
-                if !has_vsn && sc.serializer == Serializer::V2 {
+                if !has_vsn && sc.serializer == Vsn::V2 {
                     full.push(if path.contains('?') { '&' } else { '?' });
                     full.push_str("vsn=2.0.0");
                 }
@@ -773,7 +786,7 @@ pub fn chat(
     publishers: u64,
     broadcasts: u32,
     interval: f64,
-    serializer: Serializer,
+    serializer: Vsn,
 ) -> Scenario {
     let join = Step::Join {
         topic: "rooms:lobby".into(),
@@ -868,7 +881,7 @@ mod tests {
     fn parses_the_example_chat_scenario() {
         let sc = Scenario::from_toml(CHAT).unwrap();
         assert_eq!(sc.name, "chat");
-        assert_eq!(sc.serializer, Serializer::V2);
+        assert_eq!(sc.serializer, Vsn::V2);
         assert_eq!(sc.heartbeat, 30.0);
         assert_eq!(sc.total_users(), 10_000);
         assert_eq!(sc.roles.len(), 2);
@@ -911,7 +924,7 @@ mod tests {
 
     #[test]
     fn join_template_is_a_v2_array_with_refs() {
-        let sc = chat(10, 100.0, 1, 2, 0.0, Serializer::V2);
+        let sc = chat(10, 100.0, 1, 2, 0.0, Vsn::V2);
         let p = Program::compile(&sc, &sc.roles[0]).unwrap();
         let Op::Send { tpl, kind, .. } = &p.ops[1] else {
             panic!("{:?}", p.ops[1])
@@ -933,8 +946,8 @@ mod tests {
 
     #[test]
     fn v1_join_template() {
-        let sc = chat(10, 100.0, 0, 0, 0.0, Serializer::V1);
-        let mut delayed = chat(10, 100.0, 1, 2, 0.0, Serializer::V2);
+        let sc = chat(10, 100.0, 0, 0, 0.0, Vsn::V1);
+        let mut delayed = chat(10, 100.0, 1, 2, 0.0, Vsn::V2);
         delay_publish(&mut delayed, 120.0);
         let publisher = &delayed.roles[0].session;
         let at = publisher
@@ -1026,11 +1039,17 @@ mod tests {
         assert!(Scenario::from_toml(no_connect).is_err());
         let bad_json = "[[phases]]\nduration=1\narrival_rate=1\n[[roles]]\nname='x'\nsession=[{connect='/'},{join={topic='t',payload='{nope'}}]";
         assert!(Scenario::from_toml(bad_json).is_err());
+        let v1 = "serializer='v1'\n[[phases]]\nduration=1\narrival_rate=1\n[[roles]]\nname='x'\nsession=[{connect='/'}]";
+        assert_eq!(Scenario::from_toml(v1).unwrap().serializer, Vsn::V1);
+        let e = Scenario::from_toml(&v1.replace("v1", "v3"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("v3"), "{e}");
     }
 
     #[test]
     fn scaling_flags() {
-        let mut sc = chat(1000, 100.0, 1, 1, 0.0, Serializer::V2);
+        let mut sc = chat(1000, 100.0, 1, 1, 0.0, Vsn::V2);
         sc.set_arrival_rate(500.0);
         sc.set_max_users(2000);
         assert_eq!(sc.total_users(), 2000);
@@ -1041,7 +1060,7 @@ mod tests {
 
     #[test]
     fn weighted_roles_split_the_rest() {
-        let mut sc = chat(10, 1.0, 0, 0, 0.0, Serializer::V2);
+        let mut sc = chat(10, 1.0, 0, 0, 0.0, Vsn::V2);
         let mut other = sc.roles[0].clone();
         other.name = "b".into();
         sc.roles[0].weight = Some(3.0);

@@ -18,7 +18,8 @@
 use roxmltree::{Document, Node, ParsingOptions};
 
 use crate::error::BenchError;
-use crate::scenario::{Phase, Role, Scenario, Serializer, Step};
+use crate::scenario::{Phase, Role, Scenario, Step};
+use throng_protocol::Vsn;
 
 /// A Tsung `<client>`: a load-generating host.
 #[derive(Clone, Debug, PartialEq)]
@@ -153,7 +154,7 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
     }
     let scenario = Scenario {
         name: "tsung".into(),
-        serializer: Serializer::V1,
+        serializer: Vsn::V1,
         heartbeat: 0.0,
         connect_timeout: 10.0,
         reply_timeout: 10.0,
@@ -268,7 +269,6 @@ fn session_steps(
 mod tests {
     use super::*;
     use crate::scenario::{Op, Program, SendKind};
-    use throng_protocol::Vsn;
 
     const PHOENIX: &str = include_str!("../../../scenarios/phoenix.xml");
 
@@ -289,7 +289,7 @@ mod tests {
             }]
         );
         assert_eq!(sc.total_users(), 100_000);
-        assert_eq!(sc.serializer, Serializer::V1);
+        assert_eq!(sc.serializer, Vsn::V1);
         assert_eq!(sc.heartbeat, 0.0);
         assert_eq!(sc.roles.len(), 1);
         assert_eq!(sc.roles[0].name, "websocket");

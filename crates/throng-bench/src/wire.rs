@@ -94,14 +94,15 @@ pub fn recv<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> Result<Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{chat, Serializer};
+    use crate::scenario::chat;
+    use throng_protocol::Vsn;
 
     #[test]
     fn round_trips_as_json_lines() {
         let plan = ToAgent::Plan(Box::new(Plan {
             index: 1,
             agents: 2,
-            scenario: chat(10, 100.0, 1, 1, 0.1, Serializer::V1),
+            scenario: chat(10, 100.0, 1, 1, 0.1, Vsn::V1),
             target: "127.0.0.1:4000".parse().unwrap(),
             host: "127.0.0.1:4000".into(),
             bind_sources: true,
@@ -115,7 +116,7 @@ mod tests {
         let Some(ToAgent::Plan(p)) = recv::<ToAgent>(&mut r).unwrap() else {
             panic!()
         };
-        assert_eq!(p.scenario, chat(10, 100.0, 1, 1, 0.1, Serializer::V1));
+        assert_eq!(p.scenario, chat(10, 100.0, 1, 1, 0.1, Vsn::V1));
         assert!(matches!(
             recv::<ToAgent>(&mut r).unwrap(),
             Some(ToAgent::Start)
