@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, EngineConfig, CONN_SIZE};
+use crate::engine::{Engine, CONN_SIZE};
 use crate::error::BenchError;
 use crate::sys;
 use crate::wire::{self, Final, ToAgent, ToController};
@@ -53,7 +53,7 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
             pid: std::process::id(),
         },
     )?;
-    let plan = match wire::recv::<ToAgent>(&mut input)? {
+    let mut plan = match wire::recv::<ToAgent>(&mut input)? {
         Some(ToAgent::Plan(p)) => p,
         Some(other) => {
             return Err(BenchError::Protocol(format!(
@@ -62,15 +62,9 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
         }
         None => return Ok(()),
     };
-    let mut engine = Engine::new(EngineConfig {
-        scenario: plan.scenario,
-        target: plan.target,
-        host: plan.host,
-        bind_sources: plan.bind_sources,
-        index: plan.index,
-        agents: plan.agents,
-        capacity: plan.capacity.min(capacity) as usize,
-    })?;
+    plan.capacity = plan.capacity.min(capacity);
+    let index = plan.index;
+    let mut engine = Engine::new(*plan)?;
     let waker = engine.waker()?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -106,7 +100,7 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
         while let Ok(cmd) = rx.try_recv() {
             match cmd {
                 Cmd::Lost => {
-                    tracing::info!("controller gone: agent {} exits", plan.index);
+                    tracing::info!("controller gone: agent {index} exits");
                     return Ok(());
                 }
                 Cmd::Msg(ToAgent::Start) => {

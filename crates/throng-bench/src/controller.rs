@@ -32,10 +32,11 @@ use throng_protocol::Vsn;
 
 use crate::agent::FD_MARGIN;
 use crate::error::BenchError;
+use crate::plan::Plan;
 use crate::scenario::{self, vsn_name, Scenario};
 use crate::stats::{merge_bcasts, summarize, BcastTable, Counters, Hists};
 use crate::sys::{self, ProcSample};
-use crate::wire::{self, Plan, ToAgent, ToController};
+use crate::wire::{self, ToAgent, ToController};
 use crate::{dashboard, netns, report, tsung, BenchArgs, NetnsMode};
 
 /// Open files a server worker keeps back from its hard limit when the

@@ -38,6 +38,7 @@ use throng_protocol::frame::{decode_frame, encode_close, encode_frame, Opcode, R
 use throng_protocol::handshake::{parse_client_response, write_client_request};
 use throng_protocol::{serializer, Payload, Vsn};
 
+use crate::plan::Plan;
 use crate::scenario::{find_stamp, Op, Program, Scenario, SendKind, Template, Vars};
 use crate::stats::{BcastTable, Counters, Hists};
 use crate::sys;
@@ -236,21 +237,6 @@ impl Arrivals {
     }
 }
 
-/// What the engine needs to run.
-pub struct EngineConfig {
-    pub scenario: Scenario,
-    pub target: SocketAddr,
-    /// The Host header.
-    pub host: String,
-    /// Bind each socket to one of this agent's loopback source addresses.
-    pub bind_sources: bool,
-    /// This agent's index and the number of agents.
-    pub index: u32,
-    pub agents: u32,
-    /// Most connections this agent may hold (its fd limit less a margin).
-    pub capacity: usize,
-}
-
 /// The engine. See the module docs.
 pub struct Engine {
     poll: Poll,
@@ -379,7 +365,7 @@ fn classify(e: &io::Error) -> ErrKind {
 }
 
 impl Engine {
-    pub fn new(cfg: EngineConfig) -> io::Result<Engine> {
+    pub fn new(cfg: Plan) -> io::Result<Engine> {
         let programs = cfg
             .scenario
             .roles
@@ -412,7 +398,8 @@ impl Engine {
             a.phases.iter().map(|p| a.share(p.2)).sum::<u64>() as usize
         };
         let mut conns = Slab::new();
-        conns.reserve(users.min(cfg.capacity));
+        let capacity = usize::try_from(cfg.capacity).unwrap_or(usize::MAX);
+        conns.reserve(users.min(capacity));
         Ok(Engine {
             poll: Poll::new()?,
             events: Some(Events::with_capacity(4096)),
@@ -439,7 +426,7 @@ impl Engine {
             target: cfg.target,
             host: cfg.host,
             sources,
-            capacity: cfg.capacity,
+            capacity,
             rng: sys::realtime_ns() | 1,
             seed: sys::realtime_ns().rotate_left(17),
             counters: Counters::default(),
@@ -1398,7 +1385,7 @@ mod tests {
     fn run_engine(ser: Vsn, binary_replies: bool) {
         let addr = stand_in_server(ser, binary_replies);
         let users = 20;
-        let mut engine = Engine::new(EngineConfig {
+        let mut engine = Engine::new(Plan {
             scenario: chat(users, 2000.0, 1, 2, 0.0, ser),
             target: addr,
             host: addr.to_string(),

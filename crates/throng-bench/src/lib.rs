@@ -38,6 +38,7 @@ pub mod dashboard;
 pub mod engine;
 pub mod error;
 pub mod netns;
+pub mod plan;
 pub mod report;
 pub mod scenario;
 pub mod stats;

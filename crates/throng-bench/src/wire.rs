@@ -15,26 +15,14 @@
 //! An agent whose controller connection closes exits.
 
 use std::io::{BufRead, Write};
-use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::scenario::Scenario;
+use crate::plan::Plan;
 use crate::stats::{BcastSeen, Counters, HistsWire};
 
-/// An agent's orders.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Plan {
-    pub index: u32,
-    pub agents: u32,
-    pub scenario: Scenario,
-    pub target: SocketAddr,
-    pub host: String,
-    pub bind_sources: bool,
-    pub capacity: u64,
-}
-
+/// What the controller tells an agent.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToAgent {
@@ -54,6 +42,7 @@ pub struct Final {
     pub slots: crate::engine::Slots,
 }
 
+/// What an agent tells the controller.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToController {
