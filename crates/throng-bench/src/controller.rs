@@ -1270,7 +1270,7 @@ impl Run {
             arrivals_done: true,
             ..Default::default()
         };
-        let mut slots = crate::engine::Slots::default();
+        let mut slots = crate::slots::Slots::default();
         for a in &self.agents {
             let f = a.final_.as_ref().expect("checked above");
             slots.merge(&f.slots);
@@ -1344,8 +1344,8 @@ impl Run {
         };
         let hold_cpu = self.cpu_window(bc_from, bc_until);
         // The best second of handshakes and joins, from the agents' 100 ms slots.
-        let peak_rate = crate::engine::Slots::peak_per_sec(&slots.connects, 10);
-        let peak_joins = crate::engine::Slots::peak_per_sec(&slots.joins, 10);
+        let peak_rate = crate::slots::Slots::peak_per_sec(&slots.connects, 10);
+        let peak_joins = crate::slots::Slots::peak_per_sec(&slots.joins, 10);
         let cpu = self.cpu_window(
             0.0,
             if fin.last_join_secs > 0.0 {

@@ -41,6 +41,7 @@ pub mod netns;
 pub mod plan;
 pub mod report;
 pub mod scenario;
+pub mod slots;
 pub mod stats;
 pub mod sys;
 pub mod tsung;

@@ -39,7 +39,7 @@ pub struct Final {
     pub counters: Counters,
     pub hists: HistsWire,
     pub bcasts: Vec<(u64, BcastSeen)>,
-    pub slots: crate::engine::Slots,
+    pub slots: crate::slots::Slots,
 }
 
 /// What an agent tells the controller.
