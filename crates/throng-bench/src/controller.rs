@@ -28,16 +28,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use throng_protocol::Vsn;
 
 use crate::agent::FD_MARGIN;
+use crate::cli::Load;
 use crate::error::BenchError;
 use crate::plan::Plan;
 use crate::scenario::{self, vsn_name, Scenario};
 use crate::stats::{merge_bcasts, summarize, BcastTable, Counters, Hists};
 use crate::sys::{self, ProcSample};
 use crate::wire::{self, ToAgent, ToController};
-use crate::{dashboard, netns, report, tsung, BenchArgs, NetnsMode};
+use crate::{dashboard, netns, report, BenchArgs, NetnsMode};
 
 /// Open files a server worker keeps back from its hard limit when the
 /// controller sizes `--workers`: room for the worker's own files and for the
@@ -351,47 +351,6 @@ impl ServerProbe {
     }
 }
 
-fn load_scenario(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>), BenchError> {
-    let (mut sc, imported) = scenario_of(args)?;
-    if let Some(h) = args.heartbeat {
-        if !(h.is_finite() && h >= 0.0) {
-            return Err(BenchError::Scenario(format!(
-                "--heartbeat {h}: seconds must be 0 (off) or more"
-            )));
-        }
-        sc.heartbeat = h;
-    }
-    Ok((sc, imported))
-}
-
-fn scenario_of(args: &BenchArgs) -> Result<(Scenario, Option<tsung::TsungImport>), BenchError> {
-    if let Some(path) = &args.tsung {
-        let text = std::fs::read_to_string(path)?;
-        let imp = tsung::import(&text)?;
-        return Ok((imp.scenario.clone(), Some(imp)));
-    }
-    if let Some(path) = &args.scenario {
-        let text = std::fs::read_to_string(path)?;
-        return Ok((Scenario::from_toml(&text)?, None));
-    }
-    let n = args.connections.unwrap_or(1000);
-    let rate = args
-        .arrival_rate
-        .or(args.duration.map(|d| n as f64 / d.max(0.001)))
-        .unwrap_or(10_000.0);
-    let ser = if args.v1 { Vsn::V1 } else { Vsn::V2 };
-    let mut sc = scenario::chat(
-        n,
-        rate,
-        args.publishers,
-        args.broadcasts,
-        args.broadcast_interval,
-        ser,
-    );
-    scenario::delay_publish(&mut sc, args.broadcast_after);
-    Ok((sc, None))
-}
-
 /// Moves the run into a private network namespace when `--netns` asks
 /// (see [`netns`]); returns the TCP hash buckets the run gets and whether
 /// they are its own.
@@ -462,20 +421,10 @@ fn send_all(agents: &mut [AgentLink], msg: &ToAgent) -> Result<(), BenchError> {
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
-    let (mut sc, imported) = load_scenario(&args)?;
-    if args.scenario.is_some() || args.tsung.is_some() {
-        if let Some(r) = args.arrival_rate {
-            sc.set_arrival_rate(r);
-        }
-        if let Some(d) = args.duration {
-            sc.set_duration(d);
-        }
-        if let Some(n) = args.connections {
-            sc.set_max_users(n);
-        }
-    } else if let Some(d) = args.duration {
-        sc.set_duration(d);
-    }
+    let Load {
+        scenario: sc,
+        tsung: imported,
+    } = args.load()?;
     if let Some(imp) = &imported {
         for n in &imp.notes {
             eprintln!("tsung: {n}");

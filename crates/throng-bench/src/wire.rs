@@ -83,7 +83,7 @@ pub fn recv<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> Result<Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::chat;
+    use crate::scenario::{chat, Phase};
     use throng_protocol::Vsn;
 
     #[test]
@@ -91,7 +91,7 @@ mod tests {
         let plan = ToAgent::Plan(Box::new(Plan {
             index: 1,
             agents: 2,
-            scenario: chat(10, 100.0, 1, 1, 0.1, Vsn::V1),
+            scenario: chat(Phase::at_rate(10, 100.0), 1, 1, 0.1, Vsn::V1),
             target: "127.0.0.1:4000".parse().unwrap(),
             host: "127.0.0.1:4000".into(),
             bind_sources: true,
@@ -105,7 +105,10 @@ mod tests {
         let Some(ToAgent::Plan(p)) = recv::<ToAgent>(&mut r).unwrap() else {
             panic!()
         };
-        assert_eq!(p.scenario, chat(10, 100.0, 1, 1, 0.1, Vsn::V1));
+        assert_eq!(
+            p.scenario,
+            chat(Phase::at_rate(10, 100.0), 1, 1, 0.1, Vsn::V1)
+        );
         assert!(matches!(
             recv::<ToAgent>(&mut r).unwrap(),
             Some(ToAgent::Start)

@@ -123,12 +123,12 @@ impl Arrivals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::chat;
+    use crate::scenario::{chat, Phase};
     use throng_protocol::Vsn;
 
     #[test]
     fn arrivals_interleave_across_agents() {
-        let sc = chat(10, 1000.0, 0, 0, 0.0, Vsn::V2);
+        let sc = chat(Phase::at_rate(10, 1000.0), 0, 0, 0.0, Vsn::V2);
         let mut all = Vec::new();
         for k in 0..3 {
             let mut a = Arrivals::new(&sc, k, 3);
@@ -149,14 +149,14 @@ mod tests {
 
     #[test]
     fn arrivals_walk_phases() {
-        let mut sc = chat(10, 1000.0, 0, 0, 0.0, Vsn::V2);
+        let mut sc = chat(Phase::at_rate(10, 1000.0), 0, 0, 0.0, Vsn::V2);
         sc.phases = vec![
-            crate::scenario::Phase {
+            Phase {
                 duration: 0.002,
                 arrival_rate: 1000.0,
                 max_users: None,
             },
-            crate::scenario::Phase {
+            Phase {
                 duration: 1.0,
                 arrival_rate: 10.0,
                 max_users: Some(3),

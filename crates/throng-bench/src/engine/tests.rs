@@ -10,7 +10,7 @@ use throng_protocol::{serializer, Payload, Vsn};
 
 use super::Engine;
 use crate::plan::Plan;
-use crate::scenario::chat;
+use crate::scenario::{chat, Phase};
 
 /// A stand-in Phoenix server on threads: upgrades, answers joins (even
 /// users `ok`, odd users `error`; with `binary_replies`, as v2 binary
@@ -131,7 +131,7 @@ fn run_engine(ser: Vsn, binary_replies: bool) {
     let addr = stand_in_server(ser, binary_replies);
     let users = 20;
     let mut engine = Engine::new(Plan {
-        scenario: chat(users, 2000.0, 1, 2, 0.0, ser),
+        scenario: chat(Phase::at_rate(users, 2000.0), 1, 2, 0.0, ser),
         target: addr,
         host: addr.to_string(),
         bind_sources: true,

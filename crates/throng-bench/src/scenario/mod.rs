@@ -100,6 +100,16 @@ pub struct Phase {
 }
 
 impl Phase {
+    /// `users` arriving at `rate` per second: the phase lasts as long as
+    /// that takes.
+    pub fn at_rate(users: u64, rate: f64) -> Phase {
+        Phase {
+            duration: (users as f64 / rate).max(0.001),
+            arrival_rate: rate,
+            max_users: Some(users),
+        }
+    }
+
     /// How many users this phase starts in all.
     pub fn users(&self) -> u64 {
         let by_rate = (self.duration * self.arrival_rate).ceil().max(0.0) as u64;
@@ -345,11 +355,11 @@ impl Scenario {
 }
 
 /// The built-in chat scenario behind `throng bench --connections N --broadcasts B`:
-/// everyone joins `rooms:lobby`; after the ramp-up, `publishers` users each
-/// send `broadcasts` timestamped `new:msg`s; everyone holds until the storm.
+/// the users of `phase` join `rooms:lobby`; after the ramp-up, `publishers`
+/// of them each send `broadcasts` timestamped `new:msg`s; everyone holds
+/// until the storm.
 pub fn chat(
-    connections: u64,
-    arrival_rate: f64,
+    phase: Phase,
     publishers: u64,
     broadcasts: u32,
     interval: f64,
@@ -361,7 +371,7 @@ pub fn chat(
     };
     let connect = Step::Connect("/socket/websocket".into());
     let mut roles = Vec::new();
-    let publishers = publishers.min(connections);
+    let publishers = publishers.min(phase.users());
     if broadcasts > 0 && publishers > 0 {
         roles.push(Role {
             name: "publisher".into(),
@@ -394,11 +404,7 @@ pub fn chat(
         heartbeat: 30.0,
         connect_timeout: default_timeout(),
         reply_timeout: default_timeout(),
-        phases: vec![Phase {
-            duration: (connections as f64 / arrival_rate).max(0.001),
-            arrival_rate,
-            max_users: Some(connections),
-        }],
+        phases: vec![phase],
         roles,
     }
 }
@@ -468,7 +474,7 @@ mod tests {
 
     #[test]
     fn delay_publish_waits_before_the_first_broadcast() {
-        let mut delayed = chat(10, 100.0, 1, 2, 0.0, Vsn::V2);
+        let mut delayed = chat(Phase::at_rate(10, 100.0), 1, 2, 0.0, Vsn::V2);
         delay_publish(&mut delayed, 120.0);
         let publisher = &delayed.roles[0].session;
         let at = publisher
@@ -498,7 +504,7 @@ mod tests {
 
     #[test]
     fn scaling_flags() {
-        let mut sc = chat(1000, 100.0, 1, 1, 0.0, Vsn::V2);
+        let mut sc = chat(Phase::at_rate(1000, 100.0), 1, 1, 0.0, Vsn::V2);
         sc.set_arrival_rate(500.0);
         sc.set_max_users(2000);
         assert_eq!(sc.total_users(), 2000);
@@ -509,7 +515,7 @@ mod tests {
 
     #[test]
     fn weighted_roles_split_the_rest() {
-        let mut sc = chat(10, 1.0, 0, 0, 0.0, Vsn::V2);
+        let mut sc = chat(Phase::at_rate(10, 1.0), 0, 0, 0.0, Vsn::V2);
         let mut other = sc.roles[0].clone();
         other.name = "b".into();
         sc.roles[0].weight = Some(3.0);

@@ -287,11 +287,11 @@ fn raw_kind(vsn: Vsn, sample: &str) -> (SendKind, Option<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::chat;
+    use crate::scenario::{chat, Phase};
 
     #[test]
     fn join_template_is_a_v2_array_with_refs() {
-        let sc = chat(10, 100.0, 1, 2, 0.0, Vsn::V2);
+        let sc = chat(Phase::at_rate(10, 100.0), 1, 2, 0.0, Vsn::V2);
         let p = Program::compile(&sc, &sc.roles[0]).unwrap();
         let Op::Send { tpl, kind, .. } = &p.ops[1] else {
             panic!("{:?}", p.ops[1])
@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn v1_join_template() {
-        let sc = chat(10, 100.0, 0, 0, 0.0, Vsn::V1);
+        let sc = chat(Phase::at_rate(10, 100.0), 0, 0, 0.0, Vsn::V1);
         let p = Program::compile(&sc, &sc.roles[0]).unwrap();
         assert_eq!(
             p.ops[0],
