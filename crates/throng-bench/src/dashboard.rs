@@ -10,9 +10,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::report;
+use crate::report::html;
 
 /// Binds the dashboard's listener on 127.0.0.1:`port` (0 picks one);
 /// [`serve`] serves on it.
@@ -22,7 +20,7 @@ pub fn bind(port: u16) -> std::io::Result<TcpListener> {
 
 /// Serves the dashboard on `listener` (bound by [`bind`] in the host's
 /// network namespace, before a run moves into its own).
-pub fn serve(listener: TcpListener, data: Arc<Mutex<Value>>) -> std::io::Result<SocketAddr> {
+pub fn serve(listener: TcpListener, data: Arc<Mutex<String>>) -> std::io::Result<SocketAddr> {
     let addr = listener.local_addr()?;
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
@@ -32,7 +30,7 @@ pub fn serve(listener: TcpListener, data: Arc<Mutex<Value>>) -> std::io::Result<
     Ok(addr)
 }
 
-fn handle(mut s: TcpStream, data: &Arc<Mutex<Value>>) -> std::io::Result<()> {
+fn handle(mut s: TcpStream, data: &Arc<Mutex<String>>) -> std::io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut buf = [0u8; 4096];
     let mut n = 0;
@@ -49,9 +47,9 @@ fn handle(mut s: TcpStream, data: &Arc<Mutex<Value>>) -> std::io::Result<()> {
         "/" | "/index.html" => (
             "200 OK",
             "text/html; charset=utf-8",
-            report::html(&snapshot(), true),
+            html::page(&snapshot(), true),
         ),
-        "/data.json" => ("200 OK", "application/json", snapshot().to_string()),
+        "/data.json" => ("200 OK", "application/json", snapshot()),
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
     write!(
@@ -68,14 +66,14 @@ mod tests {
     #[test]
     fn serves_page_and_json() {
         let data = Arc::new(Mutex::new(
-            serde_json::json!({"status": "ramp-up", "timeline": []}),
+            r#"{"status": "ramp-up", "timeline": []}"#.to_string(),
         ));
         let addr = serve(bind(0).unwrap(), Arc::clone(&data)).unwrap();
         let page = crate::sys::http_get(addr, "/", Duration::from_secs(2)).unwrap();
         assert!(page.contains("const LIVE = true"));
         let json = crate::sys::http_get(addr, "/data.json", Duration::from_secs(2)).unwrap();
         assert_eq!(
-            serde_json::from_str::<Value>(&json).unwrap()["status"],
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()["status"],
             "ramp-up"
         );
         assert!(crate::sys::http_get(addr, "/nope", Duration::from_secs(2)).is_err());

@@ -18,7 +18,7 @@ use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 
 use crate::error::BenchError;
-use crate::sys;
+use crate::{sys, NetnsMode};
 
 const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
 /// The kernel's largest `tcp_child_ehash_entries`.
@@ -34,6 +34,63 @@ fn carried() -> impl Iterator<Item = &'static str> {
         .map(|(k, _, _)| *k)
         .filter(|k| k.starts_with("net."))
         .chain(["net.ipv4.tcp_congestion_control"])
+}
+
+/// The kernel's TCP established-hash table a run has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpTable {
+    /// Its buckets (`None`: unreadable).
+    pub buckets: Option<u64>,
+    /// A private network namespace's own table, not the host's.
+    pub private: bool,
+}
+
+/// Moves the run into a private network namespace when `mode` asks (`auto`:
+/// when the run's `users` overfill the host's table, the run is
+/// `local_only` and we are root); returns the table the run gets.
+pub fn for_run(mode: NetnsMode, local_only: bool, users: u64) -> Result<TcpTable, BenchError> {
+    let host = TcpTable {
+        buckets: sys::tcp_ehash_buckets(),
+        private: false,
+    };
+    let wanted = match mode {
+        NetnsMode::Off => false,
+        NetnsMode::On => {
+            if !local_only {
+                return Err(BenchError::Scenario(
+                    "--netns on needs the embedded server and local agents (no --target, no --remote-agents)".into(),
+                ));
+            }
+            true
+        }
+        NetnsMode::Auto => {
+            local_only && host.buckets.is_some_and(|h| overfills(users, h)) && sys::is_root()
+        }
+    };
+    if !wanted {
+        return Ok(host);
+    }
+    match enter(buckets_for(users)) {
+        Ok(got) => {
+            eprintln!(
+                "note: {users} loopback connections are {} sockets for the kernel's TCP hash table ({} buckets here): running the server and agents in a private network namespace with {got} buckets (`--netns off` keeps the host's)",
+                users * 2,
+                host.buckets.map_or("?".into(), |h| h.to_string()),
+            );
+            Ok(TcpTable {
+                buckets: Some(got),
+                private: true,
+            })
+        }
+        Err(e) if mode == NetnsMode::On => Err(BenchError::Scenario(format!("--netns on: {e}"))),
+        Err(e) => {
+            eprintln!(
+                "note: staying in the host's network namespace ({e}); TCP lookups slow down past {} connections",
+                host.buckets.unwrap_or(0)
+            );
+            Ok(host)
+        }
+    }
 }
 
 /// Buckets for `connections` loopback connections (two sockets each): the

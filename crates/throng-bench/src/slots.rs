@@ -42,6 +42,16 @@ impl Slots {
         }
     }
 
+    /// Handshakes in the best second.
+    pub fn peak_connects_per_sec(&self) -> f64 {
+        Slots::peak_per_sec(&self.connects, 10)
+    }
+
+    /// `ok` joins in the best second.
+    pub fn peak_joins_per_sec(&self) -> f64 {
+        Slots::peak_per_sec(&self.joins, 10)
+    }
+
     /// The most events in any `window` consecutive slots, per second.
     pub fn peak_per_sec(v: &[u32], window: usize) -> f64 {
         let w = window.clamp(1, v.len().max(1));

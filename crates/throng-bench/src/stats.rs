@@ -231,7 +231,7 @@ pub fn merge_bcasts(into: &mut BcastTable, from: &[(u64, BcastSeen)]) {
 }
 
 /// Percentiles of a histogram in milliseconds.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     pub count: u64,
     pub p50_ms: f64,
