@@ -163,6 +163,7 @@ impl Run {
                 in_: fin.msgs_in,
                 out_per_sec: fin.msgs_out as f64 / c.secs,
                 in_per_sec: fin.msgs_in as f64 / c.secs,
+                out_binary: fin.msgs_out_binary,
                 server_in_total: m("throng_messages_in_total"),
                 server_out_total: m("throng_messages_out_total"),
                 server_broadcasts_total: m("throng_broadcasts_total"),

@@ -9,7 +9,7 @@ use throng_protocol::{serializer, Payload, Vsn};
 
 use super::conn::{State, F_AWAIT_JOIN};
 use super::Engine;
-use crate::scenario::{find_stamp, SendKind, Template, Vars};
+use crate::scenario::{find_stamp, Op, SendKind, Vars};
 use crate::slots::Slots;
 use crate::sys;
 
@@ -107,15 +107,19 @@ impl Engine {
 
     /// Renders and sends one `Send` op: tracks its ref when asked (a join
     /// or a waited push), records a stamped broadcast as sent.
-    pub(super) fn send_op(
-        &mut self,
-        token: usize,
-        tpl: &Template,
-        kind: SendKind,
-        track: bool,
-        fixed_ref: Option<u32>,
-        stamp: bool,
-    ) {
+    pub(super) fn send_op(&mut self, token: usize, op: &Op) {
+        let &Op::Send {
+            ref tpl,
+            opcode,
+            kind,
+            track,
+            fixed_ref,
+            stamp,
+            ..
+        } = op
+        else {
+            return;
+        };
         let now_us = self.now_us();
         let c = &mut self.conns[token];
         c.next_ref = c.next_ref.wrapping_add(1).max(1);
@@ -148,7 +152,7 @@ impl Engine {
             let key = ((c.user as u64) << 32) | r as u64;
             self.bcasts.entry(key).or_default().sent_ns = now_ns;
         }
-        self.send_text(token);
+        self.send_frame(token, opcode);
     }
 
     /// Sends a heartbeat on topic `phoenix`.
@@ -164,6 +168,6 @@ impl Engine {
         let i = c.vsn().index();
         self.tbuf.clear();
         self.hb_tpl[i].render(&mut self.tbuf, &v);
-        self.send_text(token);
+        self.send_frame(token, Opcode::Text);
     }
 }

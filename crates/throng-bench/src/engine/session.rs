@@ -120,15 +120,8 @@ impl Engine {
                         return;
                     }
                 }
-                Op::Send {
-                    tpl,
-                    kind,
-                    track,
-                    wait,
-                    fixed_ref,
-                    stamp,
-                } => {
-                    self.send_op(token, tpl, *kind, *track, *fixed_ref, *stamp);
+                Op::Send { wait, .. } => {
+                    self.send_op(token, op);
                     if *wait {
                         let at = self.now_ms().wrapping_add(self.reply_timeout_ms);
                         let Some(c) = self.conns.get_mut(token) else {

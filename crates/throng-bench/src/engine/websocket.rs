@@ -281,12 +281,15 @@ impl Engine {
         }
     }
 
-    /// Frames `tbuf` as a masked text frame and writes it.
-    pub(super) fn send_text(&mut self, token: usize) {
+    /// Frames `tbuf` as a masked frame of `opcode` (text or binary) and writes it.
+    pub(super) fn send_frame(&mut self, token: usize, opcode: Opcode) {
         let m = self.mask();
         self.wbuf.clear();
-        encode_frame(&mut self.wbuf, Opcode::Text, &self.tbuf, Some(m));
+        encode_frame(&mut self.wbuf, opcode, &self.tbuf, Some(m));
         self.counters.msgs_out += 1;
+        if opcode == Opcode::Binary {
+            self.counters.msgs_out_binary += 1;
+        }
         self.write_wbuf(token);
     }
 

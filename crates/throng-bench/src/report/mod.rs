@@ -162,6 +162,8 @@ pub struct Messages {
     pub in_: u64,
     pub out_per_sec: f64,
     pub in_per_sec: f64,
+    /// Of `out`, those sent in binary frames (Tsung's default).
+    pub out_binary: u64,
     /// `throng_messages_in_total` from the server's `/metrics`.
     pub server_in_total: Option<f64>,
     pub server_out_total: Option<f64>,

@@ -155,9 +155,12 @@ pub enum Step {
         #[serde(default)]
         wait: bool,
     },
-    /// Send a text frame as it is (after substitutions), as Tsung does.
-    /// A `phx_join` in it with a numeric ref is tracked for its reply.
+    /// Send a text frame as it is (after substitutions). A `phx_join` in it
+    /// with a numeric ref is tracked for its reply.
     Send(String),
+    /// The same in a binary frame: what Tsung's `<websocket type="message">`
+    /// sends unless it says `frame="text"`.
+    SendBinary(String),
     /// Sleep this many seconds.
     Think(f64),
     /// Repeat the steps `times` times (at most two loops deep).

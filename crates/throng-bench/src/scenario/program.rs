@@ -3,7 +3,7 @@
 //! and two loop counters. Messages are encoded here, once, by the protocol
 //! crate's serializer with placeholder refs, and become [`Template`]s.
 
-use throng_protocol::{serializer, Message, Payload, Vsn};
+use throng_protocol::{serializer, Message, Opcode, Payload, Vsn};
 
 use super::{Role, Scenario, Step, Template};
 use crate::error::BenchError;
@@ -23,11 +23,13 @@ pub enum Op {
         path: String,
         vsn: Vsn,
     },
-    /// Send a text frame. `track`: remember its ref and time its reply;
-    /// `wait`: block the session until the reply. `fixed_ref`: the ref a raw
-    /// message carries (otherwise `%%ref%%` takes the connection's next ref).
+    /// Send a message in a frame of `opcode` (text, or binary for a raw
+    /// `send_binary`). `track`: remember its ref and time its reply; `wait`:
+    /// block the session until the reply. `fixed_ref`: the ref a raw message
+    /// carries (otherwise `%%ref%%` takes the connection's next ref).
     Send {
         tpl: Template,
+        opcode: Opcode,
         kind: SendKind,
         track: bool,
         wait: bool,
@@ -142,6 +144,7 @@ fn compile_steps(
             }
             Step::Join { topic, payload } => ops.push(Op::Send {
                 tpl: message_template(*vsn, topic, "phx_join", payload, true)?,
+                opcode: Opcode::Text,
                 kind: SendKind::Join,
                 track: true,
                 wait: true,
@@ -158,6 +161,7 @@ fn compile_steps(
                 let stamp = tpl.has_stamp();
                 ops.push(Op::Send {
                     tpl,
+                    opcode: Opcode::Text,
                     kind: SendKind::Push,
                     track: *wait,
                     wait: *wait,
@@ -167,18 +171,25 @@ fn compile_steps(
             }
             Step::Leave(topic) => ops.push(Op::Send {
                 tpl: message_template(*vsn, topic, "phx_leave", "{}", false)?,
+                opcode: Opcode::Text,
                 kind: SendKind::Leave,
                 track: true,
                 wait: true,
                 fixed_ref: None,
                 stamp: false,
             }),
-            Step::Send(text) => {
+            Step::Send(text) | Step::SendBinary(text) => {
+                let opcode = if matches!(step, Step::SendBinary(_)) {
+                    Opcode::Binary
+                } else {
+                    Opcode::Text
+                };
                 let tpl = Template::parse(text)?;
-                let (kind, fixed_ref) = raw_kind(*vsn, &tpl.sample());
+                let (kind, fixed_ref) = raw_kind(*vsn, opcode, &tpl.sample());
                 let stamp = tpl.has_stamp();
                 ops.push(Op::Send {
                     tpl,
+                    opcode,
                     kind,
                     track: fixed_ref.is_some(),
                     wait: false,
@@ -216,6 +227,7 @@ fn compile_steps(
                 compile_loop(sc, *count, depth, ops, vsn, |_, ops, _| {
                     ops.push(Op::Send {
                         tpl: tpl.clone(),
+                        opcode: Opcode::Text,
                         kind: SendKind::Push,
                         track: false,
                         wait: false,
@@ -265,14 +277,11 @@ fn compile_loop(
     Ok(())
 }
 
-/// What a raw text frame is: a join (tracked by its numeric ref) or a push.
-fn raw_kind(vsn: Vsn, sample: &str) -> (SendKind, Option<u32>) {
-    let Ok(m) = serializer::decode(
-        vsn,
-        throng_protocol::Opcode::Text,
-        sample.as_bytes(),
-        serializer::Sender::Client,
-    ) else {
+/// What a raw message is, read as the server will read it: a join
+/// (tracked by its numeric ref), a leave, or a push.
+fn raw_kind(vsn: Vsn, opcode: Opcode, sample: &str) -> (SendKind, Option<u32>) {
+    let Ok(m) = serializer::decode(vsn, opcode, sample.as_bytes(), serializer::Sender::Client)
+    else {
         return (SendKind::Push, None);
     };
     let kind = match &*m.event {
@@ -308,6 +317,43 @@ mod tests {
         assert_eq!(
             tpl.sample(),
             r#"["1","2","rooms:lobby","new:msg",{"user":"1","body":"throng:1:2:3"}]"#
+        );
+    }
+
+    #[test]
+    fn raw_sends_keep_their_frame() {
+        let sc = Scenario::from_toml(
+            r#"
+            serializer = "v1"
+            [[phases]]
+            duration = 1
+            arrival_rate = 10
+            [[roles]]
+            name = "r"
+            session = [{ connect = "/socket/websocket" }, { send_binary = '{"topic":"t","event":"phx_join","payload":{},"ref":"3"}' }, { send = '{"topic":"t","event":"x","payload":{},"ref":"4"}' }]
+            "#,
+        )
+        .unwrap();
+        let p = Program::compile(&sc, &sc.roles[0]).unwrap();
+        let sends: Vec<(Opcode, SendKind, Option<u32>)> = p
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Send {
+                    opcode,
+                    kind,
+                    fixed_ref,
+                    ..
+                } => Some((*opcode, *kind, *fixed_ref)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            sends,
+            vec![
+                (Opcode::Binary, SendKind::Join, Some(3)),
+                (Opcode::Text, SendKind::Push, Some(4))
+            ]
         );
     }
 
