@@ -5,17 +5,27 @@
 //! server: `throng bench`, `throng agent` and `throng tune`.
 //!
 //! Layout:
-//! - [`scenario`]: scenarios (TOML), their steps, and the flat program an
-//!   agent runs per role; [`tsung`]: Tsung XML import (`--tsung phoenix.xml`).
+//! - [`cli`]: the flags of `throng bench`, `agent` and `tune`, and
+//!   [`BenchArgs::load`], the one place the flags shape the scenario.
+//! - [`scenario`]: scenarios (TOML), their steps, message templates and the
+//!   flat program an agent runs per role; [`tsung`]: Tsung XML import
+//!   (`--tsung phoenix.xml`).
+//! - [`plan`]: an agent's orders; [`wire`]: the controller <-> agent
+//!   protocol (JSON lines over TCP).
 //! - [`engine`]: the lean client engine: one mio loop, a slab of small
 //!   connection structs, one shared read buffer, one timer heap.
-//! - [`agent`]: a process running one engine on a controller's orders;
-//!   [`wire`]: the controller <-> agent protocol (JSON lines over TCP).
-//! - [`controller`]: `throng bench`: server and agents, phases of a run,
-//!   merged measurements; [`stats`]: counters and HDR histograms.
-//! - [`report`]: terminal summary and offline HTML; [`dashboard`]: the live
-//!   page on port 8091; [`tune`]: OS settings and the limits that cap a run.
-//! - [`sys`]: rlimits, `/proc` samples, a socket option, a tiny HTTP GET.
+//! - [`agent`]: a process running one engine on a controller's orders.
+//! - [`controller`]: `throng bench`: server and agents, the phases of a
+//!   run, merged measurements; [`stats`]: counters, HDR histograms and
+//!   broadcast receipts; [`slots`]: events per 100 ms.
+//! - [`report`]: the typed [`report::Report`], its JSON, terminal summary
+//!   and offline HTML; [`dashboard`]: the live page on port 8091.
+//! - [`tune`]: OS settings and the limits that cap a run; [`netns`]: a
+//!   private network namespace with a TCP hash table sized for the run.
+//! - [`sys`]: rlimits, `/proc` samples, sysctls, socket and scheduling
+//!   options, namespaces, a tiny HTTP GET; the crate's only `unsafe` code
+//!   (libc calls), allowed function by function where the workspace denies it.
+//! - [`error`]: the crate's one error type.
 //!
 //! Design decisions:
 //! - **A process per ~19,000 connections.** The open-files hard limit is per
@@ -54,14 +64,17 @@ pub use error::BenchError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// `throng bench`.
 pub fn run_bench(args: BenchArgs) -> Result<(), BoxError> {
     controller::run(args).map_err(Into::into)
 }
 
+/// `throng agent`.
 pub fn run_agent(args: AgentArgs) -> Result<(), BoxError> {
     agent::run(args.controller).map_err(Into::into)
 }
 
+/// `throng tune`.
 pub fn run_tune(args: TuneArgs) -> Result<(), BoxError> {
     tune::run(args.apply, args.connections).map_err(Into::into)
 }

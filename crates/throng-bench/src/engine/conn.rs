@@ -34,7 +34,7 @@ pub(super) const F_AWAIT_JOIN: u8 = 2;
 // `Option<Box<Vec<u8>>>` is one pointer (8 bytes) where `Option<Vec<u8>>` is
 // three: the buffers are almost always `None`, so the box pays for itself.
 #[allow(clippy::box_collection)]
-pub struct Conn {
+pub(super) struct Conn {
     /// `None` until the session's connect op.
     pub(super) sock: Option<TcpStream>,
     /// The user's unique id (global index + 1), Tsung's `get_unique_id`.

@@ -1,5 +1,5 @@
 //! The lean client engine: one mio event loop holding thousands of client
-//! WebSockets, each a [`Conn`] of a few dozen bytes in a slab.
+//! WebSockets, each a `Conn` of a few dozen bytes in a slab.
 //!
 //! Design, and why:
 //! - **No task or timer per connection.** A connection's progress is a
