@@ -205,6 +205,17 @@ impl<'a, T: Transport> Mux<'a, T> {
         match result {
             Ok(response) => {
                 let slot = self.t.subscribe(topic);
+                // A Vec's first push allocates room for four; most sockets
+                // join one topic, so grow one at a time while small: an
+                // idle socket's joins then cost one 40-byte allocation.
+                if self.joins.len() == self.joins.capacity() {
+                    let more = if self.joins.len() < 4 {
+                        1
+                    } else {
+                        self.joins.len()
+                    };
+                    self.joins.reserve_exact(more);
+                }
                 self.joins.push(Join {
                     slot,
                     join_ref: join_ref.map(Box::from),
