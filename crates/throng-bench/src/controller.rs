@@ -117,7 +117,9 @@ impl Server {
     fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
         let exe = std::env::current_exe()?;
         let mut cmd = Command::new(exe);
-        cmd.args(["serve", "--port", "0", "--bind", "127.0.0.1"]);
+        // /metrics lives on the server API listener; the probe reads the public port.
+        cmd.args(["serve", "--port", "0", "--bind", "127.0.0.1", "--public-metrics"]);
+        cmd.args(["--api-bind", "none"]);
         if let Some(t) = idle_timeout {
             cmd.args(["--idle-timeout", &t.to_string()]);
         }
