@@ -104,7 +104,7 @@ pub struct ServeArgs {
     /// Rate-limited pushes (not paid back by waiting) after which the socket is closed with 1008; 0 = never [default: 20]
     #[arg(long, value_name = "N", env = "THRONG_PUSH_STRIKES")]
     pub push_strikes: Option<u32>,
-    /// The server API listener (broadcast, disconnect, topics, stats, /metrics); "none" = no API; with --workers, worker i listens on PORT+i [default: 127.0.0.1:4001]
+    /// The server API listener (broadcast, disconnect, topics, stats, /metrics); "none" = no API; with --workers, worker i listens on PORT+i [default: 127.0.0.1:4001, or 127.0.0.1:0 with --port 0]
     #[arg(long, value_name = "ADDR", env = "THRONG_API_BIND")]
     pub api_bind: Option<String>,
     /// The key API requests must send in X-API-Key (GET /metrics needs none) [default: none: no key needed]
@@ -287,6 +287,8 @@ impl ServeArgs {
             )));
         }
         let api_bind = match self.api_bind.or(file.api_bind).as_deref() {
+            // `--port 0` (tests, the bench) picks a free API port too.
+            None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
             None => d.api_bind,
             Some("none" | "off" | "") => None,
             Some(a) => Some(a.parse().map_err(|e| {

@@ -1,7 +1,7 @@
 //! `throng serve`: the wiring of one process. The chat app as a single node
 //! (no `--redis`), a node of a cluster (`--redis`), or the supervisor of
 //! `--workers` such nodes; prints `listening on ADDR` on stdout once it
-//! serves (`api listening on ADDR` before it when the server API listens,
+//! serves (`api at ADDR` before it when the server API listens,
 //! and, in a worker, `capacity N`, for the supervisor).
 
 use std::io::Write as _;
@@ -49,7 +49,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
         let _ = writeln!(out, "capacity {capacity}");
     }
     if let Some(api) = server.api_addr {
-        let _ = writeln!(out, "api listening on {api}");
+        let _ = writeln!(out, "api at {api}");
     }
     let _ = writeln!(out, "listening on {}", server.addr);
     let _ = out.flush();

@@ -14,7 +14,7 @@
 //!   ADDR`), and once all are up logs the total capacity and prints, on its
 //!   own stdout, `listening on ADDR` and one `worker I pid P [api ADDR]`
 //!   line per worker (again for each restarted worker once it listens),
-//!   after `api listening on ADDR` of worker 0; each worker is a node with
+//!   after `api at ADDR` of worker 0; each worker is a node with
 //!   its own server API on `--api-bind`'s port + its index (any free port
 //!   with port 0), and the cluster-wide API calls go through the backplane,
 //!   so any worker's API serves the whole cluster;
@@ -88,7 +88,7 @@ struct Worker {
     started: Instant,
     capacity: u64,
     listening: bool,
-    /// Its server API address (`api listening on ADDR`), if it has one.
+    /// Its server API address (`api at ADDR`), if it has one.
     api: Option<String>,
     /// When to start it again after it exited.
     restart_at: Option<Instant>,
@@ -187,7 +187,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                 }
                 if let Some(n) = line.strip_prefix("capacity ") {
                     w.capacity = n.trim().parse().unwrap_or(0);
-                } else if let Some(a) = line.strip_prefix("api listening on ") {
+                } else if let Some(a) = line.strip_prefix("api at ") {
                     w.api = Some(a.trim().to_string());
                 } else if line.starts_with("listening on ") {
                     w.listening = true;
@@ -268,7 +268,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                 let mut lines: Vec<String> = workers[0]
                     .api
                     .iter()
-                    .map(|a| format!("api listening on {a}"))
+                    .map(|a| format!("api at {a}"))
                     .collect();
                 lines.push(format!("listening on {addr}"));
                 lines.extend(workers.iter().map(worker_line));
