@@ -118,7 +118,14 @@ impl Server {
         let exe = std::env::current_exe()?;
         let mut cmd = Command::new(exe);
         // /metrics lives on the server API listener; the probe reads the public port.
-        cmd.args(["serve", "--port", "0", "--bind", "127.0.0.1", "--public-metrics"]);
+        cmd.args([
+            "serve",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--public-metrics",
+        ]);
         cmd.args(["--api-bind", "none"]);
         if let Some(t) = idle_timeout {
             cmd.args(["--idle-timeout", &t.to_string()]);

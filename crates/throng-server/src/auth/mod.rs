@@ -66,6 +66,7 @@ pub fn is_reserved(topic: &str) -> bool {
 /// How connections are authenticated (`[auth] mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Mode {
     /// Everyone connects, anonymous (the chat demo).
     #[default]
