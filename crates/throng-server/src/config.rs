@@ -536,6 +536,27 @@ mod tests {
     }
 
     #[test]
+    fn the_jwt_example_config_resolves() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/jwt.toml");
+        let c = ServeArgs {
+            config: Some(path.into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.auth.mode, Mode::Jwt);
+        assert_eq!(c.topics.len(), 3);
+        assert!(matches!(c.check_origin, CheckOrigin::List(ref l) if l.len() == 2));
+        crate::auth::Auth::new(&c.auth).unwrap();
+        // Workers get the rules and secrets through their environment.
+        let env = c.worker_env();
+        assert!(env.iter().any(|(k, _)| *k == "THRONG_TOPIC_RULES_JSON"));
+        assert!(env.iter().any(|(k, _)| *k == "THRONG_AUTH_JWT_SECRET"));
+        assert!(!c.worker_args(1, 4000).iter().any(|a| a.contains("change-me")));
+        assert!(c.worker_args(1, 4000).contains(&"127.0.0.1:4002".to_string()));
+    }
+
+    #[test]
     fn unknown_keys_are_errors() {
         let dir = std::env::temp_dir().join(format!("throng-cfg-bad-{}", std::process::id()));
         std::fs::write(&dir, "prot = 5000\n").unwrap();
