@@ -73,7 +73,8 @@ test("workers end with a SIGKILLed supervisor (PR_SET_PDEATHSIG)", T, async t =>
 test("(c) SIGKILL a worker: its clients reconnect, survivors lose nothing, broadcasts reach all", T, async t => {
   const redis = await startRedis()
   t.after(() => redis.stop())
-  const server = await startThrong(["--workers", "2", "--redis", redis.url])
+  // One socket pushes 150 broadcasts at 200/s: past the default push budget (20/s).
+  const server = await startThrong(["--workers", "2", "--redis", redis.url, "--push-rate", "0"])
   t.after(() => server.stop())
 
   const clients = []

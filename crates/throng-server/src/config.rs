@@ -552,8 +552,13 @@ mod tests {
         let env = c.worker_env();
         assert!(env.iter().any(|(k, _)| *k == "THRONG_TOPIC_RULES_JSON"));
         assert!(env.iter().any(|(k, _)| *k == "THRONG_AUTH_JWT_SECRET"));
-        assert!(!c.worker_args(1, 4000).iter().any(|a| a.contains("change-me")));
-        assert!(c.worker_args(1, 4000).contains(&"127.0.0.1:4002".to_string()));
+        assert!(!c
+            .worker_args(1, 4000)
+            .iter()
+            .any(|a| a.contains("change-me")));
+        assert!(c
+            .worker_args(1, 4000)
+            .contains(&"127.0.0.1:4002".to_string()));
     }
 
     #[test]
