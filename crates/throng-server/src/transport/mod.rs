@@ -403,6 +403,11 @@ impl Shard {
                         Ok(None) => {}
                         Ok(Some(found)) => {
                             let c = connect.get_or_insert_with(Default::default);
+                            // The verified token is not kept: it is the
+                            // largest thing an idle socket would hold.
+                            c.auth_token = None;
+                            c.params.retain(|(k, _)| k != "token");
+                            c.params.shrink_to_fit();
                             c.user_id = Some(found.id.clone());
                             c.channels = found.channels;
                             user = Some(found.id);

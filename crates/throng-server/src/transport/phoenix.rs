@@ -93,7 +93,7 @@ impl Conns {
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
             let key = key as usize;
-            if !self.slab.get(key).is_some_and(|c| !c.dead) {
+            if self.slab.get(key).is_none_or(|c| c.dead) {
                 continue;
             }
             ShardStats::add(&self.stats.user_disconnects, 1);
