@@ -99,7 +99,7 @@ test("(c) SIGKILL a worker: its clients reconnect, survivors lose nothing, broad
   }
 
   // the supervisor restarts the worker and says so
-  const restarted = await server.line(new RegExp(`^worker ${victimIndex} pid (?!${victimPid}$)(\\d+)$`), 10000)
+  const restarted = await server.line(new RegExp(`^worker ${victimIndex} pid (?!${victimPid}\\b)(\\d+)(?: api \\S+)?$`), 10000)
   assert.match(server.stderr(), new RegExp(`worker ${victimIndex} \\(pid ${victimPid}\\) exited \\(killed by signal 9\\)`))
 
   // the victims reconnected and rejoined by themselves
