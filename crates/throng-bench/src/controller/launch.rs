@@ -104,7 +104,18 @@ impl Server {
     /// Starts `throng serve` on a free loopback port and waits for the
     /// address it prints.
     fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
-        let mut cmd = throng(&["serve", "--port", "0", "--bind", "127.0.0.1"])?;
+        // /metrics lives on the server API listener; the probe reads the
+        // public port, so the bench's own server keeps it there.
+        let mut cmd = throng(&[
+            "serve",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--public-metrics",
+            "--api-bind",
+            "none",
+        ])?;
         if let Some(t) = idle_timeout {
             cmd.args(["--idle-timeout", &t.to_string()]);
         }

@@ -7,13 +7,15 @@
 
 use std::sync::Arc;
 
-use throng_protocol::frame::{close_code, Opcode};
+use throng_protocol::frame::{self, close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot};
 
 use super::conn::Kind;
 use super::Conns;
+use crate::auth::rate::Verdict;
+use crate::auth::SOCKET_ID_PREFIX;
 use crate::channel::{ConnectInfo, Info};
 use crate::metrics::ShardStats;
 use crate::node::Node;
@@ -43,7 +45,79 @@ impl Conns {
                 return;
             }
         };
-        self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
+        let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
+        if let Some((code, reason)) = fail {
+            self.close_with(node, scratch, key, code, reason);
+        }
+    }
+
+    /// Subscribes connection `key` to its user's socket id topic
+    /// (`users_socket:<user>`), so a `disconnect` there reaches it on any
+    /// node. Not a channel: nothing is kept in the connection. Its place in
+    /// the topic's list is found by searching when it leaves (a user has a
+    /// few sockets, so the list is short), which also means no position to
+    /// fix up when another subscriber's leave moves it.
+    pub fn subscribe_socket_id(&mut self, node: &Node, key: usize, user: &str) {
+        let topic = format!("{SOCKET_ID_PREFIX}{user}");
+        let (slot, new) = self.registry.subscribe(&topic, key as u32);
+        if new {
+            self.topic_added(node, slot.topic);
+        }
+    }
+
+    fn unsubscribe_socket_id(&mut self, node: &Node, key: usize, user: &str) {
+        let topic = format!("{SOCKET_ID_PREFIX}{user}");
+        let Some(idx) = self.registry.find(&topic) else {
+            return;
+        };
+        let subs = &self.registry.topics[idx as usize].subs;
+        let Some(pos) = subs.iter().position(|&k| k as usize == key) else {
+            return;
+        };
+        // The subscriber moved into `pos` is another socket id subscriber:
+        // clients cannot join these topics, so no join holds its position.
+        let (_, gone) = self.registry.unsubscribe(Slot {
+            topic: idx,
+            pos: pos as u32,
+        });
+        if let Some(name) = gone {
+            self.topic_removed(node, &name);
+        }
+    }
+
+    /// Closes every socket subscribed to the socket id `topic` with 1001.
+    pub fn disconnect_socket_id(&mut self, node: &Node, scratch: &mut Scratch, topic: &str) {
+        let Some(idx) = self.registry.find(topic) else {
+            return;
+        };
+        let subs = self.registry.topics[idx as usize].subs.clone();
+        for key in subs {
+            let key = key as usize;
+            if self.slab.get(key).is_none_or(|c| c.dead) {
+                continue;
+            }
+            ShardStats::add(&self.stats.user_disconnects, 1);
+            self.reply.clear();
+            frame::encode_close(&mut self.reply, close_code::GOING_AWAY, "disconnect", None);
+            self.start_closing(node, scratch, key);
+            self.flush_reply(key);
+        }
+    }
+
+    fn topic_added(&mut self, node: &Node, idx: u32) {
+        ShardStats::add(&self.stats.topics, 1);
+        if let Some(name) = self.registry.name(idx) {
+            if node.topics.add(name, self.id) {
+                node.backplane.subscribe(name);
+            }
+        }
+    }
+
+    fn topic_removed(&mut self, node: &Node, name: &str) {
+        ShardStats::sub(&self.stats.topics, 1);
+        if node.topics.remove(name, self.id) {
+            node.backplane.unsubscribe(name);
+        }
     }
 
     /// An info for the channels joined on `topic` on this shard.
@@ -60,7 +134,10 @@ impl Conns {
             let Kind::Ws { vsn, .. } = conn.kind else {
                 continue;
             };
-            self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
+            let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
+            if let Some((code, reason)) = fail {
+                self.close_with(node, scratch, key, code, reason);
+            }
             self.flush_reply(key);
         }
     }
@@ -80,6 +157,7 @@ impl Conns {
             conns: self,
             node,
             key,
+            fail: None,
         };
         Mux {
             cx: cx(node, vsn, connect),
@@ -88,9 +166,13 @@ impl Conns {
             scratch,
         }
         .close();
+        if let Some(user) = connect.and_then(|c| c.user_id.as_deref()) {
+            self.unsubscribe_socket_id(node, key, user);
+        }
     }
 
-    /// Lends the socket state of `key` to `f`, and takes it back.
+    /// Lends the socket state of `key` to `f`, and takes it back. Returns
+    /// the close the socket asked for, if any (done once the state is back).
     fn with_socket(
         &mut self,
         node: &Node,
@@ -98,15 +180,17 @@ impl Conns {
         key: usize,
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
-    ) {
+    ) -> Option<(u16, &'static str)> {
         let conn = &mut self.slab[key];
         let mut joins = std::mem::take(&mut conn.joins);
         let connect = conn.connect.take();
+        let fail;
         {
             let mut t = ShardTransport {
                 conns: self,
                 node,
                 key,
+                fail: None,
             };
             let mut mux = Mux {
                 cx: cx(node, vsn, connect.as_deref()),
@@ -115,18 +199,21 @@ impl Conns {
                 scratch,
             };
             f(&mut mux);
+            fail = t.fail;
         }
         // Connections leave the slab only between events, so it is there.
         if let Some(conn) = self.slab.get_mut(key) {
             conn.joins = joins;
             conn.connect = connect;
         }
+        fail
     }
 }
 
 fn cx<'a>(node: &'a Node, vsn: Vsn, connect: Option<&'a ConnectInfo>) -> Cx<'a> {
     Cx {
         router: &node.router,
+        policy: &node.policy,
         vsn,
         connect,
         max_channels: node.config.max_channels_per_socket,
@@ -138,6 +225,8 @@ pub(crate) struct ShardTransport<'a> {
     conns: &'a mut Conns,
     node: &'a Node,
     key: usize,
+    /// A close the socket asked for, done after the call.
+    fail: Option<(u16, &'static str)>,
 }
 
 impl Transport for ShardTransport<'_> {
@@ -145,12 +234,7 @@ impl Transport for ShardTransport<'_> {
         let c = &mut *self.conns;
         let (slot, new) = c.registry.subscribe(topic, self.key as u32);
         if new {
-            ShardStats::add(&c.stats.topics, 1);
-            if let Some(name) = c.registry.name(slot.topic) {
-                if self.node.topics.add(name, c.id) {
-                    self.node.backplane.subscribe(name);
-                }
-            }
+            c.topic_added(self.node, slot.topic);
         }
         slot
     }
@@ -167,10 +251,7 @@ impl Transport for ShardTransport<'_> {
             }
         }
         if let Some(name) = gone {
-            ShardStats::sub(&c.stats.topics, 1);
-            if self.node.topics.remove(&name, c.id) {
-                self.node.backplane.unsubscribe(&name);
-            }
+            c.topic_removed(self.node, &name);
         }
     }
 
@@ -203,5 +284,21 @@ impl Transport for ShardTransport<'_> {
 
     fn stats(&self) -> &ShardStats {
         &self.conns.stats
+    }
+
+    fn allow_push(&mut self) -> Verdict {
+        let limit = &self.node.push_limit;
+        if limit.is_unlimited() {
+            return Verdict::Allow;
+        }
+        let now = self.conns.now_ms;
+        match self.conns.slab.get_mut(self.key) {
+            Some(conn) => limit.check(&mut conn.push_tat, now),
+            None => Verdict::Allow,
+        }
+    }
+
+    fn close(&mut self, code: u16, reason: &'static str) {
+        self.fail.get_or_insert((code, reason));
     }
 }
