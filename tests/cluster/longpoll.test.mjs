@@ -15,10 +15,12 @@ const WINDOW_S = 2
 async function cluster(t){
   const redis = await startRedis()
   t.after(() => redis.stop())
-  const server = await startThrong(["--workers", "2", "--redis", redis.url, "--longpoll-window", String(WINDOW_S)])
+  // --public-metrics: each worker's /metrics on the connection it holds
+  const server = await startThrong(["--workers", "2", "--redis", redis.url, "--longpoll-window", String(WINDOW_S),
+    "--public-metrics"])
   t.after(() => server.stop())
   // the supervisor prints its `worker I pid P` lines after `listening on`
-  await server.line(/^worker 1 pid \d+$/)
+  await server.line(/^worker 1 pid \d+/)
   const pids = [...server.workers().values()]
   assert.equal(pids.length, 2, server.lines.join("\n"))
   return {server, pids}

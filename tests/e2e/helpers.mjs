@@ -74,8 +74,9 @@ export async function startServer(extraArgs = []){
     proc.stdout.setEncoding("utf8")
     proc.stdout.on("data", chunk => {
       stdoutText += chunk
-      const match = stdoutText.match(/listening on (\S+):(\d+)/)
-      if(match){ resolve({host: match[1], port: Number(match[2])}) }
+      const match = stdoutText.match(/^listening on (\S+):(\d+)$/m)
+      const api = stdoutText.match(/^api at (\S+):(\d+)$/m)
+      if(match){ resolve({host: match[1], port: Number(match[2]), apiPort: api ? Number(api[2]) : null}) }
     })
     proc.once("error", reject)
     exited.then(({code, signal}) => reject(new Error(
@@ -102,6 +103,9 @@ export async function startServer(extraArgs = []){
   return {
     host,
     port: info.port,
+    /** the server API's port (`api at` line), null with --api-bind none */
+    apiPort: info.apiPort,
+    apiUrl: info.apiPort ? `http://127.0.0.1:${info.apiPort}` : null,
     url: `http://${host}:${info.port}`,
     wsUrl: `ws://${host}:${info.port}`,
     proc,

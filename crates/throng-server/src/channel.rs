@@ -53,6 +53,9 @@ pub struct ConnectInfo {
     pub auth_token: Option<String>,
     /// The authenticated user, when connect authentication has one.
     pub user_id: Option<String>,
+    /// The topic patterns the user's token limits joins to (the JWT
+    /// `channels` claim), if it does.
+    pub channels: Option<Vec<String>>,
 }
 
 impl ConnectInfo {
@@ -195,6 +198,11 @@ impl Router {
     pub fn channel(mut self, pattern: &str, channel: impl Channel) -> Router {
         self.routes.push((pattern.to_string(), Arc::new(channel)));
         self
+    }
+
+    /// The patterns mounted, in order.
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
+        self.routes.iter().map(|(p, _)| p.as_str())
     }
 
     /// The channel for `topic`, if any.

@@ -25,7 +25,13 @@
 //! - [`node`]: what the shards of one process share, and the [`Endpoint`]
 //!   handle for code outside callbacks. Phoenix's `Endpoint.broadcast`.
 //! - [`metrics`]: per-shard counters and `/metrics`.
-//! - [`chat`]: the seed benchmark's chat app, written with the API.
+//! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
+//!   topic rules, the push budget, revocations.
+//! - [`api`]: the server API for app backends (broadcast, disconnect,
+//!   topics, stats, `/metrics`) on its own listener; [`control`]: the
+//!   nodes' own requests to each other over the backplane.
+//! - [`chat`]: the seed benchmark's chat app, written with the API;
+//!   [`relay`]: the channel of topics only config rules describe.
 //! - [`echo`]: a test-only channel (`--echo`) that shows what a socket
 //!   connected with.
 //! - `page`: the chat page (template + layout) and fixed responses.
@@ -47,15 +53,19 @@
 //! task per connection so that an idle connection is a ~56-byte slab entry
 //! with no buffer, no future and no timer.
 
+pub mod api;
+pub mod auth;
 pub mod channel;
 pub mod chat;
 pub mod config;
+pub mod control;
 pub mod echo;
 mod http;
 mod longpoll;
 pub mod metrics;
 pub mod node;
 mod page;
+pub mod relay;
 mod socket;
 pub mod sys;
 mod transport;
@@ -96,6 +106,8 @@ pub enum Error {
 pub struct Server {
     /// The address it listens on (the real port when 0 was asked for).
     pub addr: SocketAddr,
+    /// The server API's address, if it listens.
+    pub api_addr: Option<SocketAddr>,
     pub node: Arc<Node>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -108,6 +120,10 @@ impl Server {
         backplane: Arc<dyn Backplane>,
     ) -> Result<Server, Error> {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
+        let auth = auth::Auth::new(&config.auth)?;
+        let policy = auth::Policy::new(config.topics.clone());
+        let push_limit =
+            auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
         let listeners = bind_all(config.addr, config.shards)?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
@@ -132,9 +148,16 @@ impl Server {
             peers,
             pages: page::Pages::build(),
             fd_limit,
+            auth,
+            policy,
+            push_limit,
+            control: Default::default(),
+            api_requests: Default::default(),
+            api_refusals: Default::default(),
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
+        node.attach_control();
         let mut threads = Vec::new();
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
@@ -146,8 +169,23 @@ impl Server {
                     .spawn(move || shard.run())?,
             );
         }
+        let api_addr = match node.config.api_bind {
+            Some(api) => {
+                let (bound, thread) = api::start(
+                    api,
+                    Endpoint::new(node.clone()),
+                    node.config.api_key.clone(),
+                )
+                .map_err(|source| Error::Bind { addr: api, source })?;
+                threads.push(thread);
+                Some(bound)
+            }
+            None => None,
+        };
         tracing::info!(
             %addr,
+            api = ?api_addr,
+            auth = ?node.config.auth.mode,
             shards = node.config.shards,
             fd_limit,
             conn_struct_bytes = transport::CONN_SIZE,
@@ -156,6 +194,7 @@ impl Server {
         );
         Ok(Server {
             addr,
+            api_addr,
             node,
             threads,
         })

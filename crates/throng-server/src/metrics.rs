@@ -36,6 +36,18 @@ pub struct ShardStats {
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
     pub channel_limit_refusals: AtomicU64,
+    /// Upgrades refused by connect authentication (403).
+    pub auth_refusals: AtomicU64,
+    /// Upgrades refused by `check_origin` (403).
+    pub origin_refusals: AtomicU64,
+    /// Joins and pushes refused by topic rules or the `channels` claim.
+    pub policy_refusals: AtomicU64,
+    /// Pushes answered `{"reason":"rate limited"}`.
+    pub rate_limited: AtomicU64,
+    /// Sockets closed with 1008 for pushing past their budget.
+    pub rate_limit_closes: AtomicU64,
+    /// Sockets closed by a `disconnect` to their user's socket id.
+    pub user_disconnects: AtomicU64,
     /// Open long-poll sessions (owned by this shard).
     pub longpoll_sessions: AtomicU64,
     /// Polls parked, waiting for messages.
@@ -134,6 +146,42 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Joins refused because the socket had --max-channels-per-socket channels.",
         |s| &s.channel_limit_refusals,
+    ),
+    (
+        "throng_auth_refusals_total",
+        "counter",
+        "Upgrades refused by connect authentication (HTTP 403).",
+        |s| &s.auth_refusals,
+    ),
+    (
+        "throng_origin_refusals_total",
+        "counter",
+        "Upgrades refused by check_origin (HTTP 403).",
+        |s| &s.origin_refusals,
+    ),
+    (
+        "throng_policy_refusals_total",
+        "counter",
+        "Joins and pushes refused by topic rules or the token's channels claim.",
+        |s| &s.policy_refusals,
+    ),
+    (
+        "throng_rate_limited_total",
+        "counter",
+        "Pushes answered {\"reason\":\"rate limited\"} (--push-rate, --push-burst).",
+        |s| &s.rate_limited,
+    ),
+    (
+        "throng_rate_limit_closes_total",
+        "counter",
+        "Sockets closed with 1008 after --push-strikes rate-limited pushes.",
+        |s| &s.rate_limit_closes,
+    ),
+    (
+        "throng_user_disconnects_total",
+        "counter",
+        "Sockets closed (1001) by a disconnect of their user.",
+        |s| &s.user_disconnects,
     ),
     (
         "throng_messages_in_total",
@@ -249,6 +297,20 @@ pub fn render(node: &Node) -> String {
         "counter",
         "User and system CPU time.",
         format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
+    );
+    write_metric(
+        &mut out,
+        "throng_api_requests_total",
+        "counter",
+        "Server API requests (broadcast, disconnect, topics, stats).",
+        node.api_requests.load(Relaxed),
+    );
+    write_metric(
+        &mut out,
+        "throng_api_refusals_total",
+        "counter",
+        "Server API requests refused for a missing or wrong X-API-Key.",
+        node.api_refusals.load(Relaxed),
     );
     node.backplane.render_metrics(&mut out);
     out

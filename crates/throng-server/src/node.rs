@@ -10,16 +10,19 @@
 //! messages, see `crate::longpoll`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use mio::Waker;
 use throng_protocol::OwnedPayload;
 use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics};
 
+use crate::auth::{Auth, Policy, PushLimit, SOCKET_ID_PREFIX};
 use crate::channel::{Info, Router};
 use crate::config::Config;
+use crate::control::{self, Collector, Control, NodeReport, Request, StatsSummary, CONTROL_TOPIC};
 use crate::longpoll::wire::Forward;
-use crate::longpoll::{self, Answer, Request};
+use crate::longpoll::{self, Answer, Request as LongPollRequest};
 use crate::metrics::ShardStats;
 use crate::page::Pages;
 
@@ -30,9 +33,11 @@ pub(crate) enum ShardMsg {
     /// Call `handle_info` of every channel joined on the topic.
     Info(Arc<str>, Info),
     /// A long-poll request for a session of this shard.
-    LongPoll(Box<Request>),
+    LongPoll(Box<LongPollRequest>),
     /// The answer to a long-poll request a connection of this shard holds.
     LongPollAnswer(Box<Answer>),
+    /// Add this shard's subscriber counts to a node report.
+    Report(Arc<Collector>),
 }
 
 /// How to reach a shard from another thread.
@@ -60,6 +65,16 @@ pub struct Node {
     pub(crate) pages: Pages,
     /// Open-files limit after raising the soft limit to the hard one.
     pub fd_limit: u64,
+    /// Connect authentication and revocations.
+    pub auth: Auth,
+    /// `[[topics]]` rules.
+    pub policy: Policy,
+    pub push_limit: PushLimit,
+    /// Cluster-wide questions and their answers.
+    pub control: Control,
+    /// Server API requests, and those refused for their key.
+    pub api_requests: std::sync::atomic::AtomicU64,
+    pub api_refusals: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
@@ -71,9 +86,47 @@ impl Node {
         self.fan_out(from_shard, b);
     }
 
+    /// Subscribes to the control topics (once, at start).
+    pub(crate) fn attach_control(&self) {
+        self.backplane.subscribe(CONTROL_TOPIC);
+        self.backplane.subscribe(&self.control.reply_topic);
+    }
+
+    /// Counts this node's subscribers (each shard its own) and hands the
+    /// report to `done`, on the thread of the last shard to answer.
+    pub fn report(&self, done: impl FnOnce(NodeReport) + Send + 'static) {
+        let report = NodeReport {
+            node: self.control.node_id.clone(),
+            stats: StatsSummary::of(&self.stats),
+            ..Default::default()
+        };
+        let c = Collector::new(self.peers.len(), report, Box::new(done));
+        for peer in &self.peers {
+            peer.send(ShardMsg::Report(c.clone()));
+        }
+    }
+
+    /// A control message from another node.
+    fn on_control(&self, b: &Broadcast) {
+        match control::json_of::<Request>(b) {
+            Some(Request::Gather { id, reply }) => {
+                let backplane = self.backplane.clone();
+                self.report(move |report| {
+                    let msg = control::Reply { id, report };
+                    if let Ok(payload) = OwnedPayload::json(&msg) {
+                        let b = Broadcast::new(Arc::from(reply), "report".into(), payload, None);
+                        backplane.publish(&b);
+                    }
+                });
+            }
+            Some(Request::Revoke { user, at }) => self.auth.revoke(&user, at),
+            None => tracing::warn!("unreadable control message on {}", b.topic),
+        }
+    }
+
     /// Sends a long-poll request to the shard (of this node or another)
     /// that holds its session; false if it cannot get there.
-    pub(crate) fn forward_request(&self, req: Request) -> bool {
+    pub(crate) fn forward_request(&self, req: LongPollRequest) -> bool {
         if req.token.node != self.backplane.node_id() {
             let to = req.token.node;
             return self.backplane.send_to(to, Forward::Request(req).encode());
@@ -116,15 +169,24 @@ impl Node {
 
 impl Handler for Node {
     fn deliver(&self, b: Arc<Broadcast>) {
-        self.fan_out(None, b);
+        if *b.topic == *CONTROL_TOPIC {
+            self.on_control(&b);
+        } else if b.topic == self.control.reply_topic {
+            self.control.on_reply(&b);
+        } else {
+            self.fan_out(None, b);
+        }
     }
 
     fn has_topic(&self, topic: &str) -> bool {
-        self.topics.contains(topic)
+        topic == CONTROL_TOPIC || *topic == *self.control.reply_topic || self.topics.contains(topic)
     }
 
     fn topics(&self) -> Vec<Arc<str>> {
-        self.topics.names()
+        let mut names = self.topics.names();
+        names.push(Arc::from(CONTROL_TOPIC));
+        names.push(self.control.reply_topic.clone());
+        names
     }
 
     fn direct(&self, msg: &[u8]) {
@@ -179,6 +241,56 @@ impl Endpoint {
                 peer.send(ShardMsg::Info(topic.clone(), info.clone()));
             }
         }
+    }
+
+    /// Closes every socket of `user`, on every node (Phoenix's
+    /// `Endpoint.broadcast("users_socket:" <> id, "disconnect", %{})`), with
+    /// close code 1001 so clients reconnect. With `revoke`, every node first
+    /// refuses the user's tokens signed until now, so the reconnects fail.
+    pub fn disconnect(&self, user: &str, revoke: bool) {
+        if revoke {
+            let at = crate::auth::now_ms();
+            self.node.auth.revoke(user, at);
+            let req = Request::Revoke {
+                user: user.to_string(),
+                at,
+            };
+            if let Some(b) = Control::request(&req) {
+                self.node.backplane.publish(&b);
+            }
+        }
+        let topic = format!("{SOCKET_ID_PREFIX}{user}");
+        self.broadcast(&topic, "disconnect", OwnedPayload::empty());
+    }
+
+    /// Asks every node for its report; the reports that arrive within
+    /// [`control::GATHER_WAIT`] (this node's always).
+    pub async fn gather(&self) -> Vec<NodeReport> {
+        let node = &self.node;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let id = node.control.expect(tx.clone());
+        let local = tx.clone();
+        node.report(move |r| {
+            let _ = local.send(r);
+        });
+        let mut out = Vec::new();
+        if node.config.redis.is_some() {
+            let req = Request::Gather {
+                id,
+                reply: node.control.reply_topic.to_string(),
+            };
+            if let Some(b) = Control::request(&req) {
+                node.backplane.publish(&b);
+            }
+            let deadline = tokio::time::Instant::now() + control::GATHER_WAIT;
+            while let Ok(Some(r)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+                out.push(r);
+            }
+        } else if let Ok(Some(r)) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            out.push(r);
+        }
+        node.control.forget(id);
+        out
     }
 
     /// The node this endpoint serves.

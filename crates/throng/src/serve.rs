@@ -1,7 +1,8 @@
 //! `throng serve`: the wiring of one process. The chat app as a single node
 //! (no `--redis`), a node of a cluster (`--redis`), or the supervisor of
 //! `--workers` such nodes; prints `listening on ADDR` on stdout once it
-//! serves (and, in a worker, `capacity N` before it, for the supervisor).
+//! serves (`api at ADDR` before it when the server API listens,
+//! and, in a worker, `capacity N`, for the supervisor).
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -24,12 +25,18 @@ pub fn serve(config: Config) -> Result<(), Error> {
         None => Arc::new(LocalBackplane),
     };
     let worker = config.worker_index;
-    let router = if config.echo {
+    // The chat app, and a relay channel on every rule's topics it does not route.
+    let mut router = chat::router();
+    let policy = throng_server::auth::Policy::new(config.topics.clone());
+    for pattern in policy.route_patterns() {
+        if !router.patterns().any(|p| p == pattern) {
+            router = router.channel(&pattern, throng_server::relay::Relay);
+        }
+    }
+    if config.echo {
         // Test-only: what a socket connected with (see `throng_server::echo`).
-        chat::router().channel("echo:*", echo::EchoChannel)
-    } else {
-        chat::router()
-    };
+        router = router.channel("echo:*", echo::EchoChannel);
+    }
     let server = Server::start(config, router, backplane)?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
@@ -44,6 +51,9 @@ pub fn serve(config: Config) -> Result<(), Error> {
             "worker {index} serving"
         );
         let _ = writeln!(out, "capacity {capacity}");
+    }
+    if let Some(api) = server.api_addr {
+        let _ = writeln!(out, "api at {api}");
     }
     let _ = writeln!(out, "listening on {}", server.addr);
     let _ = out.flush();

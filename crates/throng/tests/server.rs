@@ -16,6 +16,8 @@ use throng_protocol::Vsn;
 struct Server {
     child: Child,
     addr: SocketAddr,
+    /// The server API listener (`/metrics` lives there).
+    api: SocketAddr,
 }
 
 impl Server {
@@ -27,21 +29,24 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("start throng");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("listening line")
-            .parse()
-            .unwrap();
-        Server { child, addr }
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut api = None;
+        let addr = loop {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "no listening line");
+            if let Some(a) = line.trim().strip_prefix("api at ") {
+                api = Some(a.parse().unwrap());
+            }
+            if let Some(a) = line.trim().strip_prefix("listening on ") {
+                break a.parse().unwrap();
+            }
+        };
+        let api = api.expect("the server API listens by default");
+        Server { child, addr, api }
     }
 
     fn metric(&self, name: &str) -> u64 {
-        let mut s = TcpStream::connect(self.addr).unwrap();
+        let mut s = TcpStream::connect(self.api).unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             .unwrap();
         let mut body = String::new();
@@ -220,7 +225,16 @@ fn idle_sockets_are_swept_and_active_ones_stay() {
 
 #[test]
 fn slow_reader_is_cut_and_others_keep_receiving() {
-    let server = Server::start(&["--max-outbound-bytes", "65536", "--shards", "1"]);
+    // The fast client pushes a broadcast per round trip, past the default
+    // push budget: no budget here.
+    let server = Server::start(&[
+        "--max-outbound-bytes",
+        "65536",
+        "--shards",
+        "1",
+        "--push-rate",
+        "0",
+    ]);
     // A reader that never reads, with a tiny receive buffer.
     let slow = {
         let sock =

@@ -8,7 +8,9 @@
 //! that is one (`crate::longpoll::token`); any other `token` is the app's
 //! param. A body needs `Content-Length` (chunked: 411, as phoenix.js always
 //! sends a length) and may be `--max-message-bytes` long (413 past it); the
-//! request is incomplete until all of it is read.
+//! request is incomplete until all of it is read. Every long-poll request
+//! passes `check_origin` first, as in Phoenix's `LongPoll.call/2` (refused:
+//! `{"status":403}`, the transport answers it).
 
 use throng_protocol::Vsn;
 
@@ -43,6 +45,8 @@ pub(crate) struct LongPoll {
     pub keep_alive: bool,
     /// A preflight's `Access-Control-Request-Headers`.
     pub request_headers: String,
+    /// Refused by `check_origin` (answered 403, counted).
+    pub origin_refused: bool,
 }
 
 /// Reads a long-poll request: its query, headers and whole body.
@@ -100,8 +104,11 @@ pub(super) fn request(
     let connect = (!params.is_empty() || auth_token.is_some()).then_some(ConnectInfo {
         params,
         auth_token,
-        user_id: None,
+        ..Default::default()
     });
+    let origin = header("origin").map(|o| std::str::from_utf8(o).unwrap_or("null"));
+    let host = header("host").and_then(|h| std::str::from_utf8(h).ok());
+    let origin_refused = !config.check_origin.allows(origin, host);
     let ndjson = header("content-type").is_some_and(|v| {
         let mime = v.split(|&b| b == b';').next().unwrap_or(v);
         mime.trim_ascii()
@@ -120,6 +127,7 @@ pub(super) fn request(
         ndjson,
         keep_alive,
         request_headers,
+        origin_refused,
     };
     (end, Action::LongPoll(Box::new(lp)))
 }
@@ -280,6 +288,15 @@ mod tests {
         );
         assert_eq!(pre.method, LongPollMethod::Options);
         assert_eq!(pre.request_headers, "x-phoenix-authtoken");
+        // check_origin, as for an upgrade
+        let (_, evil) = longpoll_of(
+            "GET /socket/longpoll HTTP/1.1\r\nHost: x\r\nOrigin: https://evil.example\r\n\r\n",
+        );
+        assert!(evil.origin_refused);
+        let (_, same) = longpoll_of(
+            "GET /socket/longpoll HTTP/1.1\r\nHost: x:4000\r\nOrigin: http://x:4000\r\n\r\n",
+        );
+        assert!(!same.origin_refused);
         // with long-poll off, the path is like any other
         let off = Config {
             longpoll_window: None,

@@ -13,7 +13,11 @@
 //!   GET, POST with a body, and OPTIONS (CORS preflight), read by
 //!   `longpoll.rs` with the same connect info as an upgrade.
 //! - `/echo` upgrades to a WebSocket echo (Autobahn), with `--echo`.
-//! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text.
+//! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text, only
+//!   with `--public-metrics` (it lives on the API listener).
+//! - An upgrade from a browser page of another site is refused with 403
+//!   (`check_origin`, `crate::auth`); connect authentication happens in the
+//!   transport, which holds the node's verifier.
 //! - Anything else is 404; bodies and methods other than GET/HEAD are 405
 //!   (outside the long-poll path); malformed heads 400, heads over
 //!   [`MAX_REQUEST_HEAD`] 431.
@@ -66,6 +70,8 @@ pub(crate) struct HttpError {
     pub reason: &'static str,
     pub extra_headers: &'static str,
     pub body: String,
+    /// Refused by `check_origin` (counted).
+    pub origin_refused: bool,
 }
 
 impl HttpError {
@@ -75,6 +81,7 @@ impl HttpError {
             reason,
             extra_headers: "",
             body: body.into(),
+            origin_refused: false,
         }
     }
 }
@@ -136,6 +143,24 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
             .map(|h| h.value)
     };
     let is_ws_path = path == "/socket/websocket" || (config.echo && path == "/echo");
+    if path == "/socket/websocket" {
+        // Phoenix checks the origin before anything else of the upgrade.
+        let origin = header("origin");
+        let origin_text = origin.map(|o| std::str::from_utf8(o).unwrap_or("null"));
+        let host = header("host").and_then(|h| std::str::from_utf8(h).ok());
+        if !config.check_origin.allows(origin_text, host) {
+            let mut e = HttpError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "origin {} not allowed (check_origin)\n",
+                    String::from_utf8_lossy(origin.unwrap_or_default())
+                ),
+            );
+            e.origin_refused = true;
+            return (data.len(), Action::Error(e));
+        }
+    }
     if is_ws_path {
         return match upgrade(&req, path == "/echo", query) {
             Ok(u) => (head_len, Action::Upgrade(Box::new(u))),
@@ -161,7 +186,7 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
         "/" => Page::Index,
         "/assets/app.js" => Page::AppJs,
         "/assets/app.css" => Page::AppCss,
-        "/metrics" => Page::Metrics,
+        "/metrics" if config.public_metrics => Page::Metrics,
         _ => Page::NotFound,
     };
     let action = Action::Page {
@@ -242,7 +267,7 @@ fn upgrade(req: &httparse::Request<'_, '_>, echo: bool, query: &str) -> Result<U
     let connect = (!params.is_empty() || auth_token.is_some()).then_some(ConnectInfo {
         params,
         auth_token,
-        user_id: None,
+        ..Default::default()
     });
     let mut response = Vec::with_capacity(192);
     handshake::write_response_with_protocol(&mut response, &accept, protocol);
@@ -261,6 +286,7 @@ mod tests {
     fn cfg() -> Config {
         Config {
             echo: true,
+            public_metrics: true,
             ..Config::default()
         }
     }
@@ -349,6 +375,41 @@ mod tests {
             "Sec-WebSocket-Protocol: phoenix, base64url.bearer.phx.***\r\n",
         ));
         assert_eq!(e.status, 400);
+    }
+
+    #[test]
+    fn check_origin_refuses_other_sites() {
+        let same = ws("/socket/websocket", "Origin: http://x:4000\r\n");
+        upgrade_of(&same);
+        upgrade_of(&ws("/socket/websocket", ""));
+        let e = error_of(&ws("/socket/websocket", "Origin: https://evil.example\r\n"));
+        assert_eq!(e.status, 403);
+        assert!(
+            e.origin_refused && e.body.contains("evil.example"),
+            "{}",
+            e.body
+        );
+        let e = error_of(&ws("/socket/websocket", "Origin: null\r\n"));
+        assert!(e.origin_refused);
+        let off = Config {
+            check_origin: crate::auth::CheckOrigin::Off,
+            ..cfg()
+        };
+        let req = ws("/socket/websocket", "Origin: https://evil.example\r\n");
+        assert!(matches!(
+            handle(req.as_bytes(), &off),
+            (_, Action::Upgrade(_))
+        ));
+    }
+
+    #[test]
+    fn metrics_only_with_public_metrics() {
+        let get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        let private = Config::default();
+        match handle(get, &private) {
+            (_, Action::Page { page, .. }) => assert_eq!(page, Page::NotFound),
+            (_, other) => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -130,6 +130,8 @@ pub(crate) struct Session {
     pub ready: bool,
     /// Marked for ending at the end of this loop turn.
     pub dead: bool,
+    /// The push budget (as `Conn::push_tat`, `auth::rate`).
+    pub push_tat: u32,
 }
 
 impl Session {
@@ -145,6 +147,7 @@ impl Session {
             last_poll: now,
             ready: false,
             dead: false,
+            push_tat: 0,
         }
     }
 
@@ -166,6 +169,9 @@ pub(crate) enum End {
     Overflow,
     /// It POSTed something that is not a Phoenix message.
     ProtocolError,
+    /// Its socket was closed (a user `disconnect`, the push budget),
+    /// counted where that was decided.
+    Closed,
 }
 
 /// A long-poll request waiting for its answer on the shard that holds its

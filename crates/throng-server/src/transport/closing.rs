@@ -23,6 +23,18 @@ impl Conns {
         reason: &str,
     ) {
         ShardStats::add(&self.stats.protocol_errors, 1);
+        self.close_with(node, scratch, key, code, reason);
+    }
+
+    /// A close frame with `code`, then closing (counted by the caller).
+    pub fn close_with(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        code: u16,
+        reason: &str,
+    ) {
         tracing::debug!(key, code, "closing: {reason}");
         frame::encode_close(&mut self.reply, code, reason, None);
         self.start_closing(node, scratch, key);

@@ -81,6 +81,9 @@ pub(crate) struct Conn {
     pub kind: Kind,
     /// Seconds since the shard started, at the last byte received.
     pub last_active: u32,
+    /// The push budget: when its next push is due, in ms of the shard's
+    /// clock (`auth::rate`). Fills what was padding: `Conn` stays 56 bytes.
+    pub push_tat: u32,
     /// Marked for closing at the end of this loop turn.
     pub dead: bool,
     pub extra: Option<Box<Extra>>,
@@ -97,6 +100,7 @@ impl Conn {
             sock,
             kind: Kind::Http,
             last_active: now,
+            push_tat: 0,
             dead: false,
             extra: None,
             joins: Vec::new(),
@@ -127,6 +131,6 @@ impl Conn {
 /// What an idle connection costs in user space (tests keep it honest).
 pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
 
-// Checked at compile time: socket, kind, last activity, the optional box,
-// the joins vector, the optional connect info.
-const _: () = assert!(CONN_SIZE <= 64, "Conn grew past 64 bytes");
+// Checked at compile time: socket, kind, last activity, push budget, the
+// optional box, the joins vector, the optional connect info.
+const _: () = assert!(CONN_SIZE <= 56, "Conn grew past 56 bytes");

@@ -29,6 +29,11 @@ impl Conns {
     /// A request to `/socket/longpoll` on connection `key`.
     pub fn lp_http(&mut self, node: &Node, scratch: &mut Scratch, key: usize, req: LongPoll) {
         let keep_alive = req.keep_alive;
+        if req.origin_refused {
+            // Phoenix's long-poll answers a refused origin with status 403.
+            ShardStats::add(&self.stats.origin_refusals, 1);
+            return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
+        }
         let token = match (req.method, req.token) {
             (LongPollMethod::Options, _) => {
                 let resp = longpoll::preflight_response(&req.request_headers, keep_alive);
@@ -77,13 +82,33 @@ impl Conns {
     }
 
     /// GET without a token: a new session on this shard, answered 410 with
-    /// its token (or 403 for an unsupported `vsn`).
+    /// its token; 403 for an unsupported `vsn` or a refused connect (as
+    /// Phoenix's `new_session` when `connect/3` says no).
     fn lp_new_session(&mut self, node: &Node, scratch: &mut Scratch, key: usize, req: LongPoll) {
         let keep_alive = req.keep_alive;
         let Some(vsn) = req.vsn else {
             ShardStats::add(&self.stats.longpoll_refused, 1);
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         };
+        let mut connect = req.connect;
+        let mut user = None;
+        match node.auth.authenticate(connect.as_ref()) {
+            Ok(None) => {}
+            Ok(Some(found)) => {
+                // As a WebSocket's: the verified token is not kept.
+                let c = connect.get_or_insert_with(Default::default);
+                c.auth_token = None;
+                c.params.retain(|(k, _)| k != "token");
+                c.user_id = Some(found.id.clone());
+                c.channels = found.channels;
+                user = Some(found.id);
+            }
+            Err(refusal) => {
+                ShardStats::add(&self.stats.auth_refusals, 1);
+                tracing::debug!(key, "long-poll connect refused: {refusal}");
+                return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
+            }
+        }
         let secret = match Secret::random() {
             Ok(s) => s,
             Err(e) => {
@@ -96,8 +121,12 @@ impl Conns {
         if idx >= SESSION_BIT {
             return self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
         }
-        entry.insert(Session::new(vsn, secret, req.connect, self.lp.now_ms));
+        entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
         ShardStats::add(&self.stats.longpoll_sessions, 1);
+        if let Some(user) = user {
+            // A `disconnect` to the user's socket id ends the session.
+            self.subscribe_socket_id(node, SESSION_BIT | idx, &user);
+        }
         let token = self.lp_token(idx, secret);
         let body = poll_body(410, &token, vsn, &[]);
         self.lp_respond(node, scratch, key, &body, keep_alive);
@@ -202,9 +231,13 @@ impl Conns {
                 return self.lp_reply(node, scratch, reply, status_body(400));
             };
             ShardStats::add(&self.stats.messages_in, 1);
-            self.with_socket(node, scratch, SESSION_BIT | idx, vsn, |mux| {
+            let fail = self.with_socket(node, scratch, SESSION_BIT | idx, vsn, |mux| {
                 mux.handle_in(msg)
             });
+            if fail.is_some() {
+                // The socket asked to close (past its push budget).
+                self.lp_doom(idx, End::Closed);
+            }
             if !matches!(self.lp.sessions.get(idx), Some(s) if !s.dead) {
                 return self.lp_reply(node, scratch, reply, status_body(410));
             }
@@ -265,6 +298,7 @@ impl Conns {
             End::Expired => ShardStats::add(&self.stats.longpoll_expired, 1),
             End::Overflow => ShardStats::add(&self.stats.longpoll_overflows, 1),
             End::ProtocolError => ShardStats::add(&self.stats.protocol_errors, 1),
+            End::Closed => {}
         }
         tracing::debug!(session = idx, ?end, "long-poll session ended");
         if let Some(p) = s.parked.take() {

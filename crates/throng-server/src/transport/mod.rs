@@ -38,6 +38,7 @@ use slab::Slab;
 use throng_protocol::frame::{self, close_code, decode_frame, Opcode, Role};
 use throng_pubsub::Registry;
 
+use crate::auth::SOCKET_ID_PREFIX;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
@@ -81,6 +82,8 @@ pub(crate) struct Conns {
     pub doomed: Vec<(usize, CloseReason)>,
     /// Seconds since the shard started.
     pub now: u32,
+    /// Milliseconds since the shard started (wrapping), for push budgets.
+    pub now_ms: u32,
     /// Counted locally, added to `stats` once per loop turn.
     pub msgs_out: u64,
     pub bytes_out: u64,
@@ -125,6 +128,7 @@ impl Shard {
             reply: Vec::with_capacity(4096),
             doomed: Vec::new(),
             now: 0,
+            now_ms: 0,
             msgs_out: 0,
             bytes_out: 0,
             max_outbound: node.config.max_outbound_bytes,
@@ -168,6 +172,7 @@ impl Shard {
             }
             let elapsed = self.started.elapsed();
             self.conns.now = elapsed.as_secs() as u32;
+            self.conns.now_ms = elapsed.as_millis() as u32;
             self.conns.lp.now_ms = elapsed.as_millis() as u64;
             for ev in events.iter() {
                 match ev.token() {
@@ -246,7 +251,18 @@ impl Shard {
     fn drain_inbox(&mut self) {
         while let Ok(msg) = self.inbox.try_recv() {
             match msg {
+                ShardMsg::Broadcast(b) if b.topic.starts_with(SOCKET_ID_PREFIX) => {
+                    // Phoenix's socket id: only `disconnect` means anything.
+                    if b.event == "disconnect" {
+                        self.conns
+                            .disconnect_socket_id(&self.node, &mut self.scratch, &b.topic);
+                    }
+                }
                 ShardMsg::Broadcast(b) => self.conns.deliver(&b),
+                ShardMsg::Report(c) => {
+                    let r = &self.conns.registry;
+                    c.add(r.topics.iter().map(|(_, t)| (&*t.name, t.subs.len())));
+                }
                 ShardMsg::Info(topic, info) => {
                     self.conns
                         .info(&self.node, &mut self.scratch, &topic, &info)
@@ -415,6 +431,9 @@ impl Shard {
         match action {
             Action::Incomplete => {}
             Action::Error(e) => {
+                if e.origin_refused {
+                    ShardStats::add(&conns.stats.origin_refusals, 1);
+                }
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
                 conns.send(key, &resp);
@@ -422,14 +441,49 @@ impl Shard {
             }
             Action::LongPoll(lp) => conns.lp_http(node, &mut self.scratch, key, *lp),
             Action::Upgrade(u) => {
+                let mut connect = u.connect;
+                let mut user = None;
+                if !u.echo {
+                    // Phoenix's `connect/3`: refused is a 403 before the upgrade.
+                    match node.auth.authenticate(connect.as_ref()) {
+                        Ok(None) => {}
+                        Ok(Some(found)) => {
+                            let c = connect.get_or_insert_with(Default::default);
+                            // The verified token is not kept: it is the
+                            // largest thing an idle socket would hold.
+                            c.auth_token = None;
+                            c.params.retain(|(k, _)| k != "token");
+                            c.params.shrink_to_fit();
+                            c.user_id = Some(found.id.clone());
+                            c.channels = found.channels;
+                            user = Some(found.id);
+                        }
+                        Err(refusal) => {
+                            ShardStats::add(&conns.stats.auth_refusals, 1);
+                            tracing::debug!(key, "connect refused: {refusal}");
+                            let resp = crate::page::error_response(
+                                403,
+                                "Forbidden",
+                                "",
+                                &format!("{refusal}\n"),
+                            );
+                            conns.send(key, &resp);
+                            conns.start_closing(node, &mut self.scratch, key);
+                            return;
+                        }
+                    }
+                }
                 conns.send(key, &u.response);
                 let conn = &mut conns.slab[key];
                 conn.kind = Kind::Ws {
                     vsn: u.vsn,
                     echo: u.echo,
                 };
-                conn.connect = u.connect.map(Arc::new);
+                conn.connect = connect.map(Arc::new);
                 ShardStats::add(&conns.stats.websockets, 1);
+                if let Some(user) = user {
+                    conns.subscribe_socket_id(node, key, &user);
+                }
             }
             Action::Page {
                 page,

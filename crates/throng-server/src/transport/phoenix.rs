@@ -8,15 +8,17 @@
 
 use std::sync::Arc;
 
-use throng_protocol::frame::{close_code, Opcode};
+use throng_protocol::frame::{self, close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot};
 
 use super::conn::Kind;
 use super::Conns;
+use crate::auth::rate::Verdict;
+use crate::auth::SOCKET_ID_PREFIX;
 use crate::channel::{ConnectInfo, Info};
-use crate::longpoll::{is_session, Item, SESSION_BIT};
+use crate::longpoll::{is_session, End, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::{Cx, Join, Mux, Scratch, Transport};
@@ -45,7 +47,88 @@ impl Conns {
                 return;
             }
         };
-        self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
+        let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
+        if let Some((code, reason)) = fail {
+            self.close_with(node, scratch, key, code, reason);
+        }
+    }
+
+    /// Subscribes connection `key` to its user's socket id topic
+    /// (`users_socket:<user>`), so a `disconnect` there reaches it on any
+    /// node. Not a channel: nothing is kept in the connection. Its place in
+    /// the topic's list is found by searching when it leaves (a user has a
+    /// few sockets, so the list is short), which also means no position to
+    /// fix up when another subscriber's leave moves it.
+    pub fn subscribe_socket_id(&mut self, node: &Node, key: usize, user: &str) {
+        let topic = format!("{SOCKET_ID_PREFIX}{user}");
+        let (slot, new) = self.registry.subscribe(&topic, key as u32);
+        if new {
+            self.topic_added(node, slot.topic);
+        }
+    }
+
+    fn unsubscribe_socket_id(&mut self, node: &Node, key: usize, user: &str) {
+        let topic = format!("{SOCKET_ID_PREFIX}{user}");
+        let Some(idx) = self.registry.find(&topic) else {
+            return;
+        };
+        let subs = &self.registry.topics[idx as usize].subs;
+        let Some(pos) = subs.iter().position(|&k| k as usize == key) else {
+            return;
+        };
+        // The subscriber moved into `pos` is another socket id subscriber:
+        // clients cannot join these topics, so no join holds its position.
+        let (_, gone) = self.registry.unsubscribe(Slot {
+            topic: idx,
+            pos: pos as u32,
+        });
+        if let Some(name) = gone {
+            self.topic_removed(node, &name);
+        }
+    }
+
+    /// Closes every socket subscribed to the socket id `topic` with 1001.
+    pub fn disconnect_socket_id(&mut self, node: &Node, scratch: &mut Scratch, topic: &str) {
+        let Some(idx) = self.registry.find(topic) else {
+            return;
+        };
+        let subs = self.registry.topics[idx as usize].subs.clone();
+        for key in subs {
+            let key = key as usize;
+            if is_session(key) {
+                // A long-poll session ends; its next poll gets 410.
+                let idx = key & !SESSION_BIT;
+                if self.lp.sessions.get(idx).is_some_and(|s| !s.dead) {
+                    ShardStats::add(&self.stats.user_disconnects, 1);
+                    self.lp_doom(idx, End::Closed);
+                }
+                continue;
+            }
+            if self.slab.get(key).is_none_or(|c| c.dead) {
+                continue;
+            }
+            ShardStats::add(&self.stats.user_disconnects, 1);
+            self.reply.clear();
+            frame::encode_close(&mut self.reply, close_code::GOING_AWAY, "disconnect", None);
+            self.start_closing(node, scratch, key);
+            self.flush_reply(key);
+        }
+    }
+
+    fn topic_added(&mut self, node: &Node, idx: u32) {
+        ShardStats::add(&self.stats.topics, 1);
+        if let Some(name) = self.registry.name(idx) {
+            if node.topics.add(name, self.id) {
+                node.backplane.subscribe(name);
+            }
+        }
+    }
+
+    fn topic_removed(&mut self, node: &Node, name: &str) {
+        ShardStats::sub(&self.stats.topics, 1);
+        if node.topics.remove(name, self.id) {
+            node.backplane.unsubscribe(name);
+        }
     }
 
     /// An info for the channels joined on `topic` on this shard.
@@ -56,26 +139,29 @@ impl Conns {
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
             let key = key as usize;
-            let session = is_session(key);
-            let vsn = if session {
+            if is_session(key) {
                 let s = self.lp.sessions.get(key & !SESSION_BIT);
-                match s.filter(|s| !s.dead) {
-                    Some(s) => s.vsn,
-                    None => continue,
+                let Some(vsn) = s.filter(|s| !s.dead).map(|s| s.vsn) else {
+                    continue;
+                };
+                let fail =
+                    self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
+                if fail.is_some() {
+                    self.lp_doom(key & !SESSION_BIT, End::Closed);
                 }
-            } else {
-                let Some(conn) = self.slab.get(key).filter(|c| !c.dead) else {
-                    continue;
-                };
-                let Kind::Ws { vsn, .. } = conn.kind else {
-                    continue;
-                };
-                vsn
-            };
-            self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
-            if !session {
-                self.flush_reply(key);
+                continue;
             }
+            let Some(conn) = self.slab.get(key).filter(|c| !c.dead) else {
+                continue;
+            };
+            let Kind::Ws { vsn, .. } = conn.kind else {
+                continue;
+            };
+            let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
+            if let Some((code, reason)) = fail {
+                self.close_with(node, scratch, key, code, reason);
+            }
+            self.flush_reply(key);
         }
     }
 
@@ -94,6 +180,7 @@ impl Conns {
             conns: self,
             node,
             key,
+            fail: None,
         };
         Mux {
             cx: cx(node, vsn, connect),
@@ -102,10 +189,14 @@ impl Conns {
             scratch,
         }
         .close();
+        if let Some(user) = connect.and_then(|c| c.user_id.as_deref()) {
+            self.unsubscribe_socket_id(node, key, user);
+        }
     }
 
     /// Lends the socket state of `key` (a connection, or a session with
-    /// [`SESSION_BIT`]) to `f`, and takes it back.
+    /// [`SESSION_BIT`]) to `f`, and takes it back. Returns the close the
+    /// socket asked for, if any (done once the state is back).
     pub(super) fn with_socket(
         &mut self,
         node: &Node,
@@ -113,23 +204,21 @@ impl Conns {
         key: usize,
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
-    ) {
+    ) -> Option<(u16, &'static str)> {
         let (mut joins, connect) = if is_session(key) {
-            let Some(s) = self.lp.sessions.get_mut(key & !SESSION_BIT) else {
-                return;
-            };
+            let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
             (std::mem::take(&mut s.joins), s.connect.take())
         } else {
-            let Some(conn) = self.slab.get_mut(key) else {
-                return;
-            };
+            let conn = self.slab.get_mut(key)?;
             (std::mem::take(&mut conn.joins), conn.connect.take())
         };
+        let fail;
         {
             let mut t = ShardTransport {
                 conns: self,
                 node,
                 key,
+                fail: None,
             };
             let mut mux = Mux {
                 cx: cx(node, vsn, connect.as_deref()),
@@ -138,6 +227,7 @@ impl Conns {
                 scratch,
             };
             f(&mut mux);
+            fail = t.fail;
         }
         // Connections and sessions leave their slab only between events,
         // so it is there.
@@ -150,6 +240,7 @@ impl Conns {
             conn.joins = joins;
             conn.connect = connect;
         }
+        fail
     }
 
     /// The joins of connection or session `key`.
@@ -166,17 +257,20 @@ impl Conns {
 fn cx<'a>(node: &'a Node, vsn: Vsn, connect: Option<&'a ConnectInfo>) -> Cx<'a> {
     Cx {
         router: &node.router,
+        policy: &node.policy,
         vsn,
         connect,
         max_channels: node.config.max_channels_per_socket,
     }
 }
 
-/// The socket's [`Transport`] for connection `key` of a shard.
+/// The socket's [`Transport`] for connection (or session) `key` of a shard.
 pub(crate) struct ShardTransport<'a> {
     conns: &'a mut Conns,
     node: &'a Node,
     key: usize,
+    /// A close the socket asked for, done after the call.
+    fail: Option<(u16, &'static str)>,
 }
 
 impl Transport for ShardTransport<'_> {
@@ -184,12 +278,7 @@ impl Transport for ShardTransport<'_> {
         let c = &mut *self.conns;
         let (slot, new) = c.registry.subscribe(topic, self.key as u32);
         if new {
-            ShardStats::add(&c.stats.topics, 1);
-            if let Some(name) = c.registry.name(slot.topic) {
-                if self.node.topics.add(name, c.id) {
-                    self.node.backplane.subscribe(name);
-                }
-            }
+            c.topic_added(self.node, slot.topic);
         }
         slot
     }
@@ -206,10 +295,7 @@ impl Transport for ShardTransport<'_> {
             }
         }
         if let Some(name) = gone {
-            ShardStats::sub(&c.stats.topics, 1);
-            if self.node.topics.remove(&name, c.id) {
-                self.node.backplane.unsubscribe(&name);
-            }
+            c.topic_removed(self.node, &name);
         }
     }
 
@@ -251,5 +337,27 @@ impl Transport for ShardTransport<'_> {
 
     fn stats(&self) -> &ShardStats {
         &self.conns.stats
+    }
+
+    fn allow_push(&mut self) -> Verdict {
+        let limit = &self.node.push_limit;
+        if limit.is_unlimited() {
+            return Verdict::Allow;
+        }
+        let now = self.conns.now_ms;
+        let tat = if is_session(self.key) {
+            let s = self.conns.lp.sessions.get_mut(self.key & !SESSION_BIT);
+            s.map(|s| &mut s.push_tat)
+        } else {
+            self.conns.slab.get_mut(self.key).map(|c| &mut c.push_tat)
+        };
+        match tat {
+            Some(tat) => limit.check(tat, now),
+            None => Verdict::Allow,
+        }
+    }
+
+    fn close(&mut self, code: u16, reason: &'static str) {
+        self.fail.get_or_insert((code, reason));
     }
 }
