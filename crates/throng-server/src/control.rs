@@ -23,7 +23,6 @@ use serde::{Deserialize, Serialize};
 use throng_protocol::OwnedPayload;
 use throng_pubsub::Broadcast;
 
-use crate::auth::SOCKET_ID_PREFIX;
 use crate::metrics::ShardStats;
 
 /// The topic every node listens to for cluster-wide requests.
@@ -37,7 +36,8 @@ pub struct NodeReport {
     pub node: String,
     /// Channel topics (not socket ids) and their subscribers on the node.
     pub topics: BTreeMap<String, u64>,
-    /// Authenticated users with a socket on the node.
+    /// Authenticated users with a socket on the node, counted per shard (a
+    /// user with sockets on two shards of the node counts twice).
     pub users: u64,
     pub stats: StatsSummary,
 }
@@ -103,16 +103,13 @@ impl Collector {
         })
     }
 
-    /// One shard's subscriber counts, by topic.
-    pub fn add<'a>(&self, counts: impl Iterator<Item = (&'a str, usize)>) {
+    /// One shard's authenticated users and subscriber counts, by topic.
+    pub fn add<'a>(&self, users: usize, counts: impl Iterator<Item = (&'a str, usize)>) {
         {
             let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
+            r.users += users as u64;
             for (topic, n) in counts {
-                if topic.starts_with(SOCKET_ID_PREFIX) {
-                    r.users += 1;
-                } else {
-                    *r.topics.entry(topic.to_string()).or_default() += n as u64;
-                }
+                *r.topics.entry(topic.to_string()).or_default() += n as u64;
             }
         }
         if self.remaining.fetch_sub(1, Relaxed) == 1 {
@@ -133,6 +130,8 @@ pub enum Request {
     Gather { id: u64, reply: String },
     /// Refuse `user`'s tokens signed up to `at` (Unix ms).
     Revoke { user: String, at: i64 },
+    /// Close every socket of `user` (after a revoke, if any: same order).
+    Disconnect { user: String },
 }
 
 /// A report on a node's reply topic.

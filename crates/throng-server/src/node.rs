@@ -17,7 +17,7 @@ use mio::Waker;
 use throng_protocol::OwnedPayload;
 use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics};
 
-use crate::auth::{Auth, Policy, PushLimit, SOCKET_ID_PREFIX};
+use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, NodeReport, Request, StatsSummary, CONTROL_TOPIC};
@@ -38,6 +38,8 @@ pub(crate) enum ShardMsg {
     LongPollAnswer(Box<Answer>),
     /// Add this shard's subscriber counts to a node report.
     Report(Arc<Collector>),
+    /// Close every socket of this user (with 1001).
+    Disconnect(Arc<str>),
 }
 
 /// How to reach a shard from another thread.
@@ -120,6 +122,7 @@ impl Node {
                 });
             }
             Some(Request::Revoke { user, at }) => self.auth.revoke(&user, at),
+            Some(Request::Disconnect { user }) => self.disconnect_local(&user),
             None => tracing::warn!("unreadable control message on {}", b.topic),
         }
     }
@@ -151,6 +154,14 @@ impl Node {
         }
         if let Some(peer) = self.peers.get(answer.reply.shard as usize) {
             peer.send(ShardMsg::LongPollAnswer(Box::new(answer)));
+        }
+    }
+
+    /// Closes every socket of `user` on this node's shards.
+    fn disconnect_local(&self, user: &str) {
+        let user: Arc<str> = Arc::from(user);
+        for peer in &self.peers {
+            peer.send(ShardMsg::Disconnect(user.clone()));
         }
     }
 
@@ -259,8 +270,15 @@ impl Endpoint {
                 self.node.backplane.publish(&b);
             }
         }
-        let topic = format!("{SOCKET_ID_PREFIX}{user}");
-        self.broadcast(&topic, "disconnect", OwnedPayload::empty());
+        // Phoenix broadcasts `disconnect` on the socket id topic; here the
+        // users are indexed per shard, so one control message reaches them.
+        self.node.disconnect_local(user);
+        let req = Request::Disconnect {
+            user: user.to_string(),
+        };
+        if let Some(b) = Control::request(&req) {
+            self.node.backplane.publish(&b);
+        }
     }
 
     /// Asks every node for its report; the reports that arrive within

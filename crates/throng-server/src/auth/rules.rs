@@ -30,7 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::channel::ConnectInfo;
+use crate::channel::Who;
 
 /// Who may join a topic.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -83,9 +83,9 @@ impl Policy {
     }
 
     /// Whether this socket may join `topic`.
-    pub fn may_join(&self, topic: &str, connect: Option<&ConnectInfo>) -> bool {
-        let user = connect.and_then(|c| c.user_id.as_deref());
-        if let Some(channels) = connect.and_then(|c| c.channels.as_deref()) {
+    pub fn may_join(&self, topic: &str, who: Who<'_>) -> bool {
+        let user = who.user;
+        if let Some(channels) = who.connect.and_then(|c| c.channels.as_deref()) {
             if !channels.iter().any(|p| matches(p, topic, user)) {
                 return false;
             }
@@ -101,11 +101,11 @@ impl Policy {
     }
 
     /// Whether this socket, joined on `topic`, may push `event`.
-    pub fn may_push(&self, topic: &str, event: &str, connect: Option<&ConnectInfo>) -> bool {
+    pub fn may_push(&self, topic: &str, event: &str, who: Who<'_>) -> bool {
         if self.rules.is_empty() {
             return true;
         }
-        let user = connect.and_then(|c| c.user_id.as_deref());
+        let user = who.user;
         let Some(rule) = self.rule(topic, user) else {
             return false;
         };
@@ -178,6 +178,14 @@ const USER: &str = "{user}";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::channel::ConnectInfo;
+
+    fn w(c: &ConnectInfo) -> Who<'_> {
+        Who {
+            user: c.user_id.as_deref(),
+            connect: Some(c),
+        }
+    }
 
     fn who(user: Option<&str>, channels: Option<&[&str]>) -> ConnectInfo {
         ConnectInfo {
@@ -235,26 +243,26 @@ mod tests {
         let alice = who(Some("alice"), None);
         let bob = who(Some("bob"), None);
         let anon = who(None, None);
-        assert!(p.may_join("private:alice", Some(&alice)));
-        assert!(!p.may_join("private:alice", Some(&bob)));
-        assert!(!p.may_join("private:alice", Some(&anon)));
-        assert!(!p.may_join("private:alice", None));
-        assert!(p.may_push("private:alice", "new:msg", Some(&alice)));
-        assert!(!p.may_push("private:alice", "other", Some(&alice)));
+        assert!(p.may_join("private:alice", w(&alice)));
+        assert!(!p.may_join("private:alice", w(&bob)));
+        assert!(!p.may_join("private:alice", w(&anon)));
+        assert!(!p.may_join("private:alice", Who::default()));
+        assert!(p.may_push("private:alice", "new:msg", w(&alice)));
+        assert!(!p.may_push("private:alice", "other", w(&alice)));
     }
 
     #[test]
     fn public_rooms_with_read_only_anonymous_members() {
         let p = policy();
         let alice = who(Some("alice"), None);
-        assert!(p.may_join("rooms:lobby", None));
-        assert!(p.may_join("rooms:lobby", Some(&alice)));
-        assert!(p.may_push("rooms:lobby", "new:msg", Some(&alice)));
-        assert!(!p.may_push("rooms:lobby", "new:msg", None));
-        assert!(!p.may_join("admin:x", Some(&alice)));
-        assert!(!p.may_join("elsewhere", Some(&alice)), "no rule: refused");
-        assert!(Policy::default().may_join("elsewhere", None));
-        assert!(Policy::default().may_push("elsewhere", "x", None));
+        assert!(p.may_join("rooms:lobby", Who::default()));
+        assert!(p.may_join("rooms:lobby", w(&alice)));
+        assert!(p.may_push("rooms:lobby", "new:msg", w(&alice)));
+        assert!(!p.may_push("rooms:lobby", "new:msg", Who::default()));
+        assert!(!p.may_join("admin:x", w(&alice)));
+        assert!(!p.may_join("elsewhere", w(&alice)), "no rule: refused");
+        assert!(Policy::default().may_join("elsewhere", Who::default()));
+        assert!(Policy::default().may_push("elsewhere", "x", Who::default()));
         assert_eq!(
             p.route_patterns(),
             vec!["private:*".to_string(), "rooms:*".into(), "admin:*".into()]
@@ -265,11 +273,11 @@ mod tests {
     fn jwt_channels_claim_limits_joins() {
         let p = Policy::default();
         let limited = who(Some("u"), Some(&["rooms:lobby", "private:{user}"]));
-        assert!(p.may_join("rooms:lobby", Some(&limited)));
-        assert!(p.may_join("private:u", Some(&limited)));
-        assert!(!p.may_join("private:v", Some(&limited)));
-        assert!(!p.may_join("rooms:other", Some(&limited)));
+        assert!(p.may_join("rooms:lobby", w(&limited)));
+        assert!(p.may_join("private:u", w(&limited)));
+        assert!(!p.may_join("private:v", w(&limited)));
+        assert!(!p.may_join("rooms:other", w(&limited)));
         let nothing = who(Some("u"), Some(&[]));
-        assert!(!p.may_join("rooms:lobby", Some(&nothing)));
+        assert!(!p.may_join("rooms:lobby", w(&nothing)));
     }
 }

@@ -24,9 +24,7 @@ use throng_pubsub::Slot;
 use crate::auth::rate::Verdict;
 use crate::auth::rules::UNAUTHORIZED;
 use crate::auth::{is_reserved, Policy};
-use crate::channel::{
-    Assigns, Channel, ConnectInfo, Effects, Info, Reply, Router, Socket, Terminate,
-};
+use crate::channel::{Assigns, Channel, Effects, Info, Reply, Router, Socket, Terminate, Who};
 use crate::metrics::ShardStats;
 
 /// One channel a socket joined.
@@ -88,7 +86,7 @@ pub(crate) struct Cx<'a> {
     /// Topic rules (who may join, who may push what).
     pub policy: &'a Policy,
     pub vsn: Vsn,
-    pub connect: Option<&'a ConnectInfo>,
+    pub who: Who<'a>,
     /// Joins one socket may hold (`--max-channels-per-socket`).
     pub max_channels: usize,
 }
@@ -172,7 +170,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     return;
                 }
                 match joined {
-                    Some(i) if !self.cx.policy.may_push(topic, ev, self.cx.connect) => {
+                    Some(i) if !self.cx.policy.may_push(topic, ev, self.cx.who) => {
                         ShardStats::add(&self.t.stats().policy_refusals, 1);
                         let join_ref = self.joins[i].join_ref.clone();
                         let refused = Err(Payload::Json(UNAUTHORIZED));
@@ -220,7 +218,7 @@ impl<'a, T: Transport> Mux<'a, T> {
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
             return;
         };
-        if !self.cx.policy.may_join(topic, self.cx.connect) {
+        if !self.cx.policy.may_join(topic, self.cx.who) {
             let stats = self.t.stats();
             ShardStats::add(&stats.refused_joins, 1);
             ShardStats::add(&stats.policy_refusals, 1);
@@ -241,7 +239,7 @@ impl<'a, T: Transport> Mux<'a, T> {
             &mut Socket {
                 topic,
                 join_ref,
-                connect: self.cx.connect,
+                who: self.cx.who,
                 assigns: &mut assigns,
                 effects: &mut effects,
             },
@@ -300,7 +298,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                 &mut Socket {
                     topic: &topic,
                     join_ref: join.join_ref.as_deref(),
-                    connect: self.cx.connect,
+                    who: self.cx.who,
                     assigns: &mut join.assigns,
                     effects: &mut effects,
                 },
@@ -342,7 +340,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     &mut Socket {
                         topic: &topic,
                         join_ref: join.join_ref.as_deref(),
-                        connect: self.cx.connect,
+                        who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
                     },
@@ -384,7 +382,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     &mut Socket {
                         topic: &topic,
                         join_ref: join.join_ref.as_deref(),
-                        connect: self.cx.connect,
+                        who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
                     },

@@ -10,7 +10,7 @@ use throng_pubsub::{Registry, Slot};
 
 use super::{Cx, Join, Mux, Scratch, Transport};
 use crate::auth::rate::Verdict;
-use crate::channel::{Channel, ConnectInfo, Info, Reply, Router, Socket, Terminate};
+use crate::channel::{Channel, ConnectInfo, Info, Reply, Router, Socket, Terminate, Who};
 use crate::metrics::ShardStats;
 
 /// Everything the socket did, in order.
@@ -190,7 +190,10 @@ impl Harness {
                 router: &self.router,
                 policy: &self.policy,
                 vsn: self.vsn,
-                connect: self.connect.as_ref(),
+                who: Who {
+                    user: self.connect.as_ref().and_then(|c| c.user_id.as_deref()),
+                    connect: self.connect.as_ref(),
+                },
                 max_channels: self.max_channels,
             },
             t: &mut self.t,

@@ -49,17 +49,15 @@ impl Conns {
         if matches!(conn.kind, Kind::Closing { .. }) {
             return;
         }
-        let was = conn.kind;
+        let socket = conn.take_socket();
         conn.kind = Kind::Closing { shut: false };
         conn.last_active = self.now;
         if let Some(e) = conn.extra.as_mut() {
             e.input = Vec::new();
             e.frag = None;
         }
-        let mut joins = std::mem::take(&mut conn.joins);
-        let connect = conn.connect.take();
-        if let Kind::Ws { vsn, .. } = was {
-            self.end_socket(node, scratch, key, vsn, connect.as_deref(), &mut joins);
+        if let Some(socket) = socket {
+            self.end_socket(node, scratch, key, socket);
             ShardStats::sub(&self.stats.websockets, 1);
         }
     }
@@ -111,10 +109,9 @@ impl Conns {
         if !self.lp.waiting.is_empty() {
             self.lp_conn_closed(key);
         }
-        if let Kind::Ws { vsn, .. } = conn.kind {
+        if let Some(socket) = conn.take_socket() {
             ShardStats::sub(&self.stats.websockets, 1);
-            let connect = conn.connect.take();
-            self.end_socket(node, scratch, key, vsn, connect.as_deref(), &mut conn.joins);
+            self.end_socket(node, scratch, key, socket);
         }
         // Dropping the stream closes the descriptor, which also leaves epoll.
     }

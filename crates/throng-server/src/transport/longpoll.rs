@@ -15,6 +15,7 @@ use std::sync::Arc;
 use throng_protocol::serializer::{self, Sender};
 use throng_pubsub::Broadcast;
 
+use super::conn::Ended;
 use super::Conns;
 use crate::http::{LongPoll, LongPollMethod};
 use crate::longpoll::{
@@ -94,15 +95,8 @@ impl Conns {
         let mut user = None;
         match node.auth.authenticate(connect.as_ref()) {
             Ok(None) => {}
-            Ok(Some(found)) => {
-                // As a WebSocket's: the verified token is not kept.
-                let c = connect.get_or_insert_with(Default::default);
-                c.auth_token = None;
-                c.params.retain(|(k, _)| k != "token");
-                c.user_id = Some(found.id.clone());
-                c.channels = found.channels;
-                user = Some(found.id);
-            }
+            // As a WebSocket's: the token is not kept, the user is.
+            Ok(Some(found)) => user = Some(super::authenticated(&mut connect, found)),
             Err(refusal) => {
                 ShardStats::add(&self.stats.auth_refusals, 1);
                 tracing::debug!(key, "long-poll connect refused: {refusal}");
@@ -121,12 +115,12 @@ impl Conns {
         if idx >= SESSION_BIT {
             return self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
         }
-        entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
-        ShardStats::add(&self.stats.longpoll_sessions, 1);
+        let session = entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
         if let Some(user) = user {
-            // A `disconnect` to the user's socket id ends the session.
-            self.subscribe_socket_id(node, SESSION_BIT | idx, &user);
+            // In the shard's users, so that a `disconnect` ends the session.
+            session.user = self.users.add(&user, (SESSION_BIT | idx) as u32);
         }
+        ShardStats::add(&self.stats.longpoll_sessions, 1);
         let token = self.lp_token(idx, secret);
         let body = poll_body(410, &token, vsn, &[]);
         self.lp_respond(node, scratch, key, &body, keep_alive);
@@ -305,15 +299,13 @@ impl Conns {
             ShardStats::sub(&self.stats.longpoll_parked, 1);
             self.lp_reply(node, scratch, p.reply, status_body(410));
         }
-        let connect = s.connect.take();
-        self.end_socket(
-            node,
-            scratch,
-            SESSION_BIT | idx,
-            s.vsn,
-            connect.as_deref(),
-            &mut s.joins,
-        );
+        let ended = Ended {
+            vsn: s.vsn,
+            joins: std::mem::take(&mut s.joins),
+            connect: s.connect.take(),
+            user: s.user,
+        };
+        self.end_socket(node, scratch, SESSION_BIT | idx, ended);
     }
 
     /// End of a loop turn: every parked poll whose session got messages

@@ -26,6 +26,7 @@ pub(crate) mod conn;
 mod longpoll;
 mod output;
 mod phoenix;
+pub(crate) mod users;
 
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -38,7 +39,6 @@ use slab::Slab;
 use throng_protocol::frame::{self, close_code, decode_frame, Opcode, Role};
 use throng_pubsub::Registry;
 
-use crate::auth::SOCKET_ID_PREFIX;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
@@ -77,6 +77,8 @@ pub(crate) struct Conns {
     /// For (re)registering sockets with the shard's epoll.
     pub poll: mio::Registry,
     pub stats: Arc<ShardStats>,
+    /// The authenticated users of this shard's sockets.
+    pub users: users::Users,
     /// Frames for the connection being processed, written in one syscall.
     pub reply: Vec<u8>,
     pub doomed: Vec<(usize, CloseReason)>,
@@ -125,6 +127,7 @@ impl Shard {
             registry: Registry::default(),
             poll: poll.registry().try_clone()?,
             stats: node.stats[id].clone(),
+            users: users::Users::default(),
             reply: Vec::with_capacity(4096),
             doomed: Vec::new(),
             now: 0,
@@ -251,17 +254,15 @@ impl Shard {
     fn drain_inbox(&mut self) {
         while let Ok(msg) = self.inbox.try_recv() {
             match msg {
-                ShardMsg::Broadcast(b) if b.topic.starts_with(SOCKET_ID_PREFIX) => {
-                    // Phoenix's socket id: only `disconnect` means anything.
-                    if b.event == "disconnect" {
-                        self.conns
-                            .disconnect_socket_id(&self.node, &mut self.scratch, &b.topic);
-                    }
-                }
                 ShardMsg::Broadcast(b) => self.conns.deliver(&b),
+                ShardMsg::Disconnect(user) => {
+                    self.conns
+                        .disconnect_user(&self.node, &mut self.scratch, &user)
+                }
                 ShardMsg::Report(c) => {
                     let r = &self.conns.registry;
-                    c.add(r.topics.iter().map(|(_, t)| (&*t.name, t.subs.len())));
+                    let topics = r.topics.iter().map(|(_, t)| (&*t.name, t.subs.len()));
+                    c.add(self.conns.users.len(), topics);
                 }
                 ShardMsg::Info(topic, info) => {
                     self.conns
@@ -447,17 +448,7 @@ impl Shard {
                     // Phoenix's `connect/3`: refused is a 403 before the upgrade.
                     match node.auth.authenticate(connect.as_ref()) {
                         Ok(None) => {}
-                        Ok(Some(found)) => {
-                            let c = connect.get_or_insert_with(Default::default);
-                            // The verified token is not kept: it is the
-                            // largest thing an idle socket would hold.
-                            c.auth_token = None;
-                            c.params.retain(|(k, _)| k != "token");
-                            c.params.shrink_to_fit();
-                            c.user_id = Some(found.id.clone());
-                            c.channels = found.channels;
-                            user = Some(found.id);
-                        }
+                        Ok(Some(found)) => user = Some(authenticated(&mut connect, found)),
                         Err(refusal) => {
                             ShardStats::add(&conns.stats.auth_refusals, 1);
                             tracing::debug!(key, "connect refused: {refusal}");
@@ -482,7 +473,7 @@ impl Shard {
                 conn.connect = connect.map(Arc::new);
                 ShardStats::add(&conns.stats.websockets, 1);
                 if let Some(user) = user {
-                    conns.subscribe_socket_id(node, key, &user);
+                    conns.slab[key].user = conns.users.add(&user, key as u32);
                 }
             }
             Action::Page {
@@ -592,4 +583,31 @@ impl Shard {
             }
         }
     }
+}
+
+/// What a socket (or long-poll session) keeps of its connect info once
+/// `found` is authenticated; returns the user's id. The verified token is
+/// not kept (it is the largest thing an idle socket would hold), and the
+/// user's id lives in the shard's `Users` table: the connect info stays only
+/// when the client sent other params or the token limits its channels.
+pub(crate) fn authenticated(
+    connect: &mut Option<crate::channel::ConnectInfo>,
+    found: crate::auth::User,
+) -> String {
+    if let Some(c) = connect.as_mut() {
+        c.auth_token = None;
+        c.params.retain(|(k, _)| k != "token");
+    }
+    if found.channels.is_some() {
+        connect.get_or_insert_with(Default::default).channels = found.channels;
+    }
+    if let Some(c) = connect.as_mut() {
+        if c.params.is_empty() && c.channels.is_none() {
+            *connect = None;
+        } else {
+            c.params.shrink_to_fit();
+            c.user_id = Some(found.id.clone());
+        }
+    }
+    found.id
 }

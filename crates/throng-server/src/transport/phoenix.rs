@@ -13,11 +13,11 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot};
 
-use super::conn::Kind;
+use super::conn::{Ended, Kind};
+use super::users::NO_USER;
 use super::Conns;
 use crate::auth::rate::Verdict;
-use crate::auth::SOCKET_ID_PREFIX;
-use crate::channel::{ConnectInfo, Info};
+use crate::channel::{Info, Who};
 use crate::longpoll::{is_session, End, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
@@ -53,47 +53,11 @@ impl Conns {
         }
     }
 
-    /// Subscribes connection `key` to its user's socket id topic
-    /// (`users_socket:<user>`), so a `disconnect` there reaches it on any
-    /// node. Not a channel: nothing is kept in the connection. Its place in
-    /// the topic's list is found by searching when it leaves (a user has a
-    /// few sockets, so the list is short), which also means no position to
-    /// fix up when another subscriber's leave moves it.
-    pub fn subscribe_socket_id(&mut self, node: &Node, key: usize, user: &str) {
-        let topic = format!("{SOCKET_ID_PREFIX}{user}");
-        let (slot, new) = self.registry.subscribe(&topic, key as u32);
-        if new {
-            self.topic_added(node, slot.topic);
-        }
-    }
-
-    fn unsubscribe_socket_id(&mut self, node: &Node, key: usize, user: &str) {
-        let topic = format!("{SOCKET_ID_PREFIX}{user}");
-        let Some(idx) = self.registry.find(&topic) else {
-            return;
-        };
-        let subs = &self.registry.topics[idx as usize].subs;
-        let Some(pos) = subs.iter().position(|&k| k as usize == key) else {
-            return;
-        };
-        // The subscriber moved into `pos` is another socket id subscriber:
-        // clients cannot join these topics, so no join holds its position.
-        let (_, gone) = self.registry.unsubscribe(Slot {
-            topic: idx,
-            pos: pos as u32,
-        });
-        if let Some(name) = gone {
-            self.topic_removed(node, &name);
-        }
-    }
-
-    /// Closes every socket subscribed to the socket id `topic` with 1001.
-    pub fn disconnect_socket_id(&mut self, node: &Node, scratch: &mut Scratch, topic: &str) {
-        let Some(idx) = self.registry.find(topic) else {
-            return;
-        };
-        let subs = self.registry.topics[idx as usize].subs.clone();
-        for key in subs {
+    /// Closes every socket of `user` on this shard with 1001 (Phoenix's
+    /// `disconnect` on the socket id `users_socket:<user>`), so clients
+    /// reconnect and authenticate again.
+    pub fn disconnect_user(&mut self, node: &Node, scratch: &mut Scratch, user: &str) {
+        for key in self.users.sockets(user) {
             let key = key as usize;
             if is_session(key) {
                 // A long-poll session ends; its next poll gets 410.
@@ -165,32 +129,36 @@ impl Conns {
         }
     }
 
-    /// Ends the Phoenix socket of a connection that is closing: every
-    /// channel terminates.
+    /// Ends the Phoenix socket of a connection that is closing (or of a
+    /// long-poll session that ends): every channel terminates, and the user
+    /// forgets this socket.
     pub(super) fn end_socket(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
         key: usize,
-        vsn: Vsn,
-        connect: Option<&ConnectInfo>,
-        joins: &mut Vec<Join>,
+        mut s: Ended,
     ) {
+        let id = self.users.id(s.user).cloned();
         let mut t = ShardTransport {
             conns: self,
             node,
             key,
             fail: None,
         };
+        let who = Who {
+            user: id.as_deref(),
+            connect: s.connect.as_deref(),
+        };
         Mux {
-            cx: cx(node, vsn, connect),
+            cx: cx(node, s.vsn, who),
             t: &mut t,
-            joins,
+            joins: &mut s.joins,
             scratch,
         }
         .close();
-        if let Some(user) = connect.and_then(|c| c.user_id.as_deref()) {
-            self.unsubscribe_socket_id(node, key, user);
+        if s.user != NO_USER {
+            self.users.remove(s.user, key as u32);
         }
     }
 
@@ -205,13 +173,19 @@ impl Conns {
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
     ) -> Option<(u16, &'static str)> {
-        let (mut joins, connect) = if is_session(key) {
+        let (mut joins, connect, user) = if is_session(key) {
             let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
-            (std::mem::take(&mut s.joins), s.connect.take())
+            (std::mem::take(&mut s.joins), s.connect.take(), s.user)
         } else {
             let conn = self.slab.get_mut(key)?;
-            (std::mem::take(&mut conn.joins), conn.connect.take())
+            (
+                std::mem::take(&mut conn.joins),
+                conn.connect.take(),
+                conn.user,
+            )
         };
+        // Cloned, not borrowed: the table lives in what the call mutates.
+        let id = self.users.id(user).cloned();
         let fail;
         {
             let mut t = ShardTransport {
@@ -220,8 +194,12 @@ impl Conns {
                 key,
                 fail: None,
             };
+            let who = Who {
+                user: id.as_deref(),
+                connect: connect.as_deref(),
+            };
             let mut mux = Mux {
-                cx: cx(node, vsn, connect.as_deref()),
+                cx: cx(node, vsn, who),
                 t: &mut t,
                 joins: &mut joins,
                 scratch,
@@ -254,12 +232,12 @@ impl Conns {
     }
 }
 
-fn cx<'a>(node: &'a Node, vsn: Vsn, connect: Option<&'a ConnectInfo>) -> Cx<'a> {
+fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
     Cx {
         router: &node.router,
         policy: &node.policy,
         vsn,
-        connect,
+        who,
         max_channels: node.config.max_channels_per_socket,
     }
 }
