@@ -64,6 +64,11 @@ pub struct BenchArgs {
     /// Where agents reach the controller.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
+    /// The secret agents must prove they know (and that the controller
+    /// proves to them); default: a fresh one, handed to local agents and
+    /// printed for remote ones.
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
     /// Seconds to keep everyone connected after the ramp-up before the
     /// disconnect storm (default: until sessions park and broadcasts are
     /// delivered, at most 60 s; 10 s when sessions never park, such as Tsung think loops).
@@ -113,6 +118,10 @@ pub struct AgentArgs {
     /// The controller's address (printed by `throng bench --remote-agents N`).
     #[arg(long)]
     pub controller: SocketAddr,
+    /// The controller's token (printed by `throng bench --remote-agents N`);
+    /// prefer the environment variable, which `ps` does not show.
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
+    pub token: String,
 }
 
 /// `throng tune`: print (or apply) OS settings and the limits that cap a run.

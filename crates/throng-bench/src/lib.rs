@@ -71,7 +71,7 @@ pub fn run_bench(args: BenchArgs) -> Result<(), BoxError> {
 
 /// `throng agent`.
 pub fn run_agent(args: AgentArgs) -> Result<(), BoxError> {
-    agent::run(args.controller).map_err(Into::into)
+    agent::run(args.controller, &args.token).map_err(Into::into)
 }
 
 /// `throng tune`.

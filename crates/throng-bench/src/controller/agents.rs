@@ -3,7 +3,7 @@
 //! main thread owns every link's state and updates it in [`Agents::pump`].
 
 use std::io::BufReader;
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Child;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -38,6 +38,9 @@ impl Drop for AgentLink {
     }
 }
 
+/// Links authenticating at once, at most.
+const MAX_PENDING: usize = 256;
+
 /// A line from agent `i`, or its link closing.
 enum Event {
     Msg(usize, ToController),
@@ -48,55 +51,90 @@ enum Event {
 pub(super) struct Agents {
     pub links: Vec<AgentLink>,
     rx: Receiver<Event>,
+    /// When every link is next pinged.
+    next_ping: Instant,
 }
 
 impl Agents {
     /// Accepts `n` agents on `listener` (ours from `local`, or remote),
-    /// each saying hello, within `wait`.
+    /// each proving it knows `token`, within `wait`. Each peer is
+    /// authenticated on a thread of its own (at most [`MAX_PENDING`] at
+    /// once), so one that says nothing holds no one else up; a peer that
+    /// fails (a stranger on the port, an agent of another run) is dropped
+    /// with a warning and the wait goes on. Accepted agents are pinged
+    /// meanwhile, so none gives up on a controller still waiting for others.
     pub fn accept(
         listener: &TcpListener,
         n: usize,
         local: &mut LocalAgents,
+        token: &str,
         wait: Duration,
     ) -> Result<Agents, BenchError> {
+        type Authenticated = (TcpStream, BufReader<TcpStream>, Result<u32, BenchError>);
         let (tx, rx) = mpsc::channel();
+        let (auth_tx, auth_rx) = mpsc::channel::<(SocketAddr, Authenticated)>();
+        let mut pending = 0;
         let mut links: Vec<AgentLink> = Vec::new();
         listener.set_nonblocking(true)?;
         let deadline = Instant::now() + wait;
+        let mut next_ping = Instant::now() + wire::PING_EVERY;
         while links.len() < n {
-            match listener.accept() {
-                Ok((s, _)) => {
-                    s.set_nonblocking(false)?;
-                    s.set_nodelay(true)?;
-                    let mut input = BufReader::new(s.try_clone()?);
-                    let Some(ToController::Hello { pid }) = wire::recv(&mut input)? else {
-                        return Err(BenchError::Protocol("expected hello".into()));
-                    };
-                    let idx = links.len();
-                    let tx = tx.clone();
-                    std::thread::spawn(move || loop {
-                        match wire::recv::<ToController>(&mut input) {
-                            Ok(Some(m)) => {
-                                if tx.send(Event::Msg(idx, m)).is_err() {
-                                    break;
-                                }
-                            }
-                            _ => {
-                                let _ = tx.send(Event::Gone(idx));
+            if Instant::now() >= next_ping {
+                next_ping += wire::PING_EVERY;
+                for l in &mut links {
+                    wire::send(&mut l.out, &ToAgent::Ping)?;
+                }
+            }
+            while let Ok((peer, (s, mut input, pid))) = auth_rx.try_recv() {
+                pending -= 1;
+                let pid = match pid {
+                    Ok(pid) => pid,
+                    Err(e) => {
+                        eprintln!("warning: refused a link from {peer}: {e}");
+                        continue;
+                    }
+                };
+                let idx = links.len();
+                let tx = tx.clone();
+                std::thread::spawn(move || loop {
+                    // A closed link, a bad line, or LINK_TIMEOUT of silence.
+                    match wire::recv::<ToController>(&mut input, wire::MAX_LINE) {
+                        Ok(Some(m)) => {
+                            if tx.send(Event::Msg(idx, m)).is_err() {
                                 break;
                             }
                         }
+                        _ => {
+                            let _ = tx.send(Event::Gone(idx));
+                            break;
+                        }
+                    }
+                });
+                links.push(AgentLink {
+                    out: s,
+                    pid,
+                    child: local.take(pid),
+                    ready_rss: 0,
+                    users: 0,
+                    last: None,
+                    final_: None,
+                    storm_done: false,
+                });
+            }
+            match listener.accept() {
+                Ok((s, peer)) if pending < MAX_PENDING => {
+                    s.set_nonblocking(false)?;
+                    s.set_nodelay(true)?;
+                    let mut input = BufReader::new(s.try_clone()?);
+                    let (token, auth_tx) = (token.to_string(), auth_tx.clone());
+                    pending += 1;
+                    std::thread::spawn(move || {
+                        let pid = wire::authenticate_agent(&s, &mut input, &token);
+                        let _ = auth_tx.send((peer, (s, input, pid)));
                     });
-                    links.push(AgentLink {
-                        out: s,
-                        pid,
-                        child: local.take(pid),
-                        ready_rss: 0,
-                        users: 0,
-                        last: None,
-                        final_: None,
-                        storm_done: false,
-                    });
+                }
+                Ok((_, peer)) => {
+                    eprintln!("warning: refused a link from {peer}: {MAX_PENDING} links are already authenticating");
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() > deadline {
@@ -110,7 +148,11 @@ impl Agents {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(Agents { links, rx })
+        Ok(Agents {
+            links,
+            rx,
+            next_ping,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -166,9 +208,13 @@ impl Agents {
         Ok(conn_size)
     }
 
-    /// Handles agent events for up to `wait`.
+    /// Handles agent events for up to `wait` (and pings the links when due).
     pub fn pump(&mut self, wait: Duration) -> Result<(), BenchError> {
         let deadline = Instant::now() + wait;
+        if deadline >= self.next_ping {
+            self.next_ping = Instant::now() + wire::PING_EVERY;
+            self.send_all(&ToAgent::Ping)?;
+        }
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {

@@ -43,7 +43,7 @@ use crate::cli::Load;
 use crate::error::BenchError;
 use crate::plan::Plan;
 use crate::report::{html, summary};
-use crate::wire::ToAgent;
+use crate::wire::{self, ToAgent};
 use crate::{dashboard, netns, scenario, sys, BenchArgs};
 
 fn resolve(target: &str) -> Result<SocketAddr, BenchError> {
@@ -145,15 +145,31 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
 
     let listener = TcpListener::bind(&args.listen)?;
     let ctl_addr = listener.local_addr()?;
-    let mut children = LocalAgents::spawn(local, ctl_addr)?;
+    let token = match &args.token {
+        Some(t) if !t.is_empty() => t.clone(),
+        _ => wire::new_token()?,
+    };
+    let mut children = LocalAgents::spawn(local, ctl_addr, &token)?;
     if args.remote_agents > 0 {
+        let shown = if args.token.is_some() {
+            "<the --token given>".to_string()
+        } else {
+            token.clone()
+        };
         eprintln!(
-            "waiting for {} remote agent(s): throng agent --controller {ctl_addr}",
-            args.remote_agents
+            "waiting for {} remote agent(s): {}={shown} throng agent --controller {ctl_addr}",
+            args.remote_agents,
+            wire::TOKEN_ENV
         );
     }
     let wait = Duration::from_secs(if args.remote_agents > 0 { 120 } else { 20 });
-    let mut agents = Agents::accept(&listener, total_agents as usize, &mut children, wait)?;
+    let mut agents = Agents::accept(
+        &listener,
+        total_agents as usize,
+        &mut children,
+        &token,
+        wait,
+    )?;
     let host = args.target.clone().unwrap_or_else(|| target.to_string());
     for i in 0..agents.len() {
         let plan = Plan {

@@ -225,6 +225,11 @@ impl Engine {
         self.arrivals.started_at = Some(now);
     }
 
+    /// Whether the arrivals have started.
+    pub fn started(&self) -> bool {
+        self.arrivals.started_at.is_some()
+    }
+
     /// Releases the connections parked at the barrier (and any that come later).
     pub fn release(&mut self) {
         self.released = true;
