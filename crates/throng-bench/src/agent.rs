@@ -27,17 +27,13 @@ enum Cmd {
     Lost,
 }
 
-/// Connects to the controller (retrying briefly), proves the `token`, and
-/// runs until `finish`.
-pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
-    // Before any thread starts, so every thread inherits it; see
-    // `sys::set_batch_scheduling`. THRONG_AGENT_NO_BATCH=1 keeps the default
-    // policy (for comparing).
-    if std::env::var_os("THRONG_AGENT_NO_BATCH").is_none() && !sys::set_batch_scheduling() {
-        tracing::debug!("SCHED_BATCH refused; keeping the default scheduling policy");
-    }
-    let (soft, _) = sys::raise_fd_limit();
-    let capacity = soft.saturating_sub(FD_MARGIN).max(1);
+/// Connects to the controller (retrying for 10 s) and authenticates as
+/// `role`: the link's writing and reading halves.
+pub(crate) fn link(
+    controller: SocketAddr,
+    token: &str,
+    role: wire::Role,
+) -> Result<(TcpStream, BufReader<TcpStream>), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let stream = loop {
         match TcpStream::connect(controller) {
@@ -50,9 +46,24 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
         }
     };
     stream.set_nodelay(true)?;
-    let mut out = stream.try_clone()?;
+    let out = stream.try_clone()?;
     let mut input = BufReader::new(stream);
-    wire::authenticate_to_controller(&out, &mut input, token)?;
+    wire::authenticate_to_controller(&out, &mut input, token, role)?;
+    Ok((out, input))
+}
+
+/// Connects to the controller (retrying briefly), proves the `token`, and
+/// runs until `finish`.
+pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
+    // Before any thread starts, so every thread inherits it; see
+    // `sys::set_batch_scheduling`. THRONG_AGENT_NO_BATCH=1 keeps the default
+    // policy (for comparing).
+    if std::env::var_os("THRONG_AGENT_NO_BATCH").is_none() && !sys::set_batch_scheduling() {
+        tracing::debug!("SCHED_BATCH refused; keeping the default scheduling policy");
+    }
+    let (soft, _) = sys::raise_fd_limit();
+    let capacity = soft.saturating_sub(FD_MARGIN).max(1);
+    let (mut out, mut input) = link(controller, token, wire::Role::Agent)?;
     let mut plan = loop {
         match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE)? {
             Some(ToAgent::Plan(p)) => break p,
@@ -108,6 +119,12 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                     return Ok(());
                 }
                 Cmd::Msg(ToAgent::Start) => engine.start(),
+                Cmd::Msg(ToAgent::Rate { per_sec }) => engine.set_rate(per_sec),
+                Cmd::Msg(ToAgent::Floor { writers }) => engine.floor_connect(writers),
+                Cmd::Msg(ToAgent::FloorEnd) => {
+                    engine.floor_close();
+                    wire::send(&mut out, &ToController::FloorClosed)?;
+                }
                 Cmd::Msg(ToAgent::Release) => engine.release(),
                 Cmd::Msg(ToAgent::Storm) => {
                     engine.storm();
@@ -120,11 +137,18 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                         hists: engine.hists.to_wire(),
                         bcasts: engine.bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
                         slots: engine.slots.clone(),
+                        floor: engine.floor_bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
                     };
                     wire::send(&mut out, &ToController::Final(Box::new(fin)))?;
                     return Ok(());
                 }
-                Cmd::Msg(m @ (ToAgent::Plan(_) | ToAgent::Challenge { .. } | ToAgent::Ping)) => {
+                Cmd::Msg(
+                    m @ (ToAgent::Plan(_)
+                    | ToAgent::Challenge { .. }
+                    | ToAgent::Ping
+                    | ToAgent::FloorWrite(_)
+                    | ToAgent::Fire { .. }),
+                ) => {
                     return Err(BenchError::Protocol(format!("unexpected {m:?}")));
                 }
             }
@@ -134,12 +158,18 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
         // they have all settled, so 50 idle agents at 1M do not spend a core
         // counting (and the controller hears from each at least once a second).
         let c = &engine.counters;
-        let busy = engine.started() && !(c.arrivals_done && c.connecting == 0 && c.awaiting == 0);
+        let arriving =
+            engine.started() && !(c.arrivals_done && c.connecting == 0 && c.awaiting == 0);
+        let floor = engine.floor_opening() || c.floor_connecting > 0 || c.floor_open > 0;
+        let busy = arriving || floor;
         let every = Duration::from_millis(if busy { 100 } else { 1000 });
         if last_progress.elapsed() >= every {
             last_progress = Instant::now();
             engine.refresh_gauges();
-            wire::send(&mut out, &ToController::Progress(engine.counters.clone()))?;
+            wire::send(
+                &mut out,
+                &ToController::Progress(Box::new(engine.counters.clone())),
+            )?;
         }
     }
 }

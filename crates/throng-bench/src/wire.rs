@@ -2,13 +2,17 @@
 //! opened by mutual authentication with a shared token.
 //!
 //! ```text
-//! agent -> controller   hello {pid, role, nonce}
+//! agent -> controller   hello {pid, role, nonce}   (role: agent or floor_writer)
 //! controller -> agent   challenge {nonce, proof}     proof = HMAC-SHA256(token, "controller" a c)
 //! agent -> controller   proof {proof}                proof = HMAC-SHA256(token, "agent" a c)
 //!                       (a, c: the agent's and the controller's nonces)
 //! controller -> agent   plan {index, agents, scenario, target, ...}
 //! agent -> controller   ready {rss, users, conn_size}
+//! controller -> agent   floor {writers}            (open a floor socket per user: crate::floor)
+//! controller -> agent   floor_end                  (reset them)
+//! agent -> controller   floor_closed
 //! controller -> agent   start                      (arrivals begin)
+//! controller -> agent   rate {per_sec}             (adaptive arrival: the rate from now on)
 //! agent -> controller   progress {counters}        (every 100 ms; 1 s once settled or idle)
 //! controller -> agent   release                    (the barrier opens)
 //! controller -> agent   storm                      (drop every connection)
@@ -16,6 +20,16 @@
 //! controller -> agent   finish
 //! agent -> controller   final {counters, hists, bcasts, slots}   (then it exits)
 //! controller -> agent   ping                       (every few seconds: the link is alive)
+//! ```
+//!
+//! A floor writer ([`crate::floor`]) opens its link the same way, then:
+//!
+//! ```text
+//! controller -> writer   floor_write {expect, threads, frame}
+//! writer -> controller   listening {addr}, then accepted {sockets} every second
+//! controller -> writer   fire {round, stamp_ns}     (write the frame to every socket)
+//! writer -> controller   fired {round, write_secs, failed}
+//! controller -> writer   finish
 //! ```
 //!
 //! Bounds, so that neither a stranger on the controller's port nor a peer
@@ -35,7 +49,10 @@ use hmac::{Hmac, Mac};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use sha2::Sha256;
 
+use std::net::SocketAddr;
+
 use crate::error::BenchError;
+use crate::floor::FloorOrder;
 use crate::plan::Plan;
 use crate::stats::{BcastSeen, Counters, HistsWire};
 
@@ -71,6 +88,35 @@ pub enum ToAgent {
     Finish,
     /// Nothing to do: the link is alive.
     Ping,
+    /// Adaptive arrival: users arrive at this rate (all agents together)
+    /// from now on; 0 pauses.
+    Rate {
+        per_sec: f64,
+    },
+    /// Open a floor socket per user, user `g` to `writers[g % len]`.
+    Floor {
+        writers: Vec<SocketAddr>,
+    },
+    /// Reset every floor socket.
+    FloorEnd,
+    /// To a floor writer: what to accept and write.
+    FloorWrite(Box<FloorOrder>),
+    /// To a floor writer: write round `round`'s frame, stamped `stamp_ns`,
+    /// to every socket.
+    Fire {
+        round: u32,
+        stamp_ns: u64,
+    },
+}
+
+/// What a peer of the controller is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    #[default]
+    Agent,
+    /// A floor writer (`throng agent --floor-writer`).
+    FloorWriter,
 }
 
 /// An agent's last word.
@@ -80,6 +126,9 @@ pub struct Final {
     pub hists: HistsWire,
     pub bcasts: Vec<(u64, BcastSeen)>,
     pub slots: crate::slots::Slots,
+    /// The floor's frames as this agent received them.
+    #[serde(default)]
+    pub floor: Vec<(u64, BcastSeen)>,
 }
 
 /// What an agent tells the controller.
@@ -90,6 +139,8 @@ pub enum ToController {
     /// `/proc`) and its nonce for the challenge.
     Hello {
         pid: u32,
+        #[serde(default)]
+        role: Role,
         nonce: String,
     },
     /// The agent's proof of the token.
@@ -101,9 +152,25 @@ pub enum ToController {
         users: u64,
         conn_size: usize,
     },
-    Progress(Counters),
+    Progress(Box<Counters>),
     StormDone,
     Final(Box<Final>),
+    /// The agent has reset its floor sockets.
+    FloorClosed,
+    /// A floor writer listens here.
+    Listening {
+        addr: SocketAddr,
+    },
+    /// A floor writer holds this many sockets (every second).
+    Accepted {
+        sockets: u64,
+    },
+    /// A floor writer wrote round `round` in `write_secs`; `failed` writes failed.
+    Fired {
+        round: u32,
+        write_secs: f64,
+        failed: u64,
+    },
 }
 
 /// Writes one message as a JSON line.
@@ -210,6 +277,7 @@ pub fn authenticate_to_controller(
     stream: &TcpStream,
     input: &mut impl BufRead,
     token: &str,
+    role: Role,
 ) -> Result<(), BenchError> {
     stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
     stream.set_write_timeout(Some(LINK_TIMEOUT))?;
@@ -219,6 +287,7 @@ pub fn authenticate_to_controller(
         &mut out,
         &ToController::Hello {
             pid: std::process::id(),
+            role,
             nonce: a.clone(),
         },
     )?;
@@ -247,18 +316,18 @@ pub fn authenticate_to_controller(
 }
 
 /// The controller's side: read the hello, prove ourselves, check the
-/// agent's proof. Returns the agent's pid. On error the caller drops the
-/// link (a stranger, or an agent with another token) and goes on.
+/// agent's proof. Returns the agent's pid and role. On error the caller
+/// drops the link (a stranger, or an agent with another token) and goes on.
 pub fn authenticate_agent(
     stream: &TcpStream,
     input: &mut impl BufRead,
     token: &str,
-) -> Result<u32, BenchError> {
+) -> Result<(u32, Role), BenchError> {
     stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
     stream.set_write_timeout(Some(HELLO_TIMEOUT))?;
     let mut out = stream;
-    let (pid, a) = match recv::<ToController>(input, MAX_HELLO_LINE)? {
-        Some(ToController::Hello { pid, nonce }) if nonce.len() <= 128 => (pid, nonce),
+    let (pid, role, a) = match recv::<ToController>(input, MAX_HELLO_LINE)? {
+        Some(ToController::Hello { pid, role, nonce }) if nonce.len() <= 128 => (pid, role, nonce),
         _ => return Err(BenchError::Protocol("expected a hello".into())),
     };
     let c = nonce()?;
@@ -281,7 +350,7 @@ pub fn authenticate_agent(
     }
     stream.set_read_timeout(Some(LINK_TIMEOUT))?;
     stream.set_write_timeout(Some(LINK_TIMEOUT))?;
-    Ok(pid)
+    Ok((pid, role))
 }
 
 #[cfg(test)]
@@ -303,6 +372,7 @@ mod tests {
             host: "127.0.0.1:4000".into(),
             bind_sources: true,
             capacity: 19_000,
+            adaptive: false,
         }));
         let mut buf = Vec::new();
         send(&mut buf, &plan).unwrap();
@@ -359,14 +429,15 @@ mod tests {
     fn handshake(
         controller_token: &str,
         agent_token: &str,
-    ) -> (Result<u32, String>, Result<(), String>) {
+    ) -> (Result<(u32, Role), String>, Result<(), String>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let agent_token = agent_token.to_string();
         let agent = std::thread::spawn(move || {
             let s = TcpStream::connect(addr).unwrap();
             let mut input = BufReader::new(s.try_clone().unwrap());
-            authenticate_to_controller(&s, &mut input, &agent_token).map_err(|e| e.to_string())
+            authenticate_to_controller(&s, &mut input, &agent_token, Role::FloorWriter)
+                .map_err(|e| e.to_string())
         });
         let (s, _) = l.accept().unwrap();
         let mut input = BufReader::new(s.try_clone().unwrap());
@@ -378,7 +449,7 @@ mod tests {
     #[test]
     fn agents_and_controllers_prove_the_token_to_each_other() {
         let (c, a) = handshake("secret", "secret");
-        assert_eq!(c, Ok(std::process::id()));
+        assert_eq!(c, Ok((std::process::id(), Role::FloorWriter)));
         assert_eq!(a, Ok(()));
         let (c, a) = handshake("secret", "guess");
         let a = a.unwrap_err();

@@ -138,6 +138,7 @@ fn run_engine(ser: Vsn, binary_replies: bool) {
         index: 0,
         agents: 1,
         capacity: 1000,
+        adaptive: false,
     })
     .unwrap();
     engine.start();
