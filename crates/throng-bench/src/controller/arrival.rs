@@ -13,10 +13,15 @@
 //!   flight than [`TARGET_MS`] of arrivals at this rate): cut to four
 //!   fifths of that, held for half a second;
 //! - while held, nothing changes: the queue a cut leaves drains first;
+//! - a queue already draining (fewer in flight, the oldest no older): held;
 //! - the oldest past half the target, or the machine's CPU saturated while
 //!   the queue grows: held;
-//! - otherwise raised: by half every tick until the first cut (slow start,
-//!   as TCP's), by 5% every tick after (~60% a second).
+//! - otherwise raised: by half every tick until the first cut or the oldest
+//!   handshake passes a quarter of the target (slow start, as TCP's, left
+//!   on rising delay as HyStart does); after it, by a quarter a tick back up to 80% of the rate
+//!   the last cut came at, and by 5% a tick (~60% a second) beyond, so a
+//!   cut too deep (a noisy moment) costs little and the known limit is
+//!   approached gently (as CUBIC does).
 //!
 //! Each cut names the resource that set it, from the CPU trace at that
 //! moment: the machine's cores, a server thread, an agent, or (with CPU to
@@ -57,6 +62,8 @@ pub(super) struct Signals {
 pub(super) struct RateControl {
     rate: f64,
     slow_start: bool,
+    /// The rate the last cut came at.
+    last_max: f64,
     /// No raise before this (s), after a cut: the queue drains first.
     hold_until: f64,
     prev: Option<Signals>,
@@ -75,6 +82,7 @@ impl RateControl {
         RateControl {
             rate,
             slow_start: true,
+            last_max: 0.0,
             hold_until: 0.0,
             prev: None,
             recent: VecDeque::new(),
@@ -110,7 +118,11 @@ impl RateControl {
         };
         let queue_limit = (self.rate * TARGET_MS as f64 / 1000.0).max(50.0);
         let machine = s.cpu.machine_pct.unwrap_or(0.0) / (s.cpu.cores.max(1) as f64 * 100.0);
+        let draining = s.in_flight < prev.in_flight && s.oldest_ms <= prev.oldest_ms;
         let new = if s.t < self.hold_until {
+            return None;
+        } else if s.timeouts <= prev.timeouts && s.oldest_ms > TARGET_MS / 4 && draining {
+            // A queue that is draining already needs no deeper cut.
             return None;
         } else if s.timeouts > prev.timeouts || s.oldest_ms > HARD_MS {
             self.cut(&s, self.rate.min(achieved) * 0.5, 1.0)
@@ -120,8 +132,16 @@ impl RateControl {
             || (machine >= 0.98 && s.in_flight > prev.in_flight && s.in_flight > 10)
         {
             return None;
+        } else if self.slow_start && s.oldest_ms > TARGET_MS / 4 {
+            // Handshakes begin to wait: slow start ends here, before a
+            // queue forms (as TCP's HyStart leaves it on rising delay).
+            self.slow_start = false;
+            self.last_max = self.rate;
+            self.rate * 1.05
         } else if self.slow_start {
             self.rate * 1.5
+        } else if self.rate < 0.8 * self.last_max {
+            (self.rate * 1.25).min(0.8 * self.last_max)
         } else {
             self.rate * 1.05
         };
@@ -149,6 +169,7 @@ impl RateControl {
             why: format!("cut: {limit}"),
         });
         self.limits.push(limit);
+        self.last_max = self.rate;
         self.slow_start = false;
         self.hold_until = s.t + hold;
         self.first_cut.get_or_insert((s.t, s.connected));
@@ -269,7 +290,7 @@ mod tests {
         );
         // Held while the queue drains, even once quick again.
         assert_eq!(c.tick(sig(0.2, 500, 10, 5)), None);
-        // Then raised gently (no more slow start).
+        // Then raised gently: the cut left it at 80% of where it came.
         let r2 = c.tick(sig(0.7, 1500, 10, 5)).unwrap();
         assert!((r2 - r * 1.05).abs() < 1.0, "{r2}");
         // A timeout halves what was achieved over the last half second
@@ -278,6 +299,10 @@ mod tests {
         s.timeouts = 1;
         let r3 = c.tick(s).unwrap();
         assert!((r3 - 1000.0).abs() < 1.0, "{r3}");
+        // Recovering from a cut too deep: a quarter a tick up to 80% of
+        // the rate it came at.
+        let r4 = c.tick(sig(1.9, 2000, 10, 5)).unwrap();
+        assert!((r4 - 1250.0).abs() < 1.0, "{r4}");
         // A saturated machine is the resource named.
         let mut s = sig(2.0, 2000, 5000, 800);
         s.cpu.machine_pct = Some(199.0);
@@ -289,6 +314,28 @@ mod tests {
         );
         let l = c.limited_by().unwrap();
         assert!(l.contains("of 3 cuts"), "{l}");
+    }
+
+    #[test]
+    fn slow_start_ends_when_handshakes_begin_to_wait() {
+        let mut c = RateControl::new(1000.0);
+        c.tick(sig(0.0, 0, 0, 0));
+        // 60 ms: no cut, but no more doubling either.
+        assert_eq!(c.tick(sig(0.1, 100, 20, 60)), Some(1050.0));
+        assert_eq!(c.tick(sig(0.2, 200, 20, 5)), Some(1050.0 * 1.05));
+        assert!(c.first_cut.is_none());
+    }
+
+    #[test]
+    fn a_draining_queue_is_not_cut_again() {
+        let mut c = RateControl::new(8000.0);
+        c.tick(sig(0.0, 0, 0, 0));
+        c.tick(sig(0.1, 300, 3000, 600)).unwrap();
+        // Past the hold, still old, but fewer in flight: left alone.
+        assert_eq!(c.tick(sig(1.2, 2000, 2000, 550)), None);
+        // Growing again: cut.
+        assert!(c.tick(sig(1.3, 2100, 2500, 650)).is_some());
+        assert_eq!(c.limits.len(), 2);
     }
 
     #[test]

@@ -213,7 +213,7 @@ impl Run {
     }
 
     /// A live snapshot for the dashboard.
-    fn publish_live(&self, status: &str) {
+    pub(super) fn publish_live(&self, status: &str) {
         let live = Live {
             status,
             scenario: &self.sc.name,

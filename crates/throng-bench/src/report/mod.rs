@@ -219,6 +219,9 @@ pub struct Heartbeats {
     /// Per second while everyone was connected (the hold): the background
     /// load under the broadcasts.
     pub per_sec_at_hold: f64,
+    /// CPU while everyone was connected and nothing but heartbeats flowed
+    /// (the plateau, before the barrier opened): what the background costs.
+    pub background: CpuWindow,
 }
 
 /// The OS settings in force (those `throng tune` sets), and those this
@@ -491,7 +494,7 @@ pub struct Sample {
 /// What the live dashboard shows while a run is on.
 #[derive(Clone, Debug, Serialize)]
 pub struct Live<'a> {
-    /// The phase: `starting`, `ramp-up`, `hold`.
+    /// The phase: `starting`, `floor`, `ramp-up`, `hold`.
     pub status: &'a str,
     /// The scenario's name.
     pub scenario: &'a str,

@@ -321,9 +321,12 @@ pub fn table(r: &Report) -> String {
         "heartbeats (background load)",
         if h.interval_secs > 0.0 {
             format!(
-                "every {} s per connection, spread evenly: {}/s while held",
+                "every {} s per connection, spread evenly: {}/s while held; the quiet plateau cost server {}%, {}, machine {}% (of a core)",
                 float(h.interval_secs),
-                float(h.per_sec_at_hold)
+                float(h.per_sec_at_hold),
+                opt(h.background.server_pct),
+                h.background.agents.agents_pct(),
+                opt(h.background.machine_pct)
             )
         } else {
             "none".into()
