@@ -44,6 +44,11 @@
 //! - **The clock for broadcasts is CLOCK_REALTIME**, stamped into the
 //!   message body by the publisher, read by every receiver on the same
 //!   machine: one-way latency without a reply.
+//! - **The bench must not blame the server for its own overload.** Users
+//!   arrive at the rate the run sustains (adaptive arrival, unless a
+//!   schedule is given), each error says whose it is, and a broadcast is
+//!   read against the floor: the same fan-out on the same machine with no
+//!   server at all, measured in the same run.
 
 pub mod agent;
 pub mod cli;

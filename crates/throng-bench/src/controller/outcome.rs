@@ -398,7 +398,7 @@ fn adaptive_report(ramp: &Ramp, slots: &Slots) -> AdaptiveArrival {
         final_per_sec: ctl.rate(),
         sustainable_per_sec: sustainable,
         limited_by: ctl.limited_by().unwrap_or_else(|| {
-            "nothing: handshakes never queued, so the rate kept rising until every user had arrived".into()
+            "no cut: no handshake waited past the threshold, so the rate kept rising until every user had arrived".into()
         }),
         cuts: ctl.limits.len(),
         steps: ctl.steps.clone(),

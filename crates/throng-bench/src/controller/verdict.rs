@@ -291,8 +291,9 @@ pub(super) fn verdict(
             )
         }
         Some(a) => format!(
-            "no limit reached: {joined} of {target} joined with no errors, arrivals rising to {:.0}/s without handshakes queuing",
-            a.max_per_sec
+            "no limit reached: {joined} of {target} joined with no errors; arrivals rose to {:.0}/s and no handshake waited past {} ms, where adaptive arrival backs off",
+            a.max_per_sec,
+            super::arrival::TARGET_MS
         ),
         None if joined >= target => {
             format!("no limit reached: {joined} of {target} joined with no errors on the schedule given")

@@ -119,12 +119,10 @@ pub fn table(r: &Report) -> String {
             row(
                 &mut s,
                 "arrival rate sustained",
-                format!(
-                    "{}: set by {}",
-                    ad.sustainable_per_sec
-                        .map_or("not found".into(), |r| format!("{}/s", float(r))),
-                    ad.limited_by
-                ),
+                match ad.sustainable_per_sec {
+                    Some(r) => format!("{}/s, set by {}", float(r), ad.limited_by),
+                    None => format!("not found: {}", ad.limited_by),
+                },
             );
         }
         None => row(
