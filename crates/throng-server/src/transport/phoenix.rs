@@ -309,8 +309,14 @@ impl Transport for ShardTransport<'_> {
         }
         let exclude = (!include_self).then_some((self.conns.id, self.key));
         let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
+        // The other shards and nodes first, then this shard's subscribers:
+        // delivering here first (thousands of writes) kept every other
+        // shard, and with --workers every other node, idle until it was
+        // done, so the fan-out ran one shard after another instead of all
+        // at once. Nothing else runs on this shard in between, so each
+        // connection here still sees the same order.
+        self.node.broadcast(Some(self.conns.id), Arc::clone(&b));
         self.conns.deliver(&b);
-        self.node.broadcast(Some(self.conns.id), b);
     }
 
     fn stats(&self) -> &ShardStats {
