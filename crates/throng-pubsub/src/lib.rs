@@ -99,6 +99,7 @@ pub mod backplane;
 mod broadcast;
 pub mod conformance;
 pub mod metrics;
+pub mod presence;
 mod registry;
 mod shards;
 
@@ -106,6 +107,10 @@ pub use backplane::{
     Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane,
 };
 pub use broadcast::{frame_of, Broadcast, Exclude};
+pub use presence::{
+    LocalPresence, MemoryPresence, MemoryPresenceBus, PresenceSink, PresenceStore, RedisPresence,
+    Tracker,
+};
 pub use registry::{Registry, Slot, Topic};
 pub use shards::{NodeTopics, ShardSet, MAX_SHARDS};
 
