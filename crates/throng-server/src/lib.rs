@@ -48,6 +48,7 @@ mod http;
 pub mod metrics;
 pub mod node;
 mod page;
+pub mod presence;
 mod socket;
 pub mod sys;
 mod transport;
@@ -59,13 +60,14 @@ use std::thread::JoinHandle;
 
 use mio::net::TcpListener;
 use mio::{Poll, Waker};
-use throng_pubsub::{Backplane, Handler};
+use throng_pubsub::{Backplane, Handler, LocalPresence, PresenceStore, Tracker};
 
 pub use channel::{
     Channel, ConnectInfo, Info, OwnedPayload, Payload, Reply, Router, Socket, Terminate,
 };
 pub use config::{Config, ServeArgs};
 pub use node::{Endpoint, Node};
+pub use presence::{Presence, PresenceError, PresenceRule};
 
 /// File descriptors kept back from the limit for listeners, epoll, logs.
 pub const FD_MARGIN: u64 = 64;
@@ -93,11 +95,23 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds and starts the shards with `router` and `backplane`.
+    /// Binds and starts the shards with `router` and `backplane`; presence
+    /// is this node's alone ([`LocalPresence`]).
     pub fn start(
         config: Config,
         router: Router,
         backplane: Arc<dyn Backplane>,
+    ) -> Result<Server, Error> {
+        Server::start_with_presence(config, router, backplane, Arc::new(LocalPresence::new()))
+    }
+
+    /// As [`Server::start`], with presence shared through `presence` (a
+    /// `RedisPresence` for a cluster).
+    pub fn start_with_presence(
+        config: Config,
+        router: Router,
+        backplane: Arc<dyn Backplane>,
+        presence: Arc<dyn PresenceStore>,
     ) -> Result<Server, Error> {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         let listeners = bind_all(config.addr, config.shards)?;
@@ -121,6 +135,7 @@ impl Server {
             router,
             topics: Default::default(),
             backplane,
+            presence: Tracker::new(presence),
             peers,
             pages: page::Pages::build(),
             fd_limit,

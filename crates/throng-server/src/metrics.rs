@@ -36,6 +36,15 @@ pub struct ShardStats {
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
     pub channel_limit_refusals: AtomicU64,
+    /// `presence_state`/`presence_count` pushes to joiners, and their bytes.
+    pub presence_states: AtomicU64,
+    pub presence_state_bytes: AtomicU64,
+    /// `presence_diff`/`presence_count` broadcasts delivered to sockets,
+    /// and their frame bytes.
+    pub presence_diffs_out: AtomicU64,
+    pub presence_diff_bytes_out: AtomicU64,
+    /// Presence calls refused (see `crate::presence::Presence`).
+    pub presence_refused: AtomicU64,
 }
 
 impl ShardStats {
@@ -162,6 +171,36 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "Connections closed for protocol errors.",
         |s| &s.protocol_errors,
     ),
+    (
+        "throng_presence_states_total",
+        "counter",
+        "presence_state (or presence_count) pushes to joiners.",
+        |s| &s.presence_states,
+    ),
+    (
+        "throng_presence_state_bytes_total",
+        "counter",
+        "Message bytes of those pushes.",
+        |s| &s.presence_state_bytes,
+    ),
+    (
+        "throng_presence_diffs_delivered_total",
+        "counter",
+        "presence_diff (or presence_count) broadcasts delivered to sockets.",
+        |s| &s.presence_diffs_out,
+    ),
+    (
+        "throng_presence_diff_bytes_delivered_total",
+        "counter",
+        "Frame bytes of those deliveries.",
+        |s| &s.presence_diff_bytes_out,
+    ),
+    (
+        "throng_presence_refused_total",
+        "counter",
+        "Presence refused: a join whose key is over --max-presence-bytes, a track or update over it, a key tracked twice by a join, an update or untrack of a key not tracked.",
+        |s| &s.presence_refused,
+    ),
 ];
 
 /// The `/metrics` page of `node`, Prometheus text format.
@@ -200,6 +239,7 @@ pub fn render(node: &Node) -> String {
         format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
     );
     node.backplane.render_metrics(&mut out);
+    node.presence.render_metrics(&mut out);
     out
 }
 

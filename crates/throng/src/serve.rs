@@ -6,7 +6,9 @@
 use std::io::Write as _;
 use std::sync::Arc;
 
-use throng_pubsub::{Backplane, LocalBackplane, RedisBackplane};
+use throng_pubsub::{
+    Backplane, LocalBackplane, LocalPresence, PresenceStore, RedisBackplane, RedisPresence,
+};
 use throng_server::{chat, Config, Server};
 
 use crate::supervisor::{self, Error};
@@ -23,8 +25,16 @@ pub fn serve(config: Config) -> Result<(), Error> {
         Some(url) => Arc::new(RedisBackplane::connect(url)?),
         None => Arc::new(LocalBackplane),
     };
+    // Presence crosses nodes only when it is turned on: without rules, no
+    // presence connections or liveness keys.
+    let presence: Arc<dyn PresenceStore> = match &config.redis {
+        Some(url) if !config.presence.is_empty() => {
+            Arc::new(RedisPresence::connect(url, config.presence_timeout)?)
+        }
+        _ => Arc::new(LocalPresence::new()),
+    };
     let worker = config.worker_index;
-    let server = Server::start(config, chat::router(), backplane)?;
+    let server = Server::start_with_presence(config, chat::router(), backplane, presence)?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
         // For the supervisor, which sums the workers' capacities.

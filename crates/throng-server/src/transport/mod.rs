@@ -24,6 +24,7 @@ pub(crate) mod conn;
 mod output;
 mod phoenix;
 
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +39,7 @@ use throng_pubsub::Registry;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
-use crate::socket::Scratch;
+use crate::socket::{Scratch, Tracked};
 use crate::ws::{self, FrameAction};
 use conn::{Conn, Kind};
 
@@ -83,6 +84,9 @@ pub(crate) struct Conns {
     pub bytes_out: u64,
     /// `--max-outbound-bytes`: a connection with more queued is cut.
     pub max_outbound: usize,
+    /// Presences of this shard's joins, by (connection key, registry topic
+    /// index); empty unless presence is in use.
+    pub tracked: HashMap<(usize, u32), Tracked>,
 }
 
 pub(crate) struct Shard {
@@ -99,6 +103,10 @@ pub(crate) struct Shard {
     last_sweep: u32,
     accept_retry: bool,
     last_accept_warning: Option<Instant>,
+    /// When this shard next flushes its share of presence diffs.
+    presence_due: Instant,
+    /// The diffs of a flush (kept for its capacity).
+    presence_out: Vec<Arc<throng_pubsub::Broadcast>>,
 }
 
 impl Shard {
@@ -111,6 +119,7 @@ impl Shard {
     ) -> io::Result<Shard> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let presence_due = Instant::now() + node.config.presence_interval;
         let conns = Conns {
             id,
             slab: Slab::new(),
@@ -123,6 +132,7 @@ impl Shard {
             msgs_out: 0,
             bytes_out: 0,
             max_outbound: node.config.max_outbound_bytes,
+            tracked: HashMap::new(),
         };
         Ok(Shard {
             id,
@@ -137,6 +147,8 @@ impl Shard {
             last_sweep: 0,
             accept_retry: false,
             last_accept_warning: None,
+            presence_due,
+            presence_out: Vec::new(),
         })
     }
 
@@ -146,6 +158,12 @@ impl Shard {
         loop {
             let timeout = if self.accept_retry {
                 Duration::from_millis(20)
+            } else if self.node.presence.is_active() {
+                // Presence diffs are flushed on this loop: no timer per
+                // topic or connection, a poll timeout per shard.
+                self.presence_due
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(1000))
             } else {
                 Duration::from_millis(1000)
             };
@@ -181,6 +199,9 @@ impl Shard {
             if self.conns.now != self.last_sweep {
                 self.last_sweep = self.conns.now;
                 self.sweep();
+            }
+            if self.node.presence.is_active() {
+                self.flush_presence();
             }
             self.conns.flush_counters();
         }
@@ -227,6 +248,28 @@ impl Shard {
             }
         }
         self.accept_retry = true;
+    }
+
+    /// When due, flushes this shard's share of the node's presence topics
+    /// and delivers their diffs: to this shard's subscribers, and to the
+    /// other shards with subscribers (never to other nodes: each makes its
+    /// own diffs from its copy).
+    fn flush_presence(&mut self) {
+        let now = Instant::now();
+        if now < self.presence_due {
+            return;
+        }
+        self.presence_due = now + self.node.config.presence_interval;
+        let mut out = std::mem::take(&mut self.presence_out);
+        self.node
+            .presence
+            .flush_shard(self.id, self.node.config.shards, &mut out);
+        for b in out.drain(..) {
+            self.conns.deliver(&b);
+            self.node.fan_out(Some(self.id), b);
+        }
+        self.presence_out = out;
+        self.conns.close_doomed(&self.node, &mut self.scratch);
     }
 
     fn drain_inbox(&mut self) {

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use throng_protocol::frame::{close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
-use throng_pubsub::{Broadcast, Slot};
+use throng_pubsub::{Broadcast, Slot, Tracker};
 
 use super::conn::Kind;
 use super::Conns;
 use crate::channel::{ConnectInfo, Info};
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::socket::{Cx, Join, Mux, Scratch, Transport};
+use crate::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
 
 impl Conns {
     /// A complete WebSocket message on the Phoenix socket of `key`.
@@ -130,6 +130,8 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, connect: Option<&'a ConnectInfo>) -> Cx<'a> 
         vsn,
         connect,
         max_channels: node.config.max_channels_per_socket,
+        presence: &node.config.presence,
+        max_presence_bytes: node.config.max_presence_bytes,
     }
 }
 
@@ -170,6 +172,11 @@ impl Transport for ShardTransport<'_> {
             ShardStats::sub(&c.stats.topics, 1);
             if self.node.topics.remove(&name, c.id) {
                 self.node.backplane.unsubscribe(&name);
+                let presence = &self.node.presence;
+                if presence.is_active() {
+                    let topics = &self.node.topics;
+                    presence.unwatch(&name, || topics.contains(&name));
+                }
             }
         }
     }
@@ -203,5 +210,47 @@ impl Transport for ShardTransport<'_> {
 
     fn stats(&self) -> &ShardStats {
         &self.conns.stats
+    }
+
+    fn tracker(&self) -> &Tracker {
+        &self.node.presence
+    }
+
+    fn tracked(&mut self, index: u32) -> &mut Tracked {
+        self.conns.tracked.entry((self.key, index)).or_default()
+    }
+
+    fn take_tracked(&mut self, index: u32) -> Tracked {
+        if self.conns.tracked.is_empty() {
+            return Tracked::new();
+        }
+        self.conns
+            .tracked
+            .remove(&(self.key, index))
+            .unwrap_or_default()
+    }
+
+    fn send_shared(&mut self, opcode: Opcode, head: &[u8], shared: &Arc<str>, tail: &[u8]) {
+        let websocket = self
+            .conns
+            .slab
+            .get(self.key)
+            .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }));
+        if !websocket {
+            // Another transport: one copy of the message.
+            let mut body = Vec::with_capacity(head.len() + shared.len() + tail.len());
+            body.extend_from_slice(head);
+            body.extend_from_slice(shared.as_bytes());
+            body.extend_from_slice(tail);
+            self.send(opcode, &body);
+            return;
+        }
+        // What the socket gathered (the join's reply) goes first.
+        self.conns.flush_reply(self.key);
+        self.conns.send_shared(self.key, opcode, head, shared, tail);
+    }
+
+    fn presence_started(&mut self) {
+        self.node.wake_shards();
     }
 }
