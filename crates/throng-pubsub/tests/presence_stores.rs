@@ -2,9 +2,11 @@
 //! against every store: in memory, and Redis with a real `redis-server`
 //! this test starts on a free port (and restarts for the outage check).
 
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use throng_pubsub::presence::conformance::{self, Cluster};
@@ -14,6 +16,8 @@ use throng_pubsub::{MemoryPresenceBus, PresenceStore, RedisPresence};
 /// redis-server to be reconnected to well within `0.4 x` of it.
 const MEMORY_TIMEOUT: Duration = Duration::from_millis(1500);
 const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+/// How much later than the others a node reconnects after an outage.
+const LATE: Duration = Duration::from_millis(500);
 
 struct Memory(Arc<MemoryPresenceBus>);
 
@@ -24,9 +28,12 @@ impl Cluster for Memory {
     fn kill(&mut self, node_id: u64) {
         self.0.kill(node_id);
     }
-    fn outage(&mut self) {
+    fn outage(&mut self, late: u64) {
         self.0.outage();
+        self.0.hold(late);
         self.0.restore();
+        std::thread::sleep(LATE);
+        self.0.release(late);
     }
     fn timeout(&self) -> Duration {
         MEMORY_TIMEOUT
@@ -67,11 +74,73 @@ fn memory_survives_outage() {
     conformance::survives_outage(&mut memory());
 }
 
-/// A `redis-server` of this test's own, and the stores made on it.
+/// A TCP proxy between one store and Redis, which can cut that store off
+/// (a node whose network to Redis fails, or that reconnects late).
+struct Proxy {
+    port: u16,
+    blocked: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a proxy port");
+        let port = listener.local_addr().unwrap().port();
+        let blocked = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (b, o) = (blocked.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if b.load(Relaxed) {
+                    continue; // dropped: the store's connect fails
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let mut all = o.lock().unwrap();
+                all.push(client.try_clone().unwrap());
+                all.push(server.try_clone().unwrap());
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy {
+            port,
+            blocked,
+            open,
+        }
+    }
+
+    /// Cuts the store off (its connections close, new ones fail) or lets it back.
+    fn block(&self, on: bool) {
+        self.blocked.store(on, Relaxed);
+        if on {
+            for s in self.open.lock().unwrap().drain(..) {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+        let _ = from.shutdown(Shutdown::Both);
+    });
+}
+
+/// A `redis-server` of this test's own, and the stores made on it, each
+/// through its own [`Proxy`].
 struct Redis {
     port: u16,
     child: Option<Child>,
-    stores: Vec<Arc<RedisPresence>>,
+    stores: Vec<(Arc<RedisPresence>, Proxy)>,
 }
 
 impl Redis {
@@ -119,7 +188,7 @@ impl Redis {
 
 impl Drop for Redis {
     fn drop(&mut self) {
-        for s in &self.stores {
+        for (s, _) in &self.stores {
             s.halt();
         }
         self.stop();
@@ -128,23 +197,32 @@ impl Drop for Redis {
 
 impl Cluster for Redis {
     fn store(&mut self) -> Arc<dyn PresenceStore> {
+        let proxy = Proxy::start(self.port);
+        let url = format!("redis://127.0.0.1:{}", proxy.port);
         let s = Arc::new(
-            RedisPresence::connect(&self.url(), REDIS_TIMEOUT)
-                .expect("connect to the test's Redis"),
+            RedisPresence::connect(&url, REDIS_TIMEOUT).expect("connect to the test's Redis"),
         );
-        self.stores.push(s.clone());
+        self.stores.push((s.clone(), proxy));
         s
     }
     fn kill(&mut self, node_id: u64) {
-        for s in &self.stores {
+        for (s, _) in &self.stores {
             if s.node_id() == node_id {
                 s.halt();
             }
         }
     }
-    fn outage(&mut self) {
+    fn outage(&mut self, late: u64) {
+        let at = self.stores.iter().position(|(s, _)| s.node_id() == late);
+        if let Some(i) = at {
+            self.stores[i].1.block(true);
+        }
         self.stop();
         self.spawn();
+        std::thread::sleep(LATE);
+        if let Some(i) = at {
+            self.stores[i].1.block(false);
+        }
     }
     fn timeout(&self) -> Duration {
         REDIS_TIMEOUT

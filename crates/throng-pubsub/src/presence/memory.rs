@@ -29,6 +29,7 @@ enum Cmd {
     Kill(u64),
     Outage,
     Restore,
+    Hold(u64, bool),
 }
 
 /// The shared engine of one in-process cluster.
@@ -76,10 +77,21 @@ impl MemoryPresenceBus {
         let _ = self.tx.send(Cmd::Outage);
     }
 
-    /// The engine is back; every live node reconnects, rewrites its
-    /// presences and reads the others' again.
+    /// The engine is back; every live node not held reconnects, rewrites
+    /// its presences and reads the others' again.
     pub fn restore(&self) {
         let _ = self.tx.send(Cmd::Restore);
+    }
+
+    /// Node `id` stays cut off from the engine (through outages too) until
+    /// [`release`](Self::release)d: a node that reconnects late.
+    pub fn hold(&self, id: u64) {
+        let _ = self.tx.send(Cmd::Hold(id, true));
+    }
+
+    /// Node `id` reconnects, if the engine is up.
+    pub fn release(&self, id: u64) {
+        let _ = self.tx.send(Cmd::Hold(id, false));
     }
 }
 
@@ -118,6 +130,11 @@ struct Member {
     sink: Weak<dyn PresenceSink>,
     connected: Arc<AtomicBool>,
     killed: bool,
+    /// Cut off from the engine (held).
+    held: bool,
+    /// Has written its state since the engine came up (Redis: its liveness
+    /// key exists): only then do readers take its presences as complete.
+    synced: bool,
     /// Its last sign of life.
     seen: Instant,
 }
@@ -149,21 +166,22 @@ impl Engine {
 
     fn sink(&self, id: u64) -> Option<Arc<dyn PresenceSink>> {
         let m = self.members.get(&id)?;
-        if m.killed || !self.up {
+        if m.killed || m.held || !self.up {
             return None;
         }
         m.sink.upgrade()
     }
 
-    /// Whether `id` may act: the engine is up and the node not killed.
+    /// Whether `id` may act: the engine is up, the node connected.
     fn live(&self, id: u64) -> bool {
-        self.up && self.members.get(&id).is_some_and(|m| !m.killed)
+        self.up && self.members.get(&id).is_some_and(|m| !m.killed && !m.held)
     }
 
-    /// Whether `id` counts as alive for readers: not yet declared dead (a
-    /// killed node's liveness key lives on until it expires, in Redis too).
+    /// Whether readers take `id`'s presences as complete: it wrote them
+    /// since the engine came up and is not yet declared dead (a killed
+    /// node's liveness key lives on until it expires, in Redis too).
     fn alive(&self, id: u64) -> bool {
-        self.up && self.members.contains_key(&id)
+        self.up && self.members.get(&id).is_some_and(|m| m.synced)
     }
 
     fn handle(&mut self, cmd: Cmd) {
@@ -175,6 +193,8 @@ impl Engine {
                         sink,
                         connected,
                         killed: false,
+                        held: false,
+                        synced: true,
                         seen: Instant::now(),
                     },
                 );
@@ -218,41 +238,82 @@ impl Engine {
                 self.up = false;
                 self.hashes.clear();
                 self.subs.clear();
-                for m in self.members.values() {
+                for m in self.members.values_mut() {
                     m.connected.store(false, Relaxed);
+                    m.synced = false;
                 }
             }
             Cmd::Restore => {
                 self.up = true;
+                // Every node's grace starts now, as a new Redis session's does.
                 let now = Instant::now();
-                let ids: Vec<u64> = self.members.keys().copied().collect();
-                for id in &ids {
-                    if let Some(m) = self.members.get_mut(id).filter(|m| !m.killed) {
-                        m.seen = now;
-                    }
+                for m in self.members.values_mut().filter(|m| !m.killed) {
+                    m.seen = now;
                 }
-                // Each node in turn: rewrite its presences, then watch again.
+                let ids: Vec<u64> = self.members.keys().copied().collect();
                 for id in ids {
-                    let Some(sink) = self.sink(id) else { continue };
-                    for (topic, entries) in sink.owned() {
-                        let hash: Entries = entries
-                            .iter()
-                            .map(|(k, m)| (m.seq, (k.clone(), m.clone())))
-                            .collect();
-                        self.hashes.insert((id, topic.clone()), hash);
-                        for w in self.watchers(&topic, id) {
-                            w.replace(&topic, id, entries.clone());
-                        }
-                    }
-                    for topic in sink.watched() {
-                        self.subs.entry(topic.clone()).or_default().insert(id);
-                        self.snapshot(id, &topic);
-                    }
-                    if let Some(m) = self.members.get(&id) {
-                        m.connected.store(true, Relaxed);
-                    }
+                    self.reconnect(id);
                 }
             }
+            Cmd::Hold(id, held) => {
+                let Some(m) = self.members.get_mut(&id) else {
+                    return;
+                };
+                m.held = held;
+                if held {
+                    m.connected.store(false, Relaxed);
+                    m.synced = false;
+                    for s in self.subs.values_mut() {
+                        s.remove(&id);
+                    }
+                } else if self.up {
+                    self.reconnect(id);
+                }
+            }
+        }
+    }
+
+    /// Member `id` (re)connects: rewrites its presences, then watches its
+    /// topics again, as the Redis store's session setup does.
+    fn reconnect(&mut self, id: u64) {
+        let Some(sink) = self.sink(id) else { return };
+        if let Some(m) = self.members.get_mut(&id) {
+            m.seen = Instant::now();
+        }
+        let old: Vec<Arc<str>> = self
+            .hashes
+            .keys()
+            .filter(|(o, _)| *o == id)
+            .map(|(_, t)| t.clone())
+            .collect();
+        let owned = sink.owned();
+        for topic in old {
+            if !owned.iter().any(|(t, _)| *t == topic) {
+                self.hashes.remove(&(id, topic.clone()));
+                for w in self.watchers(&topic, id) {
+                    w.replace(&topic, id, Vec::new());
+                }
+            }
+        }
+        for (topic, entries) in owned {
+            let hash: Entries = entries
+                .iter()
+                .map(|(k, m)| (m.seq, (k.clone(), m.clone())))
+                .collect();
+            self.hashes.insert((id, topic.clone()), hash);
+            for w in self.watchers(&topic, id) {
+                w.replace(&topic, id, entries.clone());
+            }
+        }
+        if let Some(m) = self.members.get_mut(&id) {
+            m.synced = true;
+        }
+        for topic in sink.watched() {
+            self.subs.entry(topic.clone()).or_default().insert(id);
+            self.snapshot(id, &topic);
+        }
+        if let Some(m) = self.members.get(&id) {
+            m.connected.store(true, Relaxed);
         }
     }
 
@@ -298,7 +359,7 @@ impl Engine {
         let now = Instant::now();
         let mut dead = Vec::new();
         for (id, m) in self.members.iter_mut() {
-            if !m.killed {
+            if !m.killed && !m.held {
                 m.seen = now;
             } else if now.duration_since(m.seen) >= self.timeout {
                 dead.push(*id);
