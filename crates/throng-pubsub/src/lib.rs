@@ -21,6 +21,12 @@
 //! - [`conformance`]: the suite every backplane must pass, run against the
 //!   in-memory and the Redis backplane by `tests/backplanes.rs`, as
 //!   phoenix_pubsub shares one test suite across its adapters.
+//! - [`presence`]: who is on a topic, cluster-wide: a node's [`Tracker`]
+//!   (diffs batched per topic per interval, the state encoded once per
+//!   interval), the [`PresenceStore`] trait with [`LocalPresence`],
+//!   [`MemoryPresence`] and [`RedisPresence`], and their conformance suite
+//!   (`tests/presence_stores.rs`); its module docs give the design and the
+//!   consistency.
 //! - [`metrics::write_metric`]: the one writer of Prometheus lines.
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.

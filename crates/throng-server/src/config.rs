@@ -63,7 +63,7 @@ pub struct ServeArgs {
     )]
     pub presence: Vec<String>,
     /// Milliseconds between presence diffs: every change of an interval goes
-    /// out as one presence_diff per topic [default: 200]
+    /// out as one presence_diff per topic [default: 1000]
     #[arg(long, value_name = "MS", env = "THRONG_PRESENCE_INTERVAL")]
     pub presence_interval: Option<u64>,
     /// Seconds after which a node that stopped (crashed, lost Redis) has
@@ -149,7 +149,7 @@ impl Default for Config {
             workers: 1,
             worker_index: None,
             presence: Vec::new(),
-            presence_interval: Duration::from_millis(200),
+            presence_interval: Duration::from_millis(1000),
             presence_timeout: Duration::from_secs(30),
             max_presence_bytes: 1024,
         }

@@ -20,6 +20,11 @@
 //!   Phoenix's `Phoenix.Channel`.
 //! - [`node`]: what the shards of one process share, and the [`Endpoint`]
 //!   handle for code outside callbacks. Phoenix's `Endpoint.broadcast`.
+//! - [`presence`]: presence rules (`--presence`) and the `Presence` handle
+//!   of a callback; `socket/presence.rs` applies them to a socket's joins,
+//!   and each shard flushes its share of the node's presence topics when its
+//!   poll times out (`transport/mod.rs`). The state and the cluster are
+//!   `throng_pubsub::presence`.
 //! - [`metrics`]: per-shard counters and `/metrics`.
 //! - [`chat`]: the seed benchmark's chat app, written with the API.
 //! - `page`: the chat page (template + layout) and fixed responses.
