@@ -7,7 +7,9 @@
 use std::io::Write as _;
 use std::sync::Arc;
 
-use throng_pubsub::{Backplane, LocalBackplane, RedisBackplane};
+use throng_pubsub::{
+    Backplane, LocalBackplane, LocalPresence, PresenceStore, RedisBackplane, RedisPresence,
+};
 use throng_server::{chat, echo, Config, Server};
 
 use crate::supervisor::{self, Error};
@@ -24,6 +26,14 @@ pub fn serve(config: Config) -> Result<(), Error> {
         Some(url) => Arc::new(RedisBackplane::connect(url)?),
         None => Arc::new(LocalBackplane),
     };
+    // Presence crosses nodes only when it is turned on: without rules, no
+    // presence connections or liveness keys.
+    let presence: Arc<dyn PresenceStore> = match &config.redis {
+        Some(url) if !config.presence.is_empty() => {
+            Arc::new(RedisPresence::connect(url, config.presence_timeout)?)
+        }
+        _ => Arc::new(LocalPresence::new()),
+    };
     let worker = config.worker_index;
     // The chat app, and a relay channel on every rule's topics it does not route.
     let mut router = chat::router();
@@ -37,7 +47,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
         // Test-only: what a socket connected with (see `throng_server::echo`).
         router = router.channel("echo:*", echo::EchoChannel);
     }
-    let server = Server::start(config, router, backplane)?;
+    let server = Server::start_with_presence(config, router, backplane, presence)?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
         // For the supervisor, which sums the workers' capacities.

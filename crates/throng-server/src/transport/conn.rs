@@ -58,6 +58,8 @@ pub(crate) enum Chunk {
     Shared(Arc<Broadcast>, Vsn, usize),
     /// Bytes of this connection alone, from `offset`.
     Owned(Vec<u8>, usize),
+    /// Text shared with other connections (a presence state), from `offset`.
+    Text(Arc<str>, usize),
 }
 
 impl Chunk {
@@ -65,12 +67,13 @@ impl Chunk {
         match self {
             Chunk::Shared(b, vsn, off) => &b.frame(*vsn).unwrap_or(&[])[*off..],
             Chunk::Owned(v, off) => &v[*off..],
+            Chunk::Text(t, off) => &t.as_bytes()[*off..],
         }
     }
 
     pub fn advance(&mut self, n: usize) {
         match self {
-            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) => *off += n,
+            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off += n,
         }
     }
 }

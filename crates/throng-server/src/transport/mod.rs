@@ -28,6 +28,7 @@ mod output;
 mod phoenix;
 pub(crate) mod users;
 
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +43,7 @@ use throng_pubsub::Registry;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
-use crate::socket::Scratch;
+use crate::socket::{Scratch, Tracked};
 use crate::ws::{self, FrameAction};
 use conn::{Conn, Kind};
 
@@ -93,6 +94,9 @@ pub(crate) struct Conns {
     pub max_outbound: usize,
     /// Long-poll sessions owned here and requests waited on here.
     pub lp: crate::longpoll::State,
+    /// Presences of this shard's joins, by (connection key, registry topic
+    /// index); empty unless presence is in use.
+    pub tracked: HashMap<(usize, u32), Tracked>,
 }
 
 pub(crate) struct Shard {
@@ -109,6 +113,10 @@ pub(crate) struct Shard {
     last_sweep: u32,
     accept_retry: bool,
     last_accept_warning: Option<Instant>,
+    /// When this shard next flushes its share of presence diffs.
+    presence_due: Instant,
+    /// The diffs of a flush (kept for its capacity).
+    presence_out: Vec<Arc<throng_pubsub::Broadcast>>,
 }
 
 impl Shard {
@@ -121,6 +129,7 @@ impl Shard {
     ) -> io::Result<Shard> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let presence_due = Instant::now() + node.config.presence_interval;
         let conns = Conns {
             id,
             slab: Slab::new(),
@@ -141,6 +150,7 @@ impl Shard {
                     .longpoll_window
                     .map_or(0, |w| w.as_millis() as u64),
             ),
+            tracked: HashMap::new(),
         };
         Ok(Shard {
             id,
@@ -155,6 +165,8 @@ impl Shard {
             last_sweep: 0,
             accept_retry: false,
             last_accept_warning: None,
+            presence_due,
+            presence_out: Vec::new(),
         })
     }
 
@@ -164,6 +176,12 @@ impl Shard {
         loop {
             let timeout = if self.accept_retry {
                 Duration::from_millis(20)
+            } else if self.node.presence.is_active() {
+                // Presence diffs are flushed on this loop: no timer per
+                // topic or connection, a poll timeout per shard.
+                self.presence_due
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(1000))
             } else {
                 Duration::from_millis(1000)
             };
@@ -203,6 +221,9 @@ impl Shard {
             if self.conns.now != self.last_sweep {
                 self.last_sweep = self.conns.now;
                 self.sweep();
+            }
+            if self.node.presence.is_active() {
+                self.flush_presence();
             }
             self.conns.flush_counters();
         }
@@ -249,6 +270,28 @@ impl Shard {
             }
         }
         self.accept_retry = true;
+    }
+
+    /// When due, flushes this shard's share of the node's presence topics
+    /// and delivers their diffs: to this shard's subscribers, and to the
+    /// other shards with subscribers (never to other nodes: each makes its
+    /// own diffs from its copy).
+    fn flush_presence(&mut self) {
+        let now = Instant::now();
+        if now < self.presence_due {
+            return;
+        }
+        self.presence_due = now + self.node.config.presence_interval;
+        let mut out = std::mem::take(&mut self.presence_out);
+        self.node
+            .presence
+            .flush_shard(self.id, self.node.config.shards, &mut out);
+        for b in out.drain(..) {
+            self.conns.deliver(&b);
+            self.node.fan_out(Some(self.id), b);
+        }
+        self.presence_out = out;
+        self.conns.close_doomed(&self.node, &mut self.scratch);
     }
 
     fn drain_inbox(&mut self) {

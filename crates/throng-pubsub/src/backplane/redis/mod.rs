@@ -374,7 +374,7 @@ pub fn check(url: &str) -> Result<(), Error> {
 
 /// A random id for this process: std's per-process random hash keys, mixed
 /// with the pid and the time.
-fn random_node_id() -> u64 {
+pub fn random_node_id() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
