@@ -132,4 +132,7 @@ pub enum Error {
     RedisConnect { url: String, reason: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A presence store could not answer a read ([`PresenceStore::fetch`]).
+    #[error("the presence store cannot answer now: {0}")]
+    PresenceUnavailable(String),
 }

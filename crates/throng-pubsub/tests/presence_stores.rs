@@ -74,6 +74,17 @@ fn memory_survives_outage() {
     conformance::survives_outage(&mut memory());
 }
 
+#[test]
+fn memory_fetch_reads_every_node() {
+    conformance::fetch_reads_every_node(&mut memory());
+}
+
+#[test]
+fn local_fetch_reads_nothing_elsewhere() {
+    let store: Arc<dyn PresenceStore> = Arc::new(throng_pubsub::LocalPresence::new());
+    assert_eq!(conformance::fetched(&store, "t"), Ok(Default::default()));
+}
+
 /// A TCP proxy between one store and Redis, which can cut that store off
 /// (a node whose network to Redis fails, or that reconnects late).
 struct Proxy {
@@ -257,4 +268,9 @@ fn redis_restart_without_storm() {
 #[test]
 fn redis_survives_outage() {
     conformance::survives_outage(&mut Redis::start());
+}
+
+#[test]
+fn redis_fetch_reads_every_node() {
+    conformance::fetch_reads_every_node(&mut Redis::start());
 }

@@ -9,6 +9,10 @@
 //!   the user's tokens signed until now are refused from then on.
 //! - `GET /api/topics`: topics and their subscriber counts, cluster-wide.
 //! - `GET /api/stats`: this node's and the cluster's counters.
+//! - `GET /api/presence?topic=T`: the topic's presence cluster-wide, as
+//!   `presence_state` JSON (`state`) and its distinct keys (`count`): this
+//!   node's copy when it has subscribers of the topic, else read from the
+//!   presence store (Redis keeps every node's presences), `Endpoint::presence`.
 //! - `GET /metrics`: this node's Prometheus text (no key needed).
 //!
 //! JSON in and out; errors are `{"error":{"code","message"}}` with the
@@ -26,7 +30,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::thread::JoinHandle;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -246,6 +250,46 @@ fn cluster(reports: &[NodeReport]) -> serde_json::Value {
     serde_json::Value::Object(total)
 }
 
+#[derive(Deserialize)]
+struct PresenceQuery {
+    #[serde(default)]
+    topic: Option<String>,
+}
+
+async fn presence(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    query: Result<Query<PresenceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    api.check(&headers)?;
+    let Query(q) =
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text()))?;
+    let Some(topic) = q.topic else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_topic",
+            "the topic query parameter is missing (GET /api/presence?topic=rooms:lobby)",
+        ));
+    };
+    topic_ok(&topic)?;
+    let view = api.endpoint.presence(&topic).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "presence_unavailable",
+            e.to_string(),
+        )
+    })?;
+    // The state is JSON already (encoded once, possibly megabytes): it
+    // goes into the body as it is, not through a value tree.
+    let head = json!({"topic": topic, "count": view.count, "source": view.source.name()});
+    let mut body = head.to_string();
+    body.pop();
+    body.push_str(",\"state\":");
+    body.push_str(&view.state);
+    body.push('}');
+    Ok(([("content-type", "application/json")], body).into_response())
+}
+
 async fn metrics(State(api): State<Api>) -> Response {
     let body = crate::metrics::render(api.endpoint.node());
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
@@ -262,6 +306,7 @@ fn router(api: Api) -> Router {
         .route("/api/disconnect", post(disconnect))
         .route("/api/topics", get(topics))
         .route("/api/stats", get(stats))
+        .route("/api/presence", get(presence))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))

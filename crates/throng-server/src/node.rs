@@ -15,6 +15,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use mio::Waker;
 use throng_protocol::OwnedPayload;
+use throng_pubsub::presence::Flushed;
 use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics, Tracker};
 
 use crate::auth::{Auth, Policy, PushLimit};
@@ -234,6 +235,37 @@ impl Handler for Node {
     }
 }
 
+/// How long [`Endpoint::presence`] waits for the presence store.
+pub const PRESENCE_READ_WAIT: Duration = Duration::from_secs(5);
+
+/// A topic's presence as [`Endpoint::presence`] found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PresenceView {
+    /// `presence_state` JSON: `{key: {"metas": [...]}}`.
+    pub state: String,
+    /// Distinct keys (users).
+    pub count: usize,
+    pub source: PresenceSource,
+}
+
+/// Where a [`PresenceView`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PresenceSource {
+    /// This node's copy (it watches the topic), as of its last diff.
+    Node,
+    /// The presence store: every live node's presences as stored.
+    Store,
+}
+
+impl PresenceSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            PresenceSource::Node => "node",
+            PresenceSource::Store => "store",
+        }
+    }
+}
+
 /// A handle on a running node for code outside channel callbacks: an HTTP
 /// API, the app's own threads. Cheap to clone; every method returns at
 /// once (the work is queued to the shards).
@@ -334,6 +366,45 @@ impl Endpoint {
     /// Distinct presence keys (users) on `topic`, as [`Endpoint::presence_list`].
     pub fn presence_count(&self, topic: &str) -> Option<usize> {
         self.node.presence.count(topic)
+    }
+
+    /// `topic`'s presence cluster-wide, for the server API: this node's
+    /// copy when it watches the topic (as [`Endpoint::presence_list`]),
+    /// else what the presence store keeps of every live node's (with Redis,
+    /// one read; a lone node without subscribers there has none). Waits at
+    /// most [`PRESENCE_READ_WAIT`] for the store.
+    pub async fn presence(&self, topic: &str) -> Result<PresenceView, throng_pubsub::Error> {
+        let tracker = &self.node.presence;
+        if let Some((state, count)) = tracker.list_and_count(topic) {
+            return Ok(PresenceView {
+                state,
+                count,
+                source: PresenceSource::Node,
+            });
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tracker.store().fetch(
+            topic,
+            Box::new(move |found| {
+                let _ = tx.send(found);
+            }),
+        );
+        let unavailable = |why: &str| throng_pubsub::Error::PresenceUnavailable(why.into());
+        let found = match tokio::time::timeout(PRESENCE_READ_WAIT, rx).await {
+            Ok(Ok(found)) => found?,
+            Ok(Err(_)) => return Err(unavailable("the presence store dropped the read")),
+            Err(_) => {
+                return Err(unavailable(&format!(
+                    "no answer from the presence store within {PRESENCE_READ_WAIT:?}"
+                )))
+            }
+        };
+        let flushed = Flushed::from_entries(found.iter().flat_map(|(_, e)| e));
+        Ok(PresenceView {
+            state: throng_pubsub::presence::encode::state(&flushed),
+            count: flushed.key_count(),
+            source: PresenceSource::Store,
+        })
     }
 
     /// The node this endpoint serves.

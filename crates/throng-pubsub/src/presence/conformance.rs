@@ -19,7 +19,10 @@
 //! - [`restart_without_storm`]: a node killed and replaced by a new one:
 //!   the users of the surviving node never leave or join again;
 //! - [`survives_outage`]: the engine restarts: no presence leaves because
-//!   of it, and changes made meanwhile arrive once it is back.
+//!   of it, and changes made meanwhile arrive once it is back;
+//! - [`fetch_reads_every_node`]: a node that does not watch a topic reads
+//!   every live node's presences there from the store (the server API's
+//!   read), changes included, a dead node's left out.
 //!
 //! Every wait is bounded; none is a sleep standing in for an event.
 
@@ -28,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{phx_ref, Mode, PresenceStore, Tracker};
+use super::{phx_ref, Fetched, Mode, PresenceSink, PresenceStore, Tracker};
 
 /// How long any ordinary wait may take.
 pub const WAIT: Duration = Duration::from_secs(15);
@@ -391,6 +394,87 @@ pub fn survives_outage(c: &mut dyn Cluster) {
     }
 }
 
+/// What `store`'s [`PresenceStore::fetch`] of `topic` answers, as a listing.
+pub fn fetched(store: &Arc<dyn PresenceStore>, topic: &str) -> Result<Listing, String> {
+    let (tx, rx) = std::sync::mpsc::channel::<Fetched>();
+    store.fetch(
+        topic,
+        Box::new(move |f| {
+            let _ = tx.send(f);
+        }),
+    );
+    let found = rx
+        .recv_timeout(WAIT)
+        .map_err(|e| format!("no answer: {e}"))?
+        .map_err(|e| e.to_string())?;
+    let mut out = Listing::new();
+    for (owner, entries) in found {
+        for (k, m) in entries {
+            assert_eq!(m.owner, owner, "an entry under another owner");
+            out.entry(k.to_string())
+                .or_default()
+                .push(phx_ref(m.owner, m.seq));
+        }
+    }
+    for refs in out.values_mut() {
+        refs.sort();
+    }
+    Ok(out)
+}
+
+/// Waits (at most `within`) until `store` fetches exactly `want` on `topic`.
+fn await_fetch(store: &Arc<dyn PresenceStore>, topic: &str, want: &Listing, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let got = fetched(store, topic);
+        if got.as_ref() == Ok(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store fetches {got:?} on {topic}, expected {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A node with no subscriber of a topic reads it from the store: every
+/// live node's presences (several metas of a key across nodes), an
+/// untrack once written, a dead node's presences left out; a topic
+/// nobody is on reads empty; the reading node never starts watching.
+pub fn fetch_reads_every_node(c: &mut dyn Cluster) {
+    let a = Node::new(c.store());
+    let b = Node::new(c.store());
+    let reader_store = c.store();
+    let reader = Node::new(reader_store.clone());
+    let alice_a = a.track("f", "alice");
+    let alice_b = b.track("f", "alice");
+    let bob = b.track("f", "bob");
+    let all = listing(&[
+        ("alice", vec![a.r(alice_a), b.r(alice_b)]),
+        ("bob", vec![b.r(bob)]),
+    ]);
+    a.await_list("f", &all, WAIT);
+    b.await_list("f", &all, WAIT);
+    await_fetch(&reader_store, "f", &all, WAIT);
+    assert_eq!(fetched(&reader_store, "nobody"), Ok(Listing::new()));
+    b.untrack("f", "bob", bob);
+    let no_bob = listing(&[("alice", vec![a.r(alice_a), b.r(alice_b)])]);
+    await_fetch(&reader_store, "f", &no_bob, WAIT);
+    c.kill(a.id());
+    let b_only = listing(&[("alice", vec![b.r(alice_b)])]);
+    await_fetch(
+        &reader_store,
+        "f",
+        &b_only,
+        c.timeout() + Duration::from_secs(3),
+    );
+    assert!(
+        !reader.tracker.is_watched("f") && reader.list("f").is_empty(),
+        "a fetch does not watch"
+    );
+}
+
 /// Every check, in order.
 pub fn run_all(c: &mut dyn Cluster) {
     replicates(c);
@@ -399,4 +483,5 @@ pub fn run_all(c: &mut dyn Cluster) {
     dead_node_leaves(c);
     restart_without_storm(c);
     survives_outage(c);
+    fetch_reads_every_node(c);
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Weak;
 
-use super::{Delta, PresenceSink, PresenceStore};
+use super::{Delta, FetchReply, PresenceSink, PresenceStore};
 
 /// A single node's presence store: nothing to store or carry.
 pub struct LocalPresence {
@@ -32,4 +32,9 @@ impl PresenceStore for LocalPresence {
     fn publish(&self, _: &str, _: Delta) {}
     fn watch(&self, _: &str) {}
     fn unwatch(&self, _: &str) {}
+    /// A lone node's presences are all in its tracker, and only on topics
+    /// it watches: there is nothing elsewhere to read.
+    fn fetch(&self, _: &str, done: FetchReply) {
+        done(Ok(Vec::new()));
+    }
 }

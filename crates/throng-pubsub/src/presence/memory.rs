@@ -19,13 +19,14 @@ use std::time::{Duration, Instant};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 
 use super::entry::Meta;
-use super::{Delta, PresenceSink, PresenceStore};
+use super::{Delta, FetchReply, PresenceSink, PresenceStore};
 
 enum Cmd {
     Attach(u64, Weak<dyn PresenceSink>, Arc<AtomicBool>),
     Publish(u64, Arc<str>, Delta),
     Watch(u64, Arc<str>),
     Unwatch(u64, Arc<str>),
+    Fetch(Arc<str>, FetchReply),
     Kill(u64),
     Outage,
     Restore,
@@ -120,6 +121,9 @@ impl PresenceStore for MemoryPresence {
     }
     fn unwatch(&self, topic: &str) {
         let _ = self.bus.tx.send(Cmd::Unwatch(self.id, topic.into()));
+    }
+    fn fetch(&self, topic: &str, done: FetchReply) {
+        let _ = self.bus.tx.send(Cmd::Fetch(topic.into(), done));
     }
     fn is_connected(&self) -> bool {
         self.connected.load(Relaxed)
@@ -227,6 +231,22 @@ impl Engine {
                         s.remove(&id);
                     }
                 }
+            }
+            Cmd::Fetch(topic, done) => {
+                if !self.up {
+                    done(Err(crate::Error::PresenceUnavailable(
+                        "the engine is down".into(),
+                    )));
+                    return;
+                }
+                let mut out: Vec<(u64, super::Entries)> = self
+                    .hashes
+                    .iter()
+                    .filter(|((o, t), h)| *t == topic && !h.is_empty() && self.alive(*o))
+                    .map(|((o, _), h)| (*o, h.values().cloned().collect()))
+                    .collect();
+                out.sort_by_key(|(o, _)| *o);
+                done(Ok(out));
             }
             Cmd::Kill(id) => {
                 if let Some(m) = self.members.get_mut(&id) {

@@ -118,6 +118,14 @@ impl Delta {
     }
 }
 
+/// What [`PresenceStore::fetch`] reads: every live node's presences on a
+/// topic, by owner.
+pub type Fetched = Result<Vec<(u64, Entries)>, crate::Error>;
+
+/// Where [`PresenceStore::fetch`] hands its answer (on the store's thread:
+/// it must not block).
+pub type FetchReply = Box<dyn FnOnce(Fetched) + Send>;
+
 /// What a node's presence needs from the rest of the cluster.
 ///
 /// The node calls these from its event loops and under its stripe locks,
@@ -137,6 +145,12 @@ pub trait PresenceStore: Send + Sync + 'static {
     fn watch(&self, topic: &str);
     /// The node no longer watches `topic`.
     fn unwatch(&self, topic: &str);
+    /// Reads every live node's presences on `topic` as the store keeps
+    /// them, this node's included, for a topic the node need not watch
+    /// (the server API's `GET /api/presence`), and hands them to `done`,
+    /// or the error that kept it from reading. Owners the store does not
+    /// take for alive are left out, as a snapshot leaves them out.
+    fn fetch(&self, topic: &str, done: FetchReply);
     /// Whether changes flow to and from the other nodes now.
     fn is_connected(&self) -> bool {
         true

@@ -41,6 +41,18 @@ pub struct Flushed {
 }
 
 impl Flushed {
+    /// The presences of `entries` (a fetch's answer, every owner's), as a
+    /// state to encode.
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a (Arc<str>, Meta)>) -> Flushed {
+        let mut f = Flushed::default();
+        for (k, m) in entries {
+            if f.get(k, m.id()).is_none() {
+                f.insert(k.clone(), m.clone());
+            }
+        }
+        f
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -230,6 +230,13 @@ impl Tracker {
         Some(encode::state(tp.flushed()))
     }
 
+    /// [`list`](Self::list) and [`count`](Self::count) of the same flush.
+    pub fn list_and_count(&self, topic: &str) -> Option<(String, usize)> {
+        let stripe = self.lock(stripe_of(topic));
+        let tp = stripe.topics.get(topic)?;
+        Some((encode::state(tp.flushed()), tp.flushed().key_count()))
+    }
+
     /// Distinct keys on `topic` as of the last flush, if watched here.
     pub fn count(&self, topic: &str) -> Option<usize> {
         let stripe = self.lock(stripe_of(topic));

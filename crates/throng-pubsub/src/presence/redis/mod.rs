@@ -51,7 +51,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
 use self::session::Task;
-use super::{Delta, PresenceSink, PresenceStore};
+use super::{Delta, FetchReply, PresenceSink, PresenceStore};
 use crate::backplane::redis::{random_node_id, redact};
 use crate::metrics::write_metric;
 use crate::Error;
@@ -111,6 +111,7 @@ pub struct RedisPresence {
     node_id: u64,
     publish_tx: mpsc::Sender<(Arc<str>, Delta)>,
     topic_tx: mpsc::UnboundedSender<(Arc<str>, bool)>,
+    fetch_tx: mpsc::UnboundedSender<(Arc<str>, FetchReply)>,
     halt_tx: mpsc::UnboundedSender<()>,
     sink: Arc<OnceLock<Weak<dyn PresenceSink>>>,
     stats: Arc<Stats>,
@@ -130,6 +131,7 @@ impl RedisPresence {
         let node_id = random_node_id();
         let (publish_tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
         let (topic_tx, topic_rx) = mpsc::unbounded_channel();
+        let (fetch_tx, fetch_rx) = mpsc::unbounded_channel();
         let (halt_tx, halt_rx) = mpsc::unbounded_channel();
         let sink = Arc::new(OnceLock::new());
         let stats = Arc::new(Stats::default());
@@ -144,6 +146,7 @@ impl RedisPresence {
             resync: resync.clone(),
             publish_rx,
             topic_rx,
+            fetch_rx,
             halt_rx,
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -190,6 +193,7 @@ impl RedisPresence {
             node_id,
             publish_tx,
             topic_tx,
+            fetch_tx,
             halt_tx,
             sink,
             stats,
@@ -305,6 +309,21 @@ impl PresenceStore for RedisPresence {
 
     fn unwatch(&self, topic: &str) {
         let _ = self.topic_tx.send((Arc::from(topic), false));
+    }
+
+    fn fetch(&self, topic: &str, done: FetchReply) {
+        if !self.stats.connected.load(Relaxed) {
+            return done(Err(Error::PresenceUnavailable(format!(
+                "not connected to Redis at {}",
+                self.url
+            ))));
+        }
+        if let Err(e) = self.fetch_tx.send((Arc::from(topic), done)) {
+            let (_, done) = e.0;
+            done(Err(Error::PresenceUnavailable(
+                "the presence thread ended".into(),
+            )));
+        }
     }
 
     fn is_connected(&self) -> bool {

@@ -16,9 +16,8 @@ use tokio::sync::mpsc;
 
 use super::{node_hex, scripts, Stats, Timing, PREFIX};
 use crate::backplane::redis::{BACKOFF_MAX, BACKOFF_MIN};
-use crate::presence::entry::Meta;
 use crate::presence::wire::{self, Message};
-use crate::presence::{Delta, PresenceSink};
+use crate::presence::{Delta, Entries, FetchReply, PresenceSink};
 
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -106,6 +105,7 @@ pub(super) struct Task {
     pub resync: Arc<AtomicBool>,
     pub publish_rx: mpsc::Receiver<(Arc<str>, Delta)>,
     pub topic_rx: mpsc::UnboundedReceiver<(Arc<str>, bool)>,
+    pub fetch_rx: mpsc::UnboundedReceiver<(Arc<str>, FetchReply)>,
     pub halt_rx: mpsc::UnboundedReceiver<()>,
 }
 
@@ -225,6 +225,10 @@ impl Task {
                 },
                 topic = self.topic_rx.recv() => match topic {
                     Some(first) => self.topics(s, first).await.map_err(End::from),
+                    None => Err(End::Stop),
+                },
+                fetch = self.fetch_rx.recv() => match fetch {
+                    Some((topic, done)) => self.fetch(s, topic, done).await.map_err(End::from),
                     None => Err(End::Stop),
                 },
                 _ = tick.tick() => self.keep_alive(s).await.map_err(End::from),
@@ -376,9 +380,28 @@ impl Task {
             return Ok(());
         }
         let owners: Vec<u64> = owners.into_iter().collect();
+        for (o, entries) in self.read_owners(s, &topic, &owners).await? {
+            sink.replace(&topic, o, entries);
+        }
+        Ok(())
+    }
+
+    /// The presences on `topic` of those of `owners` whose liveness key
+    /// exists, read with the keys in one MULTI (an owner seen alive has
+    /// all its presences written: see `scripts::RESYNC`).
+    async fn read_owners(
+        &self,
+        s: &mut Session,
+        topic: &str,
+        owners: &[u64],
+    ) -> RResult<Vec<(u64, Entries)>> {
+        let mut out = Vec::new();
+        if owners.is_empty() {
+            return Ok(out);
+        }
         let mut pipe = ::redis::pipe();
         pipe.atomic();
-        for o in &owners {
+        for o in owners {
             let h = node_hex(*o);
             pipe.cmd("EXISTS").arg(format!("{PREFIX}a:{h}"));
             pipe.cmd("HGETALL").arg(format!("{PREFIX}e:{h}:{topic}"));
@@ -392,7 +415,7 @@ impl Task {
             }
             let fields: Vec<(Vec<u8>, Vec<u8>)> =
                 ::redis::from_redis_value(hash).unwrap_or_default();
-            let mut entries: Vec<(Arc<str>, Meta)> = Vec::with_capacity(fields.len());
+            let mut entries: Entries = Vec::with_capacity(fields.len());
             for (f, v) in &fields {
                 match wire::read_value(*o, f, v) {
                     Ok(e) => entries.push(e),
@@ -401,9 +424,41 @@ impl Task {
                     }
                 }
             }
-            sink.replace(&topic, *o, entries);
+            out.push((*o, entries));
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// Every live node's presences on `topic` (a topic this node need not
+    /// watch), handed to `done`; a Redis error goes to `done` too, and
+    /// ends the session.
+    async fn fetch(&mut self, s: &mut Session, topic: Arc<str>, done: FetchReply) -> RResult<()> {
+        let read = async {
+            let listed: Vec<String> = timed(
+                ::redis::cmd("SMEMBERS")
+                    .arg(format!("{PREFIX}n:{topic}"))
+                    .query_async(&mut s.cmd),
+            )
+            .await?;
+            let mut owners: Vec<u64> = listed
+                .iter()
+                .filter_map(|h| u64::from_str_radix(h, 16).ok())
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            self.read_owners(s, &topic, &owners).await
+        };
+        match read.await {
+            Ok(mut found) => {
+                found.retain(|(_, e)| !e.is_empty());
+                done(Ok(found));
+                Ok(())
+            }
+            Err(e) => {
+                done(Err(crate::Error::PresenceUnavailable(e.to_string())));
+                Err(e)
+            }
+        }
     }
 
     /// Watches and unwatches as the node's topics say now.
