@@ -138,6 +138,7 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                         bcasts: engine.bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
                         slots: engine.slots.clone(),
                         floor: engine.floor_bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
+                        presence: engine.presence.to_wire(),
                     };
                     wire::send(&mut out, &ToController::Final(Box::new(fin)))?;
                     return Ok(());

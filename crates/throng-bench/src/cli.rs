@@ -92,6 +92,13 @@ pub struct BenchArgs {
     /// the scenario sends no heartbeats).
     #[arg(long)]
     pub idle_timeout: Option<u64>,
+    /// Presence on the joined topics, as `throng serve --presence` spells
+    /// it (`rooms:lobby=param:user`, `/count` for counts only), overriding
+    /// the scenario's (`off`: none): the embedded server keeps it, and the
+    /// run reports presence traffic and the time until each join is visible
+    /// to every subscriber. Against --target, the rule the server has.
+    #[arg(long)]
+    pub presence: Option<String>,
     /// Extra argument for the embedded `throng serve` (repeatable).
     #[arg(long, allow_hyphen_values = true)]
     pub server_arg: Vec<String>,
@@ -216,6 +223,10 @@ impl BenchArgs {
             }
             scenario.heartbeat = h;
         }
+        if let Some(p) = &self.presence {
+            scenario.presence = (p != "off").then(|| p.clone());
+            scenario.validate()?;
+        }
         if let Some(t) = self.connect_timeout {
             if !(t.is_finite() && t > 0.0) {
                 return Err(BenchError::Scenario(format!(
@@ -336,6 +347,25 @@ mod tests {
         let sc = load(&["--connect-timeout", "2.5"]).unwrap().scenario;
         assert_eq!(sc.connect_timeout, 2.5);
         assert!(load(&["--connect-timeout", "0"]).is_err());
+    }
+
+    #[test]
+    fn presence_flag_sets_or_clears_the_rule() {
+        let l = load(&["--presence", "rooms:lobby=param:user/count"]).unwrap();
+        assert_eq!(
+            l.scenario.presence.as_deref(),
+            Some("rooms:lobby=param:user/count")
+        );
+        assert!(l.adaptive, "presence changes nothing else");
+        assert!(load(&["--presence", "rooms:lobby"]).is_err());
+        let toml = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/presence.toml");
+        let on = load(&["--scenario", toml]).unwrap().scenario;
+        assert!(on.presence.is_some());
+        let off = load(&["--scenario", toml, "--presence", "off"])
+            .unwrap()
+            .scenario;
+        assert_eq!(off.presence, None);
+        assert_eq!(off.roles, on.roles, "same load otherwise");
     }
 
     #[test]

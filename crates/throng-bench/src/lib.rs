@@ -20,7 +20,9 @@
 //!   reads as a ratio to it; the writer process is here.
 //! - [`controller`]: `throng bench`: server and agents, the phases of a
 //!   run, merged measurements; [`stats`]: counters, HDR histograms and
-//!   broadcast receipts; [`slots`]: events per 100 ms.
+//!   broadcast receipts; [`slots`]: events per 100 ms; [`presence`]: the
+//!   presence rule a run turns on, presence traffic and the time until a
+//!   join is visible to every subscriber.
 //! - [`report`]: the typed [`report::Report`], its JSON, terminal summary
 //!   and offline HTML; [`dashboard`]: the live page on port 8091.
 //! - [`tune`]: OS settings and the limits that cap a run; [`netns`]: a
@@ -59,6 +61,7 @@ pub mod error;
 pub mod floor;
 pub mod netns;
 pub mod plan;
+pub mod presence;
 pub mod report;
 pub mod scenario;
 pub mod slots;

@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::presence::PresenceCounters;
+
 /// Errors by kind.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Errors {
@@ -139,6 +141,12 @@ pub struct Counters {
     /// Messages sent in binary frames (a Tsung config's, unless `frame="text"`).
     #[serde(default)]
     pub msgs_out_binary: u64,
+    /// Bytes of the messages received (WebSocket payloads).
+    #[serde(default)]
+    pub bytes_in: u64,
+    /// Of those, the presence messages, by kind.
+    #[serde(default)]
+    pub presence: PresenceCounters,
     /// Stamped broadcasts published, and stamped receipts.
     pub bcast_sent: u64,
     pub bcast_recv: u64,
@@ -187,6 +195,8 @@ impl Counters {
         self.msgs_out += o.msgs_out;
         self.msgs_in += o.msgs_in;
         self.msgs_out_binary += o.msgs_out_binary;
+        self.bytes_in += o.bytes_in;
+        self.presence.add(&o.presence);
         self.bcast_sent += o.bcast_sent;
         self.bcast_recv += o.bcast_recv;
         self.errors.add(&o.errors);

@@ -159,6 +159,7 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
         heartbeat: 0.0,
         connect_timeout: 10.0,
         reply_timeout: 10.0,
+        presence: None,
         phases,
         roles,
     };

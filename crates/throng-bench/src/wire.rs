@@ -129,6 +129,9 @@ pub struct Final {
     /// The floor's frames as this agent received them.
     #[serde(default)]
     pub floor: Vec<(u64, BcastSeen)>,
+    /// Presence joins' times, diffs and count steps (see [`crate::presence`]).
+    #[serde(default)]
+    pub presence: crate::presence::PresenceWire,
 }
 
 /// What an agent tells the controller.

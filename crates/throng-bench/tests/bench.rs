@@ -178,6 +178,11 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
     assert!(
         r["broadcast"]["last_ms"].as_f64().unwrap() >= r["broadcast"]["p50_ms"].as_f64().unwrap()
     );
+    assert!(
+        r["presence"].is_null(),
+        "no presence rule, no presence: {}",
+        ctx()
+    );
     assert_eq!(r["storm"]["connections"], 2000, "{}", ctx());
     assert!(
         r["storm"]["secs_to_zero"].as_f64().is_some(),
@@ -198,6 +203,97 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
     assert!(stdout.contains("OS settings in force"), "{stdout}");
     let _ = std::fs::remove_file(json);
     let _ = std::fs::remove_file(html);
+}
+
+/// `--presence`: the embedded server keeps presence for rooms:lobby (list,
+/// then count mode, a diff every 100 ms), two agents; the report counts
+/// presence messages apart from the rest (their bytes add up to every
+/// byte the clients received), and every join's time until the last
+/// subscriber saw it.
+#[test]
+fn bench_with_presence_counts_its_traffic_and_join_visibility() {
+    let users = 1500;
+    for (rule, kind) in [
+        ("rooms:lobby=param:user", "diff"),
+        ("rooms:lobby=param:user/count", "count"),
+    ] {
+        let json = tmp(&format!("presence-{kind}.json"));
+        let out = run_bench(
+            &[
+                "--connections",
+                &users.to_string(),
+                "--agents",
+                "2",
+                "--presence",
+                rule,
+                "--server-arg=--presence-interval",
+                "--server-arg=100",
+                "--json",
+                json.to_str().unwrap(),
+                "--dashboard-port",
+                "0",
+            ],
+            Duration::from_secs(60),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        let p = &r["presence"];
+        let ctx = format!(
+            "{rule}: {}\nstderr:\n{stderr}",
+            serde_json::to_string_pretty(p).unwrap()
+        );
+        assert_eq!(r["connections"]["joined"], users, "{ctx}");
+        assert_eq!(r["errors"]["total"], 0, "{ctx}");
+        assert_eq!(p["rule"], rule, "{ctx}");
+        assert_eq!(p["joins"], users, "{ctx}");
+        let n = |k: &str, f: &str| p[k][f].as_u64().unwrap();
+        if kind == "diff" {
+            assert_eq!(
+                n("state", "messages"),
+                users,
+                "a presence_state per join: {ctx}"
+            );
+            assert!(n("diff", "messages") > 0 && n("diff", "bytes") > 0, "{ctx}");
+            assert_eq!(n("count", "messages"), 0, "{ctx}");
+            assert!(p["diffs_distinct"].as_u64().unwrap() > 0, "{ctx}");
+            assert_eq!(p["diffs_unparsed"], 0, "{ctx}");
+        } else {
+            assert!(
+                n("count", "messages") > users,
+                "one on join, then changes: {ctx}"
+            );
+            assert_eq!(n("state", "messages") + n("diff", "messages"), 0, "{ctx}");
+        }
+        assert!(n("other", "messages") >= users, "the join replies: {ctx}");
+        let all: u64 = ["state", "diff", "count", "other"]
+            .iter()
+            .map(|k| n(k, "bytes"))
+            .sum();
+        assert_eq!(Some(all), r["messages"]["bytes_in"].as_u64(), "{ctx}");
+        assert!(p[kind]["bytes_per_sec"].as_f64().unwrap() > 0.0, "{ctx}");
+        assert!(p["bytes_per_join"].as_f64().unwrap() > 0.0, "{ctx}");
+        // Every join was seen by every subscriber, and timed.
+        let v = &p["join_visible"];
+        assert_eq!(v["count"], users, "{ctx}");
+        assert_eq!(p["join_visible_unseen"], 0, "{ctx}");
+        let ms = |k: &str| v[k].as_f64().unwrap();
+        assert!(
+            ms("p50_ms") > 0.0 && ms("p50_ms") <= ms("p99_ms") && ms("p99_ms") <= ms("max_ms"),
+            "{ctx}"
+        );
+        assert!(
+            r["arrival"]["server_cpu_us_per_join"].as_f64().is_some(),
+            "{ctx}"
+        );
+        assert!(
+            stdout.contains("join visible to all subscribers"),
+            "{stdout}"
+        );
+    }
 }
 
 #[test]

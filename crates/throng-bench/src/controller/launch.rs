@@ -23,6 +23,37 @@ pub(crate) fn server_workers(users: u64, hard: u64) -> u64 {
     users.div_ceil(hard.saturating_sub(WORKER_MARGIN).max(1))
 }
 
+/// Whether `args` set `flag` (`--flag V` or `--flag=V`).
+fn has_flag(args: &[String], flag: &str) -> bool {
+    args.iter()
+        .any(|a| a == flag || a.strip_prefix(flag).is_some_and(|v| v.starts_with('=')))
+}
+
+/// What the embedded server needs for the scenario's presence `rule`
+/// (over `users` connections), beyond what `given` (the `--server-arg`s)
+/// sets: the rule itself, and in list mode an outbound bound that holds a
+/// joiner's whole `presence_state` and a diff of every user (about 55
+/// bytes a user each; the server's 256 KiB default would cut joiners past
+/// ~4,000 users as slow readers).
+pub(crate) fn presence_server_args(
+    rule: Option<&crate::presence::Rule>,
+    users: u64,
+    given: &[String],
+) -> Vec<String> {
+    let Some(rule) = rule else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if !has_flag(given, "--presence") {
+        out.extend(["--presence".to_string(), rule.spec.clone()]);
+    }
+    if !rule.count && !has_flag(given, "--max-outbound-bytes") {
+        let bound = (users.saturating_mul(128) + (1 << 20)).max(256 << 10);
+        out.extend(["--max-outbound-bytes".to_string(), bound.to_string()]);
+    }
+    out
+}
+
 /// `current_exe` with `args`, quiet unless `THRONG_LOG` says otherwise.
 fn throng(args: &[&str]) -> Result<Command, BenchError> {
     let mut cmd = Command::new(std::env::current_exe()?);
@@ -303,6 +334,35 @@ pub(super) fn reap(mut child: Child, limit: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presence_goes_to_the_embedded_server() {
+        let list = crate::presence::Rule::parse("rooms:lobby=param:user").unwrap();
+        let count = crate::presence::Rule::parse("rooms:lobby=param:user/count").unwrap();
+        assert!(presence_server_args(None, 10, &[]).is_empty());
+        assert_eq!(
+            presence_server_args(Some(&count), 19_000, &[]),
+            ["--presence", "rooms:lobby=param:user/count"]
+        );
+        assert_eq!(
+            presence_server_args(Some(&list), 19_000, &[]),
+            [
+                "--presence",
+                "rooms:lobby=param:user",
+                "--max-outbound-bytes",
+                "3480576"
+            ]
+        );
+        // What --server-arg says wins (--presence-interval is another flag).
+        let given = [
+            "--presence=x=user_id".to_string(),
+            "--max-outbound-bytes".into(),
+            "9".into(),
+        ];
+        assert!(presence_server_args(Some(&list), 10, &given).is_empty());
+        let interval = ["--presence-interval".to_string(), "100".into()];
+        assert_eq!(presence_server_args(Some(&count), 10, &interval).len(), 2);
+    }
 
     #[test]
     fn workers_keep_a_margin_each() {

@@ -15,7 +15,8 @@
 //! what it measured; `floor` the floor phase; `arrival` adaptive arrival's
 //! rate control; `timeline` the per-second samples and the progress line;
 //! `cpu` the CPU trace and the bottleneck verdict; `outcome` turns the
-//! phases' measurements into the [`Report`](crate::report::Report).
+//! phases' measurements into the [`Report`](crate::report::Report),
+//! `presence` its presence part.
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
 //! forwards its lines over a channel; the dashboard thread only reads the
@@ -27,6 +28,7 @@ mod cpu;
 mod floor;
 mod launch;
 mod outcome;
+mod presence;
 mod probe;
 mod run;
 mod timeline;
@@ -120,6 +122,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let local_only = args.target.is_none() && args.remote_agents == 0;
     let tcp = netns::for_run(args.netns, local_only, users)?;
     // The server side: ours, or a remote one.
+    let mut presence_args = Vec::new();
     let (embedded, target) = match &args.target {
         Some(t) => {
             if !sc.sends_heartbeats() {
@@ -135,7 +138,18 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             } else {
                 Some(args.idle_timeout.unwrap_or(0))
             };
-            let e = Embedded::start(users, per_process, hard, idle, &args.server_arg)?;
+            let presence =
+                launch::presence_server_args(sc.presence_rule()?.as_ref(), users, &args.server_arg);
+            if !presence.is_empty() {
+                eprintln!(
+                    "presence: the embedded server runs with {} (beyond --server-arg)",
+                    presence.join(" ")
+                );
+            }
+            let mut server_args = args.server_arg.clone();
+            server_args.extend(presence.iter().cloned());
+            presence_args = presence;
+            let e = Embedded::start(users, per_process, hard, idle, &server_args)?;
             let addr = e.server.addr;
             (Some(e), addr)
         }
@@ -284,6 +298,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         tcp,
         Arc::clone(&live),
     );
+    run.presence_args = presence_args;
     if let Some(l) = dashboard {
         match l.and_then(|l| dashboard::serve(l, Arc::clone(&live))) {
             Ok(addr) => eprintln!("dashboard: http://{addr}/"),

@@ -166,6 +166,18 @@ impl Run {
             .map(|_| adaptive_report(&ramp, &c.slots));
         let timeouts = timeout_context(&self.trace, &c.slots, self.sc.connect_timeout);
         let attributed = attribute(&fin.errors, timeouts);
+        let (presence, presence_curve) = self.presence_report(&c, baseline.start_rt, &m);
+        // The server's CPU per join: from the first arrival to the last
+        // join, or the last presence message when that came later.
+        let joins_until = presence
+            .as_ref()
+            .map_or(0.0, |p| p.window_secs)
+            .max(ramp_until);
+        let join_cpu = self.trace.window(0.0, joins_until);
+        let server_cpu_us_per_join = join_cpu
+            .server_pct
+            .filter(|_| fin.joined > 0)
+            .map(|pct| pct / 100.0 * join_cpu.window_secs * 1e6 / fin.joined as f64);
         let hb_at_hold = hold
             .counters
             .hb_sent
@@ -220,6 +232,7 @@ impl Run {
                 joins_per_100ms: c.slots.joins.clone(),
                 peak_1s_sample_per_sec: self.timeline.peak_rate(),
                 ramp_secs: ramp.secs,
+                server_cpu_us_per_join,
                 adaptive,
             },
             connect: summarize(&c.hists.connect),
@@ -245,12 +258,19 @@ impl Run {
                 machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
                 per_broadcast,
             },
+            presence,
             messages: report::Messages {
                 out: fin.msgs_out,
                 in_: fin.msgs_in,
                 out_per_sec: fin.msgs_out as f64 / c.secs,
                 in_per_sec: fin.msgs_in as f64 / c.secs,
                 out_binary: fin.msgs_out_binary,
+                bytes_in: fin.bytes_in,
+                bytes_in_per_join: if fin.joined > 0 {
+                    fin.bytes_in as f64 / fin.joined as f64
+                } else {
+                    0.0
+                },
                 server_in_total: m("throng_messages_in_total"),
                 server_out_total: m("throng_messages_out_total"),
                 server_broadcasts_total: m("throng_broadcasts_total"),
@@ -303,6 +323,7 @@ impl Run {
                 connect: percentile_curve(&c.hists.connect),
                 join: percentile_curve(&c.hists.join),
                 broadcast: percentile_curve(&c.hists.broadcast),
+                presence_join_visible: presence_curve,
             },
             timeline: self.timeline.samples.clone(),
             status: "done".into(),

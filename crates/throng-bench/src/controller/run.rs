@@ -66,6 +66,8 @@ pub(super) struct Run {
     pub writers: Option<Writers>,
     /// The OS settings in force, and what the run lacks.
     pub os: OsSettings,
+    /// What the embedded server was given for the scenario's presence.
+    pub presence_args: Vec<String>,
     next_trace: Instant,
     next_sample: Instant,
 }
@@ -131,6 +133,8 @@ pub(super) struct Collected {
     pub floor: BcastTable,
     pub counters: Counters,
     pub slots: Slots,
+    /// Presence joins' times, diffs and count steps, merged.
+    pub presence: crate::presence::Merged,
     /// This controller's CPU seconds over the run.
     pub controller_cpu: f64,
     /// The whole run, seconds.
@@ -181,6 +185,7 @@ impl Run {
             adaptive,
             writers,
             os,
+            presence_args: Vec::new(),
             next_trace: now,
             next_sample: now,
         }
@@ -542,6 +547,7 @@ impl Run {
             ..Default::default()
         };
         let mut slots = Slots::default();
+        let mut presence = crate::presence::Merged::default();
         for a in &self.agents.links {
             let f = a.final_.as_ref().expect("checked above");
             slots.merge(&f.slots);
@@ -549,6 +555,7 @@ impl Run {
             merge_bcasts(&mut bcasts, &f.bcasts);
             merge_bcasts(&mut floor, &f.floor);
             counters.add(&f.counters);
+            presence.add(&f.presence);
         }
         Ok(Collected {
             hists,
@@ -556,6 +563,7 @@ impl Run {
             floor,
             counters,
             slots,
+            presence,
             controller_cpu,
             secs,
         })

@@ -77,6 +77,13 @@ impl Timeline {
             s.conn_per_sec = (c.connected - c0.connected) as f64 / dt;
             s.msgs_out_per_sec = (c.msgs_out - c0.msgs_out) as f64 / dt;
             s.msgs_in_per_sec = (c.msgs_in - c0.msgs_in) as f64 / dt;
+            s.bytes_in_per_sec = c.bytes_in.saturating_sub(c0.bytes_in) as f64 / dt;
+            s.presence_bytes_in_per_sec =
+                c.presence
+                    .total()
+                    .bytes
+                    .saturating_sub(c0.presence.total().bytes) as f64
+                    / dt;
             s.agents_cpu_pct = cpu_pct(c0.cpu_secs, c.cpu_secs, dt);
             if let (Some(a), Some(b)) = (s0, srv) {
                 s.server_cpu_pct = Some(cpu_pct(a.cpu_secs, b.cpu_secs, dt));

@@ -107,6 +107,7 @@ impl Engine {
                 next_ref: 0,
                 await_ref: 0,
                 join_ref: 0,
+                last_count: 0,
                 loops: [0; 2],
                 pc: 0,
                 state: State::FloorConnecting,

@@ -1,14 +1,15 @@
 //! The Phoenix messages on a connection: sends rendered from the program's
 //! templates (joins and pushes tracked by their ref, stamped broadcasts,
-//! heartbeats), replies timed against the tracked ref, and broadcasts timed
-//! by their stamp.
+//! heartbeats), replies timed against the tracked ref, broadcasts timed by
+//! their stamp, presence messages handed to `presence`.
 
 use serde::Deserialize;
 use throng_protocol::frame::Opcode;
 use throng_protocol::{serializer, Payload, Vsn};
 
-use super::conn::{State, F_AWAIT_JOIN};
+use super::conn::{State, F_AWAIT_JOIN, F_COUNT_SEEN, F_PRESENCE_JOIN};
 use super::Engine;
+use crate::presence::Kind;
 use crate::scenario::{find_stamp, Op, SendKind, Vars};
 use crate::slots::Slots;
 use crate::sys;
@@ -54,6 +55,11 @@ impl Engine {
         match &*msg.event {
             "phx_error" => self.counters.errors.error_reply += 1,
             "phx_close" => {}
+            e @ ("presence_state" | "presence_diff" | "presence_count") => {
+                if let Payload::Json(p) = msg.payload {
+                    self.on_presence(token, Kind::of(e.as_bytes()), data, p);
+                }
+            }
             _ => {
                 if let Payload::Json(p) = msg.payload {
                     if let Some((key, sent_ns)) = find_stamp(p.as_bytes()) {
@@ -85,6 +91,10 @@ impl Engine {
             .max(1) as u64;
         if c.flags & F_AWAIT_JOIN != 0 {
             self.hists.join.saturating_record(us);
+            if ok && c.flags & F_PRESENCE_JOIN != 0 {
+                let sent_ns = self.epoch_rt_ns + c.mark_us * 1000;
+                self.presence.joins.push((c.user, sent_ns));
+            }
             if ok {
                 self.counters.joined += 1;
                 Slots::bump(&mut self.slots.joins, self.arrivals.started_at);
@@ -99,7 +109,7 @@ impl Engine {
             self.counters.errors.error_reply += 1;
         }
         c.await_ref = 0;
-        c.flags &= !F_AWAIT_JOIN;
+        c.flags &= !(F_AWAIT_JOIN | F_PRESENCE_JOIN);
         if c.state == State::Awaiting {
             c.state = State::Running;
         }
@@ -115,6 +125,7 @@ impl Engine {
             track,
             fixed_ref,
             stamp,
+            presence,
             ..
         } = op
         else {
@@ -126,6 +137,8 @@ impl Engine {
         let r = fixed_ref.unwrap_or(c.next_ref);
         if kind == SendKind::Join {
             c.join_ref = r;
+            // A new join: its presence_count comes first (see `presence`).
+            c.flags &= !F_COUNT_SEEN;
         }
         let now_ns = if stamp { sys::realtime_ns() } else { 0 };
         self.tbuf.clear();
@@ -141,10 +154,12 @@ impl Engine {
         if track {
             c.await_ref = r;
             c.mark_us = now_us;
+            c.flags &= !(F_AWAIT_JOIN | F_PRESENCE_JOIN);
             if kind == SendKind::Join {
                 c.flags |= F_AWAIT_JOIN;
-            } else {
-                c.flags &= !F_AWAIT_JOIN;
+                if presence {
+                    c.flags |= F_PRESENCE_JOIN;
+                }
             }
         }
         if stamp {

@@ -10,7 +10,8 @@
 //! - **No buffers while idle.** Every read goes into one shared buffer; only
 //!   a partial frame left at its end is kept, boxed, on the connection
 //!   (`rx`), and only bytes the socket would not take are kept (`tx`). Both
-//!   are `None` almost always.
+//!   are `None` almost always. A message longer than the shared buffer is
+//!   read as it arrives, kept whole only when it must be read (`large`).
 //! - **Many source addresses.** With `bind_sources`, sockets bind to
 //!   127.0.0.2, 127.0.0.3, ... (8 per agent) with `IP_BIND_ADDRESS_NO_PORT`, so the port is
 //!   picked per destination at connect time and no address runs out of ports.
@@ -30,12 +31,16 @@
 //! in and out); `messages` the Phoenix messages on it (sends rendered from
 //! templates, replies timed against the tracked ref, broadcasts timed by
 //! their stamp); `socket` opening sockets and naming their errors; `floor`
-//! the reading side of the floor measurement (raw sockets to floor writers).
+//! the reading side of the floor measurement (raw sockets to floor writers);
+//! `large` messages longer than the shared buffer; `presence` the presence
+//! messages (traffic, diffs, counts) and presence joins' times.
 
 mod arrivals;
 mod conn;
 mod floor;
+mod large;
 mod messages;
+mod presence;
 mod session;
 mod socket;
 #[cfg(test)]
@@ -56,7 +61,8 @@ use throng_protocol::Vsn;
 
 use self::arrivals::Arrivals;
 pub use self::conn::CONN_SIZE;
-use self::conn::{Conn, State};
+use self::conn::{Conn, Rx, State};
+pub use self::presence::PresenceLog;
 use self::socket::{source_addr, ErrKind};
 use crate::plan::Plan;
 use crate::scenario::{Program, Scenario, Template};
@@ -67,7 +73,8 @@ use crate::sys;
 /// The token of the controller waker.
 pub const WAKER: Token = Token(usize::MAX - 1);
 
-/// The shared read buffer; also the largest frame a connection can receive.
+/// The shared read buffer: a frame that fits is read whole into it; a
+/// longer one is read as it arrives (`large`, up to `large::MAX_MESSAGE`).
 const READ_BUF: usize = 256 * 1024;
 
 /// How late a timer may fire, ms, so the loop is not woken for each one.
@@ -89,6 +96,8 @@ pub struct Engine {
     released: bool,
     /// The engine's clock zero: deadlines and marks count from it.
     epoch: Instant,
+    /// CLOCK_REALTIME ns at `epoch`: a mark as the clock broadcasts use.
+    epoch_rt_ns: u64,
     /// The shared read buffer.
     rbuf: Vec<u8>,
     /// Frame being written.
@@ -123,6 +132,8 @@ pub struct Engine {
     floor: Option<floor::Opening>,
     /// The floor's frames, by key (writer 0 << 32 | round).
     pub floor_bcasts: BcastTable,
+    /// Presence diffs, count steps and presence joins' times.
+    pub presence: PresenceLog,
 }
 
 /// Why a session ends.
@@ -191,6 +202,7 @@ impl Engine {
             barrier: Vec::new(),
             released: false,
             epoch: Instant::now(),
+            epoch_rt_ns: sys::realtime_ns(),
             rbuf: vec![0; READ_BUF],
             wbuf: Vec::with_capacity(4096),
             tbuf: Vec::with_capacity(4096),
@@ -205,6 +217,7 @@ impl Engine {
             hists: Hists::default(),
             bcasts: BcastTable::new(),
             slots: Slots::default(),
+            presence: PresenceLog::default(),
         })
     }
 
@@ -335,6 +348,12 @@ impl Engine {
         let Some(mut c) = self.conns.try_remove(token) else {
             return;
         };
+        // A diff it was reading for the agent: the next receiver reads it.
+        if let Some(Rx::Large(l)) = c.rx.as_deref() {
+            if let Some(head) = l.parsing() {
+                self.presence.heads.remove(&head);
+            }
+        }
         if c.state.is_floor() {
             self.counters.floor_failed += u64::from(matches!(cause, Cause::Error(_)));
             return;

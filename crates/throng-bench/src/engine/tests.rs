@@ -253,3 +253,253 @@ fn engine_counts_close_codes() {
     assert_eq!(e.closed, users);
     assert_eq!(e.detail.close_codes.get(&1011), Some(&users));
 }
+
+/// Writes `frame` in 48 KiB pieces with a pause between, so the client
+/// reads it in many partial reads.
+fn write_in_pieces(s: &mut std::net::TcpStream, frame: &[u8]) {
+    use std::io::Write as _;
+    for piece in frame.chunks(48 * 1024) {
+        s.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A stand-in Phoenix server with presence, sending messages far larger
+/// than the agent's 256 KiB read buffer: each join is answered `ok` and
+/// pushed a `presence_state` of ~700 KB (list) or `presence_count` (count);
+/// once all `users` have joined, one connection's thread sends everyone a
+/// `presence_diff` of ~400 KB joining every user and 7,000 keys that are
+/// not user ids (list) or `{"count": users}` (count), then a ~300 KB
+/// `new:msg` carrying a broadcast stamp. Every large frame is written in
+/// pieces.
+fn presence_server(users: u64, count: bool) -> SocketAddr {
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+    use throng_protocol::handshake::{accept_key, write_response};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peers: Arc<Mutex<Vec<std::net::TcpStream>>> = Arc::default();
+    // Joins answered, and states written (the diff waits for all of them).
+    let joined = Arc::new(AtomicU64::new(0));
+    let stated = Arc::new(AtomicU64::new(0));
+    let frame = |event: &str, join_ref: Option<&str>, payload: &str| {
+        let mut msg = Vec::new();
+        serializer::encode_message(
+            Vsn::V2,
+            &mut msg,
+            join_ref,
+            None,
+            "rooms:lobby",
+            event,
+            Payload::Json(payload),
+        )
+        .unwrap();
+        let mut f = Vec::new();
+        encode_frame(&mut f, Opcode::Text, &msg, None);
+        f
+    };
+    let meta =
+        |i: &str| format!(r#""{i}":{{"metas":[{{"phx_ref":"ref{i}","online_at":1700000000}}]}}"#);
+    let state: Vec<String> = (0..12_000).map(|i| meta(&format!("x{i}"))).collect();
+    let state = Arc::new(format!("{{{}}}", state.join(",")));
+    let mut joins: Vec<String> = (1..=users).map(|u| meta(&u.to_string())).collect();
+    joins.extend((0..7_000).map(|i| meta(&format!("p{i}"))));
+    let diff = Arc::new(format!(
+        r#"{{"joins":{{{}}},"leaves":{{}}}}"#,
+        joins.join(",")
+    ));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { break };
+            let (peers, joined, stated, state, diff) = (
+                Arc::clone(&peers),
+                Arc::clone(&joined),
+                Arc::clone(&stated),
+                Arc::clone(&state),
+                Arc::clone(&diff),
+            );
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut chunk).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let key = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+                    .unwrap()
+                    .trim()
+                    .to_string();
+                let mut out = Vec::new();
+                write_response(&mut out, &accept_key(key.as_bytes()));
+                s.write_all(&out).unwrap();
+                peers.lock().unwrap().push(s.try_clone().unwrap());
+                let mut pending: Vec<u8> = Vec::new();
+                loop {
+                    while let Ok(Some(f)) =
+                        decode_frame(&mut pending, throng_protocol::Role::Server, 1 << 20)
+                    {
+                        let data = pending[f.payload.clone()].to_vec();
+                        pending.drain(..f.consumed);
+                        let m = serializer::decode(
+                            Vsn::V2,
+                            f.opcode,
+                            &data,
+                            serializer::Sender::Client,
+                        )
+                        .unwrap();
+                        if m.event != "phx_join" {
+                            continue;
+                        }
+                        let mut msg = Vec::new();
+                        serializer::encode_reply(
+                            Vsn::V2,
+                            &mut msg,
+                            m.join_ref.as_deref(),
+                            m.msg_ref.as_deref(),
+                            &m.topic,
+                            "ok",
+                            Payload::Json("{}"),
+                        )
+                        .unwrap();
+                        let mut reply = Vec::new();
+                        encode_frame(&mut reply, Opcode::Text, &msg, None);
+                        s.write_all(&reply).unwrap();
+                        let jr = m.join_ref.as_deref();
+                        // The count before this join, as a server's last flush says.
+                        let n = joined.fetch_add(1, SeqCst);
+                        if count {
+                            s.write_all(&frame(
+                                "presence_count",
+                                jr,
+                                &format!(r#"{{"count":{n}}}"#),
+                            ))
+                            .unwrap();
+                        } else {
+                            write_in_pieces(&mut s, &frame("presence_state", jr, &state));
+                        }
+                        if stated.fetch_add(1, SeqCst) + 1 == users {
+                            // Everyone has joined and had its state: the diff.
+                            let d = if count {
+                                frame("presence_count", None, &format!(r#"{{"count":{users}}}"#))
+                            } else {
+                                frame("presence_diff", None, &diff)
+                            };
+                            let stamp = format!(
+                                r#"{{"body":"throng:1:99:{}","pad":"{}"}}"#,
+                                crate::sys::realtime_ns(),
+                                "y".repeat(300_000)
+                            );
+                            let big = frame("new:msg", None, &stamp);
+                            for p in peers.lock().unwrap().iter_mut() {
+                                write_in_pieces(p, &d);
+                                write_in_pieces(p, &big);
+                            }
+                        }
+                    }
+                    let n = s.read(&mut chunk).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    pending.extend_from_slice(&chunk[..n]);
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Presence through the engine, with messages up to ~700 KB (beyond the
+/// shared read buffer): states and diffs counted by kind and bytes, the
+/// diff recorded once with every receipt and its keys, each presence
+/// join's time recorded; a large non-presence message still handled
+/// whole (its stamp timed). Count mode: each subscriber's step from the
+/// count it joined with to the broadcast count.
+fn run_presence(count: bool) {
+    let users = 12;
+    let addr = presence_server(users, count);
+    let mut sc = chat(Phase::at_rate(users, 2000.0), 0, 0, 0.0, Vsn::V2);
+    sc.presence = Some(
+        if count {
+            "rooms:lobby=param:user/count"
+        } else {
+            "rooms:lobby=param:user"
+        }
+        .into(),
+    );
+    let mut engine = Engine::new(Plan {
+        scenario: sc,
+        target: addr,
+        host: addr.to_string(),
+        bind_sources: true,
+        index: 0,
+        agents: 1,
+        capacity: 1000,
+        adaptive: false,
+    })
+    .unwrap();
+    engine.start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.counters.bcast_recv < users {
+        engine.turn(Duration::from_millis(5)).unwrap();
+        assert!(Instant::now() < deadline, "{:?}", engine.counters);
+    }
+    engine.refresh_gauges();
+    let c = &engine.counters;
+    assert_eq!(
+        (c.joined, c.errors.total(), c.open),
+        (users, 0, users),
+        "{c:?}"
+    );
+    assert_eq!(engine.presence.joins.len() as u64, users);
+    let mut joiners: Vec<u32> = engine.presence.joins.iter().map(|j| j.0).collect();
+    joiners.sort_unstable();
+    assert_eq!(joiners, (1..=users as u32).collect::<Vec<_>>());
+    let p = &c.presence;
+    if count {
+        assert_eq!(
+            (p.count.messages, p.state.messages, p.diff.messages),
+            (2 * users, 0, 0)
+        );
+        // The k-th joiner's state said k - 1: its step is (k - 1) -> users.
+        let mut steps: Vec<(u32, u32)> = engine.presence.counts.keys().copied().collect();
+        steps.sort_unstable();
+        let want: Vec<(u32, u32)> = (0..users as u32).map(|k| (k, users as u32)).collect();
+        assert_eq!(steps, want);
+    } else {
+        assert_eq!((p.state.messages, p.diff.messages), (users, users));
+        assert!(p.state.bytes > users * 600_000, "{p:?}");
+        assert!(p.diff.bytes / users > 300_000, "{p:?}");
+        assert_eq!(engine.presence.diffs.len(), 1, "one distinct diff");
+        let d = engine.presence.diffs.values().next().unwrap();
+        assert_eq!(d.receipts, users);
+        let mut keys = d.keys.clone().expect("parsed once");
+        keys.sort_unstable();
+        assert_eq!(keys, (1..=users as u32).collect::<Vec<_>>());
+        assert_eq!(d.unmatched, 7_000);
+        assert!(engine.presence.heads.len() <= 1);
+    }
+    assert!(
+        c.bytes_in > p.total().bytes + users * 300_000,
+        "the big new:msg counted too"
+    );
+    assert_eq!(engine.hists.broadcast.len(), users, "its stamp timed");
+    // Nothing is kept once every message is whole.
+    assert!(engine.conns.iter().all(|(_, c)| c.rx.is_none()));
+}
+
+#[test]
+fn engine_reads_large_presence_messages_list() {
+    run_presence(false);
+}
+
+#[test]
+fn engine_follows_presence_counts() {
+    run_presence(true);
+}

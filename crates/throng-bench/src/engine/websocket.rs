@@ -10,10 +10,11 @@ use mio::{Interest, Token};
 use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
 use throng_protocol::handshake::{parse_client_response, write_client_request};
 
-use super::conn::State;
+use super::conn::{Rx, State};
+use super::large::MAX_MESSAGE;
 use super::session::{TIMER_HEARTBEAT, TIMER_STEP};
 use super::socket::{classify, open_socket, ErrKind};
-use super::{Cause, Engine, READ_BUF};
+use super::{Cause, Engine};
 use crate::scenario::{Op, Program};
 use crate::slots::Slots;
 
@@ -136,20 +137,35 @@ impl Engine {
         (self.rng as u32).to_le_bytes()
     }
 
-    /// Reads until the socket is drained, handling whole frames as they come.
+    /// Reads until the socket is drained, handling whole frames as they
+    /// come: a frame's start left at the end of a read is kept (and copied
+    /// back to the buffer's start before the next), a message longer than
+    /// the buffer goes to `large` as it arrives.
     fn on_readable(&mut self, token: usize) {
         let mut buf = std::mem::take(&mut self.rbuf);
         while let Some(c) = self.conns.get_mut(token) {
             let Some(sock) = c.sock.as_mut() else { break };
             let mut len = 0;
-            if let Some(rx) = c.rx.take() {
-                len = rx.len();
-                buf[..len].copy_from_slice(&rx);
+            let mut large = None;
+            match c.rx.take().map(|b| *b) {
+                Some(Rx::Partial(p)) => {
+                    len = p.len();
+                    buf[..len].copy_from_slice(&p);
+                }
+                Some(Rx::Large(l)) => large = Some(l),
+                None => {}
             }
             if len == buf.len() {
                 self.drop_conn(token, Cause::Error(ErrKind::Other));
                 break;
             }
+            let keep = |c: &mut super::conn::Conn, buf: &[u8], large| {
+                c.rx = match large {
+                    Some(l) => Some(Box::new(Rx::Large(l))),
+                    None if !buf.is_empty() => Some(Box::new(Rx::Partial(buf.to_vec()))),
+                    None => None,
+                };
+            };
             match sock.read(&mut buf[len..]) {
                 Ok(0) => {
                     self.drop_conn(token, Cause::Error(ErrKind::Eof));
@@ -157,10 +173,19 @@ impl Engine {
                 }
                 Ok(n) => {
                     let end = len + n;
-                    let used = self.process(token, &mut buf[..end]);
+                    // The rest of a large message first (len is 0 then).
+                    let mut from = 0;
+                    if let Some(l) = large {
+                        from = usize::try_from(l.left()).map_or(n, |left| left.min(n));
+                        self.feed_large(token, l, &buf[..from]);
+                        if !self.conns.contains(token) {
+                            break;
+                        }
+                    }
+                    let used = from + self.process(token, &mut buf[from..end]);
                     if used < end {
                         if let Some(c) = self.conns.get_mut(token) {
-                            c.rx = Some(Box::new(buf[used..end].to_vec()));
+                            c.rx = Some(Box::new(Rx::Partial(buf[used..end].to_vec())));
                         }
                     }
                     // A short read drained the socket: epoll (edge-triggered)
@@ -171,17 +196,16 @@ impl Engine {
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if len > 0 {
-                        c.rx = Some(Box::new(buf[..len].to_vec()));
-                    }
+                    keep(c, &buf[..len], large);
                     break;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {
-                    if len > 0 {
-                        c.rx = Some(Box::new(buf[..len].to_vec()));
-                    }
+                    keep(c, &buf[..len], large);
                 }
                 Err(e) => {
+                    if let Some(c) = self.conns.get_mut(token) {
+                        keep(c, &[], large);
+                    }
                     self.drop_conn(token, Cause::Error(classify(&e)));
                     break;
                 }
@@ -224,8 +248,17 @@ impl Engine {
             }
         }
         while pos < data.len() {
-            match decode_frame(&mut data[pos..], Role::Client, READ_BUF as u64) {
-                Ok(None) => break,
+            match decode_frame(&mut data[pos..], Role::Client, MAX_MESSAGE) {
+                Ok(None) => {
+                    // Longer than the buffer: read as it arrives.
+                    if let Some(n) = self.begin_large(token, &data[pos..]) {
+                        pos += n;
+                        if !self.conns.contains(token) {
+                            return data.len();
+                        }
+                    }
+                    break;
+                }
                 Ok(Some(f)) => {
                     let range = pos + f.payload.start..pos + f.payload.end;
                     pos += f.consumed;
@@ -277,7 +310,7 @@ impl Engine {
     }
 
     /// One frame: pings answered, a close ends the session, messages go on.
-    fn on_frame(&mut self, token: usize, opcode: Opcode, fin: bool, payload: &[u8]) {
+    pub(super) fn on_frame(&mut self, token: usize, opcode: Opcode, fin: bool, payload: &[u8]) {
         if self.conns[token].state == State::Floor {
             if fin && matches!(opcode, Opcode::Text | Opcode::Binary) {
                 self.on_floor_frame(token, opcode, payload);
@@ -301,6 +334,7 @@ impl Engine {
             }
             Opcode::Text | Opcode::Binary => {
                 self.counters.msgs_in += 1;
+                self.counters.bytes_in += payload.len() as u64;
                 if fin {
                     self.on_message(token, opcode, payload);
                 }

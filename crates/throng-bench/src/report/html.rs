@@ -21,6 +21,7 @@ svg text{font-size:11px;fill:#555} .legend span{margin-right:12px}
 <div class="card"><h2>Users and connected</h2><div id="c_users"></div></div>
 <div class="card"><h2>New connections and joins per second</h2><div id="c_rate"></div></div>
 <div class="card"><h2>Messages per second (clients)</h2><div id="c_msgs"></div></div>
+<div class="card"><h2>Bytes per second to clients (MB/s)</h2><div id="c_bytes"></div></div>
 <div class="card"><h2>CPU (% of one core)</h2><div id="c_cpu"></div></div>
 <div class="card"><h2>Memory (MiB)</h2><div id="c_mem"></div></div>
 <div class="card"><h2>Latency percentiles (ms)</h2><div id="c_lat"></div></div>
@@ -63,10 +64,12 @@ function render(d){
   if(rate.length){rateSeries.push({name:"adaptive rate chosen",points:rate});}
   chart("c_rate",rateSeries,"s");
   chart("c_msgs",[{name:"out/s",points:col("msgs_out_per_sec")},{name:"in/s",points:col("msgs_in_per_sec")}],"s");
+  const mb=k=>tl.map(s=>[s.t,(s[k]||0)/1e6]);
+  chart("c_bytes",[{name:"all messages",points:mb("bytes_in_per_sec")},{name:"presence",points:mb("presence_bytes_in_per_sec")}],"s");
   chart("c_cpu",[{name:"server",points:col("server_cpu_pct")},{name:"agents",points:col("agents_cpu_pct")}],"s");
   chart("c_mem",[{name:"server RSS",points:col("server_rss_mb")},{name:"agents RSS",points:col("agents_rss_mb")}],"s");
   const p=d.percentiles||{};
-  chart("c_lat",["connect","join","broadcast"].filter(k=>p[k]&&p[k].length).map(k=>({name:k,points:p[k]})),"percentile",true);
+  chart("c_lat",["connect","join","broadcast","presence_join_visible"].filter(k=>p[k]&&p[k].length).map(k=>({name:k==="presence_join_visible"?"join visible to all":k,points:p[k]})),"percentile",true);
   const rows=[];
   const esc=v=>String(v).replace(/&/g,"&amp;").replace(/</g,"&lt;");
   const add=(k,v)=>rows.push(`<tr><td>${k}</td><td>${esc(v)}</td></tr>`);
@@ -80,6 +83,14 @@ function render(d){
     if(d.floor){const f=d.floor;add("floor (same fan-out, no server) ms",fmt(f.last_p50_ms)+" median, "+fmt(f.last_ms)+" worst; rounds "+(f.rounds_last_ms||[]).map(fmt).join(", "));
       add("last receiver / floor",(b.floor_ratio===null?"-":b.floor_ratio.toFixed(2)+"x")+" median, "+(b.floor_ratio_worst===null?"-":b.floor_ratio_worst.toFixed(2)+"x")+" worst: "+(b.floor_compared||""));
       add("CPU per receiver us","server "+fmt(b.server_cpu_us_per_receiver)+", agents "+fmt(b.agent_cpu_us_per_receiver)+"; floor writers "+fmt(f.writer_cpu_us_per_receiver)+", agents "+fmt(f.reader_cpu_us_per_receiver));}}
+  if(d.presence){const pr=d.presence;const tr=t=>fmt(t.messages)+" msgs ("+fmt(t.messages_per_sec)+"/s), "+fmt(t.bytes)+" B ("+fmt(t.bytes_per_sec)+" B/s)";
+    add("presence",(pr.rule||"no rule")+(pr.mode?" ("+pr.mode+")":"")+((pr.server_args||[]).length?"; embedded server: "+pr.server_args.join(" "):""));
+    add("presence_state / presence_diff / presence_count",tr(pr.state)+" / "+tr(pr.diff)+" / "+tr(pr.count));
+    add("other messages",tr(pr.other)+" over "+fmt(pr.window_secs)+" s");
+    add("presence per join",fmt(pr.messages_per_join)+" msgs, "+fmt(pr.bytes_per_join)+" B ("+fmt(pr.joins)+" joins)");
+    if(pr.rule){const v=pr.join_visible;add("join visible to all subscribers ms","p50 "+fmt(v.p50_ms)+" / p99 "+fmt(v.p99_ms)+" / max "+fmt(v.max_ms)+" ("+fmt(v.count)+" seen, "+fmt(pr.join_visible_unseen)+" unseen)");}}
+  if(d.arrival&&d.arrival.server_cpu_us_per_join!==undefined){add("server CPU per join us",fmt(d.arrival.server_cpu_us_per_join));}
+  if(d.messages&&d.messages.bytes_in!==undefined){add("bytes to clients / per join",fmt(d.messages.bytes_in)+" / "+fmt(d.messages.bytes_in_per_join));}
   if(d.errors){add("errors",fmt(d.errors.total));(d.errors.attributed||[]).forEach(a=>add("&nbsp;&nbsp;"+a.kind+" ("+a.whose+")",fmt(a.count)+": "+a.why));}
   if(d.heartbeats&&d.heartbeats.interval_secs){add("heartbeats (background)","every "+fmt(d.heartbeats.interval_secs)+" s, spread evenly: "+fmt(d.heartbeats.per_sec_at_hold)+"/s while held");}
   if(d.os&&d.os.settings){add("OS settings",(d.os.tuned?"throng tune's":"the host's")+((d.os.lacking||[]).length?"; lacked "+d.os.lacking.map(l=>l.name).join(", ")+": run "+d.os.advice:""));}

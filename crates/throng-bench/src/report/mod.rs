@@ -43,6 +43,10 @@ pub struct Report {
     /// Other tracked pushes to their reply.
     pub reply: Summary,
     pub broadcast: Broadcasts,
+    /// Presence: its traffic to the clients and the time until each join
+    /// was visible to every subscriber (`null`: no presence rule and no
+    /// presence message).
+    pub presence: Option<PresenceReport>,
     pub messages: Messages,
     pub server: Server,
     pub agent: Agents,
@@ -140,6 +144,10 @@ pub struct Arrival {
     pub peak_1s_sample_per_sec: f64,
     /// From the first arrival until every connect and tracked reply settled.
     pub ramp_secs: f64,
+    /// The server's CPU per `ok` join, µs: its CPU from the first arrival
+    /// to the last join (or, later, the last presence message) over the
+    /// joins (`null`: no server CPU figures).
+    pub server_cpu_us_per_join: Option<f64>,
     /// Adaptive arrival: the rates the controller chose (`null`: a fixed schedule).
     pub adaptive: Option<AdaptiveArrival>,
 }
@@ -311,10 +319,67 @@ pub struct Messages {
     pub in_per_sec: f64,
     /// Of `out`, those sent in binary frames (Tsung's default).
     pub out_binary: u64,
+    /// Bytes of the messages the clients received (WebSocket payloads),
+    /// and per `ok` join.
+    pub bytes_in: u64,
+    pub bytes_in_per_join: f64,
     /// `throng_messages_in_total` from the server's `/metrics`.
     pub server_in_total: Option<f64>,
     pub server_out_total: Option<f64>,
     pub server_broadcasts_total: Option<f64>,
+}
+
+/// Presence in a run (see [`crate::presence`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct PresenceReport {
+    /// The rule, as `throng serve --presence` spells it (`null`: none
+    /// given; a `--target` sent presence messages all the same).
+    pub rule: Option<String>,
+    /// `list` or `count` (the rule's; `null` without one).
+    pub mode: Option<String>,
+    /// What the embedded server was given for it, beyond `--server-arg`.
+    pub server_args: Vec<String>,
+    /// Messages the clients received, by kind: `presence_state`,
+    /// `presence_diff`, `presence_count`, and every other message.
+    pub state: TrafficRow,
+    pub diff: TrafficRow,
+    pub count: TrafficRow,
+    pub other: TrafficRow,
+    /// From the first arrival to the last presence message, seconds: the
+    /// rates are over it.
+    pub window_secs: f64,
+    /// Presence joins answered `ok` (their send times recorded).
+    pub joins: u64,
+    /// Presence messages (all three kinds) and their bytes per such join.
+    pub messages_per_join: f64,
+    pub bytes_per_join: f64,
+    /// Join sent to its sight by the last subscriber, ms (`count`: joins
+    /// measured).
+    pub join_visible: Summary,
+    /// Joins no subscriber was seen to hear of.
+    pub join_visible_unseen: u64,
+    /// How join visibility was measured (the mode's way).
+    pub join_visible_method: String,
+    /// Distinct diffs received; those no agent read (their keys unknown);
+    /// joined keys that were not user ids.
+    pub diffs_distinct: u64,
+    pub diffs_unparsed: u64,
+    pub keys_unmatched: u64,
+    /// The server's own counts (its `/metrics`, summed over what the
+    /// probe scraped): `presence_state` encodings and diffs made.
+    pub server_state_encodes: Option<f64>,
+    pub server_diffs: Option<f64>,
+}
+
+/// Messages and bytes of one kind, and their rates over the window.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct TrafficRow {
+    pub messages: u64,
+    pub bytes: u64,
+    pub messages_per_sec: f64,
+    pub bytes_per_sec: f64,
 }
 
 /// The server side: memory per connection, CPU.
@@ -467,6 +532,8 @@ pub struct Percentiles {
     pub connect: Vec<(f64, f64)>,
     pub join: Vec<(f64, f64)>,
     pub broadcast: Vec<(f64, f64)>,
+    /// Join sent to its sight by the last subscriber (presence).
+    pub presence_join_visible: Vec<(f64, f64)>,
 }
 
 /// One timeline sample.
@@ -483,6 +550,9 @@ pub struct Sample {
     pub conn_per_sec: f64,
     pub msgs_out_per_sec: f64,
     pub msgs_in_per_sec: f64,
+    /// Bytes the clients received per second, all messages and presence's.
+    pub bytes_in_per_sec: f64,
+    pub presence_bytes_in_per_sec: f64,
     pub errors: u64,
     pub server_conns: Option<f64>,
     pub server_rss_mb: Option<f64>,
@@ -550,6 +620,10 @@ mod tests {
             "/bottleneck",
             "/broadcast_bottleneck",
             "/percentiles/broadcast",
+            "/percentiles/presence_join_visible",
+            "/arrival/server_cpu_us_per_join",
+            "/messages/bytes_in",
+            "/presence",
             "/timeline",
             "/status",
         ] {
@@ -557,6 +631,22 @@ mod tests {
         }
         let row = serde_json::to_value(BroadcastRow::default()).unwrap();
         assert!(row.get("ref").is_some());
+        let p = serde_json::to_value(PresenceReport::default()).unwrap();
+        for key in [
+            "/rule",
+            "/mode",
+            "/state/bytes_per_sec",
+            "/diff/messages_per_sec",
+            "/count/bytes",
+            "/other/bytes",
+            "/bytes_per_join",
+            "/join_visible/p50_ms",
+            "/join_visible/p99_ms",
+            "/join_visible/max_ms",
+            "/join_visible_unseen",
+        ] {
+            assert!(p.pointer(key).is_some(), "presence{key} missing: {p}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, Spread};
+use super::{PresenceReport, Report, Spread, TrafficRow};
 
 /// A count: `1,234,567`.
 fn int(n: u64) -> String {
@@ -44,7 +44,9 @@ fn group(n: i64) -> String {
 
 fn bytes(b: Option<f64>) -> String {
     match b {
+        Some(b) if b.abs() >= 1073741824.0 => format!("{:.2} GiB", b / 1073741824.0),
         Some(b) if b.abs() >= 1048576.0 => format!("{:.1} MiB", b / 1048576.0),
+        Some(b) if b.abs() >= 10240.0 => format!("{:.1} KiB", b / 1024.0),
         Some(b) => format!("{b:.0} B"),
         None => "-".into(),
     }
@@ -77,6 +79,73 @@ fn os_line(r: &Report) -> String {
         );
     }
     line
+}
+
+/// Messages, bytes and their rates: `19,000 msgs (1,900/s), 1.2 MiB (120 KiB/s)`.
+fn traffic(t: &TrafficRow) -> String {
+    format!(
+        "{} msgs ({}/s), {} ({}/s)",
+        int(t.messages),
+        float(t.messages_per_sec),
+        bytes(Some(t.bytes as f64)),
+        bytes(Some(t.bytes_per_sec))
+    )
+}
+
+/// The presence rows: the rule, traffic by kind, per join, join visibility.
+fn presence_rows(s: &mut String, p: &PresenceReport, row: &dyn Fn(&mut String, &str, String)) {
+    row(
+        s,
+        "presence",
+        match &p.rule {
+            Some(rule) => format!(
+                "{rule} ({}){}",
+                p.mode.as_deref().unwrap_or("-"),
+                if p.server_args.is_empty() {
+                    String::new()
+                } else {
+                    format!("; embedded server: {}", p.server_args.join(" "))
+                }
+            ),
+            None => "no rule: presence messages from the server all the same".into(),
+        },
+    );
+    let window = format!("over {} s", float(p.window_secs));
+    row(s, "presence_state to clients", traffic(&p.state));
+    row(s, "presence_diff to clients", traffic(&p.diff));
+    row(s, "presence_count to clients", traffic(&p.count));
+    row(
+        s,
+        "other messages to clients",
+        format!("{} ({window})", traffic(&p.other)),
+    );
+    row(
+        s,
+        "presence per join",
+        format!(
+            "{} msgs, {} ({} presence joins)",
+            float(p.messages_per_join),
+            bytes(Some(p.bytes_per_join)),
+            int(p.joins)
+        ),
+    );
+    let v = &p.join_visible;
+    row(
+        s,
+        "join visible to all subscribers ms",
+        if p.rule.is_none() {
+            "-".into()
+        } else {
+            format!(
+                "p50 {}  p99 {}  max {} ({} joins seen, {} unseen)",
+                float(v.p50_ms),
+                float(v.p99_ms),
+                float(v.max_ms),
+                int(v.count),
+                int(p.join_visible_unseen)
+            )
+        },
+    );
 }
 
 /// The summary table.
@@ -234,11 +303,23 @@ pub fn table(r: &Report) -> String {
             );
         }
     }
+    if let Some(p) = &r.presence {
+        presence_rows(&mut s, p, &row);
+    }
     let m = &r.messages;
     row(
         &mut s,
         "messages/s out / in (clients)",
         format!("{} / {}", float(m.out_per_sec), float(m.in_per_sec)),
+    );
+    row(
+        &mut s,
+        "bytes to clients, per join",
+        format!(
+            "{} in all, {} per join",
+            bytes(Some(m.bytes_in as f64)),
+            bytes(Some(m.bytes_in_per_join))
+        ),
     );
     let kinds: Vec<String> = r
         .errors
@@ -267,7 +348,11 @@ pub fn table(r: &Report) -> String {
     row(
         &mut s,
         "server CPU during ramp-up",
-        format!("{}% of a core", opt(r.server.cpu_pct_ramp)),
+        format!(
+            "{}% of a core; {} us per join",
+            opt(r.server.cpu_pct_ramp),
+            opt(r.arrival.server_cpu_us_per_join)
+        ),
     );
     row(
         &mut s,
@@ -361,6 +446,8 @@ mod tests {
         assert_eq!(float(-1234.0), "-1,234");
         assert_eq!(opt(None), "-");
         assert_eq!(bytes(Some(3.0 * 1048576.0)), "3.0 MiB");
+        assert_eq!(bytes(Some(136882.0)), "133.7 KiB");
+        assert_eq!(bytes(Some(9000.0)), "9000 B");
         let t = table(&Report::default());
         assert!(t.contains("connections target"), "{t}");
         let many = Spread::of(&[1.0, 2.0, 3.0]).agents_pct();
@@ -369,5 +456,27 @@ mod tests {
             !t.contains("broadcast latency"),
             "no broadcasts, no row: {t}"
         );
+        assert!(!t.contains("presence_diff"), "no presence, no row: {t}");
+        let r = Report {
+            presence: Some(PresenceReport {
+                rule: Some("rooms:lobby=param:user".into()),
+                mode: Some("list".into()),
+                diff: TrafficRow {
+                    messages: 2000,
+                    bytes: 3 << 20,
+                    ..Default::default()
+                },
+                joins: 1000,
+                join_visible: crate::stats::Summary {
+                    p99_ms: 812.5,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t = table(&r);
+        assert!(t.contains("2,000 msgs") && t.contains("3.0 MiB"), "{t}");
+        assert!(t.contains("p99 813"), "{t}");
     }
 }

@@ -44,6 +44,12 @@ pub struct Scenario {
     /// Seconds a reply may take before it counts as a timeout.
     #[serde(default = "default_timeout")]
     pub reply_timeout: f64,
+    /// Presence the server keeps, as `throng serve --presence` spells it
+    /// (`"rooms:lobby=param:user/count"`): handed to the embedded server,
+    /// and what the run measures presence against (see
+    /// [`crate::presence`]). None by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence: Option<String>,
     /// Arrival phases, run one after the other.
     pub phases: Vec<Phase>,
     /// Roles; each user takes one (see [`Scenario::role_of`]).
@@ -231,10 +237,19 @@ impl Scenario {
         if self.roles.len() > 255 {
             return Err(BenchError::Scenario("at most 255 roles".into()));
         }
+        self.presence_rule()?;
         for r in &self.roles {
             Program::compile(self, r)?;
         }
         Ok(())
+    }
+
+    /// The presence rule, parsed (an error names a bad one).
+    pub fn presence_rule(&self) -> Result<Option<crate::presence::Rule>, BenchError> {
+        self.presence
+            .as_deref()
+            .map(crate::presence::Rule::parse)
+            .transpose()
     }
 
     /// How many users the phases start in all.
@@ -407,6 +422,7 @@ pub fn chat(
         heartbeat: 30.0,
         connect_timeout: default_timeout(),
         reply_timeout: default_timeout(),
+        presence: None,
         phases: vec![phase],
         roles,
     }
@@ -483,6 +499,33 @@ mod tests {
                 vsn: Vsn::V2
             }
         );
+    }
+
+    #[test]
+    fn presence_scenario_turns_presence_on() {
+        let sc = Scenario::from_toml(include_str!("../../../../scenarios/presence.toml")).unwrap();
+        let rule = sc.presence_rule().unwrap().expect("a rule");
+        assert!(rule.count && rule.matches("rooms:lobby"));
+        let p = Program::compile(&sc, &sc.roles[0]).unwrap();
+        assert!(
+            matches!(p.ops[1], Op::Send { presence: true, .. }),
+            "the join of rooms:lobby is a presence join"
+        );
+        let mut other = sc.clone();
+        other.presence = Some("rooms:other=param:user".into());
+        let p = Program::compile(&other, &other.roles[0]).unwrap();
+        assert!(matches!(
+            p.ops[1],
+            Op::Send {
+                presence: false,
+                ..
+            }
+        ));
+        let bad = CHAT.replace(
+            "heartbeat = 30",
+            "heartbeat = 30\npresence = \"rooms:lobby\"",
+        );
+        assert!(Scenario::from_toml(&bad).is_err(), "a rule needs =KEY");
     }
 
     #[test]

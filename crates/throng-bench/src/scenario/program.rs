@@ -27,6 +27,9 @@ pub enum Op {
     /// `send_binary`). `track`: remember its ref and time its reply; `wait`:
     /// block the session until the reply. `fixed_ref`: the ref a raw message
     /// carries (otherwise `%%ref%%` takes the connection's next ref).
+    /// `presence`: a join of a topic the scenario's presence rule covers
+    /// (any raw join, when it has one): its time is recorded for join
+    /// visibility.
     Send {
         tpl: Template,
         opcode: Opcode,
@@ -35,6 +38,7 @@ pub enum Op {
         wait: bool,
         fixed_ref: Option<u32>,
         stamp: bool,
+        presence: bool,
     },
     Think {
         ms: u32,
@@ -150,6 +154,7 @@ fn compile_steps(
                 wait: true,
                 fixed_ref: None,
                 stamp: false,
+                presence: sc.presence_rule()?.is_some_and(|r| r.matches(topic)),
             }),
             Step::Push {
                 topic,
@@ -167,6 +172,7 @@ fn compile_steps(
                     wait: *wait,
                     fixed_ref: None,
                     stamp,
+                    presence: false,
                 })
             }
             Step::Leave(topic) => ops.push(Op::Send {
@@ -177,6 +183,7 @@ fn compile_steps(
                 wait: true,
                 fixed_ref: None,
                 stamp: false,
+                presence: false,
             }),
             Step::Send(text) | Step::SendBinary(text) => {
                 let opcode = if matches!(step, Step::SendBinary(_)) {
@@ -195,6 +202,7 @@ fn compile_steps(
                     wait: false,
                     fixed_ref,
                     stamp,
+                    presence: kind == SendKind::Join && sc.presence.is_some(),
                 });
             }
             Step::Think(secs) => {
@@ -233,6 +241,7 @@ fn compile_steps(
                         wait: false,
                         fixed_ref: None,
                         stamp: true,
+                        presence: false,
                     });
                     if ms > 0 {
                         ops.push(Op::Think { ms });

@@ -1,0 +1,87 @@
+//! Presence's part of the report: the traffic by kind and its rates, per
+//! join, and the time until each join was visible to every subscriber,
+//! from what the agents counted and recorded (see [`crate::presence`]).
+
+use super::run::{Collected, Run};
+use crate::presence::{Traffic, Visibility};
+use crate::report::{PresenceReport, TrafficRow};
+use crate::stats::{percentile_curve, summarize};
+
+/// How join visibility is measured, per mode.
+const LIST_METHOD: &str = "each join's send time to the latest receipt, by any subscriber, of a presence_diff joining its key (the key is the user id)";
+const COUNT_METHOD: &str = "the k-th join sent to the latest first receipt, by a subscriber whose count was below k, of a presence_count of k or more (exact while the count only grows)";
+
+impl Run {
+    /// The presence report (`None`: no rule, no presence message) and its
+    /// join visibility percentile curve. `start_rt`: CLOCK_REALTIME ns at
+    /// the first arrival; `metric`: a server counter from its `/metrics`.
+    pub(super) fn presence_report(
+        &self,
+        c: &Collected,
+        start_rt: u64,
+        metric: &dyn Fn(&str) -> Option<f64>,
+    ) -> (Option<PresenceReport>, Vec<(f64, f64)>) {
+        let rule = self.sc.presence_rule().ok().flatten();
+        let p = &c.counters.presence;
+        let total = p.total();
+        if rule.is_none() && total.messages == 0 {
+            return (None, Vec::new());
+        }
+        let window_secs = (p.last_ns.saturating_sub(start_rt) as f64 / 1e9).max(0.0);
+        let row = |t: Traffic| TrafficRow {
+            messages: t.messages,
+            bytes: t.bytes,
+            messages_per_sec: per(t.messages as f64, window_secs),
+            bytes_per_sec: per(t.bytes as f64, window_secs),
+        };
+        let other = Traffic {
+            messages: c.counters.msgs_in.saturating_sub(total.messages),
+            bytes: c.counters.bytes_in.saturating_sub(total.bytes),
+        };
+        let joins = c.presence.joins.len() as u64;
+        let (visible, method) = match &rule {
+            Some(r) if r.count => (Some(c.presence.count_visibility()), COUNT_METHOD),
+            Some(_) => (Some(c.presence.list_visibility()), LIST_METHOD),
+            None => (None, "not measured: no presence rule (--presence)"),
+        };
+        let curve = visible
+            .as_ref()
+            .map(|v| percentile_curve(&v.hist))
+            .unwrap_or_default();
+        let (join_visible, unseen) = match &visible {
+            Some(Visibility { hist, unseen }) => (summarize(hist), *unseen),
+            None => (Default::default(), 0),
+        };
+        let report = PresenceReport {
+            rule: rule.as_ref().map(|r| r.spec.clone()),
+            mode: rule.as_ref().map(|r| r.mode().to_string()),
+            server_args: self.presence_args.clone(),
+            state: row(p.state),
+            diff: row(p.diff),
+            count: row(p.count),
+            other: row(other),
+            window_secs,
+            joins,
+            messages_per_join: per(total.messages as f64, joins as f64),
+            bytes_per_join: per(total.bytes as f64, joins as f64),
+            join_visible,
+            join_visible_unseen: unseen,
+            join_visible_method: method.into(),
+            diffs_distinct: c.presence.diffs.len() as u64,
+            diffs_unparsed: c.presence.unparsed(),
+            keys_unmatched: c.presence.unmatched(),
+            server_state_encodes: metric("throng_presence_state_encodes_total"),
+            server_diffs: metric("throng_presence_diffs_total"),
+        };
+        (Some(report), curve)
+    }
+}
+
+/// `n` per `d` (0 when `d` is 0).
+fn per(n: f64, d: f64) -> f64 {
+    if d > 0.0 {
+        n / d
+    } else {
+        0.0
+    }
+}
