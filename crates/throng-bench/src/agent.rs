@@ -110,6 +110,8 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
         },
     )?;
     let mut last_progress = Instant::now();
+    // Bytes received at the last idle report, and at the last heap trim.
+    let (mut idle_bytes, mut trimmed_bytes) = (u64::MAX, 0u64);
     loop {
         engine.turn(Duration::from_millis(50))?;
         while let Ok(cmd) = rx.try_recv() {
@@ -166,6 +168,19 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
         let every = Duration::from_millis(if busy { 100 } else { 1000 });
         if last_progress.elapsed() >= every {
             last_progress = Instant::now();
+            // A burst of messages (presence states and diffs: gigabytes in
+            // pieces on every connection at once) is over: hand the
+            // buffers it left free back, so the RSS reported is what the
+            // connections hold (see sys::trim_heap).
+            // (Over: less than 1 MiB in the last second, after more than
+            // 64 MiB since the last trim; heartbeats never stop entirely.)
+            let received = engine.counters.bytes_in;
+            let quiet = received.saturating_sub(idle_bytes) < 1 << 20;
+            if !busy && quiet && received - trimmed_bytes > 64 << 20 {
+                sys::trim_heap();
+                trimmed_bytes = received;
+            }
+            idle_bytes = if busy { u64::MAX } else { received };
             engine.refresh_gauges();
             wire::send(
                 &mut out,

@@ -278,6 +278,19 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Hands the allocator's free memory back to the kernel (glibc's
+/// `malloc_trim(0)`, which also releases free pages inside the heap): an
+/// agent does so when a burst of traffic is over, so its resident size
+/// says what its connections hold, not the burst's high-water mark.
+#[allow(unsafe_code)]
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes a size and touches only the allocator's own state.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Puts this process in the `SCHED_BATCH` class: its wakeups no longer
 /// preempt the running task. An agent is woken by every frame a co-located
 /// server writes to one of its sockets; with normal wakeup preemption each

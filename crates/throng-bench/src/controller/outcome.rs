@@ -166,7 +166,8 @@ impl Run {
             .map(|_| adaptive_report(&ramp, &c.slots));
         let timeouts = timeout_context(&self.trace, &c.slots, self.sc.connect_timeout);
         let attributed = attribute(&fin.errors, timeouts);
-        let (presence, presence_curve) = self.presence_report(&c, baseline.start_rt, &m);
+        let (presence, presence_curve) =
+            self.presence_report(&c, baseline.start_rt, plateau.presence_settle_secs, &m);
         // The server's CPU per join: from the first arrival to the last
         // join, or the last presence message when that came later.
         let joins_until = presence

@@ -1,8 +1,15 @@
-//! Presence's part of the report: the traffic by kind and its rates, per
-//! join, and the time until each join was visible to every subscriber,
-//! from what the agents counted and recorded (see [`crate::presence`]).
+//! Presence in the run: before the plateau, the wait until presence
+//! traffic stops (a list-mode crowd leaves gigabytes queued in the server
+//! when the last join is answered: memory is measured, and the run goes
+//! on, once they are delivered); and presence's part of the report: the
+//! traffic by kind and its rates, per join, and the time until each join
+//! was visible to every subscriber, from what the agents counted and
+//! recorded (see [`crate::presence`]).
+
+use std::time::{Duration, Instant};
 
 use super::run::{Collected, Run};
+use crate::error::BenchError;
 use crate::presence::{Traffic, Visibility};
 use crate::report::{PresenceReport, TrafficRow};
 use crate::stats::{percentile_curve, summarize};
@@ -11,7 +18,63 @@ use crate::stats::{percentile_curve, summarize};
 const LIST_METHOD: &str = "each join's send time to the latest receipt, by any subscriber, of a presence_diff joining its key (the key is the user id)";
 const COUNT_METHOD: &str = "the k-th join sent to the latest first receipt, by a subscriber whose count was below k, of a presence_count of k or more (exact while the count only grows)";
 
+/// How long presence messages must stop arriving for their traffic to
+/// count as over: more than the server's default interval (1 s) and two
+/// of the agents' reports (one a second once the arrivals are over).
+const QUIET: Duration = Duration::from_millis(2500);
+
+/// The longest the run waits for it.
+const SETTLE_MAX: Duration = Duration::from_secs(600);
+
 impl Run {
+    /// With a presence rule: waits until no presence message has arrived
+    /// for [`QUIET`] (at most [`SETTLE_MAX`]) and returns the seconds
+    /// until the last one; `None` without a rule.
+    pub(super) fn settle_presence(&mut self) -> Result<Option<f64>, BenchError> {
+        if self.sc.presence.is_none() {
+            return Ok(None);
+        }
+        let start = Instant::now();
+        let mut last = (u64::MAX, start);
+        let mut next_line = start;
+        loop {
+            self.agents.pump(Duration::from_millis(50))?;
+            let now = Instant::now();
+            if now >= self.next_trace {
+                self.next_trace = now + Duration::from_millis(100);
+                self.trace_point();
+            }
+            if now >= self.next_sample {
+                self.next_sample += self.timeline.every;
+                self.sample();
+                self.publish_live("presence");
+            }
+            if now >= next_line {
+                next_line = now + Duration::from_secs(1);
+                self.progress("presence", None);
+            }
+            if let Some(c) = self.agents.total() {
+                let seen = c.presence.total().messages;
+                if seen != last.0 {
+                    last = (seen, now);
+                } else if now.duration_since(last.1) >= QUIET {
+                    break;
+                }
+            }
+            if now.duration_since(start) > SETTLE_MAX {
+                eprintln!(
+                    "\nwarning: presence messages still arriving {} s after the ramp-up; going on",
+                    SETTLE_MAX.as_secs()
+                );
+                break;
+            }
+        }
+        if self.tty {
+            eprintln!();
+        }
+        Ok(Some(last.1.saturating_duration_since(start).as_secs_f64()))
+    }
+
     /// The presence report (`None`: no rule, no presence message) and its
     /// join visibility percentile curve. `start_rt`: CLOCK_REALTIME ns at
     /// the first arrival; `metric`: a server counter from its `/metrics`.
@@ -19,6 +82,7 @@ impl Run {
         &self,
         c: &Collected,
         start_rt: u64,
+        settle_secs: Option<f64>,
         metric: &dyn Fn(&str) -> Option<f64>,
     ) -> (Option<PresenceReport>, Vec<(f64, f64)>) {
         let rule = self.sc.presence_rule().ok().flatten();
@@ -61,6 +125,7 @@ impl Run {
             count: row(p.count),
             other: row(other),
             window_secs,
+            settle_secs,
             joins,
             messages_per_join: per(total.messages as f64, joins as f64),
             bytes_per_join: per(total.bytes as f64, joins as f64),

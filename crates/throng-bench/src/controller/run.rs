@@ -9,7 +9,9 @@
 //! 3. [`Ramp`]: until every user has arrived and no connect or tracked reply
 //!    is outstanding (a progress line, a timeline sample a second; with
 //!    adaptive arrival, a new rate whenever the `arrival` control says);
-//! 4. [`Plateau`]: a second later, memory over the idle connections;
+//! 4. [`Plateau`]: a second later (with presence, once no presence message
+//!    has arrived for a while: `presence`), memory over the idle
+//!    connections;
 //! 5. [`Hold`]: the barrier opens, broadcasts flow, until every session is
 //!    parked and every broadcast delivered, or `--hold` seconds;
 //! 6. [`Storm`]: every agent drops every connection at once; the time until
@@ -68,8 +70,8 @@ pub(super) struct Run {
     pub os: OsSettings,
     /// What the embedded server was given for the scenario's presence.
     pub presence_args: Vec<String>,
-    next_trace: Instant,
-    next_sample: Instant,
+    pub(super) next_trace: Instant,
+    pub(super) next_sample: Instant,
 }
 
 /// Before the first arrival.
@@ -105,6 +107,9 @@ pub(super) struct Plateau {
     pub server_conns: Option<f64>,
     /// The agents' RSS growth since they were ready, bytes.
     pub agent_rss_delta: i64,
+    /// With presence: seconds from the ramp-up's end until its traffic
+    /// stopped (`null`: no presence rule).
+    pub presence_settle_secs: Option<f64>,
 }
 
 /// The barrier's release and the hold.
@@ -234,18 +239,18 @@ impl Run {
     }
 
     /// Every 100 ms: a CPU point.
-    fn trace_point(&mut self) {
+    pub(super) fn trace_point(&mut self) {
         self.trace.take(self.start, &self.probe, &self.agents);
     }
 
     /// A timeline sample, if every agent has reported.
-    fn sample(&mut self) {
+    pub(super) fn sample(&mut self) {
         if let Some(c) = self.agents.total() {
             self.timeline.sample(self.start, c, &self.probe);
         }
     }
 
-    fn progress(&self, phase: &str, rate: Option<f64>) {
+    pub(super) fn progress(&self, phase: &str, rate: Option<f64>) {
         if let Some(c) = self.agents.total() {
             let target = self.sc.total_users();
             progress_line(phase, &c, target, self.timeline.rate(), rate, self.tty);
@@ -373,9 +378,11 @@ impl Run {
         })
     }
 
-    /// Phase 4: let the server finish its work, then measure idle memory.
+    /// Phase 4: let the server finish its work (with presence, until its
+    /// traffic stops), then measure idle memory.
     fn plateau(&mut self) -> Result<Plateau, BenchError> {
         self.agents.pump(Duration::from_millis(1000))?;
+        let presence_settle_secs = self.settle_presence()?;
         let metrics = self.probe.metrics();
         let server = self.probe.sample(metrics.as_deref());
         let slab = sys::slab();
@@ -394,6 +401,7 @@ impl Run {
             counters,
             server_conns,
             agent_rss_delta,
+            presence_settle_secs,
         })
     }
 

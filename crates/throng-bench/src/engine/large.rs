@@ -1,19 +1,21 @@
-//! Messages longer than the shared read buffer (a list-mode
-//! `presence_state` of more than ~5,000 users, a diff of as many joins),
-//! read as they arrive instead of whole.
+//! Messages that arrive in pieces, read as they arrive rather than kept
+//! whole when they need not be: a list-mode `presence_state` of more than
+//! ~5,000 users or a diff of as many joins is longer than the shared read
+//! buffer, and thousands of subscribers receive each diff at once, so a
+//! buffer per connection for every message in progress would cost the
+//! agent a diff's size per subscriber.
 //!
-//! A frame that fits the shared buffer is read as before: its start is kept
-//! (`Rx::Partial`) until the rest comes. A longer one would need a buffer
-//! of its size on every connection receiving it, all at once when the
-//! server sends the same state or diff to thousands; instead its first
-//! bytes (at least [`HEAD_MIN`]) say what it is, and then:
+//! A frame that arrives whole is read as before. One that does not, once
+//! [`HEAD_MIN`] bytes of it are here (its event, and its signature's first
+//! bytes), and is at least [`STREAM_MIN`] long:
 //! - a `presence_state` is only counted: its bytes go by and are dropped;
-//! - a `presence_diff` is counted and identified by its signature (first
-//!   and last [`SIG_HEAD`] bytes and length, see `presence`); the first
+//! - a `presence_diff` is counted and named by its signature (its first
+//!   and last bytes and length, see `presence`); the first
 //!   connection of this agent to receive a diff keeps it whole to read its
 //!   keys once, the others let it go by;
-//! - anything else is kept whole (it may be a reply or a stamped broadcast)
-//!   and handled as a small one when complete.
+//! - anything else waits whole as before (its start kept, copied back to
+//!   the buffer before the next read) if it fits the shared buffer, else
+//!   is kept whole in a [`Large`] and handled as a small one when complete.
 //!
 //! So a connection holds a buffer only while a message it must read is
 //! incomplete, and otherwise a [`Large`] of a few hundred bytes while its
@@ -22,7 +24,7 @@
 use throng_protocol::frame::Opcode;
 
 use super::conn::Rx;
-use super::presence::{event_in_head, full_sig, head_sig, SIG_HEAD};
+use super::presence::{event_in_head, full_sig, head_sig, SIG_TAIL};
 use super::socket::ErrKind;
 use super::{Cause, Engine, READ_BUF};
 use crate::presence::Kind;
@@ -32,10 +34,13 @@ use crate::sys;
 /// million users); past it the session fails with `other`.
 pub(super) const MAX_MESSAGE: u64 = 256 << 20;
 
-/// Bytes of a large message needed before it is classified.
-pub(super) const HEAD_MIN: usize = 4096;
+/// Bytes of a message's body needed before it is classified.
+pub(super) const HEAD_MIN: usize = 1024;
 
-/// A message longer than the shared buffer, arriving.
+/// Messages shorter than this wait whole (their start is cheap to keep).
+pub(super) const STREAM_MIN: u64 = 2048;
+
+/// A message read as it arrives.
 pub(crate) struct Large {
     opcode: Opcode,
     fin: bool,
@@ -45,8 +50,10 @@ pub(crate) struct Large {
     kind: Kind,
     /// The signature of its start (diffs).
     head_sig: u64,
-    /// Its last [`SIG_HEAD`] bytes so far (diffs).
-    tail: Vec<u8>,
+    /// Its last [`SIG_TAIL`] bytes so far (diffs), in place: a streamed
+    /// diff costs the connection this struct and nothing else.
+    tail: [u8; SIG_TAIL],
+    tail_len: u8,
     /// The message so far, when it must be read whole.
     keep: Option<Vec<u8>>,
     /// This connection reads the diff's keys for the agent.
@@ -57,6 +64,20 @@ impl Large {
     /// Bytes still to come.
     pub(super) fn left(&self) -> u64 {
         self.left
+    }
+
+    /// Keeps the last [`SIG_TAIL`] bytes of what came before and `chunk`.
+    fn push_tail(&mut self, chunk: &[u8]) {
+        let have = self.tail_len as usize;
+        if chunk.len() >= SIG_TAIL {
+            self.tail.copy_from_slice(&chunk[chunk.len() - SIG_TAIL..]);
+            self.tail_len = SIG_TAIL as u8;
+        } else {
+            let keep = (SIG_TAIL - chunk.len()).min(have);
+            self.tail.copy_within(have - keep..have, 0);
+            self.tail[keep..keep + chunk.len()].copy_from_slice(chunk);
+            self.tail_len = (keep + chunk.len()) as u8;
+        }
     }
 
     /// The head signature this connection claimed to parse, if any.
@@ -87,11 +108,11 @@ fn header(bytes: &[u8]) -> Option<Result<(bool, u8, usize, u64), ()>> {
 }
 
 impl Engine {
-    /// At the front of `bytes`, an incomplete frame: if it can never fit
-    /// the shared buffer and enough of it is here, starts reading it as it
-    /// arrives and returns the bytes used (all of them); otherwise `None`
-    /// (keep it as a partial frame). A frame over [`MAX_MESSAGE`] ends
-    /// the session.
+    /// At the front of `bytes`, an incomplete frame: if it is to be read
+    /// as it arrives (see the module docs) and enough of it is here to
+    /// tell, starts reading it so and returns the bytes used (all of them);
+    /// otherwise `None` (keep its start). A frame over [`MAX_MESSAGE`]
+    /// ends the session.
     pub(super) fn begin_large(&mut self, token: usize, bytes: &[u8]) -> Option<usize> {
         let (fin, op, hdr, len) = match header(bytes)? {
             Ok(h) => h,
@@ -100,16 +121,14 @@ impl Engine {
                 return Some(bytes.len());
             }
         };
-        if (hdr as u64).saturating_add(len) <= READ_BUF as u64 {
-            return None;
-        }
         if len > MAX_MESSAGE {
             tracing::debug!(len, "a message over {MAX_MESSAGE} bytes");
             self.drop_conn(token, Cause::Error(ErrKind::Other));
             return Some(bytes.len());
         }
+        let fits = (hdr as u64).saturating_add(len) <= READ_BUF as u64;
         let body = &bytes[hdr..];
-        if body.len() < HEAD_MIN {
+        if (fits && len < STREAM_MIN) || body.len() < HEAD_MIN {
             return None;
         }
         let opcode = match op {
@@ -134,6 +153,8 @@ impl Engine {
                 let first = self.presence.heads.insert(head_sig);
                 (first, first)
             }
+            // It waits whole, as it always did.
+            Kind::Other | Kind::Count if fits => return None,
             // Continuation frames are not messages here (as small ones).
             Kind::Other if opcode == Opcode::Continuation || !fin => (false, false),
             Kind::Other | Kind::Count => (true, false),
@@ -145,7 +166,8 @@ impl Engine {
             left: len,
             kind,
             head_sig,
-            tail: Vec::new(),
+            tail: [0; SIG_TAIL],
+            tail_len: 0,
             keep: keep.then(|| Vec::with_capacity(len.min(16 << 20) as usize)),
             parser,
         };
@@ -161,14 +183,7 @@ impl Engine {
         if let Some(k) = l.keep.as_mut() {
             k.extend_from_slice(chunk);
         } else if l.kind == Kind::Diff {
-            if chunk.len() >= SIG_HEAD {
-                l.tail.clear();
-                l.tail.extend_from_slice(&chunk[chunk.len() - SIG_HEAD..]);
-            } else {
-                l.tail.extend_from_slice(chunk);
-                let extra = l.tail.len().saturating_sub(SIG_HEAD);
-                l.tail.drain(..extra);
-            }
+            l.push_tail(chunk);
         }
         if l.left > 0 {
             if let Some(c) = self.conns.get_mut(token) {
@@ -186,7 +201,8 @@ impl Engine {
                 let now = sys::realtime_ns();
                 self.counters.presence.record(l.kind, l.len as usize, now);
                 if l.kind == Kind::Diff {
-                    self.diff_receipt(full_sig(l.head_sig, &l.tail), now);
+                    let tail = &l.tail[..l.tail_len as usize];
+                    self.diff_receipt(full_sig(l.head_sig, tail), now);
                 }
             }
         }
@@ -196,6 +212,35 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A streamed diff's tail is the message's last bytes, however the
+    /// chunks fell.
+    #[test]
+    fn tails_follow_the_chunks() {
+        let msg: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        for cut in [1usize, 7, 100, 127, 128, 129, 300] {
+            let mut l = Large {
+                opcode: Opcode::Text,
+                fin: true,
+                len: msg.len() as u64,
+                left: msg.len() as u64,
+                kind: Kind::Diff,
+                head_sig: 0,
+                tail: [0; SIG_TAIL],
+                tail_len: 0,
+                keep: None,
+                parser: false,
+            };
+            for chunk in msg.chunks(cut) {
+                l.push_tail(chunk);
+            }
+            assert_eq!(
+                &l.tail[..l.tail_len as usize],
+                &msg[msg.len() - SIG_TAIL..],
+                "{cut}"
+            );
+        }
+    }
 
     #[test]
     fn headers_of_large_frames() {

@@ -4,12 +4,12 @@
 //! `presence_count` steps, and the send time of each presence join (what
 //! `crate::presence` merges into join visibility).
 //!
-//! A diff is named by a signature: its length and a hash of its first and
-//! last [`SIG_HEAD`] bytes (the same whether it came whole or streamed,
-//! see `large`). Every subscriber of a node receives that node's diff
-//! byte for byte, and a diff's first bytes hold its first keys with their
-//! `phx_ref`s (unique), so two diffs share a signature only if they agree
-//! on length and both ends.
+//! A diff is named by a signature: its length and a hash of its first
+//! [`SIG_HEAD`] and last [`SIG_TAIL`] bytes (the same whether it came whole
+//! or streamed, see `large`). Every subscriber of a node receives that
+//! node's diff byte for byte, and a diff's ends hold its first and last
+//! keys with their `phx_ref`s (unique), so two diffs share a signature only
+//! if they agree on length and both ends.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hasher};
@@ -23,8 +23,11 @@ use super::Engine;
 use crate::presence::{DiffSeen, Kind, PresenceWire};
 use crate::sys;
 
-/// Bytes at each end of a message its signature covers.
+/// Bytes of a message's start its signature covers.
 pub(super) const SIG_HEAD: usize = 512;
+/// Bytes of its end (a streamed diff keeps them, inline: see `large`):
+/// the last key and its `phx_ref` fit.
+pub(super) const SIG_TAIL: usize = 128;
 
 /// What an agent records of presence (see the module docs).
 #[derive(Default)]
@@ -58,11 +61,11 @@ pub(super) fn head_sig(message: &[u8], len: u64) -> u64 {
     h.finish()
 }
 
-/// The whole signature: the start's and the last [`SIG_HEAD`] bytes.
+/// The whole signature: the start's and the last [`SIG_TAIL`] bytes.
 pub(super) fn full_sig(head_sig: u64, tail: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();
     h.write_u64(head_sig);
-    h.write(&tail[tail.len().saturating_sub(SIG_HEAD)..]);
+    h.write(&tail[tail.len().saturating_sub(SIG_TAIL)..]);
     h.finish()
 }
 

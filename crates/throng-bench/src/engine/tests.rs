@@ -269,7 +269,8 @@ fn write_in_pieces(s: &mut std::net::TcpStream, frame: &[u8]) {
 /// pushed a `presence_state` of ~700 KB (list) or `presence_count` (count);
 /// once all `users` have joined, one connection's thread sends everyone a
 /// `presence_diff` of ~400 KB joining every user and 7,000 keys that are
-/// not user ids (list) or `{"count": users}` (count), then a ~300 KB
+/// not user ids and one of ~110 KB (within the read buffer) of leaves
+/// (list), or `{"count": users}` (count), then a ~300 KB
 /// `new:msg` carrying a broadcast stamp. Every large frame is written in
 /// pieces.
 fn presence_server(users: u64, count: bool) -> SocketAddr {
@@ -309,15 +310,22 @@ fn presence_server(users: u64, count: bool) -> SocketAddr {
         r#"{{"joins":{{{}}},"leaves":{{}}}}"#,
         joins.join(",")
     ));
+    // A second diff within the read buffer (~110 KB), also written in pieces.
+    let leaves: Vec<String> = (0..2_000).map(|i| meta(&format!("p{i}"))).collect();
+    let diff2 = Arc::new(format!(
+        r#"{{"joins":{{}},"leaves":{{{}}}}}"#,
+        leaves.join(",")
+    ));
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { break };
-            let (peers, joined, stated, state, diff) = (
+            let (peers, joined, stated, state, diff, diff2) = (
                 Arc::clone(&peers),
                 Arc::clone(&joined),
                 Arc::clone(&stated),
                 Arc::clone(&state),
                 Arc::clone(&diff),
+                Arc::clone(&diff2),
             );
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
@@ -386,11 +394,14 @@ fn presence_server(users: u64, count: bool) -> SocketAddr {
                         }
                         if stated.fetch_add(1, SeqCst) + 1 == users {
                             // Everyone has joined and had its state: the diff.
-                            let d = if count {
+                            let mut d = if count {
                                 frame("presence_count", None, &format!(r#"{{"count":{users}}}"#))
                             } else {
                                 frame("presence_diff", None, &diff)
                             };
+                            if !count {
+                                d.extend(frame("presence_diff", None, &diff2));
+                            }
                             let stamp = format!(
                                 r#"{{"body":"throng:1:99:{}","pad":"{}"}}"#,
                                 crate::sys::realtime_ns(),
@@ -473,17 +484,25 @@ fn run_presence(count: bool) {
         let want: Vec<(u32, u32)> = (0..users as u32).map(|k| (k, users as u32)).collect();
         assert_eq!(steps, want);
     } else {
-        assert_eq!((p.state.messages, p.diff.messages), (users, users));
+        assert_eq!((p.state.messages, p.diff.messages), (users, 2 * users));
         assert!(p.state.bytes > users * 600_000, "{p:?}");
-        assert!(p.diff.bytes / users > 300_000, "{p:?}");
-        assert_eq!(engine.presence.diffs.len(), 1, "one distinct diff");
-        let d = engine.presence.diffs.values().next().unwrap();
-        assert_eq!(d.receipts, users);
+        assert!(p.diff.bytes / users > 400_000, "{p:?}");
+        assert_eq!(engine.presence.diffs.len(), 2, "two distinct diffs");
+        assert!(engine.presence.diffs.values().all(|d| d.receipts == users));
+        let d = engine
+            .presence
+            .diffs
+            .values()
+            .find(|d| d.keys.as_ref().is_some_and(|k| !k.is_empty()))
+            .expect("the diff of joins");
         let mut keys = d.keys.clone().expect("parsed once");
         keys.sort_unstable();
         assert_eq!(keys, (1..=users as u32).collect::<Vec<_>>());
         assert_eq!(d.unmatched, 7_000);
-        assert!(engine.presence.heads.len() <= 1);
+        assert!(
+            engine.presence.heads.len() <= 2,
+            "one reader per diff at most"
+        );
     }
     assert!(
         c.bytes_in > p.total().bytes + users * 300_000,

@@ -349,6 +349,10 @@ pub struct PresenceReport {
     /// From the first arrival to the last presence message, seconds: the
     /// rates are over it.
     pub window_secs: f64,
+    /// From the ramp-up's end (every join answered) to the last presence
+    /// message, seconds: the run waits for it before the plateau, so the
+    /// memory figures are taken with nothing queued (`null`: no rule).
+    pub settle_secs: Option<f64>,
     /// Presence joins answered `ok` (their send times recorded).
     pub joins: u64,
     /// Presence messages (all three kinds) and their bytes per such join.
@@ -564,7 +568,7 @@ pub struct Sample {
 /// What the live dashboard shows while a run is on.
 #[derive(Clone, Debug, Serialize)]
 pub struct Live<'a> {
-    /// The phase: `starting`, `floor`, `ramp-up`, `hold`.
+    /// The phase: `starting`, `floor`, `ramp-up`, `presence`, `hold`.
     pub status: &'a str,
     /// The scenario's name.
     pub scenario: &'a str,

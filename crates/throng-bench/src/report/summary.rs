@@ -119,6 +119,13 @@ fn presence_rows(s: &mut String, p: &PresenceReport, row: &dyn Fn(&mut String, &
         "other messages to clients",
         format!("{} ({window})", traffic(&p.other)),
     );
+    if let Some(secs) = p.settle_secs {
+        row(
+            s,
+            "presence traffic after the ramp-up",
+            format!("{} s until the last presence message", float(secs)),
+        );
+    }
     row(
         s,
         "presence per join",
