@@ -196,7 +196,9 @@ impl Run {
                 interval_secs: self.sc.heartbeat,
                 sent: fin.hb_sent,
                 per_sec_at_hold: hb_at_hold,
-                background: self.trace.window(ramp.secs, hold.t0),
+                background: self
+                    .trace
+                    .window(plateau.quiet_from.unwrap_or(ramp.secs), hold.t0),
             },
             os: self.os.clone(),
             scenario: report::ScenarioInfo {

@@ -29,8 +29,9 @@ const SETTLE_MAX: Duration = Duration::from_secs(600);
 impl Run {
     /// With a presence rule: waits until no presence message has arrived
     /// for [`QUIET`] (at most [`SETTLE_MAX`]) and returns the seconds
-    /// until the last one; `None` without a rule.
-    pub(super) fn settle_presence(&mut self) -> Result<Option<f64>, BenchError> {
+    /// until the last one, and when that was (seconds since the run's
+    /// start); `None` without a rule.
+    pub(super) fn settle_presence(&mut self) -> Result<Option<(f64, f64)>, BenchError> {
         if self.sc.presence.is_none() {
             return Ok(None);
         }
@@ -72,7 +73,10 @@ impl Run {
         if self.tty {
             eprintln!();
         }
-        Ok(Some(last.1.saturating_duration_since(start).as_secs_f64()))
+        Ok(Some((
+            last.1.saturating_duration_since(start).as_secs_f64(),
+            last.1.saturating_duration_since(self.start).as_secs_f64(),
+        )))
     }
 
     /// The presence report (`None`: no rule, no presence message) and its

@@ -108,8 +108,10 @@ pub(super) struct Plateau {
     /// The agents' RSS growth since they were ready, bytes.
     pub agent_rss_delta: i64,
     /// With presence: seconds from the ramp-up's end until its traffic
-    /// stopped (`null`: no presence rule).
+    /// stopped (`None`: no presence rule), and when that was (seconds
+    /// since the run's start): the quiet plateau starts there.
     pub presence_settle_secs: Option<f64>,
+    pub quiet_from: Option<f64>,
 }
 
 /// The barrier's release and the hold.
@@ -382,7 +384,7 @@ impl Run {
     /// traffic stops), then measure idle memory.
     fn plateau(&mut self) -> Result<Plateau, BenchError> {
         self.agents.pump(Duration::from_millis(1000))?;
-        let presence_settle_secs = self.settle_presence()?;
+        let settled = self.settle_presence()?;
         let metrics = self.probe.metrics();
         let server = self.probe.sample(metrics.as_deref());
         let slab = sys::slab();
@@ -401,7 +403,8 @@ impl Run {
             counters,
             server_conns,
             agent_rss_delta,
-            presence_settle_secs,
+            presence_settle_secs: settled.map(|s| s.0),
+            quiet_from: settled.map(|s| s.1),
         })
     }
 
