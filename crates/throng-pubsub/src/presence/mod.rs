@@ -41,6 +41,9 @@
 //!   atomic step);
 //! - a node that starts watching a topic reads every live node's
 //!   presences there (a snapshot), then applies changes as they come;
+//! - a node asked about a topic it does not watch (the server API's
+//!   `GET /api/presence`) reads every live node's presences there once
+//!   ([`PresenceStore::fetch`]), without watching it;
 //! - a node proves it is alive by refreshing a key with a TTL; a node whose
 //!   key is gone for long enough is dead, and its presences leave
 //!   everywhere ([`redis`] has the figures: `--presence-timeout`, 30 s by
