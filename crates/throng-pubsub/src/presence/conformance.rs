@@ -56,6 +56,8 @@ pub type Listing = BTreeMap<String, Vec<String>>;
 /// A node: a tracker on a store, flushed by a thread, its diffs recorded.
 pub struct Node {
     pub tracker: Arc<Tracker>,
+    /// Recorded diffs; held across a flush and its recording, so what a
+    /// listing shows has always been recorded when the diffs are read.
     diffs: Arc<Mutex<Vec<(String, serde_json::Value)>>>,
     stop: Arc<AtomicBool>,
 }
@@ -75,13 +77,14 @@ impl Node {
         std::thread::spawn(move || {
             let mut out = Vec::new();
             while !s.load(Relaxed) {
-                t.flush_all(&mut out);
-                for b in out.drain(..) {
-                    if let throng_protocol::OwnedPayload::Json(p) = &b.payload {
-                        if let Ok(v) = serde_json::from_str(p) {
-                            d.lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .push((b.topic.to_string(), v));
+                {
+                    let mut recorded = d.lock().unwrap_or_else(|e| e.into_inner());
+                    t.flush_all(&mut out);
+                    for b in out.drain(..) {
+                        if let throng_protocol::OwnedPayload::Json(p) = &b.payload {
+                            if let Ok(v) = serde_json::from_str(p) {
+                                recorded.push((b.topic.to_string(), v));
+                            }
                         }
                     }
                 }
@@ -133,7 +136,12 @@ impl Node {
 
     /// What this node lists on `topic` (flushed).
     pub fn list(&self, topic: &str) -> Listing {
-        let Some(json) = self.tracker.list(topic) else {
+        // Not in the middle of a flush whose diffs are not recorded yet.
+        let json = {
+            let _recorded = self.diffs.lock().unwrap_or_else(|e| e.into_inner());
+            self.tracker.list(topic)
+        };
+        let Some(json) = json else {
             return Listing::new();
         };
         let v: serde_json::Value = serde_json::from_str(&json).expect("state is JSON");
