@@ -28,10 +28,10 @@ pub struct ServeArgs {
     /// Close a WebSocket that sent nothing (no heartbeat) for SECS seconds; 0 = never [default: 60]
     #[arg(long, value_name = "SECS", env = "THRONG_IDLE_TIMEOUT")]
     pub idle_timeout: Option<u64>,
-    /// Largest WebSocket message accepted; larger ones are closed with 1009 [default: 1048576]
+    /// Largest WebSocket message accepted; larger ones are closed with 1009. Kept far below --max-outbound-bytes, so one message can never make a subscriber a slow reader [default: 65536]
     #[arg(long, value_name = "BYTES", env = "THRONG_MAX_MESSAGE_BYTES")]
     pub max_message_bytes: Option<usize>,
-    /// Outbound bytes a slow reader may have queued before it is disconnected [default: 262144]
+    /// Outbound bytes a slow reader may have queued behind the message being written before it is disconnected [default: 1048576]
     #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_BYTES")]
     pub max_outbound_bytes: Option<usize>,
     /// Channels one socket may join at once; a join past it is refused with {"reason":"too many channels joined"}, as Phoenix 1.8 [default: 100]
@@ -103,8 +103,10 @@ impl Default for Config {
                 .map(|n| n.get())
                 .unwrap_or(1),
             idle_timeout: Some(Duration::from_secs(60)),
-            max_message_bytes: 1 << 20,
-            max_outbound_bytes: 256 << 10,
+            // As uWebSockets and Centrifugo: a message limit far below the
+            // outbound limit, so no single message makes a reader "slow".
+            max_message_bytes: 64 << 10,
+            max_outbound_bytes: 1 << 20,
             max_channels_per_socket: 100,
             echo: false,
             log_requests: false,
@@ -243,7 +245,8 @@ mod tests {
         assert_eq!(c.addr.port(), 5000);
         assert_eq!(c.shards, 2);
         assert_eq!(c.idle_timeout, None);
-        assert_eq!(c.max_message_bytes, 1 << 20);
+        assert_eq!(c.max_message_bytes, 64 << 10);
+        assert!(c.max_message_bytes * 16 <= c.max_outbound_bytes);
     }
 
     #[test]

@@ -73,7 +73,11 @@ impl Conns {
         let extra = conn.extra();
         extra.out.push_back(chunk);
         extra.out_bytes += len;
-        if extra.out_bytes > max {
+        // A reader is slow when what waits *behind* the frame being written
+        // passes the bound: one frame larger than the bound (a big message to
+        // a socket with a small receive window) is not a slow reader.
+        let front = extra.out.front().map_or(0, |c| c.rest().len());
+        if extra.out_bytes - front > max {
             self.doom(key, CloseReason::SlowReader);
             return;
         }
