@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::limits::{LimitArgs, Limits};
 use crate::Error;
 
 /// `throng serve` flags. Every field is optional so that a config file can
@@ -37,6 +38,9 @@ pub struct ServeArgs {
     /// Channels one socket may join at once; a join past it is refused with {"reason":"too many channels joined"}, as Phoenix 1.8 [default: 100]
     #[arg(long, value_name = "N", env = "THRONG_MAX_CHANNELS_PER_SOCKET")]
     pub max_channels_per_socket: Option<usize>,
+    /// The other bounds (limits.rs): handshake deadline, connection caps, socket memory, drain, queues.
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// Serve a WebSocket echo endpoint at /echo (for the Autobahn TestSuite)
     #[arg(long, env = "THRONG_ECHO")]
     pub echo: bool,
@@ -65,6 +69,8 @@ struct FileConfig {
     max_message_bytes: Option<usize>,
     max_outbound_bytes: Option<usize>,
     max_channels_per_socket: Option<usize>,
+    #[serde(flatten)]
+    limits: LimitArgs,
     echo: Option<bool>,
     log_requests: Option<bool>,
     redis: Option<String>,
@@ -82,6 +88,8 @@ pub struct Config {
     pub max_outbound_bytes: usize,
     /// Joins one socket may hold at once.
     pub max_channels_per_socket: usize,
+    /// The other bounds: see [`Limits`].
+    pub limits: Limits,
     pub echo: bool,
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
@@ -108,6 +116,7 @@ impl Default for Config {
             max_message_bytes: 64 << 10,
             max_outbound_bytes: 1 << 20,
             max_channels_per_socket: 100,
+            limits: Limits::defaults(64 << 10),
             echo: false,
             log_requests: false,
             redis: None,
@@ -179,6 +188,7 @@ impl ServeArgs {
                 .max_channels_per_socket
                 .or(file.max_channels_per_socket)
                 .unwrap_or(d.max_channels_per_socket),
+            limits: self.limits.resolve(&file.limits, max_message_bytes)?,
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
@@ -214,6 +224,7 @@ impl Config {
             "--worker-index".into(),
             index.to_string(),
         ];
+        args.extend(self.limits.worker_args());
         if let Some(url) = &self.redis {
             args.extend(["--redis".into(), url.clone()]);
         }
@@ -234,7 +245,11 @@ mod tests {
     #[test]
     fn flags_beat_file_beat_defaults() {
         let dir = std::env::temp_dir().join(format!("throng-cfg-{}", std::process::id()));
-        std::fs::write(&dir, "port = 5000\nidle_timeout = 0\nshards = 3\n").unwrap();
+        std::fs::write(
+            &dir,
+            "port = 5000\nidle_timeout = 0\nshards = 3\nmax_connections = 7\n",
+        )
+        .unwrap();
         let args = ServeArgs {
             config: Some(dir.clone()),
             shards: Some(2),
@@ -245,6 +260,7 @@ mod tests {
         assert_eq!(c.addr.port(), 5000);
         assert_eq!(c.shards, 2);
         assert_eq!(c.idle_timeout, None);
+        assert_eq!(c.limits.max_connections, 7);
         assert_eq!(c.max_message_bytes, 64 << 10);
         assert!(c.max_message_bytes * 16 <= c.max_outbound_bytes);
     }
@@ -287,6 +303,11 @@ mod tests {
             echo: true,
             redis: Some("redis://127.0.0.1:7000".into()),
             max_channels_per_socket: Some(7),
+            limits: LimitArgs {
+                drain_seconds: Some(3),
+                max_connections_per_ip: Some(9),
+                ..Default::default()
+            },
             ..Default::default()
         }
         .resolve()
@@ -301,6 +322,9 @@ mod tests {
         assert!(w.echo && !w.log_requests);
         assert_eq!(w.max_message_bytes, c.max_message_bytes);
         assert_eq!(w.max_channels_per_socket, 7);
+        assert_eq!(w.limits.drain, Duration::from_secs(3));
+        assert_eq!(w.limits.max_connections_per_ip, 9);
+        assert_eq!(w.limits.max_socket_bytes, c.limits.max_socket_bytes);
     }
 
     #[test]

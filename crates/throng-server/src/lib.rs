@@ -45,6 +45,7 @@ pub mod channel;
 pub mod chat;
 pub mod config;
 mod http;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 mod page;
@@ -113,6 +114,7 @@ impl Server {
             peers.push(node::Peer { tx, waker });
             inboxes.push(rx);
         }
+        let config_limits = config.limits.clone();
         let node = Arc::new(Node {
             stats: (0..config.shards)
                 .map(|_| Arc::new(metrics::ShardStats::default()))
@@ -124,6 +126,7 @@ impl Server {
             peers,
             pages: page::Pages::build(),
             fd_limit,
+            admission: limits::Admission::new(&config_limits),
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);

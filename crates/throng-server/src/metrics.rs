@@ -36,6 +36,12 @@ pub struct ShardStats {
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
     pub channel_limit_refusals: AtomicU64,
+    /// Connections refused at accept: `--max-connections` were open.
+    pub refused_total_cap: AtomicU64,
+    /// Connections refused at accept: `--max-connections-per-ip` were open from its address.
+    pub refused_per_ip: AtomicU64,
+    /// HTTP connections closed because a head took longer than `--handshake-timeout`.
+    pub handshake_timeouts: AtomicU64,
 }
 
 impl ShardStats {
@@ -161,6 +167,24 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Connections closed for protocol errors.",
         |s| &s.protocol_errors,
+    ),
+    (
+        "throng_connections_refused_total",
+        "counter",
+        "Connections refused with 503 because --max-connections were open.",
+        |s| &s.refused_total_cap,
+    ),
+    (
+        "throng_connections_refused_per_ip_total",
+        "counter",
+        "Connections refused with 503 because --max-connections-per-ip were open from the address.",
+        |s| &s.refused_per_ip,
+    ),
+    (
+        "throng_handshake_timeouts_total",
+        "counter",
+        "HTTP connections closed because a request head took longer than --handshake-timeout.",
+        |s| &s.handshake_timeouts,
     ),
 ];
 

@@ -16,6 +16,7 @@ use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics};
 
 use crate::channel::{Info, Router};
 use crate::config::Config;
+use crate::limits::Admission;
 use crate::metrics::ShardStats;
 use crate::page::Pages;
 
@@ -52,6 +53,8 @@ pub struct Node {
     pub(crate) pages: Pages,
     /// Open-files limit after raising the soft limit to the hard one.
     pub fd_limit: u64,
+    /// New connections against `--max-connections` and `--max-connections-per-ip`.
+    pub(crate) admission: Admission,
 }
 
 impl Node {

@@ -86,6 +86,7 @@ impl Conns {
         let Some(mut conn) = self.slab.try_remove(key) else {
             return;
         };
+        self.release(node, key);
         match reason {
             CloseReason::SlowReader => ShardStats::add(&self.stats.slow_reader_closes, 1),
             CloseReason::Idle => ShardStats::add(&self.stats.idle_timeout_closes, 1),

@@ -19,6 +19,7 @@
 //! while its input is being processed; deliveries that must end a
 //! connection mark it `dead` and queue it in `doomed`.
 
+mod admission;
 mod closing;
 pub(crate) mod conn;
 mod output;
@@ -51,8 +52,6 @@ const READ_BUF: usize = 64 * 1024;
 const ACCEPTS_PER_TURN: usize = 1024;
 /// Seconds a closing connection may linger for the peer's FIN.
 const CLOSE_LINGER: u32 = 3;
-/// Seconds an HTTP keep-alive connection may sit idle.
-const HTTP_IDLE: u32 = 60;
 
 /// Why a connection is being closed, for metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +82,9 @@ pub(crate) struct Conns {
     pub bytes_out: u64,
     /// `--max-outbound-bytes`: a connection with more queued is cut.
     pub max_outbound: usize,
+    /// With `--max-connections-per-ip`: the address of each connection, by
+    /// slab key (see `admission.rs`). Empty otherwise.
+    pub peer_ips: Vec<Option<std::net::IpAddr>>,
 }
 
 pub(crate) struct Shard {
@@ -123,6 +125,7 @@ impl Shard {
             msgs_out: 0,
             bytes_out: 0,
             max_outbound: node.config.max_outbound_bytes,
+            peer_ips: Vec::new(),
         };
         Ok(Shard {
             id,
@@ -189,16 +192,20 @@ impl Shard {
     fn accept(&mut self) {
         for _ in 0..ACCEPTS_PER_TURN {
             match self.listener.accept() {
-                Ok((mut sock, _addr)) => {
+                Ok((mut sock, addr)) => {
+                    let key = self.conns.slab.vacant_key();
+                    if !self.conns.admit(&self.node, &mut sock, addr.ip(), key) {
+                        continue;
+                    }
                     let _ = sock.set_nodelay(true);
                     let entry = self.conns.slab.vacant_entry();
-                    let key = entry.key();
                     if let Err(e) =
                         self.poll
                             .registry()
                             .register(&mut sock, Token(key), Interest::READABLE)
                     {
                         tracing::warn!("register failed: {e}");
+                        self.conns.release(&self.node, key);
                         continue;
                     }
                     entry.insert(Conn::new(sock, self.conns.now));
@@ -257,7 +264,11 @@ impl Shard {
                     break;
                 }
             };
-            conn.last_active = self.conns.now;
+            // An HTTP connection's clock runs from accept or its last
+            // request (the head deadline); a closing one's from the close.
+            if let Kind::Ws { .. } = conn.kind {
+                conn.last_active = self.conns.now;
+            }
             ShardStats::add(&self.conns.stats.bytes_in, n as u64);
             self.input(key, &mut rbuf[..n]);
             self.conns.flush_reply(key);
@@ -377,6 +388,7 @@ impl Shard {
             Action::Upgrade(u) => {
                 conns.send(key, &u.response);
                 let conn = &mut conns.slab[key];
+                conn.last_active = conns.now;
                 conn.kind = Kind::Ws {
                     vsn: u.vsn,
                     echo: u.echo,
@@ -406,7 +418,12 @@ impl Shard {
                         conns.send(key, r.bytes(head_only));
                     }
                 }
-                if !keep_alive {
+                if keep_alive {
+                    // The next request's head deadline starts now.
+                    if let Some(conn) = conns.slab.get_mut(key) {
+                        conn.last_active = conns.now;
+                    }
+                } else {
                     conns.start_closing(node, &mut self.scratch, key);
                 }
             }
@@ -456,16 +473,34 @@ impl Shard {
             .config
             .idle_timeout
             .map(|d| d.as_secs().min(u32::MAX as u64) as u32);
+        let handshake = self
+            .node
+            .config
+            .limits
+            .handshake_timeout
+            .as_secs()
+            .min(u32::MAX as u64) as u32;
         let mut expired = Vec::new();
+        let mut http = Vec::new();
         for (key, conn) in self.conns.slab.iter() {
             let quiet = now.saturating_sub(conn.last_active);
             let over = match conn.kind {
                 Kind::Ws { .. } => idle.is_some_and(|t| quiet >= t),
-                Kind::Http => quiet >= HTTP_IDLE,
+                Kind::Http => {
+                    if quiet >= handshake {
+                        http.push((key, quiet));
+                    }
+                    false
+                }
                 Kind::Closing { .. } => quiet >= CLOSE_LINGER,
             };
             if over {
                 expired.push((key, matches!(conn.kind, Kind::Ws { .. })));
+            }
+        }
+        for (key, quiet) in http {
+            if self.conns.handshake_expired(key, quiet, handshake) {
+                expired.push((key, false));
             }
         }
         if expired.is_empty() {

@@ -134,28 +134,45 @@ impl Client {
     }
 
     /// Upgrades an open TCP connection.
-    pub fn over(mut sock: TcpStream) -> Client {
+    pub fn over(sock: TcpStream) -> Client {
+        Client::try_over(sock).unwrap_or_else(|e| panic!("upgrade refused: {e}"))
+    }
+
+    /// Upgrades an open TCP connection; the server's answer if it refuses.
+    pub fn try_over(mut sock: TcpStream) -> Result<Client, String> {
         sock.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let mut req = Vec::new();
         let accept = write_client_request(&mut req, "t", "/socket/websocket?vsn=2.0.0", [7; 16]);
-        sock.write_all(&req).unwrap();
+        let _ = sock.write_all(&req);
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
-            let n = sock.read(&mut chunk).unwrap();
-            assert!(n > 0, "closed during handshake");
+            let n = sock.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err(format!(
+                    "closed during the handshake after {:?}",
+                    String::from_utf8_lossy(&buf)
+                ));
+            }
             buf.extend_from_slice(&chunk[..n]);
-            if let Some(used) = parse_client_response(&buf, &accept).unwrap() {
-                buf.drain(..used);
-                break;
+            match parse_client_response(&buf, &accept) {
+                Ok(Some(used)) => {
+                    buf.drain(..used);
+                    break;
+                }
+                Ok(None) => {}
+                Err(_) if buf.windows(4).any(|w| w == b"\r\n\r\n") => {
+                    return Err(String::from_utf8_lossy(&buf).into_owned())
+                }
+                Err(_) => {}
             }
         }
-        Client {
+        Ok(Client {
             sock,
             buf,
             next_ref: 0,
-        }
+        })
     }
 
     pub fn send_frame(&mut self, op: Opcode, fin: bool, data: &[u8]) {
