@@ -101,6 +101,7 @@ impl Server {
         backplane: Arc<dyn Backplane>,
     ) -> Result<Server, Error> {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
+        sys::return_big_frees();
         let listeners = bind_all(config.addr, config.shards)?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();

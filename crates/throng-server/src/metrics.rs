@@ -42,6 +42,10 @@ pub struct ShardStats {
     pub refused_per_ip: AtomicU64,
     /// HTTP connections closed because a head took longer than `--handshake-timeout`.
     pub handshake_timeouts: AtomicU64,
+    /// Sockets closed (1008) for a join_ref or ref over `--max-ref-bytes`.
+    pub ref_refusals: AtomicU64,
+    /// Joins refused because the socket's joins would pass `--max-socket-bytes`.
+    pub socket_budget_refusals: AtomicU64,
 }
 
 impl ShardStats {
@@ -185,6 +189,18 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "HTTP connections closed because a request head took longer than --handshake-timeout.",
         |s| &s.handshake_timeouts,
+    ),
+    (
+        "throng_ref_too_long_closes_total",
+        "counter",
+        "Sockets closed with 1008 for a join_ref or ref over --max-ref-bytes.",
+        |s| &s.ref_refusals,
+    ),
+    (
+        "throng_socket_budget_refusals_total",
+        "counter",
+        "Joins refused because the socket's joins would pass --max-socket-bytes.",
+        |s| &s.socket_budget_refusals,
     ),
 ];
 

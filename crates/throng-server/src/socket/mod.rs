@@ -78,11 +78,17 @@ pub(crate) struct Cx<'a> {
     pub connect: Option<&'a ConnectInfo>,
     /// Joins one socket may hold (`--max-channels-per-socket`).
     pub max_channels: usize,
+    /// What the joins of one socket may store (join_refs, topic names):
+    /// the socket budget less a message in progress (`limits.rs`).
+    pub max_join_bytes: usize,
 }
 
 /// The reply of a join over the cap, as Phoenix 1.8's socket answers it
 /// (`max_channels`-like limit, checked before the channel runs).
 const TOO_MANY: &str = r#"{"reason":"too many channels joined"}"#;
+/// The reply of a join whose join_ref and topic do not fit the socket's
+/// memory budget (`--max-socket-bytes`); Phoenix has no such bound.
+const OVER_BUDGET: &str = r#"{"reason":"socket memory budget exceeded"}"#;
 const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
 /// Infos one callback chain may trigger (an info that sends itself another
 /// info forever would otherwise hold the shard).
@@ -187,6 +193,23 @@ impl<'a, T: Transport> Mux<'a, T> {
             ShardStats::add(&self.t.stats().refused_joins, 1);
             ShardStats::add(&self.t.stats().channel_limit_refusals, 1);
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_MANY)));
+            return;
+        }
+        let cost = |join_ref: Option<&str>, topic: usize| {
+            std::mem::size_of::<Join>() + join_ref.map_or(0, str::len) + topic
+        };
+        let held: usize = self
+            .joins
+            .iter()
+            .map(|j| {
+                let topic = self.t.topic_name(j.slot.topic).map_or(0, |t| t.len());
+                cost(j.join_ref.as_deref(), topic)
+            })
+            .sum();
+        if held + cost(join_ref, topic.len()) > self.cx.max_join_bytes {
+            ShardStats::add(&self.t.stats().refused_joins, 1);
+            ShardStats::add(&self.t.stats().socket_budget_refusals, 1);
+            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(OVER_BUDGET)));
             return;
         }
         let mut effects = std::mem::take(&mut self.scratch.effects);

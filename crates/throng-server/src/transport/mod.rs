@@ -333,7 +333,16 @@ impl Shard {
                 },
                 Kind::Ws { vsn, echo } => {
                     let max = self.node.config.max_message_bytes;
-                    match decode_frame(&mut data[pos..], Role::Server, max as u64) {
+                    // A message in progress is bounded as a whole: kept
+                    // fragments plus the frame arriving (refused at its
+                    // header), so a socket never pins more than one message.
+                    let frag = conn
+                        .extra
+                        .as_ref()
+                        .and_then(|e| e.frag.as_ref())
+                        .map_or(0, |(_, f)| f.len());
+                    let frame_max = max.saturating_sub(frag).max(125);
+                    match decode_frame(&mut data[pos..], Role::Server, frame_max as u64) {
                         Ok(Some(f)) => {
                             let payload = pos + f.payload.start..pos + f.payload.end;
                             pos += f.consumed;
@@ -343,7 +352,7 @@ impl Shard {
                             self.ws(key, vsn, echo, action);
                         }
                         Ok(None) => {
-                            if data.len() - pos > max + frame::MAX_HEADER_LEN {
+                            if data.len() - pos > frame_max + frame::MAX_HEADER_LEN {
                                 self.conns.fail(
                                     &self.node,
                                     &mut self.scratch,

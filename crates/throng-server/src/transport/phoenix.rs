@@ -43,6 +43,11 @@ impl Conns {
                 return;
             }
         };
+        if let Err(reason) = crate::limits::check_refs(&msg, node.config.limits.max_ref_bytes) {
+            ShardStats::add(&self.stats.ref_refusals, 1);
+            self.fail(node, scratch, key, close_code::POLICY_VIOLATION, reason);
+            return;
+        }
         self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
     }
 
@@ -130,6 +135,7 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, connect: Option<&'a ConnectInfo>) -> Cx<'a> 
         vsn,
         connect,
         max_channels: node.config.max_channels_per_socket,
+        max_join_bytes: node.config.limits.join_bytes(node.config.max_message_bytes),
     }
 }
 
