@@ -49,6 +49,7 @@ pub mod limits;
 pub mod metrics;
 pub mod node;
 mod page;
+pub mod panic;
 mod socket;
 pub mod sys;
 mod transport;

@@ -13,6 +13,7 @@ use crate::supervisor::{self, Error};
 
 /// Runs `throng serve` with resolved settings; blocks while it serves.
 pub fn serve(config: Config) -> Result<(), Error> {
+    throng_server::panic::abort_on_panic();
     if config.workers > 1 && config.worker_index.is_none() {
         // `ServeArgs::resolve` refuses --workers above 1 without --redis.
         if let Some(url) = config.redis.clone() {

@@ -464,6 +464,13 @@ impl Shard {
                 }
                 ShardStats::add(&self.conns.stats.messages_in, 1);
                 if echo {
+                    // Test only, behind a hidden flag (limits.rs): a panic
+                    // on a shard thread, to test that it ends the process.
+                    if let Some(m) = &self.node.config.limits.test_panic_message {
+                        if m.as_bytes() == &data[..] {
+                            panic!("--test-panic-message received on /echo");
+                        }
+                    }
                     frame::encode_frame(&mut self.conns.reply, opcode, &data, None);
                     self.conns.msgs_out += 1;
                     return;

@@ -139,11 +139,16 @@ impl Client {
     }
 
     /// Upgrades an open TCP connection; the server's answer if it refuses.
-    pub fn try_over(mut sock: TcpStream) -> Result<Client, String> {
+    pub fn try_over(sock: TcpStream) -> Result<Client, String> {
+        Client::try_over_path(sock, "/socket/websocket?vsn=2.0.0")
+    }
+
+    /// Upgrades an open TCP connection at `path`.
+    pub fn try_over_path(mut sock: TcpStream, path: &str) -> Result<Client, String> {
         sock.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let mut req = Vec::new();
-        let accept = write_client_request(&mut req, "t", "/socket/websocket?vsn=2.0.0", [7; 16]);
+        let accept = write_client_request(&mut req, "t", path, [7; 16]);
         let _ = sock.write_all(&req);
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
