@@ -129,6 +129,7 @@ impl Server {
             pages: page::Pages::build(),
             fd_limit,
             admission: limits::Admission::new(&config_limits),
+            drain: Default::default(),
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
@@ -163,7 +164,7 @@ impl Server {
         Endpoint::new(self.node.clone())
     }
 
-    /// Blocks while the shards run (they run until the process ends).
+    /// Blocks while the shards run: until a drain ([`Node::drain`]) ends them.
     pub fn wait(self) {
         for t in self.threads {
             let _ = t.join();

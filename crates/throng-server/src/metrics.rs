@@ -46,6 +46,8 @@ pub struct ShardStats {
     pub ref_refusals: AtomicU64,
     /// Joins refused because the socket's joins would pass `--max-socket-bytes`.
     pub socket_budget_refusals: AtomicU64,
+    /// WebSockets closed with 1012 by a drain.
+    pub drain_closes: AtomicU64,
 }
 
 impl ShardStats {
@@ -201,6 +203,12 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Joins refused because the socket's joins would pass --max-socket-bytes.",
         |s| &s.socket_budget_refusals,
+    ),
+    (
+        "throng_drain_closes_total",
+        "counter",
+        "WebSockets closed with 1012 (server restart) by a drain.",
+        |s| &s.drain_closes,
     ),
 ];
 

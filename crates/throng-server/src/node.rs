@@ -7,7 +7,8 @@
 //! a topic, and once per broadcast). The node is the backplane's
 //! [`Handler`]: broadcasts from other nodes come in through it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use mio::Waker;
@@ -55,9 +56,28 @@ pub struct Node {
     pub fd_limit: u64,
     /// New connections against `--max-connections` and `--max-connections-per-ip`.
     pub(crate) admission: Admission,
+    /// When the drain began, once it has (`transport/drain.rs`).
+    pub(crate) drain: OnceLock<Instant>,
 }
 
 impl Node {
+    /// Starts the graceful drain: the shards stop accepting, close their
+    /// sockets with 1012 in batches over `--drain-seconds`, and end, after
+    /// which [`Server::wait`](crate::Server::wait) returns. Later calls do
+    /// nothing.
+    pub fn drain(&self) {
+        if self.drain.set(Instant::now()).is_ok() {
+            for peer in &self.peers {
+                let _ = peer.waker.wake();
+            }
+        }
+    }
+
+    /// When the drain began, if it has.
+    pub fn drain_started(&self) -> Option<Instant> {
+        self.drain.get().copied()
+    }
+
     /// Sends a broadcast made on this node to the other nodes, and to the
     /// node's shards that have subscribers, except `from_shard` (which
     /// delivered it already).

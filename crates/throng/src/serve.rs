@@ -2,9 +2,17 @@
 //! (no `--redis`), a node of a cluster (`--redis`), or the supervisor of
 //! `--workers` such nodes; prints `listening on ADDR` on stdout once it
 //! serves (and, in a worker, `capacity N` before it, for the supervisor).
+//!
+//! A node drains on SIGTERM or SIGINT (`throng_server::Node::drain`: no
+//! new connections, its sockets closed with 1012 over `--drain-seconds`)
+//! and exits 0 when done; a second signal exits at once.
 
 use std::io::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use throng_server::Node;
 
 use throng_pubsub::{Backplane, LocalBackplane, RedisBackplane};
 use throng_server::{chat, Config, Server};
@@ -26,6 +34,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
     };
     let worker = config.worker_index;
     let server = Server::start(config, chat::router(), backplane)?;
+    drain_on_signal(server.node.clone())?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
         // For the supervisor, which sums the workers' capacities.
@@ -44,5 +53,35 @@ pub fn serve(config: Config) -> Result<(), Error> {
     let _ = out.flush();
     drop(out);
     server.wait();
+    tracing::info!("drained; exiting");
+    Ok(())
+}
+
+/// The first SIGTERM/SIGINT drains the node; a second one exits at once.
+fn drain_on_signal(node: Arc<Node>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    std::thread::Builder::new()
+        .name("throng-signals".into())
+        .spawn(move || {
+            let mut signals = signals.forever();
+            if let Some(sig) = signals.next() {
+                let open: u64 = node.stats.iter().map(|s| s.websockets.load(Relaxed)).sum();
+                tracing::info!(
+                    signal = sig,
+                    websockets = open,
+                    "draining: no new connections; closing {open} sockets with 1012 over {:?}, \
+                     then exiting (signal again to exit now)",
+                    node.config.limits.drain
+                );
+                node.drain();
+            }
+            if let Some(sig) = signals.next() {
+                tracing::warn!(
+                    signal = sig,
+                    "second signal: exiting without finishing the drain"
+                );
+                std::process::exit(1);
+            }
+        })?;
     Ok(())
 }

@@ -68,6 +68,11 @@ impl Conns {
     /// Marks `key` for removal at the end of this turn.
     pub fn doom(&mut self, key: usize, reason: CloseReason) {
         if let Some(conn) = self.slab.get_mut(key) {
+            // A closing connection that backs up is dropped, not cut again.
+            let reason = match conn.kind {
+                Kind::Closing { .. } => CloseReason::Normal,
+                _ => reason,
+            };
             if !conn.dead {
                 conn.dead = true;
                 self.doomed.push((key, reason));
@@ -77,8 +82,59 @@ impl Conns {
 
     pub fn close_doomed(&mut self, node: &Node, scratch: &mut Scratch) {
         while let Some((key, reason)) = self.doomed.pop() {
+            let ws = self
+                .slab
+                .get(key)
+                .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }));
+            if reason == CloseReason::SlowReader && ws {
+                // A slow reader is told why, after the frame it is reading.
+                ShardStats::add(&self.stats.slow_reader_closes, 1);
+                self.cut(
+                    node,
+                    scratch,
+                    key,
+                    frame::close_code::POLICY_VIOLATION,
+                    "slow reader",
+                );
+                continue;
+            }
             self.close(node, scratch, key, reason);
         }
+    }
+
+    /// Ends a WebSocket with a close frame (`code`, `reason`) sent after
+    /// everything already queued for it; then it lingers as any closing
+    /// connection does (the peer's FIN, at most `CLOSE_LINGER` seconds).
+    pub fn close_with(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        code: u16,
+        reason: &str,
+    ) {
+        let mut bye = Vec::with_capacity(32);
+        frame::encode_close(&mut bye, code, reason, None);
+        self.send(key, &bye);
+        self.start_closing(node, scratch, key);
+        self.try_shutdown(key);
+    }
+
+    /// Ends a WebSocket whose output is backed up: its queue is dropped
+    /// (but for the rest of a frame already partly written, so the stream
+    /// stays well framed), then [`Conns::close_with`]. Frees the queue now
+    /// instead of after the reader catches up.
+    pub fn cut(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16, reason: &str) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        conn.dead = false;
+        if let Some(e) = conn.extra.as_mut() {
+            let keep = e.out.front().is_some_and(|c| c.started());
+            e.out.truncate(keep as usize);
+            e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
+        }
+        self.close_with(node, scratch, key, code, reason);
     }
 
     /// Removes a connection: its channels end, its socket closes.
@@ -88,7 +144,11 @@ impl Conns {
         };
         self.release(node, key);
         match reason {
-            CloseReason::SlowReader => ShardStats::add(&self.stats.slow_reader_closes, 1),
+            // A WebSocket's is counted when it is cut (`close_doomed`).
+            CloseReason::SlowReader if !matches!(conn.kind, Kind::Ws { .. }) => {
+                ShardStats::add(&self.stats.slow_reader_closes, 1)
+            }
+            CloseReason::SlowReader => {}
             CloseReason::Idle => ShardStats::add(&self.stats.idle_timeout_closes, 1),
             CloseReason::Normal => {}
         }

@@ -68,6 +68,13 @@ impl Chunk {
         }
     }
 
+    /// Whether part of it was written already.
+    pub fn started(&self) -> bool {
+        match self {
+            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) => *off > 0,
+        }
+    }
+
     pub fn advance(&mut self, n: usize) {
         match self {
             Chunk::Shared(_, _, off) | Chunk::Owned(_, off) => *off += n,

@@ -22,6 +22,7 @@
 mod admission;
 mod closing;
 pub(crate) mod conn;
+mod drain;
 mod output;
 mod phoenix;
 
@@ -90,7 +91,8 @@ pub(crate) struct Conns {
 pub(crate) struct Shard {
     id: usize,
     poll: Poll,
-    listener: TcpListener,
+    /// `None` once draining: new connections go to the other processes.
+    listener: Option<TcpListener>,
     inbox: Receiver<ShardMsg>,
     node: Arc<Node>,
     conns: Conns,
@@ -101,6 +103,8 @@ pub(crate) struct Shard {
     last_sweep: u32,
     accept_retry: bool,
     last_accept_warning: Option<Instant>,
+    /// Set once the node drains (`drain.rs`).
+    draining: Option<drain::Draining>,
 }
 
 impl Shard {
@@ -130,7 +134,7 @@ impl Shard {
         Ok(Shard {
             id,
             poll,
-            listener,
+            listener: Some(listener),
             inbox,
             node,
             conns,
@@ -140,15 +144,18 @@ impl Shard {
             last_sweep: 0,
             accept_retry: false,
             last_accept_warning: None,
+            draining: None,
         })
     }
 
-    /// Runs the loop forever.
+    /// Runs the loop until a drain ends it.
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         loop {
             let timeout = if self.accept_retry {
                 Duration::from_millis(20)
+            } else if self.draining.is_some() {
+                drain::STEP
             } else {
                 Duration::from_millis(1000)
             };
@@ -185,13 +192,21 @@ impl Shard {
                 self.last_sweep = self.conns.now;
                 self.sweep();
             }
+            let done = self.drain_turn();
+            self.conns.close_doomed(&self.node, &mut self.scratch);
             self.conns.flush_counters();
+            if done {
+                return;
+            }
         }
     }
 
     fn accept(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
         for _ in 0..ACCEPTS_PER_TURN {
-            match self.listener.accept() {
+            match listener.accept() {
                 Ok((mut sock, addr)) => {
                     let key = self.conns.slab.vacant_key();
                     if !self.conns.admit(&self.node, &mut sock, addr.ip(), key) {
@@ -527,6 +542,19 @@ impl Shard {
         frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
         for (key, ws) in expired {
             if ws {
+                if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
+                    // Output is waiting: the close frame goes after the
+                    // frame being written, not into the middle of it.
+                    ShardStats::add(&self.conns.stats.idle_timeout_closes, 1);
+                    self.conns.cut(
+                        &self.node,
+                        &mut self.scratch,
+                        key,
+                        close_code::GOING_AWAY,
+                        "idle timeout",
+                    );
+                    continue;
+                }
                 if let Some(conn) = self.conns.slab.get_mut(key) {
                     let _ = output::write_some(&mut conn.sock, &bye);
                 }
