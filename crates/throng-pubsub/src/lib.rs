@@ -103,7 +103,7 @@ mod registry;
 mod shards;
 
 pub use backplane::{
-    Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane,
+    Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, RedisOptions,
 };
 pub use broadcast::{frame_of, Broadcast, Exclude};
 pub use registry::{Registry, Slot, Topic};
@@ -116,6 +116,8 @@ pub enum Error {
     RedisUrl { url: String, reason: String },
     #[error("cannot connect to Redis at {url}: {reason}")]
     RedisConnect { url: String, reason: String },
+    #[error("Redis TLS ({url}): {reason}")]
+    RedisTls { url: String, reason: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

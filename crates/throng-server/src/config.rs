@@ -50,6 +50,9 @@ pub struct ServeArgs {
     /// Join a cluster through this Redis (redis://HOST:PORT): broadcasts reach every node subscribed to the topic [default: none, a single node]
     #[arg(long, value_name = "URL", env = "THRONG_REDIS")]
     pub redis: Option<String>,
+    /// PEM file of the certificate authorities to trust for a rediss:// URL (a private CA) [default: the system's roots]
+    #[arg(long, value_name = "FILE", env = "THRONG_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
     /// Worker processes sharing the port (SO_REUSEPORT), each a node with its own open-files limit; more than 1 needs --redis [default: 1]
     #[arg(long, value_name = "N", env = "THRONG_WORKERS")]
     pub workers: Option<usize>,
@@ -74,6 +77,7 @@ struct FileConfig {
     echo: Option<bool>,
     log_requests: Option<bool>,
     redis: Option<String>,
+    redis_ca_file: Option<PathBuf>,
     workers: Option<usize>,
 }
 
@@ -94,6 +98,8 @@ pub struct Config {
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
     pub redis: Option<String>,
+    /// CA certificates to trust for `rediss://`; `None`: the system's.
+    pub redis_ca_file: Option<PathBuf>,
     /// Worker processes; above 1 this process only supervises them.
     pub workers: usize,
     /// `Some(i)` in a worker process started by the supervisor.
@@ -120,6 +126,7 @@ impl Default for Config {
             echo: false,
             log_requests: false,
             redis: None,
+            redis_ca_file: None,
             workers: 1,
             worker_index: None,
         }
@@ -192,6 +199,7 @@ impl ServeArgs {
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
+            redis_ca_file: self.redis_ca_file.or(file.redis_ca_file),
             workers,
             worker_index: self.worker_index,
         })
@@ -199,6 +207,14 @@ impl ServeArgs {
 }
 
 impl Config {
+    /// How to reach the Redis of `--redis`, beyond its URL.
+    pub fn redis_options(&self) -> throng_pubsub::RedisOptions {
+        throng_pubsub::RedisOptions {
+            ca_file: self.redis_ca_file.clone(),
+            queue_bytes: self.limits.redis_queue_bytes,
+        }
+    }
+
     /// The `throng serve` arguments that make worker `index` of a supervisor:
     /// every resolved setting spelled out (so a worker reads no config file and
     /// no `THRONG_*` default can differ), on the supervisor's chosen `port`.
@@ -227,6 +243,9 @@ impl Config {
         args.extend(self.limits.worker_args());
         if let Some(url) = &self.redis {
             args.extend(["--redis".into(), url.clone()]);
+        }
+        if let Some(ca) = &self.redis_ca_file {
+            args.extend(["--redis-ca-file".into(), ca.display().to_string()]);
         }
         if self.echo {
             args.push("--echo".into());

@@ -29,7 +29,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
         }
     }
     let backplane: Arc<dyn Backplane> = match &config.redis {
-        Some(url) => Arc::new(RedisBackplane::connect(url)?),
+        Some(url) => Arc::new(RedisBackplane::connect_with(url, &config.redis_options())?),
         None => Arc::new(LocalBackplane),
     };
     let worker = config.worker_index;

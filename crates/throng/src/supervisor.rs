@@ -124,7 +124,7 @@ struct Retiring {
 /// Runs the supervisor of workers joined through Redis at `redis_url`
 /// until SIGTERM/SIGINT; see the module docs.
 pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
-    throng_pubsub::backplane::redis::check(redis_url)?;
+    throng_pubsub::backplane::redis::check_with(redis_url, &config.redis_options())?;
     let reservation = reserve(config.addr)?;
     let port = reservation
         .local_addr()?
