@@ -105,7 +105,7 @@ mod shards;
 pub use backplane::{
     Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, RedisOptions,
 };
-pub use broadcast::{frame_of, Broadcast, Exclude};
+pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
 pub use registry::{Registry, Slot, Topic};
 pub use shards::{NodeTopics, ShardSet, MAX_SHARDS};
 

@@ -113,7 +113,12 @@ impl Server {
             let waker = Arc::new(Waker::new(poll.registry(), transport::WAKER)?);
             let (tx, rx) = crossbeam_channel::unbounded();
             polls.push(poll);
-            peers.push(node::Peer { tx, waker });
+            peers.push(node::Peer::new(
+                peers.len(),
+                tx,
+                waker,
+                config.limits.max_shard_inbox_bytes,
+            ));
             inboxes.push(rx);
         }
         let config_limits = config.limits.clone();

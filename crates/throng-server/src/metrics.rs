@@ -48,6 +48,8 @@ pub struct ShardStats {
     pub socket_budget_refusals: AtomicU64,
     /// WebSockets closed with 1012 by a drain.
     pub drain_closes: AtomicU64,
+    /// Connections cut because the process's outbound memory passed `--max-outbound-total-bytes`.
+    pub outbound_budget_closes: AtomicU64,
 }
 
 impl ShardStats {
@@ -210,6 +212,12 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "WebSockets closed with 1012 (server restart) by a drain.",
         |s| &s.drain_closes,
     ),
+    (
+        "throng_outbound_budget_closes_total",
+        "counter",
+        "Connections cut (1013) because the process's outbound memory passed --max-outbound-total-bytes.",
+        |s| &s.outbound_budget_closes,
+    ),
 ];
 
 /// The `/metrics` page of `node`, Prometheus text format.
@@ -246,6 +254,32 @@ pub fn render(node: &Node) -> String {
         "counter",
         "User and system CPU time.",
         format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
+    );
+    write_metric(
+        &mut out,
+        "throng_outbound_memory_bytes",
+        "gauge",
+        "Output held for clients: queued bytes of their own and live broadcasts.",
+        crate::transport::outbound_memory(),
+    );
+    let (mut inbox_bytes, mut inbox_dropped) = (0, 0);
+    for peer in &node.peers {
+        inbox_bytes += peer.queued.load(Relaxed);
+        inbox_dropped += peer.dropped.load(Relaxed);
+    }
+    write_metric(
+        &mut out,
+        "throng_shard_inbox_bytes",
+        "gauge",
+        "Bytes of broadcasts waiting in the shards' inboxes.",
+        inbox_bytes,
+    );
+    write_metric(
+        &mut out,
+        "throng_shard_inbox_dropped_total",
+        "counter",
+        "Broadcasts and infos not handed to a shard whose inbox held --max-shard-inbox-bytes.",
+        inbox_dropped,
     );
     node.backplane.render_metrics(&mut out);
     out

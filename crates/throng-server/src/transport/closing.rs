@@ -12,6 +12,9 @@ use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::Scratch;
 
+/// RFC 6455's registry: the server is overloaded, the client may retry.
+const TRY_AGAIN_LATER: u16 = 1013;
+
 impl Conns {
     /// Fails the connection: a close frame with `code`, then closing.
     pub fn fail(
@@ -98,6 +101,19 @@ impl Conns {
                 );
                 continue;
             }
+            if reason == CloseReason::OutboundBudget {
+                ShardStats::add(&self.stats.outbound_budget_closes, 1);
+                if ws {
+                    self.cut(
+                        node,
+                        scratch,
+                        key,
+                        TRY_AGAIN_LATER,
+                        "server outbound memory full",
+                    );
+                    continue;
+                }
+            }
             self.close(node, scratch, key, reason);
         }
     }
@@ -115,8 +131,9 @@ impl Conns {
     ) {
         let mut bye = Vec::with_capacity(32);
         frame::encode_close(&mut bye, code, reason, None);
-        self.send(key, &bye);
+        // Closing first: the frame is then queued past the output bounds.
         self.start_closing(node, scratch, key);
+        self.send(key, &bye);
         self.try_shutdown(key);
     }
 
@@ -148,7 +165,7 @@ impl Conns {
             CloseReason::SlowReader if !matches!(conn.kind, Kind::Ws { .. }) => {
                 ShardStats::add(&self.stats.slow_reader_closes, 1)
             }
-            CloseReason::SlowReader => {}
+            CloseReason::SlowReader | CloseReason::OutboundBudget => {}
             CloseReason::Idle => ShardStats::add(&self.stats.idle_timeout_closes, 1),
             CloseReason::Normal => {}
         }

@@ -61,6 +61,13 @@ pub(crate) enum Chunk {
 }
 
 impl Chunk {
+    /// Bytes of this connection alone, counted in the outbound budget
+    /// (`budget.rs`) until the chunk is dropped.
+    pub fn owned(bytes: Vec<u8>) -> Chunk {
+        super::budget::owned_queued(bytes.len());
+        Chunk::Owned(bytes, 0)
+    }
+
     pub fn rest(&self) -> &[u8] {
         match self {
             Chunk::Shared(b, vsn, off) => &b.frame(*vsn).unwrap_or(&[])[*off..],
@@ -78,6 +85,14 @@ impl Chunk {
     pub fn advance(&mut self, n: usize) {
         match self {
             Chunk::Shared(_, _, off) | Chunk::Owned(_, off) => *off += n,
+        }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        if let Chunk::Owned(v, _) = self {
+            super::budget::owned_released(v.len());
         }
     }
 }

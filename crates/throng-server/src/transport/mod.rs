@@ -20,6 +20,7 @@
 //! connection mark it `dead` and queue it in `doomed`.
 
 mod admission;
+mod budget;
 mod closing;
 pub(crate) mod conn;
 mod drain;
@@ -44,6 +45,7 @@ use crate::socket::Scratch;
 use crate::ws::{self, FrameAction};
 use conn::{Conn, Kind};
 
+pub(crate) use budget::outbound_memory;
 pub(crate) use conn::CONN_SIZE;
 
 pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
@@ -60,6 +62,8 @@ pub(crate) enum CloseReason {
     Normal,
     Idle,
     SlowReader,
+    /// The process's outbound memory is over `--max-outbound-total-bytes`.
+    OutboundBudget,
 }
 
 /// A shard's connections and everything their handling writes: the slab,
@@ -83,6 +87,8 @@ pub(crate) struct Conns {
     pub bytes_out: u64,
     /// `--max-outbound-bytes`: a connection with more queued is cut.
     pub max_outbound: usize,
+    /// `--max-outbound-total-bytes` (`budget.rs`).
+    pub max_outbound_total: usize,
     /// With `--max-connections-per-ip`: the address of each connection, by
     /// slab key (see `admission.rs`). Empty otherwise.
     pub peer_ips: Vec<Option<std::net::IpAddr>>,
@@ -129,6 +135,7 @@ impl Shard {
             msgs_out: 0,
             bytes_out: 0,
             max_outbound: node.config.max_outbound_bytes,
+            max_outbound_total: node.config.limits.max_outbound_total_bytes,
             peer_ips: Vec::new(),
         };
         Ok(Shard {
@@ -253,6 +260,7 @@ impl Shard {
 
     fn drain_inbox(&mut self) {
         while let Ok(msg) = self.inbox.try_recv() {
+            self.node.peers[self.id].received(&msg);
             match msg {
                 ShardMsg::Broadcast(b) => self.conns.deliver(&b),
                 ShardMsg::Info(topic, info) => {
