@@ -6,7 +6,10 @@
 //! registry, encode-once broadcasts, the backplane) is `throng-pubsub`.
 //!
 //! ## Layout, along Phoenix's own lines
-//! - [`config`]: flags, environment, TOML file.
+//! - [`config`]: flags, environment, TOML file; [`limits`]: the bounds
+//!   against hostile clients and faults (handshake deadline, connection
+//!   caps, socket memory, drain window, queue bounds) and where each is
+//!   enforced; [`panic`]: a panic on any thread aborts the process.
 //! - `transport/`: one event loop per core (`mod.rs`), the lean connection
 //!   (`conn.rs`), output and broadcast delivery (`output.rs`), closing
 //!   (`closing.rs`), and the Phoenix socket on a connection (`phoenix.rs`).
@@ -23,6 +26,8 @@
 //! - [`metrics`]: per-shard counters and `/metrics`.
 //! - [`chat`]: the seed benchmark's chat app, written with the API.
 //! - `page`: the chat page (template + layout) and fixed responses.
+//! - `fuzz` (feature `fuzzing`): the message layer as one function of
+//!   bytes, for `fuzz/`.
 //!
 //! ## The path of a broadcast
 //! A client pushes `new:msg` on `rooms:lobby`. Its shard reads the frame
@@ -44,6 +49,8 @@
 pub mod channel;
 pub mod chat;
 pub mod config;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 mod http;
 pub mod limits;
 pub mod metrics;
