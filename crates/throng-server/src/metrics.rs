@@ -48,6 +48,8 @@ pub struct ShardStats {
     pub socket_budget_refusals: AtomicU64,
     /// WebSockets closed with 1012 by a drain.
     pub drain_closes: AtomicU64,
+    /// HTTP requests answered with an error (400, 403, 405, 426, 431).
+    pub http_errors: AtomicU64,
     /// Connections cut because the process's outbound memory passed `--max-outbound-total-bytes`.
     pub outbound_budget_closes: AtomicU64,
 }
@@ -211,6 +213,12 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "WebSockets closed with 1012 (server restart) by a drain.",
         |s| &s.drain_closes,
+    ),
+    (
+        "throng_http_errors_total",
+        "counter",
+        "HTTP requests answered with an error status (malformed, head over 16 KiB, bad upgrade).",
+        |s| &s.http_errors,
     ),
     (
         "throng_outbound_budget_closes_total",

@@ -101,6 +101,7 @@ fn a_whole_head_over_16_kib_is_refused() {
     let _ = s.read_to_end(&mut resp);
     let text = String::from_utf8_lossy(&resp);
     assert!(text.starts_with("HTTP/1.1 431 "), "{text}");
+    assert_eq!(server.metric("throng_http_errors_total"), 1);
 }
 
 /// Reads a refused connection's answer.

@@ -9,7 +9,11 @@
 //!   timeouts, lingering closes) that replaces a timer per connection;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
-//! - `closing.rs`: close frames, half-close, removing connections;
+//! - `closing.rs`: close frames, half-close, cutting backed-up sockets,
+//!   removing connections;
+//! - `admission.rs`: connection caps at accept, the HTTP head deadline;
+//! - `budget.rs`: the process's outbound memory budget;
+//! - `drain.rs`: the graceful drain (stop accepting, 1012 in batches, end);
 //! - `phoenix.rs`: a WebSocket message through the Phoenix socket
 //!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
 //!   on this shard.
@@ -412,6 +416,7 @@ impl Shard {
         match action {
             Action::Incomplete => {}
             Action::Error(e) => {
+                ShardStats::add(&conns.stats.http_errors, 1);
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
                 conns.send(key, &resp);
