@@ -34,6 +34,9 @@ pub(super) const STEP: Duration = Duration::from_millis(100);
 pub(super) struct Draining {
     started: Instant,
     last_step: Instant,
+    /// Closes owed but not made yet (a fraction of a socket per step when
+    /// few are open), so a handful of sockets spread over the window too.
+    owed: f64,
 }
 
 impl Shard {
@@ -51,6 +54,7 @@ impl Shard {
                 self.draining.insert(Draining {
                     started,
                     last_step: started,
+                    owed: 0.0,
                 })
             }
         };
@@ -69,7 +73,10 @@ impl Shard {
         let batch = match window.checked_sub(elapsed) {
             Some(left) if !left.is_zero() => {
                 // This step's share of what is open, for the time left.
-                ((open as f64) * step.as_secs_f64() / left.as_secs_f64()).ceil() as usize
+                d.owed += (open as f64) * step.as_secs_f64() / left.as_secs_f64();
+                let n = d.owed.floor();
+                d.owed -= n;
+                n as usize
             }
             _ => usize::MAX,
         };
