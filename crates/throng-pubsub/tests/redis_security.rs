@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -243,15 +242,14 @@ fn the_publish_queue_is_bounded_in_bytes_while_redis_stalls() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    let signal = |sig: &str| {
-        let ok = Command::new("kill")
-            .args([sig, &redis.pid().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
+    let signal = |sig: i32| {
+        #[allow(unsafe_code)]
+        // SAFETY: kill(2) on the redis-server child this test started and
+        // has not reaped.
+        let rc = unsafe { libc::kill(redis.pid() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill {sig}");
     };
-    signal("-STOP");
+    signal(libc::SIGSTOP);
     let big = format!("\"{}\"", "x".repeat(100_000));
     let stats = sender.stats();
     let dropped_before = stats.dropped.load(Relaxed);
@@ -267,7 +265,7 @@ fn the_publish_queue_is_bounded_in_bytes_while_redis_stalls() {
         most = most.max(stats.queued_bytes.load(Relaxed));
     }
     let dropped = stats.dropped.load(Relaxed) - dropped_before;
-    signal("-CONT");
+    signal(libc::SIGCONT);
     assert!(most <= BOUND, "{most} bytes queued, bound {BOUND}");
     // 10 MB offered: the queue took about 1 MiB, the pipeline in flight 1 MiB.
     assert!(dropped >= 75, "only {dropped} of 100 dropped");
