@@ -1,5 +1,5 @@
 // throng chat page: the official Phoenix client talking to the throng server.
-import {Socket} from "phoenix"
+import {Socket, LongPoll} from "phoenix"
 
 const TOPIC = "rooms:lobby"
 
@@ -38,8 +38,16 @@ function start(){
   if(!userInput.value){ userInput.value = `guest-${Math.floor(Math.random() * 9000 + 1000)}` }
   const userName = () => userInput.value.trim() || "anonymous"
 
-  const socket = new Socket("/socket", {params: {}})
-  socket.onOpen(() => setStatus(status, "connected"))
+  // Where WebSockets are blocked (a proxy, a locked-down network), fall
+  // back to long-poll (/socket/longpoll): after an error of the first
+  // WebSocket attempt, or 2.5 s without one opening. phoenix.js remembers
+  // the fallback for the tab's session.
+  const socket = new Socket("/socket", {params: {}, longPollFallbackMs: 2500})
+  socket.onOpen(() => {
+    status.dataset.transport = socket.conn instanceof LongPoll ? "longpoll" : "websocket"
+    status.title = `connected over ${status.dataset.transport}`
+    setStatus(status, "connected")
+  })
   socket.onError(() => setStatus(status, "disconnected", "disconnected, retrying"))
   socket.onClose(() => { if(status.dataset.state !== "disconnected"){ setStatus(status, "disconnected") } })
 

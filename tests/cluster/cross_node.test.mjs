@@ -13,7 +13,8 @@ const CHANNEL = "throng:t:rooms:lobby"
 test("(a) new:msg on node A reaches clients on A and B exactly once, in order", T, async t => {
   const redis = await startRedis()
   t.after(() => redis.stop())
-  const a = await startThrong(["--redis", redis.url, "--shards", "2"])
+  // a1 pushes 51 messages back to back: one past the default push burst (50).
+  const a = await startThrong(["--redis", redis.url, "--shards", "2", "--push-rate", "0"])
   t.after(() => a.stop())
   const b = await startThrong(["--redis", redis.url, "--shards", "2"])
   t.after(() => b.stop())

@@ -49,7 +49,7 @@ function median(xs){
 test("rolling restart of --workers 3: every close is 1012, no loss while connected", {timeout: 120000}, async t => {
   const redis = await startRedis()
   t.after(() => redis.stop())
-  const server = await startThrong(["--workers", "3", "--redis", redis.url, "--drain-seconds", "2"])
+  const server = await startThrong(["--workers", "3", "--redis", redis.url, "--drain-seconds", "2", "--push-rate", "0"])
   t.after(() => server.stop())
   const oldPids = [...server.workers().values()]
 

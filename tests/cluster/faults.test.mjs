@@ -26,7 +26,7 @@ test("a worker whose shard panics aborts and is restarted; its clients come back
   const index = [...server.workers().entries()].find(([, pid]) => pid === owner)[0]
   echo.sendText("boom")
 
-  const restarted = await server.line(new RegExp(`^worker ${index} pid (?!${owner}$)(\\d+)$`), 15000)
+  const restarted = await server.line(new RegExp(`^worker ${index} pid (?!${owner}\\b)(\\d+)(?: api \\S+)?$`), 15000)
   const exited = new RegExp(`worker ${index} \\(pid ${owner}\\) exited \\(killed by signal 6\\)`)
   await waitFor(() => exited.test(server.stderr()), 5000, "the supervisor's log of the abort")
     .catch(e => { throw new Error(`${e.message}\n${server.stderr()}`) })

@@ -148,8 +148,11 @@ export async function startThrong(args = [], {ms = 15000} = {}){
   }, wait, `a stdout line ${re}`, 10)
   const m = await line(/^listening on (\S+):(\d+)$/)
   const port = Number(m[2])
+  const api = lines.map(l => l.match(/^api at (\S+):(\d+)$/)).find(Boolean)
   return {
     port,
+    /** the server API's port (worker 0's with --workers), null without one */
+    apiPort: api ? Number(api[2]) : null,
     wsUrl: `ws://127.0.0.1:${port}`,
     proc,
     lines,
@@ -160,7 +163,7 @@ export async function startThrong(args = [], {ms = 15000} = {}){
     workers(){
       const out = new Map()
       for(const l of lines){
-        const w = l.match(/^worker (\d+) pid (\d+)$/)
+        const w = l.match(/^worker (\d+) pid (\d+)(?: api \S+)?$/)
         if(w){ out.set(Number(w[1]), Number(w[2])) }
       }
       return out

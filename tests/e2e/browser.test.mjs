@@ -1,4 +1,6 @@
-// The chat page in headless Chromium (playwright-core, system Chromium): two users talk.
+// The chat page in headless Chromium (playwright-core, system Chromium): two
+// users talk; and a page whose WebSockets are blocked falls back to
+// long-poll (phoenix.js longPollFallbackMs) and talks with a WebSocket one.
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
 import {existsSync} from "node:fs"
@@ -31,8 +33,33 @@ after(async () => {
   await server?.stop()
 }, {timeout: 20000})
 
-async function openChat(user){
+/**
+ * What a network that blocks WebSockets looks like to the page: every
+ * WebSocket fails to open (an error, then a close with 1006), as behind a
+ * proxy that refuses the upgrade. Installed before the page's scripts run.
+ */
+function blockWebSockets(){
+  class BlockedWebSocket {
+    constructor(url){
+      this.url = url
+      this.readyState = 0
+      this.bufferedAmount = 0
+      setTimeout(() => {
+        this.readyState = 3
+        if(this.onerror){ this.onerror(new Event("error")) }
+        if(this.onclose){ this.onclose(new CloseEvent("close", {code: 1006, reason: "", wasClean: false})) }
+      }, 0)
+    }
+    send(){ throw new DOMException("WebSocket is not open", "InvalidStateError") }
+    close(){ this.readyState = 3 }
+  }
+  Object.assign(BlockedWebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
+  window.WebSocket = BlockedWebSocket
+}
+
+async function openChat(user, {blockWs = false} = {}){
   const context = await browser.newContext({viewport: {width: 720, height: 520}})
+  if(blockWs){ await context.addInitScript(blockWebSockets) }
   const page = await context.newPage()
   const errors = []
   page.on("pageerror", err => errors.push(err.message))
@@ -84,4 +111,29 @@ test("two browsers chat through rooms:lobby", {timeout: 20000}, async t => {
   await a.page.screenshot({path: SCREENSHOT})
   assert.deepEqual(a.errors, [], `page A errors: ${a.errors.join("\n")}`)
   assert.deepEqual(b.errors, [], `page B errors: ${b.errors.join("\n")}`)
+})
+
+test("WebSockets blocked: the page falls back to long-poll and chats with a WebSocket page", {timeout: 30000}, async t => {
+  if(!haveChromium){
+    t.skip(`${CHROMIUM} not found: install the Debian package \`chromium\` to run the browser test`)
+    return
+  }
+  const lp = await openChat("carol", {blockWs: true})
+  const ws = await openChat("dave")
+  const transport = page => page.evaluate(() => document.getElementById("status").dataset.transport)
+  assert.equal(await transport(lp.page), "longpoll")
+  assert.equal(await transport(ws.page), "websocket")
+
+  await send(lp.page, "hello over long-poll")
+  for(const {page} of [lp, ws]){
+    await line(page, "carol: hello over long-poll").waitFor({timeout: 5000})
+  }
+  await send(ws.page, "hi carol, from a websocket", {enter: true})
+  for(const {page} of [lp, ws]){
+    await line(page, "dave: hi carol, from a websocket").waitFor({timeout: 5000})
+  }
+  // the long-poll page made its requests to /socket/longpoll only, and is still joined
+  assert.equal((await lp.page.textContent("#status")).trim(), "joined")
+  assert.deepEqual(lp.errors, [], `long-poll page errors: ${lp.errors.join("\n")}`)
+  assert.deepEqual(ws.errors, [], `WebSocket page errors: ${ws.errors.join("\n")}`)
 })

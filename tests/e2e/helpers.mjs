@@ -74,8 +74,9 @@ export async function startServer(extraArgs = []){
     proc.stdout.setEncoding("utf8")
     proc.stdout.on("data", chunk => {
       stdoutText += chunk
-      const match = stdoutText.match(/listening on (\S+):(\d+)/)
-      if(match){ resolve({host: match[1], port: Number(match[2])}) }
+      const match = stdoutText.match(/^listening on (\S+):(\d+)$/m)
+      const api = stdoutText.match(/^api at (\S+):(\d+)$/m)
+      if(match){ resolve({host: match[1], port: Number(match[2]), apiPort: api ? Number(api[2]) : null}) }
     })
     proc.once("error", reject)
     exited.then(({code, signal}) => reject(new Error(
@@ -102,6 +103,9 @@ export async function startServer(extraArgs = []){
   return {
     host,
     port: info.port,
+    /** the server API's port (`api at` line), null with --api-bind none */
+    apiPort: info.apiPort,
+    apiUrl: info.apiPort ? `http://127.0.0.1:${info.apiPort}` : null,
     url: `http://${host}:${info.port}`,
     wsUrl: `ws://${host}:${info.port}`,
     proc,
@@ -612,11 +616,20 @@ export const v1Serializer = {
 
 export const SERIALIZERS = ["2.0.0", "1.0.0"]
 
-/** A phoenix.js Socket (not yet connected) for `vsn` with the ws transport. */
+/**
+ * A phoenix.js Socket (not yet connected) for `vsn`, with the ws transport
+ * unless `opts.transport` says otherwise (e.g. phoenix.js's `LongPoll`).
+ */
 export function phoenixSocket(wsUrl, vsn = "2.0.0", opts = {}){
   const base = {transport: WebSocket, timeout: 5000, rejoinAfterMs: () => 60000, reconnectAfterMs: () => 60000, ...opts}
   if(vsn === "1.0.0"){
-    return new Socket(`${wsUrl}/socket`, {...base, vsn: "1.0.0", encode: v1Serializer.encode, decode: v1Serializer.decode})
+    const socket = new Socket(`${wsUrl}/socket`, {...base, vsn: "1.0.0", encode: v1Serializer.encode, decode: v1Serializer.decode})
+    // phoenix.js 1.8 ignores custom encode/decode when constructed with the
+    // LongPoll transport (socket.js); the v1 serializer is text, which
+    // long-poll carries, so it is set here for both transports.
+    socket.encode = v1Serializer.encode
+    socket.decode = v1Serializer.decode
+    return socket
   }
   return new Socket(`${wsUrl}/socket`, base)
 }

@@ -110,12 +110,14 @@ test("Connection: close is honoured", T, async () => {
   }
 })
 
-test("GET /metrics is Prometheus text with throng_connections", T, async () => {
+test("GET /metrics is Prometheus text with throng_connections, on the API listener only", T, async () => {
   // hold one WebSocket open so the gauge has something to count
   const c = await RawPhx.connect(server.port)
   try {
     await c.join("rooms:lobby", {user: "metrics"})
-    const res = await httpRequest(server.port, "GET", "/metrics")
+    const hidden = await httpRequest(server.port, "GET", "/metrics")
+    assert.equal(hidden.status, 404, "no /metrics on the public port without --public-metrics")
+    const res = await httpRequest(server.apiPort, "GET", "/metrics")
     assert.equal(res.status, 200)
     assert.match(res.headers["content-type"] || "", /^text\/plain/)
     const text = res.body.toString("utf8")

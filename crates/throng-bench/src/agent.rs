@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, EngineConfig, CONN_SIZE};
+use crate::engine::{Engine, CONN_SIZE};
 use crate::error::BenchError;
 use crate::sys;
 use crate::wire::{self, Final, ToAgent, ToController};
@@ -31,7 +31,7 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
     if std::env::var_os("THRONG_AGENT_NO_BATCH").is_none() && !sys::set_batch_scheduling() {
         tracing::debug!("SCHED_BATCH refused; keeping the default scheduling policy");
     }
-    let (soft, hard) = sys::raise_fd_limit();
+    let (soft, _) = sys::raise_fd_limit();
     let capacity = soft.saturating_sub(FD_MARGIN).max(1);
     let deadline = Instant::now() + Duration::from_secs(10);
     let stream = loop {
@@ -51,12 +51,9 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
         &mut out,
         &ToController::Hello {
             pid: std::process::id(),
-            fd_soft: soft,
-            fd_hard: hard,
-            capacity,
         },
     )?;
-    let plan = match wire::recv::<ToAgent>(&mut input)? {
+    let mut plan = match wire::recv::<ToAgent>(&mut input)? {
         Some(ToAgent::Plan(p)) => p,
         Some(other) => {
             return Err(BenchError::Protocol(format!(
@@ -65,15 +62,9 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
         }
         None => return Ok(()),
     };
-    let mut engine = Engine::new(EngineConfig {
-        scenario: plan.scenario,
-        target: plan.target,
-        host: plan.host,
-        bind_sources: plan.bind_sources,
-        index: plan.index,
-        agents: plan.agents,
-        capacity: plan.capacity.min(capacity) as usize,
-    })?;
+    plan.capacity = plan.capacity.min(capacity);
+    let index = plan.index;
+    let mut engine = Engine::new(*plan)?;
     let waker = engine.waker()?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -109,7 +100,7 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
         while let Ok(cmd) = rx.try_recv() {
             match cmd {
                 Cmd::Lost => {
-                    tracing::info!("controller gone: agent {} exits", plan.index);
+                    tracing::info!("controller gone: agent {index} exits");
                     return Ok(());
                 }
                 Cmd::Msg(ToAgent::Start) => {
@@ -118,8 +109,8 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
                 }
                 Cmd::Msg(ToAgent::Release) => engine.release(),
                 Cmd::Msg(ToAgent::Storm) => {
-                    let dropped = engine.storm() as u64;
-                    wire::send(&mut out, &ToController::StormDone { dropped })?;
+                    engine.storm();
+                    wire::send(&mut out, &ToController::StormDone)?;
                 }
                 Cmd::Msg(ToAgent::Finish) => {
                     engine.refresh_gauges();

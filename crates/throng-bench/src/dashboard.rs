@@ -10,18 +10,17 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
+use crate::report::html;
 
-use crate::report;
-
-/// Starts the dashboard on 127.0.0.1:`port` (0 picks one); returns its address.
+/// Binds the dashboard's listener on 127.0.0.1:`port` (0 picks one);
+/// [`serve`] serves on it.
 pub fn bind(port: u16) -> std::io::Result<TcpListener> {
     TcpListener::bind(("127.0.0.1", port))
 }
 
 /// Serves the dashboard on `listener` (bound by [`bind`] in the host's
 /// network namespace, before a run moves into its own).
-pub fn serve(listener: TcpListener, data: Arc<Mutex<Value>>) -> std::io::Result<SocketAddr> {
+pub fn serve(listener: TcpListener, data: Arc<Mutex<String>>) -> std::io::Result<SocketAddr> {
     let addr = listener.local_addr()?;
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
@@ -31,7 +30,7 @@ pub fn serve(listener: TcpListener, data: Arc<Mutex<Value>>) -> std::io::Result<
     Ok(addr)
 }
 
-fn handle(mut s: TcpStream, data: &Arc<Mutex<Value>>) -> std::io::Result<()> {
+fn handle(mut s: TcpStream, data: &Arc<Mutex<String>>) -> std::io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut buf = [0u8; 4096];
     let mut n = 0;
@@ -48,9 +47,9 @@ fn handle(mut s: TcpStream, data: &Arc<Mutex<Value>>) -> std::io::Result<()> {
         "/" | "/index.html" => (
             "200 OK",
             "text/html; charset=utf-8",
-            report::html(&snapshot(), true),
+            html::page(&snapshot(), true),
         ),
-        "/data.json" => ("200 OK", "application/json", snapshot().to_string()),
+        "/data.json" => ("200 OK", "application/json", snapshot()),
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
     write!(
@@ -67,14 +66,14 @@ mod tests {
     #[test]
     fn serves_page_and_json() {
         let data = Arc::new(Mutex::new(
-            serde_json::json!({"status": "ramp-up", "timeline": []}),
+            r#"{"status": "ramp-up", "timeline": []}"#.to_string(),
         ));
         let addr = serve(bind(0).unwrap(), Arc::clone(&data)).unwrap();
         let page = crate::sys::http_get(addr, "/", Duration::from_secs(2)).unwrap();
         assert!(page.contains("const LIVE = true"));
         let json = crate::sys::http_get(addr, "/data.json", Duration::from_secs(2)).unwrap();
         assert_eq!(
-            serde_json::from_str::<Value>(&json).unwrap()["status"],
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()["status"],
             "ramp-up"
         );
         assert!(crate::sys::http_get(addr, "/nope", Duration::from_secs(2)).is_err());

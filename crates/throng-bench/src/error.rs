@@ -13,6 +13,12 @@ pub enum BenchError {
     Server(String),
     #[error("{0}")]
     Limit(String),
+    /// A step of moving the run into its own network namespace failed.
+    #[error("network namespace: {step}: {source}")]
+    Netns {
+        step: &'static str,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]

@@ -10,9 +10,15 @@
 //! `net.ipv4.tcp_child_ehash_entries` buckets (Linux 5.19+). So the
 //! controller moves itself, and with it the server workers, Redis and the
 //! agents it starts, into one, then restores the host's setting.
+//!
+//! The system calls themselves (`unshare`, the loopback ioctls) are in
+//! [`crate::sys`], with the crate's other `unsafe` code.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
+
+use crate::error::BenchError;
+use crate::{sys, NetnsMode};
 
 const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
 /// The kernel's largest `tcp_child_ehash_entries`.
@@ -30,13 +36,61 @@ fn carried() -> impl Iterator<Item = &'static str> {
         .chain(["net.ipv4.tcp_congestion_control"])
 }
 
-/// The host's TCP established-hash buckets.
-pub fn host_buckets() -> Option<u64> {
-    crate::sys::sysctl_read("net.ipv4.tcp_ehash_entries")?
-        .trim()
-        .trim_start_matches('-')
-        .parse()
-        .ok()
+/// The kernel's TCP established-hash table a run has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpTable {
+    /// Its buckets (`None`: unreadable).
+    pub buckets: Option<u64>,
+    /// A private network namespace's own table, not the host's.
+    pub private: bool,
+}
+
+/// Moves the run into a private network namespace when `mode` asks (`auto`:
+/// when the run's `users` overfill the host's table, the run is
+/// `local_only` and we are root); returns the table the run gets.
+pub fn for_run(mode: NetnsMode, local_only: bool, users: u64) -> Result<TcpTable, BenchError> {
+    let host = TcpTable {
+        buckets: sys::tcp_ehash_buckets(),
+        private: false,
+    };
+    let wanted = match mode {
+        NetnsMode::Off => false,
+        NetnsMode::On => {
+            if !local_only {
+                return Err(BenchError::Scenario(
+                    "--netns on needs the embedded server and local agents (no --target, no --remote-agents)".into(),
+                ));
+            }
+            true
+        }
+        NetnsMode::Auto => {
+            local_only && host.buckets.is_some_and(|h| overfills(users, h)) && sys::is_root()
+        }
+    };
+    if !wanted {
+        return Ok(host);
+    }
+    match enter(buckets_for(users)) {
+        Ok(got) => {
+            eprintln!(
+                "note: {users} loopback connections are {} sockets for the kernel's TCP hash table ({} buckets here): running the server and agents in a private network namespace with {got} buckets (`--netns off` keeps the host's)",
+                users * 2,
+                host.buckets.map_or("?".into(), |h| h.to_string()),
+            );
+            Ok(TcpTable {
+                buckets: Some(got),
+                private: true,
+            })
+        }
+        Err(e) if mode == NetnsMode::On => Err(BenchError::Scenario(format!("--netns on: {e}"))),
+        Err(e) => {
+            eprintln!(
+                "note: staying in the host's network namespace ({e}); TCP lookups slow down past {} connections",
+                host.buckets.unwrap_or(0)
+            );
+            Ok(host)
+        }
+    }
 }
 
 /// Buckets for `connections` loopback connections (two sockets each): the
@@ -57,79 +111,38 @@ pub fn overfills(connections: u64, host: u64) -> bool {
 /// Moves this thread (and all it starts afterwards) into a new network
 /// namespace with `buckets` TCP hash buckets and loopback up; returns the
 /// buckets the new table has. Call before any other thread is started.
-pub fn enter(buckets: u64) -> Result<u64, String> {
+pub fn enter(buckets: u64) -> Result<u64, BenchError> {
+    let err = |step| move |source| BenchError::Netns { step, source };
     let carried: Vec<(&str, String)> = carried()
-        .filter_map(|k| crate::sys::sysctl_read(k).map(|v| (k, v)))
+        .filter_map(|k| sys::sysctl_read(k).map(|v| (k, v)))
         .collect();
     // Opened before the move, so the restore below writes the host's value.
     let mut knob = OpenOptions::new()
         .read(true)
         .write(true)
         .open(CHILD_EHASH)
-        .map_err(|e| format!("{CHILD_EHASH}: {e} (needs root and Linux 5.19+)"))?;
+        .map_err(err(
+            "opening net.ipv4.tcp_child_ehash_entries (needs root and Linux 5.19+)",
+        ))?;
     let mut before = String::new();
     knob.read_to_string(&mut before)
-        .map_err(|e| format!("{CHILD_EHASH}: {e}"))?;
+        .map_err(err("reading net.ipv4.tcp_child_ehash_entries"))?;
     let _ = knob.seek(SeekFrom::Start(0));
     knob.write_all(buckets.to_string().as_bytes())
-        .map_err(|e| format!("{CHILD_EHASH}: {e}"))?;
-    let moved = unshare_net();
+        .map_err(err("writing net.ipv4.tcp_child_ehash_entries"))?;
+    let moved = sys::unshare_net();
     let _ = knob.seek(SeekFrom::Start(0));
     let _ = knob.write_all(before.trim().as_bytes());
-    moved?;
-    loopback_up()?;
+    moved.map_err(err("unshare(CLONE_NEWNET)"))?;
+    sys::loopback_up().map_err(err("bringing up lo"))?;
     for (k, v) in carried {
         let path = format!("/proc/sys/{}", k.replace('.', "/"));
         let _ = std::fs::write(path, v.replace(' ', "\t"));
     }
-    host_buckets().ok_or_else(|| "cannot read the new namespace's tcp_ehash_entries".into())
-}
-
-#[allow(unsafe_code)]
-fn unshare_net() -> Result<(), String> {
-    // SAFETY: unshare takes flags only; it affects the calling thread.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(format!(
-            "unshare(CLONE_NEWNET): {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
-}
-
-/// `ip link set lo up`, with ioctls on a throwaway socket.
-#[allow(unsafe_code)]
-fn loopback_up() -> Result<(), String> {
-    let err = |what: &str| {
-        format!(
-            "bringing up lo: {what}: {}",
-            std::io::Error::last_os_error()
-        )
-    };
-    // SAFETY: plain libc calls on an owned descriptor and a zeroed, owned
-    // ifreq whose name is NUL-terminated; the descriptor is closed on every path.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(err("socket"));
-        }
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
-            *d = *s as libc::c_char;
-        }
-        let r = if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
-            Err(err("SIOCGIFFLAGS"))
-        } else {
-            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) != 0 {
-                Err(err("SIOCSIFFLAGS"))
-            } else {
-                Ok(())
-            }
-        };
-        libc::close(fd);
-        r
-    }
+    sys::tcp_ehash_buckets().ok_or_else(|| BenchError::Netns {
+        step: "reading the new namespace's net.ipv4.tcp_ehash_entries",
+        source: std::io::ErrorKind::NotFound.into(),
+    })
 }
 
 #[cfg(test)]

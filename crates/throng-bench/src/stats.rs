@@ -86,8 +86,12 @@ pub struct Counters {
     pub holding: u64,
     /// Every user of every phase has been started.
     pub arrivals_done: bool,
+    /// Messages sent (text and binary frames), and received.
     pub msgs_out: u64,
     pub msgs_in: u64,
+    /// Messages sent in binary frames (a Tsung config's, unless `frame="text"`).
+    #[serde(default)]
+    pub msgs_out_binary: u64,
     /// Stamped broadcasts published, and stamped receipts.
     pub bcast_sent: u64,
     pub bcast_recv: u64,
@@ -115,6 +119,7 @@ impl Counters {
         self.arrivals_done = self.arrivals_done && o.arrivals_done;
         self.msgs_out += o.msgs_out;
         self.msgs_in += o.msgs_in;
+        self.msgs_out_binary += o.msgs_out_binary;
         self.bcast_sent += o.bcast_sent;
         self.bcast_recv += o.bcast_recv;
         self.errors.add(&o.errors);
@@ -231,7 +236,7 @@ pub fn merge_bcasts(into: &mut BcastTable, from: &[(u64, BcastSeen)]) {
 }
 
 /// Percentiles of a histogram in milliseconds.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     pub count: u64,
     pub p50_ms: f64,

@@ -1,8 +1,10 @@
-//! The operating system: file limits, `/proc` samples, a socket option, and
-//! a minimal HTTP GET for the server's `/metrics`.
+//! The operating system: file limits, `/proc` samples and sysctls, a socket
+//! option, the scheduling class, a new network namespace, and a minimal HTTP
+//! GET for the server's `/metrics`.
 //!
 //! The few `unsafe` blocks here are plain libc calls with owned, valid
-//! arguments; they are the only ones in the crate.
+//! arguments; they are the only ones in the crate (the workspace denies
+//! `unsafe_code`; each function here allows it for itself).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -180,6 +182,17 @@ pub fn sysctl_read(name: &str) -> Option<String> {
         .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
+/// The TCP established-hash buckets of this network namespace
+/// (`net.ipv4.tcp_ehash_entries`; negative when the table is the host's,
+/// shared with a child namespace).
+pub fn tcp_ehash_buckets() -> Option<u64> {
+    sysctl_read("net.ipv4.tcp_ehash_entries")?
+        .trim()
+        .trim_start_matches('-')
+        .parse()
+        .ok()
+}
+
 /// `GET path` over HTTP/1.1 with a short timeout; returns the body.
 pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> std::io::Result<String> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
@@ -277,6 +290,49 @@ pub fn set_batch_scheduling() -> bool {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler reads the struct we pass; pid 0 is this process.
     unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0 }
+}
+
+/// Moves this thread into a new network namespace (`unshare(CLONE_NEWNET)`).
+#[allow(unsafe_code)]
+pub fn unshare_net() -> std::io::Result<()> {
+    // SAFETY: unshare takes flags only; it affects the calling thread.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `ip link set lo up`, with ioctls on a throwaway socket.
+#[allow(unsafe_code)]
+pub fn loopback_up() -> std::io::Result<()> {
+    let err = |what: &str| {
+        let e = std::io::Error::last_os_error();
+        std::io::Error::new(e.kind(), format!("{what}: {e}"))
+    };
+    // SAFETY: plain libc calls on an owned descriptor and a zeroed, owned
+    // ifreq whose name is NUL-terminated; the descriptor is closed on every path.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(err("socket"));
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+            *d = *s as libc::c_char;
+        }
+        let r = if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+            Err(err("SIOCGIFFLAGS"))
+        } else {
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) != 0 {
+                Err(err("SIOCSIFFLAGS"))
+            } else {
+                Ok(())
+            }
+        };
+        libc::close(fd);
+        r
+    }
 }
 
 #[cfg(test)]

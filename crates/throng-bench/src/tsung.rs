@@ -5,8 +5,9 @@
 //! - `<arrivalphase duration unit>` + `<users maxnumber arrivalrate|interarrival unit>`
 //!   become [`Phase`]s (rates converted to per second);
 //! - each `<session probability>` becomes a [`Role`] weighted by its probability;
-//! - `<websocket type="connect" path>`, `type="message"` (text sent as it is,
-//!   after `%%ts_user_server:get_unique_id%%` substitution), `type="close"`;
+//! - `<websocket type="connect" path>`, `type="message"` (sent as it is,
+//!   after `%%ts_user_server:get_unique_id%%` substitution, in the frame
+//!   Tsung uses: binary unless `frame="text"`), `type="close"`;
 //!   `<thinktime value>` (or `min`/`max`: their mean), `<for from to incr>`,
 //!   and `<transaction>` (flattened);
 //! - `<clients>` are mapped onto local agents (one per client, each capped by
@@ -18,7 +19,8 @@
 use roxmltree::{Document, Node, ParsingOptions};
 
 use crate::error::BenchError;
-use crate::scenario::{Phase, Role, Scenario, Serializer, Step};
+use crate::scenario::{Phase, Role, Scenario, Step};
+use throng_protocol::Vsn;
 
 /// A Tsung `<client>`: a load-generating host.
 #[derive(Clone, Debug, PartialEq)]
@@ -153,7 +155,7 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
     }
     let scenario = Scenario {
         name: "tsung".into(),
-        serializer: Serializer::V1,
+        serializer: Vsn::V1,
         heartbeat: 0.0,
         connect_timeout: 10.0,
         reply_timeout: 10.0,
@@ -220,7 +222,18 @@ fn session_steps(
                         if attr(c, "subst") != Some("true") && text.contains("%%") {
                             notes.push("a message without subst=\"true\" has %% in it: substituted anyway".into());
                         }
-                        out.push(Step::Send(text));
+                        // Tsung sends a message in a binary frame unless the
+                        // element says frame="text" (processone/tsung:
+                        // src/tsung_controller/ts_config_websocket.erl reads
+                        // `frame` with default "binary"; src/tsung/ts_websocket.erl
+                        // get_message/2 encodes "text" as a text frame and
+                        // anything else as binary). Phoenix's V1 serializer
+                        // reads JSON from either.
+                        out.push(if attr(ws, "frame") == Some("text") {
+                            Step::Send(text)
+                        } else {
+                            Step::SendBinary(text)
+                        });
                     }
                     "close" | "disconnect" => out.push(Step::Disconnect),
                     other => {
@@ -268,7 +281,7 @@ fn session_steps(
 mod tests {
     use super::*;
     use crate::scenario::{Op, Program, SendKind};
-    use throng_protocol::Vsn;
+    use throng_protocol::Opcode;
 
     const PHOENIX: &str = include_str!("../../../scenarios/phoenix.xml");
 
@@ -289,7 +302,7 @@ mod tests {
             }]
         );
         assert_eq!(sc.total_users(), 100_000);
-        assert_eq!(sc.serializer, Serializer::V1);
+        assert_eq!(sc.serializer, Vsn::V1);
         assert_eq!(sc.heartbeat, 0.0);
         assert_eq!(sc.roles.len(), 1);
         assert_eq!(sc.roles[0].name, "websocket");
@@ -298,7 +311,7 @@ mod tests {
             sc.roles[0].session,
             vec![
                 Step::Connect("/socket/websocket".into()),
-                Step::Send(r#"{"topic":"rooms:lobby", "event":"phx_join", "payload": {"user":"%%ts_user_server:get_unique_id%%"}, "ref":"1"}"#.into()),
+                Step::SendBinary(r#"{"topic":"rooms:lobby", "event":"phx_join", "payload": {"user":"%%ts_user_server:get_unique_id%%"}, "ref":"1"}"#.into()),
                 Step::Loop { times: 1000, steps: vec![Step::Think(30.0)] },
             ]
         );
@@ -318,6 +331,7 @@ mod tests {
         );
         let Op::Send {
             tpl,
+            opcode,
             kind,
             track,
             wait,
@@ -327,6 +341,7 @@ mod tests {
         else {
             panic!("{:?}", p.ops[1])
         };
+        assert_eq!(*opcode, Opcode::Binary, "Tsung's default frame");
         assert_eq!(*kind, SendKind::Join);
         assert!(*track && !*wait);
         assert_eq!(*fixed_ref, Some(1));
@@ -340,6 +355,48 @@ mod tests {
             }
         );
         assert_eq!(p.ops[3], Op::Think { ms: 30_000 });
+    }
+
+    /// Tsung's `frame` attribute: binary by default, text when it says so
+    /// (anything else is binary too, as in Tsung).
+    #[test]
+    fn messages_go_in_the_frame_tsung_sends() {
+        let xml = |frame: &str| {
+            format!(
+                r#"<tsung><load><arrivalphase phase="1" duration="1" unit="second">
+                <users arrivalrate="10" unit="second"/></arrivalphase></load>
+                <sessions><session name="s" probability="100" type="ts_websocket">
+                  <request><websocket type="connect" path="/socket/websocket"/></request>
+                  <request><websocket type="message" {frame}>{{"topic":"t","event":"phx_join","payload":{{}},"ref":"7"}}</websocket></request>
+                </session></sessions></tsung>"#
+            )
+        };
+        let opcode = |frame: &str| {
+            let sc = import(&xml(frame)).unwrap().scenario;
+            let p = Program::compile(&sc, &sc.roles[0]).unwrap();
+            let Op::Send {
+                opcode, fixed_ref, ..
+            } = &p.ops[1]
+            else {
+                panic!("{:?}", p.ops[1])
+            };
+            assert_eq!(*fixed_ref, Some(7), "tracked either way");
+            (sc.roles[0].session[1].clone(), *opcode)
+        };
+        let text = r#"{"topic":"t","event":"phx_join","payload":{},"ref":"7"}"#.to_string();
+        assert_eq!(opcode(""), (Step::SendBinary(text.clone()), Opcode::Binary));
+        assert_eq!(
+            opcode(r#"frame="binary""#),
+            (Step::SendBinary(text.clone()), Opcode::Binary)
+        );
+        assert_eq!(
+            opcode(r#"frame="text""#),
+            (Step::Send(text.clone()), Opcode::Text)
+        );
+        assert_eq!(
+            opcode(r#"frame="other""#),
+            (Step::SendBinary(text), Opcode::Binary)
+        );
     }
 
     #[test]

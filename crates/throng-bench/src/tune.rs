@@ -3,7 +3,8 @@
 //!
 //! Prints each setting with its current value; `--apply` writes them with
 //! `sysctl -w` (root). Then it reports the caps: open files per process
-//! (soft/hard; each agent and the server hold at most that many sockets),
+//! (soft/hard; each agent and each server process hold at most that many
+//! sockets, so a larger run takes several agents and server workers),
 //! ephemeral ports per source address, listen backlog and memory.
 
 use std::process::Command;
@@ -113,7 +114,7 @@ pub fn run(apply: bool, connections: Option<u64>) -> Result<(), BenchError> {
 pub fn limits_report(connections: Option<u64>) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let (soft0, hard0) = sys::fd_limit();
+    let (soft0, _) = sys::fd_limit();
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(crate::agent::FD_MARGIN);
     let _ = writeln!(s, "Limits that cap a run:");
@@ -131,7 +132,7 @@ pub fn limits_report(connections: Option<u64>) -> String {
     if let Some(b) = sys::sysctl_read("net.core.somaxconn") {
         let _ = writeln!(s, "  listen backlog (somaxconn)      {b}");
     }
-    if let Some(b) = crate::netns::host_buckets() {
+    if let Some(b) = sys::tcp_ehash_buckets() {
         let _ = writeln!(s, "  TCP established-hash buckets    {b} (net.ipv4.tcp_ehash_entries, set at boot): past ~{b} TCP sockets per machine (a loopback connection is two) every segment's socket lookup walks longer chains; a server booted with thash_entries=N gets N; `throng bench` runs past it in a private network namespace with its own table (--netns)");
     }
     if let Some(f) = sys::sysctl_read("fs.file-max") {
@@ -149,9 +150,17 @@ pub fn limits_report(connections: Option<u64>) -> String {
     );
     if let Some(n) = connections {
         let agents = n.div_ceil(per_process.max(1));
-        let _ = writeln!(s, "  for {n} connections: {agents} agent process(es); one server process takes at most {per_process}{}", if n > per_process { " -> this run is capped by one server process" } else { "" });
+        let server = if n > per_process {
+            let w = crate::controller::server_workers(n, hard);
+            format!("{w} server workers joined through Redis (`throng bench` starts `throng serve --workers {w}` and a local redis-server itself)")
+        } else {
+            "one server process".to_string()
+        };
+        let _ = writeln!(
+            s,
+            "  for {n} connections: {agents} agent process(es), {server}"
+        );
     }
-    let _ = hard0;
     s
 }
 
@@ -162,6 +171,10 @@ mod tests {
         let r = super::limits_report(Some(100_000));
         assert!(r.contains("open files per process"));
         assert!(r.contains("agent process"));
+        let (_, hard) = crate::sys::fd_limit();
+        if hard < 100_000 {
+            assert!(r.contains("server workers"), "{r}");
+        }
         // The seed's eight, the port range and somaxconn for load generators, conntrack.
         assert_eq!(super::SETTINGS.len(), 10);
         assert!(super::SETTINGS

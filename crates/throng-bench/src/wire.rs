@@ -1,40 +1,28 @@
 //! The controller <-> agent protocol: JSON lines over one TCP connection.
 //!
 //! ```text
-//! agent -> controller   hello {pid, fd_soft, fd_hard, capacity}
+//! agent -> controller   hello {pid}
 //! controller -> agent   plan {index, agents, scenario, target, ...}
 //! agent -> controller   ready {rss, users, conn_size}
 //! controller -> agent   start                      (arrivals begin)
 //! agent -> controller   progress {counters}        (every 100 ms; 1 s once settled)
 //! controller -> agent   release                    (the barrier opens)
 //! controller -> agent   storm                      (drop every connection)
-//! agent -> controller   storm_done {dropped}
+//! agent -> controller   storm_done
 //! controller -> agent   finish
-//! agent -> controller   final {counters, hists, bcasts}   (then it exits)
+//! agent -> controller   final {counters, hists, bcasts, slots}   (then it exits)
 //! ```
 //! An agent whose controller connection closes exits.
 
 use std::io::{BufRead, Write};
-use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::scenario::Scenario;
+use crate::plan::Plan;
 use crate::stats::{BcastSeen, Counters, HistsWire};
 
-/// An agent's orders.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Plan {
-    pub index: u32,
-    pub agents: u32,
-    pub scenario: Scenario,
-    pub target: SocketAddr,
-    pub host: String,
-    pub bind_sources: bool,
-    pub capacity: u64,
-}
-
+/// What the controller tells an agent.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToAgent {
@@ -51,17 +39,16 @@ pub struct Final {
     pub counters: Counters,
     pub hists: HistsWire,
     pub bcasts: Vec<(u64, BcastSeen)>,
-    pub slots: crate::engine::Slots,
+    pub slots: crate::slots::Slots,
 }
 
+/// What an agent tells the controller.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToController {
+    /// The agent's pid: the controller samples a local agent's CPU from `/proc`.
     Hello {
         pid: u32,
-        fd_soft: u64,
-        fd_hard: u64,
-        capacity: u64,
     },
     Ready {
         rss: u64,
@@ -69,9 +56,7 @@ pub enum ToController {
         conn_size: usize,
     },
     Progress(Counters),
-    StormDone {
-        dropped: u64,
-    },
+    StormDone,
     Final(Box<Final>),
 }
 
@@ -98,14 +83,15 @@ pub fn recv<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> Result<Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{chat, Serializer};
+    use crate::scenario::{chat, Phase};
+    use throng_protocol::Vsn;
 
     #[test]
     fn round_trips_as_json_lines() {
         let plan = ToAgent::Plan(Box::new(Plan {
             index: 1,
             agents: 2,
-            scenario: chat(10, 100.0, 1, 1, 0.1, Serializer::V1),
+            scenario: chat(Phase::at_rate(10, 100.0), 1, 1, 0.1, Vsn::V1),
             target: "127.0.0.1:4000".parse().unwrap(),
             host: "127.0.0.1:4000".into(),
             bind_sources: true,
@@ -119,7 +105,10 @@ mod tests {
         let Some(ToAgent::Plan(p)) = recv::<ToAgent>(&mut r).unwrap() else {
             panic!()
         };
-        assert_eq!(p.scenario, chat(10, 100.0, 1, 1, 0.1, Serializer::V1));
+        assert_eq!(
+            p.scenario,
+            chat(Phase::at_rate(10, 100.0), 1, 1, 0.1, Vsn::V1)
+        );
         assert!(matches!(
             recv::<ToAgent>(&mut r).unwrap(),
             Some(ToAgent::Start)

@@ -114,6 +114,12 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
     assert_eq!(r["errors"]["total"], 0, "{}", ctx());
     assert_eq!(r["errors"]["by_kind"]["refused"], 0, "{}", ctx());
     assert_eq!(r["broadcast"]["sent"], 3, "{}", ctx());
+    assert_eq!(
+        r["messages"]["out_binary"],
+        0,
+        "the built-in scenario sends text frames\n{}",
+        ctx()
+    );
     assert_eq!(r["broadcast"]["receivers"], 2000 * 3, "{}", ctx());
     for key in [
         "/arrival/per_sec",
@@ -182,6 +188,12 @@ fn bench_runs_the_phoenix_tsung_config_scaled_down() {
     assert_eq!(r["connections"]["joined"], 600, "{r}");
     assert_eq!(r["errors"]["total"], 0, "{r}");
     assert_eq!(r["agent"]["count"], 3, "one local agent per Tsung client");
+    // Tsung sends `<websocket type="message">` in binary frames (no
+    // frame="text" in phoenix.xml), and so does the import: every join went
+    // binary, and the server answered them all (joined above).
+    assert_eq!(r["messages"]["out"], 600, "{r}");
+    assert_eq!(r["messages"]["out_binary"], 600, "{r}");
+    assert_eq!(r["messages"]["server_in_total"], 600.0, "{r}");
     assert!(stderr.contains("mapped onto 3 local agent"), "{stderr}");
     let _ = std::fs::remove_file(json);
 }

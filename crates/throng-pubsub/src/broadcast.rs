@@ -105,6 +105,12 @@ impl Broadcast {
         self.frame(vsn).map(|f| &f[at..])
     }
 
+    /// Whether the message for `vsn` is binary (a v2 binary broadcast), not
+    /// JSON text.
+    pub fn is_binary(&self, vsn: Vsn) -> bool {
+        self.frame(vsn).is_some_and(|f| f[0] & 0x0f == 0x2)
+    }
+
     /// Bytes of the largest frame: what one delivery may queue.
     pub fn frame_len(&self) -> usize {
         self.frames
@@ -151,6 +157,7 @@ mod tests {
         assert!(bin.frame(Vsn::V1).is_none());
         assert!(bin.body(Vsn::V1).is_none());
         assert_eq!(bin.frame(Vsn::V2).unwrap()[0], 0x82);
+        assert!(bin.is_binary(Vsn::V2) && !b.is_binary(Vsn::V2) && !b.is_binary(Vsn::V1));
     }
 
     #[test]

@@ -11,8 +11,12 @@
 //!   (it delivered them locally already);
 //! - [`only_subscribed_nodes`]: a node without subscribers of a topic gets
 //!   none of its broadcasts, before joining and after leaving;
+//! - [`direct_messages`]: a direct message reaches the node it names, once,
+//!   in the sender's order, and no other node; one to an unknown node is
+//!   dropped;
 //! - [`resubscribes_after_outage`]: after the shared engine goes away and
-//!   comes back, the nodes subscribe again by themselves and broadcasts flow.
+//!   comes back, the nodes subscribe again by themselves and broadcasts and
+//!   direct messages flow.
 //!
 //! Subscribing is asynchronous for a real engine (a SUBSCRIBE travels to
 //! Redis), so the suite waits until a probe broadcast gets through before it
@@ -47,6 +51,8 @@ pub trait Cluster {
 struct Inbox {
     topics: HashSet<Arc<str>>,
     got: Vec<(String, String)>,
+    /// Direct messages, as text.
+    direct: Vec<String>,
 }
 
 /// A node as the suite sees it: a recording [`Handler`] and its backplane.
@@ -69,6 +75,12 @@ impl Handler for Node {
 
     fn topics(&self) -> Vec<Arc<str>> {
         self.lock().topics.iter().cloned().collect()
+    }
+
+    fn direct(&self, msg: &[u8]) {
+        let mut s = self.lock();
+        s.direct.push(String::from_utf8_lossy(msg).into_owned());
+        self.changed.notify_all();
     }
 }
 
@@ -139,6 +151,37 @@ impl Node {
             .any(|(t, e)| t == topic && e == event)
     }
 
+    /// Sends `msg` to `to` alone.
+    pub fn send_to(&self, to: &Node, msg: &str) -> bool {
+        self.backplane
+            .send_to(to.backplane.node_id(), msg.as_bytes().to_vec())
+    }
+
+    /// The direct messages received, in arrival order, probes left out.
+    pub fn direct_received(&self) -> Vec<String> {
+        self.lock()
+            .direct
+            .iter()
+            .filter(|m| !m.starts_with("probe"))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until direct message `msg` has arrived; panics after [`WAIT`].
+    pub fn await_direct(&self, msg: &str) {
+        let deadline = Instant::now() + WAIT;
+        let mut s = self.lock();
+        while !s.direct.iter().any(|m| m == msg) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "direct message {msg} never arrived");
+            s = self
+                .changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     /// Waits until the backplane says it is connected.
     pub fn await_connected(&self) {
         let deadline = Instant::now() + WAIT;
@@ -171,6 +214,57 @@ pub fn await_route(from: &Node, to: &[&Node], topic: &str) {
             "no route on {topic} after {n} probes"
         );
     }
+}
+
+/// Sends direct probes from `from` to `to` until one arrives: the route is up.
+pub fn await_direct_route(from: &Node, to: &Node) {
+    let deadline = Instant::now() + WAIT;
+    for n in 0u64.. {
+        let probe = format!("probe:{n}");
+        from.send_to(to, &probe);
+        let round = Instant::now() + Duration::from_millis(50);
+        while Instant::now() < round {
+            if to.lock().direct.contains(&probe) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no direct route after {n} probes"
+        );
+    }
+}
+
+/// Three nodes: a sends 100 numbered direct messages to b and one to an id
+/// no node has. b gets a's 100 once each, in order; a and c get none.
+pub fn direct_messages(cluster: &mut dyn Cluster) {
+    let nodes: Vec<Arc<Node>> = (0..3).map(|_| Node::new(cluster.backplane())).collect();
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    let ids: HashSet<u64> = nodes.iter().map(|n| n.backplane.node_id()).collect();
+    assert_eq!(ids.len(), 3, "node ids are not distinct");
+    await_direct_route(a, b);
+    await_direct_route(c, b);
+    let unknown = (0..u64::MAX)
+        .find(|id| !ids.contains(id))
+        .unwrap_or(u64::MAX);
+    a.backplane.send_to(unknown, b"lost".to_vec());
+    for k in 0..100 {
+        assert!(a.send_to(b, &format!("d{k}")), "send_to refused d{k}");
+    }
+    a.send_to(b, "end");
+    b.await_direct("end");
+    let want: Vec<String> = (0..100)
+        .map(|k| format!("d{k}"))
+        .chain(["end".to_string()])
+        .collect();
+    assert_eq!(b.direct_received(), want);
+    // By per-sender order, a stray copy of a's messages would reach c
+    // before a's probe to c, and a before c's probe to a.
+    await_direct_route(a, c);
+    await_direct_route(c, a);
+    assert!(c.direct_received().is_empty(), "{:?}", c.direct_received());
+    assert!(a.direct_received().is_empty(), "{:?}", a.direct_received());
 }
 
 /// Three nodes on one topic; each publishes 100 numbered broadcasts: every
@@ -293,6 +387,8 @@ pub fn resubscribes_after_outage(cluster: &mut dyn Cluster) {
     b.await_connected();
     await_route(&a, &[&b], "durable");
     await_route(&b, &[&a], "durable");
+    await_direct_route(&a, &b);
+    await_direct_route(&b, &a);
     for k in 0..20 {
         a.publish("durable", &format!("k{k}"));
     }
@@ -310,5 +406,6 @@ pub fn run_all(cluster: &mut dyn Cluster) {
     exactly_once(cluster);
     own_broadcasts_skipped(cluster);
     only_subscribed_nodes(cluster);
+    direct_messages(cluster);
     resubscribes_after_outage(cluster);
 }

@@ -14,7 +14,10 @@
 //!   of a topic, as a [`ShardSet`]; locked only on a shard's first or last
 //!   subscriber of a topic and once per broadcast.
 //! - [`Backplane`] and [`Handler`] (`backplane/`): how nodes reach each
-//!   other, with [`LocalBackplane`] (one node, the default),
+//!   other (broadcasts to the nodes subscribed to a topic, and direct
+//!   messages from one node to another, which the server uses to forward
+//!   long-poll requests to the node holding the session), with
+//!   [`LocalBackplane`] (one node, the default),
 //!   [`MemoryBackplane`] (an in-process cluster for tests) and
 //!   [`RedisBackplane`] (Redis pub/sub, with its versioned
 //!   [envelope](backplane::envelope)).

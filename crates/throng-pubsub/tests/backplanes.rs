@@ -42,6 +42,11 @@ fn memory_only_subscribed_nodes() {
 }
 
 #[test]
+fn memory_direct_messages() {
+    conformance::direct_messages(&mut memory());
+}
+
+#[test]
 fn memory_resubscribes_after_outage() {
     conformance::resubscribes_after_outage(&mut memory());
 }
@@ -69,6 +74,11 @@ fn redis_own_broadcasts_skipped() {
 #[test]
 fn redis_only_subscribed_nodes() {
     conformance::only_subscribed_nodes(&mut Redis::start());
+}
+
+#[test]
+fn redis_direct_messages() {
+    conformance::direct_messages(&mut Redis::start());
 }
 
 #[test]

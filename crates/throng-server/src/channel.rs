@@ -41,6 +41,15 @@ pub type Info = Arc<dyn Any + Send + Sync>;
 /// Per-join state kept between callbacks (Phoenix's `socket.assigns`).
 pub type Assigns = Option<Box<dyn Any + Send>>;
 
+/// Who a socket is, as its callbacks and the topic rules see it: the
+/// authenticated user (kept once per user per shard, not per socket) and
+/// what the client connected with (kept only when it sent params).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Who<'a> {
+    pub user: Option<&'a str>,
+    pub connect: Option<&'a ConnectInfo>,
+}
+
 /// Who connected: what the transport learned before any join. Shared by
 /// every channel of one connection.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -53,6 +62,9 @@ pub struct ConnectInfo {
     pub auth_token: Option<String>,
     /// The authenticated user, when connect authentication has one.
     pub user_id: Option<String>,
+    /// The topic patterns the user's token limits joins to (the JWT
+    /// `channels` claim), if it does.
+    pub channels: Option<Vec<String>>,
 }
 
 impl ConnectInfo {
@@ -87,7 +99,7 @@ impl Effects {
 pub struct Socket<'a> {
     pub(crate) topic: &'a str,
     pub(crate) join_ref: Option<&'a str>,
-    pub(crate) connect: Option<&'a ConnectInfo>,
+    pub(crate) who: Who<'a>,
     pub(crate) assigns: &'a mut Assigns,
     pub(crate) effects: &'a mut Effects,
 }
@@ -105,17 +117,17 @@ impl Socket<'_> {
 
     /// What the client connected with (params, token, user).
     pub fn connect_info(&self) -> Option<&ConnectInfo> {
-        self.connect
+        self.who.connect
     }
 
     /// The authenticated user's id, if any.
     pub fn user_id(&self) -> Option<&str> {
-        self.connect.and_then(|c| c.user_id.as_deref())
+        self.who.user
     }
 
     /// Socket param `name` from the connect URL.
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.connect.and_then(|c| c.param(name))
+        self.who.connect.and_then(|c| c.param(name))
     }
 
     /// Keeps `value` as this join's state, replacing what was there.
@@ -197,6 +209,11 @@ impl Router {
         self
     }
 
+    /// The patterns mounted, in order.
+    pub fn patterns(&self) -> impl Iterator<Item = &str> {
+        self.routes.iter().map(|(p, _)| p.as_str())
+    }
+
     /// The channel for `topic`, if any.
     pub fn route(&self, topic: &str) -> Option<&Arc<dyn Channel>> {
         self.routes.iter().find_map(|(pattern, ch)| {
@@ -240,7 +257,7 @@ mod tests {
         let mut s = Socket {
             topic: "t",
             join_ref: None,
-            connect: None,
+            who: Who::default(),
             assigns: &mut assigns,
             effects: &mut effects,
         };

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::auth::{self, AuthConfig, CheckOrigin, Mode, TopicRule};
 use crate::limits::{LimitArgs, Limits};
 use crate::Error;
 
@@ -42,6 +43,13 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Serve a WebSocket echo endpoint at /echo (for the Autobahn TestSuite)
+    /// Long-poll transport (/socket/longpoll): seconds a poll waits for messages before it is answered 204 (Phoenix's window_ms); a session ends after 1.5x this without a poll; 0 turns long-poll off [default: 10]
+    #[arg(long, value_name = "SECS", env = "THRONG_LONGPOLL_WINDOW")]
+    pub longpoll_window: Option<u64>,
+    /// Messages one long-poll POST may carry (phoenix.js sends up to 100); a larger batch is refused with {"status":413} [default: 100]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_LONGPOLL_BATCH")]
+    pub max_longpoll_batch: Option<usize>,
+    /// Test-only: serve a WebSocket echo at /echo (for the Autobahn TestSuite) and mount the channel echo:*, whose join replies with the socket's params, authToken and user
     #[arg(long, env = "THRONG_ECHO")]
     pub echo: bool,
     /// Log every HTTP request (off by default: logging halves throughput)
@@ -59,6 +67,74 @@ pub struct ServeArgs {
     /// Set by the supervisor on the worker processes it starts.
     #[arg(long, hide = true)]
     pub worker_index: Option<usize>,
+    /// Connect authentication: none, phoenix_token or jwt ([auth] mode) [default: none]
+    #[arg(long, value_name = "MODE", env = "THRONG_AUTH")]
+    pub auth: Option<Mode>,
+    /// Phoenix.Token: the Phoenix endpoint's secret_key_base
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "THRONG_AUTH_SECRET_KEY_BASE",
+        hide_env_values = true
+    )]
+    pub auth_secret_key_base: Option<String>,
+    /// Phoenix.Token: the salt the app signs with [default: "user socket"]
+    #[arg(long, value_name = "SALT", env = "THRONG_AUTH_SALT")]
+    pub auth_salt: Option<String>,
+    /// Phoenix.Token: refuse tokens signed longer ago than SECS [default: the max age in the token]
+    #[arg(long, value_name = "SECS", env = "THRONG_AUTH_MAX_AGE")]
+    pub auth_max_age: Option<u64>,
+    /// JWT: the HS256 secret
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "THRONG_AUTH_JWT_SECRET",
+        hide_env_values = true
+    )]
+    pub auth_jwt_secret: Option<String>,
+    /// JWT: a PEM file with the RS256 (RSA) or ES256 (EC P-256) public key
+    #[arg(long, value_name = "FILE", env = "THRONG_AUTH_JWT_PUBLIC_KEY_FILE")]
+    pub auth_jwt_public_key_file: Option<PathBuf>,
+    /// JWT: the PEM public key itself (instead of a file)
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "THRONG_AUTH_JWT_PUBLIC_KEY",
+        hide = true
+    )]
+    pub auth_jwt_public_key: Option<String>,
+    /// JWT: HS256, RS256 or ES256 [default: from the key]
+    #[arg(long, value_name = "ALG", env = "THRONG_AUTH_JWT_ALGORITHM")]
+    pub auth_jwt_algorithm: Option<String>,
+    /// Origins allowed to open sockets: true (the Origin's host must be the request's Host), false, or a comma-separated list (https://a.com,//*.b.com); requests without an Origin are always allowed [default: true]
+    #[arg(long, value_name = "POLICY", env = "THRONG_CHECK_ORIGIN")]
+    pub check_origin: Option<String>,
+    /// Pushes a second a socket may sustain; excess pushes get {"reason":"rate limited"}; 0 = no limit [default: 20]
+    #[arg(long, value_name = "N", env = "THRONG_PUSH_RATE")]
+    pub push_rate: Option<f64>,
+    /// Pushes a socket may make at once before the rate applies [default: 50]
+    #[arg(long, value_name = "N", env = "THRONG_PUSH_BURST")]
+    pub push_burst: Option<u32>,
+    /// Rate-limited pushes (not paid back by waiting) after which the socket is closed with 1008; 0 = never [default: 20]
+    #[arg(long, value_name = "N", env = "THRONG_PUSH_STRIKES")]
+    pub push_strikes: Option<u32>,
+    /// The server API listener (broadcast, disconnect, topics, stats, /metrics); "none" = no API; with --workers, worker i listens on PORT+i [default: 127.0.0.1:4001, or 127.0.0.1:0 with --port 0]
+    #[arg(long, value_name = "ADDR", env = "THRONG_API_BIND")]
+    pub api_bind: Option<String>,
+    /// The key API requests must send in X-API-Key (GET /metrics needs none) [default: none: no key needed]
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "THRONG_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
+    /// Also serve /metrics on the public port (it is always on the API listener)
+    #[arg(long, env = "THRONG_PUBLIC_METRICS")]
+    pub public_metrics: bool,
+    /// Topic rules as JSON (set by the supervisor for its workers; use [[topics]] in the config file)
+    #[arg(long, hide = true, env = "THRONG_TOPIC_RULES_JSON")]
+    pub topic_rules_json: Option<String>,
 }
 
 /// The config file's shape: the same settings as the flags.
@@ -74,11 +150,22 @@ struct FileConfig {
     max_channels_per_socket: Option<usize>,
     #[serde(flatten)]
     limits: LimitArgs,
+    longpoll_window: Option<u64>,
+    max_longpoll_batch: Option<usize>,
     echo: Option<bool>,
     log_requests: Option<bool>,
     redis: Option<String>,
     redis_ca_file: Option<PathBuf>,
     workers: Option<usize>,
+    auth: Option<AuthConfig>,
+    check_origin: Option<auth::origin::CheckOriginToml>,
+    push_rate: Option<f64>,
+    push_burst: Option<u32>,
+    push_strikes: Option<u32>,
+    api_bind: Option<String>,
+    api_key: Option<String>,
+    public_metrics: Option<bool>,
+    topics: Option<Vec<TopicRule>>,
 }
 
 /// Resolved settings.
@@ -94,6 +181,10 @@ pub struct Config {
     pub max_channels_per_socket: usize,
     /// The other bounds: see [`Limits`].
     pub limits: Limits,
+    /// How long a long-poll waits for messages; `None`: no long-poll.
+    pub longpoll_window: Option<Duration>,
+    /// Messages one long-poll POST may carry.
+    pub max_longpoll_batch: usize,
     pub echo: bool,
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
@@ -104,6 +195,20 @@ pub struct Config {
     pub workers: usize,
     /// `Some(i)` in a worker process started by the supervisor.
     pub worker_index: Option<usize>,
+    /// Connect authentication.
+    pub auth: AuthConfig,
+    pub check_origin: CheckOrigin,
+    /// `[[topics]]`: who may join and push where.
+    pub topics: Vec<TopicRule>,
+    /// Pushes a second per socket (0 = unlimited), burst, strikes before 1008.
+    pub push_rate: f64,
+    pub push_burst: u32,
+    pub push_strikes: u32,
+    /// The server API's address; `None`: no API listener.
+    pub api_bind: Option<SocketAddr>,
+    pub api_key: Option<String>,
+    /// `/metrics` on the public port too.
+    pub public_metrics: bool,
 }
 
 /// The most worker processes `--workers` accepts.
@@ -123,12 +228,23 @@ impl Default for Config {
             max_outbound_bytes: 1 << 20,
             max_channels_per_socket: 100,
             limits: Limits::defaults(64 << 10),
+            longpoll_window: Some(Duration::from_secs(10)),
+            max_longpoll_batch: 100,
             echo: false,
             log_requests: false,
             redis: None,
             redis_ca_file: None,
             workers: 1,
             worker_index: None,
+            auth: AuthConfig::default(),
+            check_origin: CheckOrigin::default(),
+            topics: Vec::new(),
+            push_rate: 20.0,
+            push_burst: 50,
+            push_strikes: 20,
+            api_bind: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4001)),
+            api_key: None,
+            public_metrics: false,
         }
     }
 }
@@ -154,7 +270,11 @@ impl ServeArgs {
                 "workers must be 1..={MAX_WORKERS}, got {workers}"
             )));
         }
-        let redis = self.redis.or(file.redis).filter(|url| !url.is_empty());
+        let redis = self
+            .redis
+            .clone()
+            .or(file.redis)
+            .filter(|url| !url.is_empty());
         if workers > 1 && redis.is_none() {
             return Err(Error::Config(format!(
                 "--workers {workers} needs --redis URL: each worker is a separate node, \
@@ -173,6 +293,12 @@ impl ServeArgs {
             )));
         }
         let idle = self.idle_timeout.or(file.idle_timeout).unwrap_or(60);
+        let window = self.longpoll_window.or(file.longpoll_window).unwrap_or(10);
+        if window > 3600 {
+            return Err(Error::Config(format!(
+                "longpoll_window must be 0..=3600 seconds, got {window}"
+            )));
+        }
         let max_message_bytes = self
             .max_message_bytes
             .or(file.max_message_bytes)
@@ -182,7 +308,49 @@ impl ServeArgs {
                 "max_message_bytes must be at least 125".into(),
             ));
         }
+        let auth = merge_auth(&self, file.auth.unwrap_or_default());
+        let check_origin = match (&self.check_origin, file.check_origin) {
+            (Some(flag), _) => flag.parse().map_err(Error::Config)?,
+            (None, Some(t)) => t.try_into().map_err(Error::Config)?,
+            (None, None) => CheckOrigin::default(),
+        };
+        let topics = match &self.topic_rules_json {
+            Some(json) => serde_json::from_str(json)
+                .map_err(|e| Error::Config(format!("topic rules: {e}")))?,
+            None => file.topics.unwrap_or_default(),
+        };
+        let push_rate = self.push_rate.or(file.push_rate).unwrap_or(d.push_rate);
+        if !(0.0..=1000.0).contains(&push_rate) {
+            return Err(Error::Config(format!(
+                "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
+            )));
+        }
+        let api_bind = match self.api_bind.or(file.api_bind).as_deref() {
+            // `--port 0` (tests, the bench) picks a free API port too.
+            None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
+            None => d.api_bind,
+            Some("none" | "off" | "") => None,
+            Some(a) => Some(a.parse().map_err(|e| {
+                Error::Config(format!("api_bind {a:?}: {e} (want IP:PORT or none)"))
+            })?),
+        };
         Ok(Config {
+            auth,
+            check_origin,
+            topics,
+            push_rate,
+            push_burst: self
+                .push_burst
+                .or(file.push_burst)
+                .unwrap_or(d.push_burst)
+                .max(1),
+            push_strikes: self
+                .push_strikes
+                .or(file.push_strikes)
+                .unwrap_or(d.push_strikes),
+            api_bind,
+            api_key: self.api_key.or(file.api_key).filter(|k| !k.is_empty()),
+            public_metrics: self.public_metrics || file.public_metrics.unwrap_or(false),
             addr: SocketAddr::new(bind, port),
             shards,
             idle_timeout: (idle > 0).then(|| Duration::from_secs(idle)),
@@ -196,6 +364,11 @@ impl ServeArgs {
                 .or(file.max_channels_per_socket)
                 .unwrap_or(d.max_channels_per_socket),
             limits: self.limits.resolve(&file.limits, max_message_bytes)?,
+            longpoll_window: (window > 0).then(|| Duration::from_secs(window)),
+            max_longpoll_batch: self
+                .max_longpoll_batch
+                .or(file.max_longpoll_batch)
+                .unwrap_or(d.max_longpoll_batch),
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
@@ -206,6 +379,27 @@ impl ServeArgs {
     }
 }
 
+/// The `[auth]` table with the flags over it.
+fn merge_auth(args: &ServeArgs, file: AuthConfig) -> AuthConfig {
+    AuthConfig {
+        mode: args.auth.unwrap_or(file.mode),
+        secret_key_base: args.auth_secret_key_base.clone().or(file.secret_key_base),
+        salt: args.auth_salt.clone().or(file.salt),
+        max_age: args.auth_max_age.or(file.max_age),
+        jwt_secret: args.auth_jwt_secret.clone().or(file.jwt_secret),
+        jwt_public_key: match (&args.auth_jwt_public_key, &args.auth_jwt_public_key_file) {
+            (Some(pem), _) => Some(pem.clone()),
+            (None, Some(_)) => None,
+            (None, None) => file.jwt_public_key,
+        },
+        jwt_public_key_file: args
+            .auth_jwt_public_key_file
+            .clone()
+            .or(file.jwt_public_key_file),
+        jwt_algorithm: args.auth_jwt_algorithm.clone().or(file.jwt_algorithm),
+    }
+}
+
 impl Config {
     /// How to reach the Redis of `--redis`, beyond its URL.
     pub fn redis_options(&self) -> throng_pubsub::RedisOptions {
@@ -213,6 +407,32 @@ impl Config {
             ca_file: self.redis_ca_file.clone(),
             queue_bytes: self.limits.redis_queue_bytes,
         }
+    }
+
+    /// Secrets for worker `index`, passed in its environment rather than
+    /// on its command line (where `ps` shows them).
+    pub fn worker_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = Vec::new();
+        let a = &self.auth;
+        let secrets = [
+            ("THRONG_AUTH_SECRET_KEY_BASE", &a.secret_key_base),
+            ("THRONG_AUTH_JWT_SECRET", &a.jwt_secret),
+            ("THRONG_AUTH_JWT_PUBLIC_KEY", &a.jwt_public_key),
+            ("THRONG_API_KEY", &self.api_key),
+            // The Redis URL carries its password, if it has one.
+            ("THRONG_REDIS", &self.redis),
+        ];
+        for (name, value) in secrets {
+            if let Some(v) = value {
+                env.push((name, v.clone()));
+            }
+        }
+        if !self.topics.is_empty() {
+            if let Ok(json) = serde_json::to_string(&self.topics) {
+                env.push(("THRONG_TOPIC_RULES_JSON", json));
+            }
+        }
+        env
     }
 
     /// The `throng serve` arguments that make worker `index` of a supervisor:
@@ -235,15 +455,17 @@ impl Config {
             self.max_outbound_bytes.to_string(),
             "--max-channels-per-socket".into(),
             self.max_channels_per_socket.to_string(),
+            "--longpoll-window".into(),
+            self.longpoll_window.map_or(0, |d| d.as_secs()).to_string(),
+            "--max-longpoll-batch".into(),
+            self.max_longpoll_batch.to_string(),
             "--workers".into(),
             "1".into(),
             "--worker-index".into(),
             index.to_string(),
         ];
         args.extend(self.limits.worker_args());
-        if let Some(url) = &self.redis {
-            args.extend(["--redis".into(), url.clone()]);
-        }
+        // `--redis` goes in the environment (`worker_env`): it may hold a password.
         if let Some(ca) = &self.redis_ca_file {
             args.extend(["--redis-ca-file".into(), ca.display().to_string()]);
         }
@@ -252,6 +474,49 @@ impl Config {
         }
         if self.log_requests {
             args.push("--log-requests".into());
+        }
+        let a = &self.auth;
+        args.extend([
+            "--auth".into(),
+            clap::ValueEnum::to_possible_value(&a.mode)
+                .map_or("none".into(), |v| v.get_name().to_string()),
+            "--check-origin".into(),
+            self.check_origin.to_string(),
+            "--push-rate".into(),
+            self.push_rate.to_string(),
+            "--push-burst".into(),
+            self.push_burst.to_string(),
+            "--push-strikes".into(),
+            self.push_strikes.to_string(),
+            "--api-bind".into(),
+            match self.api_bind {
+                // Each worker its own API port: PORT+i (or any free one).
+                Some(mut addr) => {
+                    if addr.port() != 0 {
+                        addr.set_port(addr.port().saturating_add(index as u16));
+                    }
+                    addr.to_string()
+                }
+                None => "none".into(),
+            },
+        ]);
+        if let Some(salt) = &a.salt {
+            args.extend(["--auth-salt".into(), salt.clone()]);
+        }
+        if let Some(age) = a.max_age {
+            args.extend(["--auth-max-age".into(), age.to_string()]);
+        }
+        if let Some(alg) = &a.jwt_algorithm {
+            args.extend(["--auth-jwt-algorithm".into(), alg.clone()]);
+        }
+        if let Some(path) = &a.jwt_public_key_file {
+            args.extend([
+                "--auth-jwt-public-key-file".into(),
+                path.display().to_string(),
+            ]);
+        }
+        if self.public_metrics {
+            args.push("--public-metrics".into());
         }
         args
     }
@@ -320,13 +585,15 @@ mod tests {
             shards: Some(2),
             idle_timeout: Some(0),
             echo: true,
-            redis: Some("redis://127.0.0.1:7000".into()),
+            redis: Some("redis://:s3cret@127.0.0.1:7000".into()),
             max_channels_per_socket: Some(7),
             limits: LimitArgs {
                 drain_seconds: Some(3),
                 max_connections_per_ip: Some(9),
                 ..Default::default()
             },
+            longpoll_window: Some(3),
+            max_longpoll_batch: Some(9),
             ..Default::default()
         }
         .resolve()
@@ -337,13 +604,46 @@ mod tests {
         assert_eq!(w.addr.port(), 4321);
         assert_eq!((w.workers, w.worker_index, w.shards), (1, Some(1), 2));
         assert_eq!(w.idle_timeout, None);
-        assert_eq!(w.redis, c.redis);
+        // The Redis URL (and its password) goes in the environment, not on
+        // the command line where `ps` shows it.
+        assert!(!c.worker_args(1, 4321).iter().any(|a| a.contains("s3cret")));
+        assert!(c
+            .worker_env()
+            .contains(&("THRONG_REDIS", "redis://:s3cret@127.0.0.1:7000".to_string())));
         assert!(w.echo && !w.log_requests);
         assert_eq!(w.max_message_bytes, c.max_message_bytes);
         assert_eq!(w.max_channels_per_socket, 7);
         assert_eq!(w.limits.drain, Duration::from_secs(3));
         assert_eq!(w.limits.max_connections_per_ip, 9);
         assert_eq!(w.limits.max_socket_bytes, c.limits.max_socket_bytes);
+        assert_eq!(w.longpoll_window, Some(Duration::from_secs(3)));
+        assert_eq!(w.max_longpoll_batch, 9);
+    }
+
+    #[test]
+    fn the_jwt_example_config_resolves() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/jwt.toml");
+        let c = ServeArgs {
+            config: Some(path.into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.auth.mode, Mode::Jwt);
+        assert_eq!(c.topics.len(), 3);
+        assert!(matches!(c.check_origin, CheckOrigin::List(ref l) if l.len() == 2));
+        crate::auth::Auth::new(&c.auth).unwrap();
+        // Workers get the rules and secrets through their environment.
+        let env = c.worker_env();
+        assert!(env.iter().any(|(k, _)| *k == "THRONG_TOPIC_RULES_JSON"));
+        assert!(env.iter().any(|(k, _)| *k == "THRONG_AUTH_JWT_SECRET"));
+        assert!(!c
+            .worker_args(1, 4000)
+            .iter()
+            .any(|a| a.contains("change-me")));
+        assert!(c
+            .worker_args(1, 4000)
+            .contains(&"127.0.0.1:4002".to_string()));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Payload, Vsn};
 use throng_pubsub::{Broadcast, Registry, Slot};
 
-use crate::channel::{Channel, Info, Reply, Socket};
+use crate::channel::{Channel, Info, Reply, Socket, Who};
 use crate::metrics::ShardStats;
 use crate::socket::{Cx, Join, Mux, Scratch, Transport};
 use crate::transport::conn::Extra;
@@ -146,6 +146,7 @@ pub fn phoenix_socket(data: &[u8]) {
     let split = rest.first().map_or(0, |&b| b as usize % (stream.len() + 1));
 
     let router = crate::chat::router().channel("room:*", Busy);
+    let policy = crate::auth::Policy::default();
     let mut t = Recorder {
         registry: Registry::default(),
         stats: ShardStats::default(),
@@ -184,8 +185,9 @@ pub fn phoenix_socket(data: &[u8]) {
                     let mut mux = Mux {
                         cx: Cx {
                             router: &router,
+                            policy: &policy,
                             vsn,
-                            connect: None,
+                            who: Who::default(),
                             max_channels,
                             max_join_bytes,
                         },
@@ -214,8 +216,9 @@ pub fn phoenix_socket(data: &[u8]) {
     Mux {
         cx: Cx {
             router: &router,
+            policy: &policy,
             vsn,
-            connect: None,
+            who: Who::default(),
             max_channels,
             max_join_bytes,
         },

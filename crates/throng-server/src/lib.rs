@@ -14,7 +14,11 @@
 //!   (`conn.rs`), output and broadcast delivery (`output.rs`), closing
 //!   (`closing.rs`), and the Phoenix socket on a connection (`phoenix.rs`).
 //!   Phoenix's `Phoenix.Socket.Transport`.
-//! - `http`: what a request asks for (upgrade, page, error), without I/O.
+//! - `http`: what a request asks for (upgrade, long-poll, page, error),
+//!   without I/O.
+//! - `longpoll`: the long-poll transport's sessions, tokens and forwarding
+//!   (its shard side is `transport/longpoll.rs`). Phoenix's
+//!   `Phoenix.Transports.LongPoll`.
 //! - `ws`: WebSocket messages from frames (fragments, control frames).
 //! - `socket/`: the Phoenix multiplexer (heartbeat, join, leave, duplicate
 //!   join, dispatch, replies) as a state machine with no I/O, unit-tested
@@ -24,7 +28,15 @@
 //! - [`node`]: what the shards of one process share, and the [`Endpoint`]
 //!   handle for code outside callbacks. Phoenix's `Endpoint.broadcast`.
 //! - [`metrics`]: per-shard counters and `/metrics`.
-//! - [`chat`]: the seed benchmark's chat app, written with the API.
+//! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
+//!   topic rules, the push budget, revocations.
+//! - [`api`]: the server API for app backends (broadcast, disconnect,
+//!   topics, stats, `/metrics`) on its own listener; [`control`]: the
+//!   nodes' own requests to each other over the backplane.
+//! - [`chat`]: the seed benchmark's chat app, written with the API;
+//!   [`relay`]: the channel of topics only config rules describe.
+//! - [`echo`]: a test-only channel (`--echo`) that shows what a socket
+//!   connected with.
 //! - `page`: the chat page (template + layout) and fixed responses.
 //! - `fuzz` (feature `fuzzing`): the message layer as one function of
 //!   bytes, for `fuzz/`.
@@ -46,17 +58,23 @@
 //! task per connection so that an idle connection is a ~56-byte slab entry
 //! with no buffer, no future and no timer.
 
+pub mod api;
+pub mod auth;
 pub mod channel;
 pub mod chat;
 pub mod config;
+pub mod control;
+pub mod echo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 mod http;
 pub mod limits;
+mod longpoll;
 pub mod metrics;
 pub mod node;
 mod page;
 pub mod panic;
+pub mod relay;
 mod socket;
 pub mod sys;
 mod transport;
@@ -97,6 +115,8 @@ pub enum Error {
 pub struct Server {
     /// The address it listens on (the real port when 0 was asked for).
     pub addr: SocketAddr,
+    /// The server API's address, if it listens.
+    pub api_addr: Option<SocketAddr>,
     pub node: Arc<Node>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -110,6 +130,10 @@ impl Server {
     ) -> Result<Server, Error> {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
+        let auth = auth::Auth::new(&config.auth)?;
+        let policy = auth::Policy::new(config.topics.clone());
+        let push_limit =
+            auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
         let listeners = bind_all(config.addr, config.shards)?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
@@ -142,9 +166,16 @@ impl Server {
             fd_limit,
             admission: limits::Admission::new(&config_limits),
             drain: Default::default(),
+            auth,
+            policy,
+            push_limit,
+            control: Default::default(),
+            api_requests: Default::default(),
+            api_refusals: Default::default(),
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
+        node.attach_control();
         let mut threads = Vec::new();
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
@@ -156,8 +187,25 @@ impl Server {
                     .spawn(move || shard.run())?,
             );
         }
+        let api_addr = match node.config.api_bind {
+            Some(api) => {
+                let (bound, thread) = api::start(
+                    api,
+                    Endpoint::new(node.clone()),
+                    node.config.api_key.clone(),
+                )
+                .map_err(|source| Error::Bind { addr: api, source })?;
+                // Not joined by `wait`: it serves until the process ends,
+                // and a drain ends the process once the shards are done.
+                drop(thread);
+                Some(bound)
+            }
+            None => None,
+        };
         tracing::info!(
             %addr,
+            api = ?api_addr,
+            auth = ?node.config.auth.mode,
             shards = node.config.shards,
             fd_limit,
             conn_struct_bytes = transport::CONN_SIZE,
@@ -166,6 +214,7 @@ impl Server {
         );
         Ok(Server {
             addr,
+            api_addr,
             node,
             threads,
         })

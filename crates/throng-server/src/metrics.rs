@@ -52,6 +52,27 @@ pub struct ShardStats {
     pub http_errors: AtomicU64,
     /// Connections cut because the process's outbound memory passed `--max-outbound-total-bytes`.
     pub outbound_budget_closes: AtomicU64,
+    /// Upgrades refused by connect authentication (403).
+    pub auth_refusals: AtomicU64,
+    /// Upgrades refused by `check_origin` (403).
+    pub origin_refusals: AtomicU64,
+    /// Joins and pushes refused by topic rules or the `channels` claim.
+    pub policy_refusals: AtomicU64,
+    /// Pushes answered `{"reason":"rate limited"}`.
+    pub rate_limited: AtomicU64,
+    /// Sockets closed with 1008 for pushing past their budget.
+    pub rate_limit_closes: AtomicU64,
+    /// Sockets closed by a `disconnect` to their user's socket id.
+    pub user_disconnects: AtomicU64,
+    /// Open long-poll sessions (owned by this shard).
+    pub longpoll_sessions: AtomicU64,
+    /// Polls parked, waiting for messages.
+    pub longpoll_parked: AtomicU64,
+    pub longpoll_expired: AtomicU64,
+    pub longpoll_overflows: AtomicU64,
+    pub longpoll_forwarded: AtomicU64,
+    pub longpoll_forward_timeouts: AtomicU64,
+    pub longpoll_refused: AtomicU64,
 }
 
 impl ShardStats {
@@ -83,9 +104,21 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.websockets,
     ),
     (
+        "throng_longpoll_sessions",
+        "gauge",
+        "Open long-poll sessions.",
+        |s| &s.longpoll_sessions,
+    ),
+    (
+        "throng_longpoll_polls_waiting",
+        "gauge",
+        "Long-polls waiting for messages (answered when one arrives, or 204 after --longpoll-window).",
+        |s| &s.longpoll_parked,
+    ),
+    (
         "throng_channels_joined",
         "gauge",
-        "Joined channels over all sockets.",
+        "Joined channels over all sockets and long-poll sessions.",
         |s| &s.channels,
     ),
     (
@@ -131,15 +164,51 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.channel_limit_refusals,
     ),
     (
+        "throng_auth_refusals_total",
+        "counter",
+        "Upgrades refused by connect authentication (HTTP 403).",
+        |s| &s.auth_refusals,
+    ),
+    (
+        "throng_origin_refusals_total",
+        "counter",
+        "Upgrades refused by check_origin (HTTP 403).",
+        |s| &s.origin_refusals,
+    ),
+    (
+        "throng_policy_refusals_total",
+        "counter",
+        "Joins and pushes refused by topic rules or the token's channels claim.",
+        |s| &s.policy_refusals,
+    ),
+    (
+        "throng_rate_limited_total",
+        "counter",
+        "Pushes answered {\"reason\":\"rate limited\"} (--push-rate, --push-burst).",
+        |s| &s.rate_limited,
+    ),
+    (
+        "throng_rate_limit_closes_total",
+        "counter",
+        "Sockets closed with 1008 after --push-strikes rate-limited pushes.",
+        |s| &s.rate_limit_closes,
+    ),
+    (
+        "throng_user_disconnects_total",
+        "counter",
+        "Sockets closed (1001) by a disconnect of their user.",
+        |s| &s.user_disconnects,
+    ),
+    (
         "throng_messages_in_total",
         "counter",
-        "WebSocket messages received.",
+        "Phoenix messages received (WebSocket frames and long-poll POSTed messages).",
         |s| &s.messages_in,
     ),
     (
         "throng_messages_out_total",
         "counter",
-        "WebSocket messages sent.",
+        "Messages sent (WebSocket frames and messages handed to long-polls).",
         |s| &s.messages_out,
     ),
     (
@@ -175,7 +244,7 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
     (
         "throng_protocol_errors_total",
         "counter",
-        "Connections closed for protocol errors.",
+        "Connections and long-poll sessions closed for protocol errors.",
         |s| &s.protocol_errors,
     ),
     (
@@ -225,6 +294,36 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Connections cut (1013) because the process's outbound memory passed --max-outbound-total-bytes.",
         |s| &s.outbound_budget_closes,
+    ),
+    (
+        "throng_longpoll_expired_total",
+        "counter",
+        "Long-poll sessions ended after 1.5x --longpoll-window without a poll.",
+        |s| &s.longpoll_expired,
+    ),
+    (
+        "throng_longpoll_overflows_total",
+        "counter",
+        "Long-poll sessions ended (their messages dropped) because messages waiting for a poll passed --max-outbound-bytes.",
+        |s| &s.longpoll_overflows,
+    ),
+    (
+        "throng_longpoll_forwarded_total",
+        "counter",
+        "Long-poll requests forwarded to the shard or node holding their session.",
+        |s| &s.longpoll_forwarded,
+    ),
+    (
+        "throng_longpoll_forward_timeouts_total",
+        "counter",
+        "Forwarded long-poll requests with no answer in the window + 5 s (answered 410).",
+        |s| &s.longpoll_forward_timeouts,
+    ),
+    (
+        "throng_longpoll_refused_total",
+        "counter",
+        "Long-poll requests refused: 403 (unsupported vsn) or 413 (more than --max-longpoll-batch messages).",
+        |s| &s.longpoll_refused,
     ),
 ];
 
@@ -288,6 +387,20 @@ pub fn render(node: &Node) -> String {
         "counter",
         "Broadcasts and infos not handed to a shard whose inbox held --max-shard-inbox-bytes.",
         inbox_dropped,
+    );
+    write_metric(
+        &mut out,
+        "throng_api_requests_total",
+        "counter",
+        "Server API requests (broadcast, disconnect, topics, stats).",
+        node.api_requests.load(Relaxed),
+    );
+    write_metric(
+        &mut out,
+        "throng_api_refusals_total",
+        "counter",
+        "Server API requests refused for a missing or wrong X-API-Key.",
+        node.api_refusals.load(Relaxed),
     );
     node.backplane.render_metrics(&mut out);
     out

@@ -5,20 +5,26 @@
 //! Immutable after start except for atomics (metrics) and [`NodeTopics`]
 //! (locked only when a shard gains its first or loses its last subscriber of
 //! a topic, and once per broadcast). The node is the backplane's
-//! [`Handler`]: broadcasts from other nodes come in through it.
+//! [`Handler`]: broadcasts from other nodes come in through it, and so do
+//! long-poll requests and answers forwarded by other nodes (direct
+//! messages, see `crate::longpoll`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use mio::Waker;
 use throng_protocol::OwnedPayload;
 use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics};
 
+use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
+use crate::control::{self, Collector, Control, NodeReport, Request, StatsSummary, CONTROL_TOPIC};
 use crate::limits::Admission;
+use crate::longpoll::wire::Forward;
+use crate::longpoll::{self, Answer, Request as LongPollRequest};
 use crate::metrics::ShardStats;
 use crate::page::Pages;
 
@@ -28,17 +34,33 @@ pub(crate) enum ShardMsg {
     Broadcast(Arc<Broadcast>),
     /// Call `handle_info` of every channel joined on the topic.
     Info(Arc<str>, Info),
+    /// A long-poll request for a session of this shard.
+    LongPoll(Box<LongPollRequest>),
+    /// The answer to a long-poll request a connection of this shard holds.
+    LongPollAnswer(Box<Answer>),
+    /// Add this shard's subscriber counts to a node report.
+    Report(Arc<Collector>),
+    /// Close every socket of this user (with 1001).
+    Disconnect(Arc<str>),
 }
 
 impl ShardMsg {
     /// What it counts against the inbox bound: a broadcast's bytes (its
     /// memory is shared with other shards' inboxes, so this overstates it),
-    /// or a flat 64 and the topic for an info.
+    /// a flat 64 and the topic for an info, a flat 256 for the rest.
     fn cost(&self) -> usize {
         match self {
             ShardMsg::Broadcast(b) => b.held(),
             ShardMsg::Info(topic, _) => 64 + topic.len(),
+            _ => 256,
         }
+    }
+
+    /// Whether a full inbox may drop it: broadcasts and infos, which have
+    /// no one waiting for an answer. Long-poll requests and answers and
+    /// control messages always go through (they are few and small).
+    fn droppable(&self) -> bool {
+        matches!(self, ShardMsg::Broadcast(_) | ShardMsg::Info(..))
     }
 }
 
@@ -73,10 +95,10 @@ impl Peer {
     /// Queues `msg` for the shard, or drops it (counted, one warning per
     /// episode) when the inbox holds its bound. An empty inbox always
     /// takes one message, however big.
-    fn send(&self, msg: ShardMsg) {
+    pub(crate) fn send(&self, msg: ShardMsg) {
         let cost = msg.cost();
         let before = self.queued.fetch_add(cost, Relaxed);
-        if before > 0 && before + cost > self.max {
+        if before > 0 && before + cost > self.max && msg.droppable() {
             self.queued.fetch_sub(cost, Relaxed);
             self.dropped.fetch_add(1, Relaxed);
             if !self.full_logged.swap(true, Relaxed) {
@@ -125,6 +147,16 @@ pub struct Node {
     pub(crate) admission: Admission,
     /// When the drain began, once it has (`transport/drain.rs`).
     pub(crate) drain: OnceLock<Instant>,
+    /// Connect authentication and revocations.
+    pub auth: Auth,
+    /// `[[topics]]` rules.
+    pub policy: Policy,
+    pub push_limit: PushLimit,
+    /// Cluster-wide questions and their answers.
+    pub control: Control,
+    /// Server API requests, and those refused for their key.
+    pub api_requests: std::sync::atomic::AtomicU64,
+    pub api_refusals: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
@@ -153,6 +185,83 @@ impl Node {
         self.fan_out(from_shard, b);
     }
 
+    /// Subscribes to the control topics (once, at start).
+    pub(crate) fn attach_control(&self) {
+        self.backplane.subscribe(CONTROL_TOPIC);
+        self.backplane.subscribe(&self.control.reply_topic);
+    }
+
+    /// Counts this node's subscribers (each shard its own) and hands the
+    /// report to `done`, on the thread of the last shard to answer.
+    pub fn report(&self, done: impl FnOnce(NodeReport) + Send + 'static) {
+        let report = NodeReport {
+            node: self.control.node_id.clone(),
+            stats: StatsSummary::of(&self.stats),
+            ..Default::default()
+        };
+        let c = Collector::new(self.peers.len(), report, Box::new(done));
+        for peer in &self.peers {
+            peer.send(ShardMsg::Report(c.clone()));
+        }
+    }
+
+    /// A control message from another node.
+    fn on_control(&self, b: &Broadcast) {
+        match control::json_of::<Request>(b) {
+            Some(Request::Gather { id, reply }) => {
+                let backplane = self.backplane.clone();
+                self.report(move |report| {
+                    let msg = control::Reply { id, report };
+                    if let Ok(payload) = OwnedPayload::json(&msg) {
+                        let b = Broadcast::new(Arc::from(reply), "report".into(), payload, None);
+                        backplane.publish(&b);
+                    }
+                });
+            }
+            Some(Request::Revoke { user, at }) => self.auth.revoke(&user, at),
+            Some(Request::Disconnect { user }) => self.disconnect_local(&user),
+            None => tracing::warn!("unreadable control message on {}", b.topic),
+        }
+    }
+
+    /// Sends a long-poll request to the shard (of this node or another)
+    /// that holds its session; false if it cannot get there.
+    pub(crate) fn forward_request(&self, req: LongPollRequest) -> bool {
+        if req.token.node != self.backplane.node_id() {
+            let to = req.token.node;
+            return self.backplane.send_to(to, Forward::Request(req).encode());
+        }
+        match self.peers.get(req.token.shard as usize) {
+            Some(peer) => {
+                peer.send(ShardMsg::LongPoll(Box::new(req)));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sends the answer of a long-poll request to the shard (of this node or
+    /// another) whose connection holds the request. Lost if that node is gone:
+    /// its connection is gone with it.
+    pub(crate) fn forward_answer(&self, answer: Answer) {
+        if answer.reply.node != self.backplane.node_id() {
+            let to = answer.reply.node;
+            self.backplane.send_to(to, Forward::Answer(answer).encode());
+            return;
+        }
+        if let Some(peer) = self.peers.get(answer.reply.shard as usize) {
+            peer.send(ShardMsg::LongPollAnswer(Box::new(answer)));
+        }
+    }
+
+    /// Closes every socket of `user` on this node's shards.
+    fn disconnect_local(&self, user: &str) {
+        let user: Arc<str> = Arc::from(user);
+        for peer in &self.peers {
+            peer.send(ShardMsg::Disconnect(user.clone()));
+        }
+    }
+
     fn fan_out(&self, skip: Option<usize>, b: Arc<Broadcast>) {
         let shards = self.topics.shards(&b.topic);
         for i in shards.iter() {
@@ -168,15 +277,45 @@ impl Node {
 
 impl Handler for Node {
     fn deliver(&self, b: Arc<Broadcast>) {
-        self.fan_out(None, b);
+        if *b.topic == *CONTROL_TOPIC {
+            self.on_control(&b);
+        } else if b.topic == self.control.reply_topic {
+            self.control.on_reply(&b);
+        } else {
+            self.fan_out(None, b);
+        }
     }
 
     fn has_topic(&self, topic: &str) -> bool {
-        self.topics.contains(topic)
+        topic == CONTROL_TOPIC || *topic == *self.control.reply_topic || self.topics.contains(topic)
     }
 
     fn topics(&self) -> Vec<Arc<str>> {
-        self.topics.names()
+        let mut names = self.topics.names();
+        names.push(Arc::from(CONTROL_TOPIC));
+        names.push(self.control.reply_topic.clone());
+        names
+    }
+
+    fn direct(&self, msg: &[u8]) {
+        match Forward::decode(msg) {
+            Some(Forward::Request(req)) => {
+                let reply = req.reply;
+                if req.token.node != self.backplane.node_id() || !self.forward_request(req) {
+                    // Not a session of this node (a stale token): gone.
+                    self.forward_answer(Answer {
+                        reply,
+                        body: longpoll::status_body(410),
+                    });
+                }
+            }
+            Some(Forward::Answer(answer)) => {
+                if answer.reply.node == self.backplane.node_id() {
+                    self.forward_answer(answer);
+                }
+            }
+            None => tracing::debug!("dropped an unreadable direct message"),
+        }
     }
 }
 
@@ -210,6 +349,63 @@ impl Endpoint {
                 peer.send(ShardMsg::Info(topic.clone(), info.clone()));
             }
         }
+    }
+
+    /// Closes every socket of `user`, on every node (Phoenix's
+    /// `Endpoint.broadcast("users_socket:" <> id, "disconnect", %{})`), with
+    /// close code 1001 so clients reconnect. With `revoke`, every node first
+    /// refuses the user's tokens signed until now, so the reconnects fail.
+    pub fn disconnect(&self, user: &str, revoke: bool) {
+        if revoke {
+            let at = crate::auth::now_ms();
+            self.node.auth.revoke(user, at);
+            let req = Request::Revoke {
+                user: user.to_string(),
+                at,
+            };
+            if let Some(b) = Control::request(&req) {
+                self.node.backplane.publish(&b);
+            }
+        }
+        // Phoenix broadcasts `disconnect` on the socket id topic; here the
+        // users are indexed per shard, so one control message reaches them.
+        self.node.disconnect_local(user);
+        let req = Request::Disconnect {
+            user: user.to_string(),
+        };
+        if let Some(b) = Control::request(&req) {
+            self.node.backplane.publish(&b);
+        }
+    }
+
+    /// Asks every node for its report; the reports that arrive within
+    /// [`control::GATHER_WAIT`] (this node's always).
+    pub async fn gather(&self) -> Vec<NodeReport> {
+        let node = &self.node;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let id = node.control.expect(tx.clone());
+        let local = tx.clone();
+        node.report(move |r| {
+            let _ = local.send(r);
+        });
+        let mut out = Vec::new();
+        if node.config.redis.is_some() {
+            let req = Request::Gather {
+                id,
+                reply: node.control.reply_topic.to_string(),
+            };
+            if let Some(b) = Control::request(&req) {
+                node.backplane.publish(&b);
+            }
+            let deadline = tokio::time::Instant::now() + control::GATHER_WAIT;
+            while let Ok(Some(r)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+                out.push(r);
+            }
+        } else if let Ok(Some(r)) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            out.push(r);
+        }
+        node.control.forget(id);
+        out
     }
 
     /// The node this endpoint serves.

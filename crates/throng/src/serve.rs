@@ -1,7 +1,8 @@
 //! `throng serve`: the wiring of one process. The chat app as a single node
 //! (no `--redis`), a node of a cluster (`--redis`), or the supervisor of
 //! `--workers` such nodes; prints `listening on ADDR` on stdout once it
-//! serves (and, in a worker, `capacity N` before it, for the supervisor).
+//! serves (`api at ADDR` before it when the server API listens,
+//! and, in a worker, `capacity N`, for the supervisor).
 //!
 //! A node drains on SIGTERM or SIGINT (`throng_server::Node::drain`: no
 //! new connections, its sockets closed with 1012 over `--drain-seconds`)
@@ -15,7 +16,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use throng_server::Node;
 
 use throng_pubsub::{Backplane, LocalBackplane, RedisBackplane};
-use throng_server::{chat, Config, Server};
+use throng_server::{chat, echo, Config, Server};
 
 use crate::supervisor::{self, Error};
 
@@ -33,7 +34,19 @@ pub fn serve(config: Config) -> Result<(), Error> {
         None => Arc::new(LocalBackplane),
     };
     let worker = config.worker_index;
-    let server = Server::start(config, chat::router(), backplane)?;
+    // The chat app, and a relay channel on every rule's topics it does not route.
+    let mut router = chat::router();
+    let policy = throng_server::auth::Policy::new(config.topics.clone());
+    for pattern in policy.route_patterns() {
+        if !router.patterns().any(|p| p == pattern) {
+            router = router.channel(&pattern, throng_server::relay::Relay);
+        }
+    }
+    if config.echo {
+        // Test-only: what a socket connected with (see `throng_server::echo`).
+        router = router.channel("echo:*", echo::EchoChannel);
+    }
+    let server = Server::start(config, router, backplane)?;
     drain_on_signal(server.node.clone())?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
@@ -48,6 +61,9 @@ pub fn serve(config: Config) -> Result<(), Error> {
             "worker {index} serving"
         );
         let _ = writeln!(out, "capacity {capacity}");
+    }
+    if let Some(api) = server.api_addr {
+        let _ = writeln!(out, "api at {api}");
     }
     let _ = writeln!(out, "listening on {}", server.addr);
     let _ = out.flush();

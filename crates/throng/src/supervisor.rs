@@ -12,8 +12,12 @@
 //! - starts each worker as `current_exe() serve <every resolved setting>
 //!   --worker-index i`, reads its stdout (`capacity N`, then `listening on
 //!   ADDR`), and once all are up logs the total capacity and prints, on its
-//!   own stdout, `listening on ADDR` and one `worker I pid P` line per worker
-//!   (again for each restarted worker once it listens);
+//!   own stdout, `listening on ADDR` and one `worker I pid P [api ADDR]`
+//!   line per worker (again for each restarted worker once it listens),
+//!   after `api at ADDR` of worker 0; each worker is a node with
+//!   its own server API on `--api-bind`'s port + its index (any free port
+//!   with port 0), and the cluster-wide API calls go through the backplane,
+//!   so any worker's API serves the whole cluster;
 //! - restarts a worker that exits (logging its exit status) at once, or, if
 //!   it died within a second of starting (a crash loop, e.g. Redis is down so
 //!   the new worker cannot connect), after 1 s, 2 s, 4 s, up to 8 s;
@@ -95,6 +99,8 @@ struct Worker {
     started: Instant,
     capacity: u64,
     listening: bool,
+    /// Its server API address (`api at ADDR`), if it has one.
+    api: Option<String>,
     /// When to start it again after it exited.
     restart_at: Option<Instant>,
     /// Deaths in a row within [`CRASH_LOOP`] of starting.
@@ -150,6 +156,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
 
     let spawn = |w: &mut Worker| -> std::io::Result<()> {
         w.generation += 1;
+        w.api = None;
         let child = start_worker(&exe, &config, w.index, port, w.generation, &tx)?;
         w.pid = child.id();
         w.child = Some(child);
@@ -173,6 +180,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
             pid: 0,
             started: Instant::now(),
             capacity: 0,
+            api: None,
             listening: false,
             restart_at: None,
             quick_deaths: 0,
@@ -228,6 +236,8 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                 }
                 if let Some(n) = line.strip_prefix("capacity ") {
                     w.capacity = n.trim().parse().unwrap_or(0);
+                } else if let Some(a) = line.strip_prefix("api at ") {
+                    w.api = Some(a.trim().to_string());
                 } else if line.starts_with("listening on ") {
                     w.listening = true;
                     if up {
@@ -237,7 +247,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                             "worker {index} (pid {}) restarted and listening",
                             w.pid
                         );
-                        announce(&[format!("worker {index} pid {}", w.pid)]);
+                        announce(&[worker_line(w)]);
                     }
                 }
             }
@@ -303,12 +313,14 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                     "{} workers listening on {addr}; together they allow about {total} connections",
                     workers.len()
                 );
-                let mut lines = vec![format!("listening on {addr}")];
-                lines.extend(
-                    workers
-                        .iter()
-                        .map(|w| format!("worker {} pid {}", w.index, w.pid)),
-                );
+                // Worker 0's API first, for scripts that want one API.
+                let mut lines: Vec<String> = workers[0]
+                    .api
+                    .iter()
+                    .map(|a| format!("api at {a}"))
+                    .collect();
+                lines.push(format!("listening on {addr}"));
+                lines.extend(workers.iter().map(worker_line));
                 announce(&lines);
             } else if now > deadline {
                 stop_all(&mut workers, None, SIGTERM, stop_timeout);
@@ -397,6 +409,14 @@ fn roll(
     false
 }
 
+/// `worker I pid P` and, if it has one, ` api ADDR`.
+fn worker_line(w: &Worker) -> String {
+    match &w.api {
+        Some(api) => format!("worker {} pid {} api {api}", w.index, w.pid),
+        None => format!("worker {} pid {}", w.index, w.pid),
+    }
+}
+
 /// Prints lines on stdout and flushes (a pipe would hold them otherwise).
 fn announce(lines: &[String]) {
     let mut out = std::io::stdout().lock();
@@ -430,6 +450,7 @@ fn start_worker(
 ) -> std::io::Result<Child> {
     let mut cmd = Command::new(exe);
     cmd.args(config.worker_args(index, port))
+        .envs(config.worker_env())
         .env_remove("THRONG_CONFIG")
         .env_remove("THRONG_WORKERS")
         .stdin(Stdio::null())

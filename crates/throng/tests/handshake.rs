@@ -150,7 +150,7 @@ fn connection_caps_refuse_with_503_and_count() {
     late.join_lobby();
     drop(late);
     clients.clear();
-    server.await_metric("throng_connections", 5, |v| v == 1);
+    server.await_metric("throng_connections", 5, |v| v == 0);
     assert_eq!(server.metric("throng_connections_refused_total"), 1);
 
     let server = Server::start(&["--max-connections-per-ip", "5", "--shards", "2"]);

@@ -18,6 +18,9 @@ fn stalled_readers_are_cut_when_the_process_passes_its_outbound_budget() {
         &BUDGET.to_string(),
         "--max-outbound-bytes",
         "16777216",
+        // The fast client pushes as fast as it reads: no push budget here.
+        "--push-rate",
+        "0",
     ]);
     // Readers that never read, each able to hold 16 MiB by itself.
     let mut stalled: Vec<Client> = (0..6)

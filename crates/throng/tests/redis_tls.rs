@@ -89,13 +89,23 @@ fn workers_share_broadcasts_through_tls_redis_with_a_password() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
         use std::io::BufRead;
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if let Some(addr) = line.trim().strip_prefix("listening on ") {
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut listening = None;
+        let mut line = String::new();
+        // Lines until `listening on` (worker and API lines come first), or EOF.
+        while listening.is_none() && out.read_line(&mut line).unwrap_or(0) > 0 {
+            listening = line
+                .trim()
+                .strip_prefix("listening on ")
+                .map(str::to_string);
+            line.clear();
+        }
+        if let Some(addr) = listening {
+            // Keep reading stdout so the supervisor never blocks on it.
+            std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
             break Server {
+                api: None,
                 addr: addr.parse().unwrap(),
                 child,
             };

@@ -76,7 +76,16 @@ fn idle_sockets_are_swept_and_active_ones_stay() {
 
 #[test]
 fn slow_reader_is_cut_and_others_keep_receiving() {
-    let server = Server::start(&["--max-outbound-bytes", "65536", "--shards", "1"]);
+    // The fast client pushes a broadcast per round trip, past the default
+    // push budget: no budget here.
+    let server = Server::start(&[
+        "--max-outbound-bytes",
+        "65536",
+        "--shards",
+        "1",
+        "--push-rate",
+        "0",
+    ]);
     // A reader that never reads, with a tiny receive buffer.
     let slow = {
         let mut c = Client::over(common::small_buffer_socket(server.addr, 4096));

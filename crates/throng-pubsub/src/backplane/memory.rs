@@ -4,9 +4,12 @@
 //! in the order each node made them; a node that loses the bus loses its
 //! subscriptions and must subscribe again when it is back.
 //!
+//! Direct messages ([`Backplane::send_to`]) reach the member with that id,
+//! if both ends are on the bus.
+//!
 //! Delivery is synchronous, on the publishing thread: the receiving node's
-//! [`Handler::deliver`] only queues the broadcast for its shards, so this
-//! never blocks an event loop for long. Tests use it to run a cluster (and
+//! [`Handler::deliver`] (and [`Handler::direct`]) only queues the work for
+//! its shards, so this never blocks an event loop for long. Tests use it to run a cluster (and
 //! the conformance suite) without a Redis server.
 
 use std::collections::HashSet;
@@ -151,5 +154,28 @@ impl Backplane for MemoryBackplane {
 
     fn is_connected(&self) -> bool {
         self.me.connected.load(Relaxed)
+    }
+
+    fn node_id(&self) -> u64 {
+        self.me.id
+    }
+
+    fn send_to(&self, node: u64, msg: Vec<u8>) -> bool {
+        if !self.me.connected.load(Relaxed) {
+            return false;
+        }
+        let to = self
+            .bus
+            .members()
+            .iter()
+            .find(|m| m.id == node && m.connected.load(Relaxed))
+            .cloned();
+        match to.and_then(|m| m.handler()) {
+            Some(h) => {
+                h.direct(&msg);
+                true
+            }
+            None => false,
+        }
     }
 }

@@ -15,10 +15,17 @@
 //! - [`RedisBackplane`] (`redis.rs`): nodes joined through Redis pub/sub,
 //!   with the versioned [`envelope`].
 //!
+//! Besides broadcasts, a backplane carries **direct messages**: opaque bytes
+//! from one node to one other node, named by its [`Backplane::node_id`]. The
+//! server uses them to forward a long-poll request to the node that holds
+//! the session (as Phoenix forwards long-poll requests to the session's
+//! process through PubSub); the backplane neither reads nor keeps them.
+//!
 //! Every implementation must pass the [`conformance`](crate::conformance)
 //! suite: exactly once, per-topic order from one node, a node's own
-//! broadcasts skipped, only subscribed nodes reached, and subscriptions
-//! restored after a reconnect.
+//! broadcasts skipped, only subscribed nodes reached, direct messages to
+//! their node alone and in order, and subscriptions restored after a
+//! reconnect.
 
 pub mod envelope;
 mod local;
@@ -43,6 +50,10 @@ pub trait Handler: Send + Sync + 'static {
     /// Every topic this node has a subscriber of (to subscribe again after a
     /// reconnect).
     fn topics(&self) -> Vec<Arc<str>>;
+    /// A direct message another node sent to this one
+    /// ([`Backplane::send_to`]). Called on the backplane's thread: queue the
+    /// work, do not do it here.
+    fn direct(&self, msg: &[u8]);
 }
 
 /// Carries broadcasts to the other nodes of a cluster.
@@ -63,6 +74,18 @@ pub trait Backplane: Send + Sync + 'static {
     /// Whether broadcasts flow to and from the other nodes now.
     fn is_connected(&self) -> bool {
         true
+    }
+    /// This node's id among the nodes of the cluster, the address of
+    /// [`Backplane::send_to`]. A single node's is 0.
+    fn node_id(&self) -> u64 {
+        0
+    }
+    /// Sends `msg` to node `node` alone, after the messages this node sent it
+    /// before (per-sender order). Returns false when it surely cannot arrive
+    /// (no other nodes, backplane down, queue full); true does not promise
+    /// delivery (the node may be gone).
+    fn send_to(&self, _node: u64, _msg: Vec<u8>) -> bool {
+        false
     }
     /// Appends the backplane's own Prometheus lines to `/metrics`.
     fn render_metrics(&self, _out: &mut String) {}

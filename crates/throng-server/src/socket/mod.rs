@@ -16,14 +16,15 @@
 
 use std::sync::Arc;
 
-use throng_protocol::frame::Opcode;
+use throng_protocol::frame::{close_code, Opcode};
 use throng_protocol::serializer::{encode_message, encode_reply};
 use throng_protocol::{event, Message, OwnedPayload, Payload, Vsn};
 use throng_pubsub::Slot;
 
-use crate::channel::{
-    Assigns, Channel, ConnectInfo, Effects, Info, Reply, Router, Socket, Terminate,
-};
+use crate::auth::rate::Verdict;
+use crate::auth::rules::UNAUTHORIZED;
+use crate::auth::{is_reserved, Policy};
+use crate::channel::{Assigns, Channel, Effects, Info, Reply, Router, Socket, Terminate, Who};
 use crate::metrics::ShardStats;
 
 /// One channel a socket joined.
@@ -62,6 +63,14 @@ pub(crate) trait Transport {
     );
     /// The shard's counters.
     fn stats(&self) -> &ShardStats;
+    /// Spends one push of this connection's budget (`auth::rate`). A
+    /// transport with no budget allows every push.
+    fn allow_push(&mut self) -> Verdict {
+        Verdict::Allow
+    }
+    /// Asks for the connection to be closed with `code` once this call is
+    /// done (a WebSocket close frame; long-poll ends the session).
+    fn close(&mut self, _code: u16, _reason: &'static str) {}
 }
 
 /// Buffers a shard lends each call, so that a message costs no allocation.
@@ -74,8 +83,10 @@ pub(crate) struct Scratch {
 /// Settings of one call: fixed per node or per connection.
 pub(crate) struct Cx<'a> {
     pub router: &'a Router,
+    /// Topic rules (who may join, who may push what).
+    pub policy: &'a Policy,
     pub vsn: Vsn,
-    pub connect: Option<&'a ConnectInfo>,
+    pub who: Who<'a>,
     /// Joins one socket may hold (`--max-channels-per-socket`).
     pub max_channels: usize,
     /// What the joins of one socket may store (join_refs, topic names):
@@ -90,6 +101,8 @@ const TOO_MANY: &str = r#"{"reason":"too many channels joined"}"#;
 /// memory budget (`--max-socket-bytes`); Phoenix has no such bound.
 const OVER_BUDGET: &str = r#"{"reason":"socket memory budget exceeded"}"#;
 const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
+/// The reply to a push over the socket's budget.
+const RATE_LIMITED: &str = r#"{"reason":"rate limited"}"#;
 /// Infos one callback chain may trigger (an info that sends itself another
 /// info forever would otherwise hold the shard).
 const MAX_INFOS: usize = 64;
@@ -149,10 +162,30 @@ impl<'a, T: Transport> Mux<'a, T> {
                 }
                 None => self.reply(msg.join_ref.as_deref(), msg_ref, topic, Ok(Payload::EMPTY)),
             },
-            ev => match joined {
-                Some(i) => self.push_in(i, ev, msg_ref, msg.payload),
-                None => self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED))),
-            },
+            ev => {
+                let verdict = self.t.allow_push();
+                if verdict != Verdict::Allow {
+                    ShardStats::add(&self.t.stats().rate_limited, 1);
+                    let join_ref = joined.and_then(|i| self.joins[i].join_ref.clone());
+                    let limited = Err(Payload::Json(RATE_LIMITED));
+                    self.reply(join_ref.as_deref(), msg_ref, topic, limited);
+                    if verdict == Verdict::Abuse {
+                        ShardStats::add(&self.t.stats().rate_limit_closes, 1);
+                        self.t.close(close_code::POLICY_VIOLATION, "rate limited");
+                    }
+                    return;
+                }
+                match joined {
+                    Some(i) if !self.cx.policy.may_push(topic, ev, self.cx.who) => {
+                        ShardStats::add(&self.t.stats().policy_refusals, 1);
+                        let join_ref = self.joins[i].join_ref.clone();
+                        let refused = Err(Payload::Json(UNAUTHORIZED));
+                        self.reply(join_ref.as_deref(), msg_ref, topic, refused);
+                    }
+                    Some(i) => self.push_in(i, ev, msg_ref, msg.payload),
+                    None => self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED))),
+                }
+            }
         }
     }
 
@@ -184,11 +217,20 @@ impl<'a, T: Transport> Mux<'a, T> {
         payload: Payload<'_>,
     ) {
         let router: &'a Router = self.cx.router;
-        let Some(channel) = router.route(topic) else {
+        // The socket id and control topics are the server's own.
+        let route = (!is_reserved(topic)).then(|| router.route(topic)).flatten();
+        let Some(channel) = route else {
             ShardStats::add(&self.t.stats().refused_joins, 1);
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
             return;
         };
+        if !self.cx.policy.may_join(topic, self.cx.who) {
+            let stats = self.t.stats();
+            ShardStats::add(&stats.refused_joins, 1);
+            ShardStats::add(&stats.policy_refusals, 1);
+            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(UNAUTHORIZED)));
+            return;
+        }
         if self.joins.len() >= self.cx.max_channels {
             ShardStats::add(&self.t.stats().refused_joins, 1);
             ShardStats::add(&self.t.stats().channel_limit_refusals, 1);
@@ -220,7 +262,7 @@ impl<'a, T: Transport> Mux<'a, T> {
             &mut Socket {
                 topic,
                 join_ref,
-                connect: self.cx.connect,
+                who: self.cx.who,
                 assigns: &mut assigns,
                 effects: &mut effects,
             },
@@ -228,6 +270,17 @@ impl<'a, T: Transport> Mux<'a, T> {
         match result {
             Ok(response) => {
                 let slot = self.t.subscribe(topic);
+                // A Vec's first push allocates room for four; most sockets
+                // join one topic, so grow one at a time while small: an
+                // idle socket's joins then cost one 40-byte allocation.
+                if self.joins.len() == self.joins.capacity() {
+                    let more = if self.joins.len() < 4 {
+                        1
+                    } else {
+                        self.joins.len()
+                    };
+                    self.joins.reserve_exact(more);
+                }
                 self.joins.push(Join {
                     slot,
                     join_ref: join_ref.map(Box::from),
@@ -268,7 +321,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                 &mut Socket {
                     topic: &topic,
                     join_ref: join.join_ref.as_deref(),
-                    connect: self.cx.connect,
+                    who: self.cx.who,
                     assigns: &mut join.assigns,
                     effects: &mut effects,
                 },
@@ -310,7 +363,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     &mut Socket {
                         topic: &topic,
                         join_ref: join.join_ref.as_deref(),
-                        connect: self.cx.connect,
+                        who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
                     },
@@ -352,7 +405,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     &mut Socket {
                         topic: &topic,
                         join_ref: join.join_ref.as_deref(),
-                        connect: self.cx.connect,
+                        who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
                     },

@@ -9,7 +9,8 @@ use throng_protocol::{OwnedPayload, Payload, Vsn};
 use throng_pubsub::{Registry, Slot};
 
 use super::{Cx, Join, Mux, Scratch, Transport};
-use crate::channel::{Channel, ConnectInfo, Info, Reply, Router, Socket, Terminate};
+use crate::auth::rate::Verdict;
+use crate::channel::{Channel, ConnectInfo, Info, Reply, Router, Socket, Terminate, Who};
 use crate::metrics::ShardStats;
 
 /// Everything the socket did, in order.
@@ -22,6 +23,9 @@ struct Fake {
     registry: Registry,
     stats: ShardStats,
     log: Log,
+    /// What `allow_push` answers next (then Allow).
+    verdicts: Vec<Verdict>,
+    closed: Option<u16>,
 }
 
 impl Fake {
@@ -30,6 +34,8 @@ impl Fake {
             registry: Registry::default(),
             stats: ShardStats::default(),
             log: Log::default(),
+            verdicts: Vec::new(),
+            closed: None,
         }
     }
 }
@@ -69,6 +75,16 @@ impl Transport for Fake {
     }
     fn stats(&self) -> &ShardStats {
         &self.stats
+    }
+    fn allow_push(&mut self) -> Verdict {
+        if self.verdicts.is_empty() {
+            Verdict::Allow
+        } else {
+            self.verdicts.remove(0)
+        }
+    }
+    fn close(&mut self, code: u16, _reason: &'static str) {
+        self.closed = Some(code);
     }
 }
 
@@ -150,6 +166,7 @@ struct Harness {
     connect: Option<ConnectInfo>,
     max_channels: usize,
     max_join_bytes: usize,
+    policy: crate::auth::Policy,
 }
 
 impl Harness {
@@ -165,6 +182,7 @@ impl Harness {
             connect: None,
             max_channels: 100,
             max_join_bytes: 1 << 20,
+            policy: Default::default(),
         }
     }
 
@@ -172,8 +190,12 @@ impl Harness {
         Mux {
             cx: Cx {
                 router: &self.router,
+                policy: &self.policy,
                 vsn: self.vsn,
-                connect: self.connect.as_ref(),
+                who: Who {
+                    user: self.connect.as_ref().and_then(|c| c.user_id.as_deref()),
+                    connect: self.connect.as_ref(),
+                },
                 max_channels: self.max_channels,
                 max_join_bytes: self.max_join_bytes,
             },
@@ -427,10 +449,71 @@ fn channels_see_who_connected() {
         params: vec![("token".into(), "t".into())],
         auth_token: None,
         user_id: Some("u7".into()),
+        ..Default::default()
     });
     h.input(r#"["1","1","room:a","phx_join",{}]"#);
     assert_eq!(
         h.input(r#"["1","2","room:a","user",{}]"#),
         vec![r#"["1","2","room:a","phx_reply",{"response":"u7","status":"ok"}]"#]
     );
+}
+
+#[test]
+fn pushes_over_the_budget_are_refused_then_closed() {
+    let mut h = Harness::new(Vsn::V2);
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    h.t.verdicts = vec![Verdict::Limited, Verdict::Abuse];
+    assert_eq!(
+        h.input(r#"["1","2","room:a","shout",{"x":1}]"#),
+        vec![
+            r#"["1","2","room:a","phx_reply",{"response":{"reason":"rate limited"},"status":"error"}]"#
+        ]
+    );
+    assert_eq!(h.t.closed, None);
+    assert_eq!(h.input(r#"["1","3","room:a","shout",{"x":1}]"#).len(), 1);
+    assert_eq!(h.t.closed, Some(1008));
+    let stats = &h.t.stats;
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        (get(&stats.rate_limited), get(&stats.rate_limit_closes)),
+        (2, 1)
+    );
+    // Heartbeats, joins and leaves are not pushes: never limited.
+    h.t.verdicts = vec![Verdict::Limited; 3];
+    assert!(h.input(r#"[null,"4","phoenix","heartbeat",{}]"#)[0].contains(r#""status":"ok""#));
+    assert_eq!(h.t.verdicts.len(), 3);
+}
+
+#[test]
+fn topic_rules_and_reserved_topics() {
+    let mut h = Harness::new(Vsn::V2);
+    h.router = Router::new().channel("*", h.probe.clone());
+    h.policy = crate::auth::Policy::new(vec![crate::auth::TopicRule {
+        pattern: "room:{user}".into(),
+        join: crate::auth::JoinRule::Users,
+        push: vec!["shout".into()],
+        anonymous_push: None,
+    }]);
+    h.connect = Some(ConnectInfo {
+        user_id: Some("u7".into()),
+        ..Default::default()
+    });
+    let refused = |out: Vec<String>| out.len() == 1 && out[0].contains("unauthorized");
+    assert!(refused(h.input(r#"["1","1","room:u8","phx_join",{}]"#)));
+    assert!(h.input(r#"["2","2","room:u7","phx_join",{}]"#)[0].contains(r#""status":"ok""#));
+    assert!(h
+        .input(r#"["2","3","room:u7","shout",{}]"#)
+        .iter()
+        .any(|m| m.starts_with("BROADCAST")));
+    assert!(refused(h.input(r#"["2","4","room:u7","whisper",{}]"#)));
+    // The socket id and control topics cannot be joined, whatever routes.
+    for t in ["users_socket:u7", "throng:control"] {
+        let out = h.input(&format!(r#"["3","5","{t}","phx_join",{{}}]"#));
+        assert!(out[0].contains("unmatched topic"), "{out:?}");
+    }
+    let refusals =
+        h.t.stats
+            .policy_refusals
+            .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(refusals, 2);
 }

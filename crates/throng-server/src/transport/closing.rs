@@ -26,6 +26,18 @@ impl Conns {
         reason: &str,
     ) {
         ShardStats::add(&self.stats.protocol_errors, 1);
+        self.close_with(node, scratch, key, code, reason);
+    }
+
+    /// A close frame with `code`, then closing (counted by the caller).
+    pub fn close_with(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        code: u16,
+        reason: &str,
+    ) {
         tracing::debug!(key, code, "closing: {reason}");
         frame::encode_close(&mut self.reply, code, reason, None);
         self.start_closing(node, scratch, key);
@@ -40,17 +52,15 @@ impl Conns {
         if matches!(conn.kind, Kind::Closing { .. }) {
             return;
         }
-        let was = conn.kind;
+        let socket = conn.take_socket();
         conn.kind = Kind::Closing { shut: false };
         conn.last_active = self.now;
         if let Some(e) = conn.extra.as_mut() {
             e.input = Vec::new();
             e.frag = None;
         }
-        let mut joins = std::mem::take(&mut conn.joins);
-        let connect = conn.connect.take();
-        if let Kind::Ws { vsn, .. } = was {
-            self.end_socket(node, scratch, key, vsn, connect.as_deref(), &mut joins);
+        if let Some(socket) = socket {
+            self.end_socket(node, scratch, key, socket);
             ShardStats::sub(&self.stats.websockets, 1);
         }
     }
@@ -116,12 +126,18 @@ impl Conns {
             }
             self.close(node, scratch, key, reason);
         }
+        while let Some((idx, end)) = self.lp.doomed.pop() {
+            self.lp_end(node, scratch, idx, end);
+        }
     }
 
     /// Ends a WebSocket with a close frame (`code`, `reason`) sent after
     /// everything already queued for it; then it lingers as any closing
     /// connection does (the peer's FIN, at most `CLOSE_LINGER` seconds).
-    pub fn close_with(
+    /// For use between events (the drain, the sweep, cut readers), when no
+    /// frames are being gathered for the connection; while its input is
+    /// processed, [`Conns::close_with`] keeps the order of gathered replies.
+    pub fn close_after_output(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
@@ -139,8 +155,8 @@ impl Conns {
 
     /// Ends a WebSocket whose output is backed up: its queue is dropped
     /// (but for the rest of a frame already partly written, so the stream
-    /// stays well framed), then [`Conns::close_with`]. Frees the queue now
-    /// instead of after the reader catches up.
+    /// stays well framed), then [`Conns::close_after_output`]. Frees the
+    /// queue now instead of after the reader catches up.
     pub fn cut(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16, reason: &str) {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
@@ -151,7 +167,7 @@ impl Conns {
             e.out.truncate(keep as usize);
             e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
         }
-        self.close_with(node, scratch, key, code, reason);
+        self.close_after_output(node, scratch, key, code, reason);
     }
 
     /// Removes a connection: its channels end, its socket closes.
@@ -171,10 +187,12 @@ impl Conns {
         }
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
-        if let Kind::Ws { vsn, .. } = conn.kind {
+        if !self.lp.waiting.is_empty() {
+            self.lp_conn_closed(key);
+        }
+        if let Some(socket) = conn.take_socket() {
             ShardStats::sub(&self.stats.websockets, 1);
-            let connect = conn.connect.take();
-            self.end_socket(node, scratch, key, vsn, connect.as_deref(), &mut conn.joins);
+            self.end_socket(node, scratch, key, socket);
         }
         // Dropping the stream closes the descriptor, which also leaves epoll.
     }

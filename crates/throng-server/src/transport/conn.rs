@@ -103,26 +103,56 @@ pub(crate) struct Conn {
     pub kind: Kind,
     /// Seconds since the shard started, at the last byte received.
     pub last_active: u32,
+    /// The push budget: when its next push is due, in ms of the shard's
+    /// clock (`auth::rate`); 4 bytes, no timer.
+    pub push_tat: u32,
     /// Marked for closing at the end of this loop turn.
     pub dead: bool,
     pub extra: Option<Box<Extra>>,
     /// The Phoenix socket's channels.
     pub joins: Vec<Join>,
-    /// What the client connected with, when it sent anything (params,
-    /// token); `None` for most benchmark clients.
+    /// What the client connected with, when it sent params; `None` for
+    /// most clients (a token is verified and not kept).
     pub connect: Option<Arc<ConnectInfo>>,
+    /// The authenticated user: an index into the shard's `Users` table
+    /// (`users::NO_USER` if anonymous), which holds the id once per user.
+    pub user: u32,
+}
+
+/// A Phoenix socket's state, taken out of its connection when it ends.
+pub(crate) struct Ended {
+    pub vsn: Vsn,
+    pub joins: Vec<Join>,
+    pub connect: Option<Arc<ConnectInfo>>,
+    pub user: u32,
 }
 
 impl Conn {
+    /// Takes the Phoenix socket's state out, if this is one (the socket's
+    /// channels then end with [`super::Conns::end_socket`]).
+    pub fn take_socket(&mut self) -> Option<Ended> {
+        let Kind::Ws { vsn, .. } = self.kind else {
+            return None;
+        };
+        Some(Ended {
+            vsn,
+            joins: std::mem::take(&mut self.joins),
+            connect: self.connect.take(),
+            user: std::mem::replace(&mut self.user, super::users::NO_USER),
+        })
+    }
+
     pub fn new(sock: TcpStream, now: u32) -> Conn {
         Conn {
             sock,
             kind: Kind::Http,
             last_active: now,
+            push_tat: 0,
             dead: false,
             extra: None,
             joins: Vec::new(),
             connect: None,
+            user: super::users::NO_USER,
         }
     }
 
@@ -149,6 +179,6 @@ impl Conn {
 /// What an idle connection costs in user space (tests keep it honest).
 pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
 
-// Checked at compile time: socket, kind, last activity, the optional box,
-// the joins vector, the optional connect info.
+// Checked at compile time: socket, kind, last activity, push budget, the
+// optional box, the joins vector, the optional connect info, the user.
 const _: () = assert!(CONN_SIZE <= 64, "Conn grew past 64 bytes");

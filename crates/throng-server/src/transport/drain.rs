@@ -117,7 +117,7 @@ impl Shard {
         let node = &*self.node;
         for key in ws {
             ShardStats::add(&self.conns.stats.drain_closes, 1);
-            self.conns.close_with(
+            self.conns.close_after_output(
                 node,
                 &mut self.scratch,
                 key,

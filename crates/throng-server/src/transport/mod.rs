@@ -16,7 +16,9 @@
 //! - `drain.rs`: the graceful drain (stop accepting, 1012 in batches, end);
 //! - `phoenix.rs`: a WebSocket message through the Phoenix socket
 //!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
-//!   on this shard.
+//!   on this shard;
+//! - `longpoll.rs`: the long-poll transport's requests and sessions
+//!   (`crate::longpoll`), which run the same Phoenix socket.
 //!
 //! Invariant: a connection is only removed from the slab between events
 //! (in [`Conns::close`], called from the event dispatch or the sweep), never
@@ -28,8 +30,10 @@ mod budget;
 mod closing;
 pub(crate) mod conn;
 mod drain;
+mod longpoll;
 mod output;
 mod phoenix;
+pub(crate) mod users;
 
 use std::io::{self, Read};
 use std::sync::Arc;
@@ -81,11 +85,15 @@ pub(crate) struct Conns {
     /// For (re)registering sockets with the shard's epoll.
     pub poll: mio::Registry,
     pub stats: Arc<ShardStats>,
+    /// The authenticated users of this shard's sockets.
+    pub users: users::Users,
     /// Frames for the connection being processed, written in one syscall.
     pub reply: Vec<u8>,
     pub doomed: Vec<(usize, CloseReason)>,
     /// Seconds since the shard started.
     pub now: u32,
+    /// Milliseconds since the shard started (wrapping), for push budgets.
+    pub now_ms: u32,
     /// Counted locally, added to `stats` once per loop turn.
     pub msgs_out: u64,
     pub bytes_out: u64,
@@ -96,6 +104,8 @@ pub(crate) struct Conns {
     /// With `--max-connections-per-ip`: the address of each connection, by
     /// slab key (see `admission.rs`). Empty otherwise.
     pub peer_ips: Vec<Option<std::net::IpAddr>>,
+    /// Long-poll sessions owned here and requests waited on here.
+    pub lp: crate::longpoll::State,
 }
 
 pub(crate) struct Shard {
@@ -133,14 +143,22 @@ impl Shard {
             registry: Registry::default(),
             poll: poll.registry().try_clone()?,
             stats: node.stats[id].clone(),
+            users: users::Users::default(),
             reply: Vec::with_capacity(4096),
             doomed: Vec::new(),
             now: 0,
+            now_ms: 0,
             msgs_out: 0,
             bytes_out: 0,
             max_outbound: node.config.max_outbound_bytes,
             max_outbound_total: node.config.limits.max_outbound_total_bytes,
             peer_ips: Vec::new(),
+            lp: crate::longpoll::State::new(
+                node.backplane.node_id(),
+                node.config
+                    .longpoll_window
+                    .map_or(0, |w| w.as_millis() as u64),
+            ),
         };
         Ok(Shard {
             id,
@@ -176,7 +194,10 @@ impl Shard {
                 }
                 continue;
             }
-            self.conns.now = self.started.elapsed().as_secs() as u32;
+            let elapsed = self.started.elapsed();
+            self.conns.now = elapsed.as_secs() as u32;
+            self.conns.now_ms = elapsed.as_millis() as u32;
+            self.conns.lp.now_ms = elapsed.as_millis() as u64;
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(),
@@ -199,6 +220,7 @@ impl Shard {
             // A broadcast may arrive without a wake being seen yet.
             self.drain_inbox();
             self.conns.close_doomed(&self.node, &mut self.scratch);
+            self.finish_longpolls();
             if self.conns.now != self.last_sweep {
                 self.last_sweep = self.conns.now;
                 self.sweep();
@@ -267,12 +289,42 @@ impl Shard {
             self.node.peers[self.id].received(&msg);
             match msg {
                 ShardMsg::Broadcast(b) => self.conns.deliver(&b),
+                ShardMsg::Disconnect(user) => {
+                    self.conns
+                        .disconnect_user(&self.node, &mut self.scratch, &user)
+                }
+                ShardMsg::Report(c) => {
+                    let r = &self.conns.registry;
+                    let topics = r.topics.iter().map(|(_, t)| (&*t.name, t.subs.len()));
+                    c.add(self.conns.users.len(), topics);
+                }
                 ShardMsg::Info(topic, info) => {
                     self.conns
                         .info(&self.node, &mut self.scratch, &topic, &info)
                 }
+                ShardMsg::LongPoll(req) => {
+                    self.conns.lp_request(&self.node, &mut self.scratch, *req)
+                }
+                ShardMsg::LongPollAnswer(a) => {
+                    self.conns
+                        .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
+                }
             }
         }
+    }
+
+    /// End of a loop turn for long-poll: parked polls that got messages are
+    /// answered, and connections whose answer went out read their next
+    /// request.
+    fn finish_longpolls(&mut self) {
+        self.conns.lp_flush(&self.node, &mut self.scratch);
+        while let Some(key) = self.conns.lp.resume.pop() {
+            if self.conns.slab.get(key).is_some_and(|c| !c.dead) {
+                self.input(key, &mut []);
+                self.conns.flush_reply(key);
+            }
+        }
+        self.conns.close_doomed(&self.node, &mut self.scratch);
     }
 
     fn on_readable(&mut self, key: usize) {
@@ -350,6 +402,17 @@ impl Shard {
                 return data.len();
             }
             match conn.kind {
+                // Responses go out in request order: the next request
+                // waits for the long-poll answer before it (as much of it as
+                // one request may be; more is not HTTP a client would send).
+                Kind::Http if self.conns.lp.is_waiting(key) => {
+                    let most = http::MAX_REQUEST_HEAD + self.node.config.max_message_bytes;
+                    if data.len() - pos > most {
+                        self.conns.doom(key, CloseReason::Normal);
+                        return data.len();
+                    }
+                    return pos;
+                }
                 Kind::Http => match http::handle(&data[pos..], &self.node.config) {
                     (_, Action::Incomplete) => return pos,
                     (used, action) => {
@@ -417,12 +480,38 @@ impl Shard {
             Action::Incomplete => {}
             Action::Error(e) => {
                 ShardStats::add(&conns.stats.http_errors, 1);
+                if e.origin_refused {
+                    ShardStats::add(&conns.stats.origin_refusals, 1);
+                }
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
                 conns.send(key, &resp);
                 conns.start_closing(node, &mut self.scratch, key);
             }
+            Action::LongPoll(lp) => conns.lp_http(node, &mut self.scratch, key, *lp),
             Action::Upgrade(u) => {
+                let mut connect = u.connect;
+                let mut user = None;
+                if !u.echo {
+                    // Phoenix's `connect/3`: refused is a 403 before the upgrade.
+                    match node.auth.authenticate(connect.as_ref()) {
+                        Ok(None) => {}
+                        Ok(Some(found)) => user = Some(authenticated(&mut connect, found)),
+                        Err(refusal) => {
+                            ShardStats::add(&conns.stats.auth_refusals, 1);
+                            tracing::debug!(key, "connect refused: {refusal}");
+                            let resp = crate::page::error_response(
+                                403,
+                                "Forbidden",
+                                "",
+                                &format!("{refusal}\n"),
+                            );
+                            conns.send(key, &resp);
+                            conns.start_closing(node, &mut self.scratch, key);
+                            return;
+                        }
+                    }
+                }
                 conns.send(key, &u.response);
                 let conn = &mut conns.slab[key];
                 conn.last_active = conns.now;
@@ -430,8 +519,11 @@ impl Shard {
                     vsn: u.vsn,
                     echo: u.echo,
                 };
-                conn.connect = u.connect.map(Arc::new);
+                conn.connect = connect.map(Arc::new);
                 ShardStats::add(&conns.stats.websockets, 1);
+                if let Some(user) = user {
+                    conns.slab[key].user = conns.users.add(&user, key as u32);
+                }
             }
             Action::Page {
                 page,
@@ -509,8 +601,11 @@ impl Shard {
         }
     }
 
-    /// Once a second: closes idle sockets and finishes lingering closes.
+    /// Once a second: closes idle sockets and finishes lingering closes;
+    /// long-poll windows and expiries.
     fn sweep(&mut self) {
+        self.conns.lp_sweep(&self.node, &mut self.scratch);
+        self.conns.close_doomed(&self.node, &mut self.scratch);
         let now = self.conns.now;
         let idle = self
             .node
@@ -531,7 +626,8 @@ impl Shard {
             let over = match conn.kind {
                 Kind::Ws { .. } => idle.is_some_and(|t| quiet >= t),
                 Kind::Http => {
-                    if quiet >= handshake {
+                    // A long-poll waiting for its answer is not slow.
+                    if quiet >= handshake && !self.conns.lp.is_waiting(key) {
                         http.push((key, quiet));
                     }
                     false
@@ -579,4 +675,31 @@ impl Shard {
             }
         }
     }
+}
+
+/// What a socket (or long-poll session) keeps of its connect info once
+/// `found` is authenticated; returns the user's id. The verified token is
+/// not kept (it is the largest thing an idle socket would hold), and the
+/// user's id lives in the shard's `Users` table: the connect info stays only
+/// when the client sent other params or the token limits its channels.
+pub(crate) fn authenticated(
+    connect: &mut Option<crate::channel::ConnectInfo>,
+    found: crate::auth::User,
+) -> String {
+    if let Some(c) = connect.as_mut() {
+        c.auth_token = None;
+        c.params.retain(|(k, _)| k != "token");
+    }
+    if found.channels.is_some() {
+        connect.get_or_insert_with(Default::default).channels = found.channels;
+    }
+    if let Some(c) = connect.as_mut() {
+        if c.params.is_empty() && c.channels.is_none() {
+            *connect = None;
+        } else {
+            c.params.shrink_to_fit();
+            c.user_id = Some(found.id.clone());
+        }
+    }
+    found.id
 }

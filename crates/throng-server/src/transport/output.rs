@@ -15,6 +15,7 @@ use throng_pubsub::Broadcast;
 
 use super::conn::{Chunk, Kind};
 use super::{CloseReason, Conns};
+use crate::longpoll::{is_session, SESSION_BIT};
 use crate::metrics::ShardStats;
 
 impl Conns {
@@ -157,7 +158,8 @@ impl Conns {
         }
     }
 
-    /// Delivers a broadcast to this shard's subscribers of its topic.
+    /// Delivers a broadcast to this shard's subscribers of its topic (a
+    /// long-poll session's copy waits in its buffer).
     pub fn deliver(&mut self, b: &Arc<Broadcast>) {
         let Some(idx) = self.registry.find(&b.topic) else {
             return;
@@ -171,6 +173,10 @@ impl Conns {
         for &key in &subs {
             let key = key as usize;
             if Some(key) == exclude {
+                continue;
+            }
+            if is_session(key) {
+                self.lp_deliver(key & !SESSION_BIT, b);
                 continue;
             }
             let Some(conn) = self.slab.get_mut(key) else {

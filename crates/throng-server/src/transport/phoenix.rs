@@ -1,20 +1,24 @@
-//! The Phoenix socket on this shard's WebSocket connections: a complete
-//! message is decoded with the connection's serializer and handed to the
-//! socket state machine ([`crate::socket`]), which answers through
-//! [`ShardTransport`]: the shard's registry for subscriptions, the
-//! connection's gathered frames for replies, the shard and the node for
-//! broadcasts.
+//! The Phoenix socket on this shard's WebSocket connections and long-poll
+//! sessions: a complete message is decoded with the connection's serializer
+//! and handed to the socket state machine ([`crate::socket`]), which answers
+//! through [`ShardTransport`]: the shard's registry for subscriptions, the
+//! connection's gathered frames (or the session's buffer) for replies, the
+//! shard and the node for broadcasts. A key with [`SESSION_BIT`] names a
+//! long-poll session.
 
 use std::sync::Arc;
 
-use throng_protocol::frame::{close_code, Opcode};
+use throng_protocol::frame::{self, close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot};
 
-use super::conn::Kind;
+use super::conn::{Ended, Kind};
+use super::users::NO_USER;
 use super::Conns;
-use crate::channel::{ConnectInfo, Info};
+use crate::auth::rate::Verdict;
+use crate::channel::{Info, Who};
+use crate::longpoll::{is_session, End, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::{Cx, Join, Mux, Scratch, Transport};
@@ -48,7 +52,52 @@ impl Conns {
             self.fail(node, scratch, key, close_code::POLICY_VIOLATION, reason);
             return;
         }
-        self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
+        let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
+        if let Some((code, reason)) = fail {
+            self.close_with(node, scratch, key, code, reason);
+        }
+    }
+
+    /// Closes every socket of `user` on this shard with 1001 (Phoenix's
+    /// `disconnect` on the socket id `users_socket:<user>`), so clients
+    /// reconnect and authenticate again.
+    pub fn disconnect_user(&mut self, node: &Node, scratch: &mut Scratch, user: &str) {
+        for key in self.users.sockets(user) {
+            let key = key as usize;
+            if is_session(key) {
+                // A long-poll session ends; its next poll gets 410.
+                let idx = key & !SESSION_BIT;
+                if self.lp.sessions.get(idx).is_some_and(|s| !s.dead) {
+                    ShardStats::add(&self.stats.user_disconnects, 1);
+                    self.lp_doom(idx, End::Closed);
+                }
+                continue;
+            }
+            if self.slab.get(key).is_none_or(|c| c.dead) {
+                continue;
+            }
+            ShardStats::add(&self.stats.user_disconnects, 1);
+            self.reply.clear();
+            frame::encode_close(&mut self.reply, close_code::GOING_AWAY, "disconnect", None);
+            self.start_closing(node, scratch, key);
+            self.flush_reply(key);
+        }
+    }
+
+    fn topic_added(&mut self, node: &Node, idx: u32) {
+        ShardStats::add(&self.stats.topics, 1);
+        if let Some(name) = self.registry.name(idx) {
+            if node.topics.add(name, self.id) {
+                node.backplane.subscribe(name);
+            }
+        }
+    }
+
+    fn topic_removed(&mut self, node: &Node, name: &str) {
+        ShardStats::sub(&self.stats.topics, 1);
+        if node.topics.remove(name, self.id) {
+            node.backplane.unsubscribe(name);
+        }
     }
 
     /// An info for the channels joined on `topic` on this shard.
@@ -59,91 +108,153 @@ impl Conns {
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
             let key = key as usize;
+            if is_session(key) {
+                let s = self.lp.sessions.get(key & !SESSION_BIT);
+                let Some(vsn) = s.filter(|s| !s.dead).map(|s| s.vsn) else {
+                    continue;
+                };
+                let fail =
+                    self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
+                if fail.is_some() {
+                    self.lp_doom(key & !SESSION_BIT, End::Closed);
+                }
+                continue;
+            }
             let Some(conn) = self.slab.get(key).filter(|c| !c.dead) else {
                 continue;
             };
             let Kind::Ws { vsn, .. } = conn.kind else {
                 continue;
             };
-            self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
+            let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
+            if let Some((code, reason)) = fail {
+                self.close_with(node, scratch, key, code, reason);
+            }
             self.flush_reply(key);
         }
     }
 
-    /// Ends the Phoenix socket of a connection that is closing: every
-    /// channel terminates.
+    /// Ends the Phoenix socket of a connection that is closing (or of a
+    /// long-poll session that ends): every channel terminates, and the user
+    /// forgets this socket.
     pub(super) fn end_socket(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
         key: usize,
-        vsn: Vsn,
-        connect: Option<&ConnectInfo>,
-        joins: &mut Vec<Join>,
+        mut s: Ended,
     ) {
+        let id = self.users.id(s.user).cloned();
         let mut t = ShardTransport {
             conns: self,
             node,
             key,
+            fail: None,
+        };
+        let who = Who {
+            user: id.as_deref(),
+            connect: s.connect.as_deref(),
         };
         Mux {
-            cx: cx(node, vsn, connect),
+            cx: cx(node, s.vsn, who),
             t: &mut t,
-            joins,
+            joins: &mut s.joins,
             scratch,
         }
         .close();
+        if s.user != NO_USER {
+            self.users.remove(s.user, key as u32);
+        }
     }
 
-    /// Lends the socket state of `key` to `f`, and takes it back.
-    fn with_socket(
+    /// Lends the socket state of `key` (a connection, or a session with
+    /// [`SESSION_BIT`]) to `f`, and takes it back. Returns the close the
+    /// socket asked for, if any (done once the state is back).
+    pub(super) fn with_socket(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
         key: usize,
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
-    ) {
-        let conn = &mut self.slab[key];
-        let mut joins = std::mem::take(&mut conn.joins);
-        let connect = conn.connect.take();
+    ) -> Option<(u16, &'static str)> {
+        let (mut joins, connect, user) = if is_session(key) {
+            let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
+            (std::mem::take(&mut s.joins), s.connect.take(), s.user)
+        } else {
+            let conn = self.slab.get_mut(key)?;
+            (
+                std::mem::take(&mut conn.joins),
+                conn.connect.take(),
+                conn.user,
+            )
+        };
+        // Cloned, not borrowed: the table lives in what the call mutates.
+        let id = self.users.id(user).cloned();
+        let fail;
         {
             let mut t = ShardTransport {
                 conns: self,
                 node,
                 key,
+                fail: None,
+            };
+            let who = Who {
+                user: id.as_deref(),
+                connect: connect.as_deref(),
             };
             let mut mux = Mux {
-                cx: cx(node, vsn, connect.as_deref()),
+                cx: cx(node, vsn, who),
                 t: &mut t,
                 joins: &mut joins,
                 scratch,
             };
             f(&mut mux);
+            fail = t.fail;
         }
-        // Connections leave the slab only between events, so it is there.
-        if let Some(conn) = self.slab.get_mut(key) {
+        // Connections and sessions leave their slab only between events,
+        // so it is there.
+        if is_session(key) {
+            if let Some(s) = self.lp.sessions.get_mut(key & !SESSION_BIT) {
+                s.joins = joins;
+                s.connect = connect;
+            }
+        } else if let Some(conn) = self.slab.get_mut(key) {
             conn.joins = joins;
             conn.connect = connect;
+        }
+        fail
+    }
+
+    /// The joins of connection or session `key`.
+    fn joins_mut(&mut self, key: usize) -> Option<&mut Vec<Join>> {
+        if is_session(key) {
+            let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
+            Some(&mut s.joins)
+        } else {
+            Some(&mut self.slab.get_mut(key)?.joins)
         }
     }
 }
 
-fn cx<'a>(node: &'a Node, vsn: Vsn, connect: Option<&'a ConnectInfo>) -> Cx<'a> {
+fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
     Cx {
         router: &node.router,
+        policy: &node.policy,
         vsn,
-        connect,
+        who,
         max_channels: node.config.max_channels_per_socket,
         max_join_bytes: node.config.limits.join_bytes(node.config.max_message_bytes),
     }
 }
 
-/// The socket's [`Transport`] for connection `key` of a shard.
+/// The socket's [`Transport`] for connection (or session) `key` of a shard.
 pub(crate) struct ShardTransport<'a> {
     conns: &'a mut Conns,
     node: &'a Node,
     key: usize,
+    /// A close the socket asked for, done after the call.
+    fail: Option<(u16, &'static str)>,
 }
 
 impl Transport for ShardTransport<'_> {
@@ -151,12 +262,7 @@ impl Transport for ShardTransport<'_> {
         let c = &mut *self.conns;
         let (slot, new) = c.registry.subscribe(topic, self.key as u32);
         if new {
-            ShardStats::add(&c.stats.topics, 1);
-            if let Some(name) = c.registry.name(slot.topic) {
-                if self.node.topics.add(name, c.id) {
-                    self.node.backplane.subscribe(name);
-                }
-            }
+            c.topic_added(self.node, slot.topic);
         }
         slot
     }
@@ -166,17 +272,14 @@ impl Transport for ShardTransport<'_> {
         let (moved, gone) = c.registry.unsubscribe(slot);
         if let Some(moved) = moved {
             // The subscriber that took this one's place learns its position.
-            if let Some(conn) = c.slab.get_mut(moved as usize) {
-                if let Some(j) = conn.joins.iter_mut().find(|j| j.slot.topic == slot.topic) {
+            if let Some(joins) = c.joins_mut(moved as usize) {
+                if let Some(j) = joins.iter_mut().find(|j| j.slot.topic == slot.topic) {
                     j.slot.pos = slot.pos;
                 }
             }
         }
         if let Some(name) = gone {
-            ShardStats::sub(&c.stats.topics, 1);
-            if self.node.topics.remove(&name, c.id) {
-                self.node.backplane.unsubscribe(&name);
-            }
+            c.topic_removed(self.node, &name);
         }
     }
 
@@ -189,7 +292,13 @@ impl Transport for ShardTransport<'_> {
     }
 
     fn send(&mut self, opcode: Opcode, body: &[u8]) {
-        self.conns.frame_out(opcode, body);
+        if is_session(self.key) {
+            let item = Item::Owned(body.to_vec(), opcode == Opcode::Binary);
+            self.conns
+                .lp_push(self.key & !SESSION_BIT, item, body.len());
+        } else {
+            self.conns.frame_out(opcode, body);
+        }
     }
 
     fn broadcast(
@@ -199,8 +308,11 @@ impl Transport for ShardTransport<'_> {
         payload: OwnedPayload,
         include_self: bool,
     ) {
-        // Replies so far go out before the broadcast reaches this socket.
-        self.conns.flush_reply(self.key);
+        // Replies so far go out before the broadcast reaches this socket (a
+        // session's are in its buffer already).
+        if !is_session(self.key) {
+            self.conns.flush_reply(self.key);
+        }
         let exclude = (!include_self).then_some((self.conns.id, self.key));
         let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
         self.conns.deliver(&b);
@@ -209,5 +321,27 @@ impl Transport for ShardTransport<'_> {
 
     fn stats(&self) -> &ShardStats {
         &self.conns.stats
+    }
+
+    fn allow_push(&mut self) -> Verdict {
+        let limit = &self.node.push_limit;
+        if limit.is_unlimited() {
+            return Verdict::Allow;
+        }
+        let now = self.conns.now_ms;
+        let tat = if is_session(self.key) {
+            let s = self.conns.lp.sessions.get_mut(self.key & !SESSION_BIT);
+            s.map(|s| &mut s.push_tat)
+        } else {
+            self.conns.slab.get_mut(self.key).map(|c| &mut c.push_tat)
+        };
+        match tat {
+            Some(tat) => limit.check(tat, now),
+            None => Verdict::Allow,
+        }
+    }
+
+    fn close(&mut self, code: u16, reason: &'static str) {
+        self.fail.get_or_insert((code, reason));
     }
 }

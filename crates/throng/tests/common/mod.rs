@@ -24,6 +24,8 @@ pub fn throng_bin() -> String {
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The server API listener, where `/metrics` is (unless `--public-metrics`).
+    pub api: Option<SocketAddr>,
 }
 
 impl Server {
@@ -40,22 +42,24 @@ impl Server {
             .stderr(stderr)
             .spawn()
             .expect("start throng");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-            .parse()
-            .unwrap();
-        Server { child, addr }
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut api = None;
+        let addr = loop {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "no listening line");
+            if let Some(a) = line.trim().strip_prefix("api at ") {
+                api = Some(a.parse().unwrap());
+            }
+            if let Some(a) = line.trim().strip_prefix("listening on ") {
+                break a.parse().unwrap();
+            }
+        };
+        Server { child, addr, api }
     }
 
     /// The whole `/metrics` page.
     pub fn metrics(&self) -> String {
-        let mut s = TcpStream::connect(self.addr).unwrap();
+        let mut s = TcpStream::connect(self.api.unwrap_or(self.addr)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             .unwrap();

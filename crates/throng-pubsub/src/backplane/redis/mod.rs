@@ -19,7 +19,11 @@
 //!   goes through it in queue order (batched into pipelines), which is what
 //!   keeps a node's broadcasts in order;
 //! - the *subscriber*, a pub/sub connection with one SUBSCRIBE per topic
-//!   channel (`throng:t:<topic>`) that has a local subscriber.
+//!   channel (`throng:t:<topic>`) that has a local subscriber, and one for
+//!   the node's own channel (`throng:n:<node id, 16 hex digits>`), where
+//!   other nodes PUBLISH direct messages to it ([`Backplane::send_to`],
+//!   through the same queue and publisher as broadcasts, so in order).
+//!   It is subscribed before the session counts as connected.
 //!
 //! When either fails, both are dropped and the session is rebuilt with
 //! backoff; see the crate docs for what happens meanwhile.
@@ -32,9 +36,9 @@
 //! matches the channel it arrived on and whose JSON payload is valid JSON
 //! (`Envelope::validate`); anything else is dropped and counted.
 //!
-//! Memory: broadcasts waiting for the publisher are bounded by count
+//! Memory: messages waiting for the publisher are bounded by count
 //! ([`PUBLISH_QUEUE`]) and by bytes ([`RedisOptions::queue_bytes`]); past
-//! either, `publish` drops (counted, one warning per episode). A pipeline
+//! either, they are dropped (counted, one warning per episode). A pipeline
 //! carries at most [`MAX_BATCH`] commands and [`MAX_BATCH_BYTES`]. The thread's
 //! side (sessions, publishing, subscribing, reconnecting) is `session.rs`;
 //! this file is the side the shards call.
@@ -58,11 +62,14 @@ use crate::{Broadcast, Error};
 
 /// Redis channel of a topic: this prefix, then the topic.
 pub const CHANNEL_PREFIX: &str = "throng:t:";
+/// Redis channel of a node's direct messages: this prefix, then its id in
+/// 16 hex digits.
+pub const NODE_CHANNEL_PREFIX: &str = "throng:n:";
 /// Broadcasts waiting for the publisher; past this, `publish` drops them.
 pub const PUBLISH_QUEUE: usize = 16 * 1024;
 /// Largest PUBLISH pipeline, in commands.
 const MAX_BATCH: usize = 512;
-/// Largest PUBLISH pipeline, in envelope bytes (past it, the next pipeline).
+/// Largest PUBLISH pipeline, in message bytes (past it, the next pipeline).
 pub const MAX_BATCH_BYTES: usize = 1 << 20;
 /// SUBSCRIBE/UNSUBSCRIBE commands sent at once.
 const MAX_SUBSCRIBE_BATCH: usize = 1024;
@@ -106,23 +113,31 @@ pub struct Stats {
     pub published: AtomicU64,
     /// Broadcasts from other nodes handed to the shards.
     pub received: AtomicU64,
-    /// Broadcasts not published: Redis down, queue full, or a failed pipeline.
+    /// Broadcasts and direct messages not published: Redis down, queue
+    /// full, or a failed pipeline.
     pub dropped: AtomicU64,
     /// Messages on our channels that were dropped: not a readable
     /// envelope, a topic that is not the channel's, a JSON payload that is
     /// not JSON.
     pub invalid: AtomicU64,
-    /// Bytes of envelopes waiting for the publisher.
+    /// Bytes of messages waiting for the publisher.
     pub queued_bytes: AtomicUsize,
     /// Sessions rebuilt after a lost connection.
     pub reconnects: AtomicU64,
+    /// Direct messages published to other nodes.
+    pub direct_sent: AtomicU64,
+    /// Direct messages received from other nodes.
+    pub direct_received: AtomicU64,
 }
 
-/// A broadcast on its way to the publisher. Its bytes count in
-/// `Stats::queued_bytes` until the `throng-redis` thread takes it.
+/// A broadcast or a direct message on its way to the publisher. Its bytes
+/// count in `Stats::queued_bytes` until the `throng-redis` thread takes it.
 struct Outgoing {
-    topic: Arc<str>,
-    envelope: Vec<u8>,
+    /// The Redis channel.
+    channel: String,
+    payload: Vec<u8>,
+    /// A direct message (counted apart from broadcasts).
+    direct: bool,
 }
 
 /// The Redis backplane. Build it with [`RedisBackplane::connect`] before
@@ -200,6 +215,7 @@ impl RedisBackplane {
             client,
             url: shown.clone(),
             node_id,
+            node_channel: node_channel(node_id),
             handler: handler.clone(),
             stats: stats.clone(),
             publish_rx,
@@ -220,7 +236,7 @@ impl RedisBackplane {
                     }
                 };
                 rt.block_on(async move {
-                    match Session::connect(&task.client).await {
+                    match Session::connect(&task.client, &task.node_channel).await {
                         Ok(session) => {
                             let _ = ready_tx.send(Ok(()));
                             task.run(session).await;
@@ -269,6 +285,51 @@ impl RedisBackplane {
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
     }
+
+    /// Queues `out` for the publisher without blocking; counts what the
+    /// full queue refuses. Returns whether it was queued.
+    fn enqueue(&self, out: Outgoing) -> bool {
+        let len = out.payload.len();
+        let queued = self.stats.queued_bytes.fetch_add(len, Relaxed) + len;
+        let sent = if queued > self.queue_bytes {
+            Err("bytes")
+        } else {
+            match self.publish_tx.try_send(out) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Full(_)) => Err("messages"),
+                Err(TrySendError::Closed(_)) => Err(""),
+            }
+        };
+        match sent {
+            Ok(()) => {
+                if self.queue_full_logged.load(Relaxed) {
+                    self.queue_full_logged.store(false, Relaxed);
+                }
+                true
+            }
+            Err(what) => {
+                self.stats.queued_bytes.fetch_sub(len, Relaxed);
+                self.stats.dropped.fetch_add(1, Relaxed);
+                if !what.is_empty() && !self.queue_full_logged.swap(true, Relaxed) {
+                    tracing::warn!(
+                        url = %self.url,
+                        queued_bytes = queued - len,
+                        "cluster backplane: the publish queue is full ({PUBLISH_QUEUE} messages \
+                         or {} bytes; full in {what}): Redis is slower than this node. Dropping \
+                         broadcasts to other nodes (counted in throng_backplane_dropped_total) \
+                         until it drains",
+                        self.queue_bytes
+                    );
+                }
+                false
+            }
+        }
+    }
+}
+
+/// The Redis channel of node `id`'s direct messages.
+pub fn node_channel(id: u64) -> String {
+    format!("{NODE_CHANNEL_PREFIX}{id:016x}")
 }
 
 /// The backplane metrics of `stats`, Prometheus text format.
@@ -297,7 +358,7 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
     metric(
         "throng_backplane_dropped_total",
         "counter",
-        "Broadcasts not sent to the other nodes (Redis down or queue full).",
+        "Broadcasts and direct messages not sent to the other nodes (Redis down or queue full).",
         stats.dropped.load(Relaxed),
     );
     metric(
@@ -309,7 +370,7 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
     metric(
         "throng_backplane_queued_bytes",
         "gauge",
-        "Bytes of broadcasts waiting to be published to Redis.",
+        "Bytes of broadcasts and direct messages waiting to be published to Redis.",
         stats.queued_bytes.load(Relaxed) as u64,
     );
     metric(
@@ -317,6 +378,18 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
         "counter",
         "Times the backplane reconnected to Redis.",
         stats.reconnects.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_direct_sent_total",
+        "counter",
+        "Direct messages sent to one other node (forwarded long-poll requests and answers).",
+        stats.direct_sent.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_direct_received_total",
+        "counter",
+        "Direct messages received from other nodes.",
+        stats.direct_received.load(Relaxed),
     );
 }
 
@@ -345,43 +418,27 @@ impl Backplane for RedisBackplane {
             payload: b.payload.as_payload(),
         }
         .to_vec();
-        let len = envelope.len();
-        let queued = self.stats.queued_bytes.fetch_add(len, Relaxed) + len;
-        let out = Outgoing {
-            topic: b.topic.clone(),
-            envelope,
-        };
-        let sent = if queued > self.queue_bytes {
-            Err("bytes")
-        } else {
-            match self.publish_tx.try_send(out) {
-                Ok(()) => Ok(()),
-                Err(TrySendError::Full(_)) => Err("broadcasts"),
-                Err(TrySendError::Closed(_)) => Err(""),
-            }
-        };
-        match sent {
-            Ok(()) => {
-                if self.queue_full_logged.load(Relaxed) {
-                    self.queue_full_logged.store(false, Relaxed);
-                }
-            }
-            Err(what) => {
-                self.stats.queued_bytes.fetch_sub(len, Relaxed);
-                self.stats.dropped.fetch_add(1, Relaxed);
-                if !what.is_empty() && !self.queue_full_logged.swap(true, Relaxed) {
-                    tracing::warn!(
-                        url = %self.url,
-                        queued_bytes = queued - len,
-                        "cluster backplane: the publish queue is full ({PUBLISH_QUEUE} broadcasts \
-                         or {} bytes; full in {what}): Redis is slower than this node. Dropping \
-                         broadcasts to other nodes (counted in throng_backplane_dropped_total) \
-                         until it drains",
-                        self.queue_bytes
-                    );
-                }
-            }
+        self.enqueue(Outgoing {
+            channel: session::channel_of(&b.topic),
+            payload: envelope,
+            direct: false,
+        });
+    }
+
+    fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    fn send_to(&self, node: u64, msg: Vec<u8>) -> bool {
+        if !self.stats.connected.load(Relaxed) {
+            self.stats.dropped.fetch_add(1, Relaxed);
+            return false;
         }
+        self.enqueue(Outgoing {
+            channel: node_channel(node),
+            payload: msg,
+            direct: true,
+        })
     }
 
     fn subscribe(&self, topic: &str) {
@@ -462,6 +519,7 @@ mod tests {
     #[test]
     fn channel_names() {
         assert_eq!(session::channel_of("rooms:lobby"), "throng:t:rooms:lobby");
+        assert_eq!(node_channel(0xab), "throng:n:00000000000000ab");
     }
 
     #[test]

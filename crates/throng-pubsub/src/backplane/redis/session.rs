@@ -1,8 +1,8 @@
 //! The `throng-redis` thread: one [`Session`] (a publisher and a subscriber
-//! connection) at a time, the loop that publishes queued broadcasts in
-//! pipelines, reconciles subscriptions with the node's topic set, hands
-//! messages from other nodes to the [`Handler`], and rebuilds the session
-//! with backoff when Redis goes away.
+//! connection) at a time, the loop that publishes queued broadcasts and
+//! direct messages in pipelines, reconciles subscriptions with the node's
+//! topic set, hands messages from other nodes to the [`Handler`], and
+//! rebuilds the session with backoff when Redis goes away.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -31,7 +31,12 @@ pub(super) struct Session {
 }
 
 impl Session {
-    pub async fn connect(client: &::redis::Client) -> ::redis::RedisResult<Session> {
+    /// Connects both connections and subscribes the node's own channel
+    /// (`node_channel`), so direct messages reach a connected node.
+    pub async fn connect(
+        client: &::redis::Client,
+        node_channel: &str,
+    ) -> ::redis::RedisResult<Session> {
         let attempt = async {
             let config = ::redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(CONNECT_TIMEOUT)
@@ -45,7 +50,7 @@ impl Session {
             ::redis::cmd("PING")
                 .query_async::<()>(&mut publisher)
                 .await?;
-            sink.ping::<::redis::Value>().await?;
+            sink.subscribe(node_channel).await?;
             Ok(Session {
                 publisher,
                 sink,
@@ -100,6 +105,8 @@ pub(super) struct Task {
     pub client: ::redis::Client,
     pub url: String,
     pub node_id: u64,
+    /// This node's direct-message channel.
+    pub node_channel: String,
     pub handler: Arc<OnceLock<Weak<dyn Handler>>>,
     pub stats: Arc<Stats>,
     pub publish_rx: mpsc::Receiver<Outgoing>,
@@ -169,6 +176,9 @@ impl Task {
         loop {
             tokio::select! {
                 msg = s.stream.next() => match msg {
+                    Some(msg) if msg.get_channel_name() == self.node_channel => {
+                        self.direct(msg.get_payload_bytes())
+                    }
                     Some(msg) => self.deliver(s, msg.get_channel_name(), msg.get_payload_bytes()),
                     None => return End::Lost(closed("the subscriber connection closed")),
                 },
@@ -198,16 +208,18 @@ impl Task {
     async fn publish_batch(&mut self, s: &mut Session, first: Outgoing) -> Result<(), End> {
         let mut pipe = ::redis::pipe();
         let mut n = 0u64;
+        let mut direct = 0u64;
         let mut bytes = 0;
         let mut next = Some(first);
         while let Some(out) = next {
-            bytes += out.envelope.len();
+            direct += out.direct as u64;
+            bytes += out.payload.len();
             self.stats
                 .queued_bytes
-                .fetch_sub(out.envelope.len(), Relaxed);
+                .fetch_sub(out.payload.len(), Relaxed);
             pipe.cmd("PUBLISH")
-                .arg(channel_of(&out.topic))
-                .arg(out.envelope)
+                .arg(out.channel)
+                .arg(out.payload)
                 .ignore();
             n += 1;
             next = if n < MAX_BATCH as u64 && bytes < MAX_BATCH_BYTES {
@@ -218,7 +230,8 @@ impl Task {
         }
         match pipe.query_async::<()>(&mut s.publisher).await {
             Ok(()) => {
-                self.stats.published.fetch_add(n, Relaxed);
+                self.stats.published.fetch_add(n - direct, Relaxed);
+                self.stats.direct_sent.fetch_add(direct, Relaxed);
                 Ok(())
             }
             Err(e) => {
@@ -256,6 +269,14 @@ impl Task {
             s.set_subscribed(remove, false).await?;
         }
         Ok(())
+    }
+
+    /// A direct message from another node, for this node's handler.
+    fn direct(&self, bytes: &[u8]) {
+        if let Some(handler) = self.handler() {
+            self.stats.direct_received.fetch_add(1, Relaxed);
+            handler.direct(bytes);
+        }
     }
 
     /// A message from Redis on `channel`: delivered only if it is a valid
@@ -310,7 +331,7 @@ impl Task {
                 Ok(out) => {
                     self.stats
                         .queued_bytes
-                        .fetch_sub(out.envelope.len(), Relaxed);
+                        .fetch_sub(out.payload.len(), Relaxed);
                     n += 1;
                 }
                 Err(mpsc::error::TryRecvError::Empty) => break,
@@ -337,7 +358,7 @@ impl Task {
             if !self.drain() {
                 return None;
             }
-            match Session::connect(&self.client).await {
+            match Session::connect(&self.client, &self.node_channel).await {
                 Ok(mut s) => {
                     // Changes queued from here on are reconciled by `serve`;
                     // everything before is in the snapshot.

@@ -9,10 +9,18 @@
 //!   `base64url.bearer.phx.<base64 token, unpadded>`, answered with
 //!   `Sec-WebSocket-Protocol: phoenix` (Phoenix 1.8,
 //!   `lib/phoenix/transports/websocket.ex`; phoenix.js `socket.js`).
+//! - `/socket/longpoll` is the long-poll transport (`crate::longpoll`):
+//!   GET, POST with a body, and OPTIONS (CORS preflight), read by
+//!   `longpoll.rs` with the same connect info as an upgrade.
 //! - `/echo` upgrades to a WebSocket echo (Autobahn), with `--echo`.
-//! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text.
-//! - Anything else is 404; bodies and methods other than GET/HEAD are 405;
-//!   malformed heads 400, heads over [`MAX_REQUEST_HEAD`] 431.
+//! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text, only
+//!   with `--public-metrics` (it lives on the API listener).
+//! - An upgrade from a browser page of another site is refused with 403
+//!   (`check_origin`, `crate::auth`); connect authentication happens in the
+//!   transport, which holds the node's verifier.
+//! - Anything else is 404; bodies and methods other than GET/HEAD are 405
+//!   (outside the long-poll path); malformed heads 400, heads over
+//!   [`MAX_REQUEST_HEAD`] 431.
 
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
@@ -21,12 +29,18 @@ use throng_protocol::{handshake, Vsn};
 use crate::channel::ConnectInfo;
 use crate::config::Config;
 
+mod longpoll;
+
+pub(crate) use longpoll::{LongPoll, LongPollMethod};
+
 /// Largest request head accepted.
 pub(crate) const MAX_REQUEST_HEAD: usize = 16 * 1024;
 /// Headers a request may have.
 const MAX_HEADERS: usize = 48;
 /// phoenix.js's `authToken` subprotocol prefix (`constants.js`).
 const AUTH_TOKEN_PREFIX: &str = "base64url.bearer.phx.";
+/// The long-poll transport's path (Phoenix's `"/longpoll"` under the socket).
+pub(crate) const LONGPOLL_PATH: &str = "/socket/longpoll";
 
 /// The fixed pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,15 +70,18 @@ pub(crate) struct HttpError {
     pub reason: &'static str,
     pub extra_headers: &'static str,
     pub body: String,
+    /// Refused by `check_origin` (counted).
+    pub origin_refused: bool,
 }
 
 impl HttpError {
-    fn new(status: u16, reason: &'static str, body: impl Into<String>) -> HttpError {
+    pub(super) fn new(status: u16, reason: &'static str, body: impl Into<String>) -> HttpError {
         HttpError {
             status,
             reason,
             extra_headers: "",
             body: body.into(),
+            origin_refused: false,
         }
     }
 }
@@ -81,6 +98,8 @@ pub(crate) enum Action {
         keep_alive: bool,
     },
     Upgrade(Box<Upgrade>),
+    /// A request to the long-poll transport, body included.
+    LongPoll(Box<LongPoll>),
     Error(HttpError),
 }
 
@@ -133,11 +152,37 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
             .map(|h| h.value)
     };
     let is_ws_path = path == "/socket/websocket" || (config.echo && path == "/echo");
+    if path == "/socket/websocket" {
+        // Phoenix checks the origin before anything else of the upgrade.
+        let origin = header("origin");
+        let origin_text = origin.map(|o| std::str::from_utf8(o).unwrap_or("null"));
+        let host = header("host").and_then(|h| std::str::from_utf8(h).ok());
+        if !config.check_origin.allows(origin_text, host) {
+            let mut e = HttpError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "origin {} not allowed (check_origin)\n",
+                    String::from_utf8_lossy(origin.unwrap_or_default())
+                ),
+            );
+            e.origin_refused = true;
+            return (data.len(), Action::Error(e));
+        }
+    }
     if is_ws_path {
         return match upgrade(&req, path == "/echo", query) {
             Ok(u) => (head_len, Action::Upgrade(Box::new(u))),
             Err(e) => (data.len(), Action::Error(e)),
         };
+    }
+    let keep_alive = match header("connection") {
+        Some(v) if v.eq_ignore_ascii_case(b"close") => false,
+        Some(v) if v.eq_ignore_ascii_case(b"keep-alive") => true,
+        _ => req.version == Some(1),
+    };
+    if path == LONGPOLL_PATH && config.longpoll_window.is_some() {
+        return longpoll::request(&req, data, head_len, query, config, keep_alive);
     }
     let has_body = header("content-length").is_some_and(|v| v.trim_ascii() != b"0")
         || header("transfer-encoding").is_some();
@@ -146,16 +191,11 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
         e.extra_headers = "Allow: GET, HEAD\r\n";
         return (data.len(), Action::Error(e));
     }
-    let keep_alive = match header("connection") {
-        Some(v) if v.eq_ignore_ascii_case(b"close") => false,
-        Some(v) if v.eq_ignore_ascii_case(b"keep-alive") => true,
-        _ => req.version == Some(1),
-    };
     let page = match path {
         "/" => Page::Index,
         "/assets/app.js" => Page::AppJs,
         "/assets/app.css" => Page::AppCss,
-        "/metrics" => Page::Metrics,
+        "/metrics" if config.public_metrics => Page::Metrics,
         _ => Page::NotFound,
     };
     let action = Action::Page {
@@ -164,6 +204,20 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
         keep_alive,
     };
     (head_len, action)
+}
+
+/// The query's `vsn`, and its other params in order.
+pub(super) fn query_params(query: &str) -> (Option<String>, Vec<(String, String)>) {
+    let mut params: Vec<(String, String)> = Vec::new();
+    let mut vsn = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if k == "vsn" {
+            vsn.get_or_insert(v.into_owned());
+        } else {
+            params.push((k.into_owned(), v.into_owned()));
+        }
+    }
+    (vsn, params)
 }
 
 /// Checks an upgrade request and builds its `101` response.
@@ -180,15 +234,7 @@ fn upgrade(req: &httparse::Request<'_, '_>, echo: bool, query: &str) -> Result<U
         }
         err
     })?;
-    let mut params: Vec<(String, String)> = Vec::new();
-    let mut vsn_param = None;
-    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        if k == "vsn" {
-            vsn_param.get_or_insert(v.into_owned());
-        } else {
-            params.push((k.into_owned(), v.into_owned()));
-        }
-    }
+    let (vsn_param, params) = query_params(query);
     let vsn = if echo {
         Vsn::V2
     } else {
@@ -230,7 +276,7 @@ fn upgrade(req: &httparse::Request<'_, '_>, echo: bool, query: &str) -> Result<U
     let connect = (!params.is_empty() || auth_token.is_some()).then_some(ConnectInfo {
         params,
         auth_token,
-        user_id: None,
+        ..Default::default()
     });
     let mut response = Vec::with_capacity(192);
     handshake::write_response_with_protocol(&mut response, &accept, protocol);
@@ -249,6 +295,7 @@ mod tests {
     fn cfg() -> Config {
         Config {
             echo: true,
+            public_metrics: true,
             ..Config::default()
         }
     }
@@ -337,6 +384,41 @@ mod tests {
             "Sec-WebSocket-Protocol: phoenix, base64url.bearer.phx.***\r\n",
         ));
         assert_eq!(e.status, 400);
+    }
+
+    #[test]
+    fn check_origin_refuses_other_sites() {
+        let same = ws("/socket/websocket", "Origin: http://x:4000\r\n");
+        upgrade_of(&same);
+        upgrade_of(&ws("/socket/websocket", ""));
+        let e = error_of(&ws("/socket/websocket", "Origin: https://evil.example\r\n"));
+        assert_eq!(e.status, 403);
+        assert!(
+            e.origin_refused && e.body.contains("evil.example"),
+            "{}",
+            e.body
+        );
+        let e = error_of(&ws("/socket/websocket", "Origin: null\r\n"));
+        assert!(e.origin_refused);
+        let off = Config {
+            check_origin: crate::auth::CheckOrigin::Off,
+            ..cfg()
+        };
+        let req = ws("/socket/websocket", "Origin: https://evil.example\r\n");
+        assert!(matches!(
+            handle(req.as_bytes(), &off),
+            (_, Action::Upgrade(_))
+        ));
+    }
+
+    #[test]
+    fn metrics_only_with_public_metrics() {
+        let get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        let private = Config::default();
+        match handle(get, &private) {
+            (_, Action::Page { page, .. }) => assert_eq!(page, Page::NotFound),
+            (_, other) => panic!("{other:?}"),
+        }
     }
 
     #[test]

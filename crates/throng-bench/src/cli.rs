@@ -1,0 +1,299 @@
+//! The command line of `throng bench`, `throng agent` and `throng tune`, and
+//! what the bench flags mean for the load: [`BenchArgs::load`] is the one
+//! place flags shape the scenario (the built-in one, or a `--scenario` or
+//! `--tsung` file scaled by them).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use throng_protocol::Vsn;
+
+use crate::error::BenchError;
+use crate::scenario::{self, Phase, Scenario};
+use crate::tsung::{self, TsungImport};
+
+/// `throng bench`: run a load test (the controller).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Users (connections) in all: the built-in chat scenario's size, or the
+    /// total a --scenario/--tsung run is scaled to.
+    #[arg(long, visible_alias = "max-users")]
+    pub connections: Option<u64>,
+    /// Broadcasts each publisher sends once everyone has joined (built-in scenario).
+    #[arg(long, default_value_t = 0)]
+    pub broadcasts: u32,
+    /// Publishers (built-in scenario); everyone else listens.
+    #[arg(long, default_value_t = 1)]
+    pub publishers: u64,
+    /// Seconds between one publisher's broadcasts.
+    #[arg(long, default_value_t = 0.1)]
+    pub broadcast_interval: f64,
+    /// Seconds the publishers wait, once everyone has joined, before their
+    /// first broadcast (built-in scenario): hold the crowd, then broadcast.
+    #[arg(long, default_value_t = 0.0)]
+    pub broadcast_after: f64,
+    /// New users per second (default 10000 for the built-in scenario).
+    #[arg(long)]
+    pub arrival_rate: Option<f64>,
+    /// Ramp-up seconds (all arrival phases together).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Seconds between each connection's heartbeats, overriding the scenario's
+    /// (built-in: 30, as phoenix.js; Tsung imports: 0). 0 sends none, as the
+    /// seed's Tsung run did; the embedded server then gets no idle timeout.
+    #[arg(long)]
+    pub heartbeat: Option<f64>,
+    /// Use the v1 serializer (JSON objects) in the built-in scenario.
+    #[arg(long)]
+    pub v1: bool,
+    /// A TOML scenario (see scenarios/README.md).
+    #[arg(long, conflicts_with = "tsung")]
+    pub scenario: Option<PathBuf>,
+    /// A Tsung XML config to run (e.g. scenarios/phoenix.xml).
+    #[arg(long)]
+    pub tsung: Option<PathBuf>,
+    /// A running server (HOST:PORT) instead of the embedded `throng serve`.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Local agent processes (default: as many as the connections need).
+    #[arg(long)]
+    pub agents: Option<u32>,
+    /// Remote agents to wait for (`throng agent --controller` on --listen).
+    #[arg(long, default_value_t = 0)]
+    pub remote_agents: u32,
+    /// Where agents reach the controller.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Seconds to keep everyone connected after the ramp-up before the
+    /// disconnect storm (default: until sessions park and broadcasts are
+    /// delivered, at most 60 s; 10 s when sessions never park, such as Tsung think loops).
+    #[arg(long)]
+    pub hold: Option<f64>,
+    /// The embedded server's idle timeout (default: the server's, or 0 when
+    /// the scenario sends no heartbeats).
+    #[arg(long)]
+    pub idle_timeout: Option<u64>,
+    /// Extra argument for the embedded `throng serve` (repeatable).
+    #[arg(long, allow_hyphen_values = true)]
+    pub server_arg: Vec<String>,
+    /// Write the results as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Seconds between timeline samples (users, connected, rates, CPU, RSS).
+    #[arg(long, default_value_t = 1.0)]
+    pub sample_interval: f64,
+    /// Run the embedded server and local agents in a private network
+    /// namespace whose TCP hash table fits the run (root, Linux 5.19+):
+    /// `auto` does so when the connections overfill the host's table.
+    #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
+    pub netns: NetnsMode,
+    /// The live dashboard's port (0 = off).
+    #[arg(long, default_value_t = 8091)]
+    pub dashboard_port: u16,
+}
+
+/// `throng bench --netns`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsMode {
+    /// When the run overfills the host's TCP hash table, it is root, and
+    /// no --target or remote agents are involved.
+    Auto,
+    /// Always (an error when it cannot).
+    On,
+    /// Never: the host's namespace.
+    Off,
+}
+
+/// `throng agent`: hold connections for a controller.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// The controller's address (printed by `throng bench --remote-agents N`).
+    #[arg(long)]
+    pub controller: SocketAddr,
+}
+
+/// `throng tune`: print (or apply) OS settings and the limits that cap a run.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TuneArgs {
+    /// Apply the settings with `sysctl -w` (needs root).
+    #[arg(long)]
+    pub apply: bool,
+    /// Check the limits for a run of this many connections.
+    #[arg(long)]
+    pub connections: Option<u64>,
+}
+
+/// The load a run's flags describe.
+#[derive(Clone, Debug)]
+pub struct Load {
+    pub scenario: Scenario,
+    /// The Tsung config it was imported from (`--tsung`): its clients map
+    /// onto agents, and its notes are printed.
+    pub tsung: Option<TsungImport>,
+}
+
+impl BenchArgs {
+    /// The scenario these flags describe, each flag applied once: the
+    /// built-in chat scenario built from them, or a `--scenario`/`--tsung`
+    /// file scaled by `--arrival-rate` (every phase), `--duration` (the whole
+    /// ramp-up, split in proportion) and `--connections` (phases' caps scaled
+    /// to add up to it, lengthened if needed); then `--heartbeat` for any.
+    pub fn load(&self) -> Result<Load, BenchError> {
+        let (mut scenario, tsung) = match (&self.tsung, &self.scenario) {
+            (Some(path), _) => {
+                let import = tsung::import(&std::fs::read_to_string(path)?)?;
+                (import.scenario.clone(), Some(import))
+            }
+            (None, Some(path)) => (Scenario::from_toml(&std::fs::read_to_string(path)?)?, None),
+            (None, None) => (self.chat(), None),
+        };
+        if self.tsung.is_some() || self.scenario.is_some() {
+            if let Some(rate) = self.arrival_rate {
+                scenario.set_arrival_rate(rate);
+            }
+            if let Some(secs) = self.duration {
+                scenario.set_duration(secs);
+            }
+            if let Some(n) = self.connections {
+                scenario.set_max_users(n);
+            }
+        }
+        if let Some(h) = self.heartbeat {
+            if !(h.is_finite() && h >= 0.0) {
+                return Err(BenchError::Scenario(format!(
+                    "--heartbeat {h}: seconds must be 0 (off) or more"
+                )));
+            }
+            scenario.heartbeat = h;
+        }
+        Ok(Load { scenario, tsung })
+    }
+
+    /// The built-in chat scenario: `--connections` users (1,000) arriving at
+    /// `--arrival-rate` (10,000/s), or spread over `--duration`; with both,
+    /// the rate for that long (at most `--connections` users).
+    fn chat(&self) -> Scenario {
+        let users = self.connections.unwrap_or(1000);
+        let phase = match (self.arrival_rate, self.duration) {
+            (Some(rate), Some(secs)) => Phase {
+                duration: secs,
+                arrival_rate: rate,
+                max_users: Some(users),
+            },
+            (None, Some(secs)) => Phase {
+                duration: secs,
+                arrival_rate: users as f64 / secs.max(0.001),
+                max_users: Some(users),
+            },
+            (rate, None) => Phase::at_rate(users, rate.unwrap_or(10_000.0)),
+        };
+        let vsn = if self.v1 { Vsn::V1 } else { Vsn::V2 };
+        let mut sc = scenario::chat(
+            phase,
+            self.publishers,
+            self.broadcasts,
+            self.broadcast_interval,
+            vsn,
+        );
+        scenario::delay_publish(&mut sc, self.broadcast_after);
+        sc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn load(args: &[&str]) -> Result<Load, BenchError> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+            .map_err(|e| BenchError::Scenario(e.to_string()))?;
+        cli.bench.load()
+    }
+
+    fn phoenix_xml() -> String {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/phoenix.xml").to_string()
+    }
+
+    #[test]
+    fn built_in_scenario_from_flags() {
+        let sc = load(&["--connections", "2000", "--arrival-rate", "500"])
+            .unwrap()
+            .scenario;
+        assert_eq!(sc.phases, vec![Phase::at_rate(2000, 500.0)]);
+        assert_eq!(sc.serializer, Vsn::V2);
+        assert_eq!(sc.heartbeat, 30.0);
+        // Spread over --duration: the rate follows.
+        let sc = load(&["--connections", "2000", "--duration", "4"])
+            .unwrap()
+            .scenario;
+        assert_eq!(
+            (sc.phases[0].duration, sc.phases[0].arrival_rate),
+            (4.0, 500.0)
+        );
+        assert_eq!(sc.total_users(), 2000);
+        // Both: that rate for that long, at most --connections users.
+        let sc = load(&[
+            "--connections",
+            "2000",
+            "--arrival-rate",
+            "100",
+            "--duration",
+            "3",
+        ])
+        .unwrap()
+        .scenario;
+        assert_eq!(sc.total_users(), 300);
+        let sc = load(&["--v1", "--heartbeat", "0", "--broadcasts", "2"])
+            .unwrap()
+            .scenario;
+        assert_eq!(sc.serializer, Vsn::V1);
+        assert_eq!(sc.heartbeat, 0.0);
+        assert_eq!(sc.total_users(), 1000);
+        assert_eq!(sc.expected_broadcasts(), 2);
+        assert!(load(&["--heartbeat", "-1"]).is_err());
+    }
+
+    #[test]
+    fn tsung_config_scaled_by_flags() {
+        let xml = phoenix_xml();
+        let l = load(&["--tsung", &xml]).unwrap();
+        assert_eq!(l.scenario.total_users(), 100_000);
+        assert_eq!(l.tsung.as_ref().map(|t| t.clients.len()), Some(3));
+        let l = load(&[
+            "--tsung",
+            &xml,
+            "--max-users",
+            "600",
+            "--arrival-rate",
+            "1000",
+        ])
+        .unwrap();
+        assert_eq!(l.scenario.total_users(), 600);
+        assert_eq!(l.scenario.phases[0].arrival_rate, 1000.0);
+        // --connections wins over a --duration too short to start them all.
+        let l = load(&[
+            "--tsung",
+            &xml,
+            "--max-users",
+            "600",
+            "--arrival-rate",
+            "100",
+            "--duration",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(l.scenario.total_users(), 600);
+        assert_eq!(l.scenario.heartbeat, 0.0);
+    }
+}

@@ -1,0 +1,299 @@
+//! The processes a run starts: the embedded server (one `throng serve`, or
+//! past one process's open-files limit a supervisor of `--workers` joined
+//! through a local `redis-server`) and the local agents (`throng agent`).
+//! Each is killed when dropped, so a run that stops early leaves none behind.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::BenchError;
+
+/// Open files a server worker keeps back from its hard limit when the
+/// controller sizes `--workers`: room for the worker's own files and for the
+/// kernel's uneven spread of connections over `SO_REUSEPORT` listeners, so
+/// that no worker reaches its limit.
+const WORKER_MARGIN: u64 = 600;
+
+/// Server workers for `users` connections, each holding at most its hard
+/// open-files limit less [`WORKER_MARGIN`].
+pub(crate) fn server_workers(users: u64, hard: u64) -> u64 {
+    users.div_ceil(hard.saturating_sub(WORKER_MARGIN).max(1))
+}
+
+/// `current_exe` with `args`, quiet unless `THRONG_LOG` says otherwise.
+fn throng(args: &[&str]) -> Result<Command, BenchError> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(args).stdin(Stdio::null());
+    if std::env::var_os("THRONG_LOG").is_none() {
+        cmd.env("THRONG_LOG", "warn");
+    }
+    Ok(cmd)
+}
+
+/// Kills and reaps a child.
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The embedded server, as the run starts it.
+pub(super) struct Embedded {
+    /// Declared before `redis`, so it is dropped (killed) first.
+    pub server: Server,
+    /// The Redis between several workers.
+    pub redis: Option<Redis>,
+    /// Server processes holding connections: 1, or `--workers`.
+    pub workers: usize,
+}
+
+impl Embedded {
+    /// Starts the server for `users` connections: one process when they fit
+    /// in `per_process`, else workers sized by [`server_workers`] for the
+    /// hard limit `hard`, joined through a Redis started for them.
+    pub fn start(
+        users: u64,
+        per_process: u64,
+        hard: u64,
+        idle_timeout: Option<u64>,
+        extra: &[String],
+    ) -> Result<Embedded, BenchError> {
+        let mut extra = extra.to_vec();
+        let mut redis = None;
+        let mut workers = 1;
+        if users > per_process {
+            workers = server_workers(users, hard) as usize;
+            let r = Redis::spawn()?;
+            eprintln!(
+                "note: {users} connections are more than one process's open-files limit ({hard}) allows: starting {workers} server workers (`throng serve --workers {workers}`) joined through redis-server on 127.0.0.1:{}",
+                r.port
+            );
+            extra.extend([
+                "--workers".to_string(),
+                workers.to_string(),
+                "--redis".to_string(),
+                format!("redis://127.0.0.1:{}", r.port),
+            ]);
+            redis = Some(r);
+        }
+        let server = Server::spawn(idle_timeout, &extra)?;
+        Ok(Embedded {
+            server,
+            redis,
+            workers,
+        })
+    }
+
+    /// The processes that hold connections: the workers, or the server.
+    pub fn holders(&self) -> Vec<u32> {
+        self.server.holders(self.workers)
+    }
+}
+
+/// The embedded server, our child: one `throng serve`, or a supervisor of
+/// `--workers` (whose worker pids it prints as `worker I pid P`).
+pub(super) struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    workers: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Server {
+    /// Starts `throng serve` on a free loopback port and waits for the
+    /// address it prints.
+    fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
+        // /metrics lives on the server API listener; the probe reads the
+        // public port, so the bench's own server keeps it there.
+        let mut cmd = throng(&[
+            "serve",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--public-metrics",
+            "--api-bind",
+            "none",
+        ])?;
+        if let Some(t) = idle_timeout {
+            cmd.args(["--idle-timeout", &t.to_string()]);
+        }
+        cmd.args(extra);
+        let mut child = cmd.stdout(Stdio::piped()).spawn()?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        let workers = Arc::new(Mutex::new(Vec::new()));
+        let pids = workers.clone();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(pid) = line
+                    .trim()
+                    .strip_prefix("worker ")
+                    .and_then(|r| r.split_whitespace().nth(2))
+                {
+                    if let Ok(pid) = pid.parse::<u32>() {
+                        pids.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+                    }
+                }
+                if !sent {
+                    if let Some(a) = line.trim().strip_prefix("listening on ") {
+                        let _ = tx.send(a.trim().to_string());
+                        sent = true;
+                    }
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => {
+                let addr = a.parse().map_err(|_| {
+                    BenchError::Server(format!("server printed an address I cannot read: {a}"))
+                })?;
+                Ok(Server {
+                    child,
+                    addr,
+                    workers,
+                })
+            }
+            Err(_) => {
+                kill(&mut child);
+                Err(BenchError::Server(
+                    "`throng serve` did not print `listening on ADDR` within 20 s".into(),
+                ))
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The processes that hold connections: the `expect` workers, or the
+    /// server itself.
+    fn holders(&self, expect: usize) -> Vec<u32> {
+        if expect <= 1 {
+            return vec![self.pid()];
+        }
+        // The supervisor prints the worker lines right after `listening on`.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let w = self
+                .workers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if w.len() >= expect || Instant::now() > deadline {
+                return w;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+/// A `redis-server` we started for a multi-worker embedded server.
+pub(super) struct Redis {
+    child: Child,
+    pub port: u16,
+}
+
+impl Redis {
+    /// Starts `redis-server` on a free loopback port and waits until it accepts.
+    fn spawn() -> Result<Redis, BenchError> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                BenchError::Server(format!(
+                    "this run needs several server workers joined through Redis, but `redis-server` could not be started ({e}); install it: apt-get install redis-server"
+                ))
+            })?;
+        let redis = Redis { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(BenchError::Server(format!(
+                    "redis-server did not listen on 127.0.0.1:{port} within 10 s"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(redis)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+/// Local agent processes not yet linked to the controller: killed if the
+/// run stops before they are; [`LocalAgents::take`] hands one to its link.
+pub(super) struct LocalAgents(Vec<Child>);
+
+impl LocalAgents {
+    /// Starts `n` agents (`throng agent --controller ADDR`).
+    pub fn spawn(n: u32, controller: SocketAddr) -> Result<LocalAgents, BenchError> {
+        let mut agents = LocalAgents(Vec::new());
+        for _ in 0..n {
+            let mut cmd = throng(&["agent", "--controller", &controller.to_string()])?;
+            agents.0.push(cmd.stdout(Stdio::null()).spawn()?);
+        }
+        Ok(agents)
+    }
+
+    /// The agent with this pid, if it is one of ours.
+    pub fn take(&mut self, pid: u32) -> Option<Child> {
+        let i = self.0.iter().position(|c| c.id() == pid)?;
+        Some(self.0.swap_remove(i))
+    }
+}
+
+impl Drop for LocalAgents {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            kill(c);
+        }
+    }
+}
+
+/// Waits up to `limit` for a child to exit by itself (an agent after its
+/// final report), then kills it.
+pub(super) fn reap(mut child: Child, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => return kill(&mut child),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_keep_a_margin_each() {
+        assert_eq!(server_workers(19_000, 20_000), 1);
+        assert_eq!(server_workers(19_401, 20_000), 2);
+        assert_eq!(server_workers(1_000_000, 20_000), 52);
+    }
+}

@@ -1,0 +1,212 @@
+//! The controller: `throng bench`. Starts the server (unless `--target`),
+//! spawns local agents (or accepts remote ones), splits the load, watches the
+//! run, and merges what the agents measured into the report.
+//!
+//! [`run`] sets a run up, in order: the scenario from the flags
+//! ([`BenchArgs::load`]), the dashboard's listener, a private network
+//! namespace if the run needs one ([`netns`]), the embedded server, the
+//! agents and their plans; then the run goes through its phases
+//! (`run`: ramp-up, plateau, hold, storm, collect) and the report is
+//! printed and written.
+//!
+//! Layout: `launch` starts the child processes (server, Redis, agents);
+//! `probe` samples the server; `agents` holds the links to the agents;
+//! `run` the phases, each returning what it measured; `timeline` the
+//! per-second samples and the progress line; `cpu` the CPU trace and the
+//! bottleneck verdict; `outcome` turns the phases' measurements into the
+//! [`Report`](crate::report::Report).
+//!
+//! Threads: the main thread owns all state; one reader thread per agent
+//! forwards its lines over a channel; the dashboard thread only reads the
+//! JSON snapshot behind a mutex that the main thread replaces every sample.
+
+mod agents;
+mod cpu;
+mod launch;
+mod outcome;
+mod probe;
+mod run;
+mod timeline;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use self::agents::Agents;
+pub(crate) use self::launch::server_workers;
+use self::launch::{Embedded, LocalAgents};
+use self::probe::ServerProbe;
+use self::run::Run;
+use crate::agent::FD_MARGIN;
+use crate::cli::Load;
+use crate::error::BenchError;
+use crate::plan::Plan;
+use crate::report::{html, summary};
+use crate::wire::ToAgent;
+use crate::{dashboard, netns, scenario, sys, BenchArgs};
+
+fn resolve(target: &str) -> Result<SocketAddr, BenchError> {
+    let t = target
+        .trim_start_matches("ws://")
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    t.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| BenchError::Server(format!("cannot resolve {target}")))
+}
+
+/// Runs `throng bench`.
+pub fn run(args: BenchArgs) -> Result<(), BenchError> {
+    let (soft, hard) = sys::raise_fd_limit();
+    let per_process = hard.saturating_sub(FD_MARGIN).max(1);
+    let Load {
+        scenario: sc,
+        tsung: imported,
+    } = args.load()?;
+    if let Some(imp) = &imported {
+        for n in &imp.notes {
+            eprintln!("tsung: {n}");
+        }
+        if let Some((h, p)) = &imp.server {
+            eprintln!(
+                "tsung: <server host=\"{h}\" port=\"{p}\"> replaced by {}",
+                args.target.as_deref().unwrap_or("the embedded server")
+            );
+        }
+    }
+    let users = sc.total_users();
+    // Bound before a move into a private network namespace, so the browser
+    // on the host still reaches it.
+    let dashboard = (args.dashboard_port != 0).then(|| dashboard::bind(args.dashboard_port));
+    let local_only = args.target.is_none() && args.remote_agents == 0;
+    let tcp = netns::for_run(args.netns, local_only, users)?;
+    // The server side: ours, or a remote one.
+    let (embedded, target) = match &args.target {
+        Some(t) => {
+            if !sc.sends_heartbeats() {
+                eprintln!(
+                    "warning: this scenario sends no heartbeats: the server's idle timeout (throng's default 60 s) will close sessions that stay quiet longer"
+                );
+            }
+            (None, resolve(t)?)
+        }
+        None => {
+            let idle = if sc.sends_heartbeats() {
+                args.idle_timeout
+            } else {
+                Some(args.idle_timeout.unwrap_or(0))
+            };
+            let e = Embedded::start(users, per_process, hard, idle, &args.server_arg)?;
+            let addr = e.server.addr;
+            (Some(e), addr)
+        }
+    };
+    // Agents: each holds up to its fd limit less a margin; a Tsung client
+    // caps its agent at its maxusers.
+    let tsung_caps: Vec<u64> = imported
+        .as_ref()
+        .map(|i| {
+            i.clients
+                .iter()
+                .map(|c| c.maxusers.unwrap_or(u64::MAX).min(per_process))
+                .collect()
+        })
+        .unwrap_or_default();
+    let min_agents = users.div_ceil(per_process).max(1) as u32;
+    let mut local = args
+        .agents
+        .unwrap_or(if tsung_caps.is_empty() {
+            min_agents
+        } else {
+            tsung_caps.len() as u32
+        })
+        .max(if args.remote_agents > 0 { 0 } else { 1 });
+    if local + args.remote_agents < min_agents {
+        eprintln!(
+            "note: {users} users need {min_agents} agents of {per_process} connections each: using {min_agents}"
+        );
+        local = min_agents - args.remote_agents;
+    }
+    if let Some(imp) = &imported {
+        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
+        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
+    }
+    let total_agents = local + args.remote_agents;
+    let ports = sys::sysctl_read("net.ipv4.ip_local_port_range").unwrap_or_default();
+    eprintln!(
+        "limits: open files {soft}/{hard} (soft/hard) per process -> {per_process} connections per agent and per server process; ephemeral ports {ports} per source address (8 source addresses per agent); {:.1} GiB memory; `throng tune` for more",
+        sys::mem_total().unwrap_or(0) as f64 / 1073741824.0
+    );
+    eprintln!(
+        "throng bench: {} -> {target} with {total_agents} agent(s)",
+        scenario::describe(&sc)
+    );
+
+    let listener = TcpListener::bind(&args.listen)?;
+    let ctl_addr = listener.local_addr()?;
+    let mut children = LocalAgents::spawn(local, ctl_addr)?;
+    if args.remote_agents > 0 {
+        eprintln!(
+            "waiting for {} remote agent(s): throng agent --controller {ctl_addr}",
+            args.remote_agents
+        );
+    }
+    let wait = Duration::from_secs(if args.remote_agents > 0 { 120 } else { 20 });
+    let mut agents = Agents::accept(&listener, total_agents as usize, &mut children, wait)?;
+    let host = args.target.clone().unwrap_or_else(|| target.to_string());
+    for i in 0..agents.len() {
+        let plan = Plan {
+            index: i as u32,
+            agents: total_agents,
+            scenario: sc.clone(),
+            target,
+            host: host.clone(),
+            bind_sources: true,
+            capacity: tsung_caps
+                .get(i)
+                .copied()
+                .unwrap_or(per_process)
+                .min(per_process),
+        };
+        agents.send(i, &ToAgent::Plan(Box::new(plan)))?;
+    }
+    let conn_size = agents.await_ready()?;
+
+    let probe = match &embedded {
+        Some(e) => ServerProbe::new(
+            target,
+            Some(e.server.pid()),
+            e.holders(),
+            e.workers,
+            e.redis.as_ref().map(|r| r.pid()),
+        ),
+        None => ServerProbe::new(target, None, Vec::new(), 1, None),
+    };
+    let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
+    let mut run = Run::new(&args, sc, probe, agents, conn_size, tcp, Arc::clone(&live));
+    if let Some(l) = dashboard {
+        match l.and_then(|l| dashboard::serve(l, Arc::clone(&live))) {
+            Ok(addr) => eprintln!("dashboard: http://{addr}/"),
+            Err(e) => eprintln!("dashboard off: port {}: {e}", args.dashboard_port),
+        }
+    }
+    let result = run.execute();
+    let _ = std::io::stderr().flush();
+    // Whatever happened, leave no agent or server behind.
+    run.agents.reap();
+    drop(embedded);
+    let report = result?;
+    let json = serde_json::to_string(&report)?;
+    run.publish(json.clone());
+    print!("{}", summary::table(&report));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+        eprintln!("json: {}", p.display());
+    }
+    if let Some(p) = &args.report {
+        std::fs::write(p, html::page(&json, false))?;
+        eprintln!("report: {}", p.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,484 @@
+//! One run, phase by phase. Each phase is a method that returns what it
+//! measured as a value of its own type, and [`Run::execute`] hands them all
+//! to the report (`outcome`):
+//!
+//! 1. [`Baseline`]: the server with no connections, then the arrivals start;
+//! 2. [`Ramp`]: until every user has arrived and no connect or tracked reply
+//!    is outstanding (a progress line, a timeline sample a second);
+//! 3. [`Plateau`]: a second later, memory over the idle connections;
+//! 4. [`Hold`]: the barrier opens, broadcasts flow, until every session is
+//!    parked and every broadcast delivered, or `--hold` seconds;
+//! 5. [`Storm`]: every agent drops every connection at once; the time until
+//!    the server holds none, and the CPU it spent;
+//! 6. [`Collected`]: the agents' final counters, histograms, receipts and
+//!    slots, merged.
+//!
+//! The main thread owns the run; agents' lines arrive over a channel
+//! ([`Agents::pump`]); the dashboard thread only reads the JSON snapshot
+//! behind `live`, which the run replaces once a sample.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::agents::Agents;
+use super::cpu::CpuTrace;
+use super::probe::{server_conns, ServerProbe};
+use super::timeline::{progress_line, Timeline};
+use crate::error::BenchError;
+use crate::netns::TcpTable;
+use crate::report::{Live, LiveTarget, Report};
+use crate::scenario::{Scenario, Step};
+use crate::slots::Slots;
+use crate::stats::{merge_bcasts, BcastTable, Counters, Hists};
+use crate::sys::{self, ProcSample};
+use crate::wire::ToAgent;
+use crate::BenchArgs;
+
+/// The state of one run, owned by the main thread.
+pub(super) struct Run {
+    pub sc: Scenario,
+    /// `--hold`: seconds to hold after the ramp-up, instead of until done.
+    pub hold: Option<f64>,
+    pub probe: ServerProbe,
+    pub agents: Agents,
+    /// `size_of` the agents' per-connection struct.
+    pub conn_size: usize,
+    pub timeline: Timeline,
+    /// CPU points every 100 ms while users arrive and broadcasts flow.
+    pub trace: CpuTrace,
+    /// When the arrivals started.
+    pub start: Instant,
+    /// stderr is a terminal: the progress line is rewritten in place.
+    pub tty: bool,
+    /// The kernel's TCP established-hash table this run has.
+    pub tcp: TcpTable,
+    /// The dashboard's JSON.
+    pub live: Arc<Mutex<String>>,
+    next_trace: Instant,
+    next_sample: Instant,
+}
+
+/// Before the first arrival.
+pub(super) struct Baseline {
+    pub server: Option<ProcSample>,
+    /// Kernel Slab, bytes.
+    pub slab: Option<u64>,
+    /// The server answered `/metrics`.
+    pub metrics: bool,
+    /// This controller's CPU seconds.
+    pub controller_cpu: f64,
+    /// CLOCK_REALTIME ns at the start (broadcast stamps use that clock).
+    pub start_rt: u64,
+}
+
+/// The ramp-up.
+pub(super) struct Ramp {
+    /// Until it settled (or gave up waiting).
+    pub secs: f64,
+}
+
+/// Idle connections, once settled.
+pub(super) struct Plateau {
+    pub metrics: Option<String>,
+    pub server: Option<ProcSample>,
+    pub slab: Option<u64>,
+    pub counters: Counters,
+    /// The server's own count of its connections.
+    pub server_conns: Option<f64>,
+    /// The agents' RSS growth since they were ready, bytes.
+    pub agent_rss_delta: i64,
+}
+
+/// The barrier's release and the hold.
+pub(super) struct Hold {
+    pub start: Instant,
+    /// Seconds since the run's start, at its start and its end.
+    pub t0: f64,
+    pub t1: f64,
+    /// The agents' counters at its end.
+    pub counters: Counters,
+}
+
+/// The disconnect storm.
+pub(super) struct Storm {
+    pub start: Instant,
+    pub connections: u64,
+    pub secs_to_zero: Option<f64>,
+    pub server_cpu_secs: Option<f64>,
+}
+
+/// The agents' final measurements, merged (never averaged).
+pub(super) struct Collected {
+    pub hists: Hists,
+    pub bcasts: BcastTable,
+    pub counters: Counters,
+    pub slots: Slots,
+    /// This controller's CPU seconds over the run.
+    pub controller_cpu: f64,
+    /// The whole run, seconds.
+    pub secs: f64,
+}
+
+/// What each phase measured, for the report.
+pub(super) struct Phases {
+    pub baseline: Baseline,
+    pub ramp: Ramp,
+    pub plateau: Plateau,
+    pub hold: Hold,
+    pub storm: Storm,
+    pub collected: Collected,
+}
+
+impl Run {
+    /// A run of `sc` with `--hold` and `--sample-interval` from `args`.
+    pub fn new(
+        args: &BenchArgs,
+        sc: Scenario,
+        probe: ServerProbe,
+        agents: Agents,
+        conn_size: usize,
+        tcp: TcpTable,
+        live: Arc<Mutex<String>>,
+    ) -> Run {
+        let now = Instant::now();
+        Run {
+            sc,
+            hold: args.hold,
+            probe,
+            agents,
+            conn_size,
+            timeline: Timeline::new(Duration::from_secs_f64(
+                args.sample_interval.clamp(0.05, 60.0),
+            )),
+            trace: CpuTrace::default(),
+            start: now,
+            tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            tcp,
+            live,
+            next_trace: now,
+            next_sample: now,
+        }
+    }
+
+    /// Runs every phase and reports.
+    pub fn execute(&mut self) -> Result<Report, BenchError> {
+        let baseline = self.baseline()?;
+        let ramp = self.ramp_up()?;
+        let plateau = self.plateau()?;
+        let hold = self.hold()?;
+        let storm = self.storm(&hold, baseline.metrics)?;
+        let collected = self.collect(&baseline)?;
+        Ok(self.report(Phases {
+            baseline,
+            ramp,
+            plateau,
+            hold,
+            storm,
+            collected,
+        }))
+    }
+
+    /// The dashboard's JSON, now.
+    pub fn publish(&self, json: String) {
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = json;
+    }
+
+    /// A live snapshot for the dashboard.
+    fn publish_live(&self, status: &str) {
+        let live = Live {
+            status,
+            scenario: &self.sc.name,
+            connections: LiveTarget {
+                target: self.sc.total_users(),
+            },
+            counters: self.agents.total(),
+            timeline: &self.timeline.samples,
+        };
+        if let Ok(json) = serde_json::to_string(&live) {
+            self.publish(json);
+        }
+    }
+
+    /// Every 100 ms: a CPU point.
+    fn trace_point(&mut self) {
+        self.trace.take(self.start, &self.probe, &self.agents);
+    }
+
+    /// A timeline sample, if every agent has reported.
+    fn sample(&mut self) {
+        if let Some(c) = self.agents.total() {
+            self.timeline.sample(self.start, c, &self.probe);
+        }
+    }
+
+    fn progress(&self, phase: &str) {
+        if let Some(c) = self.agents.total() {
+            let target = self.sc.total_users();
+            progress_line(phase, &c, target, self.timeline.rate(), self.tty);
+        }
+    }
+
+    /// Phase 1: the server with no connections; then the arrivals start.
+    fn baseline(&mut self) -> Result<Baseline, BenchError> {
+        let metrics = self.probe.metrics();
+        let server = self.probe.sample(metrics.as_deref());
+        let slab = sys::slab();
+        if metrics.is_none() {
+            eprintln!(
+                "warning: no /metrics from the server at {}: server-side figures will be missing",
+                self.probe.metrics
+            );
+        }
+        let controller_cpu = sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0);
+        self.start = Instant::now();
+        let start_rt = sys::realtime_ns();
+        self.trace_point();
+        self.agents.send_all(&ToAgent::Start)?;
+        let conns = self.probe.conns(metrics.as_deref());
+        self.timeline.begin(self.start, server, conns);
+        self.next_trace = self.start + Duration::from_millis(100);
+        self.next_sample = self.start + self.timeline.every;
+        Ok(Baseline {
+            server,
+            slab,
+            metrics: metrics.is_some(),
+            controller_cpu,
+            start_rt,
+        })
+    }
+
+    /// Phase 2: the ramp-up, until settled (or past the time it could take).
+    fn ramp_up(&mut self) -> Result<Ramp, BenchError> {
+        let s = &self.sc;
+        let settle_limit = s.ramp_secs() + s.connect_timeout + s.reply_timeout + 10.0;
+        let mut next_line = self.start;
+        loop {
+            self.agents.pump(Duration::from_millis(50))?;
+            let now = Instant::now();
+            if let Some(c) = self.agents.total() {
+                if c.arrivals_done && c.connecting == 0 && c.awaiting == 0 {
+                    break;
+                }
+            }
+            if now >= self.next_trace {
+                self.next_trace += Duration::from_millis(100);
+                self.trace_point();
+            }
+            if now >= self.next_sample {
+                self.next_sample += self.timeline.every;
+                self.sample();
+                self.publish_live("ramp-up");
+            }
+            if now >= next_line {
+                next_line = now
+                    + if self.tty {
+                        Duration::from_millis(200)
+                    } else {
+                        Duration::from_secs(1)
+                    };
+                self.progress("ramp-up");
+            }
+            if now.duration_since(self.start).as_secs_f64() > settle_limit {
+                eprintln!("\nwarning: the ramp-up did not settle in {settle_limit:.0} s; going on");
+                break;
+            }
+        }
+        self.trace_point();
+        let secs = self.start.elapsed().as_secs_f64();
+        self.progress("settled");
+        if self.tty {
+            eprintln!();
+        }
+        Ok(Ramp { secs })
+    }
+
+    /// Phase 3: let the server finish its work, then measure idle memory.
+    fn plateau(&mut self) -> Result<Plateau, BenchError> {
+        self.agents.pump(Duration::from_millis(1000))?;
+        let metrics = self.probe.metrics();
+        let server = self.probe.sample(metrics.as_deref());
+        let slab = sys::slab();
+        let counters = self.agents.total().unwrap_or_default();
+        let server_conns = self.probe.conns(metrics.as_deref());
+        let agent_rss_delta = self
+            .agents
+            .links
+            .iter()
+            .map(|a| a.last.as_ref().map(|c| c.rss as i64).unwrap_or(0) - a.ready_rss as i64)
+            .sum();
+        Ok(Plateau {
+            metrics,
+            server,
+            slab,
+            counters,
+            server_conns,
+            agent_rss_delta,
+        })
+    }
+
+    /// Phase 4: release the barrier and hold: until every session is parked and
+    /// every broadcast delivered, or `--hold` seconds (default: 60 s at most
+    /// when sessions park, 10 s when they never do, such as think loops).
+    fn hold(&mut self) -> Result<Hold, BenchError> {
+        self.agents.send_all(&ToAgent::Release)?;
+        let start = Instant::now();
+        let t0 = self.start.elapsed().as_secs_f64();
+        self.trace_point();
+        let parks_forever = self
+            .sc
+            .roles
+            .iter()
+            .any(|r| r.session.iter().any(|s| matches!(s, Step::Hold)));
+        let limit = self.hold.unwrap_or(if parks_forever { 60.0 } else { 10.0 });
+        let mut last_recv = (u64::MAX, Instant::now());
+        loop {
+            self.agents.pump(Duration::from_millis(50))?;
+            let now = Instant::now();
+            if now >= self.next_sample {
+                self.next_sample += self.timeline.every;
+                self.sample();
+                self.publish_live("hold");
+            }
+            if now >= self.next_trace {
+                self.next_trace = now + Duration::from_millis(100);
+                self.trace_point();
+            }
+            let held = now.duration_since(start).as_secs_f64();
+            if held >= limit {
+                break;
+            }
+            // Sessions that park: done once everyone is parked and broadcasts stop arriving.
+            if self.hold.is_none() && held > 0.3 {
+                if let Some(c) = self.agents.total() {
+                    if c.bcast_recv != last_recv.0 {
+                        last_recv = (c.bcast_recv, now);
+                    }
+                    let live_sessions = c.active();
+                    let parked = live_sessions == c.holding;
+                    let expected = c.bcast_sent * c.open;
+                    let delivered = c.bcast_recv >= expected
+                        || now.duration_since(last_recv.1) > Duration::from_secs(3);
+                    if live_sessions == 0 || (parked && delivered) {
+                        break;
+                    }
+                }
+            }
+        }
+        self.trace_point();
+        Ok(Hold {
+            start,
+            t0,
+            t1: self.start.elapsed().as_secs_f64(),
+            counters: self.agents.total().unwrap_or_default(),
+        })
+    }
+
+    /// Phase 5: the disconnect storm: how long until the server holds no
+    /// connection, and the CPU it spent. `metrics`: the server answers
+    /// `/metrics` (a single server's count comes from there).
+    fn storm(&mut self, hold: &Hold, metrics: bool) -> Result<Storm, BenchError> {
+        let cpu0 = self.probe.sample(None).map(|p| p.cpu_secs);
+        let metrics0 = if cpu0.is_none() {
+            self.probe.metrics()
+        } else {
+            None
+        };
+        let cpu0 = cpu0.or_else(|| {
+            metrics0
+                .as_deref()
+                .and_then(|m| sys::metric(m, "throng_process_cpu_seconds_total"))
+        });
+        let connections = hold.counters.open;
+        // With several workers the connections are counted from their open
+        // files: the storm is over when as many files are gone as the agents
+        // held connections (the workers' other files, such as their Redis
+        // connections, stay).
+        let fd_floor = self
+            .probe
+            .counts_files()
+            .then(|| self.probe.open_files().saturating_sub(connections));
+        let start = Instant::now();
+        self.agents.send_all(&ToAgent::Storm)?;
+        let mut secs_to_zero = None;
+        let mut server_cpu_secs = None;
+        // 30 s, and a second more per 25,000 connections (a million took ~24 s).
+        let deadline = start + Duration::from_secs(30 + connections / 25_000);
+        // Between checks, at least as long as a check took: counting open
+        // files never takes more than half of the controller's time.
+        let mut pause = Duration::from_millis(5);
+        while Instant::now() < deadline {
+            let check = Instant::now();
+            // Workers' open files need no /metrics (which a saturated machine
+            // may not answer in time); a single server's count does.
+            let (drained, scraped) = match fd_floor {
+                Some(floor) => (self.probe.open_files() <= floor, None),
+                None if metrics => match self.probe.metrics() {
+                    Some(m) => (server_conns(&m).unwrap_or(1.0) <= 0.0, Some(m)),
+                    None => break,
+                },
+                None => break,
+            };
+            pause = pause.max(check.elapsed());
+            if drained {
+                secs_to_zero = Some(start.elapsed().as_secs_f64());
+                let cpu1 = self.probe.proc().map(|p| p.cpu_secs).or_else(|| {
+                    scraped.and_then(|m| sys::metric(&m, "throng_process_cpu_seconds_total"))
+                });
+                if let (Some(a), Some(b)) = (cpu0, cpu1) {
+                    server_cpu_secs = Some(b - a);
+                }
+                break;
+            }
+            self.agents.pump(pause)?;
+        }
+        while !self.agents.links.iter().all(|a| a.storm_done) && Instant::now() < deadline {
+            self.agents.pump(Duration::from_millis(20))?;
+        }
+        self.sample();
+        Ok(Storm {
+            start,
+            connections,
+            secs_to_zero,
+            server_cpu_secs,
+        })
+    }
+
+    /// Phase 6: the agents' final reports, merged.
+    fn collect(&mut self, baseline: &Baseline) -> Result<Collected, BenchError> {
+        self.agents.send_all(&ToAgent::Finish)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.agents.links.iter().all(|a| a.final_.is_some()) {
+            if Instant::now() > deadline {
+                return Err(BenchError::Protocol(
+                    "agents did not send their final report".into(),
+                ));
+            }
+            self.agents.pump(Duration::from_millis(50))?;
+        }
+        let controller_cpu =
+            sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0) - baseline.controller_cpu;
+        let secs = self.start.elapsed().as_secs_f64();
+        let mut hists = Hists::default();
+        let mut bcasts = BcastTable::new();
+        let mut counters = Counters {
+            arrivals_done: true,
+            ..Default::default()
+        };
+        let mut slots = Slots::default();
+        for a in &self.agents.links {
+            let f = a.final_.as_ref().expect("checked above");
+            slots.merge(&f.slots);
+            hists.merge_wire(&f.hists);
+            merge_bcasts(&mut bcasts, &f.bcasts);
+            counters.add(&f.counters);
+        }
+        Ok(Collected {
+            hists,
+            bcasts,
+            counters,
+            slots,
+            controller_cpu,
+            secs,
+        })
+    }
+}

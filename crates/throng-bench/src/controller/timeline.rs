@@ -1,0 +1,130 @@
+//! What the run looks like as it goes: a [`Sample`] every `--sample-interval`
+//! (users, connected, rates, CPU, RSS) for the report's charts and the live
+//! dashboard, and the progress line on stderr.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use super::probe::{server_conns, ServerProbe};
+use crate::report::Sample;
+use crate::stats::Counters;
+use crate::sys::ProcSample;
+
+/// The samples so far, and what the next one is measured against.
+pub(super) struct Timeline {
+    pub samples: Vec<Sample>,
+    /// The sampling period.
+    pub every: Duration,
+    /// The previous sample's time, counters and server figures (rates are
+    /// differences from it).
+    prev: Option<(Instant, Counters, Option<ProcSample>)>,
+    /// The last `/metrics` text scraped.
+    pub last_metrics: Option<String>,
+}
+
+impl Timeline {
+    pub fn new(every: Duration) -> Timeline {
+        Timeline {
+            samples: Vec::new(),
+            every,
+            prev: None,
+            last_metrics: None,
+        }
+    }
+
+    /// The first sample, at `start`: the server with no connections.
+    pub fn begin(&mut self, start: Instant, server: Option<ProcSample>, server_conns: Option<f64>) {
+        self.prev = Some((start, Counters::default(), server));
+        self.samples.push(Sample {
+            server_rss_mb: server.map(|p| p.rss as f64 / 1048576.0),
+            server_conns,
+            ..Default::default()
+        });
+    }
+
+    /// Takes a sample of the agents' counters `c` and the server now.
+    pub fn sample(&mut self, start: Instant, c: Counters, probe: &ServerProbe) {
+        let now = Instant::now();
+        let metrics = probe.metrics();
+        let srv = probe.sample(metrics.as_deref());
+        let mut s = Sample {
+            t: now.duration_since(start).as_secs_f64(),
+            users: c.active(),
+            connected: c.open,
+            joined: c.joined,
+            errors: c.errors.total(),
+            // Counting workers' open files costs ~20 ms per 19,000, so the
+            // per-second timeline leaves it out: only the plateau and the
+            // storm count them.
+            server_conns: if probe.counts_files() {
+                None
+            } else {
+                metrics.as_deref().and_then(server_conns)
+            },
+            server_rss_mb: srv.map(|p| p.rss as f64 / 1048576.0),
+            agents_rss_mb: c.rss as f64 / 1048576.0,
+            ..Default::default()
+        };
+        if let Some((t0, c0, s0)) = self.prev.as_ref() {
+            let dt = now.duration_since(*t0).as_secs_f64().max(1e-3);
+            s.conn_per_sec = (c.connected - c0.connected) as f64 / dt;
+            s.msgs_out_per_sec = (c.msgs_out - c0.msgs_out) as f64 / dt;
+            s.msgs_in_per_sec = (c.msgs_in - c0.msgs_in) as f64 / dt;
+            s.agents_cpu_pct = cpu_pct(c0.cpu_secs, c.cpu_secs, dt);
+            if let (Some(a), Some(b)) = (s0, srv) {
+                s.server_cpu_pct = Some(cpu_pct(a.cpu_secs, b.cpu_secs, dt));
+            }
+        }
+        self.last_metrics = metrics;
+        self.prev = Some((now, c, srv));
+        self.samples.push(s);
+    }
+
+    /// Connections per second in the latest sample.
+    pub fn rate(&self) -> f64 {
+        self.samples.last().map(|s| s.conn_per_sec).unwrap_or(0.0)
+    }
+
+    /// The best sample's connections per second.
+    pub fn peak_rate(&self) -> f64 {
+        self.samples
+            .iter()
+            .map(|s| s.conn_per_sec)
+            .fold(0.0, f64::max)
+    }
+}
+
+/// CPU use of one process over `secs`, % of one core.
+fn cpu_pct(a: f64, b: f64, secs: f64) -> f64 {
+    if secs <= 0.0 {
+        0.0
+    } else {
+        (b - a) / secs * 100.0
+    }
+}
+
+/// The progress line: rewritten in place on a terminal, one line a call
+/// otherwise.
+pub(super) fn progress_line(phase: &str, c: &Counters, target: u64, rate: f64, tty: bool) {
+    let target = target.max(1);
+    let width = 30;
+    let done = ((c.started as f64 / target as f64) * width as f64).round() as usize;
+    let line = format!(
+        "{phase:<7} [{}{}] {}/{} users  open {}  joined {}  {:.0} conn/s  errors {}",
+        "#".repeat(done.min(width)),
+        "-".repeat(width - done.min(width)),
+        c.started,
+        target,
+        c.open,
+        c.joined,
+        rate,
+        c.errors.total()
+    );
+    // A closed stderr must not stop the run: ignore write errors here.
+    let mut err = std::io::stderr().lock();
+    let _ = if tty {
+        write!(err, "\r{line}\x1b[K")
+    } else {
+        writeln!(err, "{line}")
+    };
+}

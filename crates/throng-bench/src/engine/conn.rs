@@ -1,0 +1,90 @@
+//! One client connection's state: a few dozen bytes in the engine's slab,
+//! kept small on purpose (the test below holds it to 80 bytes).
+
+use mio::net::TcpStream;
+use throng_protocol::Vsn;
+
+/// Where a connection is in its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum State {
+    /// Executing ops (never observed between turns).
+    Running,
+    /// TCP connect in progress.
+    Connecting,
+    /// Upgrade request sent, waiting for 101.
+    Handshaking,
+    /// In a think time, until `deadline_ms`.
+    Sleeping,
+    /// Waiting for the reply to `await_ref`, until `deadline_ms`.
+    Awaiting,
+    /// Parked at the barrier until the controller releases it.
+    Barrier,
+    /// Holding until the disconnect storm.
+    Hold,
+}
+
+/// Flag: the connection speaks the v2 serializer.
+pub(super) const F_V2: u8 = 1;
+/// Flag: the tracked ref is a join's.
+pub(super) const F_AWAIT_JOIN: u8 = 2;
+
+/// One client connection. Kept small on purpose (see `conn_size` in the
+/// tests): ~72 bytes in the slab, plus the kernel's socket.
+// `Option<Box<Vec<u8>>>` is one pointer (8 bytes) where `Option<Vec<u8>>` is
+// three: the buffers are almost always `None`, so the box pays for itself.
+#[allow(clippy::box_collection)]
+pub(super) struct Conn {
+    /// `None` until the session's connect op.
+    pub(super) sock: Option<TcpStream>,
+    /// The user's unique id (global index + 1), Tsung's `get_unique_id`.
+    pub(super) user: u32,
+    /// Connect start, or the tracked message's send time (µs since epoch).
+    pub(super) mark_us: u64,
+    /// The one pending deadline (think, connect or reply timeout), ms since epoch.
+    pub(super) deadline_ms: u32,
+    /// When the next heartbeat is due, ms since epoch (0 = none).
+    pub(super) hb_ms: u32,
+    /// The last ref this connection used.
+    pub(super) next_ref: u32,
+    /// The ref whose reply is being timed (0 = none).
+    pub(super) await_ref: u32,
+    /// The ref of the last join (v2 pushes carry it).
+    pub(super) join_ref: u32,
+    /// Loop counters for up to two nested loops.
+    pub(super) loops: [u32; 2],
+    /// The next op of the role's program.
+    pub(super) pc: u16,
+    pub(super) state: State,
+    pub(super) role: u8,
+    pub(super) flags: u8,
+    /// A partial frame (or handshake response) left from the last read.
+    pub(super) rx: Option<Box<Vec<u8>>>,
+    /// Bytes the socket would not take yet.
+    pub(super) tx: Option<Box<Vec<u8>>>,
+}
+
+impl Conn {
+    /// The serializer the connection negotiated.
+    pub(super) fn vsn(&self) -> Vsn {
+        if self.flags & F_V2 != 0 {
+            Vsn::V2
+        } else {
+            Vsn::V1
+        }
+    }
+}
+
+/// The size of one connection's state, for reports.
+pub const CONN_SIZE: usize = std::mem::size_of::<Conn>();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conn_is_small() {
+        eprintln!("size_of::<Conn>() = {CONN_SIZE} bytes");
+        const { assert!(CONN_SIZE <= 80, "Conn grew past 80 bytes") };
+    }
+}

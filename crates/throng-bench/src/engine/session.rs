@@ -1,0 +1,175 @@
+//! The session each connection runs: its role's [`Program`](crate::scenario::Program), one op after
+//! another until one blocks (a connect, a think, a reply waited on, the
+//! barrier, the hold), and the one timer heap behind every think time,
+//! timeout and heartbeat.
+
+use std::cmp::Reverse;
+use std::rc::Rc;
+
+use throng_protocol::Vsn;
+
+use super::conn::{Conn, State, F_V2};
+use super::socket::ErrKind;
+use super::{Cause, Engine};
+use crate::scenario::Op;
+
+/// A timer kind: the connection's one pending deadline (think, connect or
+/// reply timeout).
+pub(super) const TIMER_STEP: u8 = 0;
+/// A timer kind: the connection's next heartbeat.
+pub(super) const TIMER_HEARTBEAT: u8 = 1;
+
+impl Engine {
+    /// Starts global user `g` (0-based): a connection running its role's
+    /// program, or a `local_limit` error when the agent holds its capacity.
+    pub(super) fn start_user(&mut self, g: u64) {
+        self.counters.started += 1;
+        if self.conns.len() >= self.capacity || g >= u32::MAX as u64 {
+            self.counters.ended += 1;
+            self.counters.errors.local_limit += 1;
+            return;
+        }
+        let role = self.scenario.role_of(g);
+        let v2 = matches!(
+            self.programs[role as usize].ops.first(),
+            Some(Op::Connect { vsn: Vsn::V2, .. })
+        );
+        let token = self.conns.insert(Conn {
+            sock: None,
+            user: (g + 1) as u32,
+            mark_us: 0,
+            deadline_ms: 0,
+            hb_ms: 0,
+            next_ref: 0,
+            await_ref: 0,
+            join_ref: 0,
+            loops: [0; 2],
+            pc: 0,
+            state: State::Running,
+            role,
+            flags: if v2 { F_V2 } else { 0 },
+            rx: None,
+            tx: None,
+        });
+        self.advance(token);
+    }
+
+    /// Adds a timer of `kind` for the connection at `at` ms.
+    pub(super) fn schedule(&mut self, token: usize, at: u32, kind: u8) {
+        self.timers.push(Reverse((at, token as u32, kind)));
+    }
+
+    /// Fires every due timer: wakes sleepers, times out connects and
+    /// replies, sends heartbeats.
+    pub(super) fn fire_timers(&mut self) {
+        let now = self.now_ms();
+        while let Some(Reverse((at, token, kind))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let t = token as usize;
+            let Some(c) = self.conns.get_mut(t) else {
+                continue;
+            };
+            if kind == TIMER_HEARTBEAT {
+                if c.hb_ms == at && !matches!(c.state, State::Connecting | State::Handshaking) {
+                    let next = at.wrapping_add(self.heartbeat_ms);
+                    c.hb_ms = next;
+                    self.send_heartbeat(t);
+                    if self.conns.contains(t) {
+                        self.schedule(t, next, TIMER_HEARTBEAT);
+                    }
+                }
+                continue;
+            }
+            if c.deadline_ms != at {
+                continue;
+            }
+            match c.state {
+                State::Sleeping => {
+                    c.state = State::Running;
+                    self.advance(t);
+                }
+                State::Connecting | State::Handshaking | State::Awaiting => {
+                    self.drop_conn(t, Cause::Error(ErrKind::Timeout));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs the connection's program until an op blocks.
+    pub(super) fn advance(&mut self, token: usize) {
+        let programs = Rc::clone(&self.programs);
+        loop {
+            let Some(c) = self.conns.get_mut(token) else {
+                return;
+            };
+            let ops = &programs[c.role as usize].ops;
+            let Some(op) = ops.get(c.pc as usize) else {
+                // Tsung's semantics: the end of the session closes the connection.
+                self.drop_conn(token, Cause::Done);
+                return;
+            };
+            c.pc += 1;
+            match op {
+                Op::Connect { .. } => {
+                    if c.sock.is_none() {
+                        self.connect(token);
+                        return;
+                    }
+                }
+                Op::Send { wait, .. } => {
+                    self.send_op(token, op);
+                    if *wait {
+                        let at = self.now_ms().wrapping_add(self.reply_timeout_ms);
+                        let Some(c) = self.conns.get_mut(token) else {
+                            return;
+                        };
+                        c.state = State::Awaiting;
+                        c.deadline_ms = at;
+                        self.schedule(token, at, TIMER_STEP);
+                        return;
+                    }
+                }
+                Op::Think { ms } => {
+                    let at = (self.epoch.elapsed().as_millis() as u32).wrapping_add(*ms);
+                    c.state = State::Sleeping;
+                    c.deadline_ms = at;
+                    self.schedule(token, at, TIMER_STEP);
+                    return;
+                }
+                Op::LoopStart { times, slot, end } => {
+                    if *times == 0 {
+                        c.pc = *end;
+                    } else {
+                        c.loops[*slot as usize] = *times;
+                    }
+                }
+                Op::LoopEnd { start, slot } => {
+                    let n = &mut c.loops[*slot as usize];
+                    *n = n.saturating_sub(1);
+                    if *n > 0 {
+                        c.pc = start + 1;
+                    }
+                }
+                Op::Barrier => {
+                    if !self.released {
+                        c.state = State::Barrier;
+                        self.barrier.push(token as u32);
+                        return;
+                    }
+                }
+                Op::Hold => {
+                    c.state = State::Hold;
+                    return;
+                }
+                Op::Disconnect => {
+                    self.drop_conn(token, Cause::Done);
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The client side of each WebSocket: the TCP connect, the upgrade, frames
+//! read (into the engine's one shared buffer, keeping only a partial frame)
+//! and written (keeping only what the socket would not take).
+
+use std::io::{ErrorKind, Read, Write};
+use std::rc::Rc;
+
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
+use throng_protocol::handshake::{parse_client_response, write_client_request};
+
+use super::conn::State;
+use super::session::{TIMER_HEARTBEAT, TIMER_STEP};
+use super::socket::{classify, open_socket, ErrKind};
+use super::{Cause, Engine, READ_BUF};
+use crate::scenario::{Op, Program};
+use crate::slots::Slots;
+
+impl Engine {
+    /// Opens the connection's socket (a non-blocking connect) under the
+    /// connect timeout.
+    pub(super) fn connect(&mut self, token: usize) {
+        let now_us = self.now_us();
+        let at = self.now_ms().wrapping_add(self.connect_timeout_ms);
+        let src = if self.sources.is_empty() {
+            None
+        } else {
+            let user = self.conns[token].user as usize;
+            Some(self.sources[user % self.sources.len()])
+        };
+        let sock = match open_socket(self.target, src) {
+            Ok(s) => s,
+            Err(e) => {
+                self.drop_conn(token, Cause::Error(classify(&e)));
+                return;
+            }
+        };
+        let mut stream = TcpStream::from_std(sock.into());
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            Token(token),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.drop_conn(token, Cause::Error(classify(&e)));
+            return;
+        }
+        let c = &mut self.conns[token];
+        c.sock = Some(stream);
+        c.state = State::Connecting;
+        c.mark_us = now_us;
+        c.deadline_ms = at;
+        self.schedule(token, at, TIMER_STEP);
+    }
+
+    /// Dispatches one readiness event of a connection.
+    pub(super) fn on_event(&mut self, token: usize, readable: bool, writable: bool, error: bool) {
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
+        if c.state == State::Connecting {
+            if writable || error || readable {
+                self.finish_connect(token);
+            }
+            return;
+        }
+        if writable && c.tx.is_some() {
+            self.flush_tx(token);
+        }
+        if readable || error {
+            self.on_readable(token);
+        }
+    }
+
+    /// The TCP connect finished (or failed): send the upgrade request.
+    fn finish_connect(&mut self, token: usize) {
+        let c = &mut self.conns[token];
+        let Some(sock) = c.sock.as_ref() else { return };
+        match sock.take_error() {
+            Ok(None) => {}
+            Ok(Some(e)) | Err(e) => {
+                self.drop_conn(token, Cause::Error(classify(&e)));
+                return;
+            }
+        }
+        match sock.peer_addr() {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotConnected => return,
+            Err(e) => {
+                self.drop_conn(token, Cause::Error(classify(&e)));
+                return;
+            }
+        }
+        c.state = State::Handshaking;
+        let user = c.user;
+        let nonce = self.nonce(user);
+        let programs = Rc::clone(&self.programs);
+        let path = self.connect_path(&programs, token);
+        self.wbuf.clear();
+        write_client_request(&mut self.wbuf, &self.host, path, nonce);
+        self.write_wbuf(token);
+    }
+
+    /// The path of the connect op the connection is in (no allocation: the
+    /// programs are shared behind an `Rc` the caller holds).
+    fn connect_path<'p>(&self, programs: &'p [Program], token: usize) -> &'p str {
+        let c = &self.conns[token];
+        match programs[c.role as usize]
+            .ops
+            .get((c.pc as usize).wrapping_sub(1))
+        {
+            Some(Op::Connect { path, .. }) => path,
+            _ => "/socket/websocket",
+        }
+    }
+
+    /// The handshake nonce for a user: derived, so nothing is stored.
+    fn nonce(&self, user: u32) -> [u8; 16] {
+        let a = (user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.seed;
+        let mut n = [0u8; 16];
+        n[..8].copy_from_slice(&a.to_le_bytes());
+        n[8..].copy_from_slice(&a.rotate_left(29).to_le_bytes());
+        n
+    }
+
+    /// A masking key for a client frame.
+    pub(super) fn mask(&mut self) -> [u8; 4] {
+        // xorshift64: masks need not be secret here, only present.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng as u32).to_le_bytes()
+    }
+
+    /// Reads until the socket is drained, handling whole frames as they come.
+    fn on_readable(&mut self, token: usize) {
+        let mut buf = std::mem::take(&mut self.rbuf);
+        while let Some(c) = self.conns.get_mut(token) {
+            let Some(sock) = c.sock.as_mut() else { break };
+            let mut len = 0;
+            if let Some(rx) = c.rx.take() {
+                len = rx.len();
+                buf[..len].copy_from_slice(&rx);
+            }
+            if len == buf.len() {
+                self.drop_conn(token, Cause::Error(ErrKind::Other));
+                break;
+            }
+            match sock.read(&mut buf[len..]) {
+                Ok(0) => {
+                    self.drop_conn(token, Cause::Error(ErrKind::Closed));
+                    break;
+                }
+                Ok(n) => {
+                    let end = len + n;
+                    let used = self.process(token, &mut buf[..end]);
+                    if used < end {
+                        if let Some(c) = self.conns.get_mut(token) {
+                            c.rx = Some(Box::new(buf[used..end].to_vec()));
+                        }
+                    }
+                    // A short read drained the socket: epoll (edge-triggered)
+                    // reports the next arrival, so skip the read that would
+                    // only say EAGAIN (one syscall less per broadcast receipt).
+                    if end < buf.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if len > 0 {
+                        c.rx = Some(Box::new(buf[..len].to_vec()));
+                    }
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {
+                    if len > 0 {
+                        c.rx = Some(Box::new(buf[..len].to_vec()));
+                    }
+                }
+                Err(e) => {
+                    self.drop_conn(token, Cause::Error(classify(&e)));
+                    break;
+                }
+            }
+        }
+        self.rbuf = buf;
+    }
+
+    /// Handles what was read; returns how many bytes were used.
+    fn process(&mut self, token: usize, data: &mut [u8]) -> usize {
+        let mut pos = 0;
+        if self.conns[token].state == State::Handshaking {
+            let user = self.conns[token].user;
+            let programs = Rc::clone(&self.programs);
+            let path = self.connect_path(&programs, token);
+            self.tbuf.clear();
+            let nonce = self.nonce(user);
+            let expect = write_client_request(&mut self.tbuf, &self.host, path, nonce);
+            match parse_client_response(data, &expect) {
+                Ok(None) => {
+                    if data.len() > 16 * 1024 {
+                        self.drop_conn(token, Cause::Error(ErrKind::Handshake));
+                        return data.len();
+                    }
+                    return 0;
+                }
+                Ok(Some(n)) => {
+                    pos = n;
+                    self.on_open(token);
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        user,
+                        "handshake failed: {e}: {:?}",
+                        String::from_utf8_lossy(&data[..data.len().min(200)])
+                    );
+                    self.drop_conn(token, Cause::Error(ErrKind::Handshake));
+                    return data.len();
+                }
+            }
+        }
+        while pos < data.len() {
+            match decode_frame(&mut data[pos..], Role::Client, READ_BUF as u64) {
+                Ok(None) => break,
+                Ok(Some(f)) => {
+                    let range = pos + f.payload.start..pos + f.payload.end;
+                    pos += f.consumed;
+                    self.on_frame(token, f.opcode, f.fin, &data[range]);
+                    if !self.conns.contains(token) {
+                        return data.len();
+                    }
+                }
+                Err(_) => {
+                    self.drop_conn(token, Cause::Error(ErrKind::Other));
+                    return data.len();
+                }
+            }
+        }
+        // Ops that were waiting on the open run after the frames that came with it.
+        if self.conns.get(token).map(|c| c.state) == Some(State::Running) {
+            self.advance(token);
+        }
+        pos
+    }
+
+    /// The upgrade succeeded: time the connect, start the heartbeats.
+    fn on_open(&mut self, token: usize) {
+        let now_us = self.now_us();
+        let now_ms = self.now_ms();
+        let hb = self.heartbeat_ms;
+        let c = &mut self.conns[token];
+        let us = now_us.saturating_sub(c.mark_us).max(1);
+        c.state = State::Running;
+        self.hists.connect.saturating_record(us);
+        self.counters.connected += 1;
+        Slots::bump(&mut self.slots.connects, self.arrivals.started_at);
+        if hb > 0 {
+            let at = now_ms.wrapping_add(hb);
+            c.hb_ms = at;
+            self.schedule(token, at, TIMER_HEARTBEAT);
+        }
+    }
+
+    /// One frame: pings answered, a close ends the session, messages go on.
+    fn on_frame(&mut self, token: usize, opcode: Opcode, fin: bool, payload: &[u8]) {
+        match opcode {
+            Opcode::Ping => {
+                self.wbuf.clear();
+                let m = self.mask();
+                encode_frame(&mut self.wbuf, Opcode::Pong, payload, Some(m));
+                self.write_wbuf(token);
+            }
+            Opcode::Pong | Opcode::Continuation => {}
+            Opcode::Close => self.drop_conn(token, Cause::Error(ErrKind::Closed)),
+            Opcode::Text | Opcode::Binary => {
+                self.counters.msgs_in += 1;
+                if fin {
+                    self.on_message(token, opcode, payload);
+                }
+            }
+        }
+    }
+
+    /// Frames `tbuf` as a masked frame of `opcode` (text or binary) and writes it.
+    pub(super) fn send_frame(&mut self, token: usize, opcode: Opcode) {
+        let m = self.mask();
+        self.wbuf.clear();
+        encode_frame(&mut self.wbuf, opcode, &self.tbuf, Some(m));
+        self.counters.msgs_out += 1;
+        if opcode == Opcode::Binary {
+            self.counters.msgs_out_binary += 1;
+        }
+        self.write_wbuf(token);
+    }
+
+    /// Writes `wbuf` to the connection, keeping what the socket won't take.
+    fn write_wbuf(&mut self, token: usize) {
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
+        if let Some(tx) = c.tx.as_mut() {
+            tx.extend_from_slice(&self.wbuf);
+            return;
+        }
+        let Some(sock) = c.sock.as_mut() else { return };
+        let mut written = 0;
+        while written < self.wbuf.len() {
+            match sock.write(&self.wbuf[written..]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    self.drop_conn(token, Cause::Error(classify(&e)));
+                    return;
+                }
+            }
+        }
+        if written < self.wbuf.len() {
+            c.tx = Some(Box::new(self.wbuf[written..].to_vec()));
+        }
+    }
+
+    /// Writes what the socket would not take before, now that it is writable.
+    fn flush_tx(&mut self, token: usize) {
+        let Some(c) = self.conns.get_mut(token) else {
+            return;
+        };
+        let (Some(sock), Some(tx)) = (c.sock.as_mut(), c.tx.as_mut()) else {
+            return;
+        };
+        let mut written = 0;
+        let result = loop {
+            if written == tx.len() {
+                break Ok(());
+            }
+            match sock.write(&tx[written..]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        tx.drain(..written);
+        if tx.is_empty() {
+            c.tx = None;
+        }
+        if let Err(e) = result {
+            self.drop_conn(token, Cause::Error(classify(&e)));
+        }
+    }
+}

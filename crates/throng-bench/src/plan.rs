@@ -1,0 +1,29 @@
+//! An agent's orders: which share of which scenario it runs, against what.
+//!
+//! The controller writes one per agent and sends it over the wire; the
+//! agent hands it, capped by its own open-files limit, to its engine.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::Scenario;
+
+/// What one agent runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Plan {
+    /// This agent's index among `agents`: it starts global users
+    /// `index, index + agents, ...` (see [`crate::engine`]).
+    pub index: u32,
+    pub agents: u32,
+    pub scenario: Scenario,
+    /// The server's address.
+    pub target: SocketAddr,
+    /// The Host header of the upgrade requests.
+    pub host: String,
+    /// Bind each socket to one of this agent's loopback source addresses
+    /// (127.0.0.2, ...), so no one address runs out of ports.
+    pub bind_sources: bool,
+    /// Most connections this agent may hold (an open-files limit less a margin).
+    pub capacity: u64,
+}

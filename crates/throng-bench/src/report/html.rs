@@ -1,0 +1,112 @@
+//! The HTML report: one self-contained page. The run's JSON (a
+//! [`Report`](super::Report)) is inlined and a small script draws SVG
+//! charts from it (no CDN, no external file). The live dashboard serves the
+//! same page with `live` set, and the script polls `/data.json` for
+//! [`Live`](super::Live) snapshots, then the report.
+
+const PAGE: &str = r##"<!doctype html>
+<html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>throng bench</title>
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fafafa}
+h1{font-size:20px;margin:0 0 4px} .sub{color:#666;margin-bottom:16px}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:16px}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:12px}
+.card h2{font-size:14px;margin:0 0 8px}
+table{border-collapse:collapse;width:100%} td{padding:2px 6px;border-bottom:1px solid #eee} td:first-child{color:#555}
+svg text{font-size:11px;fill:#555} .legend span{margin-right:12px}
+</style></head><body>
+<h1>throng bench</h1><div class="sub" id="sub"></div>
+<div class="grid">
+<div class="card"><h2>Summary</h2><table id="summary"></table></div>
+<div class="card"><h2>Users and connected</h2><div id="c_users"></div></div>
+<div class="card"><h2>New connections and joins per second</h2><div id="c_rate"></div></div>
+<div class="card"><h2>Messages per second (clients)</h2><div id="c_msgs"></div></div>
+<div class="card"><h2>CPU (% of one core)</h2><div id="c_cpu"></div></div>
+<div class="card"><h2>Memory (MiB)</h2><div id="c_mem"></div></div>
+<div class="card"><h2>Latency percentiles (ms)</h2><div id="c_lat"></div></div>
+</div>
+<script>
+const LIVE = /*LIVE*/false;
+let DATA = /*DATA*/null;
+const COLORS = ["#1f77b4","#d62728","#2ca02c","#ff7f0e","#9467bd","#8c564b"];
+function tick(v){ const a=Math.abs(v); if(a>=1e6) return (+(v/1e6).toFixed(2))+"M"; if(a>=1e4) return (+(v/1e3).toFixed(1))+"k"; return fmt(v); }
+function fmt(v){ if(v===null||v===undefined) return "-"; if(typeof v==="number") return Math.abs(v)>=100?Math.round(v).toLocaleString():(+v.toFixed(2)).toString(); return String(v); }
+function chart(el, series, xlabel, logx){
+  const W=440,H=220,L=50,B=28,T=8,R=10;
+  let xs=[],ys=[];
+  series.forEach(s=>s.points.forEach(p=>{ if(p[1]!==null&&p[1]!==undefined){xs.push(p[0]);ys.push(p[1]);} }));
+  if(!xs.length){ document.getElementById(el).innerHTML="<i>no data yet</i>"; return; }
+  const tx = logx ? (x=>-Math.log10(Math.max(1e-4,100-x)/100)) : (x=>x);
+  let x0=Math.min(...xs.map(tx)),x1=Math.max(...xs.map(tx)),y1=Math.max(...ys)*1.1||1;
+  if(x1===x0)x1=x0+1;
+  const X=x=>L+(tx(x)-x0)/(x1-x0)*(W-L-R), Y=y=>H-B-(y/y1)*(H-B-T);
+  let g=`<svg width="${W}" height="${H}">`;
+  for(let i=0;i<=4;i++){const y=y1*i/4;g+=`<line x1="${L}" x2="${W-R}" y1="${Y(y)}" y2="${Y(y)}" stroke="#eee"/><text x="${L-4}" y="${Y(y)+4}" text-anchor="end">${tick(y)}</text>`;}
+  if(logx){[0,50,90,99,99.9,99.99].forEach(q=>{if(tx(q)<=x1)g+=`<text x="${X(q)}" y="${H-B+14}" text-anchor="middle">p${q}</text>`;});}
+  else{for(let i=0;i<=4;i++){const x=x0+(x1-x0)*i/4;g+=`<text x="${L+(x-x0)/(x1-x0)*(W-L-R)}" y="${H-B+14}" text-anchor="middle">${fmt(x)}</text>`;}}
+  g+=`<text x="${W-R}" y="${H-2}" text-anchor="end">${xlabel}</text>`;
+  series.forEach((s,i)=>{const pts=s.points.filter(p=>p[1]!==null&&p[1]!==undefined).map(p=>X(p[0]).toFixed(1)+","+Y(p[1]).toFixed(1)).join(" ");
+    g+=`<polyline fill="none" stroke="${COLORS[i%COLORS.length]}" stroke-width="2" points="${pts}"/>`;});
+  g+="</svg><div class='legend'>"+series.map((s,i)=>`<span style="color:${COLORS[i%COLORS.length]}">&#9632; ${s.name}</span>`).join("")+"</div>";
+  document.getElementById(el).innerHTML=g;
+}
+function render(d){
+  if(!d) return;
+  const tl=d.timeline||[];
+  const col=k=>tl.map(s=>[s.t,s[k]]);
+  document.getElementById("sub").textContent=(d.scenario&&d.scenario.description||d.scenario||"")+" — "+(d.status||"");
+  chart("c_users",[{name:"users",points:col("users")},{name:"connected",points:col("connected")},{name:"joined",points:col("joined")}],"s");
+  const slots=(d.arrival&&d.arrival.joins_per_100ms)||[];
+  chart("c_rate",[{name:"conn/s (per sample)",points:col("conn_per_sec")},{name:"joins/s (100 ms slots)",points:slots.map((v,i)=>[i*0.1,v*10])}],"s");
+  chart("c_msgs",[{name:"out/s",points:col("msgs_out_per_sec")},{name:"in/s",points:col("msgs_in_per_sec")}],"s");
+  chart("c_cpu",[{name:"server",points:col("server_cpu_pct")},{name:"agents",points:col("agents_cpu_pct")}],"s");
+  chart("c_mem",[{name:"server RSS",points:col("server_rss_mb")},{name:"agents RSS",points:col("agents_rss_mb")}],"s");
+  const p=d.percentiles||{};
+  chart("c_lat",["connect","join","broadcast"].filter(k=>p[k]&&p[k].length).map(k=>({name:k,points:p[k]})),"percentile",true);
+  const rows=[];
+  const add=(k,v)=>rows.push(`<tr><td>${k}</td><td>${v}</td></tr>`);
+  if(d.connections){add("connections target",fmt(d.connections.target));if(d.connections.connected!==undefined){add("connected / joined",fmt(d.connections.connected)+" / "+fmt(d.connections.joined));}}
+  if(d.counters){const c=d.counters;add("started / open / joined",fmt(c.started)+" / "+fmt(c.open)+" / "+fmt(c.joined));add("broadcast receipts",fmt(c.bcast_recv));}
+  if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));}
+  if(d.join&&d.join.count){add("join p50 / p99 ms",fmt(d.join.p50_ms)+" / "+fmt(d.join.p99_ms));}
+  if(d.broadcast&&d.broadcast.receivers){const b=d.broadcast;add("broadcast p50 / p99 / max ms",fmt(b.p50_ms)+" / "+fmt(b.p99_ms)+" / "+fmt(b.max_ms));add("time to last receiver ms",fmt(b.last_ms));}
+  if(d.errors){add("errors",fmt(d.errors.total)+" "+JSON.stringify(Object.fromEntries(Object.entries(d.errors.by_kind||{}).filter(e=>e[1]>0))));}
+  if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}
+  if(d.agent){add("agent bytes / connection",fmt(d.agent.bytes_per_conn));}
+  if(d.storm){add("disconnect storm: s to 0 / server CPU s",fmt(d.storm.secs_to_zero)+" / "+fmt(d.storm.server_cpu_secs));}
+  if(d.bottleneck){add("bottleneck (ramp-up)",d.bottleneck);}
+  if(d.broadcast_bottleneck){add("bottleneck (broadcasts)",d.broadcast_bottleneck);}
+  document.getElementById("summary").innerHTML=rows.join("");
+}
+render(DATA);
+if(LIVE){ setInterval(()=>fetch("/data.json").then(r=>r.json()).then(d=>{DATA=d;render(d);}).catch(()=>{}),1000); }
+</script></body></html>
+"##;
+
+/// The HTML page: the report (`live = false`, `json` inlined) or the live
+/// dashboard (`json` is its first snapshot).
+pub fn page(json: &str, live: bool) -> String {
+    // `</` cannot end the script early once escaped.
+    let json = json.replace("</", "<\\/");
+    PAGE.replace("/*LIVE*/false", if live { "true" } else { "false" })
+        .replace("/*DATA*/null", &json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_is_self_contained() {
+        let d =
+            r#"{"scenario": {"description": "x</script>"}, "timeline": [{"t": 1.0, "users": 5}]}"#;
+        let report = page(d, false);
+        assert!(
+            !report.contains("http://") && !report.contains("https://"),
+            "no external resources"
+        );
+        assert!(report.contains("x<\\/script>"));
+        assert!(report.contains("const LIVE = false"));
+        assert!(page(d, true).contains("const LIVE = true"));
+    }
+}

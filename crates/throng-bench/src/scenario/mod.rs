@@ -1,0 +1,529 @@
+//! Scenarios: who arrives when (phases), what each user does (a session of
+//! steps, per role), and the program an agent runs for it.
+//!
+//! A scenario is TOML (see `scenarios/README.md`), a Tsung XML file
+//! imported by [`crate::tsung`], or the built-in [`chat`]. All become a
+//! [`Scenario`], which travels to the agents as JSON; each agent compiles
+//! every role's session into a flat [`Program`] of [`Op`]s so that a
+//! connection's whole progress is one program counter and two loop counters.
+//!
+//! Layout: this module holds the scenario as written (phases, roles,
+//! steps) and its scaling; `template` the messages with their
+//! substitutions and the broadcast stamp; `program` the compiled session.
+
+mod program;
+mod template;
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use throng_protocol::Vsn;
+
+pub use self::program::{Op, Program, SendKind};
+pub use self::template::{find_stamp, Seg, Template, Vars, STAMP_PREFIX};
+use crate::error::BenchError;
+
+/// The load: arrival phases, and what the users do.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Shown in reports.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// The serializer every connection negotiates (`"v1"` JSON objects,
+    /// `"v2"` arrays; v2 by default).
+    #[serde(default = "default_vsn", with = "vsn_name")]
+    pub serializer: Vsn,
+    /// Seconds between heartbeats on each open connection (Phoenix clients
+    /// send one every 30 s); 0 sends none.
+    #[serde(default)]
+    pub heartbeat: f64,
+    /// Seconds a TCP connect plus WebSocket handshake may take.
+    #[serde(default = "default_timeout")]
+    pub connect_timeout: f64,
+    /// Seconds a reply may take before it counts as a timeout.
+    #[serde(default = "default_timeout")]
+    pub reply_timeout: f64,
+    /// Arrival phases, run one after the other.
+    pub phases: Vec<Phase>,
+    /// Roles; each user takes one (see [`Scenario::role_of`]).
+    pub roles: Vec<Role>,
+}
+
+fn default_name() -> String {
+    "scenario".into()
+}
+
+fn default_timeout() -> f64 {
+    10.0
+}
+
+fn default_vsn() -> Vsn {
+    Vsn::V2
+}
+
+/// A [`Vsn`] as scenarios and reports write it: `"v1"` or `"v2"`.
+pub mod vsn_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use throng_protocol::Vsn;
+
+    /// The name of a serializer.
+    pub fn of(vsn: Vsn) -> &'static str {
+        match vsn {
+            Vsn::V1 => "v1",
+            Vsn::V2 => "v2",
+        }
+    }
+
+    pub fn serialize<S: Serializer>(vsn: &Vsn, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(of(*vsn))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vsn, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "v1" => Ok(Vsn::V1),
+            "v2" => Ok(Vsn::V2),
+            other => Err(serde::de::Error::unknown_variant(other, &["v1", "v2"])),
+        }
+    }
+}
+
+/// Users arrive at `arrival_rate` per second for `duration` seconds, at most
+/// `max_users` of them (Tsung's `<arrivalphase>` with `<users maxnumber arrivalrate>`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    pub duration: f64,
+    pub arrival_rate: f64,
+    #[serde(default)]
+    pub max_users: Option<u64>,
+}
+
+impl Phase {
+    /// `users` arriving at `rate` per second: the phase lasts as long as
+    /// that takes.
+    pub fn at_rate(users: u64, rate: f64) -> Phase {
+        Phase {
+            duration: (users as f64 / rate).max(0.001),
+            arrival_rate: rate,
+            max_users: Some(users),
+        }
+    }
+
+    /// How many users this phase starts in all.
+    pub fn users(&self) -> u64 {
+        let by_rate = (self.duration * self.arrival_rate).ceil().max(0.0) as u64;
+        match self.max_users {
+            Some(m) => m.min(by_rate),
+            None => by_rate,
+        }
+    }
+}
+
+/// A kind of user: the first `count` users take the first role with a count
+/// and so on; the rest are shared among roles without a count by `weight`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Role {
+    pub name: String,
+    #[serde(default)]
+    pub count: Option<u64>,
+    #[serde(default)]
+    pub weight: Option<f64>,
+    pub session: Vec<Step>,
+}
+
+/// One step of a session. In TOML: `"barrier"`, `"hold"`, `"disconnect"`, or
+/// a one-key table such as `{ think = 30 }`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Open the WebSocket at this path (with query).
+    Connect(String),
+    /// Join a topic and wait for the reply (its latency is the join latency).
+    Join {
+        topic: String,
+        #[serde(default = "empty_object")]
+        payload: String,
+    },
+    /// Push an event; with `wait`, wait for its reply.
+    Push {
+        topic: String,
+        event: String,
+        #[serde(default = "empty_object")]
+        payload: String,
+        #[serde(default)]
+        wait: bool,
+    },
+    /// Send a text frame as it is (after substitutions). A `phx_join` in it
+    /// with a numeric ref is tracked for its reply.
+    Send(String),
+    /// The same in a binary frame: what Tsung's `<websocket type="message">`
+    /// sends unless it says `frame="text"`.
+    SendBinary(String),
+    /// Sleep this many seconds.
+    Think(f64),
+    /// Repeat the steps `times` times (at most two loops deep).
+    Loop { times: u32, steps: Vec<Step> },
+    /// `count` timestamped broadcasts, `interval` seconds apart: every
+    /// subscriber that receives one measures its latency.
+    Publish {
+        topic: String,
+        #[serde(default = "new_msg")]
+        event: String,
+        count: u32,
+        #[serde(default)]
+        interval: f64,
+        #[serde(default = "stamp_payload")]
+        payload: String,
+    },
+    /// Leave a topic and wait for the reply.
+    Leave(String),
+    /// Wait until the ramp-up is over (every user of the run has arrived and
+    /// settled), so that broadcasts reach the full audience.
+    Barrier,
+    /// Stay connected until the end of the run (then the disconnect storm).
+    Hold,
+    /// Close the connection (so does the end of the session).
+    Disconnect,
+}
+
+fn empty_object() -> String {
+    "{}".into()
+}
+
+fn new_msg() -> String {
+    "new:msg".into()
+}
+
+fn stamp_payload() -> String {
+    r#"{"user":"%%user_id%%","body":"%%stamp%%"}"#.into()
+}
+
+impl Scenario {
+    /// Parses and checks a TOML scenario.
+    pub fn from_toml(text: &str) -> Result<Scenario, BenchError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| BenchError::Scenario(e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Checks what serde cannot: non-empty phases and roles, sessions that
+    /// compile (loops, templates).
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.phases.is_empty() {
+            return Err(BenchError::Scenario("no [[phases]]".into()));
+        }
+        for p in &self.phases {
+            if p.duration.is_nan()
+                || p.duration <= 0.0
+                || p.arrival_rate.is_nan()
+                || p.arrival_rate <= 0.0
+            {
+                return Err(BenchError::Scenario(
+                    "a phase needs duration > 0 and arrival_rate > 0".into(),
+                ));
+            }
+        }
+        if self.roles.is_empty() {
+            return Err(BenchError::Scenario("no [[roles]]".into()));
+        }
+        if self.roles.len() > 255 {
+            return Err(BenchError::Scenario("at most 255 roles".into()));
+        }
+        for r in &self.roles {
+            Program::compile(self, r)?;
+        }
+        Ok(())
+    }
+
+    /// How many users the phases start in all.
+    pub fn total_users(&self) -> u64 {
+        self.phases.iter().map(Phase::users).sum()
+    }
+
+    /// Sets the total number of users: the phases' caps are scaled so they add
+    /// up to `n` (and each lasts long enough at its rate to start them).
+    pub fn set_max_users(&mut self, n: u64) {
+        let total: u64 = self.phases.iter().map(Phase::users).sum::<u64>().max(1);
+        let mut left = n;
+        let count = self.phases.len();
+        for (i, p) in self.phases.iter_mut().enumerate() {
+            let share = if i + 1 == count {
+                left
+            } else {
+                ((p.users() as u128 * n as u128) / total as u128) as u64
+            }
+            .min(left);
+            left -= share;
+            p.max_users = Some(share);
+            let needed = share as f64 / p.arrival_rate;
+            if p.duration < needed {
+                p.duration = needed;
+            }
+        }
+    }
+
+    /// Sets every phase's arrival rate.
+    pub fn set_arrival_rate(&mut self, rate: f64) {
+        for p in &mut self.phases {
+            p.arrival_rate = rate;
+        }
+    }
+
+    /// Sets the total ramp-up duration, split over phases in proportion.
+    pub fn set_duration(&mut self, secs: f64) {
+        let total: f64 = self.phases.iter().map(|p| p.duration).sum();
+        for p in &mut self.phases {
+            p.duration = secs * p.duration / total;
+        }
+    }
+
+    /// Seconds the phases take, at most.
+    pub fn ramp_secs(&self) -> f64 {
+        self.phases.iter().map(|p| p.duration).sum()
+    }
+
+    /// The role of the user with 0-based global index `index`.
+    pub fn role_of(&self, index: u64) -> u8 {
+        let mut offset = 0;
+        for (i, r) in self.roles.iter().enumerate() {
+            if let Some(c) = r.count {
+                if index < offset + c {
+                    return i as u8;
+                }
+                offset += c;
+            }
+        }
+        let weighted: Vec<(usize, f64)> = self
+            .roles
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.count.is_none())
+            .map(|(i, r)| (i, r.weight.unwrap_or(1.0).max(0.0)))
+            .collect();
+        let sum: f64 = weighted.iter().map(|w| w.1).sum();
+        if weighted.is_empty() || sum <= 0.0 {
+            // Every role has a count and they are used up: the last role repeats.
+            return (self.roles.len() - 1) as u8;
+        }
+        // A deterministic spread (Fibonacci hashing) so every agent agrees.
+        let x = (index.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
+        let mut acc = 0.0;
+        for (i, w) in &weighted {
+            acc += w / sum;
+            if x < acc {
+                return *i as u8;
+            }
+        }
+        weighted[weighted.len() - 1].0 as u8
+    }
+
+    /// Expected broadcasts each publishing user sends (for reports).
+    pub fn publishes_per_user(&self, role: usize) -> u64 {
+        fn walk(steps: &[Step], mult: u64) -> u64 {
+            steps
+                .iter()
+                .map(|s| match s {
+                    Step::Publish { count, .. } => mult * *count as u64,
+                    Step::Loop { times, steps } => walk(steps, mult * *times as u64),
+                    _ => 0,
+                })
+                .sum()
+        }
+        walk(&self.roles[role].session, 1)
+    }
+
+    /// Broadcasts the whole run sends (each role's publishes times its users).
+    pub fn expected_broadcasts(&self) -> u64 {
+        let total = self.total_users();
+        let mut n = 0;
+        for (i, _) in self.roles.iter().enumerate() {
+            let per = self.publishes_per_user(i);
+            if per == 0 {
+                continue;
+            }
+            let users = (0..total)
+                .filter(|u| self.role_of(*u) as usize == i)
+                .count() as u64;
+            n += users * per;
+        }
+        n
+    }
+
+    /// Whether any session sends heartbeats (for the server's idle timeout).
+    pub fn sends_heartbeats(&self) -> bool {
+        self.heartbeat > 0.0
+    }
+}
+
+/// The built-in chat scenario behind `throng bench --connections N --broadcasts B`:
+/// the users of `phase` join `rooms:lobby`; after the ramp-up, `publishers`
+/// of them each send `broadcasts` timestamped `new:msg`s; everyone holds
+/// until the storm.
+pub fn chat(
+    phase: Phase,
+    publishers: u64,
+    broadcasts: u32,
+    interval: f64,
+    serializer: Vsn,
+) -> Scenario {
+    let join = Step::Join {
+        topic: "rooms:lobby".into(),
+        payload: r#"{"user":"%%user_id%%"}"#.into(),
+    };
+    let connect = Step::Connect("/socket/websocket".into());
+    let mut roles = Vec::new();
+    let publishers = publishers.min(phase.users());
+    if broadcasts > 0 && publishers > 0 {
+        roles.push(Role {
+            name: "publisher".into(),
+            count: Some(publishers),
+            weight: None,
+            session: vec![
+                connect.clone(),
+                join.clone(),
+                Step::Barrier,
+                Step::Publish {
+                    topic: "rooms:lobby".into(),
+                    event: new_msg(),
+                    count: broadcasts,
+                    interval,
+                    payload: stamp_payload(),
+                },
+                Step::Hold,
+            ],
+        });
+    }
+    roles.push(Role {
+        name: "listener".into(),
+        count: None,
+        weight: None,
+        session: vec![connect, join, Step::Barrier, Step::Hold],
+    });
+    Scenario {
+        name: "chat".into(),
+        serializer,
+        heartbeat: 30.0,
+        connect_timeout: default_timeout(),
+        reply_timeout: default_timeout(),
+        phases: vec![phase],
+        roles,
+    }
+}
+
+/// Makes every publisher wait `secs` before its first broadcast (the
+/// built-in scenario's `--broadcast-after`: hold everyone, then broadcast).
+pub fn delay_publish(sc: &mut Scenario, secs: f64) {
+    if secs <= 0.0 {
+        return;
+    }
+    for role in &mut sc.roles {
+        if let Some(i) = role
+            .session
+            .iter()
+            .position(|s| matches!(s, Step::Publish { .. }))
+        {
+            role.session.insert(i, Step::Think(secs));
+        }
+    }
+}
+
+/// A one-line description of a scenario's load, for the terminal.
+pub fn describe(sc: &Scenario) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "{} ({:?}", sc.name, sc.serializer);
+    for (i, p) in sc.phases.iter().enumerate() {
+        let _ = write!(
+            s,
+            ", phase {}: {} users at {}/s over {:.1}s",
+            i + 1,
+            p.users(),
+            p.arrival_rate,
+            p.duration
+        );
+    }
+    s.push(')');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHAT: &str = include_str!("../../../../scenarios/chat.toml");
+
+    #[test]
+    fn parses_the_example_chat_scenario() {
+        let sc = Scenario::from_toml(CHAT).unwrap();
+        assert_eq!(sc.name, "chat");
+        assert_eq!(sc.serializer, Vsn::V2);
+        assert_eq!(sc.heartbeat, 30.0);
+        assert_eq!(sc.total_users(), 10_000);
+        assert_eq!(sc.roles.len(), 2);
+        assert_eq!(sc.role_of(0), 0);
+        assert_eq!(sc.role_of(9), 0);
+        assert_eq!(sc.role_of(10), 1);
+        assert_eq!(sc.expected_broadcasts(), 10 * 5);
+        let p = Program::compile(&sc, &sc.roles[1]).unwrap();
+        assert_eq!(
+            p.ops[0],
+            Op::Connect {
+                path: "/socket/websocket?vsn=2.0.0".into(),
+                vsn: Vsn::V2
+            }
+        );
+    }
+
+    #[test]
+    fn delay_publish_waits_before_the_first_broadcast() {
+        let mut delayed = chat(Phase::at_rate(10, 100.0), 1, 2, 0.0, Vsn::V2);
+        delay_publish(&mut delayed, 120.0);
+        let publisher = &delayed.roles[0].session;
+        let at = publisher
+            .iter()
+            .position(|s| matches!(s, Step::Publish { .. }))
+            .unwrap();
+        assert_eq!(publisher[at - 1], Step::Think(120.0));
+        assert_eq!(publisher[at - 2], Step::Barrier);
+        assert!(!delayed.roles[1].session.contains(&Step::Think(120.0)));
+    }
+
+    #[test]
+    fn rejects_bad_scenarios() {
+        assert!(Scenario::from_toml("[[roles]]\nname='x'\nsession=[]").is_err());
+        let no_connect =
+            "[[phases]]\nduration=1\narrival_rate=1\n[[roles]]\nname='x'\nsession=[{think=1}]";
+        assert!(Scenario::from_toml(no_connect).is_err());
+        let bad_json = "[[phases]]\nduration=1\narrival_rate=1\n[[roles]]\nname='x'\nsession=[{connect='/'},{join={topic='t',payload='{nope'}}]";
+        assert!(Scenario::from_toml(bad_json).is_err());
+        let v1 = "serializer='v1'\n[[phases]]\nduration=1\narrival_rate=1\n[[roles]]\nname='x'\nsession=[{connect='/'}]";
+        assert_eq!(Scenario::from_toml(v1).unwrap().serializer, Vsn::V1);
+        let e = Scenario::from_toml(&v1.replace("v1", "v3"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("v3"), "{e}");
+    }
+
+    #[test]
+    fn scaling_flags() {
+        let mut sc = chat(Phase::at_rate(1000, 100.0), 1, 1, 0.0, Vsn::V2);
+        sc.set_arrival_rate(500.0);
+        sc.set_max_users(2000);
+        assert_eq!(sc.total_users(), 2000);
+        assert!(sc.phases[0].duration >= 4.0);
+        sc.set_duration(2.0);
+        assert_eq!(sc.total_users(), 1000);
+    }
+
+    #[test]
+    fn weighted_roles_split_the_rest() {
+        let mut sc = chat(Phase::at_rate(10, 1.0), 0, 0, 0.0, Vsn::V2);
+        let mut other = sc.roles[0].clone();
+        other.name = "b".into();
+        sc.roles[0].weight = Some(3.0);
+        sc.roles.push(other);
+        let a = (0..10_000).filter(|i| sc.role_of(*i) == 0).count();
+        assert!((7000..8000).contains(&a), "{a}");
+    }
+}

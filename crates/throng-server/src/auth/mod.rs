@@ -1,0 +1,315 @@
+//! Who may connect, join and push: connect authentication (Phoenix.Token or
+//! JWT), the origin check, topic rules, the per-socket push rate, and
+//! revocations.
+//!
+//! Phoenix's `UserSocket.connect/3` verifies a token and returns the socket
+//! or `:error` (a 403 before the upgrade); `Socket.id/1` names the user's
+//! sockets so `Endpoint.broadcast("users_socket:" <> id, "disconnect", %{})`
+//! can close them all. Here the same is configured, not coded:
+//!
+//! - [`Auth::authenticate`] takes what a transport learned before the
+//!   upgrade ([`ConnectInfo`]: the `token` param or the `authToken`) and
+//!   answers the [`User`] or a [`Refusal`]. The WebSocket transport and the
+//!   long-poll transport both call it, so both refuse alike.
+//! - `phoenix_token.rs`: `Phoenix.Token.verify/4`, byte for byte.
+//! - `jwt.rs`: JWTs (HS256 with a secret, RS256/ES256 with a public key),
+//!   through the `jsonwebtoken` crate.
+//! - `origin.rs`: `check_origin`, as `Phoenix.Socket.Transport`.
+//! - `rules.rs`: `[[topics]]` rules: who may join which topic and push
+//!   which events, and the JWT `channels` claim.
+//! - `rate.rs`: the per-socket push budget, 4 bytes in the connection.
+//!
+//! Revocations are kept in memory on every node (a `disconnect` with
+//! `revoke` from the server API reaches every node through the backplane):
+//! tokens of that user signed before the revocation are refused from then
+//! on, for [`REVOCATION_TTL`] or the configured max age if longer. They are
+//! not persisted: a node started later does not know them, so pair them
+//! with token lifetimes you can live with.
+
+mod jwt;
+pub(crate) mod origin;
+mod phoenix_token;
+pub(crate) mod rate;
+pub(crate) mod rules;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+pub use origin::CheckOrigin;
+pub use rate::PushLimit;
+pub use rules::{JoinRule, Policy, TopicRule};
+
+use crate::channel::ConnectInfo;
+use crate::Error;
+
+/// The topic prefix of a user's sockets (Phoenix's `Socket.id/1` convention,
+/// `"users_socket:" <> user_id`). Clients cannot join such topics.
+pub const SOCKET_ID_PREFIX: &str = "users_socket:";
+/// Topics of the nodes' own traffic (requests between nodes); reserved.
+pub const CONTROL_PREFIX: &str = "throng:";
+/// How far in the future a token may say it was signed (clock skew between
+/// the app that signs and this server) before it is refused.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
+/// How long a revocation is kept at least.
+pub const REVOCATION_TTL: Duration = Duration::from_secs(86_400);
+
+/// Whether clients may join or broadcast on `topic` (the socket id and
+/// control topics are the server's own).
+pub fn is_reserved(topic: &str) -> bool {
+    topic.starts_with(SOCKET_ID_PREFIX) || topic.starts_with(CONTROL_PREFIX)
+}
+
+/// How connections are authenticated (`[auth] mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
+pub enum Mode {
+    /// Everyone connects, anonymous (the chat demo).
+    #[default]
+    None,
+    /// `Phoenix.Token.sign(secret_key_base, salt, user_id)` tokens.
+    PhoenixToken,
+    /// JWTs with `sub` = the user id.
+    Jwt,
+}
+
+/// The `[auth]` settings, as configured.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub mode: Mode,
+    /// Phoenix.Token: the endpoint's `secret_key_base`.
+    pub secret_key_base: Option<String>,
+    /// Phoenix.Token: the salt given to `Phoenix.Token.sign/4` [default: "user socket"].
+    pub salt: Option<String>,
+    /// Phoenix.Token: refuse tokens older than this many seconds (the
+    /// `max_age` of `Phoenix.Token.verify/4`); default: the age signed in
+    /// the token (86400 unless the app chose another).
+    pub max_age: Option<u64>,
+    /// JWT: the HS256 secret.
+    pub jwt_secret: Option<String>,
+    /// JWT: a PEM public key (RSA for RS256, EC P-256 for ES256).
+    pub jwt_public_key: Option<String>,
+    /// JWT: a file holding the PEM public key.
+    pub jwt_public_key_file: Option<std::path::PathBuf>,
+    /// JWT: HS256, RS256 or ES256 [default: from the key].
+    pub jwt_algorithm: Option<String>,
+}
+
+/// An authenticated user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub id: String,
+    /// The JWT `channels` claim: topic patterns this user may join.
+    pub channels: Option<Vec<String>>,
+}
+
+/// Why a connect was refused (HTTP 403 before the upgrade).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no token (send the token param or phoenix.js authToken)")]
+    Missing,
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    #[error("token expired")]
+    Expired,
+    #[error("token signed in the future")]
+    SignedInFuture,
+    #[error("token revoked")]
+    Revoked,
+}
+
+/// What a token verifier found.
+#[derive(Debug)]
+struct Verified {
+    user: User,
+    /// When the token was signed (Phoenix.Token's signed_at, JWT `iat`).
+    signed_at_ms: Option<i64>,
+}
+
+enum Verifier {
+    None,
+    PhoenixToken(phoenix_token::PhoenixToken),
+    Jwt(Box<jwt::Jwt>),
+}
+
+/// Connect authentication of one node: the verifier built once from the
+/// settings (the Phoenix.Token key is derived here, not per connect) and
+/// the revocations this node has heard of.
+pub struct Auth {
+    verifier: Verifier,
+    revoked: Mutex<HashMap<String, i64>>,
+    /// `revoked.len()`, read without the lock on every connect.
+    revoked_len: AtomicUsize,
+    revocation_ttl_ms: i64,
+}
+
+impl Auth {
+    /// Builds the verifier for `config`; a missing or unreadable key is an error.
+    pub fn new(config: &AuthConfig) -> Result<Auth, Error> {
+        let verifier = match config.mode {
+            Mode::None => Verifier::None,
+            Mode::PhoenixToken => {
+                let secret = config.secret_key_base.as_deref().ok_or_else(|| {
+                    Error::Config("auth mode phoenix_token needs secret_key_base".into())
+                })?;
+                let salt = config.salt.as_deref().unwrap_or("user socket");
+                Verifier::PhoenixToken(phoenix_token::PhoenixToken::new(
+                    secret.as_bytes(),
+                    salt.as_bytes(),
+                    config.max_age,
+                ))
+            }
+            Mode::Jwt => Verifier::Jwt(Box::new(jwt::Jwt::new(config)?)),
+        };
+        let ttl = REVOCATION_TTL
+            .as_secs()
+            .max(config.max_age.unwrap_or(0))
+            .saturating_mul(1000);
+        Ok(Auth {
+            verifier,
+            revoked: Mutex::new(HashMap::new()),
+            revoked_len: AtomicUsize::new(0),
+            revocation_ttl_ms: ttl.min(i64::MAX as u64) as i64,
+        })
+    }
+
+    /// Whether connects need a token.
+    pub fn required(&self) -> bool {
+        !matches!(self.verifier, Verifier::None)
+    }
+
+    /// Verifies the token a client connected with: the phoenix.js
+    /// `authToken` (subprotocol, or `X-Phoenix-AuthToken` on long-poll) or
+    /// else the `token` socket param. `Ok(None)`: anonymous (mode none).
+    pub fn authenticate(&self, connect: Option<&ConnectInfo>) -> Result<Option<User>, Refusal> {
+        self.authenticate_at(connect, now_ms())
+    }
+
+    fn authenticate_at(
+        &self,
+        connect: Option<&ConnectInfo>,
+        now_ms: i64,
+    ) -> Result<Option<User>, Refusal> {
+        let token = connect.and_then(|c| c.auth_token.as_deref().or_else(|| c.param("token")));
+        let verified = match &self.verifier {
+            Verifier::None => return Ok(None),
+            Verifier::PhoenixToken(v) => v.verify(token.ok_or(Refusal::Missing)?, now_ms)?,
+            Verifier::Jwt(v) => v.verify(token.ok_or(Refusal::Missing)?, now_ms)?,
+        };
+        if self.revoked_len.load(Ordering::Relaxed) > 0 {
+            let revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(&at) = revoked.get(&verified.user.id) {
+                // A token with no signing time cannot be told from the old ones.
+                if verified.signed_at_ms.is_none_or(|t| t <= at) {
+                    return Err(Refusal::Revoked);
+                }
+            }
+        }
+        Ok(Some(verified.user))
+    }
+
+    /// Refuses `user`'s tokens signed up to `at_ms` (Unix ms) from now on.
+    pub fn revoke(&self, user: &str, at_ms: i64) {
+        let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+        let horizon = now_ms() - self.revocation_ttl_ms;
+        revoked.retain(|_, t| *t > horizon);
+        let t = revoked.entry(user.to_string()).or_insert(at_ms);
+        *t = (*t).max(at_ms);
+        self.revoked_len.store(revoked.len(), Ordering::Relaxed);
+    }
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connect(token: &str) -> ConnectInfo {
+        ConnectInfo {
+            params: vec![("token".into(), token.into())],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn none_is_anonymous_and_tokens_are_required_otherwise() {
+        let none = Auth::new(&AuthConfig::default()).unwrap();
+        assert_eq!(none.authenticate(None), Ok(None));
+        assert!(!none.required());
+        let cfg = AuthConfig {
+            mode: Mode::PhoenixToken,
+            secret_key_base: Some("k".repeat(64)),
+            ..Default::default()
+        };
+        let auth = Auth::new(&cfg).unwrap();
+        assert_eq!(auth.authenticate(None), Err(Refusal::Missing));
+        assert!(matches!(
+            auth.authenticate(Some(&connect("nope"))),
+            Err(Refusal::Invalid(_))
+        ));
+        let err = Auth::new(&AuthConfig {
+            mode: Mode::PhoenixToken,
+            ..Default::default()
+        })
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("secret_key_base"), "{err}");
+    }
+
+    #[test]
+    fn revocation_refuses_older_tokens_only() {
+        let secret = "s".repeat(64);
+        let cfg = AuthConfig {
+            mode: Mode::PhoenixToken,
+            secret_key_base: Some(secret.clone()),
+            salt: Some("user socket".into()),
+            ..Default::default()
+        };
+        let auth = Auth::new(&cfg).unwrap();
+        let now = now_ms();
+        let old =
+            phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now - 1000, 86400);
+        let new = phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now + 10, 86400);
+        let other =
+            phoenix_token::tests::sign_binary(&secret, "user socket", b"8", now - 1000, 86400);
+        assert_eq!(
+            auth.authenticate(Some(&connect(&old))).unwrap().unwrap().id,
+            "7"
+        );
+        auth.revoke("7", now);
+        assert_eq!(
+            auth.authenticate(Some(&connect(&old))),
+            Err(Refusal::Revoked)
+        );
+        assert_eq!(
+            auth.authenticate(Some(&connect(&new))).unwrap().unwrap().id,
+            "7"
+        );
+        assert_eq!(
+            auth.authenticate(Some(&connect(&other)))
+                .unwrap()
+                .unwrap()
+                .id,
+            "8"
+        );
+        // The authToken wins over the param.
+        let both = ConnectInfo {
+            params: vec![("token".into(), "garbage".into())],
+            auth_token: Some(other),
+            ..Default::default()
+        };
+        assert_eq!(auth.authenticate(Some(&both)).unwrap().unwrap().id, "8");
+    }
+}

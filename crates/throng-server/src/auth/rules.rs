@@ -1,0 +1,283 @@
+//! Topic rules (`[[topics]]` in the config file): who may join which topic
+//! and push which events, so the common policies need no Rust.
+//!
+//! ```toml
+//! [[topics]]
+//! pattern = "private:{user}"   # only the user whose id is in the topic
+//! join = "users"
+//! push = ["new:msg"]
+//!
+//! [[topics]]
+//! pattern = "rooms:*"          # anyone may join and read
+//! join = "anyone"
+//! push = ["new:msg"]           # authenticated members may push new:msg
+//! anonymous_push = []          # anonymous members may push nothing
+//! ```
+//!
+//! A pattern is a topic where `*` matches any run of characters and
+//! `{user}` matches exactly the socket's user id (so a topic with `{user}`
+//! never matches an anonymous socket). The first rule whose pattern matches
+//! the topic decides; with rules configured, a topic no rule matches cannot
+//! be joined; with none, every topic the app routes can be (as before).
+//! The JWT `channels` claim, when present, must also match the topic.
+//! Refusals are error replies `{"reason":"unauthorized"}`, as Phoenix apps
+//! conventionally answer, and are counted.
+//!
+//! Rules decide before the app's channel runs; the app's own `join` may
+//! still refuse. `throng serve` mounts a relay channel (join, and push =
+//! broadcast the same event to the topic) on every rule's pattern that the
+//! chat app does not route, so a config-only deployment has channels.
+
+use serde::{Deserialize, Serialize};
+
+use crate::channel::Who;
+
+/// Who may join a topic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinRule {
+    /// Anonymous sockets too.
+    #[default]
+    Anyone,
+    /// Authenticated sockets only.
+    Users,
+    /// No client (server broadcasts only... to nobody: a closed topic).
+    Nobody,
+}
+
+/// One `[[topics]]` rule.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicRule {
+    pub pattern: String,
+    #[serde(default)]
+    pub join: JoinRule,
+    /// Events authenticated members may push (`"*"`: any) [default: any].
+    #[serde(default = "any_event")]
+    pub push: Vec<String>,
+    /// Events anonymous members may push [default: as `push`].
+    #[serde(default)]
+    pub anonymous_push: Option<Vec<String>>,
+}
+
+fn any_event() -> Vec<String> {
+    vec!["*".into()]
+}
+
+/// The rules of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub rules: Vec<TopicRule>,
+}
+
+/// The reply to a join or push the rules refuse.
+pub const UNAUTHORIZED: &str = r#"{"reason":"unauthorized"}"#;
+
+impl Policy {
+    pub fn new(rules: Vec<TopicRule>) -> Policy {
+        Policy { rules }
+    }
+
+    fn rule(&self, topic: &str, user: Option<&str>) -> Option<&TopicRule> {
+        self.rules.iter().find(|r| matches(&r.pattern, topic, user))
+    }
+
+    /// Whether this socket may join `topic`.
+    pub fn may_join(&self, topic: &str, who: Who<'_>) -> bool {
+        let user = who.user;
+        if let Some(channels) = who.connect.and_then(|c| c.channels.as_deref()) {
+            if !channels.iter().any(|p| matches(p, topic, user)) {
+                return false;
+            }
+        }
+        if self.rules.is_empty() {
+            return true;
+        }
+        match self.rule(topic, user).map(|r| r.join) {
+            Some(JoinRule::Anyone) => true,
+            Some(JoinRule::Users) => user.is_some(),
+            Some(JoinRule::Nobody) | None => false,
+        }
+    }
+
+    /// Whether this socket, joined on `topic`, may push `event`.
+    pub fn may_push(&self, topic: &str, event: &str, who: Who<'_>) -> bool {
+        if self.rules.is_empty() {
+            return true;
+        }
+        let user = who.user;
+        let Some(rule) = self.rule(topic, user) else {
+            return false;
+        };
+        let events = match (user, &rule.anonymous_push) {
+            (None, Some(anon)) => anon,
+            _ => &rule.push,
+        };
+        events.iter().any(|e| e == "*" || e == event)
+    }
+
+    /// The router patterns (`prefix*` or exact) of the rules' topics.
+    pub fn route_patterns(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.rules {
+            let cut = r.pattern.find(['*', '{']);
+            let p = match cut {
+                Some(i) => format!("{}*", &r.pattern[..i]),
+                None => r.pattern.clone(),
+            };
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+/// Whether `topic` matches `pattern` (`*` any run, `{user}` the user id).
+/// Linear in the topic for each `*` (leftmost match of each literal piece
+/// between stars is enough for `*`-only globs), so a long topic from a
+/// client cannot make it backtrack.
+fn matches(pattern: &str, topic: &str, user: Option<&str>) -> bool {
+    use std::borrow::Cow;
+    fn piece<'p>(p: &'p str, user: Option<&str>) -> Option<Cow<'p, str>> {
+        if p.contains(USER) {
+            user.map(|u| Cow::Owned(p.replace(USER, u)))
+        } else {
+            Some(Cow::Borrowed(p))
+        }
+    }
+    let piece = |p| piece(p, user);
+    let mut pieces = pattern.split('*');
+    let Some(first) = pieces.next().and_then(piece) else {
+        return false;
+    };
+    let Some(mut rest) = topic.strip_prefix(&*first) else {
+        return false;
+    };
+    let mut pieces = pieces.peekable();
+    if pieces.peek().is_none() {
+        return rest.is_empty();
+    }
+    while let Some(p) = pieces.next() {
+        let Some(p) = piece(p) else {
+            return false;
+        };
+        if pieces.peek().is_none() {
+            return rest.ends_with(&*p);
+        }
+        match rest.find(&*p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+const USER: &str = "{user}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channel::ConnectInfo;
+
+    fn w(c: &ConnectInfo) -> Who<'_> {
+        Who {
+            user: c.user_id.as_deref(),
+            connect: Some(c),
+        }
+    }
+
+    fn who(user: Option<&str>, channels: Option<&[&str]>) -> ConnectInfo {
+        ConnectInfo {
+            user_id: user.map(String::from),
+            channels: channels.map(|c| c.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        }
+    }
+
+    fn policy() -> Policy {
+        let text = r#"
+            [[topics]]
+            pattern = "private:{user}"
+            join = "users"
+            push = ["new:msg"]
+            [[topics]]
+            pattern = "rooms:*"
+            push = ["new:msg"]
+            anonymous_push = []
+            [[topics]]
+            pattern = "admin:*"
+            join = "nobody"
+        "#;
+        #[derive(Deserialize)]
+        struct F {
+            topics: Vec<TopicRule>,
+        }
+        Policy::new(toml::from_str::<F>(text).unwrap().topics)
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(matches("rooms:*", "rooms:", None));
+        assert!(matches("rooms:*", "rooms:lobby", None));
+        assert!(!matches("rooms:*", "room:lobby", None));
+        assert!(matches("a:*:b", "a:x:y:b", None));
+        assert!(matches("private:{user}", "private:42", Some("42")));
+        assert!(!matches("private:{user}", "private:421", Some("42")));
+        assert!(!matches("private:{user}", "private:42", Some("4")));
+        assert!(!matches("private:{user}", "private:42", None));
+        assert!(matches("dm:{user}:*", "dm:7:8", Some("7")));
+        assert!(matches("exact", "exact", None));
+        assert!(matches("*", "", None));
+        assert!(matches("a*a", "aa", None));
+        assert!(!matches("a*a", "a", None));
+        // A long topic against many stars is linear, not exponential.
+        let long = "a".repeat(100_000);
+        assert!(!matches("*a*a*a*a*a*a*b", &long, None));
+        assert!(!matches("exact", "exactly", None));
+    }
+
+    #[test]
+    fn private_topic_per_user() {
+        let p = policy();
+        let alice = who(Some("alice"), None);
+        let bob = who(Some("bob"), None);
+        let anon = who(None, None);
+        assert!(p.may_join("private:alice", w(&alice)));
+        assert!(!p.may_join("private:alice", w(&bob)));
+        assert!(!p.may_join("private:alice", w(&anon)));
+        assert!(!p.may_join("private:alice", Who::default()));
+        assert!(p.may_push("private:alice", "new:msg", w(&alice)));
+        assert!(!p.may_push("private:alice", "other", w(&alice)));
+    }
+
+    #[test]
+    fn public_rooms_with_read_only_anonymous_members() {
+        let p = policy();
+        let alice = who(Some("alice"), None);
+        assert!(p.may_join("rooms:lobby", Who::default()));
+        assert!(p.may_join("rooms:lobby", w(&alice)));
+        assert!(p.may_push("rooms:lobby", "new:msg", w(&alice)));
+        assert!(!p.may_push("rooms:lobby", "new:msg", Who::default()));
+        assert!(!p.may_join("admin:x", w(&alice)));
+        assert!(!p.may_join("elsewhere", w(&alice)), "no rule: refused");
+        assert!(Policy::default().may_join("elsewhere", Who::default()));
+        assert!(Policy::default().may_push("elsewhere", "x", Who::default()));
+        assert_eq!(
+            p.route_patterns(),
+            vec!["private:*".to_string(), "rooms:*".into(), "admin:*".into()]
+        );
+    }
+
+    #[test]
+    fn jwt_channels_claim_limits_joins() {
+        let p = Policy::default();
+        let limited = who(Some("u"), Some(&["rooms:lobby", "private:{user}"]));
+        assert!(p.may_join("rooms:lobby", w(&limited)));
+        assert!(p.may_join("private:u", w(&limited)));
+        assert!(!p.may_join("private:v", w(&limited)));
+        assert!(!p.may_join("rooms:other", w(&limited)));
+        let nothing = who(Some("u"), Some(&[]));
+        assert!(!p.may_join("rooms:lobby", w(&nothing)));
+    }
+}

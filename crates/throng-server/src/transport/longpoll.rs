@@ -1,0 +1,491 @@
+//! The long-poll transport on a shard (see `crate::longpoll` for the
+//! protocol and the design): the HTTP side (a request on one of this
+//! shard's connections, forwarded if its session is elsewhere, and the
+//! answer written when it comes back) and the session side (polls, POSTed
+//! messages through the Phoenix socket, messages buffered for polls, the
+//! end-of-turn answers and the once-a-second window and expiry checks).
+//!
+//! A session's Phoenix socket is the same `Mux` a WebSocket runs, through
+//! the same `ShardTransport` (`phoenix.rs`): its registry key has
+//! [`SESSION_BIT`] set, and what the socket sends goes to the session's
+//! buffer instead of a socket.
+
+use std::sync::Arc;
+
+use throng_protocol::serializer::{self, Sender};
+use throng_pubsub::Broadcast;
+
+use super::conn::Ended;
+use super::Conns;
+use crate::http::{LongPoll, LongPollMethod};
+use crate::longpoll::{
+    self, poll_body, status_body, Answer, Ask, End, Item, Parked, ReplyTo, Request, Secret,
+    Session, Token, Waiting, FORWARD_GRACE_MS, SESSION_BIT,
+};
+use crate::metrics::ShardStats;
+use crate::node::Node;
+use crate::socket::Scratch;
+
+impl Conns {
+    /// A request to `/socket/longpoll` on connection `key`.
+    pub fn lp_http(&mut self, node: &Node, scratch: &mut Scratch, key: usize, req: LongPoll) {
+        let keep_alive = req.keep_alive;
+        if req.origin_refused {
+            // Phoenix's long-poll answers a refused origin with status 403.
+            ShardStats::add(&self.stats.origin_refusals, 1);
+            return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
+        }
+        let token = match (req.method, req.token) {
+            (LongPollMethod::Options, _) => {
+                let resp = longpoll::preflight_response(&req.request_headers, keep_alive);
+                return self.lp_write(node, scratch, key, &resp, keep_alive);
+            }
+            (LongPollMethod::Get, None) => return self.lp_new_session(node, scratch, key, req),
+            // Phoenix: a POST without a session is `:gone`.
+            (LongPollMethod::Post, None) => {
+                return self.lp_respond(node, scratch, key, &status_body(410), keep_alive)
+            }
+            (_, Some(t)) => t,
+        };
+        let ask = match req.method {
+            LongPollMethod::Post => Ask::Post {
+                body: req.body,
+                ndjson: req.ndjson,
+            },
+            _ => Ask::Poll,
+        };
+        let reply = ReplyTo {
+            node: self.lp.node_id,
+            shard: self.id as u16,
+            conn: key as u32,
+            req: self.lp.next_req(),
+        };
+        let deadline = self.lp.now_ms + self.lp.window_ms + FORWARD_GRACE_MS;
+        let here = token.node == self.lp.node_id && token.shard as usize == self.id;
+        self.lp.waiting.insert(
+            key,
+            Waiting {
+                req: reply.req,
+                deadline,
+                keep_alive,
+                local: here.then_some(token.key as usize),
+            },
+        );
+        let request = Request { token, ask, reply };
+        if here {
+            self.lp_request(node, scratch, request);
+        } else {
+            ShardStats::add(&self.stats.longpoll_forwarded, 1);
+            if !node.forward_request(request) {
+                self.lp_answer(node, scratch, reply, &status_body(410));
+            }
+        }
+    }
+
+    /// GET without a token: a new session on this shard, answered 410 with
+    /// its token; 403 for an unsupported `vsn` or a refused connect (as
+    /// Phoenix's `new_session` when `connect/3` says no).
+    fn lp_new_session(&mut self, node: &Node, scratch: &mut Scratch, key: usize, req: LongPoll) {
+        let keep_alive = req.keep_alive;
+        let Some(vsn) = req.vsn else {
+            ShardStats::add(&self.stats.longpoll_refused, 1);
+            return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
+        };
+        let mut connect = req.connect;
+        let mut user = None;
+        match node.auth.authenticate(connect.as_ref()) {
+            Ok(None) => {}
+            // As a WebSocket's: the token is not kept, the user is.
+            Ok(Some(found)) => user = Some(super::authenticated(&mut connect, found)),
+            Err(refusal) => {
+                ShardStats::add(&self.stats.auth_refusals, 1);
+                tracing::debug!(key, "long-poll connect refused: {refusal}");
+                return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
+            }
+        }
+        let secret = match Secret::random() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("no random secret for a long-poll session: {e}");
+                return self.lp_respond(node, scratch, key, &status_body(500), keep_alive);
+            }
+        };
+        let entry = self.lp.sessions.vacant_entry();
+        let idx = entry.key();
+        if idx >= SESSION_BIT {
+            return self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
+        }
+        let session = entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
+        if let Some(user) = user {
+            // In the shard's users, so that a `disconnect` ends the session.
+            session.user = self.users.add(&user, (SESSION_BIT | idx) as u32);
+        }
+        ShardStats::add(&self.stats.longpoll_sessions, 1);
+        let token = self.lp_token(idx, secret);
+        let body = poll_body(410, &token, vsn, &[]);
+        self.lp_respond(node, scratch, key, &body, keep_alive);
+    }
+
+    fn lp_token(&self, idx: usize, secret: Secret) -> Token {
+        Token {
+            node: self.lp.node_id,
+            shard: self.id as u16,
+            key: idx as u32,
+            secret,
+        }
+    }
+
+    /// A request for a session of this shard (from a connection here, or
+    /// forwarded): answered 410 if the session is gone.
+    pub fn lp_request(&mut self, node: &Node, scratch: &mut Scratch, req: Request) {
+        let idx = req.token.key as usize;
+        let found = req.token.node == self.lp.node_id
+            && req.token.shard as usize == self.id
+            && self
+                .lp
+                .sessions
+                .get(idx)
+                .is_some_and(|s| !s.dead && s.secret.matches(&req.token.secret));
+        if !found {
+            return self.lp_reply(node, scratch, req.reply, status_body(410));
+        }
+        match req.ask {
+            Ask::Poll => self.lp_poll(node, scratch, idx, req.reply),
+            Ask::Post { body, ndjson } => {
+                self.lp_post(node, scratch, idx, &body, ndjson, req.reply)
+            }
+        }
+    }
+
+    /// A poll: the waiting messages now, or parked until some arrive.
+    fn lp_poll(&mut self, node: &Node, scratch: &mut Scratch, idx: usize, reply: ReplyTo) {
+        let now = self.lp.now_ms;
+        let Some(s) = self.lp.sessions.get_mut(idx) else {
+            return;
+        };
+        s.last_poll = now;
+        let token = Token {
+            node: self.lp.node_id,
+            shard: self.id as u16,
+            key: idx as u32,
+            secret: s.secret,
+        };
+        let replaced = s.parked.take();
+        let vsn = s.vsn;
+        let answer = if s.buffer.is_empty() {
+            s.parked = Some(Parked { reply, since: now });
+            None
+        } else {
+            Some(s.take_messages(&token))
+        };
+        let parked_now = answer.is_none() as u64;
+        let parked_before = replaced.is_some() as u64;
+        ShardStats::add(&self.stats.longpoll_parked, parked_now);
+        ShardStats::sub(&self.stats.longpoll_parked, parked_before);
+        // The poll it replaces can get nothing more.
+        if let Some(old) = replaced {
+            self.lp_reply(node, scratch, old.reply, poll_body(204, &token, vsn, &[]));
+        }
+        if let Some((body, n)) = answer {
+            self.msgs_out += n as u64;
+            self.lp_reply(node, scratch, reply, body);
+        }
+    }
+
+    /// A POST: each message through the session's Phoenix socket, in order.
+    fn lp_post(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        idx: usize,
+        body: &[u8],
+        ndjson: bool,
+        reply: ReplyTo,
+    ) {
+        let lines = longpoll::post_lines(body, ndjson);
+        if lines.len() > node.config.max_longpoll_batch {
+            ShardStats::add(&self.stats.longpoll_refused, 1);
+            return self.lp_reply(node, scratch, reply, status_body(413));
+        }
+        let Some(vsn) = self.lp.sessions.get(idx).map(|s| s.vsn) else {
+            return;
+        };
+        for line in lines {
+            let decoded = longpoll::post_message(line);
+            let msg = decoded
+                .as_ref()
+                .and_then(|(op, data)| serializer::decode(vsn, *op, data, Sender::Client).ok());
+            let Some(msg) = msg else {
+                // As a WebSocket that sends a non-Phoenix message: it ends.
+                tracing::debug!(
+                    session = idx,
+                    "long-poll POST with a message that is not one"
+                );
+                self.lp_doom(idx, End::ProtocolError);
+                return self.lp_reply(node, scratch, reply, status_body(400));
+            };
+            ShardStats::add(&self.stats.messages_in, 1);
+            let fail = self.with_socket(node, scratch, SESSION_BIT | idx, vsn, |mux| {
+                mux.handle_in(msg)
+            });
+            if fail.is_some() {
+                // The socket asked to close (past its push budget).
+                self.lp_doom(idx, End::Closed);
+            }
+            if !matches!(self.lp.sessions.get(idx), Some(s) if !s.dead) {
+                return self.lp_reply(node, scratch, reply, status_body(410));
+            }
+        }
+        self.lp_reply(node, scratch, reply, status_body(200));
+    }
+
+    /// A message the session's socket sends (reply, push): buffered.
+    pub fn lp_push(&mut self, idx: usize, item: Item, len: usize) {
+        let max = self.max_outbound;
+        let Some(s) = self.lp.sessions.get_mut(idx).filter(|s| !s.dead) else {
+            return;
+        };
+        s.buffer.push(item);
+        s.buffered += len;
+        if s.buffered > max {
+            return self.lp_doom(idx, End::Overflow);
+        }
+        if s.parked.is_some() && !s.ready {
+            s.ready = true;
+            self.lp.ready.push(idx);
+        }
+    }
+
+    /// A broadcast for session `idx`: the shared broadcast is buffered, not
+    /// a copy of its bytes.
+    pub fn lp_deliver(&mut self, idx: usize, b: &Arc<Broadcast>) {
+        let Some(len) = self
+            .lp
+            .sessions
+            .get(idx)
+            .and_then(|s| b.body(s.vsn))
+            .map(|body| body.len())
+        else {
+            return;
+        };
+        self.lp_push(idx, Item::Shared(b.clone()), len);
+    }
+
+    /// Marks session `idx` for ending at the end of this loop turn.
+    pub fn lp_doom(&mut self, idx: usize, end: End) {
+        if let Some(s) = self.lp.sessions.get_mut(idx) {
+            if !s.dead {
+                s.dead = true;
+                self.lp.doomed.push((idx, end));
+            }
+        }
+    }
+
+    /// Ends session `idx`: its channels terminate, a parked poll gets 410,
+    /// what it buffered is dropped.
+    pub fn lp_end(&mut self, node: &Node, scratch: &mut Scratch, idx: usize, end: End) {
+        let Some(mut s) = self.lp.sessions.try_remove(idx) else {
+            return;
+        };
+        ShardStats::sub(&self.stats.longpoll_sessions, 1);
+        match end {
+            End::Expired => ShardStats::add(&self.stats.longpoll_expired, 1),
+            End::Overflow => ShardStats::add(&self.stats.longpoll_overflows, 1),
+            End::ProtocolError => ShardStats::add(&self.stats.protocol_errors, 1),
+            End::Closed => {}
+        }
+        tracing::debug!(session = idx, ?end, "long-poll session ended");
+        if let Some(p) = s.parked.take() {
+            ShardStats::sub(&self.stats.longpoll_parked, 1);
+            self.lp_reply(node, scratch, p.reply, status_body(410));
+        }
+        let ended = Ended {
+            vsn: s.vsn,
+            joins: std::mem::take(&mut s.joins),
+            connect: s.connect.take(),
+            user: s.user,
+        };
+        self.end_socket(node, scratch, SESSION_BIT | idx, ended);
+    }
+
+    /// End of a loop turn: every parked poll whose session got messages
+    /// this turn is answered with all of them.
+    pub fn lp_flush(&mut self, node: &Node, scratch: &mut Scratch) {
+        if self.lp.ready.is_empty() {
+            return;
+        }
+        let mut ready = std::mem::take(&mut self.lp.ready);
+        for &idx in &ready {
+            let now = self.lp.now_ms;
+            let Some(s) = self.lp.sessions.get_mut(idx) else {
+                continue;
+            };
+            s.ready = false;
+            if s.dead || s.buffer.is_empty() {
+                continue;
+            }
+            let Some(p) = s.parked.take() else {
+                continue;
+            };
+            ShardStats::sub(&self.stats.longpoll_parked, 1);
+            s.last_poll = now;
+            let secret = s.secret;
+            let token = Token {
+                node: self.lp.node_id,
+                shard: self.id as u16,
+                key: idx as u32,
+                secret,
+            };
+            let (body, n) = s.take_messages(&token);
+            self.msgs_out += n as u64;
+            self.lp_reply(node, scratch, p.reply, body);
+        }
+        ready.clear();
+        if self.lp.ready.is_empty() {
+            self.lp.ready = ready;
+        }
+    }
+
+    /// Once a second: polls past the window get 204, sessions 1.5x the
+    /// window without a poll end, and requests whose forwarded answer never
+    /// came (the session's node is gone) get 410.
+    pub fn lp_sweep(&mut self, node: &Node, scratch: &mut Scratch) {
+        let now = self.lp.now_ms;
+        let window = self.lp.window_ms;
+        if !self.lp.waiting.is_empty() {
+            let late: Vec<(usize, u32)> = self
+                .lp
+                .waiting
+                .iter()
+                .filter(|(_, w)| w.deadline <= now)
+                .map(|(&conn, w)| (conn, w.req))
+                .collect();
+            for (conn, req) in late {
+                ShardStats::add(&self.stats.longpoll_forward_timeouts, 1);
+                let reply = ReplyTo {
+                    node: self.lp.node_id,
+                    shard: self.id as u16,
+                    conn: conn as u32,
+                    req,
+                };
+                self.lp_answer(node, scratch, reply, &status_body(410));
+            }
+        }
+        let mut answers = Vec::new();
+        let mut expired = Vec::new();
+        for (idx, s) in self.lp.sessions.iter_mut() {
+            if s.dead {
+                continue;
+            }
+            match &s.parked {
+                Some(p) if now.saturating_sub(p.since) >= window => {
+                    let token = Token {
+                        node: self.lp.node_id,
+                        shard: self.id as u16,
+                        key: idx as u32,
+                        secret: s.secret,
+                    };
+                    answers.push((p.reply, poll_body(204, &token, s.vsn, &[])));
+                    s.parked = None;
+                    s.last_poll = now;
+                }
+                Some(_) => {}
+                None if now.saturating_sub(s.last_poll) > window * 3 / 2 => expired.push(idx),
+                None => {}
+            }
+        }
+        ShardStats::sub(&self.stats.longpoll_parked, answers.len() as u64);
+        for (reply, body) in answers {
+            self.lp_reply(node, scratch, reply, body);
+        }
+        for idx in expired {
+            self.lp_end(node, scratch, idx, End::Expired);
+        }
+    }
+
+    /// Connection `key`, waiting on a request, closes: the answer will find
+    /// no one. A poll parked on a session of this shard is taken back, so
+    /// the messages that come meanwhile wait for the next poll (for a
+    /// session elsewhere, the answer is dropped when it comes, as Phoenix's
+    /// is when the listening process is gone).
+    pub fn lp_conn_closed(&mut self, key: usize) {
+        let Some(w) = self.lp.waiting.remove(&key) else {
+            return;
+        };
+        let Some(s) = w.local.and_then(|idx| self.lp.sessions.get_mut(idx)) else {
+            return;
+        };
+        let mine = s
+            .parked
+            .as_ref()
+            .is_some_and(|p| p.reply.conn as usize == key && p.reply.req == w.req);
+        if mine {
+            s.parked = None;
+            s.last_poll = self.lp.now_ms;
+            ShardStats::sub(&self.stats.longpoll_parked, 1);
+        }
+    }
+
+    /// Sends an answer to the connection holding the request: here, or
+    /// through the node to another shard or node.
+    fn lp_reply(&mut self, node: &Node, scratch: &mut Scratch, reply: ReplyTo, body: Vec<u8>) {
+        if reply.node == self.lp.node_id && reply.shard as usize == self.id {
+            self.lp_answer(node, scratch, reply, &body);
+        } else {
+            node.forward_answer(Answer { reply, body });
+        }
+    }
+
+    /// The answer to a request a connection of this shard waits on; dropped
+    /// if that connection is gone or waits on another request now.
+    pub fn lp_answer(&mut self, node: &Node, scratch: &mut Scratch, reply: ReplyTo, body: &[u8]) {
+        let key = reply.conn as usize;
+        match self.lp.waiting.get(&key) {
+            Some(w) if w.req == reply.req => {}
+            _ => return,
+        }
+        let Some(w) = self.lp.waiting.remove(&key) else {
+            return;
+        };
+        self.lp_respond(node, scratch, key, body, w.keep_alive);
+        let more = self
+            .slab
+            .get(key)
+            .and_then(|c| c.extra.as_ref())
+            .is_some_and(|e| !e.input.is_empty());
+        if w.keep_alive && more {
+            self.lp.resume.push(key);
+        }
+    }
+
+    /// Writes a long-poll JSON body as the HTTP response on `key`.
+    fn lp_respond(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        body: &[u8],
+        keep_alive: bool,
+    ) {
+        let resp = longpoll::http_response(body, keep_alive);
+        self.lp_write(node, scratch, key, &resp, keep_alive);
+    }
+
+    fn lp_write(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        resp: &[u8],
+        keep_alive: bool,
+    ) {
+        self.send(key, resp);
+        if !keep_alive {
+            self.start_closing(node, scratch, key);
+            self.try_shutdown(key);
+        } else if let Some(conn) = self.slab.get_mut(key) {
+            // The next request's head deadline (--handshake-timeout) starts now.
+            conn.last_active = self.now;
+        }
+    }
+}

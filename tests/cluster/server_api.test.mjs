@@ -1,0 +1,99 @@
+// The server API across a Redis cluster: a broadcast made through one node's API
+// reaches sockets on both nodes; /api/topics counts both; a disconnect (with revoke)
+// closes every socket of the user on both nodes with 1001 and their reconnects are
+// refused on both; with --workers each worker serves its own API port.
+import {test} from "node:test"
+import assert from "node:assert/strict"
+import {startRedis, startThrong, waitFor} from "./helpers.mjs"
+import {connectPhoenix, closePhoenix, joinResult, deferred, withTimeout} from "../e2e/helpers.mjs"
+import {phoenixToken} from "../e2e/tokens.mjs"
+
+const T = {timeout: 45000}
+const SECRET = "cluster-secret-key-base-cluster-secret-key-base-cluster-secret-key"
+const KEY = "cluster-api-key"
+const AUTH = ["--auth", "phoenix_token", "--auth-secret-key-base", SECRET, "--api-key", KEY]
+const token = (user, signedAtMs = Date.now() - 1000) => phoenixToken(SECRET, "user socket", user, {signedAtMs})
+
+function api(node, method, route, body){
+  return fetch(`http://127.0.0.1:${node.apiPort}${route}`, {
+    method, headers: {"x-api-key": KEY, "content-type": "application/json"}, body: body && JSON.stringify(body),
+  })
+}
+
+/** A phoenix.js socket of `user` joined to rooms:lobby, recording `announce` events and close codes. */
+async function member(t, node, user){
+  const socket = await connectPhoenix(node.wsUrl, "2.0.0", {params: {token: token(user)}, reconnectAfterMs: () => 50})
+  t.after(() => closePhoenix(socket))
+  const m = {socket, announces: [], closeCodes: [], refusedReconnects: 0}
+  socket.onClose(e => m.closeCodes.push(e.code))
+  socket.onError(() => { if(m.closeCodes.length > 0){ m.refusedReconnects++ } })
+  m.channel = socket.channel("rooms:lobby", {user})
+  m.channel.on("announce", p => m.announces.push(p.n))
+  assert.equal((await joinResult(m.channel)).status, "ok")
+  return m
+}
+
+test("API broadcast and topics span both nodes; disconnect closes the user's sockets on both, and revoke refuses their reconnects", T, async t => {
+  const redis = await startRedis()
+  t.after(() => redis.stop())
+  const a = await startThrong(["--redis", redis.url, "--shards", "2", ...AUTH])
+  t.after(() => a.stop())
+  const b = await startThrong(["--redis", redis.url, "--shards", "2", ...AUTH])
+  t.after(() => b.stop())
+  assert.ok(a.apiPort && b.apiPort && a.apiPort !== b.apiPort)
+
+  const aliceA = await member(t, a, "alice")
+  const aliceB = await member(t, b, "alice")
+  const bobB = await member(t, b, "bob")
+  const all = [aliceA, aliceB, bobB]
+
+  // B subscribes rooms:lobby in Redis on its first join; wait until A's broadcast can reach it.
+  let n = 0
+  await waitFor(async () => {
+    n++
+    const res = await api(a, "POST", "/api/broadcast", {topic: "rooms:lobby", event: "announce", payload: {n}})
+    assert.equal(res.status, 200)
+    return all.every(m => m.announces.includes(n))
+  }, 10000, "an API broadcast through A on every socket of A and B", 200)
+
+  const topics = await (await api(b, "GET", "/api/topics")).json()
+  assert.equal(topics.nodes, 2, JSON.stringify(topics))
+  assert.equal(topics.topics["rooms:lobby"], 3)
+  const stats = await (await api(a, "GET", "/api/stats")).json()
+  assert.equal(stats.cluster.nodes, 2)
+  assert.equal(stats.cluster.websockets, 3)
+  assert.equal(stats.cluster.users, 3, "alice on A, alice and bob on B")
+
+  const res = await api(a, "POST", "/api/disconnect", {user: "alice", revoke: true})
+  assert.equal(res.status, 200)
+  await waitFor(() => aliceA.closeCodes.length > 0 && aliceB.closeCodes.length > 0, 5000, "alice's sockets closed on A and B")
+  assert.deepEqual([aliceA.closeCodes[0], aliceB.closeCodes[0]], [1001, 1001])
+  // Both reconnect within 50 ms with the old token, and both nodes refuse it.
+  await waitFor(() => aliceA.refusedReconnects >= 2 && aliceB.refusedReconnects >= 2, 5000, "alice's reconnects refused on both nodes")
+  assert.deepEqual(bobB.closeCodes, [], "bob keeps his socket")
+  // A token signed after the revocation connects on either node.
+  const fresh = await connectPhoenix(b.wsUrl, "2.0.0", {params: {token: token("alice", Date.now() + 1)}})
+  await closePhoenix(fresh)
+})
+
+test("--workers: each worker has its own API port, and any of them answers for the cluster", T, async t => {
+  const redis = await startRedis()
+  t.after(() => redis.stop())
+  const group = await startThrong(["--workers", "2", "--redis", redis.url, "--shards", "1", "--api-key", KEY])
+  t.after(() => group.stop())
+  const apis = group.lines.map(l => l.match(/^worker (\d+) pid \d+ api 127\.0\.0\.1:(\d+)$/)).filter(Boolean)
+  assert.equal(apis.length, 2, group.lines.join("\n"))
+  assert.notEqual(apis[0][2], apis[1][2])
+  assert.equal(group.apiPort, Number(apis.find(m => m[1] === "0")[2]), "`api at` is worker 0's")
+  // Sockets land on either worker; the topic count from one worker's API covers both.
+  const sockets = []
+  t.after(() => Promise.all(sockets.map(s => closePhoenix(s))))
+  for(let i = 0; i < 6; i++){
+    const s = await connectPhoenix(group.wsUrl, "2.0.0", {})
+    sockets.push(s)
+    assert.equal((await joinResult(s.channel("rooms:lobby", {user: `w${i}`}))).status, "ok")
+  }
+  const topics = await (await fetch(`http://127.0.0.1:${apis[1][2]}/api/topics`, {headers: {"x-api-key": KEY}})).json()
+  assert.equal(topics.nodes, 2)
+  assert.equal(topics.topics["rooms:lobby"], 6)
+})
