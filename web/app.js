@@ -1,5 +1,5 @@
 // throng chat page: the official Phoenix client talking to the throng server.
-import {Socket, LongPoll} from "phoenix"
+import {Socket, LongPoll, Presence} from "phoenix"
 
 const TOPIC = "rooms:lobby"
 
@@ -29,12 +29,29 @@ function renderMessage(list, payload){
   if(atBottom){ list.scrollTop = list.scrollHeight }
 }
 
+// Who is online (when the server keeps presence for the topic, e.g.
+// `throng serve --presence 'rooms:lobby=param:user'`): phoenix.js Presence,
+// one item per user, with the number of tabs when more than one.
+function renderOnline(el, presence){
+  const users = presence.list((user, {metas}) => ({user, tabs: metas.length, status: metas[0].status}))
+  users.sort((a, b) => a.user < b.user ? -1 : a.user > b.user ? 1 : 0)
+  el.replaceChildren(...users.map(({user, tabs, status}) => {
+    const item = document.createElement("li")
+    item.dataset.user = user
+    item.textContent = user + (tabs > 1 ? ` \u00d7${tabs}` : "") + (status ? ` (${status})` : "")
+    return item
+  }))
+  el.hidden = false
+}
+
 function start(){
   const status = byId("status")
   const list = byId("messages")
   const form = byId("composer")
   const userInput = byId("user")
   const messageInput = byId("message")
+  const asked = new URLSearchParams(location.search).get("user")
+  if(asked){ userInput.value = asked }
   if(!userInput.value){ userInput.value = `guest-${Math.floor(Math.random() * 9000 + 1000)}` }
   const userName = () => userInput.value.trim() || "anonymous"
 
@@ -54,6 +71,8 @@ function start(){
   // params as a closure, so a rejoin after a reconnect uses the current name
   const channel = socket.channel(TOPIC, () => ({user: userName()}))
   channel.on("new:msg", payload => renderMessage(list, payload))
+  const presence = new Presence(channel)
+  presence.onSync(() => renderOnline(byId("online"), presence))
   channel.join()
     .receive("ok", () => setStatus(status, "joined"))
     .receive("error", ({reason} = {}) => setStatus(status, "error", `join failed: ${reason || "unknown"}`))
@@ -69,7 +88,7 @@ function start(){
   })
 
   socket.connect()
-  window.throng = {socket, channel}
+  window.throng = {socket, channel, presence}
 }
 
 if(document.readyState === "loading"){

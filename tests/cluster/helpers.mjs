@@ -148,6 +148,13 @@ export async function startThrong(args = [], {ms = 15000} = {}){
   }, wait, `a stdout line ${re}`, 10)
   const m = await line(/^listening on (\S+):(\d+)$/)
   const port = Number(m[2])
+  // The supervisor prints its `worker I pid P` lines right after `listening
+  // on`: wait for all of them, so `workers()` is complete when this returns.
+  const wi = args.indexOf("--workers")
+  const expected = wi >= 0 ? Number(args[wi + 1]) : 0
+  for(let i = 0; i < expected; i++){
+    await line(new RegExp(`^worker ${i} pid \\d+`))
+  }
   const api = lines.map(l => l.match(/^api at (\S+):(\d+)$/)).find(Boolean)
   return {
     port,

@@ -4,6 +4,10 @@
 //! lines into commands and wakes the engine's poll with a mio `Waker`.
 //! Replies (progress, final) are written from the main thread, blocking:
 //! they are small and the controller reads each agent on its own thread.
+//! The link is authenticated first (see [`crate::wire`]); progress goes out
+//! at least once a second from then on, so the controller can tell a live
+//! agent from a hung one, and an agent that hears nothing from its
+//! controller for [`wire::LINK_TIMEOUT`] exits.
 
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
@@ -23,16 +27,13 @@ enum Cmd {
     Lost,
 }
 
-/// Connects to the controller (retrying briefly) and runs until `finish`.
-pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
-    // Before any thread starts, so every thread inherits it; see
-    // `sys::set_batch_scheduling`. THRONG_AGENT_NO_BATCH=1 keeps the default
-    // policy (for comparing).
-    if std::env::var_os("THRONG_AGENT_NO_BATCH").is_none() && !sys::set_batch_scheduling() {
-        tracing::debug!("SCHED_BATCH refused; keeping the default scheduling policy");
-    }
-    let (soft, _) = sys::raise_fd_limit();
-    let capacity = soft.saturating_sub(FD_MARGIN).max(1);
+/// Connects to the controller (retrying for 10 s) and authenticates as
+/// `role`: the link's writing and reading halves.
+pub(crate) fn link(
+    controller: SocketAddr,
+    token: &str,
+    role: wire::Role,
+) -> Result<(TcpStream, BufReader<TcpStream>), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let stream = loop {
         match TcpStream::connect(controller) {
@@ -45,22 +46,35 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
         }
     };
     stream.set_nodelay(true)?;
-    let mut out = stream.try_clone()?;
+    let out = stream.try_clone()?;
     let mut input = BufReader::new(stream);
-    wire::send(
-        &mut out,
-        &ToController::Hello {
-            pid: std::process::id(),
-        },
-    )?;
-    let mut plan = match wire::recv::<ToAgent>(&mut input)? {
-        Some(ToAgent::Plan(p)) => p,
-        Some(other) => {
-            return Err(BenchError::Protocol(format!(
-                "expected a plan, got {other:?}"
-            )))
+    wire::authenticate_to_controller(&out, &mut input, token, role)?;
+    Ok((out, input))
+}
+
+/// Connects to the controller (retrying briefly), proves the `token`, and
+/// runs until `finish`.
+pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
+    // Before any thread starts, so every thread inherits it; see
+    // `sys::set_batch_scheduling`. THRONG_AGENT_NO_BATCH=1 keeps the default
+    // policy (for comparing).
+    if std::env::var_os("THRONG_AGENT_NO_BATCH").is_none() && !sys::set_batch_scheduling() {
+        tracing::debug!("SCHED_BATCH refused; keeping the default scheduling policy");
+    }
+    let (soft, _) = sys::raise_fd_limit();
+    let capacity = soft.saturating_sub(FD_MARGIN).max(1);
+    let (mut out, mut input) = link(controller, token, wire::Role::Agent)?;
+    let mut plan = loop {
+        match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE)? {
+            Some(ToAgent::Plan(p)) => break p,
+            Some(ToAgent::Ping) => {}
+            Some(other) => {
+                return Err(BenchError::Protocol(format!(
+                    "expected a plan, got {other:?}"
+                )))
+            }
+            None => return Ok(()),
         }
-        None => return Ok(()),
     };
     plan.capacity = plan.capacity.min(capacity);
     let index = plan.index;
@@ -69,13 +83,15 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         loop {
-            match wire::recv::<ToAgent>(&mut input) {
+            match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE) {
+                Ok(Some(ToAgent::Ping)) => continue,
                 Ok(Some(m)) => {
                     if tx.send(Cmd::Msg(m)).is_err() {
                         break;
                     }
                 }
                 Ok(None) | Err(_) => {
+                    // Closed, silent past LINK_TIMEOUT, or a bad line.
                     let _ = tx.send(Cmd::Lost);
                     break;
                 }
@@ -93,7 +109,6 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
             conn_size: CONN_SIZE,
         },
     )?;
-    let mut started = false;
     let mut last_progress = Instant::now();
     loop {
         engine.turn(Duration::from_millis(50))?;
@@ -103,9 +118,12 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
                     tracing::info!("controller gone: agent {index} exits");
                     return Ok(());
                 }
-                Cmd::Msg(ToAgent::Start) => {
-                    started = true;
-                    engine.start();
+                Cmd::Msg(ToAgent::Start) => engine.start(),
+                Cmd::Msg(ToAgent::Rate { per_sec }) => engine.set_rate(per_sec),
+                Cmd::Msg(ToAgent::Floor { writers }) => engine.floor_connect(writers),
+                Cmd::Msg(ToAgent::FloorEnd) => {
+                    engine.floor_close();
+                    wire::send(&mut out, &ToController::FloorClosed)?;
                 }
                 Cmd::Msg(ToAgent::Release) => engine.release(),
                 Cmd::Msg(ToAgent::Storm) => {
@@ -119,25 +137,39 @@ pub fn run(controller: SocketAddr) -> Result<(), BenchError> {
                         hists: engine.hists.to_wire(),
                         bcasts: engine.bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
                         slots: engine.slots.clone(),
+                        floor: engine.floor_bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
                     };
                     wire::send(&mut out, &ToController::Final(Box::new(fin)))?;
                     return Ok(());
                 }
-                Cmd::Msg(ToAgent::Plan(_)) => {
-                    return Err(BenchError::Protocol("a second plan".into()));
+                Cmd::Msg(
+                    m @ (ToAgent::Plan(_)
+                    | ToAgent::Challenge { .. }
+                    | ToAgent::Ping
+                    | ToAgent::FloorWrite(_)
+                    | ToAgent::Fire { .. }),
+                ) => {
+                    return Err(BenchError::Protocol(format!("unexpected {m:?}")));
                 }
             }
         }
         // A gauge refresh walks every connection (~0.1 ms per 19,000): ten a
-        // second while users arrive, one a second once they have all settled,
-        // so 50 idle agents at 1M do not spend a core counting.
+        // second while users arrive, one a second before they start and once
+        // they have all settled, so 50 idle agents at 1M do not spend a core
+        // counting (and the controller hears from each at least once a second).
         let c = &engine.counters;
-        let settled = c.arrivals_done && c.connecting == 0 && c.awaiting == 0;
-        let every = Duration::from_millis(if settled { 1000 } else { 100 });
-        if started && last_progress.elapsed() >= every {
+        let arriving =
+            engine.started() && !(c.arrivals_done && c.connecting == 0 && c.awaiting == 0);
+        let floor = engine.floor_opening() || c.floor_connecting > 0 || c.floor_open > 0;
+        let busy = arriving || floor;
+        let every = Duration::from_millis(if busy { 100 } else { 1000 });
+        if last_progress.elapsed() >= every {
             last_progress = Instant::now();
             engine.refresh_gauges();
-            wire::send(&mut out, &ToController::Progress(engine.counters.clone()))?;
+            wire::send(
+                &mut out,
+                &ToController::Progress(Box::new(engine.counters.clone())),
+            )?;
         }
     }
 }

@@ -32,17 +32,31 @@ pub struct BenchArgs {
     /// first broadcast (built-in scenario): hold the crowd, then broadcast.
     #[arg(long, default_value_t = 0.0)]
     pub broadcast_after: f64,
-    /// New users per second (default 10000 for the built-in scenario).
+    /// New users per second, on a fixed schedule. Without it (and without
+    /// --duration) the built-in scenario's users arrive adaptively: the
+    /// controller raises the rate while handshakes stay quick and backs off
+    /// when they queue, and reports the rate it found and what set it.
     #[arg(long)]
     pub arrival_rate: Option<f64>,
     /// Ramp-up seconds (all arrival phases together).
     #[arg(long)]
     pub duration: Option<f64>,
     /// Seconds between each connection's heartbeats, overriding the scenario's
-    /// (built-in: 30, as phoenix.js; Tsung imports: 0). 0 sends none, as the
-    /// seed's Tsung run did; the embedded server then gets no idle timeout.
+    /// (built-in: 30, as phoenix.js, spread evenly over the interval; Tsung
+    /// imports: 0). 0 sends none, as the seed's Tsung run did; the embedded
+    /// server then gets no idle timeout.
     #[arg(long)]
     pub heartbeat: Option<f64>,
+    /// Seconds a TCP connect plus WebSocket upgrade may take before it
+    /// counts as a timeout (default: the scenario's, 10).
+    #[arg(long)]
+    pub connect_timeout: Option<f64>,
+    /// Measure the machine's floor before the ramp-up: the same fan-out
+    /// as a broadcast written by minimal writers with no server logic, so
+    /// broadcasts report their time to the last receiver as a ratio to it
+    /// (`auto`: when the run broadcasts, with the embedded server and local agents).
+    #[arg(long, value_enum, default_value_t = FloorMode::Auto, num_args = 0..=1, default_missing_value = "on")]
+    pub floor: FloorMode,
     /// Use the v1 serializer (JSON objects) in the built-in scenario.
     #[arg(long)]
     pub v1: bool,
@@ -64,6 +78,11 @@ pub struct BenchArgs {
     /// Where agents reach the controller.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
+    /// The secret agents must prove they know (and that the controller
+    /// proves to them); default: a fresh one, handed to local agents and
+    /// printed for remote ones.
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
     /// Seconds to keep everyone connected after the ramp-up before the
     /// disconnect storm (default: until sessions park and broadcasts are
     /// delivered, at most 60 s; 10 s when sessions never park, such as Tsung think loops).
@@ -107,12 +126,31 @@ pub enum NetnsMode {
     Off,
 }
 
+/// `throng bench --floor`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorMode {
+    /// When the run broadcasts, with the embedded server and local agents.
+    Auto,
+    /// Always (local agents needed).
+    On,
+    /// Never.
+    Off,
+}
+
 /// `throng agent`: hold connections for a controller.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AgentArgs {
     /// The controller's address (printed by `throng bench --remote-agents N`).
     #[arg(long)]
     pub controller: SocketAddr,
+    /// The controller's token (printed by `throng bench --remote-agents N`);
+    /// prefer the environment variable, which `ps` does not show.
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
+    pub token: String,
+    /// Be a floor writer instead (started by `throng bench` itself; see
+    /// the floor measurement in crates/throng-bench/src/floor.rs).
+    #[arg(long, hide = true)]
+    pub floor_writer: bool,
 }
 
 /// `throng tune`: print (or apply) OS settings and the limits that cap a run.
@@ -133,7 +171,16 @@ pub struct Load {
     /// The Tsung config it was imported from (`--tsung`): its clients map
     /// onto agents, and its notes are printed.
     pub tsung: Option<TsungImport>,
+    /// The controller sets the arrival rate as the run goes (the built-in
+    /// scenario without --arrival-rate or --duration); the scenario's one
+    /// phase starts at [`ADAPTIVE_START`] per second.
+    pub adaptive: bool,
 }
+
+/// Adaptive arrival's first rate, users per second: low, so that even a
+/// slow server sees no burst before the controller's first look (slow
+/// start reaches 20,000/s within 1.5 s when handshakes stay quick).
+pub const ADAPTIVE_START: f64 = 100.0;
 
 impl BenchArgs {
     /// The scenario these flags describe, each flag applied once: the
@@ -169,12 +216,35 @@ impl BenchArgs {
             }
             scenario.heartbeat = h;
         }
-        Ok(Load { scenario, tsung })
+        if let Some(t) = self.connect_timeout {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(BenchError::Scenario(format!(
+                    "--connect-timeout {t}: seconds must be more than 0"
+                )));
+            }
+            scenario.connect_timeout = t;
+        }
+        let adaptive = self.adaptive();
+        Ok(Load {
+            scenario,
+            tsung,
+            adaptive,
+        })
+    }
+
+    /// Whether arrivals are adaptive: the built-in scenario with no
+    /// schedule given.
+    fn adaptive(&self) -> bool {
+        self.tsung.is_none()
+            && self.scenario.is_none()
+            && self.arrival_rate.is_none()
+            && self.duration.is_none()
     }
 
     /// The built-in chat scenario: `--connections` users (1,000) arriving at
-    /// `--arrival-rate` (10,000/s), or spread over `--duration`; with both,
-    /// the rate for that long (at most `--connections` users).
+    /// `--arrival-rate`, or spread over `--duration`; with both, the rate
+    /// for that long (at most `--connections` users); with neither,
+    /// adaptively from [`ADAPTIVE_START`] per second.
     fn chat(&self) -> Scenario {
         let users = self.connections.unwrap_or(1000);
         let phase = match (self.arrival_rate, self.duration) {
@@ -188,7 +258,7 @@ impl BenchArgs {
                 arrival_rate: users as f64 / secs.max(0.001),
                 max_users: Some(users),
             },
-            (rate, None) => Phase::at_rate(users, rate.unwrap_or(10_000.0)),
+            (rate, None) => Phase::at_rate(users, rate.unwrap_or(ADAPTIVE_START)),
         };
         let vsn = if self.v1 { Vsn::V1 } else { Vsn::V2 };
         let mut sc = scenario::chat(
@@ -227,9 +297,9 @@ mod tests {
 
     #[test]
     fn built_in_scenario_from_flags() {
-        let sc = load(&["--connections", "2000", "--arrival-rate", "500"])
-            .unwrap()
-            .scenario;
+        let l = load(&["--connections", "2000", "--arrival-rate", "500"]).unwrap();
+        assert!(!l.adaptive, "--arrival-rate keeps a fixed schedule");
+        let sc = l.scenario;
         assert_eq!(sc.phases, vec![Phase::at_rate(2000, 500.0)]);
         assert_eq!(sc.serializer, Vsn::V2);
         assert_eq!(sc.heartbeat, 30.0);
@@ -254,14 +324,18 @@ mod tests {
         .unwrap()
         .scenario;
         assert_eq!(sc.total_users(), 300);
-        let sc = load(&["--v1", "--heartbeat", "0", "--broadcasts", "2"])
-            .unwrap()
-            .scenario;
+        let l = load(&["--v1", "--heartbeat", "0", "--broadcasts", "2"]).unwrap();
+        assert!(l.adaptive, "no schedule given: adaptive arrival");
+        assert_eq!(l.scenario.phases[0].arrival_rate, ADAPTIVE_START);
+        let sc = l.scenario;
         assert_eq!(sc.serializer, Vsn::V1);
         assert_eq!(sc.heartbeat, 0.0);
         assert_eq!(sc.total_users(), 1000);
         assert_eq!(sc.expected_broadcasts(), 2);
         assert!(load(&["--heartbeat", "-1"]).is_err());
+        let sc = load(&["--connect-timeout", "2.5"]).unwrap().scenario;
+        assert_eq!(sc.connect_timeout, 2.5);
+        assert!(load(&["--connect-timeout", "0"]).is_err());
     }
 
     #[test]
@@ -270,6 +344,7 @@ mod tests {
         let l = load(&["--tsung", &xml]).unwrap();
         assert_eq!(l.scenario.total_users(), 100_000);
         assert_eq!(l.tsung.as_ref().map(|t| t.clients.len()), Some(3));
+        assert!(!l.adaptive, "a Tsung config keeps its own schedule");
         let l = load(&[
             "--tsung",
             &xml,

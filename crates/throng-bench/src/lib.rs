@@ -15,6 +15,9 @@
 //! - [`engine`]: the lean client engine: one mio loop, a slab of small
 //!   connection structs, one shared read buffer, one timer heap.
 //! - [`agent`]: a process running one engine on a controller's orders.
+//! - [`floor`]: the machine's own cost of a broadcast's fan-out, measured
+//!   in the same run by minimal writers (no server logic), so a broadcast
+//!   reads as a ratio to it; the writer process is here.
 //! - [`controller`]: `throng bench`: server and agents, the phases of a
 //!   run, merged measurements; [`stats`]: counters, HDR histograms and
 //!   broadcast receipts; [`slots`]: events per 100 ms.
@@ -41,6 +44,11 @@
 //! - **The clock for broadcasts is CLOCK_REALTIME**, stamped into the
 //!   message body by the publisher, read by every receiver on the same
 //!   machine: one-way latency without a reply.
+//! - **The bench must not blame the server for its own overload.** Users
+//!   arrive at the rate the run sustains (adaptive arrival, unless a
+//!   schedule is given), each error says whose it is, and a broadcast is
+//!   read against the floor: the same fan-out on the same machine with no
+//!   server at all, measured in the same run.
 
 pub mod agent;
 pub mod cli;
@@ -48,6 +56,7 @@ pub mod controller;
 pub mod dashboard;
 pub mod engine;
 pub mod error;
+pub mod floor;
 pub mod netns;
 pub mod plan;
 pub mod report;
@@ -59,7 +68,7 @@ pub mod tsung;
 pub mod tune;
 pub mod wire;
 
-pub use cli::{AgentArgs, BenchArgs, NetnsMode, TuneArgs};
+pub use cli::{AgentArgs, BenchArgs, FloorMode, NetnsMode, TuneArgs};
 pub use error::BenchError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -71,7 +80,10 @@ pub fn run_bench(args: BenchArgs) -> Result<(), BoxError> {
 
 /// `throng agent`.
 pub fn run_agent(args: AgentArgs) -> Result<(), BoxError> {
-    agent::run(args.controller).map_err(Into::into)
+    if args.floor_writer {
+        return floor::run_writer(args.controller, &args.token).map_err(Into::into);
+    }
+    agent::run(args.controller, &args.token).map_err(Into::into)
 }
 
 /// `throng tune`.

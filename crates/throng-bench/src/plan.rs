@@ -26,4 +26,8 @@ pub struct Plan {
     pub bind_sources: bool,
     /// Most connections this agent may hold (an open-files limit less a margin).
     pub capacity: u64,
+    /// The controller sets the arrival rate as the run goes (the
+    /// scenario's one phase gives the first rate and the users).
+    #[serde(default)]
+    pub adaptive: bool,
 }

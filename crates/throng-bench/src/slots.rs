@@ -1,7 +1,8 @@
-//! Events per 100 ms slot since the start of arrivals (handshakes and `ok`
-//! joins): each agent counts its own, the controller adds them up and finds
-//! the best second of the run from them, exactly, where a once-a-second
-//! sample of cumulative counters would blur it.
+//! Events per 100 ms slot since the start of arrivals (handshakes, `ok`
+//! joins, timeouts): each agent counts its own, the controller adds them up
+//! and finds the best second of the run from them, exactly, where a
+//! once-a-second sample of cumulative counters would blur it, and puts each
+//! timeout beside what the machine was doing when it struck.
 
 use std::time::Instant;
 
@@ -12,6 +13,8 @@ use serde::{Deserialize, Serialize};
 pub struct Slots {
     pub connects: Vec<u32>,
     pub joins: Vec<u32>,
+    #[serde(default)]
+    pub timeouts: Vec<u32>,
 }
 
 impl Slots {
@@ -32,6 +35,7 @@ impl Slots {
         for (mine, theirs) in [
             (&mut self.connects, &o.connects),
             (&mut self.joins, &o.joins),
+            (&mut self.timeouts, &o.timeouts),
         ] {
             if mine.len() < theirs.len() {
                 mine.resize(theirs.len(), 0);
@@ -80,12 +84,14 @@ mod tests {
         assert_eq!(Slots::peak_per_sec(&[], 10), 0.0);
         let mut a = Slots {
             connects: vec![1, 2],
-            joins: vec![],
+            ..Default::default()
         };
         a.merge(&Slots {
             connects: vec![1, 1, 1],
             joins: vec![4],
+            timeouts: vec![0, 2],
         });
+        assert_eq!(a.timeouts, vec![0, 2]);
         assert_eq!(a.connects, vec![2, 3, 1]);
         assert_eq!(a.joins, vec![4]);
     }

@@ -5,7 +5,7 @@
 //! buckets and are merged by recording those back: percentiles are computed
 //! from the merged histogram, never averaged.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,52 @@ pub struct Errors {
     pub local_limit: u64,
     /// Anything else (I/O errors, protocol violations).
     pub other: u64,
+    /// The finer kinds behind the ones above, which say whose each error is.
+    #[serde(default)]
+    pub detail: ErrorDetail,
+}
+
+/// The finer kinds behind [`Errors`]: where a timeout struck, how a
+/// connection was closed, which local resource ran out.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct ErrorDetail {
+    /// Of `timeout`: the TCP connect (no SYN-ACK: the listen queue was full
+    /// or the SYN was lost; ETIMEDOUT too), the upgrade (connected, no 101),
+    /// a tracked reply.
+    pub timeout_tcp: u64,
+    pub timeout_upgrade: u64,
+    pub timeout_reply: u64,
+    /// Of `closed`: close frames by code (1005: one without a code), and
+    /// closes without a frame: a reset (ECONNRESET, EPIPE, ECONNABORTED) or
+    /// the end of the stream.
+    pub close_codes: BTreeMap<u16, u64>,
+    pub reset: u64,
+    pub eof: u64,
+    /// Of `local_limit`: no local port (EADDRNOTAVAIL, EADDRINUSE), no file
+    /// descriptor (EMFILE, ENFILE), no socket memory (ENOBUFS, ENOMEM), or
+    /// the agent already held its capacity.
+    pub ports: u64,
+    pub fds: u64,
+    pub buffers: u64,
+    pub capacity: u64,
+}
+
+impl ErrorDetail {
+    pub fn add(&mut self, o: &ErrorDetail) {
+        self.timeout_tcp += o.timeout_tcp;
+        self.timeout_upgrade += o.timeout_upgrade;
+        self.timeout_reply += o.timeout_reply;
+        for (code, n) in &o.close_codes {
+            *self.close_codes.entry(*code).or_default() += n;
+        }
+        self.reset += o.reset;
+        self.eof += o.eof;
+        self.ports += o.ports;
+        self.fds += o.fds;
+        self.buffers += o.buffers;
+        self.capacity += o.capacity;
+    }
 }
 
 impl Errors {
@@ -48,6 +94,7 @@ impl Errors {
         self.handshake += o.handshake;
         self.local_limit += o.local_limit;
         self.other += o.other;
+        self.detail.add(&o.detail);
     }
 
     pub fn by_kind(&self) -> Vec<(&'static str, u64)> {
@@ -102,6 +149,26 @@ pub struct Counters {
     pub cpu_secs: f64,
     /// Seconds from the start of arrivals to the last `ok` join (merged: the latest).
     pub last_join_secs: f64,
+    /// Heartbeats sent.
+    #[serde(default)]
+    pub hb_sent: u64,
+    /// Now: the age of the oldest connect, upgrade or tracked reply in
+    /// flight, ms (merged: the oldest): how long handshakes queue.
+    #[serde(default)]
+    pub oldest_in_flight_ms: u64,
+    /// The floor measurement's sockets: open now, connecting now, failed to
+    /// connect; its frames received, and the latest receipt (CLOCK_REALTIME
+    /// ns; merged: the latest).
+    #[serde(default)]
+    pub floor_open: u64,
+    #[serde(default)]
+    pub floor_connecting: u64,
+    #[serde(default)]
+    pub floor_failed: u64,
+    #[serde(default)]
+    pub floor_recv: u64,
+    #[serde(default)]
+    pub floor_last_ns: u64,
 }
 
 impl Counters {
@@ -126,6 +193,13 @@ impl Counters {
         self.rss += o.rss;
         self.cpu_secs += o.cpu_secs;
         self.last_join_secs = self.last_join_secs.max(o.last_join_secs);
+        self.hb_sent += o.hb_sent;
+        self.oldest_in_flight_ms = self.oldest_in_flight_ms.max(o.oldest_in_flight_ms);
+        self.floor_open += o.floor_open;
+        self.floor_connecting += o.floor_connecting;
+        self.floor_failed += o.floor_failed;
+        self.floor_recv += o.floor_recv;
+        self.floor_last_ns = self.floor_last_ns.max(o.floor_last_ns);
     }
 
     /// Users whose session is running now.
@@ -145,6 +219,8 @@ pub struct Hists {
     pub reply: Histogram<u64>,
     /// Broadcast publish (stamp) to receipt, per receiver.
     pub broadcast: Histogram<u64>,
+    /// The floor's frames: the writer's stamp to receipt, per receiver.
+    pub floor: Histogram<u64>,
 }
 
 /// Up to an hour, three significant figures.
@@ -159,6 +235,7 @@ impl Default for Hists {
             join: new_hist(),
             reply: new_hist(),
             broadcast: new_hist(),
+            floor: new_hist(),
         }
     }
 }
@@ -191,6 +268,8 @@ pub struct HistsWire {
     pub join: HistWire,
     pub reply: HistWire,
     pub broadcast: HistWire,
+    #[serde(default)]
+    pub floor: HistWire,
 }
 
 impl Hists {
@@ -200,6 +279,7 @@ impl Hists {
             join: HistWire::from_hist(&self.join),
             reply: HistWire::from_hist(&self.reply),
             broadcast: HistWire::from_hist(&self.broadcast),
+            floor: HistWire::from_hist(&self.floor),
         }
     }
 
@@ -208,6 +288,7 @@ impl Hists {
         w.join.merge_into(&mut self.join);
         w.reply.merge_into(&mut self.reply);
         w.broadcast.merge_into(&mut self.broadcast);
+        w.floor.merge_into(&mut self.floor);
     }
 }
 

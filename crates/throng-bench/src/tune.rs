@@ -7,9 +7,11 @@
 //! sockets, so a larger run takes several agents and server workers),
 //! ephemeral ports per source address, listen backlog and memory.
 
+use std::collections::BTreeMap;
 use std::process::Command;
 
 use crate::error::BenchError;
+use crate::report::{Lacking, OsSettings};
 use crate::sys;
 
 /// The seed's settings (fs.nr_open and the port range added for load generators).
@@ -110,6 +112,62 @@ pub fn run(apply: bool, connections: Option<u64>) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// The settings in force, and those a run of `connections` loopback
+/// connections (both ends on this machine) needs and lacks:
+/// - `fs.file-max`: two files per connection, and room for the rest;
+/// - `net.ipv4.tcp_mem`: its top (pages all TCP sockets may use) at least a
+///   page per connection, for when a broadcast leaves a frame in every
+///   receive queue at once (past it the kernel prunes queues and drops);
+/// - `net.netfilter.nf_conntrack_max`, where netfilter is loaded: one entry
+///   per connection (past it new connections' SYNs are dropped).
+pub fn os_settings(connections: u64) -> OsSettings {
+    let settings: BTreeMap<String, String> = SETTINGS
+        .iter()
+        .filter_map(|(k, _, _)| Some((k.to_string(), sys::sysctl_read(k)?)))
+        .collect();
+    let tuned = SETTINGS
+        .iter()
+        .all(|(k, want, _)| settings.get(*k).is_none_or(|v| v == want));
+    let last =
+        |k: &str| -> Option<u64> { settings.get(k)?.split_whitespace().last()?.parse().ok() };
+    let mut lacking = Vec::new();
+    let mut need = |name: &str, needed: u64, why: &str| {
+        if let Some(now) = last(name).filter(|&v| v < needed) {
+            lacking.push(Lacking {
+                name: name.into(),
+                now: settings
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| now.to_string()),
+                needed: format!(">= {needed}"),
+                why: why.into(),
+            });
+        }
+    };
+    need(
+        "fs.file-max",
+        connections * 2 + 100_000,
+        "each loopback connection is two open files on this machine",
+    );
+    need(
+        "net.ipv4.tcp_mem",
+        connections,
+        "pages for every socket's queued frame during a broadcast (past it the kernel drops)",
+    );
+    need(
+        "net.netfilter.nf_conntrack_max",
+        connections + 100_000,
+        "one tracked entry per connection (past it new connections' SYNs are dropped)",
+    );
+    let advice = (!lacking.is_empty()).then(|| "throng tune --apply".to_string());
+    OsSettings {
+        settings,
+        tuned,
+        lacking,
+        advice,
+    }
+}
+
 /// What caps a run here, as text.
 pub fn limits_report(connections: Option<u64>) -> String {
     use std::fmt::Write as _;
@@ -180,5 +238,20 @@ mod tests {
         assert!(super::SETTINGS
             .iter()
             .any(|(k, _, _)| *k == "net.netfilter.nf_conntrack_max"));
+    }
+
+    #[test]
+    fn names_what_a_big_run_lacks() {
+        let small = super::os_settings(10);
+        assert!(small.lacking.is_empty(), "{small:?}");
+        assert!(small.advice.is_none());
+        assert!(small.settings.contains_key("net.core.somaxconn"));
+        // Past every host's tcp_mem: lacking, with the command that fixes it.
+        let huge = super::os_settings(u64::MAX / 4);
+        assert!(
+            huge.lacking.iter().any(|l| l.name == "net.ipv4.tcp_mem"),
+            "{huge:?}"
+        );
+        assert_eq!(huge.advice.as_deref(), Some("throng tune --apply"));
     }
 }

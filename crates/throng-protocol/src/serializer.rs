@@ -302,6 +302,24 @@ pub fn encode_message(
     }
 }
 
+/// Encodes a JSON message (a push) without its payload, for a payload
+/// shared by many messages (a presence state): returns where the payload
+/// goes, so the message is `out[..at]`, the payload, then `out[at..]`.
+pub fn encode_message_around(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    join_ref: Option<&str>,
+    msg_ref: Option<&str>,
+    topic: &str,
+    event: &str,
+) -> usize {
+    let at = std::cell::Cell::new(0);
+    json_message(vsn, out, join_ref, msg_ref, topic, event, &|o| {
+        at.set(o.len())
+    });
+    at.get()
+}
+
 /// Encodes a `%Reply{}`: event `phx_reply`, payload `{"response": .., "status": ..}`.
 pub fn encode_reply(
     vsn: Vsn,
@@ -433,6 +451,30 @@ mod tests {
             s(out),
             r#"{"event":"phx_reply","payload":{"response":{},"status":"ok"},"ref":"1","topic":"rooms:lobby"}"#
         );
+    }
+
+    #[test]
+    fn a_message_around_a_payload_is_the_message() {
+        for vsn in Vsn::ALL {
+            let mut whole = Vec::new();
+            encode_message(
+                vsn,
+                &mut whole,
+                Some("3"),
+                None,
+                "t",
+                "presence_state",
+                Payload::Json(r#"{"a":1}"#),
+            )
+            .unwrap();
+            let mut around = Vec::new();
+            let at =
+                encode_message_around(vsn, &mut around, Some("3"), None, "t", "presence_state");
+            let mut joined = around[..at].to_vec();
+            joined.extend_from_slice(br#"{"a":1}"#);
+            joined.extend_from_slice(&around[at..]);
+            assert_eq!(s(joined), s(whole));
+        }
     }
 
     #[test]

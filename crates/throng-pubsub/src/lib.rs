@@ -24,6 +24,12 @@
 //! - [`conformance`]: the suite every backplane must pass, run against the
 //!   in-memory and the Redis backplane by `tests/backplanes.rs`, as
 //!   phoenix_pubsub shares one test suite across its adapters.
+//! - [`presence`]: who is on a topic, cluster-wide: a node's [`Tracker`]
+//!   (diffs batched per topic per interval, the state encoded once per
+//!   interval), the [`PresenceStore`] trait with [`LocalPresence`],
+//!   [`MemoryPresence`] and [`RedisPresence`], and their conformance suite
+//!   (`tests/presence_stores.rs`); its module docs give the design and the
+//!   consistency.
 //! - [`metrics::write_metric`]: the one writer of Prometheus lines.
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.
@@ -102,6 +108,7 @@ pub mod backplane;
 mod broadcast;
 pub mod conformance;
 pub mod metrics;
+pub mod presence;
 mod registry;
 mod shards;
 
@@ -109,6 +116,10 @@ pub use backplane::{
     Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, RedisOptions,
 };
 pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
+pub use presence::{
+    LocalPresence, MemoryPresence, MemoryPresenceBus, PresenceSink, PresenceStore, RedisPresence,
+    Tracker,
+};
 pub use registry::{Registry, Slot, Topic};
 pub use shards::{NodeTopics, ShardSet, MAX_SHARDS};
 

@@ -85,6 +85,8 @@ pub(crate) struct Effects {
     pub broadcasts: Vec<(String, OwnedPayload, bool)>,
     /// Messages to this channel's own `handle_info`, after the callback.
     pub infos: Vec<Info>,
+    /// Presence calls (`socket.presence()`), in order.
+    pub presence: Vec<crate::presence::PresenceOp>,
 }
 
 impl Effects {
@@ -92,6 +94,7 @@ impl Effects {
         self.pushes.clear();
         self.broadcasts.clear();
         self.infos.clear();
+        self.presence.clear();
     }
 }
 
@@ -104,7 +107,7 @@ pub struct Socket<'a> {
     pub(crate) effects: &'a mut Effects,
 }
 
-impl Socket<'_> {
+impl<'a> Socket<'a> {
     /// The channel's topic, e.g. `rooms:lobby`.
     pub fn topic(&self) -> &str {
         self.topic
@@ -159,6 +162,12 @@ impl Socket<'_> {
     /// As [`Socket::broadcast`], but not to this socket (`broadcast_from!/3`).
     pub fn broadcast_from(&mut self, event: impl Into<String>, payload: OwnedPayload) {
         self.effects.broadcasts.push((event.into(), payload, false));
+    }
+
+    /// Presence on this channel's topic: track, update, untrack this join,
+    /// push the topic's state (Phoenix.Presence).
+    pub fn presence(&mut self) -> crate::presence::Presence<'_, 'a> {
+        crate::presence::Presence { socket: self }
     }
 
     /// Hands `msg` to this channel's [`Channel::handle_info`] once the current
@@ -216,13 +225,17 @@ impl Router {
 
     /// The channel for `topic`, if any.
     pub fn route(&self, topic: &str) -> Option<&Arc<dyn Channel>> {
-        self.routes.iter().find_map(|(pattern, ch)| {
-            let hit = match pattern.strip_suffix('*') {
-                Some(prefix) => topic.starts_with(prefix),
-                None => topic == pattern,
-            };
-            hit.then_some(ch)
-        })
+        self.routes
+            .iter()
+            .find_map(|(pattern, ch)| topic_matches(pattern, topic).then_some(ch))
+    }
+}
+
+/// Whether `topic` matches `pattern`: an exact topic, or a prefix ending in `*`.
+pub(crate) fn topic_matches(pattern: &str, topic: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => topic.starts_with(prefix),
+        None => topic == pattern,
     }
 }
 

@@ -4,7 +4,10 @@
 //! - `rooms:lobby` is open to anyone;
 //! - any other `rooms:*` is refused with `{"reason":"unauthorized"}`;
 //! - `new:msg` `{user, body}` is broadcast to the topic as `new:msg`, and the
-//!   sender gets the reply `{"msg": body}`.
+//!   sender gets the reply `{"msg": body}`;
+//! - with presence on for the topic (`--presence 'rooms:lobby=param:user'`:
+//!   the seed's benchmark runs without), `presence:update` with an object
+//!   (`{"status": "away"}`) replaces the meta of the sender's presence.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -44,6 +47,19 @@ impl Channel for RoomChannel {
         payload: Payload<'_>,
         socket: &mut Socket<'_>,
     ) -> Option<Reply> {
+        if event == "presence:update" {
+            let meta = match payload {
+                Payload::Json(text) => serde_json::from_str::<&RawValue>(text).ok(),
+                Payload::Binary(_) => None,
+            };
+            let updated = meta.map(|m| socket.presence().update_tracked(&m));
+            return Some(match updated {
+                Some(Ok(())) => Ok(OwnedPayload::empty()),
+                _ => Err(OwnedPayload::Json(
+                    r#"{"reason":"presence:update needs an object"}"#.into(),
+                )),
+            });
+        }
         if event != "new:msg" {
             return None;
         }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::auth::{self, AuthConfig, CheckOrigin, Mode, TopicRule};
 use crate::limits::{LimitArgs, Limits};
+use crate::presence::{PresenceRule, RuleFile};
 use crate::Error;
 
 /// `throng serve` flags. Every field is optional so that a config file can
@@ -64,6 +65,30 @@ pub struct ServeArgs {
     /// Worker processes sharing the port (SO_REUSEPORT), each a node with its own open-files limit; more than 1 needs --redis [default: 1]
     #[arg(long, value_name = "N", env = "THRONG_WORKERS")]
     pub workers: Option<usize>,
+    /// Presence for topics matching PATTERN (an exact topic or a prefix
+    /// ending in *): each join gets presence_state and is tracked under KEY:
+    /// user_id, param:NAME (a join param) or connect:NAME (a socket param);
+    /// /count sends {"count": N} (presence_count) instead. Repeatable, or
+    /// space-separated in the env var [default: none]
+    #[arg(
+        long,
+        value_name = "PATTERN=KEY[/count]",
+        env = "THRONG_PRESENCE",
+        value_delimiter = ' '
+    )]
+    pub presence: Vec<String>,
+    /// Milliseconds between presence diffs: every change of an interval goes
+    /// out as one presence_diff per topic [default: 1000]
+    #[arg(long, value_name = "MS", env = "THRONG_PRESENCE_INTERVAL")]
+    pub presence_interval: Option<u64>,
+    /// Seconds after which a node that stopped (crashed, lost Redis) has
+    /// its presences leave everywhere; with --redis [default: 30]
+    #[arg(long, value_name = "SECS", env = "THRONG_PRESENCE_TIMEOUT")]
+    pub presence_timeout: Option<u64>,
+    /// Largest presence key and meta together; a join whose key is longer is
+    /// refused with {"reason":"presence key too long"} [default: 1024]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_PRESENCE_BYTES")]
+    pub max_presence_bytes: Option<usize>,
     /// Set by the supervisor on the worker processes it starts.
     #[arg(long, hide = true)]
     pub worker_index: Option<usize>,
@@ -166,6 +191,10 @@ struct FileConfig {
     api_key: Option<String>,
     public_metrics: Option<bool>,
     topics: Option<Vec<TopicRule>>,
+    presence: Option<Vec<RuleFile>>,
+    presence_interval: Option<u64>,
+    presence_timeout: Option<u64>,
+    max_presence_bytes: Option<usize>,
 }
 
 /// Resolved settings.
@@ -209,6 +238,14 @@ pub struct Config {
     pub api_key: Option<String>,
     /// `/metrics` on the public port too.
     pub public_metrics: bool,
+    /// Topics with presence turned on without Rust.
+    pub presence: Vec<PresenceRule>,
+    /// Between presence diffs.
+    pub presence_interval: Duration,
+    /// A silent node's presences leave after this (with Redis).
+    pub presence_timeout: Duration,
+    /// A presence's key and meta together.
+    pub max_presence_bytes: usize,
 }
 
 /// The most worker processes `--workers` accepts.
@@ -245,6 +282,10 @@ impl Default for Config {
             api_bind: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4001)),
             api_key: None,
             public_metrics: false,
+            presence: Vec::new(),
+            presence_interval: Duration::from_millis(1000),
+            presence_timeout: Duration::from_secs(30),
+            max_presence_bytes: 1024,
         }
     }
 }
@@ -334,6 +375,37 @@ impl ServeArgs {
                 Error::Config(format!("api_bind {a:?}: {e} (want IP:PORT or none)"))
             })?),
         };
+        let presence = if self.presence.is_empty() {
+            let rules = file.presence.unwrap_or_default();
+            rules
+                .into_iter()
+                .map(PresenceRule::from_file)
+                .collect::<Result<Vec<_>, _>>()
+        } else {
+            self.presence
+                .iter()
+                .map(|s| PresenceRule::parse(s))
+                .collect()
+        }
+        .map_err(Error::Config)?;
+        let interval = self
+            .presence_interval
+            .or(file.presence_interval)
+            .unwrap_or(d.presence_interval.as_millis() as u64);
+        if !(10..=60_000).contains(&interval) {
+            return Err(Error::Config(format!(
+                "presence_interval must be 10..=60000 ms, got {interval}"
+            )));
+        }
+        let timeout = self
+            .presence_timeout
+            .or(file.presence_timeout)
+            .unwrap_or(d.presence_timeout.as_secs());
+        if timeout == 0 {
+            return Err(Error::Config(
+                "presence_timeout must be at least 1 s".into(),
+            ));
+        }
         Ok(Config {
             auth,
             check_origin,
@@ -375,6 +447,13 @@ impl ServeArgs {
             redis_ca_file: self.redis_ca_file.or(file.redis_ca_file),
             workers,
             worker_index: self.worker_index,
+            presence,
+            presence_interval: Duration::from_millis(interval),
+            presence_timeout: Duration::from_secs(timeout),
+            max_presence_bytes: self
+                .max_presence_bytes
+                .or(file.max_presence_bytes)
+                .unwrap_or(d.max_presence_bytes),
         })
     }
 }
@@ -463,9 +542,18 @@ impl Config {
             "1".into(),
             "--worker-index".into(),
             index.to_string(),
+            "--presence-interval".into(),
+            self.presence_interval.as_millis().to_string(),
+            "--presence-timeout".into(),
+            self.presence_timeout.as_secs().to_string(),
+            "--max-presence-bytes".into(),
+            self.max_presence_bytes.to_string(),
         ];
         args.extend(self.limits.worker_args());
         // `--redis` goes in the environment (`worker_env`): it may hold a password.
+        for rule in &self.presence {
+            args.extend(["--presence".into(), rule.spec()]);
+        }
         if let Some(ca) = &self.redis_ca_file {
             args.extend(["--redis-ca-file".into(), ca.display().to_string()]);
         }
@@ -644,6 +732,65 @@ mod tests {
         assert!(c
             .worker_args(1, 4000)
             .contains(&"127.0.0.1:4002".to_string()));
+    }
+
+    #[test]
+    fn presence_from_flags_file_and_workers() {
+        let path = std::env::temp_dir().join(format!("throng-cfg-pres-{}", std::process::id()));
+        std::fs::write(
+            &path,
+            "presence_interval = 500\n[[presence]]\npattern = \"rooms:*\"\nkey = \"param:user\"\n\n[[presence]]\npattern = \"live:*\"\nkey = \"user_id\"\nmode = \"count\"\n",
+        )
+        .unwrap();
+        let c = ServeArgs {
+            config: Some(path.clone()),
+            presence_timeout: Some(5),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(c.presence.len(), 2);
+        assert_eq!(c.presence[1].mode, crate::presence::Mode::Count);
+        assert_eq!(c.presence_interval, Duration::from_millis(500));
+        assert_eq!(c.presence_timeout, Duration::from_secs(5));
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            cmd: Cmd,
+        }
+        #[derive(clap::Subcommand)]
+        enum Cmd {
+            Serve(ServeArgs),
+        }
+        let argv = std::iter::once("throng".to_string()).chain(c.worker_args(0, 1));
+        let Cmd::Serve(args) = <Cli as clap::Parser>::parse_from(argv).cmd;
+        let w = args.resolve().unwrap();
+        assert_eq!(w.presence, c.presence);
+        assert_eq!(
+            (w.presence_interval, w.presence_timeout),
+            (c.presence_interval, c.presence_timeout)
+        );
+        assert_eq!(w.max_presence_bytes, 1024);
+        let flag = ServeArgs {
+            presence: vec!["a=user_id".into()],
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(flag.presence[0].pattern, "a");
+        assert!(ServeArgs {
+            presence: vec!["nokey".into()],
+            ..Default::default()
+        }
+        .resolve()
+        .is_err());
+        assert!(ServeArgs {
+            presence_interval: Some(1),
+            ..Default::default()
+        }
+        .resolve()
+        .is_err());
     }
 
     #[test]

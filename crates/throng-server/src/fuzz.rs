@@ -17,16 +17,17 @@
 //! frames, each `[fin|opcode] [len] [payload...]`, masked here, so the
 //! fuzzer spends its time on messages instead of on mask bits.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Payload, Vsn};
-use throng_pubsub::{Broadcast, Registry, Slot};
+use throng_pubsub::{Broadcast, LocalPresence, Registry, Slot, Tracker};
 
 use crate::channel::{Channel, Info, Reply, Socket, Who};
 use crate::metrics::ShardStats;
-use crate::socket::{Cx, Join, Mux, Scratch, Transport};
+use crate::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
 use crate::transport::conn::Extra;
 use crate::ws::{on_frame, FrameAction};
 
@@ -35,6 +36,8 @@ struct Recorder {
     registry: Registry,
     stats: ShardStats,
     vsn: Vsn,
+    tracker: Arc<Tracker>,
+    tracked: HashMap<u32, Tracked>,
 }
 
 impl Recorder {
@@ -77,6 +80,22 @@ impl Transport for Recorder {
     fn stats(&self) -> &ShardStats {
         &self.stats
     }
+    fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+    fn tracked(&mut self, index: u32) -> &mut Tracked {
+        self.tracked.entry(index).or_default()
+    }
+    fn take_tracked(&mut self, index: u32) -> Tracked {
+        self.tracked.remove(&index).unwrap_or_default()
+    }
+    fn send_shared(&mut self, opcode: Opcode, head: &[u8], shared: &Arc<str>, tail: &[u8]) {
+        let mut body = head.to_vec();
+        body.extend_from_slice(shared.as_bytes());
+        body.extend_from_slice(tail);
+        self.check_sent(opcode, &body);
+    }
+    fn presence_started(&mut self) {}
 }
 
 /// A channel that does a bit of everything a channel may do.
@@ -151,6 +170,8 @@ pub fn phoenix_socket(data: &[u8]) {
         registry: Registry::default(),
         stats: ShardStats::default(),
         vsn,
+        tracker: Tracker::new(Arc::new(LocalPresence::new())),
+        tracked: HashMap::new(),
     };
     let mut joins: Vec<Join> = Vec::new();
     let mut scratch = Scratch::default();
@@ -190,6 +211,8 @@ pub fn phoenix_socket(data: &[u8]) {
                             who: Who::default(),
                             max_channels,
                             max_join_bytes,
+                            presence: &[],
+                            max_presence_bytes: 1024,
                         },
                         t: &mut t,
                         joins: &mut joins,
@@ -221,6 +244,8 @@ pub fn phoenix_socket(data: &[u8]) {
             who: Who::default(),
             max_channels,
             max_join_bytes,
+            presence: &[],
+            max_presence_bytes: 1024,
         },
         t: &mut t,
         joins: &mut joins,

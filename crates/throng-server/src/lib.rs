@@ -27,6 +27,11 @@
 //!   Phoenix's `Phoenix.Channel`.
 //! - [`node`]: what the shards of one process share, and the [`Endpoint`]
 //!   handle for code outside callbacks. Phoenix's `Endpoint.broadcast`.
+//! - [`presence`]: presence rules (`--presence`) and the `Presence` handle
+//!   of a callback; `socket/presence.rs` applies them to a socket's joins,
+//!   and each shard flushes its share of the node's presence topics when its
+//!   poll times out (`transport/mod.rs`). The state and the cluster are
+//!   `throng_pubsub::presence`.
 //! - [`metrics`]: per-shard counters and `/metrics`.
 //! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
 //!   topic rules, the push budget, revocations.
@@ -74,6 +79,7 @@ pub mod metrics;
 pub mod node;
 mod page;
 pub mod panic;
+pub mod presence;
 pub mod relay;
 mod socket;
 pub mod sys;
@@ -86,13 +92,14 @@ use std::thread::JoinHandle;
 
 use mio::net::TcpListener;
 use mio::{Poll, Waker};
-use throng_pubsub::{Backplane, Handler};
+use throng_pubsub::{Backplane, Handler, LocalPresence, PresenceStore, Tracker};
 
 pub use channel::{
     Channel, ConnectInfo, Info, OwnedPayload, Payload, Reply, Router, Socket, Terminate,
 };
 pub use config::{Config, ServeArgs};
 pub use node::{Endpoint, Node};
+pub use presence::{Presence, PresenceError, PresenceRule};
 
 /// File descriptors kept back from the limit for listeners, epoll, logs.
 pub const FD_MARGIN: u64 = 64;
@@ -122,11 +129,23 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds and starts the shards with `router` and `backplane`.
+    /// Binds and starts the shards with `router` and `backplane`; presence
+    /// is this node's alone ([`LocalPresence`]).
     pub fn start(
         config: Config,
         router: Router,
         backplane: Arc<dyn Backplane>,
+    ) -> Result<Server, Error> {
+        Server::start_with_presence(config, router, backplane, Arc::new(LocalPresence::new()))
+    }
+
+    /// As [`Server::start`], with presence shared through `presence` (a
+    /// `RedisPresence` for a cluster).
+    pub fn start_with_presence(
+        config: Config,
+        router: Router,
+        backplane: Arc<dyn Backplane>,
+        presence: Arc<dyn PresenceStore>,
     ) -> Result<Server, Error> {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
@@ -161,6 +180,7 @@ impl Server {
             router,
             topics: Default::default(),
             backplane,
+            presence: Tracker::new(presence),
             peers,
             pages: page::Pages::build(),
             fd_limit,

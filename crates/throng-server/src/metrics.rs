@@ -73,6 +73,15 @@ pub struct ShardStats {
     pub longpoll_forwarded: AtomicU64,
     pub longpoll_forward_timeouts: AtomicU64,
     pub longpoll_refused: AtomicU64,
+    /// `presence_state`/`presence_count` pushes to joiners, and their bytes.
+    pub presence_states: AtomicU64,
+    pub presence_state_bytes: AtomicU64,
+    /// `presence_diff`/`presence_count` broadcasts delivered to sockets,
+    /// and their frame bytes.
+    pub presence_diffs_out: AtomicU64,
+    pub presence_diff_bytes_out: AtomicU64,
+    /// Presence calls refused (see `crate::presence::Presence`).
+    pub presence_refused: AtomicU64,
 }
 
 impl ShardStats {
@@ -325,6 +334,36 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "Long-poll requests refused: 403 (unsupported vsn) or 413 (more than --max-longpoll-batch messages).",
         |s| &s.longpoll_refused,
     ),
+    (
+        "throng_presence_states_total",
+        "counter",
+        "presence_state (or presence_count) pushes to joiners.",
+        |s| &s.presence_states,
+    ),
+    (
+        "throng_presence_state_bytes_total",
+        "counter",
+        "Message bytes of those pushes.",
+        |s| &s.presence_state_bytes,
+    ),
+    (
+        "throng_presence_diffs_delivered_total",
+        "counter",
+        "presence_diff (or presence_count) broadcasts delivered to sockets.",
+        |s| &s.presence_diffs_out,
+    ),
+    (
+        "throng_presence_diff_bytes_delivered_total",
+        "counter",
+        "Frame bytes of those deliveries.",
+        |s| &s.presence_diff_bytes_out,
+    ),
+    (
+        "throng_presence_refused_total",
+        "counter",
+        "Presence refused: a join whose key is over --max-presence-bytes, a track or update over it, a key tracked twice by a join, an update or untrack of a key not tracked.",
+        |s| &s.presence_refused,
+    ),
 ];
 
 /// The `/metrics` page of `node`, Prometheus text format.
@@ -403,6 +442,7 @@ pub fn render(node: &Node) -> String {
         node.api_refusals.load(Relaxed),
     );
     node.backplane.render_metrics(&mut out);
+    node.presence.render_metrics(&mut out);
     out
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use mio::Waker;
 use throng_protocol::OwnedPayload;
-use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics};
+use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics, Tracker};
 
 use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
@@ -139,6 +139,8 @@ pub struct Node {
     pub stats: Vec<Arc<ShardStats>>,
     pub topics: NodeTopics,
     pub backplane: Arc<dyn Backplane>,
+    /// Presence: the topics this node keeps it for, and the cluster's.
+    pub presence: Arc<Tracker>,
     pub(crate) peers: Vec<Peer>,
     pub(crate) pages: Pages,
     /// Open-files limit after raising the soft limit to the hard one.
@@ -262,7 +264,17 @@ impl Node {
         }
     }
 
-    fn fan_out(&self, skip: Option<usize>, b: Arc<Broadcast>) {
+    /// Wakes every shard (they then compute their poll timeout again).
+    pub(crate) fn wake_shards(&self) {
+        for peer in &self.peers {
+            let _ = peer.waker.wake();
+        }
+    }
+
+    /// Hands a broadcast for this node's subscribers only (a presence
+    /// diff: each node makes its own) to the shards with subscribers,
+    /// except `skip`.
+    pub(crate) fn fan_out(&self, skip: Option<usize>, b: Arc<Broadcast>) {
         let shards = self.topics.shards(&b.topic);
         for i in shards.iter() {
             if Some(i) == skip {
@@ -406,6 +418,19 @@ impl Endpoint {
         }
         node.control.forget(id);
         out
+    }
+
+    /// The presences of `topic` as `presence_state` JSON
+    /// (`{key: {"metas": [..]}}`), as of the last diff, from this node's
+    /// copy; `None` if this node does not keep presence for the topic (it
+    /// has no subscriber of it).
+    pub fn presence_list(&self, topic: &str) -> Option<String> {
+        self.node.presence.list(topic)
+    }
+
+    /// Distinct presence keys (users) on `topic`, as [`Endpoint::presence_list`].
+    pub fn presence_count(&self, topic: &str) -> Option<usize> {
+        self.node.presence.count(topic)
     }
 
     /// The node this endpoint serves.

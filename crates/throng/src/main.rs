@@ -23,9 +23,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server (the chat app on /, channels on /socket/websocket); --redis joins a cluster, --workers N runs N nodes on one port.
-    Serve(throng_server::config::ServeArgs),
+    Serve(Box<throng_server::config::ServeArgs>),
     /// Run a load test: the controller, with local agents (and a local server unless --target).
-    Bench(throng_bench::BenchArgs),
+    Bench(Box<throng_bench::BenchArgs>),
     /// Run a load agent that takes orders from a controller.
     Agent(throng_bench::AgentArgs),
     /// Print (or --apply) the OS settings a big run needs, and the limits that cap it.
@@ -42,8 +42,8 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => serve::serve(args.resolve()?)?,
-        Command::Bench(args) => throng_bench::run_bench(args).map_err(|e| anyhow::anyhow!(e))?,
+        Command::Serve(args) => serve::serve((*args).resolve()?)?,
+        Command::Bench(args) => throng_bench::run_bench(*args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Agent(args) => throng_bench::run_agent(args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Tune(args) => throng_bench::run_tune(args).map_err(|e| anyhow::anyhow!(e))?,
     }

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use throng_server::Node;
 
-use throng_pubsub::{Backplane, LocalBackplane, RedisBackplane};
+use throng_pubsub::{
+    Backplane, LocalBackplane, LocalPresence, PresenceStore, RedisBackplane, RedisPresence,
+};
 use throng_server::{chat, echo, Config, Server};
 
 use crate::supervisor::{self, Error};
@@ -33,6 +35,16 @@ pub fn serve(config: Config) -> Result<(), Error> {
         Some(url) => Arc::new(RedisBackplane::connect_with(url, &config.redis_options())?),
         None => Arc::new(LocalBackplane),
     };
+    // Presence crosses nodes only when it is turned on: without rules, no
+    // presence connections or liveness keys.
+    let presence: Arc<dyn PresenceStore> = match &config.redis {
+        Some(url) if !config.presence.is_empty() => Arc::new(RedisPresence::connect_with(
+            url,
+            config.presence_timeout,
+            &config.redis_options(),
+        )?),
+        _ => Arc::new(LocalPresence::new()),
+    };
     let worker = config.worker_index;
     // The chat app, and a relay channel on every rule's topics it does not route.
     let mut router = chat::router();
@@ -46,7 +58,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
         // Test-only: what a socket connected with (see `throng_server::echo`).
         router = router.channel("echo:*", echo::EchoChannel);
     }
-    let server = Server::start(config, router, backplane)?;
+    let server = Server::start_with_presence(config, router, backplane, presence)?;
     drain_on_signal(server.node.clone())?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {

@@ -3,7 +3,7 @@
 //! main thread owns every link's state and updates it in [`Agents::pump`].
 
 use std::io::BufReader;
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Child;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::launch::{reap, LocalAgents};
 use crate::error::BenchError;
 use crate::stats::Counters;
-use crate::wire::{self, Final, ToAgent, ToController};
+use crate::wire::{self, Final, Role, ToAgent, ToController};
 
 /// One agent as the controller sees it.
 pub(super) struct AgentLink {
@@ -27,6 +27,15 @@ pub(super) struct AgentLink {
     pub last: Option<Counters>,
     pub final_: Option<Final>,
     pub storm_done: bool,
+    /// Told to finish with no final report expected (a floor writer).
+    pub finished: bool,
+    /// An agent: it has reset its floor sockets.
+    pub floor_closed: bool,
+    /// A floor writer: where it listens, the sockets it holds, and the
+    /// rounds it wrote `(round, write seconds, failed writes)`.
+    pub listening: Option<SocketAddr>,
+    pub accepted: u64,
+    pub fired: Vec<(u32, f64, u64)>,
 }
 
 impl Drop for AgentLink {
@@ -38,9 +47,12 @@ impl Drop for AgentLink {
     }
 }
 
+/// Links authenticating at once, at most.
+const MAX_PENDING: usize = 256;
+
 /// A line from agent `i`, or its link closing.
 enum Event {
-    Msg(usize, ToController),
+    Msg(usize, Box<ToController>),
     Gone(usize),
 }
 
@@ -48,55 +60,104 @@ enum Event {
 pub(super) struct Agents {
     pub links: Vec<AgentLink>,
     rx: Receiver<Event>,
+    /// When every link is next pinged.
+    next_ping: Instant,
 }
 
 impl Agents {
-    /// Accepts `n` agents on `listener` (ours from `local`, or remote),
-    /// each saying hello, within `wait`.
+    /// Accepts `n` peers of `role` on `listener` (ours from `local`, or
+    /// remote), each proving it knows `token`, within `wait`. Each peer is
+    /// authenticated on a thread of its own (at most [`MAX_PENDING`] at
+    /// once), so one that says nothing holds no one else up; a peer that
+    /// fails (a stranger on the port, an agent of another run) is dropped
+    /// with a warning and the wait goes on. Accepted agents are pinged
+    /// meanwhile, so none gives up on a controller still waiting for others.
     pub fn accept(
         listener: &TcpListener,
         n: usize,
         local: &mut LocalAgents,
+        token: &str,
+        role: Role,
         wait: Duration,
     ) -> Result<Agents, BenchError> {
+        type Authenticated = (
+            TcpStream,
+            BufReader<TcpStream>,
+            Result<(u32, Role), BenchError>,
+        );
         let (tx, rx) = mpsc::channel();
+        let (auth_tx, auth_rx) = mpsc::channel::<(SocketAddr, Authenticated)>();
+        let mut pending = 0;
         let mut links: Vec<AgentLink> = Vec::new();
         listener.set_nonblocking(true)?;
         let deadline = Instant::now() + wait;
+        let mut next_ping = Instant::now() + wire::PING_EVERY;
         while links.len() < n {
-            match listener.accept() {
-                Ok((s, _)) => {
-                    s.set_nonblocking(false)?;
-                    s.set_nodelay(true)?;
-                    let mut input = BufReader::new(s.try_clone()?);
-                    let Some(ToController::Hello { pid }) = wire::recv(&mut input)? else {
-                        return Err(BenchError::Protocol("expected hello".into()));
-                    };
-                    let idx = links.len();
-                    let tx = tx.clone();
-                    std::thread::spawn(move || loop {
-                        match wire::recv::<ToController>(&mut input) {
-                            Ok(Some(m)) => {
-                                if tx.send(Event::Msg(idx, m)).is_err() {
-                                    break;
-                                }
-                            }
-                            _ => {
-                                let _ = tx.send(Event::Gone(idx));
+            if Instant::now() >= next_ping {
+                next_ping += wire::PING_EVERY;
+                for l in &mut links {
+                    wire::send(&mut l.out, &ToAgent::Ping)?;
+                }
+            }
+            while let Ok((peer, (s, mut input, pid))) = auth_rx.try_recv() {
+                pending -= 1;
+                let pid = match pid {
+                    Ok((pid, r)) if r == role => pid,
+                    Ok((_, r)) => {
+                        eprintln!("warning: refused a link from {peer}: a {r:?} where a {role:?} was awaited");
+                        continue;
+                    }
+                    Err(e) => {
+                        eprintln!("warning: refused a link from {peer}: {e}");
+                        continue;
+                    }
+                };
+                let idx = links.len();
+                let tx = tx.clone();
+                std::thread::spawn(move || loop {
+                    // A closed link, a bad line, or LINK_TIMEOUT of silence.
+                    match wire::recv::<ToController>(&mut input, wire::MAX_LINE) {
+                        Ok(Some(m)) => {
+                            if tx.send(Event::Msg(idx, Box::new(m))).is_err() {
                                 break;
                             }
                         }
+                        _ => {
+                            let _ = tx.send(Event::Gone(idx));
+                            break;
+                        }
+                    }
+                });
+                links.push(AgentLink {
+                    out: s,
+                    pid,
+                    child: local.take(pid),
+                    ready_rss: 0,
+                    users: 0,
+                    last: None,
+                    final_: None,
+                    storm_done: false,
+                    finished: false,
+                    floor_closed: false,
+                    listening: None,
+                    accepted: 0,
+                    fired: Vec::new(),
+                });
+            }
+            match listener.accept() {
+                Ok((s, peer)) if pending < MAX_PENDING => {
+                    s.set_nonblocking(false)?;
+                    s.set_nodelay(true)?;
+                    let mut input = BufReader::new(s.try_clone()?);
+                    let (token, auth_tx) = (token.to_string(), auth_tx.clone());
+                    pending += 1;
+                    std::thread::spawn(move || {
+                        let pid = wire::authenticate_agent(&s, &mut input, &token);
+                        let _ = auth_tx.send((peer, (s, input, pid)));
                     });
-                    links.push(AgentLink {
-                        out: s,
-                        pid,
-                        child: local.take(pid),
-                        ready_rss: 0,
-                        users: 0,
-                        last: None,
-                        final_: None,
-                        storm_done: false,
-                    });
+                }
+                Ok((_, peer)) => {
+                    eprintln!("warning: refused a link from {peer}: {MAX_PENDING} links are already authenticating");
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() > deadline {
@@ -110,7 +171,11 @@ impl Agents {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(Agents { links, rx })
+        Ok(Agents {
+            links,
+            rx,
+            next_ping,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -137,25 +202,24 @@ impl Agents {
         let mut ready = 0;
         while ready < self.links.len() {
             match self.rx.recv_timeout(Duration::from_secs(20)) {
-                Ok(Event::Msg(
-                    i,
-                    ToController::Ready {
+                Ok(Event::Msg(i, m)) => {
+                    if let ToController::Ready {
                         rss,
                         users,
                         conn_size: cs,
-                    },
-                )) => {
-                    self.links[i].ready_rss = rss;
-                    self.links[i].users = users;
-                    conn_size = cs;
-                    ready += 1;
+                    } = *m
+                    {
+                        self.links[i].ready_rss = rss;
+                        self.links[i].users = users;
+                        conn_size = cs;
+                        ready += 1;
+                    }
                 }
                 Ok(Event::Gone(i)) => {
                     return Err(BenchError::Protocol(format!(
                         "agent {i} left before it was ready"
                     )))
                 }
-                Ok(_) => {}
                 Err(_) => {
                     return Err(BenchError::Protocol(
                         "agents did not get ready in 20 s".into(),
@@ -166,15 +230,27 @@ impl Agents {
         Ok(conn_size)
     }
 
-    /// Handles agent events for up to `wait`.
+    /// Handles agent events for up to `wait` (and pings the links when due).
     pub fn pump(&mut self, wait: Duration) -> Result<(), BenchError> {
         let deadline = Instant::now() + wait;
+        if deadline >= self.next_ping {
+            self.next_ping = Instant::now() + wire::PING_EVERY;
+            self.send_all(&ToAgent::Ping)?;
+        }
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {
-                Ok(Event::Msg(i, m)) => match m {
-                    ToController::Progress(c) => self.links[i].last = Some(c),
+                Ok(Event::Msg(i, m)) => match *m {
+                    ToController::Progress(c) => self.links[i].last = Some(*c),
                     ToController::StormDone => self.links[i].storm_done = true,
+                    ToController::FloorClosed => self.links[i].floor_closed = true,
+                    ToController::Listening { addr } => self.links[i].listening = Some(addr),
+                    ToController::Accepted { sockets } => self.links[i].accepted = sockets,
+                    ToController::Fired {
+                        round,
+                        write_secs,
+                        failed,
+                    } => self.links[i].fired.push((round, write_secs, failed)),
                     ToController::Final(f) => {
                         self.links[i].last = Some(f.counters.clone());
                         self.links[i].final_ = Some(*f);
@@ -182,7 +258,7 @@ impl Agents {
                     _ => {}
                 },
                 Ok(Event::Gone(i)) => {
-                    if self.links[i].final_.is_none() {
+                    if self.links[i].final_.is_none() && !self.links[i].finished {
                         return Err(BenchError::Protocol(format!(
                             "agent {i} (pid {}) went away mid-run",
                             self.links[i].pid
@@ -208,6 +284,15 @@ impl Agents {
             sum.add(a.last.as_ref()?);
         }
         Some(sum)
+    }
+
+    /// Tells every link to finish without waiting for a final report (the
+    /// floor writers, which send none): their going is no error.
+    pub fn finish(&mut self) {
+        for a in &mut self.links {
+            a.finished = true;
+            let _ = wire::send(&mut a.out, &ToAgent::Finish);
+        }
     }
 
     /// Lets local agents exit after their final report (5 s each at most),

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::agents::Agents;
 use super::probe::ServerProbe;
-use crate::report::CpuWindow;
+use crate::report::{CpuWindow, Spread};
 use crate::sys;
 
 /// CPU seconds of the server (total and per thread) and of each agent, at `t`.
@@ -114,6 +114,7 @@ impl CpuTrace {
             server_pct,
             server_busiest_thread_pct: busiest,
             server_threads: b.server_threads.len(),
+            agents: Spread::of(&agents_pct),
             agents_pct,
             cores,
         }
@@ -127,10 +128,10 @@ pub(super) fn bottleneck_of(c: &CpuWindow, what: &str, behind: Option<(f64, f64)
     let server = c.server_pct.unwrap_or(0.0);
     let capacity = c.cores as f64 * 100.0;
     let shares = format!(
-        "server {server:.0}% (busiest of its {} threads {:.0}%), agents {} (% of one core, over {:.2} s)",
+        "server {server:.0}% (busiest of its {} threads {:.0}%), {} (% of one core, over {:.2} s)",
         c.server_threads,
         c.server_busiest_thread_pct.unwrap_or(0.0),
-        c.agents_pct.iter().map(|a| format!("{a:.0}%")).collect::<Vec<_>>().join(" + "),
+        Spread::of(&c.agents_pct).agents_pct(),
         c.window_secs
     );
     let machine = c.machine_pct.unwrap_or(c.throng_pct);
@@ -169,6 +170,7 @@ mod tests {
             server_busiest_thread_pct: Some(busiest),
             server_threads: 3,
             throng_pct: server + agents.iter().sum::<f64>(),
+            agents: Spread::of(&agents),
             agents_pct: agents,
             controller_pct: 0.0,
             machine_pct: Some(machine),

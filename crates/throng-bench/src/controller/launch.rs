@@ -248,11 +248,25 @@ impl Drop for Redis {
 pub(super) struct LocalAgents(Vec<Child>);
 
 impl LocalAgents {
-    /// Starts `n` agents (`throng agent --controller ADDR`).
-    pub fn spawn(n: u32, controller: SocketAddr) -> Result<LocalAgents, BenchError> {
+    /// Starts `n` agents (`throng agent --controller ADDR`), or floor
+    /// writers (`--floor-writer`), handing them the token in their
+    /// environment (not on their command line, which any user of the
+    /// machine can read).
+    pub fn spawn(
+        n: u32,
+        controller: SocketAddr,
+        token: &str,
+        floor_writers: bool,
+    ) -> Result<LocalAgents, BenchError> {
         let mut agents = LocalAgents(Vec::new());
         for _ in 0..n {
-            let mut cmd = throng(&["agent", "--controller", &controller.to_string()])?;
+            let ctl = controller.to_string();
+            let mut args = vec!["agent", "--controller", &ctl];
+            if floor_writers {
+                args.push("--floor-writer");
+            }
+            let mut cmd = throng(&args)?;
+            cmd.env(crate::wire::TOKEN_ENV, token);
             agents.0.push(cmd.stdout(Stdio::null()).spawn()?);
         }
         Ok(agents)

@@ -9,24 +9,28 @@
 //! (`run`: ramp-up, plateau, hold, storm, collect) and the report is
 //! printed and written.
 //!
-//! Layout: `launch` starts the child processes (server, Redis, agents);
-//! `probe` samples the server; `agents` holds the links to the agents;
-//! `run` the phases, each returning what it measured; `timeline` the
-//! per-second samples and the progress line; `cpu` the CPU trace and the
-//! bottleneck verdict; `outcome` turns the phases' measurements into the
-//! [`Report`](crate::report::Report).
+//! Layout: `launch` starts the child processes (server, Redis, agents,
+//! floor writers); `probe` samples the server; `agents` holds the links to
+//! the agents (and to the floor writers); `run` the phases, each returning
+//! what it measured; `floor` the floor phase; `arrival` adaptive arrival's
+//! rate control; `timeline` the per-second samples and the progress line;
+//! `cpu` the CPU trace and the bottleneck verdict; `outcome` turns the
+//! phases' measurements into the [`Report`](crate::report::Report).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
 //! forwards its lines over a channel; the dashboard thread only reads the
 //! JSON snapshot behind a mutex that the main thread replaces every sample.
 
 mod agents;
+mod arrival;
 mod cpu;
+mod floor;
 mod launch;
 mod outcome;
 mod probe;
 mod run;
 mod timeline;
+mod verdict;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -34,17 +38,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::agents::Agents;
+use self::floor::Writers;
 pub(crate) use self::launch::server_workers;
 use self::launch::{Embedded, LocalAgents};
 use self::probe::ServerProbe;
 use self::run::Run;
 use crate::agent::FD_MARGIN;
+use crate::cli::FloorMode;
 use crate::cli::Load;
 use crate::error::BenchError;
+use crate::floor::FloorFrame;
 use crate::plan::Plan;
 use crate::report::{html, summary};
-use crate::wire::ToAgent;
-use crate::{dashboard, netns, scenario, sys, BenchArgs};
+use crate::wire::{self, Role, ToAgent};
+use crate::{dashboard, netns, scenario, sys, tune, BenchArgs};
 
 fn resolve(target: &str) -> Result<SocketAddr, BenchError> {
     let t = target
@@ -56,6 +63,24 @@ fn resolve(target: &str) -> Result<SocketAddr, BenchError> {
         .ok_or_else(|| BenchError::Server(format!("cannot resolve {target}")))
 }
 
+/// The server's shards per process: `--shards` among the `--server-arg`s,
+/// else the server's default (the cores, shared among `processes`).
+fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
+    let given =
+        server_args
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| match a.strip_prefix("--shards") {
+                Some(v) if v.starts_with('=') => v[1..].parse().ok(),
+                Some("") => server_args.get(i + 1)?.parse().ok(),
+                _ => None,
+            });
+    given.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / processes.max(1)).max(1) as u32
+    })
+}
+
 /// Runs `throng bench`.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let (soft, hard) = sys::raise_fd_limit();
@@ -63,7 +88,20 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let Load {
         scenario: sc,
         tsung: imported,
+        adaptive,
     } = args.load()?;
+    let floor_on = match args.floor {
+        FloorMode::Off => false,
+        FloorMode::On if args.remote_agents > 0 => {
+            return Err(BenchError::Scenario(
+                "--floor on needs local agents only (the floor writers run here)".into(),
+            ))
+        }
+        FloorMode::On => true,
+        FloorMode::Auto => {
+            args.target.is_none() && args.remote_agents == 0 && sc.expected_broadcasts() > 0
+        }
+    };
     if let Some(imp) = &imported {
         for n in &imp.notes {
             eprintln!("tsung: {n}");
@@ -133,6 +171,17 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
     }
     let total_agents = local + args.remote_agents;
+    // The OS settings this run's size needs: offered, not imposed.
+    let os = tune::os_settings(users);
+    for l in &os.lacking {
+        eprintln!(
+            "note: {users} connections need {} {} (now {}): {}",
+            l.name, l.needed, l.now, l.why
+        );
+    }
+    if let Some(cmd) = &os.advice {
+        eprintln!("note: run `{cmd}` (as root) first to set them; this run goes on without");
+    }
     let ports = sys::sysctl_read("net.ipv4.ip_local_port_range").unwrap_or_default();
     eprintln!(
         "limits: open files {soft}/{hard} (soft/hard) per process -> {per_process} connections per agent and per server process; ephemeral ports {ports} per source address (8 source addresses per agent); {:.1} GiB memory; `throng tune` for more",
@@ -140,20 +189,37 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     );
     eprintln!(
         "throng bench: {} -> {target} with {total_agents} agent(s)",
-        scenario::describe(&sc)
+        scenario::describe(&sc, adaptive)
     );
 
     let listener = TcpListener::bind(&args.listen)?;
     let ctl_addr = listener.local_addr()?;
-    let mut children = LocalAgents::spawn(local, ctl_addr)?;
+    let token = match &args.token {
+        Some(t) if !t.is_empty() => t.clone(),
+        _ => wire::new_token()?,
+    };
+    let mut children = LocalAgents::spawn(local, ctl_addr, &token, false)?;
     if args.remote_agents > 0 {
+        let shown = if args.token.is_some() {
+            "<the --token given>".to_string()
+        } else {
+            token.clone()
+        };
         eprintln!(
-            "waiting for {} remote agent(s): throng agent --controller {ctl_addr}",
-            args.remote_agents
+            "waiting for {} remote agent(s): {}={shown} throng agent --controller {ctl_addr}",
+            args.remote_agents,
+            wire::TOKEN_ENV
         );
     }
     let wait = Duration::from_secs(if args.remote_agents > 0 { 120 } else { 20 });
-    let mut agents = Agents::accept(&listener, total_agents as usize, &mut children, wait)?;
+    let mut agents = Agents::accept(
+        &listener,
+        total_agents as usize,
+        &mut children,
+        &token,
+        Role::Agent,
+        wait,
+    )?;
     let host = args.target.clone().unwrap_or_else(|| target.to_string());
     for i in 0..agents.len() {
         let plan = Plan {
@@ -168,10 +234,32 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
                 .copied()
                 .unwrap_or(per_process)
                 .min(per_process),
+            adaptive,
         };
         agents.send(i, &ToAgent::Plan(Box::new(plan)))?;
     }
     let conn_size = agents.await_ready()?;
+    // The floor writers: one per server process, as many threads as its shards.
+    let writers = if floor_on {
+        let processes = embedded.as_ref().map_or(1, |e| e.workers);
+        let threads = shards_per_process(&args.server_arg, processes);
+        let mut children = LocalAgents::spawn(processes as u32, ctl_addr, &token, true)?;
+        let links = Agents::accept(
+            &listener,
+            processes,
+            &mut children,
+            &token,
+            Role::FloorWriter,
+            Duration::from_secs(20),
+        )?;
+        Some(Writers {
+            links,
+            threads,
+            frame: FloorFrame::of(&sc),
+        })
+    } else {
+        None
+    };
 
     let probe = match &embedded {
         Some(e) => ServerProbe::new(
@@ -184,7 +272,18 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         None => ServerProbe::new(target, None, Vec::new(), 1, None),
     };
     let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
-    let mut run = Run::new(&args, sc, probe, agents, conn_size, tcp, Arc::clone(&live));
+    let mut run = Run::new(
+        &args,
+        sc,
+        adaptive,
+        probe,
+        agents,
+        writers,
+        os,
+        conn_size,
+        tcp,
+        Arc::clone(&live),
+    );
     if let Some(l) = dashboard {
         match l.and_then(|l| dashboard::serve(l, Arc::clone(&live))) {
             Ok(addr) => eprintln!("dashboard: http://{addr}/"),

@@ -1,12 +1,16 @@
 //! From what the phases measured to the [`Report`]: merged percentiles,
-//! each broadcast's time to its last receiver, memory per connection on
-//! each side, rates, CPU windows and the bottleneck verdicts.
+//! each broadcast's time to its last receiver and its ratio to the floor,
+//! memory per connection on each side, rates (and adaptive arrival's
+//! choices), CPU windows, whose each error is, and the verdicts.
 
-use super::cpu::bottleneck_of;
-use super::run::{Phases, Run};
-use crate::report::{self, BroadcastRow, Report};
+use super::cpu::{bottleneck_of, CpuTrace};
+use super::floor::Floor;
+use super::run::{Phases, Ramp, Run};
+use super::verdict::{attribute, verdict, TimeoutContext};
+use crate::report::{self, AdaptiveArrival, BroadcastRow, CpuWindow, FloorReport, Report};
 use crate::scenario::{self, vsn_name};
-use crate::stats::{percentile_curve, summarize, BcastSeen};
+use crate::slots::Slots;
+use crate::stats::{percentile_curve, summarize, BcastSeen, BcastTable, Summary};
 use crate::sys;
 
 /// Publish to last receipt, ms.
@@ -19,6 +23,7 @@ impl Run {
     pub(super) fn report(&self, p: Phases) -> Report {
         let Phases {
             baseline,
+            floor,
             ramp,
             plateau,
             hold,
@@ -108,10 +113,82 @@ impl Run {
                 .or(self.timeline.last_metrics.as_deref())
                 .and_then(|t| sys::metric(t, name))
         };
+        let floor = floor.map(|f| floor_report(&f, &c.floor, summarize(&c.hists.floor)));
+        let floor_ratio = |b: f64, f: f64| (b > 0.0 && f > 0.0).then(|| b / f);
+        let bcast_last = lasts.last().copied().unwrap_or(0.0);
+        let bcast_last_p50 = lasts.get(lasts.len() / 2).copied().unwrap_or(0.0);
+        let alone = alone(&c.bcasts);
+        let compared = if alone.is_empty() {
+            // None had the machine to itself: the first had it the longest.
+            c.bcasts
+                .values()
+                .filter(|b| b.sent_ns > 0 && b.recv > 0)
+                .min_by_key(|b| b.sent_ns)
+                .map(last_ms)
+                .into_iter()
+                .collect()
+        } else {
+            alone.clone()
+        };
+        let compared_p50 = compared.get(compared.len() / 2).copied().unwrap_or(0.0);
+        let compared_worst = compared.last().copied().unwrap_or(0.0);
+        // The floor's side: its median and slowest rounds; the first broadcast
+        // alone compares with the first round (both the first frames on
+        // their sockets, which the kernel handles more slowly).
+        let floor_side = floor.as_ref().map(|f| {
+            if alone.is_empty() {
+                let first = f.rounds_last_ms.first().copied().unwrap_or(0.0);
+                (first, first)
+            } else {
+                (f.last_p50_ms, f.last_ms)
+            }
+        });
+        let floor_compared = match (alone.len(), sent) {
+            (_, 0) => String::new(),
+            (n, m) if n as u64 == m => format!(
+                "all {n} broadcasts (each had the machine to itself) with the floor's rounds"
+            ),
+            (0, m) => format!(
+                "the first of {m} broadcasts with the floor's first round: each broadcast overlapped another (sent before the previous one's last receipt); a --broadcast-interval longer than a broadcast compares them all"
+            ),
+            (n, m) => format!(
+                "{n} of {m} broadcasts (the others overlapped another) with the floor's rounds"
+            ),
+        };
+        let receipts: u64 = c.bcasts.values().map(|b| b.recv).sum();
+        let per_receipt = |pct: Option<f64>| {
+            pct.filter(|_| receipts > 0)
+                .map(|p| p / 100.0 * hold_cpu.window_secs * 1e6 / receipts as f64)
+        };
+        let adaptive = ramp
+            .control
+            .as_ref()
+            .map(|_| adaptive_report(&ramp, &c.slots));
+        let timeouts = timeout_context(&self.trace, &c.slots, self.sc.connect_timeout);
+        let attributed = attribute(&fin.errors, timeouts);
+        let hb_at_hold = hold
+            .counters
+            .hb_sent
+            .saturating_sub(plateau.counters.hb_sent) as f64
+            / (hold.t1 - hold.t0).max(1e-3);
         Report {
+            verdict: verdict(
+                &attributed,
+                adaptive.as_ref(),
+                self.sc.total_users(),
+                fin.joined,
+            ),
+            floor: floor.clone(),
+            heartbeats: report::Heartbeats {
+                interval_secs: self.sc.heartbeat,
+                sent: fin.hb_sent,
+                per_sec_at_hold: hb_at_hold,
+                background: self.trace.window(ramp.secs, hold.t0),
+            },
+            os: self.os.clone(),
             scenario: report::ScenarioInfo {
                 name: self.sc.name.clone(),
-                description: scenario::describe(&self.sc),
+                description: scenario::describe(&self.sc, self.adaptive),
                 serializer: vsn_name::of(self.sc.serializer).into(),
                 heartbeat_secs: self.sc.heartbeat,
             },
@@ -131,6 +208,8 @@ impl Run {
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), v))
                     .collect(),
+                detail: fin.errors.detail.clone(),
+                attributed,
             },
             arrival: report::Arrival {
                 target_per_sec: target_rate,
@@ -141,6 +220,7 @@ impl Run {
                 joins_per_100ms: c.slots.joins.clone(),
                 peak_1s_sample_per_sec: self.timeline.peak_rate(),
                 ramp_secs: ramp.secs,
+                adaptive,
             },
             connect: summarize(&c.hists.connect),
             join: summarize(&c.hists.join),
@@ -148,14 +228,21 @@ impl Run {
             broadcast: report::Broadcasts {
                 sent,
                 expected_sent: self.sc.expected_broadcasts(),
-                receivers: c.bcasts.values().map(|b| b.recv).sum(),
+                receivers: receipts,
                 p50_ms: bsum.p50_ms,
                 p90_ms: bsum.p90_ms,
                 p99_ms: bsum.p99_ms,
                 max_ms: bsum.max_ms,
                 mean_ms: bsum.mean_ms,
-                last_ms: lasts.last().copied().unwrap_or(0.0),
-                last_p50_ms: lasts.get(lasts.len() / 2).copied().unwrap_or(0.0),
+                last_ms: bcast_last,
+                last_p50_ms: bcast_last_p50,
+                floor_ratio: floor_side.and_then(|(p50, _)| floor_ratio(compared_p50, p50)),
+                floor_ratio_worst: floor_side
+                    .and_then(|(_, worst)| floor_ratio(compared_worst, worst)),
+                floor_compared: floor.as_ref().map(|_| floor_compared),
+                server_cpu_us_per_receiver: per_receipt(hold_cpu.server_pct),
+                agent_cpu_us_per_receiver: per_receipt(Some(hold_cpu.agents_pct.iter().sum())),
+                machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
                 per_broadcast,
             },
             messages: report::Messages {
@@ -220,5 +307,145 @@ impl Run {
             timeline: self.timeline.samples.clone(),
             status: "done".into(),
         }
+    }
+}
+
+/// The time to the last receiver of each broadcast that had the machine to
+/// itself (none in flight when it was sent, none sent before its last
+/// receipt), sorted: the broadcasts comparable with the floor's rounds,
+/// which run one at a time.
+fn alone(bcasts: &BcastTable) -> Vec<f64> {
+    let mut sent: Vec<&BcastSeen> = bcasts
+        .values()
+        .filter(|b| b.sent_ns > 0 && b.recv > 0)
+        .collect();
+    sent.sort_by_key(|b| b.sent_ns);
+    let mut out = Vec::new();
+    let mut busy_until = 0;
+    for (i, b) in sent.iter().enumerate() {
+        let next = sent.get(i + 1).map_or(u64::MAX, |n| n.sent_ns);
+        if b.sent_ns >= busy_until && b.last_ns <= next {
+            out.push(last_ms(b));
+        }
+        busy_until = busy_until.max(b.last_ns);
+    }
+    out.sort_by(|a, b| a.total_cmp(b));
+    out
+}
+
+/// The floor as the report gives it: each round's last receipt from the
+/// agents' merged receipts (key: the round).
+fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport {
+    let rounds_last_ms: Vec<f64> = f
+        .rounds
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            table
+                .get(&(i as u64 + 1))
+                .map_or(0.0, |b| b.last_ns.saturating_sub(r.stamp_ns) as f64 / 1e6)
+        })
+        .collect();
+    let mut sorted = rounds_last_ms.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let receivers = f.receivers;
+    let per = |secs: f64| secs * 1e6 / receivers.max(1) as f64;
+    FloorReport {
+        writers: f.writers,
+        threads_per_writer: f.threads,
+        sockets: f.sockets,
+        failed: f.failed,
+        connect_secs: f.connect_secs,
+        rounds_write_ms: f.rounds.iter().map(|r| r.write_secs * 1e3).collect(),
+        last_ms: sorted.last().copied().unwrap_or(0.0),
+        last_p50_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+        rounds_last_ms,
+        receivers,
+        p50_ms: receipts.p50_ms,
+        p99_ms: receipts.p99_ms,
+        writer_cpu_us_per_receiver: per(f.writers_cpu_secs),
+        reader_cpu_us_per_receiver: per(f.agents_cpu_secs),
+        machine_cpu_us_per_receiver: f.machine_busy_secs.map(per),
+        note: format!(
+            "measured before the ramp-up: no server connection, heartbeat or server work underneath (the server used {} CPU s meanwhile)",
+            f.server_cpu_secs.map_or("-".to_string(), |s| format!("{s:.2}"))
+        ),
+    }
+}
+
+/// Adaptive arrival's rates, and the rate sustained from the first cut to
+/// the last arrival (handshakes per second, from the 100 ms slots).
+fn adaptive_report(ramp: &Ramp, slots: &Slots) -> AdaptiveArrival {
+    let Some(ctl) = ramp.control.as_ref() else {
+        return AdaptiveArrival::default();
+    };
+    let sustainable = ctl.first_cut.and_then(|(t, _)| {
+        let (a, b) = (
+            (t * 10.0) as usize,
+            (ramp.arrivals_secs * 10.0).ceil() as usize,
+        );
+        let n: u64 = slots
+            .connects
+            .get(a..b.min(slots.connects.len()))?
+            .iter()
+            .map(|&x| x as u64)
+            .sum();
+        (b > a).then(|| n as f64 / ((b - a) as f64 / 10.0))
+    });
+    AdaptiveArrival {
+        start_per_sec: ctl.steps.first().map_or(0.0, |s| s.per_sec),
+        max_per_sec: ctl.steps.iter().map(|s| s.per_sec).fold(0.0, f64::max),
+        final_per_sec: ctl.rate(),
+        sustainable_per_sec: sustainable,
+        limited_by: ctl.limited_by().unwrap_or_else(|| {
+            "no cut: no handshake waited past the threshold, so the rate kept rising until every user had arrived".into()
+        }),
+        cuts: ctl.limits.len(),
+        steps: ctl.steps.clone(),
+    }
+}
+
+/// Each timeout beside the CPU it waited through: the connect timeout
+/// before its 100 ms slot.
+fn timeout_context(trace: &CpuTrace, slots: &Slots, wait_secs: f64) -> TimeoutContext {
+    let mut t = TimeoutContext::default();
+    for (i, &n) in slots.timeouts.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let end = (i + 1) as f64 / 10.0;
+        let w: CpuWindow = trace.window(end - wait_secs, end);
+        t.add(n as u64, &w);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(sent_ms: u64, last_ms: u64) -> BcastSeen {
+        BcastSeen {
+            sent_ns: sent_ms * 1_000_000,
+            recv: 10,
+            last_ns: last_ms * 1_000_000,
+        }
+    }
+
+    /// Only broadcasts that had the machine to themselves compare with the
+    /// floor's rounds: none in flight when sent, none sent before their
+    /// last receipt.
+    #[test]
+    fn broadcasts_alone_are_those_no_other_overlapped() {
+        let mut t = BcastTable::new();
+        // 0..500 alone; 1000..1600 overlapped by 1500..1900; 3000..3200 alone.
+        t.insert(1, seen(1, 501));
+        t.insert(2, seen(1000, 1600));
+        t.insert(3, seen(1500, 1900));
+        t.insert(4, seen(3000, 3200));
+        assert_eq!(alone(&t), vec![200.0, 500.0]);
+        // 100 ms apart, each taking 500 ms: none alone.
+        let mut t = BcastTable::new();
+        for i in 0..3 {
+            t.insert(i, seen(1 + 100 * i, 501 + 100 * i));
+        }
+        assert!(alone(&t).is_empty());
     }
 }

@@ -2,15 +2,19 @@
 //! measured as a value of its own type, and [`Run::execute`] hands them all
 //! to the report (`outcome`):
 //!
-//! 1. [`Baseline`]: the server with no connections, then the arrivals start;
-//! 2. [`Ramp`]: until every user has arrived and no connect or tracked reply
-//!    is outstanding (a progress line, a timeline sample a second);
-//! 3. [`Plateau`]: a second later, memory over the idle connections;
-//! 4. [`Hold`]: the barrier opens, broadcasts flow, until every session is
+//! 1. [`Baseline`]: the server with no connections;
+//! 2. the floor (`floor`), when the run measures it: the same fan-out as a
+//!    broadcast with no server, before any user arrives; then the arrivals
+//!    start;
+//! 3. [`Ramp`]: until every user has arrived and no connect or tracked reply
+//!    is outstanding (a progress line, a timeline sample a second; with
+//!    adaptive arrival, a new rate whenever the `arrival` control says);
+//! 4. [`Plateau`]: a second later, memory over the idle connections;
+//! 5. [`Hold`]: the barrier opens, broadcasts flow, until every session is
 //!    parked and every broadcast delivered, or `--hold` seconds;
-//! 5. [`Storm`]: every agent drops every connection at once; the time until
+//! 6. [`Storm`]: every agent drops every connection at once; the time until
 //!    the server holds none, and the CPU it spent;
-//! 6. [`Collected`]: the agents' final counters, histograms, receipts and
+//! 7. [`Collected`]: the agents' final counters, histograms, receipts and
 //!    slots, merged.
 //!
 //! The main thread owns the run; agents' lines arrive over a channel
@@ -21,12 +25,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::agents::Agents;
+use super::arrival::{RateControl, Signals};
 use super::cpu::CpuTrace;
+use super::floor::{Floor, Writers};
 use super::probe::{server_conns, ServerProbe};
 use super::timeline::{progress_line, Timeline};
 use crate::error::BenchError;
 use crate::netns::TcpTable;
-use crate::report::{Live, LiveTarget, Report};
+use crate::report::{Live, LiveTarget, OsSettings, Report};
 use crate::scenario::{Scenario, Step};
 use crate::slots::Slots;
 use crate::stats::{merge_bcasts, BcastTable, Counters, Hists};
@@ -54,6 +60,12 @@ pub(super) struct Run {
     pub tcp: TcpTable,
     /// The dashboard's JSON.
     pub live: Arc<Mutex<String>>,
+    /// Adaptive arrival: the controller sets the rate.
+    pub adaptive: bool,
+    /// The floor writers, until the floor is measured.
+    pub writers: Option<Writers>,
+    /// The OS settings in force, and what the run lacks.
+    pub os: OsSettings,
     next_trace: Instant,
     next_sample: Instant,
 }
@@ -75,6 +87,10 @@ pub(super) struct Baseline {
 pub(super) struct Ramp {
     /// Until it settled (or gave up waiting).
     pub secs: f64,
+    /// Adaptive arrival: the rates it chose.
+    pub control: Option<RateControl>,
+    /// Seconds until every user had been started.
+    pub arrivals_secs: f64,
 }
 
 /// Idle connections, once settled.
@@ -111,6 +127,8 @@ pub(super) struct Storm {
 pub(super) struct Collected {
     pub hists: Hists,
     pub bcasts: BcastTable,
+    /// The floor's rounds as the agents received them (key: round).
+    pub floor: BcastTable,
     pub counters: Counters,
     pub slots: Slots,
     /// This controller's CPU seconds over the run.
@@ -122,6 +140,7 @@ pub(super) struct Collected {
 /// What each phase measured, for the report.
 pub(super) struct Phases {
     pub baseline: Baseline,
+    pub floor: Option<Floor>,
     pub ramp: Ramp,
     pub plateau: Plateau,
     pub hold: Hold,
@@ -131,11 +150,15 @@ pub(super) struct Phases {
 
 impl Run {
     /// A run of `sc` with `--hold` and `--sample-interval` from `args`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         args: &BenchArgs,
         sc: Scenario,
+        adaptive: bool,
         probe: ServerProbe,
         agents: Agents,
+        writers: Option<Writers>,
+        os: OsSettings,
         conn_size: usize,
         tcp: TcpTable,
         live: Arc<Mutex<String>>,
@@ -155,6 +178,9 @@ impl Run {
             tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
             tcp,
             live,
+            adaptive,
+            writers,
+            os,
             next_trace: now,
             next_sample: now,
         }
@@ -162,7 +188,9 @@ impl Run {
 
     /// Runs every phase and reports.
     pub fn execute(&mut self) -> Result<Report, BenchError> {
-        let baseline = self.baseline()?;
+        let mut baseline = self.baseline()?;
+        let floor = self.floor()?;
+        self.begin(&mut baseline)?;
         let ramp = self.ramp_up()?;
         let plateau = self.plateau()?;
         let hold = self.hold()?;
@@ -170,6 +198,7 @@ impl Run {
         let collected = self.collect(&baseline)?;
         Ok(self.report(Phases {
             baseline,
+            floor,
             ramp,
             plateau,
             hold,
@@ -184,7 +213,7 @@ impl Run {
     }
 
     /// A live snapshot for the dashboard.
-    fn publish_live(&self, status: &str) {
+    pub(super) fn publish_live(&self, status: &str) {
         let live = Live {
             status,
             scenario: &self.sc.name,
@@ -211,14 +240,14 @@ impl Run {
         }
     }
 
-    fn progress(&self, phase: &str) {
+    fn progress(&self, phase: &str, rate: Option<f64>) {
         if let Some(c) = self.agents.total() {
             let target = self.sc.total_users();
-            progress_line(phase, &c, target, self.timeline.rate(), self.tty);
+            progress_line(phase, &c, target, self.timeline.rate(), rate, self.tty);
         }
     }
 
-    /// Phase 1: the server with no connections; then the arrivals start.
+    /// Phase 1: the server with no connections.
     fn baseline(&mut self) -> Result<Baseline, BenchError> {
         let metrics = self.probe.metrics();
         let server = self.probe.sample(metrics.as_deref());
@@ -230,39 +259,82 @@ impl Run {
             );
         }
         let controller_cpu = sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0);
-        self.start = Instant::now();
-        let start_rt = sys::realtime_ns();
-        self.trace_point();
-        self.agents.send_all(&ToAgent::Start)?;
         let conns = self.probe.conns(metrics.as_deref());
         self.timeline.begin(self.start, server, conns);
-        self.next_trace = self.start + Duration::from_millis(100);
-        self.next_sample = self.start + self.timeline.every;
         Ok(Baseline {
             server,
             slab,
             metrics: metrics.is_some(),
             controller_cpu,
-            start_rt,
+            start_rt: 0,
         })
     }
 
-    /// Phase 2: the ramp-up, until settled (or past the time it could take).
+    /// The arrivals start: the run's clock too.
+    fn begin(&mut self, baseline: &mut Baseline) -> Result<(), BenchError> {
+        self.start = Instant::now();
+        baseline.start_rt = sys::realtime_ns();
+        self.trace_point();
+        self.agents.send_all(&ToAgent::Start)?;
+        self.timeline.restart(self.start);
+        self.next_trace = self.start + Duration::from_millis(100);
+        self.next_sample = self.start + self.timeline.every;
+        Ok(())
+    }
+
+    /// Phase 3: the ramp-up, until settled (or past the time it could take;
+    /// with adaptive arrival, until nothing has moved for a minute).
     fn ramp_up(&mut self) -> Result<Ramp, BenchError> {
         let s = &self.sc;
-        let settle_limit = s.ramp_secs() + s.connect_timeout + s.reply_timeout + 10.0;
+        let settle_limit = if self.adaptive {
+            f64::INFINITY
+        } else {
+            s.ramp_secs() + s.connect_timeout + s.reply_timeout + 10.0
+        };
+        let mut control = self
+            .adaptive
+            .then(|| RateControl::new(s.phases.first().map_or(100.0, |p| p.arrival_rate)));
         let mut next_line = self.start;
+        let mut moved = (0, Instant::now());
+        let mut arrivals_secs = None;
         loop {
             self.agents.pump(Duration::from_millis(50))?;
             let now = Instant::now();
-            if let Some(c) = self.agents.total() {
+            let total = self.agents.total();
+            if let Some(c) = &total {
+                if c.arrivals_done && arrivals_secs.is_none() {
+                    arrivals_secs = Some(self.start.elapsed().as_secs_f64());
+                }
                 if c.arrivals_done && c.connecting == 0 && c.awaiting == 0 {
+                    break;
+                }
+                let progress = c.started + c.connected + c.joined + c.errors.total();
+                if progress != moved.0 {
+                    moved = (progress, now);
+                } else if now.duration_since(moved.1) > Duration::from_secs(60) {
+                    eprintln!("\nwarning: nothing moved in the ramp-up for 60 s; going on");
                     break;
                 }
             }
             if now >= self.next_trace {
                 self.next_trace += Duration::from_millis(100);
                 self.trace_point();
+                if let (Some(ctl), Some(c)) = (control.as_mut(), &total) {
+                    if !c.arrivals_done {
+                        let t = now.duration_since(self.start).as_secs_f64();
+                        let signals = Signals {
+                            t,
+                            connected: c.connected,
+                            in_flight: c.connecting + c.awaiting,
+                            oldest_ms: c.oldest_in_flight_ms,
+                            timeouts: c.errors.timeout,
+                            cpu: self.trace.window(t - 0.35, t),
+                        };
+                        if let Some(per_sec) = ctl.tick(signals) {
+                            self.agents.send_all(&ToAgent::Rate { per_sec })?;
+                        }
+                    }
+                }
             }
             if now >= self.next_sample {
                 self.next_sample += self.timeline.every;
@@ -276,7 +348,7 @@ impl Run {
                     } else {
                         Duration::from_secs(1)
                     };
-                self.progress("ramp-up");
+                self.progress("ramp-up", control.as_ref().map(|c| c.rate()));
             }
             if now.duration_since(self.start).as_secs_f64() > settle_limit {
                 eprintln!("\nwarning: the ramp-up did not settle in {settle_limit:.0} s; going on");
@@ -285,14 +357,18 @@ impl Run {
         }
         self.trace_point();
         let secs = self.start.elapsed().as_secs_f64();
-        self.progress("settled");
+        self.progress("settled", control.as_ref().map(|c| c.rate()));
         if self.tty {
             eprintln!();
         }
-        Ok(Ramp { secs })
+        Ok(Ramp {
+            secs,
+            control,
+            arrivals_secs: arrivals_secs.unwrap_or(secs),
+        })
     }
 
-    /// Phase 3: let the server finish its work, then measure idle memory.
+    /// Phase 4: let the server finish its work, then measure idle memory.
     fn plateau(&mut self) -> Result<Plateau, BenchError> {
         self.agents.pump(Duration::from_millis(1000))?;
         let metrics = self.probe.metrics();
@@ -316,7 +392,7 @@ impl Run {
         })
     }
 
-    /// Phase 4: release the barrier and hold: until every session is parked and
+    /// Phase 5: release the barrier and hold: until every session is parked and
     /// every broadcast delivered, or `--hold` seconds (default: 60 s at most
     /// when sessions park, 10 s when they never do, such as think loops).
     fn hold(&mut self) -> Result<Hold, BenchError> {
@@ -373,7 +449,7 @@ impl Run {
         })
     }
 
-    /// Phase 5: the disconnect storm: how long until the server holds no
+    /// Phase 6: the disconnect storm: how long until the server holds no
     /// connection, and the CPU it spent. `metrics`: the server answers
     /// `/metrics` (a single server's count comes from there).
     fn storm(&mut self, hold: &Hold, metrics: bool) -> Result<Storm, BenchError> {
@@ -443,7 +519,7 @@ impl Run {
         })
     }
 
-    /// Phase 6: the agents' final reports, merged.
+    /// Phase 7: the agents' final reports, merged.
     fn collect(&mut self, baseline: &Baseline) -> Result<Collected, BenchError> {
         self.agents.send_all(&ToAgent::Finish)?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -460,6 +536,7 @@ impl Run {
         let secs = self.start.elapsed().as_secs_f64();
         let mut hists = Hists::default();
         let mut bcasts = BcastTable::new();
+        let mut floor = BcastTable::new();
         let mut counters = Counters {
             arrivals_done: true,
             ..Default::default()
@@ -470,11 +547,13 @@ impl Run {
             slots.merge(&f.slots);
             hists.merge_wire(&f.hists);
             merge_bcasts(&mut bcasts, &f.bcasts);
+            merge_bcasts(&mut floor, &f.floor);
             counters.add(&f.counters);
         }
         Ok(Collected {
             hists,
             bcasts,
+            floor,
             counters,
             slots,
             controller_cpu,

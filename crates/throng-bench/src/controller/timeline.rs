@@ -42,6 +42,13 @@ impl Timeline {
         });
     }
 
+    /// The clock starts again at `start` (the arrivals'), from the first sample.
+    pub fn restart(&mut self, start: Instant) {
+        if let Some(prev) = self.prev.as_mut() {
+            prev.0 = start;
+        }
+    }
+
     /// Takes a sample of the agents' counters `c` and the server now.
     pub fn sample(&mut self, start: Instant, c: Counters, probe: &ServerProbe) {
         let now = Instant::now();
@@ -104,13 +111,21 @@ fn cpu_pct(a: f64, b: f64, secs: f64) -> f64 {
 }
 
 /// The progress line: rewritten in place on a terminal, one line a call
-/// otherwise.
-pub(super) fn progress_line(phase: &str, c: &Counters, target: u64, rate: f64, tty: bool) {
+/// otherwise; `chosen`: adaptive arrival's rate now.
+pub(super) fn progress_line(
+    phase: &str,
+    c: &Counters,
+    target: u64,
+    rate: f64,
+    chosen: Option<f64>,
+    tty: bool,
+) {
     let target = target.max(1);
     let width = 30;
     let done = ((c.started as f64 / target as f64) * width as f64).round() as usize;
+    let chosen = chosen.map_or(String::new(), |r| format!(" (rate {r:.0}/s)"));
     let line = format!(
-        "{phase:<7} [{}{}] {}/{} users  open {}  joined {}  {:.0} conn/s  errors {}",
+        "{phase:<7} [{}{}] {}/{} users  open {}  joined {}  {:.0} conn/s{chosen}  errors {}",
         "#".repeat(done.min(width)),
         "-".repeat(width - done.min(width)),
         c.started,

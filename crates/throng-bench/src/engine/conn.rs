@@ -22,6 +22,17 @@ pub(super) enum State {
     Barrier,
     /// Holding until the disconnect storm.
     Hold,
+    /// A floor socket (see [`crate::floor`]): TCP connect in progress.
+    FloorConnecting,
+    /// A floor socket, open: frames from a floor writer are timed.
+    Floor,
+}
+
+impl State {
+    /// A floor socket's state: not a user's session.
+    pub(super) fn is_floor(self) -> bool {
+        matches!(self, State::FloorConnecting | State::Floor)
+    }
 }
 
 /// Flag: the connection speaks the v2 serializer.

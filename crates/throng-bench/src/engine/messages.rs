@@ -168,6 +168,7 @@ impl Engine {
         let i = c.vsn().index();
         self.tbuf.clear();
         self.hb_tpl[i].render(&mut self.tbuf, &v);
+        self.counters.hb_sent += 1;
         self.send_frame(token, Opcode::Text);
     }
 }

@@ -29,10 +29,12 @@
 //! `websocket` the client side of the connection (connect, upgrade, frames
 //! in and out); `messages` the Phoenix messages on it (sends rendered from
 //! templates, replies timed against the tracked ref, broadcasts timed by
-//! their stamp); `socket` opening sockets and naming their errors.
+//! their stamp); `socket` opening sockets and naming their errors; `floor`
+//! the reading side of the floor measurement (raw sockets to floor writers).
 
 mod arrivals;
 mod conn;
+mod floor;
 mod messages;
 mod session;
 mod socket;
@@ -67,6 +69,9 @@ pub const WAKER: Token = Token(usize::MAX - 1);
 
 /// The shared read buffer; also the largest frame a connection can receive.
 const READ_BUF: usize = 256 * 1024;
+
+/// How late a timer may fire, ms, so the loop is not woken for each one.
+const TIMER_SLACK_MS: u32 = 10;
 
 /// The engine. See the module docs.
 pub struct Engine {
@@ -111,8 +116,13 @@ pub struct Engine {
     pub counters: Counters,
     pub hists: Hists,
     pub bcasts: BcastTable,
-    /// Handshakes and `ok` joins per 100 ms since the arrivals began, for exact rates.
+    /// Handshakes, `ok` joins and timeouts per 100 ms since the arrivals
+    /// began, for exact rates.
     pub slots: Slots,
+    /// The floor's sockets still to open, while it is measured.
+    floor: Option<floor::Opening>,
+    /// The floor's frames, by key (writer 0 << 32 | round).
+    pub floor_bcasts: BcastTable,
 }
 
 /// Why a session ends.
@@ -154,7 +164,7 @@ impl Engine {
         let sc = &plan.scenario;
         let secs_ms = |s: f64| (s * 1000.0).round().clamp(1.0, u32::MAX as f64 / 4.0) as u32;
         let users = {
-            let a = Arrivals::new(sc, plan.index as u64, plan.agents as u64);
+            let a = Arrivals::new(sc, plan.index as u64, plan.agents as u64, plan.adaptive);
             a.phases.iter().map(|p| a.share(p.2)).sum::<u64>() as usize
         };
         let mut conns = Slab::new();
@@ -173,7 +183,9 @@ impl Engine {
             hb_tpl: Vsn::ALL.map(hb),
             connect_timeout_ms: secs_ms(sc.connect_timeout),
             reply_timeout_ms: secs_ms(sc.reply_timeout),
-            arrivals: Arrivals::new(sc, plan.index as u64, plan.agents as u64),
+            arrivals: Arrivals::new(sc, plan.index as u64, plan.agents as u64, plan.adaptive),
+            floor: None,
+            floor_bcasts: BcastTable::new(),
             scenario: plan.scenario,
             timers: BinaryHeap::new(),
             barrier: Vec::new(),
@@ -220,9 +232,18 @@ impl Engine {
 
     /// Starts the arrivals.
     pub fn start(&mut self) {
-        let now = Instant::now();
-        self.arrivals.phase_start = Some(now);
-        self.arrivals.started_at = Some(now);
+        self.arrivals.start(Instant::now());
+    }
+
+    /// Adaptive arrival: users arrive at `per_sec` (all agents together)
+    /// from now on.
+    pub fn set_rate(&mut self, per_sec: f64) {
+        self.arrivals.set_rate(Instant::now(), per_sec);
+    }
+
+    /// Whether the arrivals have started.
+    pub fn started(&self) -> bool {
+        self.arrivals.started_at.is_some()
     }
 
     /// Releases the connections parked at the barrier (and any that come later).
@@ -257,9 +278,14 @@ impl Engine {
         if let Some(next) = self.arrivals.next_due() {
             wait = wait.min(next.saturating_duration_since(now));
         }
+        // Timers (heartbeats, think times, timeouts) fire up to
+        // TIMER_SLACK_MS late: at 19,000 connections heartbeats fall due
+        // every 1.6 ms, and waking for each one split the reads of a
+        // broadcast into many small batches.
         if let Some(Reverse((at, _, _))) = self.timers.peek() {
             let now_ms = self.now_ms();
-            wait = wait.min(Duration::from_millis(at.saturating_sub(now_ms) as u64));
+            let ms = at.saturating_sub(now_ms).max(TIMER_SLACK_MS);
+            wait = wait.min(Duration::from_millis(ms as u64));
         }
         let mut events = self
             .events
@@ -288,6 +314,7 @@ impl Engine {
         self.events = Some(events);
         self.start_due_users();
         self.fire_timers();
+        self.open_floor_sockets();
         Ok(())
     }
 
@@ -302,11 +329,16 @@ impl Engine {
         self.counters.arrivals_done = self.arrivals.done;
     }
 
-    /// Ends a session: counts it and closes its socket.
+    /// Ends a session: counts it and closes its socket. A floor socket is
+    /// no session: its failures are the floor's, not the run's errors.
     fn drop_conn(&mut self, token: usize, cause: Cause) {
         let Some(mut c) = self.conns.try_remove(token) else {
             return;
         };
+        if c.state.is_floor() {
+            self.counters.floor_failed += u64::from(matches!(cause, Cause::Error(_)));
+            return;
+        }
         self.counters.ended += 1;
         match cause {
             Cause::Done => {
@@ -318,17 +350,49 @@ impl Engine {
                     let _ = sock.write(&self.wbuf);
                 }
             }
-            Cause::Error(kind) => {
-                let e = &mut self.counters.errors;
+            Cause::Error(kind) => self.count_error(kind),
+        }
+    }
+
+    /// Counts an error under its kind and its finer kind; a timeout also in
+    /// its 100 ms slot.
+    fn count_error(&mut self, kind: ErrKind) {
+        let e = &mut self.counters.errors;
+        let d = &mut e.detail;
+        match kind {
+            ErrKind::Refused => e.refused += 1,
+            ErrKind::TimeoutTcp | ErrKind::TimeoutUpgrade | ErrKind::TimeoutReply => {
+                e.timeout += 1;
                 match kind {
-                    ErrKind::Refused => e.refused += 1,
-                    ErrKind::Timeout => e.timeout += 1,
-                    ErrKind::Closed => e.closed += 1,
-                    ErrKind::Handshake => e.handshake += 1,
-                    ErrKind::LocalLimit => e.local_limit += 1,
-                    ErrKind::Other => e.other += 1,
+                    ErrKind::TimeoutTcp => d.timeout_tcp += 1,
+                    ErrKind::TimeoutUpgrade => d.timeout_upgrade += 1,
+                    _ => d.timeout_reply += 1,
+                }
+                Slots::bump(&mut self.slots.timeouts, self.arrivals.started_at);
+            }
+            ErrKind::CloseFrame(code) => {
+                e.closed += 1;
+                *d.close_codes.entry(code).or_default() += 1;
+            }
+            ErrKind::Reset => {
+                e.closed += 1;
+                d.reset += 1;
+            }
+            ErrKind::Eof => {
+                e.closed += 1;
+                d.eof += 1;
+            }
+            ErrKind::Handshake => e.handshake += 1,
+            ErrKind::Ports | ErrKind::Fds | ErrKind::Buffers | ErrKind::Capacity => {
+                e.local_limit += 1;
+                match kind {
+                    ErrKind::Ports => d.ports += 1,
+                    ErrKind::Fds => d.fds += 1,
+                    ErrKind::Buffers => d.buffers += 1,
+                    _ => d.capacity += 1,
                 }
             }
+            ErrKind::Other => e.other += 1,
         }
     }
 
@@ -338,15 +402,26 @@ impl Engine {
         let now_us = self.now_us();
         let limit = self.reply_timeout_ms as u64 * 1000;
         let (mut open, mut connecting, mut awaiting, mut barrier, mut hold) = (0, 0, 0, 0, 0);
+        let (mut floor_open, mut floor_connecting) = (0, 0);
         let mut timeouts = 0;
+        // The oldest connect, upgrade or tracked reply still in flight.
+        let mut oldest_mark = now_us;
         for (_, c) in self.conns.iter_mut() {
             match c.state {
-                State::Connecting | State::Handshaking => connecting += 1,
+                State::Connecting | State::Handshaking => {
+                    connecting += 1;
+                    oldest_mark = oldest_mark.min(c.mark_us);
+                }
                 State::Barrier => barrier += 1,
                 State::Hold => hold += 1,
+                State::FloorConnecting => floor_connecting += 1,
+                State::Floor => floor_open += 1,
                 _ => {}
             }
-            if c.sock.is_some() && !matches!(c.state, State::Connecting | State::Handshaking) {
+            if c.sock.is_some()
+                && !matches!(c.state, State::Connecting | State::Handshaking)
+                && !c.state.is_floor()
+            {
                 open += 1;
             }
             if c.await_ref != 0 {
@@ -355,8 +430,12 @@ impl Engine {
                     timeouts += 1;
                 } else {
                     awaiting += 1;
+                    oldest_mark = oldest_mark.min(c.mark_us);
                 }
             }
+        }
+        for _ in 0..timeouts {
+            self.count_error(ErrKind::TimeoutReply);
         }
         let k = &mut self.counters;
         k.open = open;
@@ -364,7 +443,9 @@ impl Engine {
         k.awaiting = awaiting;
         k.at_barrier = barrier;
         k.holding = hold;
-        k.errors.timeout += timeouts;
+        k.floor_open = floor_open;
+        k.floor_connecting = floor_connecting;
+        k.oldest_in_flight_ms = now_us.saturating_sub(oldest_mark) / 1000;
         k.arrivals_done = self.arrivals.done;
         if let Some(s) = sys::proc_sample("self") {
             k.rss = s.rss;

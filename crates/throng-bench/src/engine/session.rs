@@ -26,7 +26,7 @@ impl Engine {
         self.counters.started += 1;
         if self.conns.len() >= self.capacity || g >= u32::MAX as u64 {
             self.counters.ended += 1;
-            self.counters.errors.local_limit += 1;
+            self.count_error(ErrKind::Capacity);
             return;
         }
         let role = self.scenario.role_of(g);
@@ -91,9 +91,11 @@ impl Engine {
                     c.state = State::Running;
                     self.advance(t);
                 }
-                State::Connecting | State::Handshaking | State::Awaiting => {
-                    self.drop_conn(t, Cause::Error(ErrKind::Timeout));
+                State::Connecting => self.drop_conn(t, Cause::Error(ErrKind::TimeoutTcp)),
+                State::Handshaking => {
+                    self.drop_conn(t, Cause::Error(ErrKind::TimeoutUpgrade));
                 }
+                State::Awaiting => self.drop_conn(t, Cause::Error(ErrKind::TimeoutReply)),
                 _ => {}
             }
         }

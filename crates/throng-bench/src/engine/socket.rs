@@ -8,24 +8,40 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::sys;
 
-#[derive(Clone, Copy, Debug)]
+/// Why a connection failed, as finely as the report tells errors apart
+/// (see [`crate::stats::ErrorDetail`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ErrKind {
     Refused,
-    Timeout,
-    Closed,
+    /// No SYN-ACK within the connect timeout (or the kernel's ETIMEDOUT).
+    TimeoutTcp,
+    /// Connected, but no 101 within the connect timeout.
+    TimeoutUpgrade,
+    /// No reply to a tracked push within the reply timeout.
+    TimeoutReply,
+    /// A close frame with this code (1005: none given).
+    CloseFrame(u16),
+    /// Reset (ECONNRESET, EPIPE, ECONNABORTED).
+    Reset,
+    /// The stream ended without a close frame.
+    Eof,
     Handshake,
-    LocalLimit,
+    Ports,
+    Fds,
+    Buffers,
+    /// The agent already holds its capacity.
+    Capacity,
     Other,
 }
 
 pub(super) fn classify(e: &io::Error) -> ErrKind {
     match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => ErrKind::Refused,
-        Some(libc::ETIMEDOUT) => ErrKind::Timeout,
-        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => ErrKind::Closed,
-        Some(
-            libc::EADDRNOTAVAIL | libc::EADDRINUSE | libc::EMFILE | libc::ENFILE | libc::ENOBUFS,
-        ) => ErrKind::LocalLimit,
+        Some(libc::ETIMEDOUT) => ErrKind::TimeoutTcp,
+        Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => ErrKind::Reset,
+        Some(libc::EADDRNOTAVAIL | libc::EADDRINUSE) => ErrKind::Ports,
+        Some(libc::EMFILE | libc::ENFILE) => ErrKind::Fds,
+        Some(libc::ENOBUFS | libc::ENOMEM) => ErrKind::Buffers,
         _ => ErrKind::Other,
     }
 }
@@ -38,8 +54,13 @@ pub(super) fn source_addr(n: u32) -> IpAddr {
 }
 
 /// A non-blocking TCP socket, bound to `src` (port picked at connect) and
-/// connecting to `target`.
-pub(super) fn open_socket(target: SocketAddr, src: Option<IpAddr>) -> io::Result<Socket> {
+/// connecting to `target`; with `reset`, closing it resets it (SO_LINGER
+/// 0: no TIME_WAIT left behind, for the floor's throwaway sockets).
+pub(super) fn open_socket(
+    target: SocketAddr,
+    src: Option<IpAddr>,
+    reset: bool,
+) -> io::Result<Socket> {
     let domain = if target.is_ipv4() {
         Domain::IPV4
     } else {
@@ -47,6 +68,9 @@ pub(super) fn open_socket(target: SocketAddr, src: Option<IpAddr>) -> io::Result
     };
     let sock = Socket::new(domain, Type::STREAM.nonblocking(), Some(Protocol::TCP))?;
     sock.set_nodelay(true)?;
+    if reset {
+        sock.set_linger(Some(std::time::Duration::ZERO))?;
+    }
     if let Some(ip) = src {
         // Best effort: without it, bind picks a port per source address.
         let _ = sys::set_bind_no_port(&sock);

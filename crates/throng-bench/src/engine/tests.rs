@@ -138,6 +138,7 @@ fn run_engine(ser: Vsn, binary_replies: bool) {
         index: 0,
         agents: 1,
         capacity: 1000,
+        adaptive: false,
     })
     .unwrap();
     engine.start();
@@ -195,4 +196,60 @@ fn engine_runs_a_session_against_a_stand_in_server_v1() {
 #[test]
 fn engine_counts_binary_replies() {
     run_engine(Vsn::V2, true);
+}
+
+/// A server that upgrades every connection, then closes it with a close
+/// frame of code 1011: each error is counted as closed, under its code.
+#[test]
+fn engine_counts_close_codes() {
+    use std::io::{Read as _, Write as _};
+    use throng_protocol::frame::encode_close;
+    use throng_protocol::handshake::{accept_key, write_response};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { break };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut chunk) {
+                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                    _ => break,
+                }
+            }
+            let head = String::from_utf8_lossy(&buf).to_string();
+            let Some(key) = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+            else {
+                continue;
+            };
+            let mut out = Vec::new();
+            write_response(&mut out, &accept_key(key.trim().as_bytes()));
+            encode_close(&mut out, 1011, "test", None);
+            let _ = s.write_all(&out);
+        }
+    });
+    let users = 5;
+    let mut engine = Engine::new(Plan {
+        scenario: chat(Phase::at_rate(users, 1000.0), 0, 0, 0.0, Vsn::V2),
+        target: addr,
+        host: addr.to_string(),
+        bind_sources: true,
+        index: 0,
+        agents: 1,
+        capacity: 100,
+        adaptive: false,
+    })
+    .unwrap();
+    engine.start();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.counters.errors.total() < users {
+        engine.turn(Duration::from_millis(5)).unwrap();
+        assert!(Instant::now() < deadline, "{:?}", engine.counters);
+    }
+    let e = &engine.counters.errors;
+    assert_eq!(e.closed, users);
+    assert_eq!(e.detail.close_codes.get(&1011), Some(&users));
 }

@@ -29,7 +29,7 @@ impl Engine {
             let user = self.conns[token].user as usize;
             Some(self.sources[user % self.sources.len()])
         };
-        let sock = match open_socket(self.target, src) {
+        let sock = match open_socket(self.target, src, false) {
             Ok(s) => s,
             Err(e) => {
                 self.drop_conn(token, Cause::Error(classify(&e)));
@@ -58,9 +58,13 @@ impl Engine {
         let Some(c) = self.conns.get_mut(token) else {
             return;
         };
-        if c.state == State::Connecting {
+        if matches!(c.state, State::Connecting | State::FloorConnecting) {
             if writable || error || readable {
-                self.finish_connect(token);
+                if c.state == State::Connecting {
+                    self.finish_connect(token);
+                } else {
+                    self.finish_floor_connect(token);
+                }
             }
             return;
         }
@@ -148,7 +152,7 @@ impl Engine {
             }
             match sock.read(&mut buf[len..]) {
                 Ok(0) => {
-                    self.drop_conn(token, Cause::Error(ErrKind::Closed));
+                    self.drop_conn(token, Cause::Error(ErrKind::Eof));
                     break;
                 }
                 Ok(n) => {
@@ -244,6 +248,15 @@ impl Engine {
     }
 
     /// The upgrade succeeded: time the connect, start the heartbeats.
+    ///
+    /// phoenix.js sends its first heartbeat one interval after the socket
+    /// opens (`resetHeartbeat` in socket.js), so users who arrive together
+    /// heartbeat together, interval after interval: a ramp-up of 2 s
+    /// becomes 2 s bursts every 30 s. Here the first one comes after a
+    /// fraction of the interval fixed by the user's id (Fibonacci hashing),
+    /// at most one interval, and every one after at the interval: the same
+    /// rate per connection, spread evenly over time whatever the arrivals
+    /// did, so heartbeats are a steady background load.
     fn on_open(&mut self, token: usize) {
         let now_us = self.now_us();
         let now_ms = self.now_ms();
@@ -255,7 +268,9 @@ impl Engine {
         self.counters.connected += 1;
         Slots::bump(&mut self.slots.connects, self.arrivals.started_at);
         if hb > 0 {
-            let at = now_ms.wrapping_add(hb);
+            let spread = (c.user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+            let first = 1 + ((spread * hb as u64) >> 32) as u32;
+            let at = now_ms.wrapping_add(first.min(hb));
             c.hb_ms = at;
             self.schedule(token, at, TIMER_HEARTBEAT);
         }
@@ -263,6 +278,12 @@ impl Engine {
 
     /// One frame: pings answered, a close ends the session, messages go on.
     fn on_frame(&mut self, token: usize, opcode: Opcode, fin: bool, payload: &[u8]) {
+        if self.conns[token].state == State::Floor {
+            if fin && matches!(opcode, Opcode::Text | Opcode::Binary) {
+                self.on_floor_frame(token, opcode, payload);
+            }
+            return;
+        }
         match opcode {
             Opcode::Ping => {
                 self.wbuf.clear();
@@ -271,7 +292,13 @@ impl Engine {
                 self.write_wbuf(token);
             }
             Opcode::Pong | Opcode::Continuation => {}
-            Opcode::Close => self.drop_conn(token, Cause::Error(ErrKind::Closed)),
+            Opcode::Close => {
+                let code = match payload {
+                    [a, b, ..] => u16::from_be_bytes([*a, *b]),
+                    _ => 1005,
+                };
+                self.drop_conn(token, Cause::Error(ErrKind::CloseFrame(code)));
+            }
             Opcode::Text | Opcode::Binary => {
                 self.counters.msgs_in += 1;
                 if fin {

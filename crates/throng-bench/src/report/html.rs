@@ -57,20 +57,33 @@ function render(d){
   document.getElementById("sub").textContent=(d.scenario&&d.scenario.description||d.scenario||"")+" — "+(d.status||"");
   chart("c_users",[{name:"users",points:col("users")},{name:"connected",points:col("connected")},{name:"joined",points:col("joined")}],"s");
   const slots=(d.arrival&&d.arrival.joins_per_100ms)||[];
-  chart("c_rate",[{name:"conn/s (per sample)",points:col("conn_per_sec")},{name:"joins/s (100 ms slots)",points:slots.map((v,i)=>[i*0.1,v*10])}],"s");
+  const steps=(d.arrival&&d.arrival.adaptive&&d.arrival.adaptive.steps)||[];
+  const rate=[];steps.forEach((st,i)=>{if(i>0)rate.push([st.t,steps[i-1].per_sec]);rate.push([st.t,st.per_sec]);});
+  const rateSeries=[{name:"conn/s (per sample)",points:col("conn_per_sec")},{name:"joins/s (100 ms slots)",points:slots.map((v,i)=>[i*0.1,v*10])}];
+  if(rate.length){rateSeries.push({name:"adaptive rate chosen",points:rate});}
+  chart("c_rate",rateSeries,"s");
   chart("c_msgs",[{name:"out/s",points:col("msgs_out_per_sec")},{name:"in/s",points:col("msgs_in_per_sec")}],"s");
   chart("c_cpu",[{name:"server",points:col("server_cpu_pct")},{name:"agents",points:col("agents_cpu_pct")}],"s");
   chart("c_mem",[{name:"server RSS",points:col("server_rss_mb")},{name:"agents RSS",points:col("agents_rss_mb")}],"s");
   const p=d.percentiles||{};
   chart("c_lat",["connect","join","broadcast"].filter(k=>p[k]&&p[k].length).map(k=>({name:k,points:p[k]})),"percentile",true);
   const rows=[];
-  const add=(k,v)=>rows.push(`<tr><td>${k}</td><td>${v}</td></tr>`);
+  const esc=v=>String(v).replace(/&/g,"&amp;").replace(/</g,"&lt;");
+  const add=(k,v)=>rows.push(`<tr><td>${k}</td><td>${esc(v)}</td></tr>`);
+  const spread=(a)=>{a=(a||[]).filter(x=>x!==null&&x!==undefined);if(!a.length)return "-";const sum=a.reduce((x,y)=>x+y,0);return a.length===1?fmt(sum)+"%":fmt(sum)+"% ("+a.length+" agents: mean "+fmt(sum/a.length)+"%, max "+fmt(Math.max(...a))+"%)";};
+  if(d.verdict){add("verdict",d.verdict);}
   if(d.connections){add("connections target",fmt(d.connections.target));if(d.connections.connected!==undefined){add("connected / joined",fmt(d.connections.connected)+" / "+fmt(d.connections.joined));}}
   if(d.counters){const c=d.counters;add("started / open / joined",fmt(c.started)+" / "+fmt(c.open)+" / "+fmt(c.joined));add("broadcast receipts",fmt(c.bcast_recv));}
-  if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));}
+  if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));const ad=d.arrival.adaptive;if(ad){add("adaptive arrival",fmt(ad.start_per_sec)+" -> "+fmt(ad.max_per_sec)+"/s, "+ad.cuts+" cut(s); sustained "+(ad.sustainable_per_sec===null?"not found":fmt(ad.sustainable_per_sec)+"/s")+": "+ad.limited_by);}}
   if(d.join&&d.join.count){add("join p50 / p99 ms",fmt(d.join.p50_ms)+" / "+fmt(d.join.p99_ms));}
-  if(d.broadcast&&d.broadcast.receivers){const b=d.broadcast;add("broadcast p50 / p99 / max ms",fmt(b.p50_ms)+" / "+fmt(b.p99_ms)+" / "+fmt(b.max_ms));add("time to last receiver ms",fmt(b.last_ms));}
-  if(d.errors){add("errors",fmt(d.errors.total)+" "+JSON.stringify(Object.fromEntries(Object.entries(d.errors.by_kind||{}).filter(e=>e[1]>0))));}
+  if(d.broadcast&&d.broadcast.receivers){const b=d.broadcast;add("broadcast p50 / p99 / max ms",fmt(b.p50_ms)+" / "+fmt(b.p99_ms)+" / "+fmt(b.max_ms));add("time to last receiver ms",fmt(b.last_ms)+" worst, "+fmt(b.last_p50_ms)+" median");
+    if(d.floor){const f=d.floor;add("floor (same fan-out, no server) ms",fmt(f.last_p50_ms)+" median, "+fmt(f.last_ms)+" worst; rounds "+(f.rounds_last_ms||[]).map(fmt).join(", "));
+      add("last receiver / floor",(b.floor_ratio===null?"-":b.floor_ratio.toFixed(2)+"x")+" median, "+(b.floor_ratio_worst===null?"-":b.floor_ratio_worst.toFixed(2)+"x")+" worst: "+(b.floor_compared||""));
+      add("CPU per receiver us","server "+fmt(b.server_cpu_us_per_receiver)+", agents "+fmt(b.agent_cpu_us_per_receiver)+"; floor writers "+fmt(f.writer_cpu_us_per_receiver)+", agents "+fmt(f.reader_cpu_us_per_receiver));}}
+  if(d.errors){add("errors",fmt(d.errors.total));(d.errors.attributed||[]).forEach(a=>add("&nbsp;&nbsp;"+a.kind+" ("+a.whose+")",fmt(a.count)+": "+a.why));}
+  if(d.heartbeats&&d.heartbeats.interval_secs){add("heartbeats (background)","every "+fmt(d.heartbeats.interval_secs)+" s, spread evenly: "+fmt(d.heartbeats.per_sec_at_hold)+"/s while held");}
+  if(d.os&&d.os.settings){add("OS settings",(d.os.tuned?"throng tune's":"the host's")+((d.os.lacking||[]).length?"; lacked "+d.os.lacking.map(l=>l.name).join(", ")+": run "+d.os.advice:""));}
+  if(d.cpu&&d.cpu.ramp){add("agent CPU during ramp-up",spread(d.cpu.ramp.agents_pct));}
   if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}
   if(d.agent){add("agent bytes / connection",fmt(d.agent.bytes_per_conn));}
   if(d.storm){add("disconnect storm: s to 0 / server CPU s",fmt(d.storm.secs_to_zero)+" / "+fmt(d.storm.server_cpu_secs));}

@@ -16,16 +16,26 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Counters, Summary};
+use crate::stats::{Counters, ErrorDetail, Summary};
 
 /// One run's results (`--json`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Report {
+    /// One line: whether the server or the load generator (or nothing) was
+    /// the limit of this run, and why.
+    pub verdict: String,
     pub scenario: ScenarioInfo,
     pub connections: Connections,
     pub errors: ErrorCounts,
     pub arrival: Arrival,
+    /// The machine's own cost of a broadcast's fan-out, with no server
+    /// logic, measured before the ramp-up (`null`: not measured).
+    pub floor: Option<FloorReport>,
+    /// Heartbeats: the background load under everything else.
+    pub heartbeats: Heartbeats,
+    /// The OS settings in force, and those the run needed but lacked.
+    pub os: OsSettings,
     /// TCP connect + WebSocket handshake latency.
     pub connect: Summary,
     /// Join sent to its reply.
@@ -92,6 +102,23 @@ pub struct ErrorCounts {
     /// Kind (`refused`, `timeout`, `closed_by_server`, `error_reply`,
     /// `handshake`, `local_limit`, `other`) to count.
     pub by_kind: BTreeMap<String, u64>,
+    /// The finer kinds (timeouts by stage, closes by code, local limits by resource).
+    pub detail: ErrorDetail,
+    /// Each finer kind with a count, and whose it is.
+    pub attributed: Vec<Attributed>,
+}
+
+/// Errors of one finer kind and whose they are.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Attributed {
+    /// `timeout_tcp`, `close_code_1011`, `ports`, ...
+    pub kind: String,
+    pub count: u64,
+    /// `server`, `load generator`, or `kernel` (a limit of the host's
+    /// settings, on the load generator's side).
+    pub whose: String,
+    pub why: String,
 }
 
 /// How fast users arrived and joined.
@@ -113,6 +140,113 @@ pub struct Arrival {
     pub peak_1s_sample_per_sec: f64,
     /// From the first arrival until every connect and tracked reply settled.
     pub ramp_secs: f64,
+    /// Adaptive arrival: the rates the controller chose (`null`: a fixed schedule).
+    pub adaptive: Option<AdaptiveArrival>,
+}
+
+/// The rates adaptive arrival chose, and what set them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AdaptiveArrival {
+    pub start_per_sec: f64,
+    /// The highest rate it tried.
+    pub max_per_sec: f64,
+    /// The rate when the last user had started.
+    pub final_per_sec: f64,
+    /// Handshakes per second from the first cut to the last arrival: the
+    /// rate this machine sustained (`null`: no cut, the limit was not found).
+    pub sustainable_per_sec: Option<f64>,
+    /// The resource most cuts named, or why there was none.
+    pub limited_by: String,
+    pub cuts: usize,
+    /// Every change of rate.
+    pub steps: Vec<RateStep>,
+}
+
+/// A change of adaptive arrival's rate.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RateStep {
+    /// Seconds since the arrivals started.
+    pub t: f64,
+    /// The new rate, users per second (all agents together).
+    pub per_sec: f64,
+    /// `start`, `raise`, or `cut: <the resource that set it>`.
+    pub why: String,
+}
+
+/// The floor: the same fan-out as a broadcast, written to as many loopback
+/// sockets by minimal writers (no server logic) and read by the agents.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct FloorReport {
+    /// Writer processes (one per server process) and threads each (the
+    /// server's shards per process).
+    pub writers: usize,
+    pub threads_per_writer: u32,
+    /// Sockets (one per user), and those that failed to open.
+    pub sockets: u64,
+    pub failed: u64,
+    /// Seconds to open them all.
+    pub connect_secs: f64,
+    /// Each round: the stamp to the last receipt, ms.
+    pub rounds_last_ms: Vec<f64>,
+    /// The slowest writer's time to write a round, ms.
+    pub rounds_write_ms: Vec<f64>,
+    /// The slowest round's and the median round's last receipt, ms.
+    pub last_ms: f64,
+    pub last_p50_ms: f64,
+    /// Receipts, all rounds; their latency (ms).
+    pub receivers: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// CPU per receipt over the rounds: the writers, the agents reading,
+    /// the whole machine (all cores, kernel work included), µs.
+    pub writer_cpu_us_per_receiver: f64,
+    pub reader_cpu_us_per_receiver: f64,
+    pub machine_cpu_us_per_receiver: Option<f64>,
+    /// What else ran: the floor comes before the ramp-up, so no server
+    /// connection, heartbeat or server work is under it.
+    pub note: String,
+}
+
+/// Heartbeats: phoenix.js's interval, spread evenly over it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Heartbeats {
+    pub interval_secs: f64,
+    pub sent: u64,
+    /// Per second while everyone was connected (the hold): the background
+    /// load under the broadcasts.
+    pub per_sec_at_hold: f64,
+    /// CPU while everyone was connected and nothing but heartbeats flowed
+    /// (the plateau, before the barrier opened): what the background costs.
+    pub background: CpuWindow,
+}
+
+/// The OS settings in force (those `throng tune` sets), and those this
+/// run's size needed but lacked.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct OsSettings {
+    /// Setting to value, as the run found them.
+    pub settings: BTreeMap<String, String>,
+    /// Whether every setting was `throng tune`'s.
+    pub tuned: bool,
+    /// Settings the run's size needed and the host lacked.
+    pub lacking: Vec<Lacking>,
+    /// The command that would set them (`null`: nothing lacking).
+    pub advice: Option<String>,
+}
+
+/// A setting a run needed and lacked.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Lacking {
+    pub name: String,
+    pub now: String,
+    pub needed: String,
+    pub why: String,
 }
 
 /// Timestamped broadcasts: latency per receiver, time to the last one.
@@ -133,6 +267,19 @@ pub struct Broadcasts {
     pub last_ms: f64,
     /// The median broadcast's publish to its last receipt.
     pub last_p50_ms: f64,
+    /// The time to the last receiver over the floor's, for the broadcasts
+    /// that had the machine to themselves (as each floor round did): their
+    /// median over the floor's median round, and the slowest over the
+    /// slowest (`null`: no floor measured).
+    pub floor_ratio: Option<f64>,
+    pub floor_ratio_worst: Option<f64>,
+    /// Which broadcasts were compared with the floor.
+    pub floor_compared: Option<String>,
+    /// CPU per receipt over the broadcasts: the server, the agents, the
+    /// whole machine, µs (beside the floor's writers, readers, machine).
+    pub server_cpu_us_per_receiver: Option<f64>,
+    pub agent_cpu_us_per_receiver: Option<f64>,
+    pub machine_cpu_us_per_receiver: Option<f64>,
     /// The first 1,000 broadcasts, in publish order.
     pub per_broadcast: Vec<BroadcastRow>,
 }
@@ -266,11 +413,51 @@ pub struct CpuWindow {
     pub server_threads: usize,
     pub agents_pct: Vec<f64>,
     pub controller_pct: f64,
+    /// The agents' figures summed up, averaged and at most.
+    pub agents: Spread,
     /// Server + agents + controller.
     pub throng_pct: f64,
     /// Every process on the machine (kernel softirq work included), % of one core.
     pub machine_pct: Option<f64>,
     pub cores: usize,
+}
+
+/// Per-agent figures in three numbers, so 53 agents read as one.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Spread {
+    pub count: usize,
+    pub sum: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub fn of(values: &[f64]) -> Spread {
+        let sum: f64 = values.iter().sum();
+        Spread {
+            count: values.len(),
+            sum,
+            mean: if values.is_empty() {
+                0.0
+            } else {
+                sum / values.len() as f64
+            },
+            max: values.iter().copied().fold(0.0, f64::max),
+        }
+    }
+
+    /// `agents 95% in all (53: mean 1.8%, max 2.4%)`, or `agent 43%` for one.
+    pub fn agents_pct(&self) -> String {
+        match self.count {
+            0 => "no agent".into(),
+            1 => format!("agent {:.0}%", self.sum),
+            n => format!(
+                "agents {:.0}% in all ({n}: mean {:.1}%, max {:.1}%)",
+                self.sum, self.mean, self.max
+            ),
+        }
+    }
 }
 
 /// Percentile curves, `(percentile, ms)` points, for charts.
@@ -307,7 +494,7 @@ pub struct Sample {
 /// What the live dashboard shows while a run is on.
 #[derive(Clone, Debug, Serialize)]
 pub struct Live<'a> {
-    /// The phase: `starting`, `ramp-up`, `hold`.
+    /// The phase: `starting`, `floor`, `ramp-up`, `hold`.
     pub status: &'a str,
     /// The scenario's name.
     pub scenario: &'a str,
@@ -332,6 +519,16 @@ mod tests {
     fn documented_keys_are_there() {
         let r = serde_json::to_value(Report::default()).unwrap();
         for key in [
+            "/verdict",
+            "/errors/attributed",
+            "/errors/detail/timeout_tcp",
+            "/arrival/adaptive",
+            "/floor",
+            "/broadcast/floor_ratio",
+            "/broadcast/server_cpu_us_per_receiver",
+            "/heartbeats/per_sec_at_hold",
+            "/os/lacking",
+            "/os/advice",
             "/connections/connected",
             "/connections/target",
             "/errors/total",

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::Report;
+use super::{Report, Spread};
 
 /// A count: `1,234,567`.
 fn int(n: u64) -> String {
@@ -50,6 +50,35 @@ fn bytes(b: Option<f64>) -> String {
     }
 }
 
+/// The OS settings in force, in one line: whether they were `throng
+/// tune`'s, the ones that matter most, and what the run lacked.
+fn os_line(r: &Report) -> String {
+    let o = &r.os;
+    let get = |k: &str| o.settings.get(k).map_or("-", |v| v.as_str());
+    let mut line = format!(
+        "{}: somaxconn {}, tcp_mem {}, file-max {}, nf_conntrack_max {}",
+        if o.tuned {
+            "throng tune's"
+        } else {
+            "the host's (not `throng tune`'s)"
+        },
+        get("net.core.somaxconn"),
+        get("net.ipv4.tcp_mem"),
+        get("fs.file-max"),
+        get("net.netfilter.nf_conntrack_max"),
+    );
+    if !o.lacking.is_empty() {
+        let names: Vec<&str> = o.lacking.iter().map(|l| l.name.as_str()).collect();
+        let _ = write!(
+            line,
+            "; this run lacked {}: run `{}` first",
+            names.join(", "),
+            o.advice.as_deref().unwrap_or("throng tune --apply")
+        );
+    }
+    line
+}
+
 /// The summary table.
 pub fn table(r: &Report) -> String {
     let mut s = String::new();
@@ -57,6 +86,7 @@ pub fn table(r: &Report) -> String {
         let _ = writeln!(s, "  {k:<34} {v}");
     };
     let _ = writeln!(s, "\n== throng bench: {} ==", r.scenario.description);
+    row(&mut s, "verdict", r.verdict.clone());
     let c = &r.connections;
     row(&mut s, "connections target", int(c.target));
     row(&mut s, "connected (handshakes)", int(c.connected));
@@ -71,17 +101,42 @@ pub fn table(r: &Report) -> String {
         ),
     );
     let a = &r.arrival;
-    row(
-        &mut s,
-        "arrival: joins/s achieved (target)",
-        format!(
-            "{} ({}), peak {} joins/s (best second), ramp {} s",
-            float(a.per_sec),
-            opt(a.target_per_sec),
-            float(a.peak_per_sec),
-            float(a.ramp_secs)
+    match &a.adaptive {
+        Some(ad) => {
+            row(
+                &mut s,
+                "arrival: joins/s achieved (adaptive)",
+                format!(
+                    "{}, peak {} joins/s (best second), ramp {} s; rate {} -> {}/s, {} cut(s)",
+                    float(a.per_sec),
+                    float(a.peak_per_sec),
+                    float(a.ramp_secs),
+                    float(ad.start_per_sec),
+                    float(ad.max_per_sec),
+                    ad.cuts
+                ),
+            );
+            row(
+                &mut s,
+                "arrival rate sustained",
+                match ad.sustainable_per_sec {
+                    Some(r) => format!("{}/s, set by {}", float(r), ad.limited_by),
+                    None => format!("not found: {}", ad.limited_by),
+                },
+            );
+        }
+        None => row(
+            &mut s,
+            "arrival: joins/s achieved (target)",
+            format!(
+                "{} ({}), peak {} joins/s (best second), ramp {} s",
+                float(a.per_sec),
+                opt(a.target_per_sec),
+                float(a.peak_per_sec),
+                float(a.ramp_secs)
+            ),
         ),
-    );
+    }
     for (name, h) in [
         ("connect latency ms", &r.connect),
         ("join latency ms", &r.join),
@@ -125,6 +180,59 @@ pub fn table(r: &Report) -> String {
                 float(b.last_p50_ms)
             ),
         );
+        if let Some(f) = &r.floor {
+            row(
+                &mut s,
+                "floor: same fan-out, no server, ms",
+                format!(
+                    "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s))",
+                    float(f.last_p50_ms),
+                    float(f.last_ms),
+                    f.rounds_last_ms
+                        .iter()
+                        .map(|x| float(*x))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    f.writers,
+                    f.threads_per_writer
+                ),
+            );
+            row(
+                &mut s,
+                "last receiver / floor",
+                format!(
+                    "{} median, {} worst: {}",
+                    b.floor_ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+                    b.floor_ratio_worst
+                        .map_or("-".into(), |x| format!("{x:.2}x")),
+                    b.floor_compared.as_deref().unwrap_or("-")
+                ),
+            );
+            row(
+                &mut s,
+                "CPU per receiver us",
+                format!(
+                    "server {}, agents {}, machine {}; floor: writers {}, agents {}, machine {}",
+                    opt(b.server_cpu_us_per_receiver),
+                    opt(b.agent_cpu_us_per_receiver),
+                    opt(b.machine_cpu_us_per_receiver),
+                    float(f.writer_cpu_us_per_receiver),
+                    float(f.reader_cpu_us_per_receiver),
+                    opt(f.machine_cpu_us_per_receiver)
+                ),
+            );
+        } else {
+            row(
+                &mut s,
+                "CPU per receiver us",
+                format!(
+                    "server {}, agents {}, machine {}",
+                    opt(b.server_cpu_us_per_receiver),
+                    opt(b.agent_cpu_us_per_receiver),
+                    opt(b.machine_cpu_us_per_receiver)
+                ),
+            );
+        }
     }
     let m = &r.messages;
     row(
@@ -134,10 +242,9 @@ pub fn table(r: &Report) -> String {
     );
     let kinds: Vec<String> = r
         .errors
-        .by_kind
+        .attributed
         .iter()
-        .filter(|(_, v)| **v > 0)
-        .map(|(k, v)| format!("{k} {v}"))
+        .map(|a| format!("{} {}: {}", a.kind, int(a.count), a.whose))
         .collect();
     row(
         &mut s,
@@ -195,17 +302,35 @@ pub fn table(r: &Report) -> String {
             ),
         );
     }
-    let cpus: Vec<String> = r
+    let cpus: Vec<f64> = r
         .agent
         .processes
         .iter()
-        .map(|p| format!("{}%", opt(p.cpu_pct_ramp)))
+        .filter_map(|p| p.cpu_pct_ramp)
         .collect();
     row(
         &mut s,
         "agent CPU during ramp-up",
-        format!("{} agent(s): {}", cpus.len(), cpus.join(", ")),
+        format!("{} (% of a core)", Spread::of(&cpus).agents_pct()),
     );
+    let h = &r.heartbeats;
+    row(
+        &mut s,
+        "heartbeats (background load)",
+        if h.interval_secs > 0.0 {
+            format!(
+                "every {} s per connection, spread evenly: {}/s while held; the quiet plateau cost server {}%, {}, machine {}% (of a core)",
+                float(h.interval_secs),
+                float(h.per_sec_at_hold),
+                opt(h.background.server_pct),
+                h.background.agents.agents_pct(),
+                opt(h.background.machine_pct)
+            )
+        } else {
+            "none".into()
+        },
+    );
+    row(&mut s, "OS settings in force", os_line(r));
     let st = &r.storm;
     row(
         &mut s,
@@ -238,6 +363,8 @@ mod tests {
         assert_eq!(bytes(Some(3.0 * 1048576.0)), "3.0 MiB");
         let t = table(&Report::default());
         assert!(t.contains("connections target"), "{t}");
+        let many = Spread::of(&[1.0, 2.0, 3.0]).agents_pct();
+        assert_eq!(many, "agents 6% in all (3: mean 2.0%, max 3.0%)");
         assert!(
             !t.contains("broadcast latency"),
             "no broadcasts, no row: {t}"

@@ -429,10 +429,20 @@ pub fn delay_publish(sc: &mut Scenario, secs: f64) {
     }
 }
 
-/// A one-line description of a scenario's load, for the terminal.
-pub fn describe(sc: &Scenario) -> String {
+/// A one-line description of a scenario's load, for the terminal;
+/// `adaptive`: its users arrive at a rate the controller chooses.
+pub fn describe(sc: &Scenario, adaptive: bool) -> String {
     let mut s = String::new();
     let _ = write!(s, "{} ({:?}", sc.name, sc.serializer);
+    if adaptive {
+        let _ = write!(
+            s,
+            ", {} users, adaptive arrival from {}/s)",
+            sc.total_users(),
+            sc.phases.first().map_or(0.0, |p| p.arrival_rate)
+        );
+        return s;
+    }
     for (i, p) in sc.phases.iter().enumerate() {
         let _ = write!(
             s,

@@ -14,18 +14,23 @@
 //! Phoenix's order: a broadcast goes out before the reply of the push that
 //! made it (the fastlane), and infos after the reply (`send(self(), msg)`).
 
+mod presence;
+
 use std::sync::Arc;
 
 use throng_protocol::frame::{close_code, Opcode};
 use throng_protocol::serializer::{encode_message, encode_reply};
 use throng_protocol::{event, Message, OwnedPayload, Payload, Vsn};
-use throng_pubsub::Slot;
+use throng_pubsub::{Slot, Tracker};
 
 use crate::auth::rate::Verdict;
 use crate::auth::rules::UNAUTHORIZED;
 use crate::auth::{is_reserved, Policy};
 use crate::channel::{Assigns, Channel, Effects, Info, Reply, Router, Socket, Terminate, Who};
 use crate::metrics::ShardStats;
+use crate::presence::PresenceRule;
+
+pub(crate) use presence::Tracked;
 
 /// One channel a socket joined.
 pub(crate) struct Join {
@@ -71,6 +76,20 @@ pub(crate) trait Transport {
     /// Asks for the connection to be closed with `code` once this call is
     /// done (a WebSocket close frame; long-poll ends the session).
     fn close(&mut self, _code: u16, _reason: &'static str) {}
+    /// The node's presence.
+    fn tracker(&self) -> &Tracker;
+    /// This connection's presences on the registry's topic `index`.
+    fn tracked(&mut self, index: u32) -> &mut Tracked;
+    /// Takes (and forgets) this connection's presences on topic `index`;
+    /// nothing, cheaply, when presence is not in use.
+    fn take_tracked(&mut self, index: u32) -> Tracked;
+    /// One message whose body is `head`, `shared`, `tail`: the middle part
+    /// is the same for many sockets (a presence state), and is not copied
+    /// where the transport can avoid it.
+    fn send_shared(&mut self, opcode: Opcode, head: &[u8], shared: &Arc<str>, tail: &[u8]);
+    /// The node started keeping presence for a topic: every shard must now
+    /// flush presence diffs.
+    fn presence_started(&mut self);
 }
 
 /// Buffers a shard lends each call, so that a message costs no allocation.
@@ -92,6 +111,10 @@ pub(crate) struct Cx<'a> {
     /// What the joins of one socket may store (join_refs, topic names):
     /// the socket budget less a message in progress (`limits.rs`).
     pub max_join_bytes: usize,
+    /// Topics with presence turned on by configuration (`--presence`).
+    pub presence: &'a [PresenceRule],
+    /// `--max-presence-bytes`: a presence's key and meta together.
+    pub max_presence_bytes: usize,
 }
 
 /// The reply of a join over the cap, as Phoenix 1.8's socket answers it
@@ -103,6 +126,8 @@ const OVER_BUDGET: &str = r#"{"reason":"socket memory budget exceeded"}"#;
 const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
 /// The reply to a push over the socket's budget.
 const RATE_LIMITED: &str = r#"{"reason":"rate limited"}"#;
+/// A join whose presence key (from `--presence`) is over `--max-presence-bytes`.
+const KEY_TOO_LONG: &str = r#"{"reason":"presence key too long"}"#;
 /// Infos one callback chain may trigger (an info that sends itself another
 /// info forever would otherwise hold the shard).
 const MAX_INFOS: usize = 64;
@@ -254,6 +279,21 @@ impl<'a, T: Transport> Mux<'a, T> {
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(OVER_BUDGET)));
             return;
         }
+        // Presence configured for the topic: the join's key, checked before
+        // the channel runs so that a key too long refuses the join.
+        let rules: &'a [PresenceRule] = self.cx.presence;
+        let rule = rules.iter().find(|r| r.matches(topic));
+        let key = rule.and_then(|r| r.key_of(payload, self.cx.who));
+        if key
+            .as_ref()
+            .is_some_and(|k| k.len() > self.cx.max_presence_bytes)
+        {
+            let stats = self.t.stats();
+            ShardStats::add(&stats.refused_joins, 1);
+            ShardStats::add(&stats.presence_refused, 1);
+            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(KEY_TOO_LONG)));
+            return;
+        }
         let mut effects = std::mem::take(&mut self.scratch.effects);
         let mut assigns = None;
         let result = channel.join(
@@ -292,6 +332,9 @@ impl<'a, T: Transport> Mux<'a, T> {
                 self.reply(join_ref, msg_ref, topic, Ok(response.as_payload()));
                 let i = self.joins.len() - 1;
                 self.apply(i, &mut effects);
+                if rule.is_some() {
+                    self.auto_presence(i, key);
+                }
                 let infos = std::mem::take(&mut effects.infos);
                 self.scratch.effects = effects;
                 if !infos.is_empty() {
@@ -394,6 +437,9 @@ impl<'a, T: Transport> Mux<'a, T> {
     /// tells the channel. Returns its join_ref.
     fn end_join(&mut self, mut join: Join, reason: Terminate) -> Option<Box<str>> {
         let name = self.t.topic_name(join.slot.topic);
+        if let Some(topic) = &name {
+            self.untrack_all(join.slot.topic, topic);
+        }
         self.t.unsubscribe(join.slot);
         ShardStats::sub(&self.t.stats().channels, 1);
         let router: &'a Router = self.cx.router;
@@ -419,6 +465,17 @@ impl<'a, T: Transport> Mux<'a, T> {
 
     /// Applies a callback's pushes and broadcasts on join `i`.
     fn apply(&mut self, i: usize, effects: &mut Effects) {
+        if !effects.presence.is_empty() {
+            let ops = std::mem::take(&mut effects.presence);
+            // Pushes made with it go first, as they were made first in
+            // Phoenix's `:after_join` (the state, then the track).
+            self.apply_pushes(i, effects);
+            self.presence_ops(i, ops);
+        }
+        self.apply_pushes(i, effects);
+    }
+
+    fn apply_pushes(&mut self, i: usize, effects: &mut Effects) {
         if effects.pushes.is_empty() && effects.broadcasts.is_empty() {
             return;
         }

@@ -1,14 +1,15 @@
 //! The socket state machine against a recording transport: no sockets, no
 //! shard. Each test feeds decoded messages and reads what went out.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use throng_protocol::frame::Opcode;
 use throng_protocol::serializer::{decode, Sender};
 use throng_protocol::{OwnedPayload, Payload, Vsn};
-use throng_pubsub::{Registry, Slot};
+use throng_pubsub::{LocalPresence, Registry, Slot, Tracker};
 
-use super::{Cx, Join, Mux, Scratch, Transport};
+use super::{Cx, Join, Mux, Scratch, Tracked, Transport};
 use crate::auth::rate::Verdict;
 use crate::channel::{Channel, ConnectInfo, Info, Reply, Router, Socket, Terminate, Who};
 use crate::metrics::ShardStats;
@@ -26,6 +27,9 @@ struct Fake {
     /// What `allow_push` answers next (then Allow).
     verdicts: Vec<Verdict>,
     closed: Option<u16>,
+    tracker: Arc<Tracker>,
+    tracked: HashMap<u32, Tracked>,
+    started: usize,
 }
 
 impl Fake {
@@ -36,6 +40,9 @@ impl Fake {
             log: Log::default(),
             verdicts: Vec::new(),
             closed: None,
+            tracker: Tracker::new(Arc::new(LocalPresence::new())),
+            tracked: HashMap::new(),
+            started: 0,
         }
     }
 }
@@ -85,6 +92,24 @@ impl Transport for Fake {
     }
     fn close(&mut self, code: u16, _reason: &'static str) {
         self.closed = Some(code);
+    }
+    fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+    fn tracked(&mut self, index: u32) -> &mut Tracked {
+        self.tracked.entry(index).or_default()
+    }
+    fn take_tracked(&mut self, index: u32) -> Tracked {
+        self.tracked.remove(&index).unwrap_or_default()
+    }
+    fn send_shared(&mut self, opcode: Opcode, head: &[u8], shared: &Arc<str>, tail: &[u8]) {
+        let mut body = head.to_vec();
+        body.extend_from_slice(shared.as_bytes());
+        body.extend_from_slice(tail);
+        self.send(opcode, &body);
+    }
+    fn presence_started(&mut self) {
+        self.started += 1;
     }
 }
 
@@ -137,6 +162,27 @@ impl Channel for Probe {
             }
             "bad" => Some(Err(OwnedPayload::Json(r#"{"reason":"bad"}"#.into()))),
             "user" => Some(Ok(OwnedPayload::json(&socket.user_id()).unwrap())),
+            "track" | "update" | "untrack" | "state" => {
+                let v: serde_json::Value = serde_json::from_str(p).unwrap();
+                let key = v["key"].as_str().unwrap_or("");
+                let mut presence = socket.presence();
+                let r = match event {
+                    "track" => presence.track(key, &v["meta"]),
+                    "update" => presence.update(key, &v["meta"]),
+                    "untrack" => {
+                        presence.untrack(key);
+                        Ok(())
+                    }
+                    _ => {
+                        presence.push_state();
+                        Ok(())
+                    }
+                };
+                Some(
+                    r.map(|_| OwnedPayload::empty())
+                        .map_err(|e| OwnedPayload::Json(format!("{{\"reason\":\"{e}\"}}"))),
+                )
+            }
             _ => None,
         }
     }
@@ -167,6 +213,7 @@ struct Harness {
     max_channels: usize,
     max_join_bytes: usize,
     policy: crate::auth::Policy,
+    presence: Vec<crate::presence::PresenceRule>,
 }
 
 impl Harness {
@@ -183,6 +230,7 @@ impl Harness {
             max_channels: 100,
             max_join_bytes: 1 << 20,
             policy: Default::default(),
+            presence: Vec::new(),
         }
     }
 
@@ -198,6 +246,8 @@ impl Harness {
                 },
                 max_channels: self.max_channels,
                 max_join_bytes: self.max_join_bytes,
+                presence: &self.presence,
+                max_presence_bytes: 64,
             },
             t: &mut self.t,
             joins: &mut self.joins,
@@ -516,4 +566,144 @@ fn topic_rules_and_reserved_topics() {
             .policy_refusals
             .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(refusals, 2);
+}
+
+/// The presence broadcasts of one flush: (event, payload).
+fn flush(h: &Harness) -> Vec<(String, serde_json::Value)> {
+    let mut out = Vec::new();
+    h.t.tracker.flush_all(&mut out);
+    out.iter()
+        .map(|b| {
+            let OwnedPayload::Json(p) = &b.payload else {
+                panic!("binary")
+            };
+            (b.event.clone(), serde_json::from_str(p).unwrap())
+        })
+        .collect()
+}
+
+fn keys(v: &serde_json::Value, side: &str) -> Vec<String> {
+    v[side].as_object().unwrap().keys().cloned().collect()
+}
+
+#[test]
+fn a_presence_rule_sends_state_and_tracks_until_leave() {
+    let mut h = Harness::new(Vsn::V2);
+    h.presence = vec![crate::presence::PresenceRule::parse("room:*=param:user").unwrap()];
+    let out = h.input(r#"["1","1","room:a","phx_join",{"user":"alice"}]"#);
+    assert_eq!(
+        out,
+        vec![
+            r#"["1","1","room:a","phx_reply",{"response":{},"status":"ok"}]"#,
+            r#"["1",null,"room:a","presence_state",{}]"#,
+        ],
+        "the state (as of the last diff) after the reply, with the join_ref"
+    );
+    assert_eq!(h.t.started, 1, "the first presence topic wakes the shards");
+    let diffs = flush(&h);
+    assert_eq!(diffs.len(), 1);
+    assert_eq!(diffs[0].0, "presence_diff");
+    assert_eq!(keys(&diffs[0].1, "joins"), vec!["alice"]);
+    // a second socket joining now gets alice in its state
+    let mut h2 = Harness::new(Vsn::V1);
+    h2.t.tracker = h.t.tracker.clone();
+    h2.presence = h.presence.clone();
+    let out =
+        h2.input(r#"{"topic":"room:a","event":"phx_join","payload":{"user":"bob"},"ref":"1"}"#);
+    let state: serde_json::Value = serde_json::from_str(&out[1]).unwrap();
+    assert_eq!(state["event"], "presence_state");
+    assert!(state["payload"]["alice"]["metas"][0]["phx_ref"].is_string());
+    // leaving untracks; so does a rejoin (the old join's presence leaves)
+    h.input(r#"["1","2","room:a","phx_leave",{}]"#);
+    h2.input(r#"{"topic":"room:a","event":"phx_join","payload":{"user":"bob"},"ref":"2"}"#);
+    let diffs = flush(&h);
+    assert_eq!(keys(&diffs[0].1, "leaves"), vec!["alice"]);
+    assert_eq!(
+        keys(&diffs[0].1, "joins"),
+        vec!["bob"],
+        "bob's first join and its leave cancel out"
+    );
+    h2.mux().close();
+    let diffs = flush(&h);
+    assert_eq!(keys(&diffs[0].1, "leaves"), vec!["bob"]);
+    assert!(h2.t.tracked.is_empty() && h.t.tracked.is_empty());
+}
+
+#[test]
+fn presence_keys_too_long_or_missing() {
+    let mut h = Harness::new(Vsn::V2);
+    h.presence = vec![crate::presence::PresenceRule::parse("room:*=param:user").unwrap()];
+    let long = "x".repeat(65);
+    assert_eq!(
+        h.input(&format!(
+            r#"["1","1","room:a","phx_join",{{"user":"{long}"}}]"#
+        )),
+        vec![
+            r#"["1","1","room:a","phx_reply",{"response":{"reason":"presence key too long"},"status":"error"}]"#
+        ]
+    );
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(h.t.stats.presence_refused.load(Relaxed), 1);
+    assert!(h.joins.is_empty());
+    // no key: the join watches (gets the state) but is not tracked
+    let out = h.input(r#"["2","2","room:a","phx_join",{}]"#);
+    assert_eq!(out.len(), 2);
+    assert!(flush(&h).is_empty());
+}
+
+#[test]
+fn the_presence_api_tracks_updates_and_untracks() {
+    let mut h = Harness::new(Vsn::V2);
+    h.input(r#"["1","1","room:a","phx_join",{}]"#);
+    let ok = r#"["1","2","room:a","phx_reply",{"response":{},"status":"ok"}]"#;
+    assert_eq!(
+        h.input(r#"["1","2","room:a","state",{}]"#),
+        vec![r#"["1",null,"room:a","presence_state",{}]"#, ok],
+        "a push from handle_in goes before its reply, as in Phoenix"
+    );
+    assert_eq!(
+        h.input(r#"["1","2","room:a","track",{"key":"u1","meta":{"s":"on"}}]"#),
+        vec![ok]
+    );
+    h.input(r#"["1","2","room:a","track",{"key":"u1","meta":{}}]"#);
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        h.t.stats.presence_refused.load(Relaxed),
+        1,
+        "one key per join"
+    );
+    let joined = flush(&h);
+    let meta = &joined[0].1["joins"]["u1"]["metas"][0];
+    assert_eq!(meta["s"], "on");
+    let first = meta["phx_ref"].as_str().unwrap().to_string();
+    h.input(r#"["1","2","room:a","update",{"key":"u1","meta":{"s":"away"}}]"#);
+    let updated = flush(&h);
+    let d = &updated[0].1;
+    assert_eq!(d["leaves"]["u1"]["metas"][0]["phx_ref"], first.as_str());
+    assert_eq!(d["joins"]["u1"]["metas"][0]["phx_ref_prev"], first.as_str());
+    assert_eq!(d["joins"]["u1"]["metas"][0]["s"], "away");
+    assert_eq!(
+        h.input(r#"["1","2","room:a","track",{"key":"u2","meta":[1]}]"#),
+        vec![
+            r#"["1","2","room:a","phx_reply",{"response":{"reason":"a presence meta must be a JSON object"},"status":"error"}]"#
+        ]
+    );
+    h.input(r#"["1","2","room:a","untrack",{"key":"nobody"}]"#);
+    h.input(r#"["1","2","room:a","update",{"key":"nobody","meta":{}}]"#);
+    assert_eq!(h.t.stats.presence_refused.load(Relaxed), 3);
+    h.input(r#"["1","2","room:a","untrack",{"key":"u1"}]"#);
+    assert_eq!(keys(&flush(&h)[0].1, "leaves"), vec!["u1"]);
+}
+
+#[test]
+fn without_presence_nothing_is_tracked_or_sent() {
+    let mut h = Harness::new(Vsn::V2);
+    assert_eq!(
+        h.input(r#"["1","1","room:a","phx_join",{"user":"alice"}]"#)
+            .len(),
+        1
+    );
+    h.input(r#"["1","2","room:a","phx_leave",{}]"#);
+    assert!(flush(&h).is_empty());
+    assert!(!h.t.tracker.is_active() && h.t.started == 0 && h.t.tracked.is_empty());
 }

@@ -58,6 +58,8 @@ pub(crate) enum Chunk {
     Shared(Arc<Broadcast>, Vsn, usize),
     /// Bytes of this connection alone, from `offset`.
     Owned(Vec<u8>, usize),
+    /// Text shared with other connections (a presence state), from `offset`.
+    Text(Arc<str>, usize),
 }
 
 impl Chunk {
@@ -72,19 +74,20 @@ impl Chunk {
         match self {
             Chunk::Shared(b, vsn, off) => &b.frame(*vsn).unwrap_or(&[])[*off..],
             Chunk::Owned(v, off) => &v[*off..],
+            Chunk::Text(t, off) => &t.as_bytes()[*off..],
         }
     }
 
     /// Whether part of it was written already.
     pub fn started(&self) -> bool {
         match self {
-            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) => *off > 0,
+            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off > 0,
         }
     }
 
     pub fn advance(&mut self, n: usize) {
         match self {
-            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) => *off += n,
+            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off += n,
         }
     }
 }

@@ -35,6 +35,7 @@ mod output;
 mod phoenix;
 pub(crate) mod users;
 
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,7 +50,7 @@ use throng_pubsub::Registry;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
-use crate::socket::Scratch;
+use crate::socket::{Scratch, Tracked};
 use crate::ws::{self, FrameAction};
 use conn::{Conn, Kind};
 
@@ -106,6 +107,9 @@ pub(crate) struct Conns {
     pub peer_ips: Vec<Option<std::net::IpAddr>>,
     /// Long-poll sessions owned here and requests waited on here.
     pub lp: crate::longpoll::State,
+    /// Presences of this shard's joins, by (connection key, registry topic
+    /// index); empty unless presence is in use.
+    pub tracked: HashMap<(usize, u32), Tracked>,
 }
 
 pub(crate) struct Shard {
@@ -125,6 +129,10 @@ pub(crate) struct Shard {
     last_accept_warning: Option<Instant>,
     /// Set once the node drains (`drain.rs`).
     draining: Option<drain::Draining>,
+    /// When this shard next flushes its share of presence diffs.
+    presence_due: Instant,
+    /// The diffs of a flush (kept for its capacity).
+    presence_out: Vec<Arc<throng_pubsub::Broadcast>>,
 }
 
 impl Shard {
@@ -137,6 +145,7 @@ impl Shard {
     ) -> io::Result<Shard> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let presence_due = Instant::now() + node.config.presence_interval;
         let conns = Conns {
             id,
             slab: Slab::new(),
@@ -159,6 +168,7 @@ impl Shard {
                     .longpoll_window
                     .map_or(0, |w| w.as_millis() as u64),
             ),
+            tracked: HashMap::new(),
         };
         Ok(Shard {
             id,
@@ -174,6 +184,8 @@ impl Shard {
             accept_retry: false,
             last_accept_warning: None,
             draining: None,
+            presence_due,
+            presence_out: Vec::new(),
         })
     }
 
@@ -185,6 +197,12 @@ impl Shard {
                 Duration::from_millis(20)
             } else if self.draining.is_some() {
                 drain::STEP
+            } else if self.node.presence.is_active() {
+                // Presence diffs are flushed on this loop: no timer per
+                // topic or connection, a poll timeout per shard.
+                self.presence_due
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(1000))
             } else {
                 Duration::from_millis(1000)
             };
@@ -227,6 +245,9 @@ impl Shard {
             }
             let done = self.drain_turn();
             self.conns.close_doomed(&self.node, &mut self.scratch);
+            if self.node.presence.is_active() {
+                self.flush_presence();
+            }
             self.conns.flush_counters();
             if done {
                 return;
@@ -282,6 +303,28 @@ impl Shard {
             }
         }
         self.accept_retry = true;
+    }
+
+    /// When due, flushes this shard's share of the node's presence topics
+    /// and delivers their diffs: to this shard's subscribers, and to the
+    /// other shards with subscribers (never to other nodes: each makes its
+    /// own diffs from its copy).
+    fn flush_presence(&mut self) {
+        let now = Instant::now();
+        if now < self.presence_due {
+            return;
+        }
+        self.presence_due = now + self.node.config.presence_interval;
+        let mut out = std::mem::take(&mut self.presence_out);
+        self.node
+            .presence
+            .flush_shard(self.id, self.node.config.shards, &mut out);
+        for b in out.drain(..) {
+            self.conns.deliver(&b);
+            self.node.fan_out(Some(self.id), b);
+        }
+        self.presence_out = out;
+        self.conns.close_doomed(&self.node, &mut self.scratch);
     }
 
     fn drain_inbox(&mut self) {

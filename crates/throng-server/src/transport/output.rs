@@ -13,6 +13,8 @@ use mio::{Interest, Token};
 use throng_protocol::frame::{encode_header, Opcode};
 use throng_pubsub::Broadcast;
 
+use throng_pubsub::presence::encode::{COUNT as PRESENCE_COUNT, DIFF as PRESENCE_DIFF};
+
 use super::conn::{Chunk, Kind};
 use super::{CloseReason, Conns};
 use crate::longpoll::{is_session, SESSION_BIT};
@@ -65,6 +67,69 @@ impl Conns {
             }
         }
         self.enqueue(key, Chunk::owned(bytes[written..].to_vec()));
+    }
+
+    /// Writes one frame whose body is `head`, `shared`, `tail` (a presence
+    /// state: `shared` is the same for every joiner of the interval), with
+    /// one vectored write; what the kernel refuses is queued, `shared` as
+    /// a reference, not a copy.
+    pub fn send_shared(
+        &mut self,
+        key: usize,
+        opcode: Opcode,
+        head: &[u8],
+        shared: &Arc<str>,
+        tail: &[u8],
+    ) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        if conn.dead {
+            return;
+        }
+        let mut first = Vec::with_capacity(head.len() + 10);
+        encode_header(
+            &mut first,
+            true,
+            opcode,
+            head.len() + shared.len() + tail.len(),
+            None,
+        );
+        first.extend_from_slice(head);
+        self.msgs_out += 1;
+        let parts = [&first[..], shared.as_bytes(), tail];
+        let mut written = 0;
+        if !conn.queued() {
+            let slices = parts.map(IoSlice::new);
+            loop {
+                match conn.sock.write_vectored(&slices) {
+                    Ok(n) => written = n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        self.doom(key, CloseReason::Normal);
+                        return;
+                    }
+                }
+                break;
+            }
+            self.bytes_out += written as u64;
+        }
+        for (i, part) in parts.iter().enumerate() {
+            if written >= part.len() {
+                written -= part.len();
+                continue;
+            }
+            let chunk = match i {
+                1 => Chunk::Text(shared.clone(), written),
+                _ => Chunk::Owned(part[written..].to_vec(), 0),
+            };
+            written = 0;
+            self.enqueue(key, chunk);
+            if self.slab.get(key).is_none_or(|c| c.dead) {
+                return;
+            }
+        }
     }
 
     fn enqueue(&mut self, key: usize, chunk: Chunk) {
@@ -170,6 +235,8 @@ impl Conns {
             .filter(|(shard, _)| *shard == self.id)
             .map(|(_, key)| key);
         let subs = std::mem::take(&mut self.registry.topics[idx as usize].subs);
+        let sent_before = self.msgs_out;
+        let mut frame_bytes = 0u64;
         for &key in &subs {
             let key = key as usize;
             if Some(key) == exclude {
@@ -192,6 +259,7 @@ impl Conns {
                 continue;
             };
             self.msgs_out += 1;
+            frame_bytes += bytes.len() as u64;
             if conn.queued() {
                 self.enqueue(key, Chunk::Shared(b.clone(), vsn, 0));
                 continue;
@@ -207,6 +275,10 @@ impl Conns {
             }
         }
         self.registry.topics[idx as usize].subs = subs;
+        if b.event == PRESENCE_DIFF || b.event == PRESENCE_COUNT {
+            ShardStats::add(&self.stats.presence_diffs_out, self.msgs_out - sent_before);
+            ShardStats::add(&self.stats.presence_diff_bytes_out, frame_bytes);
+        }
     }
 
     /// Adds the turn's local counts to the shared counters.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use throng_protocol::frame::{self, close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
-use throng_pubsub::{Broadcast, Slot};
+use throng_pubsub::{Broadcast, Slot, Tracker};
 
 use super::conn::{Ended, Kind};
 use super::users::NO_USER;
@@ -21,7 +21,7 @@ use crate::channel::{Info, Who};
 use crate::longpoll::{is_session, End, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::socket::{Cx, Join, Mux, Scratch, Transport};
+use crate::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
 
 impl Conns {
     /// A complete WebSocket message on the Phoenix socket of `key`.
@@ -97,6 +97,11 @@ impl Conns {
         ShardStats::sub(&self.stats.topics, 1);
         if node.topics.remove(name, self.id) {
             node.backplane.unsubscribe(name);
+            let presence = &node.presence;
+            if presence.is_active() {
+                let topics = &node.topics;
+                presence.unwatch(name, || topics.contains(name));
+            }
         }
     }
 
@@ -245,6 +250,8 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
         who,
         max_channels: node.config.max_channels_per_socket,
         max_join_bytes: node.config.limits.join_bytes(node.config.max_message_bytes),
+        presence: &node.config.presence,
+        max_presence_bytes: node.config.max_presence_bytes,
     }
 }
 
@@ -315,8 +322,14 @@ impl Transport for ShardTransport<'_> {
         }
         let exclude = (!include_self).then_some((self.conns.id, self.key));
         let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
+        // The other shards and nodes first, then this shard's subscribers:
+        // delivering here first (thousands of writes) kept every other
+        // shard, and with --workers every other node, idle until it was
+        // done, so the fan-out ran one shard after another instead of all
+        // at once. Nothing else runs on this shard in between, so each
+        // connection here still sees the same order.
+        self.node.broadcast(Some(self.conns.id), Arc::clone(&b));
         self.conns.deliver(&b);
-        self.node.broadcast(Some(self.conns.id), b);
     }
 
     fn stats(&self) -> &ShardStats {
@@ -343,5 +356,47 @@ impl Transport for ShardTransport<'_> {
 
     fn close(&mut self, code: u16, reason: &'static str) {
         self.fail.get_or_insert((code, reason));
+    }
+
+    fn tracker(&self) -> &Tracker {
+        &self.node.presence
+    }
+
+    fn tracked(&mut self, index: u32) -> &mut Tracked {
+        self.conns.tracked.entry((self.key, index)).or_default()
+    }
+
+    fn take_tracked(&mut self, index: u32) -> Tracked {
+        if self.conns.tracked.is_empty() {
+            return Tracked::new();
+        }
+        self.conns
+            .tracked
+            .remove(&(self.key, index))
+            .unwrap_or_default()
+    }
+
+    fn send_shared(&mut self, opcode: Opcode, head: &[u8], shared: &Arc<str>, tail: &[u8]) {
+        let websocket = self
+            .conns
+            .slab
+            .get(self.key)
+            .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }));
+        if !websocket {
+            // Another transport: one copy of the message.
+            let mut body = Vec::with_capacity(head.len() + shared.len() + tail.len());
+            body.extend_from_slice(head);
+            body.extend_from_slice(shared.as_bytes());
+            body.extend_from_slice(tail);
+            self.send(opcode, &body);
+            return;
+        }
+        // What the socket gathered (the join's reply) goes first.
+        self.conns.flush_reply(self.key);
+        self.conns.send_shared(self.key, opcode, head, shared, tail);
+    }
+
+    fn presence_started(&mut self) {
+        self.node.wake_shards();
     }
 }

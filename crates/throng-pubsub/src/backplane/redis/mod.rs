@@ -159,7 +159,11 @@ pub struct RedisBackplane {
 }
 
 /// The redis crate's client for `url`, with TLS settings from `options`.
-fn client_for(url: &str, shown: &str, options: &RedisOptions) -> Result<::redis::Client, Error> {
+pub(crate) fn client_for(
+    url: &str,
+    shown: &str,
+    options: &RedisOptions,
+) -> Result<::redis::Client, Error> {
     let url_error = |reason: String| Error::RedisUrl {
         url: shown.to_string(),
         reason,
@@ -476,7 +480,7 @@ pub fn check_with(url: &str, options: &RedisOptions) -> Result<(), Error> {
 
 /// A random id for this process: std's per-process random hash keys, mixed
 /// with the pid and the time.
-fn random_node_id() -> u64 {
+pub fn random_node_id() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {

@@ -1,0 +1,230 @@
+//! The floor phase (see [`crate::floor`]): before the first user arrives,
+//! the agents open one plain socket per user to the floor writers, the
+//! writers write a broadcast's frame to all of them a few rounds over, and
+//! the agents time each round as they time a broadcast; then every floor
+//! socket is reset and the writers exit.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::agents::Agents;
+use super::run::Run;
+use crate::error::BenchError;
+use crate::floor::{FloorFrame, FloorOrder};
+use crate::sys;
+use crate::wire::ToAgent;
+
+/// The floor writers of a run, linked and waiting for orders.
+pub(super) struct Writers {
+    pub links: Agents,
+    /// Writing threads per writer: the server's shards per process.
+    pub threads: u32,
+    pub frame: FloorFrame,
+}
+
+/// One round: every writer writes the frame once to each of its sockets.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Round {
+    /// CLOCK_REALTIME ns the round was stamped with, as the controller
+    /// told the writers to write it (receipts are timed from it).
+    pub stamp_ns: u64,
+    /// The slowest writer's time to write to all its sockets, s.
+    pub write_secs: f64,
+}
+
+/// The floor as measured.
+pub(super) struct Floor {
+    pub writers: usize,
+    pub threads: u32,
+    /// Floor sockets open (one per user), and those that failed to open.
+    pub sockets: u64,
+    pub failed: u64,
+    /// Seconds to open them.
+    pub connect_secs: f64,
+    pub rounds: Vec<Round>,
+    /// Receipts, all rounds.
+    pub receivers: u64,
+    /// CPU seconds over the rounds: the writers, the agents, the server
+    /// (idle: a check), and the machine's busy seconds (all cores).
+    pub writers_cpu_secs: f64,
+    pub agents_cpu_secs: f64,
+    pub server_cpu_secs: Option<f64>,
+    pub machine_busy_secs: Option<f64>,
+}
+
+/// Rounds measured: the report gives their median.
+const ROUNDS: u32 = 3;
+/// A round with no receipt for this long is over, however many are missing.
+const ROUND_STALL: Duration = Duration::from_secs(5);
+
+impl Run {
+    /// The floor phase, when the run has writers.
+    pub(super) fn floor(&mut self) -> Result<Option<Floor>, BenchError> {
+        let Some(mut w) = self.writers.take() else {
+            return Ok(None);
+        };
+        self.publish_live("floor");
+        let result = self.measure_floor(&mut w);
+        // Whatever happened: the agents reset their floor sockets, the writers go.
+        let _ = self.agents.send_all(&ToAgent::FloorEnd);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.agents.links.iter().all(|a| a.floor_closed) && Instant::now() < deadline {
+            self.agents.pump(Duration::from_millis(20))?;
+        }
+        w.links.finish();
+        w.links.reap();
+        // The floor is a yardstick: without it the run goes on.
+        match result {
+            Ok(f) => Ok(Some(f)),
+            Err(e) => {
+                eprintln!("warning: no floor measured ({e}); the run goes on without it");
+                Ok(None)
+            }
+        }
+    }
+
+    fn measure_floor(&mut self, w: &mut Writers) -> Result<Floor, BenchError> {
+        let users = self.sc.total_users();
+        let n = w.links.len() as u64;
+        for i in 0..w.links.len() {
+            let expect = users / n + u64::from((i as u64) < users % n);
+            let order = FloorOrder {
+                expect,
+                threads: w.threads,
+                frame: w.frame.clone(),
+            };
+            w.links.send(i, &ToAgent::FloorWrite(Box::new(order)))?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !w.links.links.iter().all(|l| l.listening.is_some()) {
+            if Instant::now() > deadline {
+                return Err(BenchError::Protocol(
+                    "floor writers did not listen within 20 s".into(),
+                ));
+            }
+            w.links.pump(Duration::from_millis(20))?;
+        }
+        let addrs: Vec<SocketAddr> = w.links.links.iter().filter_map(|l| l.listening).collect();
+        eprintln!(
+            "floor: {users} sockets to {} writer(s) of {} thread(s), no server logic",
+            addrs.len(),
+            w.threads
+        );
+        // Open one socket per user; the writers must hold them all before a round.
+        let start = Instant::now();
+        self.agents.send_all(&ToAgent::Floor { writers: addrs })?;
+        let mut last = (0, Instant::now());
+        let (sockets, failed) = loop {
+            self.agents.pump(Duration::from_millis(20))?;
+            w.links.pump(Duration::ZERO)?;
+            let Some(c) = self.agents.total() else {
+                continue;
+            };
+            let accepted: u64 = w.links.links.iter().map(|l| l.accepted).sum();
+            let settled = c.floor_open + c.floor_failed >= users && c.floor_connecting == 0;
+            if settled && accepted >= c.floor_open {
+                break (c.floor_open, c.floor_failed);
+            }
+            if c.floor_open + accepted != last.0 {
+                last = (c.floor_open + accepted, Instant::now());
+            } else if last.1.elapsed() > Duration::from_secs(20) {
+                return Err(BenchError::Protocol(format!(
+                    "floor sockets stalled: {} of {users} open, {accepted} accepted, {} failed",
+                    c.floor_open, c.floor_failed
+                )));
+            }
+        };
+        let connect_secs = start.elapsed().as_secs_f64();
+        let cpu0 = self.floor_cpu(w);
+        // Rounds one at a time, each alone on the machine: a broadcast is
+        // compared with them only when it was alone too (see `outcome`).
+        let seen = self.agents.total().map_or(0, |c| c.floor_recv);
+        let mut rounds = Vec::new();
+        let mut got = seen;
+        for round in 1..=ROUNDS {
+            let stamp_ns = sys::realtime_ns();
+            w.links.send_all(&ToAgent::Fire { round, stamp_ns })?;
+            let mut last = (got, Instant::now());
+            loop {
+                self.agents.pump(Duration::from_millis(10))?;
+                w.links.pump(Duration::ZERO)?;
+                let c = self.agents.total().unwrap_or_default();
+                let written = w
+                    .links
+                    .links
+                    .iter()
+                    .all(|l| l.fired.iter().any(|f| f.0 == round));
+                if c.floor_recv >= got + sockets && written {
+                    break;
+                }
+                if c.floor_recv != last.0 {
+                    last = (c.floor_recv, Instant::now());
+                } else if last.1.elapsed() > ROUND_STALL {
+                    eprintln!(
+                        "warning: floor round {round}: {} of {sockets} receipts",
+                        c.floor_recv - got
+                    );
+                    break;
+                }
+            }
+            let c = self.agents.total().unwrap_or_default();
+            got = c.floor_recv;
+            let write_secs = w
+                .links
+                .links
+                .iter()
+                .flat_map(|l| l.fired.iter().filter(|f| f.0 == round).map(|f| f.1))
+                .fold(0.0, f64::max);
+            eprintln!(
+                "floor: round {round}: last receipt {:.0} ms after the stamp (writers {:.0} ms)",
+                c.floor_last_ns.saturating_sub(stamp_ns) as f64 / 1e6,
+                write_secs * 1e3
+            );
+            rounds.push(Round {
+                stamp_ns,
+                write_secs,
+            });
+            // The machine settles between rounds.
+            self.agents.pump(Duration::from_millis(300))?;
+        }
+        let cpu1 = self.floor_cpu(w);
+        Ok(Floor {
+            receivers: got - seen,
+            writers: w.links.len(),
+            threads: w.threads,
+            sockets,
+            failed,
+            connect_secs,
+            rounds,
+            writers_cpu_secs: cpu1.writers - cpu0.writers,
+            agents_cpu_secs: cpu1.agents - cpu0.agents,
+            server_cpu_secs: cpu0.server.zip(cpu1.server).map(|(a, b)| b - a),
+            machine_busy_secs: cpu0.machine.zip(cpu1.machine).map(|(a, b)| b - a),
+        })
+    }
+
+    /// CPU seconds so far: the writers, the agents, the server, the machine (busy).
+    fn floor_cpu(&self, w: &Writers) -> FloorCpu {
+        let of = |links: &Agents| -> f64 {
+            links
+                .links
+                .iter()
+                .filter_map(|l| sys::proc_sample(&l.pid.to_string()))
+                .map(|p| p.cpu_secs)
+                .sum()
+        };
+        FloorCpu {
+            writers: of(&w.links),
+            agents: of(&self.agents),
+            server: self.probe.proc().map(|p| p.cpu_secs),
+            machine: sys::machine_cpu().map(|(busy, _)| busy),
+        }
+    }
+}
+
+struct FloorCpu {
+    writers: f64,
+    agents: f64,
+    server: Option<f64>,
+    machine: Option<f64>,
+}

@@ -1,0 +1,291 @@
+//! The floor: what the same fan-out costs this machine with no server
+//! logic at all, measured in the same run as the broadcasts, so that a
+//! broadcast's time to its last receiver reads as a ratio to it.
+//!
+//! A broadcast on loopback costs the kernel's TCP path per receiver, twice
+//! (the server's send and the agent's receive run on the same cores), and
+//! on two cores that price alone can exceed the server's own work many
+//! times over. The floor measures that price: before the ramp-up, each
+//! agent opens one plain TCP socket per user it will run (same source
+//! addresses, same count) to minimal **floor writers** instead of the
+//! server, and each writer, on the controller's word, writes the very frame
+//! a broadcast would carry (the same serializer, topic, event and payload
+//! size, stamped) to each of its sockets, one `write` each, from as many
+//! threads as the server has shards per process; the agents decode and time
+//! it exactly as they time a broadcast. One writer process per server
+//! process (with `--workers`, as many writers as workers), no Phoenix
+//! protocol, no registry, no queue: what remains is the kernel and the
+//! readers. The sockets are reset afterwards, before any user arrives.
+//!
+//! This module is the writer process (`throng agent --floor-writer`,
+//! started by the controller like an agent and linked the same way); the
+//! agents' side is in `engine/floor.rs`, the controller's in
+//! `controller/floor.rs`.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Socket, Type};
+use throng_protocol::frame::encode_frame;
+use throng_protocol::{serializer, Payload, Vsn};
+
+use crate::error::BenchError;
+use crate::scenario::{vsn_name, Scenario, Step, Template, Vars};
+use crate::wire::{self, Role, ToAgent, ToController};
+
+/// The frame a broadcast of the run carries, to be written by the floor writers.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FloorFrame {
+    #[serde(with = "vsn_name")]
+    pub vsn: Vsn,
+    pub topic: String,
+    pub event: String,
+    /// The payload template (with `%%stamp%%`).
+    pub payload: String,
+}
+
+impl FloorFrame {
+    /// The frame of the scenario's first publish (the built-in scenario's
+    /// `new:msg` on `rooms:lobby` when it has none).
+    pub fn of(sc: &Scenario) -> FloorFrame {
+        fn first(steps: &[Step]) -> Option<(&str, &str, &str)> {
+            steps.iter().find_map(|s| match s {
+                Step::Publish {
+                    topic,
+                    event,
+                    payload,
+                    ..
+                } => Some((topic.as_str(), event.as_str(), payload.as_str())),
+                Step::Loop { steps, .. } => first(steps),
+                _ => None,
+            })
+        }
+        let (topic, event, payload) = sc.roles.iter().find_map(|r| first(&r.session)).unwrap_or((
+            "rooms:lobby",
+            "new:msg",
+            r#"{"user":"%%user_id%%","body":"%%stamp%%"}"#,
+        ));
+        FloorFrame {
+            vsn: sc.serializer,
+            topic: topic.into(),
+            event: event.into(),
+            payload: payload.into(),
+        }
+    }
+
+    /// Round `round`'s frame, stamped `stamp_ns` (writer 0, ref `round`),
+    /// as the server would frame the broadcast.
+    pub fn render(&self, round: u32, stamp_ns: u64) -> Result<Vec<u8>, BenchError> {
+        let tpl = Template::parse(&self.payload)?;
+        let mut payload = Vec::new();
+        tpl.render(
+            &mut payload,
+            &Vars {
+                user_id: 0,
+                msg_ref: round,
+                join_ref: 0,
+                now_ns: stamp_ns,
+            },
+        );
+        let payload = String::from_utf8(payload)
+            .map_err(|_| BenchError::Scenario("a publish payload is not UTF-8".into()))?;
+        let mut msg = Vec::new();
+        let opcode = serializer::encode_broadcast(
+            self.vsn,
+            &mut msg,
+            &self.topic,
+            &self.event,
+            Payload::Json(&payload),
+        )
+        .map_err(|e| BenchError::Scenario(format!("the floor's frame: {e}")))?;
+        let mut frame = Vec::with_capacity(msg.len() + 10);
+        encode_frame(&mut frame, opcode, &msg, None);
+        Ok(frame)
+    }
+}
+
+/// A floor writer's orders.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FloorOrder {
+    /// Sockets to accept.
+    pub expect: u64,
+    /// Threads writing (the server's shards per process).
+    pub threads: u32,
+    pub frame: FloorFrame,
+}
+
+/// `throng agent --floor-writer`: links to the controller, listens on a
+/// loopback port, accepts the agents' floor sockets and writes each round's
+/// frame to every one of them when told, until `finish`.
+pub fn run_writer(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
+    crate::sys::raise_fd_limit();
+    let (mut out, mut input) = crate::agent::link(controller, token, Role::FloorWriter)?;
+    let order = loop {
+        match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE)? {
+            Some(ToAgent::FloorWrite(o)) => break o,
+            Some(ToAgent::Ping) => {}
+            Some(other) => {
+                return Err(BenchError::Protocol(format!(
+                    "a floor writer expected its orders, got {other:?}"
+                )))
+            }
+            None => return Ok(()),
+        }
+    };
+    let listener = listen()?;
+    wire::send(
+        &mut out,
+        &ToController::Listening {
+            addr: listener.local_addr()?,
+        },
+    )?;
+    let socks: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let accepted = Arc::new(AtomicU64::new(0));
+    {
+        let (socks, accepted, expect) = (Arc::clone(&socks), Arc::clone(&accepted), order.expect);
+        std::thread::spawn(move || {
+            while accepted.load(Ordering::Relaxed) < expect {
+                let Ok((s, _)) = listener.accept() else {
+                    continue;
+                };
+                let _ = s.set_nodelay(true);
+                let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
+                socks.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+                accepted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || loop {
+        match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE) {
+            Ok(Some(ToAgent::Ping)) => {}
+            Ok(Some(m)) => {
+                if tx.send(Some(m)).is_err() {
+                    break;
+                }
+            }
+            _ => {
+                let _ = tx.send(None);
+                break;
+            }
+        }
+    });
+    loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(Some(ToAgent::Fire { round, stamp_ns })) => {
+                let frame = order.frame.render(round, stamp_ns)?;
+                let socks = socks.lock().unwrap_or_else(|p| p.into_inner());
+                let start = Instant::now();
+                let failed = write_all(&socks, &frame, order.threads);
+                let write_secs = start.elapsed().as_secs_f64();
+                drop(socks);
+                wire::send(
+                    &mut out,
+                    &ToController::Fired {
+                        round,
+                        write_secs,
+                        failed,
+                    },
+                )?;
+            }
+            Ok(Some(ToAgent::Finish)) | Ok(None) => return Ok(()),
+            Ok(Some(other)) => {
+                return Err(BenchError::Protocol(format!(
+                    "a floor writer got {other:?}"
+                )))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+        wire::send(
+            &mut out,
+            &ToController::Accepted {
+                sockets: accepted.load(Ordering::Relaxed),
+            },
+        )?;
+    }
+}
+
+/// A loopback listener with the longest backlog the kernel allows
+/// (`net.core.somaxconn` caps it), so the agents' connects queue rather
+/// than being dropped.
+fn listen() -> Result<TcpListener, BenchError> {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+    s.listen(65_535)?;
+    Ok(s.into())
+}
+
+/// Writes `frame` to every socket, one `write` each, split over `threads`
+/// threads; returns how many writes failed.
+fn write_all(socks: &[TcpStream], frame: &[u8], threads: u32) -> u64 {
+    let per = socks.len().div_ceil(threads.max(1) as usize).max(1);
+    let failed = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for chunk in socks.chunks(per) {
+            let failed = &failed;
+            scope.spawn(move || {
+                for mut s in chunk {
+                    if s.write_all(frame).is_err() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    failed.into_inner()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{chat, find_stamp, Phase};
+
+    #[test]
+    fn the_floor_frame_is_the_broadcast_frame() {
+        let sc = chat(Phase::at_rate(10, 100.0), 1, 3, 0.1, Vsn::V2);
+        let f = FloorFrame::of(&sc);
+        assert_eq!(
+            (f.topic.as_str(), f.event.as_str()),
+            ("rooms:lobby", "new:msg")
+        );
+        let frame = f.render(2, 1_700_000_000_000_000_000).unwrap();
+        // A server text frame (FIN, opcode 1, unmasked) with a v2 broadcast.
+        assert_eq!(frame[0], 0x81);
+        let body = std::str::from_utf8(&frame[2..]).unwrap();
+        assert!(
+            body.starts_with(r#"[null,null,"rooms:lobby","new:msg",{"#),
+            "{body}"
+        );
+        assert_eq!(frame[1] as usize, body.len());
+        let (key, sent) = find_stamp(body.as_bytes()).unwrap();
+        assert_eq!((key, sent), (2, 1_700_000_000_000_000_000));
+        // v1, and a scenario without a publish: the built-in frame.
+        let mut v1 = chat(Phase::at_rate(10, 100.0), 0, 0, 0.1, Vsn::V1);
+        v1.roles.truncate(1);
+        let f = FloorFrame::of(&v1);
+        assert_eq!(f.vsn, Vsn::V1);
+        let frame = f.render(1, 5).unwrap();
+        assert!(std::str::from_utf8(&frame[2..])
+            .unwrap()
+            .contains(r#""topic":"rooms:lobby""#));
+    }
+
+    #[test]
+    fn writes_to_every_socket_from_each_thread() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let clients: Vec<TcpStream> = (0..7).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let socks: Vec<TcpStream> = (0..7).map(|_| l.accept().unwrap().0).collect();
+        assert_eq!(write_all(&socks, b"abc", 3), 0);
+        for mut c in clients {
+            let mut b = [0u8; 3];
+            std::io::Read::read_exact(&mut c, &mut b).unwrap();
+            assert_eq!(&b, b"abc");
+        }
+    }
+}

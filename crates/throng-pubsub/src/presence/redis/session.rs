@@ -1,0 +1,513 @@
+//! The `throng-presence` thread: one [`Session`] (a command connection and
+//! a pub/sub connection) at a time; it runs the change scripts, applies
+//! other nodes' messages, takes snapshots of newly watched topics,
+//! refreshes this node's liveness key, checks the others', and rebuilds
+//! the session with backoff when Redis goes away.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+use ::redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
+use ::redis::Value;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::{node_hex, scripts, Stats, Timing, PREFIX};
+use crate::backplane::redis::{BACKOFF_MAX, BACKOFF_MIN};
+use crate::presence::entry::Meta;
+use crate::presence::wire::{self, Message};
+use crate::presence::{Delta, PresenceSink};
+
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Change scripts sent in one pipeline.
+const MAX_BATCH: usize = 256;
+
+/// One pair of connections, and what this session has seen.
+pub(super) struct Session {
+    cmd: MultiplexedConnection,
+    sink: PubSubSink,
+    stream: PubSubStream,
+    subscribed: HashSet<Arc<str>>,
+    flush: String,
+    resync: String,
+    clean: String,
+    /// Other nodes whose liveness key this session found missing, since when.
+    missing: HashMap<u64, Instant>,
+}
+
+type RResult<T> = ::redis::RedisResult<T>;
+
+async fn timed<T>(f: impl std::future::Future<Output = RResult<T>>) -> RResult<T> {
+    match tokio::time::timeout(RESPONSE_TIMEOUT, f).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("Redis did not answer within {RESPONSE_TIMEOUT:?}"),
+        )
+        .into()),
+    }
+}
+
+impl Session {
+    async fn connect(client: &::redis::Client) -> RResult<Session> {
+        let attempt = async {
+            let config = ::redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(CONNECT_TIMEOUT)
+                .set_response_timeout(RESPONSE_TIMEOUT);
+            let mut cmd = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let (sink, stream) = client.get_async_pubsub().await?.split();
+            let load = |src: &'static str| {
+                let mut c = ::redis::cmd("SCRIPT");
+                c.arg("LOAD").arg(src);
+                c
+            };
+            let flush: String = load(scripts::FLUSH).query_async(&mut cmd).await?;
+            let resync: String = load(scripts::RESYNC).query_async(&mut cmd).await?;
+            let clean: String = load(scripts::CLEAN).query_async(&mut cmd).await?;
+            Ok(Session {
+                cmd,
+                sink,
+                stream,
+                subscribed: HashSet::new(),
+                flush,
+                resync,
+                clean,
+                missing: HashMap::new(),
+            })
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {CONNECT_TIMEOUT:?}"),
+            )
+            .into()),
+        }
+    }
+}
+
+fn channel(topic: &str) -> String {
+    format!("{PREFIX}{topic}")
+}
+
+/// The thread's state.
+pub(super) struct Task {
+    pub client: ::redis::Client,
+    pub url: String,
+    pub me: u64,
+    pub timing: Timing,
+    pub sink: Arc<OnceLock<Weak<dyn PresenceSink>>>,
+    pub stats: Arc<Stats>,
+    pub resync: Arc<AtomicBool>,
+    pub publish_rx: mpsc::Receiver<(Arc<str>, Delta)>,
+    pub topic_rx: mpsc::UnboundedReceiver<(Arc<str>, bool)>,
+    pub halt_rx: mpsc::UnboundedReceiver<()>,
+}
+
+/// Why a session ended.
+enum End {
+    /// The store was dropped or halted: stop.
+    Stop,
+    Lost(::redis::RedisError),
+}
+
+impl From<::redis::RedisError> for End {
+    fn from(e: ::redis::RedisError) -> End {
+        End::Lost(e)
+    }
+}
+
+impl Task {
+    fn sink(&self) -> Option<Arc<dyn PresenceSink>> {
+        self.sink.get().and_then(Weak::upgrade)
+    }
+
+    /// The first session, set up.
+    pub async fn start(&mut self) -> RResult<Session> {
+        let mut s = Session::connect(&self.client).await?;
+        self.setup(&mut s).await?;
+        Ok(s)
+    }
+
+    /// A new session: this node's whole state written, its topics watched.
+    async fn setup(&mut self, s: &mut Session) -> RResult<()> {
+        // Changes queued so far are in the state about to be written.
+        while self.publish_rx.try_recv().is_ok() {}
+        while self.topic_rx.try_recv().is_ok() {}
+        self.rewrite(s).await?;
+        let watched = self.sink().map(|k| k.watched()).unwrap_or_default();
+        for topic in watched {
+            self.watch(s, topic).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn run(mut self, first: Session) {
+        let mut session = first;
+        loop {
+            let err = match self.serve(&mut session).await {
+                End::Stop => return,
+                End::Lost(e) => e,
+            };
+            self.stats.connected.store(false, Relaxed);
+            drop(session);
+            let down_at = Instant::now();
+            tracing::error!(
+                "presence: lost the connection to Redis at {}: {err}; reconnecting with \
+                 backoff. Meanwhile every node keeps its copy and local diffs",
+                self.url
+            );
+            session = match self.reconnect().await {
+                Some(s) => s,
+                None => return,
+            };
+            self.stats.reconnects.fetch_add(1, Relaxed);
+            self.stats.connected.store(true, Relaxed);
+            tracing::info!(
+                down_ms = down_at.elapsed().as_millis() as u64,
+                topics = session.subscribed.len(),
+                "presence: reconnected to Redis at {}, rewrote this node's presences and re-read the others'",
+                self.url
+            );
+        }
+    }
+
+    async fn reconnect(&mut self) -> Option<Session> {
+        let mut delay = BACKOFF_MIN;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = self.halt_rx.recv() => return None,
+            }
+            if self.publish_rx.is_closed() {
+                return None;
+            }
+            match Session::connect(&self.client).await {
+                Ok(mut s) => match self.setup(&mut s).await {
+                    Ok(()) => return Some(s),
+                    Err(e) => tracing::debug!(error = %e, "presence: setup failed"),
+                },
+                Err(e) => tracing::debug!(error = %e, "presence: reconnect failed"),
+            }
+            delay = (delay * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    async fn serve(&mut self, s: &mut Session) -> End {
+        let mut tick = tokio::time::interval(self.timing.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            if self.resync.load(Relaxed) {
+                if let Err(e) = self.rewrite(s).await {
+                    return e.into();
+                }
+            }
+            let step: Result<(), End> = tokio::select! {
+                msg = s.stream.next() => match msg {
+                    Some(msg) => {
+                        self.on_message(msg.get_channel_name(), msg.get_payload_bytes());
+                        Ok(())
+                    }
+                    None => Err(End::Lost(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "the subscriber connection closed",
+                    ).into())),
+                },
+                first = self.publish_rx.recv() => match first {
+                    Some(first) => self.publish(s, first).await,
+                    None => Err(End::Stop),
+                },
+                topic = self.topic_rx.recv() => match topic {
+                    Some(first) => self.topics(s, first).await.map_err(End::from),
+                    None => Err(End::Stop),
+                },
+                _ = tick.tick() => self.keep_alive(s).await.map_err(End::from),
+                _ = self.halt_rx.recv() => Err(End::Stop),
+            };
+            if let Err(e) = step {
+                return e;
+            }
+        }
+    }
+
+    fn on_message(&self, channel: &str, bytes: &[u8]) {
+        let Some(topic) = channel.strip_prefix(PREFIX) else {
+            return;
+        };
+        let msg = match wire::decode(bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                let n = self.stats.invalid.fetch_add(1, Relaxed);
+                if n.is_power_of_two() || n == 0 {
+                    tracing::warn!(error = %e, count = n + 1, "presence: dropped an unreadable message");
+                }
+                return;
+            }
+        };
+        let Some(sink) = self.sink() else { return };
+        match msg {
+            Message::Delta(d) => {
+                if d.joins
+                    .iter()
+                    .chain(&d.leaves)
+                    .any(|(_, m)| m.owner == self.me)
+                {
+                    return; // ours
+                }
+                self.stats.received.fetch_add(1, Relaxed);
+                sink.apply(topic, d);
+            }
+            Message::Replace { owner, entries } => {
+                if owner == self.me {
+                    return;
+                }
+                self.stats.received.fetch_add(1, Relaxed);
+                sink.replace(topic, owner, entries);
+            }
+        }
+    }
+
+    /// Runs the change scripts of `first` and whatever else is queued.
+    async fn publish(&mut self, s: &mut Session, first: (Arc<str>, Delta)) -> Result<(), End> {
+        let me = node_hex(self.me);
+        let mut pipe = ::redis::pipe();
+        let mut n = 0u64;
+        let mut next = Some(first);
+        while let Some((topic, delta)) = next {
+            let c = pipe.cmd("EVALSHA").arg(&s.flush).arg(4);
+            c.arg(format!("{PREFIX}a:{me}"))
+                .arg(format!("{PREFIX}e:{me}:{topic}"))
+                .arg(format!("{PREFIX}n:{topic}"))
+                .arg(format!("{PREFIX}t:{me}"));
+            c.arg(&me)
+                .arg(&*topic)
+                .arg(channel(&topic))
+                .arg(wire::delta(self.me, &delta))
+                .arg(delta.joins.len());
+            for (k, m) in &delta.joins {
+                c.arg(&wire::field(m)[..]).arg(wire::value(k, m));
+            }
+            for (_, m) in &delta.leaves {
+                c.arg(&wire::field(m)[..]);
+            }
+            n += 1;
+            next = if n < MAX_BATCH as u64 {
+                self.publish_rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        match timed(pipe.query_async::<Vec<i64>>(&mut s.cmd)).await {
+            Ok(results) => {
+                self.stats.published.fetch_add(n, Relaxed);
+                if results.contains(&0) && !self.resync.swap(true, Relaxed) {
+                    tracing::warn!("presence: this node's liveness key was gone (it was too slow); rewriting its presences");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.dropped.fetch_add(n, Relaxed);
+                self.resync.store(true, Relaxed);
+                Err(End::Lost(e))
+            }
+        }
+    }
+
+    /// Writes this node's whole state and its liveness key (one script).
+    async fn rewrite(&mut self, s: &mut Session) -> RResult<()> {
+        self.resync.store(false, Relaxed);
+        let owned = self.sink().map(|k| k.owned()).unwrap_or_default();
+        let me = node_hex(self.me);
+        let mut c = ::redis::cmd("EVALSHA");
+        c.arg(&s.resync)
+            .arg(3)
+            .arg(format!("{PREFIX}a:{me}"))
+            .arg(format!("{PREFIX}t:{me}"))
+            .arg(format!("{PREFIX}nodes"))
+            .arg(&me)
+            .arg(self.timing.ttl.as_millis() as u64)
+            .arg(PREFIX)
+            .arg(PREFIX)
+            .arg(wire::replace(self.me, &[]))
+            .arg(owned.len());
+        for (topic, entries) in &owned {
+            c.arg(&**topic)
+                .arg(wire::replace(self.me, entries))
+                .arg(entries.len());
+            for (k, m) in entries {
+                c.arg(&wire::field(m)[..]).arg(wire::value(k, m));
+            }
+        }
+        let _: i64 = timed(c.query_async(&mut s.cmd)).await?;
+        self.stats.resyncs.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Subscribes `topic`'s presence channel if needed, then reads every
+    /// live node's presences there (messages arriving meanwhile wait in the
+    /// stream and are applied after, so nothing newer is overwritten).
+    async fn watch(&mut self, s: &mut Session, topic: Arc<str>) -> RResult<()> {
+        if !s.subscribed.contains(&topic) {
+            timed(s.sink.subscribe(channel(&topic))).await?;
+            s.subscribed.insert(topic.clone());
+        }
+        let Some(sink) = self.sink() else {
+            return Ok(());
+        };
+        let listed: Vec<String> = timed(
+            ::redis::cmd("SMEMBERS")
+                .arg(format!("{PREFIX}n:{topic}"))
+                .query_async(&mut s.cmd),
+        )
+        .await?;
+        let mut owners: HashSet<u64> = listed
+            .iter()
+            .filter_map(|h| u64::from_str_radix(h, 16).ok())
+            .collect();
+        owners.extend(sink.owners());
+        owners.remove(&self.me);
+        if owners.is_empty() {
+            return Ok(());
+        }
+        let owners: Vec<u64> = owners.into_iter().collect();
+        let mut pipe = ::redis::pipe();
+        pipe.atomic();
+        for o in &owners {
+            let h = node_hex(*o);
+            pipe.cmd("EXISTS").arg(format!("{PREFIX}a:{h}"));
+            pipe.cmd("HGETALL").arg(format!("{PREFIX}e:{h}:{topic}"));
+        }
+        let replies: Vec<Value> = timed(pipe.query_async(&mut s.cmd)).await?;
+        for (o, pair) in owners.iter().zip(replies.chunks(2)) {
+            let [alive, hash] = pair else { continue };
+            let alive: i64 = ::redis::from_redis_value(alive).unwrap_or(0);
+            if alive == 0 {
+                continue; // dead or not yet back: its presences stay as they are
+            }
+            let fields: Vec<(Vec<u8>, Vec<u8>)> =
+                ::redis::from_redis_value(hash).unwrap_or_default();
+            let mut entries: Vec<(Arc<str>, Meta)> = Vec::with_capacity(fields.len());
+            for (f, v) in &fields {
+                match wire::read_value(*o, f, v) {
+                    Ok(e) => entries.push(e),
+                    Err(_) => {
+                        self.stats.invalid.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+            sink.replace(&topic, *o, entries);
+        }
+        Ok(())
+    }
+
+    /// Watches and unwatches as the node's topics say now.
+    async fn topics(&mut self, s: &mut Session, first: (Arc<str>, bool)) -> RResult<()> {
+        let mut changed: HashMap<Arc<str>, bool> = HashMap::new();
+        let mut next = Some(first);
+        while let Some((t, watch)) = next {
+            *changed.entry(t).or_default() |= watch;
+            next = self.topic_rx.try_recv().ok();
+        }
+        let Some(sink) = self.sink() else {
+            return Ok(());
+        };
+        for (topic, asked) in changed {
+            if topic.is_empty() {
+                continue;
+            }
+            let wanted = sink.is_watched(&topic);
+            if wanted && (asked || !s.subscribed.contains(&topic)) {
+                self.watch(s, topic).await?;
+            } else if !wanted && s.subscribed.contains(&topic) {
+                timed(s.sink.unsubscribe(channel(&topic))).await?;
+                s.subscribed.remove(&topic);
+            }
+        }
+        Ok(())
+    }
+
+    /// Refreshes this node's liveness key and checks the others'.
+    async fn keep_alive(&mut self, s: &mut Session) -> RResult<()> {
+        let me = node_hex(self.me);
+        let set: Option<String> = timed(
+            ::redis::cmd("SET")
+                .arg(format!("{PREFIX}a:{me}"))
+                .arg(1)
+                .arg("XX")
+                .arg("PX")
+                .arg(self.timing.ttl.as_millis() as u64)
+                .query_async(&mut s.cmd),
+        )
+        .await?;
+        if set.is_none() && !self.resync.swap(true, Relaxed) {
+            tracing::warn!("presence: this node's liveness key expired (it was too slow); rewriting its presences");
+        }
+        let Some(sink) = self.sink() else {
+            return Ok(());
+        };
+        let listed: Vec<String> = timed(
+            ::redis::cmd("SMEMBERS")
+                .arg(format!("{PREFIX}nodes"))
+                .query_async(&mut s.cmd),
+        )
+        .await?;
+        let mut nodes: HashSet<u64> = listed
+            .iter()
+            .filter_map(|h| u64::from_str_radix(h, 16).ok())
+            .collect();
+        nodes.extend(sink.owners());
+        nodes.remove(&self.me);
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let nodes: Vec<u64> = nodes.into_iter().collect();
+        let mut pipe = ::redis::pipe();
+        for n in &nodes {
+            pipe.cmd("EXISTS")
+                .arg(format!("{PREFIX}a:{}", node_hex(*n)));
+        }
+        let alive: Vec<i64> = timed(pipe.query_async(&mut s.cmd)).await?;
+        // A node must be seen missing for `grace` by this session: right
+        // after Redis came back, a missing key may be a node still
+        // reconnecting.
+        let now = Instant::now();
+        for (n, alive) in nodes.iter().zip(alive) {
+            if alive == 1 {
+                s.missing.remove(n);
+                continue;
+            }
+            let since = *s.missing.entry(*n).or_insert(now);
+            if now.duration_since(since) < self.timing.grace {
+                continue;
+            }
+            let h = node_hex(*n);
+            let cleaned: i64 = timed(
+                ::redis::cmd("EVALSHA")
+                    .arg(&s.clean)
+                    .arg(3)
+                    .arg(format!("{PREFIX}a:{h}"))
+                    .arg(format!("{PREFIX}t:{h}"))
+                    .arg(format!("{PREFIX}nodes"))
+                    .arg(&h)
+                    .arg(PREFIX)
+                    .arg(PREFIX)
+                    .arg(wire::replace(*n, &[]))
+                    .query_async(&mut s.cmd),
+            )
+            .await?;
+            s.missing.remove(n);
+            if cleaned == 1 {
+                self.stats.owners_down.fetch_add(1, Relaxed);
+                tracing::info!(node = %h, "presence: node {h} is gone (no sign of life for {:?}); its presences leave", self.timing.grace);
+                sink.owner_down(*n);
+            }
+        }
+        Ok(())
+    }
+}

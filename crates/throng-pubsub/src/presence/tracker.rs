@@ -1,0 +1,463 @@
+//! [`Tracker`]: a node's presence, every topic it watches, behind
+//! [`STRIPES`] mutexes chosen by topic hash (no global lock: a join or leave
+//! locks one stripe for a few hash operations). It is the store's
+//! [`PresenceSink`].
+//!
+//! Concurrency: the shards call `track`/`update`/`untrack`/`state` for
+//! their sockets and `flush_shard` for their share of the stripes (stripe
+//! `i` is flushed by shard `i % shards`); the store's thread calls the sink
+//! methods. Lock order: a stripe, then (inside `unwatch`'s check) the node's
+//! topic map; a stripe is never taken while that map is held, and never two
+//! stripes at once. A store's methods may be called under a stripe lock (they
+//! only queue), which keeps one topic's changes in order to the store.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use throng_protocol::OwnedPayload;
+
+use super::encode;
+use super::entry::Meta;
+use super::topic::{StateSource, TopicPresence};
+use super::{Delta, Entries, Mode, PresenceSink, PresenceStore};
+use crate::metrics::write_metric;
+use crate::Broadcast;
+
+/// Stripes of the topic map.
+pub const STRIPES: usize = 64;
+
+#[derive(Default)]
+struct Stripe {
+    topics: HashMap<Arc<str>, TopicPresence>,
+    /// Topics with pending changes, each once.
+    dirty: Vec<Arc<str>>,
+}
+
+/// Node-wide presence counters (`/metrics`).
+#[derive(Default, Debug)]
+pub struct PresenceStats {
+    /// Topics this node watches.
+    pub topics: AtomicI64,
+    /// Presences in this node's copies (all owners).
+    pub entries: AtomicI64,
+    /// Presences this node owns.
+    pub local_entries: AtomicI64,
+    /// `presence_diff`/`presence_count` broadcasts made (one per topic per
+    /// interval with changes, before fan-out).
+    pub diffs: AtomicU64,
+    /// Payload bytes of those broadcasts.
+    pub diff_bytes: AtomicU64,
+    /// Joins and leaves those diffs carried.
+    pub changes: AtomicU64,
+    /// `presence_state` encodings (at most one per topic per interval).
+    pub state_encodes: AtomicU64,
+}
+
+/// A presence payload for one joiner: the event and its JSON, shared.
+#[derive(Clone, Debug)]
+pub struct State {
+    pub event: &'static str,
+    pub json: Arc<str>,
+}
+
+/// A node's presence.
+pub struct Tracker {
+    me: u64,
+    store: Arc<dyn PresenceStore>,
+    stripes: Box<[Mutex<Stripe>]>,
+    seq: AtomicU64,
+    pub stats: PresenceStats,
+}
+
+fn stripe_of(topic: &str) -> usize {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(topic) as usize % STRIPES
+}
+
+impl Tracker {
+    /// A tracker on `store`, attached to it as its sink.
+    pub fn new(store: Arc<dyn PresenceStore>) -> Arc<Tracker> {
+        let tracker = Arc::new(Tracker {
+            me: store.node_id(),
+            store,
+            stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
+            seq: AtomicU64::new(0),
+            stats: PresenceStats::default(),
+        });
+        let sink: Weak<dyn PresenceSink> = Arc::downgrade(&tracker) as Weak<dyn PresenceSink>;
+        tracker.store.attach(sink);
+        tracker
+    }
+
+    /// This node's owner id.
+    pub fn node_id(&self) -> u64 {
+        self.me
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn PresenceStore> {
+        &self.store
+    }
+
+    fn lock(&self, i: usize) -> MutexGuard<'_, Stripe> {
+        // Every change under a stripe lock is a few map operations that
+        // leave it consistent; a panic elsewhere does not poison it.
+        self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on `topic`, watching it first if needed; marks it dirty if
+    /// `f` says the pending diff changed. True if the topic is newly watched.
+    fn with_topic(
+        &self,
+        topic: &Arc<str>,
+        mode: Mode,
+        f: impl FnOnce(&mut TopicPresence) -> bool,
+    ) -> bool {
+        let mut stripe = self.lock(stripe_of(topic));
+        let stripe = &mut *stripe;
+        let mut new = false;
+        let tp = stripe.topics.entry(topic.clone()).or_insert_with(|| {
+            new = true;
+            TopicPresence::new(mode)
+        });
+        if new {
+            self.stats.topics.fetch_add(1, Relaxed);
+            self.store.watch(topic);
+        }
+        if f(tp) && !tp.dirty {
+            tp.dirty = true;
+            stripe.dirty.push(topic.clone());
+        }
+        new
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Tracks a presence of `key` with meta `fields` (an object's members,
+    /// see [`meta_fields`](super::meta_fields)) on `topic`; returns its
+    /// sequence number and whether the topic is newly watched here.
+    pub fn track(
+        &self,
+        topic: &Arc<str>,
+        mode: Mode,
+        key: Arc<str>,
+        fields: Box<str>,
+    ) -> (u64, bool) {
+        let seq = self.next_seq();
+        let meta = Meta {
+            owner: self.me,
+            seq,
+            prev: 0,
+            fields,
+        };
+        (seq, self.with_topic(topic, mode, |tp| tp.join(key, meta)))
+    }
+
+    /// Replaces presence `seq` of `key` with a new one carrying `fields`
+    /// (`phx_ref_prev` = the old); returns the new sequence number, or
+    /// `None` if `seq` is not tracked there.
+    pub fn update(
+        &self,
+        topic: &Arc<str>,
+        mode: Mode,
+        key: &Arc<str>,
+        seq: u64,
+        fields: Box<str>,
+    ) -> Option<u64> {
+        let new = self.next_seq();
+        let mut found = false;
+        self.with_topic(topic, mode, |tp| {
+            if tp.find(key, (self.me, seq)).is_none() {
+                return false;
+            }
+            found = true;
+            tp.leave(key, (self.me, seq));
+            tp.join(
+                key.clone(),
+                Meta {
+                    owner: self.me,
+                    seq: new,
+                    prev: seq,
+                    fields,
+                },
+            );
+            true
+        });
+        found.then_some(new)
+    }
+
+    /// Ends presence `seq` of `key` on `topic`.
+    pub fn untrack(&self, topic: &str, key: &str, seq: u64) {
+        self.on_topic(topic, |tp| tp.leave(key, (self.me, seq)));
+    }
+
+    /// What a joiner of `topic` gets (watching it if needed): the state as
+    /// of the last flush, encoded once per interval and shared. Also
+    /// returns whether the topic is newly watched here.
+    pub fn state(&self, topic: &Arc<str>, mode: Mode) -> (State, bool) {
+        let mut source = None;
+        let new = self.with_topic(topic, mode, |tp| {
+            source = Some((tp.mode, tp.state()));
+            false
+        });
+        let (mode, source) = source.expect("with_topic runs its closure");
+        let json = match source {
+            StateSource::Ready(json) => json,
+            // Encoded outside the stripe lock; joiners on other shards
+            // wait for this one's result instead of encoding it again.
+            StateSource::Encode(flushed, cell) => cell
+                .get_or_init(|| {
+                    self.stats.state_encodes.fetch_add(1, Relaxed);
+                    encode::state(&flushed).into()
+                })
+                .clone(),
+        };
+        let event = match mode {
+            Mode::List => encode::STATE,
+            Mode::Count => encode::COUNT,
+        };
+        (State { event, json }, new)
+    }
+
+    /// The presences of `topic` on this node as `presence_state` JSON
+    /// (for an API), or `None` if this node does not watch it.
+    pub fn list(&self, topic: &str) -> Option<String> {
+        let stripe = self.lock(stripe_of(topic));
+        let tp = stripe.topics.get(topic)?;
+        Some(encode::state(tp.flushed()))
+    }
+
+    /// Distinct keys on `topic` as of the last flush, if watched here.
+    pub fn count(&self, topic: &str) -> Option<usize> {
+        let stripe = self.lock(stripe_of(topic));
+        stripe.topics.get(topic).map(|tp| tp.flushed().key_count())
+    }
+
+    /// Whether this node watches any topic (its shards then flush).
+    pub fn is_active(&self) -> bool {
+        self.stats.topics.load(Relaxed) > 0
+    }
+
+    /// The node lost its last local subscriber of `topic`: unless
+    /// `still_subscribed()` says one came back meanwhile, stops watching it,
+    /// first telling the store of this node's last leaves there.
+    pub fn unwatch(&self, topic: &str, still_subscribed: impl Fn() -> bool) {
+        let mut stripe = self.lock(stripe_of(topic));
+        if !stripe.topics.contains_key(topic) || still_subscribed() {
+            return;
+        }
+        let Some(mut tp) = stripe.topics.remove(topic) else {
+            return;
+        };
+        stripe.dirty.retain(|t| &**t != topic);
+        // Leaves still pending go out with the rest of this node's
+        // presences there (normally none: they belonged to local joins).
+        let mut own = match tp.flush(self.me) {
+            Some(f) => {
+                self.account(&f);
+                f.own
+            }
+            None => Delta::default(),
+        };
+        own.joins.clear();
+        let remaining = tp.owned_by(self.me);
+        self.stats
+            .local_entries
+            .fetch_sub(remaining.len() as i64, Relaxed);
+        self.stats
+            .entries
+            .fetch_sub(tp.flushed().len() as i64, Relaxed);
+        own.leaves.extend(remaining);
+        if !own.is_empty() {
+            self.store.publish(topic, own);
+        }
+        self.store.unwatch(topic);
+        self.stats.topics.fetch_sub(1, Relaxed);
+    }
+
+    /// Flushes the stripes shard `shard` of `shards` owns: applies each
+    /// dirty topic's pending diff, hands this node's changes to the store,
+    /// and returns the broadcasts for local subscribers (encoded once).
+    pub fn flush_shard(&self, shard: usize, shards: usize, out: &mut Vec<Arc<Broadcast>>) {
+        for i in (shard..STRIPES).step_by(shards.max(1)) {
+            self.flush_stripe(i, out);
+        }
+    }
+
+    /// Flushes every stripe (tests, and a single flusher).
+    pub fn flush_all(&self, out: &mut Vec<Arc<Broadcast>>) {
+        for i in 0..STRIPES {
+            self.flush_stripe(i, out);
+        }
+    }
+
+    fn flush_stripe(&self, i: usize, out: &mut Vec<Arc<Broadcast>>) {
+        let mut messages = Vec::new();
+        {
+            let mut stripe = self.lock(i);
+            if stripe.dirty.is_empty() {
+                return;
+            }
+            let stripe = &mut *stripe;
+            for name in std::mem::take(&mut stripe.dirty) {
+                let Some(tp) = stripe.topics.get_mut(&name) else {
+                    continue;
+                };
+                let Some(f) = tp.flush(self.me) else {
+                    continue;
+                };
+                self.account(&f);
+                if let Some(m) = f.message {
+                    messages.push((name.clone(), m));
+                }
+                if !f.own.is_empty() {
+                    self.store.publish(&name, f.own);
+                }
+            }
+        }
+        for (topic, (event, payload)) in messages {
+            self.stats.diffs.fetch_add(1, Relaxed);
+            self.stats
+                .diff_bytes
+                .fetch_add(payload.len() as u64, Relaxed);
+            out.push(Arc::new(Broadcast::new(
+                topic,
+                event.to_string(),
+                OwnedPayload::Json(payload),
+                None,
+            )));
+        }
+    }
+
+    fn each_topic(&self, mut f: impl FnMut(&Arc<str>, &mut TopicPresence) -> bool) {
+        for i in 0..STRIPES {
+            let mut stripe = self.lock(i);
+            let stripe = &mut *stripe;
+            for (name, tp) in stripe.topics.iter_mut() {
+                if f(name, tp) && !tp.dirty {
+                    tp.dirty = true;
+                    stripe.dirty.push(name.clone());
+                }
+            }
+        }
+    }
+
+    fn on_topic(&self, topic: &str, f: impl FnOnce(&mut TopicPresence) -> bool) {
+        let mut stripe = self.lock(stripe_of(topic));
+        let stripe = &mut *stripe;
+        let Some(name) = stripe.topics.get_key_value(topic).map(|(k, _)| k.clone()) else {
+            return;
+        };
+        if let Some(tp) = stripe.topics.get_mut(topic) {
+            if f(tp) && !tp.dirty {
+                tp.dirty = true;
+                stripe.dirty.push(name);
+            }
+        }
+    }
+
+    /// Counts a flush's changes.
+    fn account(&self, f: &super::topic::Flush) {
+        self.stats
+            .entries
+            .fetch_add(f.joined as i64 - f.left as i64, Relaxed);
+        self.stats
+            .local_entries
+            .fetch_add(f.own_change as i64, Relaxed);
+        self.stats
+            .changes
+            .fetch_add((f.joined + f.left) as u64, Relaxed);
+    }
+
+    /// Every metric line of the tracker and its store.
+    pub fn render_metrics(&self, out: &mut String) {
+        let s = &self.stats;
+        let lines: [(&str, &str, &str, i64); 7] = [
+            ("throng_presence_topics", "gauge", "Topics whose presence this node keeps (it has subscribers of them).", s.topics.load(Relaxed)),
+            ("throng_presence_entries", "gauge", "Presences in this node's copies, every node's.", s.entries.load(Relaxed)),
+            ("throng_presence_local_entries", "gauge", "Presences tracked on this node.", s.local_entries.load(Relaxed)),
+            ("throng_presence_diffs_total", "counter", "presence_diff (and presence_count) broadcasts made: one per topic per interval with changes.", s.diffs.load(Relaxed) as i64),
+            ("throng_presence_diff_bytes_total", "counter", "Payload bytes of those broadcasts, once each (before fan-out).", s.diff_bytes.load(Relaxed) as i64),
+            ("throng_presence_changes_total", "counter", "Joins and leaves carried by those diffs.", s.changes.load(Relaxed) as i64),
+            ("throng_presence_state_encodes_total", "counter", "presence_state encodings (at most one per topic per interval, shared by its joiners).", s.state_encodes.load(Relaxed) as i64),
+        ];
+        for (name, kind, help, value) in lines {
+            write_metric(out, name, kind, help, value);
+        }
+        self.store.render_metrics(out);
+    }
+}
+
+impl PresenceSink for Tracker {
+    fn apply(&self, topic: &str, delta: Delta) {
+        let me = self.me;
+        self.on_topic(topic, |tp| {
+            let mut changed = false;
+            for (k, m) in delta.leaves {
+                if m.owner != me {
+                    changed |= tp.leave(&k, m.id());
+                }
+            }
+            for (k, m) in delta.joins {
+                if m.owner != me {
+                    changed |= tp.join(k, m);
+                }
+            }
+            changed
+        });
+    }
+
+    fn replace(&self, topic: &str, owner: u64, entries: Entries) {
+        if owner == self.me {
+            return;
+        }
+        self.on_topic(topic, |tp| tp.replace(owner, entries));
+    }
+
+    fn owner_down(&self, owner: u64) {
+        if owner == self.me {
+            return;
+        }
+        self.each_topic(|_, tp| tp.replace(owner, Vec::new()));
+    }
+
+    fn is_watched(&self, topic: &str) -> bool {
+        self.lock(stripe_of(topic)).topics.contains_key(topic)
+    }
+
+    fn watched(&self) -> Vec<Arc<str>> {
+        let mut out = Vec::new();
+        for i in 0..STRIPES {
+            out.extend(self.lock(i).topics.keys().cloned());
+        }
+        out
+    }
+
+    fn owned(&self) -> Vec<(Arc<str>, Entries)> {
+        let mut out = Vec::new();
+        for i in 0..STRIPES {
+            let stripe = self.lock(i);
+            for (name, tp) in stripe.topics.iter() {
+                let mine = tp.owned_by(self.me);
+                if !mine.is_empty() {
+                    out.push((name.clone(), mine));
+                }
+            }
+        }
+        out
+    }
+
+    fn owners(&self) -> Vec<u64> {
+        let mut set = HashSet::new();
+        for i in 0..STRIPES {
+            let stripe = self.lock(i);
+            for tp in stripe.topics.values() {
+                set.extend(tp.owners().filter(|o| *o != self.me));
+            }
+        }
+        set.into_iter().collect()
+    }
+}

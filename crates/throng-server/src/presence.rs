@@ -1,0 +1,292 @@
+//! Presence in the server: the rules that turn it on for topic patterns
+//! without Rust (`--presence`, `[[presence]]` in TOML), and the
+//! [`Presence`] handle a channel callback gets from `socket.presence()`,
+//! Phoenix.Presence's `track`/`update`/`untrack` and the `presence_state`
+//! push of the `:after_join` pattern. The node's state and the cluster
+//! are `throng_pubsub::presence`; applying these to a socket (the join's
+//! presences, untracked when the join ends) is `socket/presence.rs`.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use throng_protocol::Payload;
+pub use throng_pubsub::presence::Mode;
+
+use crate::channel::{topic_matches, Socket, Who};
+
+/// Where a rule takes a presence's key from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// The authenticated user (`Socket::user_id`).
+    UserId,
+    /// A field of the join's payload (`param:user`: phoenix.js
+    /// `socket.channel(topic, {user: ..})`).
+    Param(String),
+    /// A socket param of the connect URL (`connect:user`).
+    ConnectParam(String),
+}
+
+/// Presence for the topics matching `pattern`: each join is sent the
+/// topic's presence and tracked under its key (a join without a key
+/// watches only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PresenceRule {
+    /// An exact topic, or a prefix ending in `*` (as the router's).
+    pub pattern: String,
+    pub key: KeySource,
+    pub mode: Mode,
+}
+
+/// A `[[presence]]` table of the config file.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RuleFile {
+    pub pattern: String,
+    pub key: String,
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+impl KeySource {
+    fn parse(s: &str) -> Result<KeySource, String> {
+        match s.split_once(':') {
+            None if s == "user_id" => Ok(KeySource::UserId),
+            Some(("param", name)) if !name.is_empty() => Ok(KeySource::Param(name.into())),
+            Some(("connect", name)) if !name.is_empty() => Ok(KeySource::ConnectParam(name.into())),
+            _ => Err(format!(
+                "presence key {s:?}: expected user_id, param:NAME or connect:NAME"
+            )),
+        }
+    }
+
+    fn spec(&self) -> String {
+        match self {
+            KeySource::UserId => "user_id".into(),
+            KeySource::Param(n) => format!("param:{n}"),
+            KeySource::ConnectParam(n) => format!("connect:{n}"),
+        }
+    }
+}
+
+fn parse_mode(s: Option<&str>) -> Result<Mode, String> {
+    match s {
+        None | Some("list") => Ok(Mode::List),
+        Some("count") => Ok(Mode::Count),
+        Some(other) => Err(format!("presence mode {other:?}: expected list or count")),
+    }
+}
+
+impl PresenceRule {
+    /// `PATTERN=KEY` or `PATTERN=KEY/count` (the `--presence` flag).
+    pub fn parse(spec: &str) -> Result<PresenceRule, String> {
+        let (pattern, key) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--presence {spec:?}: expected PATTERN=KEY[/count]"))?;
+        let (key, mode) = match key.rsplit_once('/') {
+            Some((k, m @ ("count" | "list"))) => (k, Some(m)),
+            _ => (key, None),
+        };
+        PresenceRule::from_file(RuleFile {
+            pattern: pattern.into(),
+            key: key.into(),
+            mode: mode.map(Into::into),
+        })
+    }
+
+    pub fn from_file(f: RuleFile) -> Result<PresenceRule, String> {
+        if f.pattern.is_empty() {
+            return Err("a presence pattern cannot be empty".into());
+        }
+        Ok(PresenceRule {
+            pattern: f.pattern,
+            key: KeySource::parse(&f.key)?,
+            mode: parse_mode(f.mode.as_deref())?,
+        })
+    }
+
+    /// The rule as the `--presence` flag spells it.
+    pub fn spec(&self) -> String {
+        let mode = match self.mode {
+            Mode::List => "",
+            Mode::Count => "/count",
+        };
+        format!("{}={}{mode}", self.pattern, self.key.spec())
+    }
+
+    pub fn matches(&self, topic: &str) -> bool {
+        topic_matches(&self.pattern, topic)
+    }
+
+    /// The key of a join under this rule, if it has one: a string as it
+    /// is, a number as written; anything else (absent, null, an object) is
+    /// no key.
+    pub fn key_of(&self, payload: Payload<'_>, who: Who<'_>) -> Option<String> {
+        match &self.key {
+            KeySource::UserId => who.user.map(Into::into),
+            KeySource::ConnectParam(name) => {
+                who.connect.and_then(|c| c.param(name)).map(Into::into)
+            }
+            KeySource::Param(name) => {
+                let Payload::Json(text) = payload else {
+                    return None;
+                };
+                let map: std::collections::HashMap<
+                    std::borrow::Cow<'_, str>,
+                    &serde_json::value::RawValue,
+                > = serde_json::from_str(text).ok()?;
+                let raw = map.get(name.as_str())?.get();
+                match raw.as_bytes().first()? {
+                    b'"' => serde_json::from_str::<String>(raw).ok(),
+                    b'-' | b'0'..=b'9' => Some(raw.to_string()),
+                    _ => None,
+                }
+            }
+        }
+    }
+}
+
+/// The mode for `topic` under `rules` (list unless a count rule matches).
+pub(crate) fn mode_for(rules: &[PresenceRule], topic: &str) -> Mode {
+    rules
+        .iter()
+        .find(|r| r.matches(topic))
+        .map(|r| r.mode)
+        .unwrap_or_default()
+}
+
+/// Why a presence call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PresenceError {
+    #[error("a presence meta must be a JSON object")]
+    NotAnObject,
+    #[error("the presence meta could not be encoded: {0}")]
+    Encode(String),
+}
+
+/// What a callback asked of presence; applied after it returns, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PresenceOp {
+    Track(Arc<str>, Box<str>),
+    Update(Arc<str>, Box<str>),
+    Untrack(Arc<str>),
+    /// Update every presence the join tracks.
+    UpdateTracked(Box<str>),
+    PushState,
+}
+
+/// Presence for the joined channel of a callback (Phoenix.Presence with
+/// `socket` as its first argument). Calls take effect when the callback
+/// returns; a key already tracked by this join, an update or untrack of a
+/// key it does not track, and a key and meta longer than
+/// `--max-presence-bytes` are refused then (counted in
+/// `throng_presence_refused_total`, logged at debug). A join's presences
+/// are untracked when it ends (leave, rejoin, close).
+pub struct Presence<'s, 'a> {
+    pub(crate) socket: &'s mut Socket<'a>,
+}
+
+fn fields_of(meta: &impl serde::Serialize) -> Result<Box<str>, PresenceError> {
+    let json = serde_json::to_string(meta).map_err(|e| PresenceError::Encode(e.to_string()))?;
+    throng_pubsub::presence::meta_fields(&json).map_err(|_| PresenceError::NotAnObject)
+}
+
+impl Presence<'_, '_> {
+    /// Tracks this join as a presence of `key` with `meta` (a JSON object,
+    /// e.g. `json!({"online_at": 1700000000})`): `Presence.track/3`.
+    pub fn track(&mut self, key: &str, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
+        let fields = fields_of(meta)?;
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::Track(key.into(), fields));
+        Ok(())
+    }
+
+    /// Replaces the meta of this join's presence of `key`: clients see the
+    /// old meta leave and the new one join with `phx_ref_prev`
+    /// (`Presence.update/3`).
+    pub fn update(&mut self, key: &str, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
+        let fields = fields_of(meta)?;
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::Update(key.into(), fields));
+        Ok(())
+    }
+
+    /// Replaces the meta of every presence this join tracks, whatever its
+    /// key: for a channel whose presence a `--presence` rule tracks (one
+    /// presence, keyed by the rule).
+    pub fn update_tracked(&mut self, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
+        let fields = fields_of(meta)?;
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::UpdateTracked(fields));
+        Ok(())
+    }
+
+    /// Ends this join's presence of `key` (`Presence.untrack/2`).
+    pub fn untrack(&mut self, key: &str) {
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::Untrack(key.into()));
+    }
+
+    /// Pushes the topic's presence to this client: `presence_state` (or
+    /// `presence_count` for a count-mode topic), the state as of the last
+    /// diff, shared by every joiner of the interval
+    /// (`push(socket, "presence_state", Presence.list(socket))`).
+    pub fn push_state(&mut self) {
+        self.socket.effects.presence.push(PresenceOp::PushState);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_parse_and_print() {
+        let r = PresenceRule::parse("rooms:*=param:user").unwrap();
+        assert_eq!(r.key, KeySource::Param("user".into()));
+        assert_eq!(r.mode, Mode::List);
+        assert!(r.matches("rooms:lobby") && !r.matches("room"));
+        let c = PresenceRule::parse("live:*=user_id/count").unwrap();
+        assert_eq!((c.key.clone(), c.mode), (KeySource::UserId, Mode::Count));
+        for rule in [r, c, PresenceRule::parse("x=connect:name").unwrap()] {
+            assert_eq!(PresenceRule::parse(&rule.spec()).unwrap(), rule);
+        }
+        for bad in ["rooms:*", "a=b", "a=param:", "=user_id", "a=user_id/many"] {
+            assert!(PresenceRule::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_come_from_the_join_or_the_connection() {
+        let r = PresenceRule::parse("t=param:user").unwrap();
+        let key = |p: &str| r.key_of(Payload::Json(p), Who::default());
+        assert_eq!(key(r#"{"user":"alice"}"#).as_deref(), Some("alice"));
+        assert_eq!(key(r#"{"user":"\u00e9"}"#).as_deref(), Some("é"));
+        assert_eq!(key(r#"{"user":42}"#).as_deref(), Some("42"));
+        assert_eq!(key(r#"{"user":null}"#), None);
+        assert_eq!(key(r#"{"user":{"a":1}}"#), None);
+        assert_eq!(key(r#"{}"#), None);
+        assert_eq!(key("[1]"), None);
+        let info = crate::channel::ConnectInfo {
+            params: vec![("name".into(), "bob".into())],
+            user_id: Some("u7".into()),
+            ..Default::default()
+        };
+        let who = Who {
+            user: Some("u7"),
+            connect: Some(&info),
+        };
+        let by_user = PresenceRule::parse("t=user_id").unwrap();
+        assert_eq!(by_user.key_of(Payload::EMPTY, who).as_deref(), Some("u7"));
+        let by_param = PresenceRule::parse("t=connect:name").unwrap();
+        assert_eq!(by_param.key_of(Payload::EMPTY, who).as_deref(), Some("bob"));
+        assert_eq!(by_param.key_of(Payload::EMPTY, Who::default()), None);
+    }
+}
