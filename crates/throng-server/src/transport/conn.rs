@@ -183,5 +183,8 @@ impl Conn {
 pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
 
 // Checked at compile time: socket, kind, last activity, push budget, the
-// optional box, the joins vector, the optional connect info, the user.
+// optional box, the joins vector, the optional connect info, the user. Not
+// with debug assertions (dev builds, the fuzzer's), where mio keeps a
+// selector id in each socket: 12 bytes more.
+#[cfg(not(debug_assertions))]
 const _: () = assert!(CONN_SIZE <= 64, "Conn grew past 64 bytes");
