@@ -18,8 +18,6 @@ struct Cli {
     command: Command,
 }
 
-// Parsed once at start: the size of the largest variant does not matter.
-#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the server (the chat app on /, channels on /socket/websocket); --redis joins a cluster, --workers N runs N nodes on one port.
