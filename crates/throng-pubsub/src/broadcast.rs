@@ -7,6 +7,7 @@
 //! behind an `Arc`, by every shard and every subscriber: delivering it to a
 //! socket is a `write` of bytes that already exist, with no allocation.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use throng_protocol::frame::{encode_header, Opcode};
@@ -16,6 +17,18 @@ use throng_protocol::{OwnedPayload, Vsn};
 /// A subscriber that must not receive a broadcast (`broadcast_from`): the
 /// shard and the connection key there.
 pub type Exclude = (usize, usize);
+
+/// Bytes held by every [`Broadcast`] alive in this process (frames and
+/// payload): in flight between shards, and kept by the output queues of
+/// connections that have not taken it yet. Part of the server's outbound
+/// memory budget; one atomic add and one subtract per broadcast, none per
+/// subscriber.
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes held by the broadcasts alive in this process.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(Relaxed)
+}
 
 /// A broadcast, with its frames already encoded for each serializer.
 #[derive(Debug)]
@@ -31,6 +44,8 @@ pub struct Broadcast {
     body_at: [u8; 2],
     /// A connection that must not receive it (`broadcast_from`).
     pub exclude: Option<Exclude>,
+    /// What it counts in [`live_bytes`], fixed at creation.
+    held: usize,
 }
 
 impl Broadcast {
@@ -54,6 +69,12 @@ impl Broadcast {
                 frames[vsn.index()] = Some(frame);
             }
         }
+        let held = frames.iter().flatten().map(|f| f.len()).sum::<usize>()
+            + match &payload {
+                OwnedPayload::Json(s) => s.len(),
+                OwnedPayload::Binary(b) => b.len(),
+            };
+        LIVE_BYTES.fetch_add(held, Relaxed);
         Broadcast {
             topic,
             event,
@@ -61,7 +82,14 @@ impl Broadcast {
             frames,
             body_at,
             exclude,
+            held,
         }
+    }
+
+    /// The bytes this broadcast holds (frames and payload), as counted in
+    /// [`live_bytes`].
+    pub fn held(&self) -> usize {
+        self.held
     }
 
     /// The frame a socket speaking `vsn` gets, if that serializer can carry it.
@@ -91,6 +119,12 @@ impl Broadcast {
             .map(|f| f.len())
             .max()
             .unwrap_or(0)
+    }
+}
+
+impl Drop for Broadcast {
+    fn drop(&mut self) {
+        LIVE_BYTES.fetch_sub(self.held, Relaxed);
     }
 }
 
@@ -124,6 +158,19 @@ mod tests {
         assert!(bin.body(Vsn::V1).is_none());
         assert_eq!(bin.frame(Vsn::V2).unwrap()[0], 0x82);
         assert!(bin.is_binary(Vsn::V2) && !b.is_binary(Vsn::V2) && !b.is_binary(Vsn::V1));
+    }
+
+    #[test]
+    fn live_bytes_count_what_broadcasts_hold() {
+        // Other tests make broadcasts at the same time: compare with this one's own size.
+        let b = Broadcast::new(
+            "t".into(),
+            "e".into(),
+            OwnedPayload::Json("x".repeat(1 << 20)),
+            None,
+        );
+        assert!(b.held() > 3 << 20, "payload and two frames: {}", b.held());
+        assert!(live_bytes() >= b.held());
     }
 
     #[test]

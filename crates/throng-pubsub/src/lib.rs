@@ -113,9 +113,9 @@ mod registry;
 mod shards;
 
 pub use backplane::{
-    Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane,
+    Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, RedisOptions,
 };
-pub use broadcast::{frame_of, Broadcast, Exclude};
+pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
 pub use presence::{
     LocalPresence, MemoryPresence, MemoryPresenceBus, PresenceSink, PresenceStore, RedisPresence,
     Tracker,
@@ -130,6 +130,8 @@ pub enum Error {
     RedisUrl { url: String, reason: String },
     #[error("cannot connect to Redis at {url}: {reason}")]
     RedisConnect { url: String, reason: String },
+    #[error("Redis TLS ({url}): {reason}")]
+    RedisTls { url: String, reason: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
     /// A presence store could not answer a read ([`PresenceStore::fetch`]).

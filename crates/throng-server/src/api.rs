@@ -320,7 +320,18 @@ pub(crate) fn start(
     endpoint: Endpoint,
     key: Option<String>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = std::net::TcpListener::bind(addr)?;
+    // SO_REUSEPORT, as the public listeners: during a rolling restart
+    // (`serve --workers`, SIGHUP) a worker's replacement binds its API port
+    // while the old process drains.
+    let listener: std::net::TcpListener = {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_reuse_address(true)?;
+        sock.set_reuse_port(true)?;
+        sock.bind(&addr.into())?;
+        sock.listen(1024)?;
+        sock.into()
+    };
     listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     if key.is_none() && !bound.ip().is_loopback() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::auth::{self, AuthConfig, CheckOrigin, Mode, TopicRule};
+use crate::limits::{LimitArgs, Limits};
 use crate::presence::{PresenceRule, RuleFile};
 use crate::Error;
 
@@ -30,15 +31,19 @@ pub struct ServeArgs {
     /// Close a WebSocket that sent nothing (no heartbeat) for SECS seconds; 0 = never [default: 60]
     #[arg(long, value_name = "SECS", env = "THRONG_IDLE_TIMEOUT")]
     pub idle_timeout: Option<u64>,
-    /// Largest WebSocket message accepted; larger ones are closed with 1009 [default: 1048576]
+    /// Largest WebSocket message accepted; larger ones are closed with 1009. Kept far below --max-outbound-bytes, so one message can never make a subscriber a slow reader [default: 65536]
     #[arg(long, value_name = "BYTES", env = "THRONG_MAX_MESSAGE_BYTES")]
     pub max_message_bytes: Option<usize>,
-    /// Outbound bytes a slow reader may have queued before it is disconnected [default: 262144]
+    /// Outbound bytes a slow reader may have queued behind the message being written before it is disconnected [default: 1048576]
     #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_BYTES")]
     pub max_outbound_bytes: Option<usize>,
     /// Channels one socket may join at once; a join past it is refused with {"reason":"too many channels joined"}, as Phoenix 1.8 [default: 100]
     #[arg(long, value_name = "N", env = "THRONG_MAX_CHANNELS_PER_SOCKET")]
     pub max_channels_per_socket: Option<usize>,
+    /// The other bounds (limits.rs): handshake deadline, connection caps, socket memory, drain, queues.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Serve a WebSocket echo endpoint at /echo (for the Autobahn TestSuite)
     /// Long-poll transport (/socket/longpoll): seconds a poll waits for messages before it is answered 204 (Phoenix's window_ms); a session ends after 1.5x this without a poll; 0 turns long-poll off [default: 10]
     #[arg(long, value_name = "SECS", env = "THRONG_LONGPOLL_WINDOW")]
     pub longpoll_window: Option<u64>,
@@ -54,6 +59,9 @@ pub struct ServeArgs {
     /// Join a cluster through this Redis (redis://HOST:PORT): broadcasts reach every node subscribed to the topic [default: none, a single node]
     #[arg(long, value_name = "URL", env = "THRONG_REDIS")]
     pub redis: Option<String>,
+    /// PEM file of the certificate authorities to trust for a rediss:// URL (a private CA) [default: the system's roots]
+    #[arg(long, value_name = "FILE", env = "THRONG_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
     /// Worker processes sharing the port (SO_REUSEPORT), each a node with its own open-files limit; more than 1 needs --redis [default: 1]
     #[arg(long, value_name = "N", env = "THRONG_WORKERS")]
     pub workers: Option<usize>,
@@ -165,11 +173,14 @@ struct FileConfig {
     max_message_bytes: Option<usize>,
     max_outbound_bytes: Option<usize>,
     max_channels_per_socket: Option<usize>,
+    #[serde(flatten)]
+    limits: LimitArgs,
     longpoll_window: Option<u64>,
     max_longpoll_batch: Option<usize>,
     echo: Option<bool>,
     log_requests: Option<bool>,
     redis: Option<String>,
+    redis_ca_file: Option<PathBuf>,
     workers: Option<usize>,
     auth: Option<AuthConfig>,
     check_origin: Option<auth::origin::CheckOriginToml>,
@@ -197,6 +208,8 @@ pub struct Config {
     pub max_outbound_bytes: usize,
     /// Joins one socket may hold at once.
     pub max_channels_per_socket: usize,
+    /// The other bounds: see [`Limits`].
+    pub limits: Limits,
     /// How long a long-poll waits for messages; `None`: no long-poll.
     pub longpoll_window: Option<Duration>,
     /// Messages one long-poll POST may carry.
@@ -205,6 +218,8 @@ pub struct Config {
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
     pub redis: Option<String>,
+    /// CA certificates to trust for `rediss://`; `None`: the system's.
+    pub redis_ca_file: Option<PathBuf>,
     /// Worker processes; above 1 this process only supervises them.
     pub workers: usize,
     /// `Some(i)` in a worker process started by the supervisor.
@@ -244,14 +259,18 @@ impl Default for Config {
                 .map(|n| n.get())
                 .unwrap_or(1),
             idle_timeout: Some(Duration::from_secs(60)),
-            max_message_bytes: 1 << 20,
-            max_outbound_bytes: 256 << 10,
+            // As uWebSockets and Centrifugo: a message limit far below the
+            // outbound limit, so no single message makes a reader "slow".
+            max_message_bytes: 64 << 10,
+            max_outbound_bytes: 1 << 20,
             max_channels_per_socket: 100,
+            limits: Limits::defaults(64 << 10),
             longpoll_window: Some(Duration::from_secs(10)),
             max_longpoll_batch: 100,
             echo: false,
             log_requests: false,
             redis: None,
+            redis_ca_file: None,
             workers: 1,
             worker_index: None,
             auth: AuthConfig::default(),
@@ -416,6 +435,7 @@ impl ServeArgs {
                 .max_channels_per_socket
                 .or(file.max_channels_per_socket)
                 .unwrap_or(d.max_channels_per_socket),
+            limits: self.limits.resolve(&file.limits, max_message_bytes)?,
             longpoll_window: (window > 0).then(|| Duration::from_secs(window)),
             max_longpoll_batch: self
                 .max_longpoll_batch
@@ -424,6 +444,7 @@ impl ServeArgs {
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
+            redis_ca_file: self.redis_ca_file.or(file.redis_ca_file),
             workers,
             worker_index: self.worker_index,
             presence,
@@ -459,6 +480,14 @@ fn merge_auth(args: &ServeArgs, file: AuthConfig) -> AuthConfig {
 }
 
 impl Config {
+    /// How to reach the Redis of `--redis`, beyond its URL.
+    pub fn redis_options(&self) -> throng_pubsub::RedisOptions {
+        throng_pubsub::RedisOptions {
+            ca_file: self.redis_ca_file.clone(),
+            queue_bytes: self.limits.redis_queue_bytes,
+        }
+    }
+
     /// Secrets for worker `index`, passed in its environment rather than
     /// on its command line (where `ps` shows them).
     pub fn worker_env(&self) -> Vec<(&'static str, String)> {
@@ -469,6 +498,8 @@ impl Config {
             ("THRONG_AUTH_JWT_SECRET", &a.jwt_secret),
             ("THRONG_AUTH_JWT_PUBLIC_KEY", &a.jwt_public_key),
             ("THRONG_API_KEY", &self.api_key),
+            // The Redis URL carries its password, if it has one.
+            ("THRONG_REDIS", &self.redis),
         ];
         for (name, value) in secrets {
             if let Some(v) = value {
@@ -518,11 +549,13 @@ impl Config {
             "--max-presence-bytes".into(),
             self.max_presence_bytes.to_string(),
         ];
+        args.extend(self.limits.worker_args());
+        // `--redis` goes in the environment (`worker_env`): it may hold a password.
         for rule in &self.presence {
             args.extend(["--presence".into(), rule.spec()]);
         }
-        if let Some(url) = &self.redis {
-            args.extend(["--redis".into(), url.clone()]);
+        if let Some(ca) = &self.redis_ca_file {
+            args.extend(["--redis-ca-file".into(), ca.display().to_string()]);
         }
         if self.echo {
             args.push("--echo".into());
@@ -584,7 +617,11 @@ mod tests {
     #[test]
     fn flags_beat_file_beat_defaults() {
         let dir = std::env::temp_dir().join(format!("throng-cfg-{}", std::process::id()));
-        std::fs::write(&dir, "port = 5000\nidle_timeout = 0\nshards = 3\n").unwrap();
+        std::fs::write(
+            &dir,
+            "port = 5000\nidle_timeout = 0\nshards = 3\nmax_connections = 7\n",
+        )
+        .unwrap();
         let args = ServeArgs {
             config: Some(dir.clone()),
             shards: Some(2),
@@ -595,7 +632,9 @@ mod tests {
         assert_eq!(c.addr.port(), 5000);
         assert_eq!(c.shards, 2);
         assert_eq!(c.idle_timeout, None);
-        assert_eq!(c.max_message_bytes, 1 << 20);
+        assert_eq!(c.limits.max_connections, 7);
+        assert_eq!(c.max_message_bytes, 64 << 10);
+        assert!(c.max_message_bytes * 16 <= c.max_outbound_bytes);
     }
 
     #[test]
@@ -634,8 +673,13 @@ mod tests {
             shards: Some(2),
             idle_timeout: Some(0),
             echo: true,
-            redis: Some("redis://127.0.0.1:7000".into()),
+            redis: Some("redis://:s3cret@127.0.0.1:7000".into()),
             max_channels_per_socket: Some(7),
+            limits: LimitArgs {
+                drain_seconds: Some(3),
+                max_connections_per_ip: Some(9),
+                ..Default::default()
+            },
             longpoll_window: Some(3),
             max_longpoll_batch: Some(9),
             ..Default::default()
@@ -648,10 +692,18 @@ mod tests {
         assert_eq!(w.addr.port(), 4321);
         assert_eq!((w.workers, w.worker_index, w.shards), (1, Some(1), 2));
         assert_eq!(w.idle_timeout, None);
-        assert_eq!(w.redis, c.redis);
+        // The Redis URL (and its password) goes in the environment, not on
+        // the command line where `ps` shows it.
+        assert!(!c.worker_args(1, 4321).iter().any(|a| a.contains("s3cret")));
+        assert!(c
+            .worker_env()
+            .contains(&("THRONG_REDIS", "redis://:s3cret@127.0.0.1:7000".to_string())));
         assert!(w.echo && !w.log_requests);
         assert_eq!(w.max_message_bytes, c.max_message_bytes);
         assert_eq!(w.max_channels_per_socket, 7);
+        assert_eq!(w.limits.drain, Duration::from_secs(3));
+        assert_eq!(w.limits.max_connections_per_ip, 9);
+        assert_eq!(w.limits.max_socket_bytes, c.limits.max_socket_bytes);
         assert_eq!(w.longpoll_window, Some(Duration::from_secs(3)));
         assert_eq!(w.max_longpoll_batch, 9);
     }

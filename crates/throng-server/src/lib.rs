@@ -6,7 +6,10 @@
 //! registry, encode-once broadcasts, the backplane) is `throng-pubsub`.
 //!
 //! ## Layout, along Phoenix's own lines
-//! - [`config`]: flags, environment, TOML file.
+//! - [`config`]: flags, environment, TOML file; [`limits`]: the bounds
+//!   against hostile clients and faults (handshake deadline, connection
+//!   caps, socket memory, drain window, queue bounds) and where each is
+//!   enforced; [`panic`]: a panic on any thread aborts the process.
 //! - `transport/`: one event loop per core (`mod.rs`), the lean connection
 //!   (`conn.rs`), output and broadcast delivery (`output.rs`), closing
 //!   (`closing.rs`), and the Phoenix socket on a connection (`phoenix.rs`).
@@ -40,6 +43,8 @@
 //! - [`echo`]: a test-only channel (`--echo`) that shows what a socket
 //!   connected with.
 //! - `page`: the chat page (template + layout) and fixed responses.
+//! - `fuzz` (feature `fuzzing`): the message layer as one function of
+//!   bytes, for `fuzz/`.
 //!
 //! ## The path of a broadcast
 //! A client pushes `new:msg` on `rooms:lobby`. Its shard reads the frame
@@ -65,11 +70,15 @@ pub mod chat;
 pub mod config;
 pub mod control;
 pub mod echo;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzz;
 mod http;
+pub mod limits;
 mod longpoll;
 pub mod metrics;
 pub mod node;
 mod page;
+pub mod panic;
 pub mod presence;
 pub mod relay;
 mod socket;
@@ -139,6 +148,7 @@ impl Server {
         presence: Arc<dyn PresenceStore>,
     ) -> Result<Server, Error> {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
+        sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;
         let policy = auth::Policy::new(config.topics.clone());
         let push_limit =
@@ -153,9 +163,15 @@ impl Server {
             let waker = Arc::new(Waker::new(poll.registry(), transport::WAKER)?);
             let (tx, rx) = crossbeam_channel::unbounded();
             polls.push(poll);
-            peers.push(node::Peer { tx, waker });
+            peers.push(node::Peer::new(
+                peers.len(),
+                tx,
+                waker,
+                config.limits.max_shard_inbox_bytes,
+            ));
             inboxes.push(rx);
         }
+        let config_limits = config.limits.clone();
         let node = Arc::new(Node {
             stats: (0..config.shards)
                 .map(|_| Arc::new(metrics::ShardStats::default()))
@@ -168,6 +184,8 @@ impl Server {
             peers,
             pages: page::Pages::build(),
             fd_limit,
+            admission: limits::Admission::new(&config_limits),
+            drain: Default::default(),
             auth,
             policy,
             push_limit,
@@ -197,7 +215,9 @@ impl Server {
                     node.config.api_key.clone(),
                 )
                 .map_err(|source| Error::Bind { addr: api, source })?;
-                threads.push(thread);
+                // Not joined by `wait`: it serves until the process ends,
+                // and a drain ends the process once the shards are done.
+                drop(thread);
                 Some(bound)
             }
             None => None,
@@ -225,7 +245,7 @@ impl Server {
         Endpoint::new(self.node.clone())
     }
 
-    /// Blocks while the shards run (they run until the process ends).
+    /// Blocks while the shards run: until a drain ([`Node::drain`]) ends them.
     pub fn wait(self) {
         for t in self.threads {
             let _ = t.join();

@@ -36,6 +36,22 @@ pub struct ShardStats {
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
     pub channel_limit_refusals: AtomicU64,
+    /// Connections refused at accept: `--max-connections` were open.
+    pub refused_total_cap: AtomicU64,
+    /// Connections refused at accept: `--max-connections-per-ip` were open from its address.
+    pub refused_per_ip: AtomicU64,
+    /// HTTP connections closed because a head took longer than `--handshake-timeout`.
+    pub handshake_timeouts: AtomicU64,
+    /// Sockets closed (1008) for a join_ref or ref over `--max-ref-bytes`.
+    pub ref_refusals: AtomicU64,
+    /// Joins refused because the socket's joins would pass `--max-socket-bytes`.
+    pub socket_budget_refusals: AtomicU64,
+    /// WebSockets closed with 1012 by a drain.
+    pub drain_closes: AtomicU64,
+    /// HTTP requests answered with an error (400, 403, 405, 426, 431).
+    pub http_errors: AtomicU64,
+    /// Connections cut because the process's outbound memory passed `--max-outbound-total-bytes`.
+    pub outbound_budget_closes: AtomicU64,
     /// Upgrades refused by connect authentication (403).
     pub auth_refusals: AtomicU64,
     /// Upgrades refused by `check_origin` (403).
@@ -241,6 +257,54 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.protocol_errors,
     ),
     (
+        "throng_connections_refused_total",
+        "counter",
+        "Connections refused with 503 because --max-connections were open.",
+        |s| &s.refused_total_cap,
+    ),
+    (
+        "throng_connections_refused_per_ip_total",
+        "counter",
+        "Connections refused with 503 because --max-connections-per-ip were open from the address.",
+        |s| &s.refused_per_ip,
+    ),
+    (
+        "throng_handshake_timeouts_total",
+        "counter",
+        "HTTP connections closed because a request head took longer than --handshake-timeout.",
+        |s| &s.handshake_timeouts,
+    ),
+    (
+        "throng_ref_too_long_closes_total",
+        "counter",
+        "Sockets closed with 1008 for a join_ref or ref over --max-ref-bytes.",
+        |s| &s.ref_refusals,
+    ),
+    (
+        "throng_socket_budget_refusals_total",
+        "counter",
+        "Joins refused because the socket's joins would pass --max-socket-bytes.",
+        |s| &s.socket_budget_refusals,
+    ),
+    (
+        "throng_drain_closes_total",
+        "counter",
+        "WebSockets closed with 1012 (server restart) by a drain.",
+        |s| &s.drain_closes,
+    ),
+    (
+        "throng_http_errors_total",
+        "counter",
+        "HTTP requests answered with an error status (malformed, head over 16 KiB, bad upgrade).",
+        |s| &s.http_errors,
+    ),
+    (
+        "throng_outbound_budget_closes_total",
+        "counter",
+        "Connections cut (1013) because the process's outbound memory passed --max-outbound-total-bytes.",
+        |s| &s.outbound_budget_closes,
+    ),
+    (
         "throng_longpoll_expired_total",
         "counter",
         "Long-poll sessions ended after 1.5x --longpoll-window without a poll.",
@@ -336,6 +400,32 @@ pub fn render(node: &Node) -> String {
         "counter",
         "User and system CPU time.",
         format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
+    );
+    write_metric(
+        &mut out,
+        "throng_outbound_memory_bytes",
+        "gauge",
+        "Output held for clients: queued bytes of their own and live broadcasts.",
+        crate::transport::outbound_memory(),
+    );
+    let (mut inbox_bytes, mut inbox_dropped) = (0, 0);
+    for peer in &node.peers {
+        inbox_bytes += peer.queued.load(Relaxed);
+        inbox_dropped += peer.dropped.load(Relaxed);
+    }
+    write_metric(
+        &mut out,
+        "throng_shard_inbox_bytes",
+        "gauge",
+        "Bytes of broadcasts waiting in the shards' inboxes.",
+        inbox_bytes,
+    );
+    write_metric(
+        &mut out,
+        "throng_shard_inbox_dropped_total",
+        "counter",
+        "Broadcasts and infos not handed to a shard whose inbox held --max-shard-inbox-bytes.",
+        inbox_dropped,
     );
     write_metric(
         &mut out,

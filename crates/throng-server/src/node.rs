@@ -9,8 +9,9 @@
 //! long-poll requests and answers forwarded by other nodes (direct
 //! messages, see `crate::longpoll`).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use mio::Waker;
@@ -22,6 +23,7 @@ use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, NodeReport, Request, StatsSummary, CONTROL_TOPIC};
+use crate::limits::Admission;
 use crate::longpoll::wire::Forward;
 use crate::longpoll::{self, Answer, Request as LongPollRequest};
 use crate::metrics::ShardStats;
@@ -43,16 +45,90 @@ pub(crate) enum ShardMsg {
     Disconnect(Arc<str>),
 }
 
-/// How to reach a shard from another thread.
+impl ShardMsg {
+    /// What it counts against the inbox bound: a broadcast's bytes (its
+    /// memory is shared with other shards' inboxes, so this overstates it),
+    /// a flat 64 and the topic for an info, a flat 256 for the rest.
+    fn cost(&self) -> usize {
+        match self {
+            ShardMsg::Broadcast(b) => b.held(),
+            ShardMsg::Info(topic, _) => 64 + topic.len(),
+            _ => 256,
+        }
+    }
+
+    /// Whether a full inbox may drop it: broadcasts and infos, which have
+    /// no one waiting for an answer. Long-poll requests and answers and
+    /// control messages always go through (they are few and small).
+    fn droppable(&self) -> bool {
+        matches!(self, ShardMsg::Broadcast(_) | ShardMsg::Info(..))
+    }
+}
+
+/// How to reach a shard from another thread: its inbox (bounded in bytes,
+/// `--max-shard-inbox-bytes`) and the waker of its loop.
 pub(crate) struct Peer {
-    pub tx: Sender<ShardMsg>,
-    pub waker: Arc<Waker>,
+    shard: usize,
+    tx: Sender<ShardMsg>,
+    waker: Arc<Waker>,
+    max: usize,
+    /// Bytes waiting in the inbox ([`ShardMsg::cost`]).
+    pub queued: AtomicUsize,
+    /// Messages dropped because the inbox was full.
+    pub dropped: AtomicU64,
+    /// The "inbox full" warning was logged since the inbox was last empty.
+    full_logged: AtomicBool,
 }
 
 impl Peer {
+    pub(crate) fn new(shard: usize, tx: Sender<ShardMsg>, waker: Arc<Waker>, max: usize) -> Peer {
+        Peer {
+            shard,
+            tx,
+            waker,
+            max,
+            queued: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            full_logged: AtomicBool::new(false),
+        }
+    }
+
+    /// Queues `msg` for the shard, or drops it (counted, one warning per
+    /// episode) when the inbox holds its bound. An empty inbox always
+    /// takes one message, however big.
     pub(crate) fn send(&self, msg: ShardMsg) {
-        if self.tx.send(msg).is_ok() {
-            let _ = self.waker.wake();
+        let cost = msg.cost();
+        let before = self.queued.fetch_add(cost, Relaxed);
+        if before > 0 && before + cost > self.max && msg.droppable() {
+            self.queued.fetch_sub(cost, Relaxed);
+            self.dropped.fetch_add(1, Relaxed);
+            if !self.full_logged.swap(true, Relaxed) {
+                tracing::warn!(
+                    shard = self.shard,
+                    queued_bytes = before,
+                    "shard {} is {before} bytes behind on broadcasts (--max-shard-inbox-bytes): \
+                     dropping broadcasts for its subscribers until it catches up \
+                     (counted in throng_shard_inbox_dropped_total)",
+                    self.shard,
+                );
+            }
+            return;
+        }
+        match self.tx.send(msg) {
+            Ok(()) => {
+                let _ = self.waker.wake();
+            }
+            Err(_) => {
+                self.queued.fetch_sub(cost, Relaxed);
+            }
+        }
+    }
+
+    /// The shard took `msg` out of its inbox.
+    pub(crate) fn received(&self, msg: &ShardMsg) {
+        let cost = msg.cost();
+        if self.queued.fetch_sub(cost, Relaxed) == cost {
+            self.full_logged.store(false, Relaxed);
         }
     }
 }
@@ -70,6 +146,10 @@ pub struct Node {
     pub(crate) pages: Pages,
     /// Open-files limit after raising the soft limit to the hard one.
     pub fd_limit: u64,
+    /// New connections against `--max-connections` and `--max-connections-per-ip`.
+    pub(crate) admission: Admission,
+    /// When the drain began, once it has (`transport/drain.rs`).
+    pub(crate) drain: OnceLock<Instant>,
     /// Connect authentication and revocations.
     pub auth: Auth,
     /// `[[topics]]` rules.
@@ -83,6 +163,23 @@ pub struct Node {
 }
 
 impl Node {
+    /// Starts the graceful drain: the shards stop accepting, close their
+    /// sockets with 1012 in batches over `--drain-seconds`, and end, after
+    /// which [`Server::wait`](crate::Server::wait) returns. Later calls do
+    /// nothing.
+    pub fn drain(&self) {
+        if self.drain.set(Instant::now()).is_ok() {
+            for peer in &self.peers {
+                let _ = peer.waker.wake();
+            }
+        }
+    }
+
+    /// When the drain began, if it has.
+    pub fn drain_started(&self) -> Option<Instant> {
+        self.drain.get().copied()
+    }
+
     /// Sends a broadcast made on this node to the other nodes, and to the
     /// node's shards that have subscribers, except `from_shard` (which
     /// delivered it already).
@@ -410,5 +507,48 @@ impl Endpoint {
     /// The node this endpoint serves.
     pub fn node(&self) -> &Arc<Node> {
         &self.node
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_inbox_is_bounded_in_bytes() {
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let big = || {
+            ShardMsg::Broadcast(Arc::new(Broadcast::new(
+                "t".into(),
+                "e".into(),
+                OwnedPayload::Json(format!("\"{}\"", "x".repeat(1000))),
+                None,
+            )))
+        };
+        let cost = big().cost();
+        // Room for two; an empty inbox takes one whatever its size.
+        let peer = Peer::new(3, tx, waker, 2 * cost + 10);
+        for _ in 0..5 {
+            peer.send(big());
+        }
+        assert_eq!(rx.len(), 2);
+        assert_eq!(peer.dropped.load(Relaxed), 3);
+        assert_eq!(peer.queued.load(Relaxed), 2 * cost);
+        // The shard catches up: broadcasts are taken again.
+        for msg in rx.try_iter() {
+            peer.received(&msg);
+        }
+        assert_eq!(peer.queued.load(Relaxed), 0);
+        peer.send(big());
+        assert_eq!(rx.len(), 1);
+        let tiny = Peer::new(0, crossbeam_channel::unbounded().0, peer.waker.clone(), 1);
+        tiny.send(big());
+        assert_eq!(
+            tiny.dropped.load(Relaxed),
+            0,
+            "one message larger than the bound"
+        );
     }
 }

@@ -3,9 +3,17 @@
 //! `--workers` such nodes; prints `listening on ADDR` on stdout once it
 //! serves (`api at ADDR` before it when the server API listens,
 //! and, in a worker, `capacity N`, for the supervisor).
+//!
+//! A node drains on SIGTERM or SIGINT (`throng_server::Node::drain`: no
+//! new connections, its sockets closed with 1012 over `--drain-seconds`)
+//! and exits 0 when done; a second signal exits at once.
 
 use std::io::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use throng_server::Node;
 
 use throng_pubsub::{
     Backplane, LocalBackplane, LocalPresence, PresenceStore, RedisBackplane, RedisPresence,
@@ -16,6 +24,7 @@ use crate::supervisor::{self, Error};
 
 /// Runs `throng serve` with resolved settings; blocks while it serves.
 pub fn serve(config: Config) -> Result<(), Error> {
+    throng_server::panic::abort_on_panic();
     if config.workers > 1 && config.worker_index.is_none() {
         // `ServeArgs::resolve` refuses --workers above 1 without --redis.
         if let Some(url) = config.redis.clone() {
@@ -23,15 +32,17 @@ pub fn serve(config: Config) -> Result<(), Error> {
         }
     }
     let backplane: Arc<dyn Backplane> = match &config.redis {
-        Some(url) => Arc::new(RedisBackplane::connect(url)?),
+        Some(url) => Arc::new(RedisBackplane::connect_with(url, &config.redis_options())?),
         None => Arc::new(LocalBackplane),
     };
     // Presence crosses nodes only when it is turned on: without rules, no
     // presence connections or liveness keys.
     let presence: Arc<dyn PresenceStore> = match &config.redis {
-        Some(url) if !config.presence.is_empty() => {
-            Arc::new(RedisPresence::connect(url, config.presence_timeout)?)
-        }
+        Some(url) if !config.presence.is_empty() => Arc::new(RedisPresence::connect_with(
+            url,
+            config.presence_timeout,
+            &config.redis_options(),
+        )?),
         _ => Arc::new(LocalPresence::new()),
     };
     let worker = config.worker_index;
@@ -48,6 +59,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
         router = router.channel("echo:*", echo::EchoChannel);
     }
     let server = Server::start_with_presence(config, router, backplane, presence)?;
+    drain_on_signal(server.node.clone())?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
         // For the supervisor, which sums the workers' capacities.
@@ -69,5 +81,35 @@ pub fn serve(config: Config) -> Result<(), Error> {
     let _ = out.flush();
     drop(out);
     server.wait();
+    tracing::info!("drained; exiting");
+    Ok(())
+}
+
+/// The first SIGTERM/SIGINT drains the node; a second one exits at once.
+fn drain_on_signal(node: Arc<Node>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    std::thread::Builder::new()
+        .name("throng-signals".into())
+        .spawn(move || {
+            let mut signals = signals.forever();
+            if let Some(sig) = signals.next() {
+                let open: u64 = node.stats.iter().map(|s| s.websockets.load(Relaxed)).sum();
+                tracing::info!(
+                    signal = sig,
+                    websockets = open,
+                    "draining: no new connections; closing {open} sockets with 1012 over {:?}, \
+                     then exiting (signal again to exit now)",
+                    node.config.limits.drain
+                );
+                node.drain();
+            }
+            if let Some(sig) = signals.next() {
+                tracing::warn!(
+                    signal = sig,
+                    "second signal: exiting without finishing the drain"
+                );
+                std::process::exit(1);
+            }
+        })?;
     Ok(())
 }

@@ -21,8 +21,15 @@
 //! - restarts a worker that exits (logging its exit status) at once, or, if
 //!   it died within a second of starting (a crash loop, e.g. Redis is down so
 //!   the new worker cannot connect), after 1 s, 2 s, 4 s, up to 8 s;
-//! - on SIGTERM or SIGINT sends the signal on to the workers, waits up to
-//!   five seconds for them (then SIGKILL), and exits 0;
+//! - on SIGTERM or SIGINT sends the signal on to the workers, which drain
+//!   (their sockets closed with 1012 over `--drain-seconds`), waits for them
+//!   up to the drain, the close linger and five seconds more (then
+//!   SIGKILL), and exits 0;
+//! - on SIGHUP restarts the workers one at a time (a rolling restart, see
+//!   [`Rolling`]): a worker's replacement starts and listens before the old
+//!   one drains, so the port never stops accepting and each old worker's
+//!   clients reconnect to the others; prints `rolling restart done` when
+//!   the last old worker has exited;
 //! - fails (stopping the others) if a worker exits before the group is up
 //!   or the group is not up within [`START_TIMEOUT`].
 //!
@@ -34,8 +41,10 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use std::collections::VecDeque;
+
 use crossbeam_channel::{RecvTimeoutError, Sender};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use throng_server::Config;
 
 /// Why the supervisor could not start or keep its workers.
@@ -60,8 +69,10 @@ pub enum Error {
 
 /// How long the workers have to be listening at start.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long stopping workers may take before they are killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long stopping workers may take beyond their drain before they are killed.
+const STOP_MARGIN: Duration = Duration::from_secs(5);
+/// How long a draining worker may linger for its clients' FINs (the shards' `CLOSE_LINGER`).
+const CLOSE_LINGER: Duration = Duration::from_secs(3);
 /// A worker that dies sooner than this after starting is in a crash loop:
 /// it is restarted after a delay that starts here and doubles per quick death.
 const CRASH_LOOP: Duration = Duration::from_secs(1);
@@ -96,10 +107,30 @@ struct Worker {
     quick_deaths: u32,
 }
 
+/// A rolling restart (SIGHUP) in progress: the workers still to replace,
+/// and the old process of the one being replaced. For each worker in turn
+/// its replacement is started (same index, new process); once that one
+/// listens the old one gets SIGTERM and drains; once it has exited, the
+/// next worker. A replacement that crashes is restarted as any worker is,
+/// while the old one keeps serving.
+struct Rolling {
+    pending: VecDeque<usize>,
+    retiring: Option<Retiring>,
+}
+
+/// An old worker process being replaced.
+struct Retiring {
+    index: usize,
+    child: Child,
+    pid: u32,
+    /// When it was told to drain.
+    signalled: Option<Instant>,
+}
+
 /// Runs the supervisor of workers joined through Redis at `redis_url`
 /// until SIGTERM/SIGINT; see the module docs.
 pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
-    throng_pubsub::backplane::redis::check(redis_url)?;
+    throng_pubsub::backplane::redis::check_with(redis_url, &config.redis_options())?;
     let reservation = reserve(config.addr)?;
     let port = reservation
         .local_addr()?
@@ -109,7 +140,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
     let exe = std::env::current_exe()?;
 
     let (tx, rx) = crossbeam_channel::unbounded();
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     {
         let tx = tx.clone();
         std::thread::Builder::new()
@@ -155,24 +186,42 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
             quick_deaths: 0,
         })
         .collect();
+    let stop_timeout = config.limits.drain + CLOSE_LINGER + STOP_MARGIN;
     for w in &mut workers {
         if let Err(e) = spawn(w) {
-            stop_all(&mut workers, SIGTERM);
+            stop_all(&mut workers, None, SIGTERM, stop_timeout);
             return Err(e.into());
         }
     }
+    let mut rolling: Option<Rolling> = None;
 
     let deadline = Instant::now() + START_TIMEOUT;
     let mut up = false;
     loop {
         match rx.recv_timeout(TICK) {
+            Ok(Event::Signal(SIGHUP)) => {
+                if !up || rolling.is_some() {
+                    tracing::warn!("SIGHUP: a start or rolling restart is in progress; ignored");
+                } else {
+                    tracing::info!(
+                        "SIGHUP: rolling restart of {} workers, one at a time",
+                        workers.len()
+                    );
+                    rolling = Some(Rolling {
+                        pending: (0..workers.len()).collect(),
+                        retiring: None,
+                    });
+                }
+            }
             Ok(Event::Signal(sig)) => {
                 tracing::info!(
                     signal = sig,
-                    "supervisor: stopping {} workers",
-                    workers.len()
+                    "supervisor: stopping {} workers (they drain for up to {:?})",
+                    workers.len(),
+                    config.limits.drain
                 );
-                stop_all(&mut workers, sig);
+                let retiring = rolling.and_then(|r| r.retiring);
+                stop_all(&mut workers, retiring, SIGTERM, stop_timeout);
                 drop(reservation);
                 return Ok(());
             }
@@ -222,7 +271,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                 w.listening = false;
                 if !up {
                     let (index, status) = (w.index, describe(status));
-                    stop_all(&mut workers, SIGTERM);
+                    stop_all(&mut workers, None, SIGTERM, stop_timeout);
                     return Err(Error::WorkerStart { index, status });
                 }
                 w.quick_deaths = if w.started.elapsed() < CRASH_LOOP {
@@ -274,11 +323,90 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                 lines.extend(workers.iter().map(worker_line));
                 announce(&lines);
             } else if now > deadline {
-                stop_all(&mut workers, SIGTERM);
+                stop_all(&mut workers, None, SIGTERM, stop_timeout);
                 return Err(Error::StartTimeout(START_TIMEOUT));
             }
         }
+
+        if let Some(r) = &mut rolling {
+            if roll(r, &mut workers, &spawn, stop_timeout) {
+                rolling = None;
+                tracing::info!("rolling restart done: every worker replaced");
+                announce(&["rolling restart done".to_string()]);
+            }
+        }
     }
+}
+
+/// One tick of a rolling restart; true once it is done.
+fn roll(
+    r: &mut Rolling,
+    workers: &mut [Worker],
+    spawn: &impl Fn(&mut Worker) -> std::io::Result<()>,
+    stop_timeout: Duration,
+) -> bool {
+    let Some(old) = &mut r.retiring else {
+        let Some(index) = r.pending.pop_front() else {
+            return true;
+        };
+        let w = &mut workers[index];
+        let Some(child) = w.child.take() else {
+            // Down already (restarting after a crash): it comes back new anyway.
+            return false;
+        };
+        r.retiring = Some(Retiring {
+            index,
+            child,
+            pid: w.pid,
+            signalled: None,
+        });
+        if let Err(e) = spawn(w) {
+            tracing::error!(worker = index, error = %e, "cannot start a replacement; retrying in 1 s");
+            w.restart_at = Some(Instant::now() + CRASH_LOOP);
+        }
+        return false;
+    };
+    let now = Instant::now();
+    match old.signalled {
+        None if workers[old.index].listening => {
+            tracing::info!(
+                worker = old.index,
+                pid = old.pid,
+                "worker {}'s replacement listens; draining the old process (pid {})",
+                old.index,
+                old.pid
+            );
+            send_signal(old.pid, SIGTERM);
+            old.signalled = Some(now);
+        }
+        None => {}
+        Some(at) => match old.child.try_wait() {
+            Ok(Some(status)) => {
+                tracing::info!(
+                    worker = old.index,
+                    pid = old.pid,
+                    "old worker {} (pid {}) drained and exited ({})",
+                    old.index,
+                    old.pid,
+                    describe(status)
+                );
+                r.retiring = None;
+            }
+            Ok(None) if now.duration_since(at) > stop_timeout => {
+                tracing::warn!(
+                    worker = old.index,
+                    pid = old.pid,
+                    "old worker did not finish its drain; killing it"
+                );
+                let _ = old.child.kill();
+                let _ = old.child.wait();
+                r.retiring = None;
+            }
+            Ok(None) => {}
+            Err(_) => r.retiring = None,
+        },
+    }
+    false
 }
 
 /// `worker I pid P` and, if it has one, ` api ADDR`.
@@ -377,26 +505,27 @@ fn send_signal(pid: u32, sig: i32) {
     }
 }
 
-/// Sends `sig` to every running worker, waits for them, kills stragglers.
-fn stop_all(workers: &mut [Worker], sig: i32) {
-    for w in workers.iter() {
-        if w.child.is_some() {
-            send_signal(w.pid, sig);
-        }
+/// Sends `sig` to every running worker (and to an old one being replaced),
+/// waits for them up to `timeout`, kills stragglers.
+fn stop_all(workers: &mut [Worker], retiring: Option<Retiring>, sig: i32, timeout: Duration) {
+    let mut children: Vec<(usize, u32, Child)> = workers
+        .iter_mut()
+        .filter_map(|w| Some((w.index, w.pid, w.child.take()?)))
+        .chain(retiring.map(|old| (old.index, old.pid, old.child)))
+        .collect();
+    for (_, pid, _) in &children {
+        send_signal(*pid, sig);
     }
-    let deadline = Instant::now() + STOP_TIMEOUT;
-    for w in workers.iter_mut() {
-        let Some(child) = w.child.as_mut() else {
-            continue;
-        };
+    let deadline = Instant::now() + timeout;
+    for (index, pid, child) in &mut children {
         loop {
             match child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() < deadline => std::thread::sleep(TICK),
                 Ok(None) => {
                     tracing::warn!(
-                        worker = w.index,
-                        pid = w.pid,
+                        worker = *index,
+                        pid = *pid,
                         "worker did not stop; killing it"
                     );
                     let _ = child.kill();
@@ -405,7 +534,6 @@ fn stop_all(workers: &mut [Worker], sig: i32) {
                 }
             }
         }
-        w.child = None;
     }
 }
 

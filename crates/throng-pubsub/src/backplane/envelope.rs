@@ -52,6 +52,10 @@ pub enum DecodeError {
     Kind(u8),
     #[error("{0} bytes after the payload")]
     Trailing(usize),
+    #[error("topic {topic:?} arrived on the channel of topic {channel:?}")]
+    TopicMismatch { topic: String, channel: String },
+    #[error("JSON payload is not JSON: {0}")]
+    Json(String),
 }
 
 impl<'a> Envelope<'a> {
@@ -106,6 +110,27 @@ impl<'a> Envelope<'a> {
             event,
             payload,
         })
+    }
+}
+
+impl Envelope<'_> {
+    /// Whether a decoded envelope may be delivered to clients: it must
+    /// carry the topic of the channel it arrived on (`channel_topic`; a
+    /// message published by hand on one topic's channel must not reach
+    /// another topic's subscribers), and a JSON payload must be valid JSON
+    /// (it is written into every client's frame as it is).
+    pub fn validate(&self, channel_topic: &str) -> Result<(), DecodeError> {
+        if self.topic != channel_topic {
+            return Err(DecodeError::TopicMismatch {
+                topic: self.topic.chars().take(100).collect(),
+                channel: channel_topic.chars().take(100).collect(),
+            });
+        }
+        if let Payload::Json(text) = self.payload {
+            serde_json::from_str::<serde::de::IgnoredAny>(text)
+                .map_err(|e| DecodeError::Json(e.to_string()))?;
+        }
+        Ok(())
     }
 }
 
@@ -190,6 +215,34 @@ mod tests {
         assert_eq!(Envelope::decode(&kind), Err(DecodeError::Kind(9)));
         kind[at] = KIND_JSON;
         assert_eq!(Envelope::decode(&kind), Err(DecodeError::Utf8("payload")));
+    }
+
+    #[test]
+    fn validates_topic_and_json() {
+        let env = |topic, payload| Envelope {
+            node: 1,
+            topic,
+            event: "e",
+            payload,
+        };
+        assert_eq!(
+            env("a", Payload::Json(r#"{"x":[1]}"#)).validate("a"),
+            Ok(())
+        );
+        assert_eq!(env("a", Payload::Binary(b"\xff{")).validate("a"), Ok(()));
+        assert!(matches!(
+            env("a", Payload::Json("{}")).validate("b"),
+            Err(DecodeError::TopicMismatch { .. })
+        ));
+        for bad in [r#"{"x":"#, "", r#"{"x":1}]"#, "{'x':1}"] {
+            assert!(
+                matches!(
+                    env("a", Payload::Json(bad)).validate("a"),
+                    Err(DecodeError::Json(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 
     proptest! {

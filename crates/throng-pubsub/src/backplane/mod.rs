@@ -36,7 +36,7 @@ use std::sync::{Arc, Weak};
 
 pub use local::LocalBackplane;
 pub use memory::{MemoryBackplane, MemoryBus};
-pub use redis::RedisBackplane;
+pub use redis::{RedisBackplane, RedisOptions};
 
 use crate::Broadcast;
 

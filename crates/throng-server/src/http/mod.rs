@@ -109,7 +109,16 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(data) {
-        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Complete(n)) if n <= MAX_REQUEST_HEAD => n,
+        Ok(httparse::Status::Complete(_)) => {
+            // The bound holds for a head that arrived whole in one read, too.
+            let e = HttpError::new(
+                431,
+                "Request Header Fields Too Large",
+                "request head too large\n",
+            );
+            return (data.len(), Action::Error(e));
+        }
         Ok(httparse::Status::Partial) => {
             if data.len() > MAX_REQUEST_HEAD {
                 let e = HttpError::new(
@@ -448,6 +457,21 @@ mod tests {
         assert_eq!(error_of("GARBAGE\r\n\r\n").status, 400);
         let big = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(MAX_REQUEST_HEAD));
         assert_eq!(error_of(&big).status, 431);
+        let whole = format!("{big}\r\n\r\n");
+        assert_eq!(
+            error_of(&whole).status,
+            431,
+            "a complete head over the bound"
+        );
+        let upgrade = ws(
+            "/socket/websocket",
+            &format!("X: {}\r\n", "a".repeat(MAX_REQUEST_HEAD)),
+        );
+        assert_eq!(
+            error_of(&upgrade).status,
+            431,
+            "a complete upgrade over the bound"
+        );
         assert_eq!(
             error_of(&ws("/socket/websocket", "").replace(": 13", ": 8")).status,
             426

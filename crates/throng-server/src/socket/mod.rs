@@ -108,6 +108,9 @@ pub(crate) struct Cx<'a> {
     pub who: Who<'a>,
     /// Joins one socket may hold (`--max-channels-per-socket`).
     pub max_channels: usize,
+    /// What the joins of one socket may store (join_refs, topic names):
+    /// the socket budget less a message in progress (`limits.rs`).
+    pub max_join_bytes: usize,
     /// Topics with presence turned on by configuration (`--presence`).
     pub presence: &'a [PresenceRule],
     /// `--max-presence-bytes`: a presence's key and meta together.
@@ -117,6 +120,9 @@ pub(crate) struct Cx<'a> {
 /// The reply of a join over the cap, as Phoenix 1.8's socket answers it
 /// (`max_channels`-like limit, checked before the channel runs).
 const TOO_MANY: &str = r#"{"reason":"too many channels joined"}"#;
+/// The reply of a join whose join_ref and topic do not fit the socket's
+/// memory budget (`--max-socket-bytes`); Phoenix has no such bound.
+const OVER_BUDGET: &str = r#"{"reason":"socket memory budget exceeded"}"#;
 const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
 /// The reply to a push over the socket's budget.
 const RATE_LIMITED: &str = r#"{"reason":"rate limited"}"#;
@@ -254,6 +260,23 @@ impl<'a, T: Transport> Mux<'a, T> {
             ShardStats::add(&self.t.stats().refused_joins, 1);
             ShardStats::add(&self.t.stats().channel_limit_refusals, 1);
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_MANY)));
+            return;
+        }
+        let cost = |join_ref: Option<&str>, topic: usize| {
+            std::mem::size_of::<Join>() + join_ref.map_or(0, str::len) + topic
+        };
+        let held: usize = self
+            .joins
+            .iter()
+            .map(|j| {
+                let topic = self.t.topic_name(j.slot.topic).map_or(0, |t| t.len());
+                cost(j.join_ref.as_deref(), topic)
+            })
+            .sum();
+        if held + cost(join_ref, topic.len()) > self.cx.max_join_bytes {
+            ShardStats::add(&self.t.stats().refused_joins, 1);
+            ShardStats::add(&self.t.stats().socket_budget_refusals, 1);
+            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(OVER_BUDGET)));
             return;
         }
         // Presence configured for the topic: the join's key, checked before

@@ -211,6 +211,7 @@ struct Harness {
     vsn: Vsn,
     connect: Option<ConnectInfo>,
     max_channels: usize,
+    max_join_bytes: usize,
     policy: crate::auth::Policy,
     presence: Vec<crate::presence::PresenceRule>,
 }
@@ -227,6 +228,7 @@ impl Harness {
             vsn,
             connect: None,
             max_channels: 100,
+            max_join_bytes: 1 << 20,
             policy: Default::default(),
             presence: Vec::new(),
         }
@@ -243,6 +245,7 @@ impl Harness {
                     connect: self.connect.as_ref(),
                 },
                 max_channels: self.max_channels,
+                max_join_bytes: self.max_join_bytes,
                 presence: &self.presence,
                 max_presence_bytes: 64,
             },
@@ -404,6 +407,35 @@ fn duplicate_join_answers_the_new_join_then_closes_the_old() {
         .probe
         .calls()
         .contains(&"terminate room:a DuplicateJoin".to_string()));
+}
+
+#[test]
+fn joins_past_the_socket_budget_are_refused() {
+    let mut h = Harness::new(Vsn::V2);
+    let per_join = std::mem::size_of::<Join>();
+    // room for two joins with 1-byte join_refs and 300-byte topics, and
+    // one with a short topic
+    h.max_join_bytes = 2 * (per_join + 1 + 300) + per_join + 20;
+    let topic = |c: char| format!("room:{}", c.to_string().repeat(295));
+    for (i, c) in ['a', 'b'].into_iter().enumerate() {
+        let out = h.input(&format!(r#"["{i}","{i}","{}","phx_join",{{}}]"#, topic(c)));
+        assert!(out[0].contains(r#""status":"ok""#), "{out:?}");
+    }
+    let out = h.input(&format!(r#"["7","7","{}","phx_join",{{}}]"#, topic('c')));
+    assert_eq!(
+        out,
+        vec![format!(
+            r#"["7","7","{}","phx_reply",{{"response":{{"reason":"socket memory budget exceeded"}},"status":"error"}}]"#,
+            topic('c')
+        )]
+    );
+    // a short topic still fits, and rejoining replaces rather than adds
+    assert!(h.input(r#"["8","8","room:x","phx_join",{}]"#)[0].contains("ok"));
+    let out = h.input(&format!(r#"["9","9","{}","phx_join",{{}}]"#, topic('a')));
+    assert!(out[0].contains(r#""status":"ok""#), "{out:?}");
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(h.t.stats.socket_budget_refusals.load(Relaxed), 1);
+    assert_eq!(h.joins.len(), 3);
 }
 
 #[test]

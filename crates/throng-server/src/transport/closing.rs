@@ -12,6 +12,9 @@ use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::Scratch;
 
+/// RFC 6455's registry: the server is overloaded, the client may retry.
+const TRY_AGAIN_LATER: u16 = 1013;
+
 impl Conns {
     /// Fails the connection: a close frame with `code`, then closing.
     pub fn fail(
@@ -78,6 +81,11 @@ impl Conns {
     /// Marks `key` for removal at the end of this turn.
     pub fn doom(&mut self, key: usize, reason: CloseReason) {
         if let Some(conn) = self.slab.get_mut(key) {
+            // A closing connection that backs up is dropped, not cut again.
+            let reason = match conn.kind {
+                Kind::Closing { .. } => CloseReason::Normal,
+                _ => reason,
+            };
             if !conn.dead {
                 conn.dead = true;
                 self.doomed.push((key, reason));
@@ -87,6 +95,35 @@ impl Conns {
 
     pub fn close_doomed(&mut self, node: &Node, scratch: &mut Scratch) {
         while let Some((key, reason)) = self.doomed.pop() {
+            let ws = self
+                .slab
+                .get(key)
+                .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }));
+            if reason == CloseReason::SlowReader && ws {
+                // A slow reader is told why, after the frame it is reading.
+                ShardStats::add(&self.stats.slow_reader_closes, 1);
+                self.cut(
+                    node,
+                    scratch,
+                    key,
+                    frame::close_code::POLICY_VIOLATION,
+                    "slow reader",
+                );
+                continue;
+            }
+            if reason == CloseReason::OutboundBudget {
+                ShardStats::add(&self.stats.outbound_budget_closes, 1);
+                if ws {
+                    self.cut(
+                        node,
+                        scratch,
+                        key,
+                        TRY_AGAIN_LATER,
+                        "server outbound memory full",
+                    );
+                    continue;
+                }
+            }
             self.close(node, scratch, key, reason);
         }
         while let Some((idx, end)) = self.lp.doomed.pop() {
@@ -94,13 +131,57 @@ impl Conns {
         }
     }
 
+    /// Ends a WebSocket with a close frame (`code`, `reason`) sent after
+    /// everything already queued for it; then it lingers as any closing
+    /// connection does (the peer's FIN, at most `CLOSE_LINGER` seconds).
+    /// For use between events (the drain, the sweep, cut readers), when no
+    /// frames are being gathered for the connection; while its input is
+    /// processed, [`Conns::close_with`] keeps the order of gathered replies.
+    pub fn close_after_output(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        code: u16,
+        reason: &str,
+    ) {
+        let mut bye = Vec::with_capacity(32);
+        frame::encode_close(&mut bye, code, reason, None);
+        // Closing first: the frame is then queued past the output bounds.
+        self.start_closing(node, scratch, key);
+        self.send(key, &bye);
+        self.try_shutdown(key);
+    }
+
+    /// Ends a WebSocket whose output is backed up: its queue is dropped
+    /// (but for the rest of a frame already partly written, so the stream
+    /// stays well framed), then [`Conns::close_after_output`]. Frees the
+    /// queue now instead of after the reader catches up.
+    pub fn cut(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16, reason: &str) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        conn.dead = false;
+        if let Some(e) = conn.extra.as_mut() {
+            let keep = e.out.front().is_some_and(|c| c.started());
+            e.out.truncate(keep as usize);
+            e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
+        }
+        self.close_after_output(node, scratch, key, code, reason);
+    }
+
     /// Removes a connection: its channels end, its socket closes.
     pub fn close(&mut self, node: &Node, scratch: &mut Scratch, key: usize, reason: CloseReason) {
         let Some(mut conn) = self.slab.try_remove(key) else {
             return;
         };
+        self.release(node, key);
         match reason {
-            CloseReason::SlowReader => ShardStats::add(&self.stats.slow_reader_closes, 1),
+            // A WebSocket's is counted when it is cut (`close_doomed`).
+            CloseReason::SlowReader if !matches!(conn.kind, Kind::Ws { .. }) => {
+                ShardStats::add(&self.stats.slow_reader_closes, 1)
+            }
+            CloseReason::SlowReader | CloseReason::OutboundBudget => {}
             CloseReason::Idle => ShardStats::add(&self.stats.idle_timeout_closes, 1),
             CloseReason::Normal => {}
         }

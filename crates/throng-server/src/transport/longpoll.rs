@@ -483,6 +483,9 @@ impl Conns {
         if !keep_alive {
             self.start_closing(node, scratch, key);
             self.try_shutdown(key);
+        } else if let Some(conn) = self.slab.get_mut(key) {
+            // The next request's head deadline (--handshake-timeout) starts now.
+            conn.last_active = self.now;
         }
     }
 }

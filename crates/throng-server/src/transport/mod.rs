@@ -9,7 +9,11 @@
 //!   timeouts, lingering closes) that replaces a timer per connection;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
-//! - `closing.rs`: close frames, half-close, removing connections;
+//! - `closing.rs`: close frames, half-close, cutting backed-up sockets,
+//!   removing connections;
+//! - `admission.rs`: connection caps at accept, the HTTP head deadline;
+//! - `budget.rs`: the process's outbound memory budget;
+//! - `drain.rs`: the graceful drain (stop accepting, 1012 in batches, end);
 //! - `phoenix.rs`: a WebSocket message through the Phoenix socket
 //!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
 //!   on this shard;
@@ -21,8 +25,11 @@
 //! while its input is being processed; deliveries that must end a
 //! connection mark it `dead` and queue it in `doomed`.
 
+mod admission;
+mod budget;
 mod closing;
 pub(crate) mod conn;
+mod drain;
 mod longpoll;
 mod output;
 mod phoenix;
@@ -47,6 +54,7 @@ use crate::socket::{Scratch, Tracked};
 use crate::ws::{self, FrameAction};
 use conn::{Conn, Kind};
 
+pub(crate) use budget::outbound_memory;
 pub(crate) use conn::CONN_SIZE;
 
 pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
@@ -56,8 +64,6 @@ const READ_BUF: usize = 64 * 1024;
 const ACCEPTS_PER_TURN: usize = 1024;
 /// Seconds a closing connection may linger for the peer's FIN.
 const CLOSE_LINGER: u32 = 3;
-/// Seconds an HTTP keep-alive connection may sit idle.
-const HTTP_IDLE: u32 = 60;
 
 /// Why a connection is being closed, for metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +71,8 @@ pub(crate) enum CloseReason {
     Normal,
     Idle,
     SlowReader,
+    /// The process's outbound memory is over `--max-outbound-total-bytes`.
+    OutboundBudget,
 }
 
 /// A shard's connections and everything their handling writes: the slab,
@@ -92,6 +100,11 @@ pub(crate) struct Conns {
     pub bytes_out: u64,
     /// `--max-outbound-bytes`: a connection with more queued is cut.
     pub max_outbound: usize,
+    /// `--max-outbound-total-bytes` (`budget.rs`).
+    pub max_outbound_total: usize,
+    /// With `--max-connections-per-ip`: the address of each connection, by
+    /// slab key (see `admission.rs`). Empty otherwise.
+    pub peer_ips: Vec<Option<std::net::IpAddr>>,
     /// Long-poll sessions owned here and requests waited on here.
     pub lp: crate::longpoll::State,
     /// Presences of this shard's joins, by (connection key, registry topic
@@ -102,7 +115,8 @@ pub(crate) struct Conns {
 pub(crate) struct Shard {
     id: usize,
     poll: Poll,
-    listener: TcpListener,
+    /// `None` once draining: new connections go to the other processes.
+    listener: Option<TcpListener>,
     inbox: Receiver<ShardMsg>,
     node: Arc<Node>,
     conns: Conns,
@@ -113,6 +127,8 @@ pub(crate) struct Shard {
     last_sweep: u32,
     accept_retry: bool,
     last_accept_warning: Option<Instant>,
+    /// Set once the node drains (`drain.rs`).
+    draining: Option<drain::Draining>,
     /// When this shard next flushes its share of presence diffs.
     presence_due: Instant,
     /// The diffs of a flush (kept for its capacity).
@@ -144,6 +160,8 @@ impl Shard {
             msgs_out: 0,
             bytes_out: 0,
             max_outbound: node.config.max_outbound_bytes,
+            max_outbound_total: node.config.limits.max_outbound_total_bytes,
+            peer_ips: Vec::new(),
             lp: crate::longpoll::State::new(
                 node.backplane.node_id(),
                 node.config
@@ -155,7 +173,7 @@ impl Shard {
         Ok(Shard {
             id,
             poll,
-            listener,
+            listener: Some(listener),
             inbox,
             node,
             conns,
@@ -165,17 +183,20 @@ impl Shard {
             last_sweep: 0,
             accept_retry: false,
             last_accept_warning: None,
+            draining: None,
             presence_due,
             presence_out: Vec::new(),
         })
     }
 
-    /// Runs the loop forever.
+    /// Runs the loop until a drain ends it.
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         loop {
             let timeout = if self.accept_retry {
                 Duration::from_millis(20)
+            } else if self.draining.is_some() {
+                drain::STEP
             } else if self.node.presence.is_active() {
                 // Presence diffs are flushed on this loop: no timer per
                 // topic or connection, a poll timeout per shard.
@@ -222,26 +243,38 @@ impl Shard {
                 self.last_sweep = self.conns.now;
                 self.sweep();
             }
+            let done = self.drain_turn();
+            self.conns.close_doomed(&self.node, &mut self.scratch);
             if self.node.presence.is_active() {
                 self.flush_presence();
             }
             self.conns.flush_counters();
+            if done {
+                return;
+            }
         }
     }
 
     fn accept(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
         for _ in 0..ACCEPTS_PER_TURN {
-            match self.listener.accept() {
-                Ok((mut sock, _addr)) => {
+            match listener.accept() {
+                Ok((mut sock, addr)) => {
+                    let key = self.conns.slab.vacant_key();
+                    if !self.conns.admit(&self.node, &mut sock, addr.ip(), key) {
+                        continue;
+                    }
                     let _ = sock.set_nodelay(true);
                     let entry = self.conns.slab.vacant_entry();
-                    let key = entry.key();
                     if let Err(e) =
                         self.poll
                             .registry()
                             .register(&mut sock, Token(key), Interest::READABLE)
                     {
                         tracing::warn!("register failed: {e}");
+                        self.conns.release(&self.node, key);
                         continue;
                     }
                     entry.insert(Conn::new(sock, self.conns.now));
@@ -296,6 +329,7 @@ impl Shard {
 
     fn drain_inbox(&mut self) {
         while let Ok(msg) = self.inbox.try_recv() {
+            self.node.peers[self.id].received(&msg);
             match msg {
                 ShardMsg::Broadcast(b) => self.conns.deliver(&b),
                 ShardMsg::Disconnect(user) => {
@@ -352,7 +386,11 @@ impl Shard {
                     break;
                 }
             };
-            conn.last_active = self.conns.now;
+            // An HTTP connection's clock runs from accept or its last
+            // request (the head deadline); a closing one's from the close.
+            if let Kind::Ws { .. } = conn.kind {
+                conn.last_active = self.conns.now;
+            }
             ShardStats::add(&self.conns.stats.bytes_in, n as u64);
             self.input(key, &mut rbuf[..n]);
             self.conns.flush_reply(key);
@@ -428,7 +466,16 @@ impl Shard {
                 },
                 Kind::Ws { vsn, echo } => {
                     let max = self.node.config.max_message_bytes;
-                    match decode_frame(&mut data[pos..], Role::Server, max as u64) {
+                    // A message in progress is bounded as a whole: kept
+                    // fragments plus the frame arriving (refused at its
+                    // header), so a socket never pins more than one message.
+                    let frag = conn
+                        .extra
+                        .as_ref()
+                        .and_then(|e| e.frag.as_ref())
+                        .map_or(0, |(_, f)| f.len());
+                    let frame_max = max.saturating_sub(frag).max(125);
+                    match decode_frame(&mut data[pos..], Role::Server, frame_max as u64) {
                         Ok(Some(f)) => {
                             let payload = pos + f.payload.start..pos + f.payload.end;
                             pos += f.consumed;
@@ -438,7 +485,7 @@ impl Shard {
                             self.ws(key, vsn, echo, action);
                         }
                         Ok(None) => {
-                            if data.len() - pos > max + frame::MAX_HEADER_LEN {
+                            if data.len() - pos > frame_max + frame::MAX_HEADER_LEN {
                                 self.conns.fail(
                                     &self.node,
                                     &mut self.scratch,
@@ -475,6 +522,7 @@ impl Shard {
         match action {
             Action::Incomplete => {}
             Action::Error(e) => {
+                ShardStats::add(&conns.stats.http_errors, 1);
                 if e.origin_refused {
                     ShardStats::add(&conns.stats.origin_refusals, 1);
                 }
@@ -509,6 +557,7 @@ impl Shard {
                 }
                 conns.send(key, &u.response);
                 let conn = &mut conns.slab[key];
+                conn.last_active = conns.now;
                 conn.kind = Kind::Ws {
                     vsn: u.vsn,
                     echo: u.echo,
@@ -541,7 +590,12 @@ impl Shard {
                         conns.send(key, r.bytes(head_only));
                     }
                 }
-                if !keep_alive {
+                if keep_alive {
+                    // The next request's head deadline starts now.
+                    if let Some(conn) = conns.slab.get_mut(key) {
+                        conn.last_active = conns.now;
+                    }
+                } else {
                     conns.start_closing(node, &mut self.scratch, key);
                 }
             }
@@ -573,6 +627,13 @@ impl Shard {
                 }
                 ShardStats::add(&self.conns.stats.messages_in, 1);
                 if echo {
+                    // Test only, behind a hidden flag (limits.rs): a panic
+                    // on a shard thread, to test that it ends the process.
+                    if let Some(m) = &self.node.config.limits.test_panic_message {
+                        if m.as_bytes() == &data[..] {
+                            panic!("--test-panic-message received on /echo");
+                        }
+                    }
                     frame::encode_frame(&mut self.conns.reply, opcode, &data, None);
                     self.conns.msgs_out += 1;
                     return;
@@ -594,17 +655,35 @@ impl Shard {
             .config
             .idle_timeout
             .map(|d| d.as_secs().min(u32::MAX as u64) as u32);
+        let handshake = self
+            .node
+            .config
+            .limits
+            .handshake_timeout
+            .as_secs()
+            .min(u32::MAX as u64) as u32;
         let mut expired = Vec::new();
+        let mut http = Vec::new();
         for (key, conn) in self.conns.slab.iter() {
             let quiet = now.saturating_sub(conn.last_active);
             let over = match conn.kind {
                 Kind::Ws { .. } => idle.is_some_and(|t| quiet >= t),
-                // A long-poll waiting for its answer is not idle.
-                Kind::Http => quiet >= HTTP_IDLE && !self.conns.lp.is_waiting(key),
+                Kind::Http => {
+                    // A long-poll waiting for its answer is not slow.
+                    if quiet >= handshake && !self.conns.lp.is_waiting(key) {
+                        http.push((key, quiet));
+                    }
+                    false
+                }
                 Kind::Closing { .. } => quiet >= CLOSE_LINGER,
             };
             if over {
                 expired.push((key, matches!(conn.kind, Kind::Ws { .. })));
+            }
+        }
+        for (key, quiet) in http {
+            if self.conns.handshake_expired(key, quiet, handshake) {
+                expired.push((key, false));
             }
         }
         if expired.is_empty() {
@@ -615,6 +694,19 @@ impl Shard {
         frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
         for (key, ws) in expired {
             if ws {
+                if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
+                    // Output is waiting: the close frame goes after the
+                    // frame being written, not into the middle of it.
+                    ShardStats::add(&self.conns.stats.idle_timeout_closes, 1);
+                    self.conns.cut(
+                        &self.node,
+                        &mut self.scratch,
+                        key,
+                        close_code::GOING_AWAY,
+                        "idle timeout",
+                    );
+                    continue;
+                }
                 if let Some(conn) = self.conns.slab.get_mut(key) {
                     let _ = output::write_some(&mut conn.sock, &bye);
                 }

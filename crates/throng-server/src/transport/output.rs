@@ -66,7 +66,7 @@ impl Conns {
                 return;
             }
         }
-        self.enqueue(key, Chunk::Owned(bytes[written..].to_vec(), 0));
+        self.enqueue(key, Chunk::owned(bytes[written..].to_vec()));
     }
 
     /// Writes one frame whose body is `head`, `shared`, `tail` (a presence
@@ -136,11 +136,24 @@ impl Conns {
         let max = self.max_outbound;
         let conn = &mut self.slab[key];
         let len = chunk.rest().len();
+        // What a closing connection is sent last (an error page, a close
+        // frame) is small and ends it: no bound applies.
+        let closing = matches!(conn.kind, Kind::Closing { .. });
         let extra = conn.extra();
         extra.out.push_back(chunk);
         extra.out_bytes += len;
-        if extra.out_bytes > max {
+        // A reader is slow when what waits *behind* the frame being written
+        // passes the bound: one frame larger than the bound (a big message to
+        // a socket with a small receive window) is not a slow reader.
+        let front = extra.out.front().map_or(0, |c| c.rest().len());
+        if !closing && extra.out_bytes - front > max {
             self.doom(key, CloseReason::SlowReader);
+            return;
+        }
+        // This reader is behind and the process holds more output than
+        // its budget: it goes, not the readers that keep up.
+        if !closing && super::budget::outbound_memory() > self.max_outbound_total {
+            self.doom(key, CloseReason::OutboundBudget);
             return;
         }
         if !extra.want_write {

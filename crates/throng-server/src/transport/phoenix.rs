@@ -47,6 +47,11 @@ impl Conns {
                 return;
             }
         };
+        if let Err(reason) = crate::limits::check_refs(&msg, node.config.limits.max_ref_bytes) {
+            ShardStats::add(&self.stats.ref_refusals, 1);
+            self.fail(node, scratch, key, close_code::POLICY_VIOLATION, reason);
+            return;
+        }
         let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
         if let Some((code, reason)) = fail {
             self.close_with(node, scratch, key, code, reason);
@@ -244,6 +249,7 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
         vsn,
         who,
         max_channels: node.config.max_channels_per_socket,
+        max_join_bytes: node.config.limits.join_bytes(node.config.max_message_bytes),
         presence: &node.config.presence,
         max_presence_bytes: node.config.max_presence_bytes,
     }

@@ -26,14 +26,28 @@
 //!   It is subscribed before the session counts as connected.
 //!
 //! When either fails, both are dropped and the session is rebuilt with
-//! backoff; see the crate docs for what happens meanwhile. The thread's
+//! backoff; see the crate docs for what happens meanwhile.
+//!
+//! Securing the link: a password or ACL user goes in the URL
+//! (`redis://user:password@host:6379`; logs and errors show it masked),
+//! `rediss://` speaks TLS (rustls, trusting the system's roots, or only
+//! [`RedisOptions::ca_file`]). What comes back from Redis is not trusted:
+//! a message is delivered only if it is a readable envelope whose topic
+//! matches the channel it arrived on and whose JSON payload is valid JSON
+//! (`Envelope::validate`); anything else is dropped and counted.
+//!
+//! Memory: messages waiting for the publisher are bounded by count
+//! ([`PUBLISH_QUEUE`]) and by bytes ([`RedisOptions::queue_bytes`]); past
+//! either, they are dropped (counted, one warning per episode). A pipeline
+//! carries at most [`MAX_BATCH`] commands and [`MAX_BATCH_BYTES`]. The thread's
 //! side (sessions, publishing, subscribing, reconnecting) is `session.rs`;
 //! this file is the side the shards call.
 
 mod session;
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -53,8 +67,10 @@ pub const CHANNEL_PREFIX: &str = "throng:t:";
 pub const NODE_CHANNEL_PREFIX: &str = "throng:n:";
 /// Broadcasts waiting for the publisher; past this, `publish` drops them.
 pub const PUBLISH_QUEUE: usize = 16 * 1024;
-/// Largest PUBLISH pipeline.
+/// Largest PUBLISH pipeline, in commands.
 const MAX_BATCH: usize = 512;
+/// Largest PUBLISH pipeline, in message bytes (past it, the next pipeline).
+pub const MAX_BATCH_BYTES: usize = 1 << 20;
 /// SUBSCRIBE/UNSUBSCRIBE commands sent at once.
 const MAX_SUBSCRIBE_BATCH: usize = 1024;
 /// How long a connection attempt (TCP + handshake) may take.
@@ -66,6 +82,26 @@ const PING_EVERY: Duration = Duration::from_secs(5);
 /// First wait between reconnection attempts; doubles up to [`BACKOFF_MAX`].
 pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// How to reach Redis, beyond the URL.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// PEM file of the certificate authorities to trust for `rediss://`
+    /// (a private CA); `None`: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// Bytes of envelopes waiting for the publisher; past it, `publish`
+    /// drops broadcasts (counted) instead of growing.
+    pub queue_bytes: usize,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            ca_file: None,
+            queue_bytes: 64 << 20,
+        }
+    }
+}
 
 /// Counters for `/metrics`; written by the shards (`dropped`) and the
 /// `throng-redis` thread, read by anyone.
@@ -80,8 +116,12 @@ pub struct Stats {
     /// Broadcasts and direct messages not published: Redis down, queue
     /// full, or a failed pipeline.
     pub dropped: AtomicU64,
-    /// Messages on our channels that were not a readable envelope.
+    /// Messages on our channels that were dropped: not a readable
+    /// envelope, a topic that is not the channel's, a JSON payload that is
+    /// not JSON.
     pub invalid: AtomicU64,
+    /// Bytes of messages waiting for the publisher.
+    pub queued_bytes: AtomicUsize,
     /// Sessions rebuilt after a lost connection.
     pub reconnects: AtomicU64,
     /// Direct messages published to other nodes.
@@ -90,7 +130,8 @@ pub struct Stats {
     pub direct_received: AtomicU64,
 }
 
-/// A broadcast or a direct message on its way to the publisher.
+/// A broadcast or a direct message on its way to the publisher. Its bytes
+/// count in `Stats::queued_bytes` until the `throng-redis` thread takes it.
 struct Outgoing {
     /// The Redis channel.
     channel: String,
@@ -113,6 +154,48 @@ pub struct RedisBackplane {
     stats: Arc<Stats>,
     /// Whether the "queue full" warning was logged since the queue last had room.
     queue_full_logged: AtomicBool,
+    /// [`RedisOptions::queue_bytes`].
+    queue_bytes: usize,
+}
+
+/// The redis crate's client for `url`, with TLS settings from `options`.
+pub(crate) fn client_for(
+    url: &str,
+    shown: &str,
+    options: &RedisOptions,
+) -> Result<::redis::Client, Error> {
+    let url_error = |reason: String| Error::RedisUrl {
+        url: shown.to_string(),
+        reason,
+    };
+    let tls = url.starts_with("rediss://") || url.starts_with("valkeys://");
+    if tls {
+        // rustls needs a crypto provider; ring is the one built in.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    match &options.ca_file {
+        None => ::redis::Client::open(url).map_err(|e| url_error(e.to_string())),
+        Some(_) if !tls => Err(url_error(
+            "a CA file (--redis-ca-file) is for TLS: use a rediss:// URL".into(),
+        )),
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| Error::RedisTls {
+                url: shown.to_string(),
+                reason: format!("cannot read the CA file {}: {e}", path.display()),
+            })?;
+            ::redis::Client::build_with_tls(
+                url,
+                ::redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            )
+            .map_err(|e| Error::RedisTls {
+                url: shown.to_string(),
+                reason: format!("CA file {}: {e}", path.display()),
+            })
+        }
+    }
 }
 
 impl RedisBackplane {
@@ -120,11 +203,13 @@ impl RedisBackplane {
     /// and starts the `throng-redis` thread. Fails, naming the URL, when
     /// Redis cannot be reached now; after that, outages are survived.
     pub fn connect(url: &str) -> Result<RedisBackplane, Error> {
+        RedisBackplane::connect_with(url, &RedisOptions::default())
+    }
+
+    /// [`RedisBackplane::connect`] with TLS and queue settings.
+    pub fn connect_with(url: &str, options: &RedisOptions) -> Result<RedisBackplane, Error> {
         let shown = redact(url);
-        let client = ::redis::Client::open(url).map_err(|e| Error::RedisUrl {
-            url: shown.clone(),
-            reason: e.to_string(),
-        })?;
+        let client = client_for(url, &shown, options)?;
         let node_id = random_node_id();
         let (publish_tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
         let (topic_tx, topic_rx) = mpsc::unbounded_channel();
@@ -186,6 +271,7 @@ impl RedisBackplane {
             handler,
             stats,
             queue_full_logged: AtomicBool::new(false),
+            queue_bytes: options.queue_bytes,
         })
     }
 
@@ -207,26 +293,38 @@ impl RedisBackplane {
     /// Queues `out` for the publisher without blocking; counts what the
     /// full queue refuses. Returns whether it was queued.
     fn enqueue(&self, out: Outgoing) -> bool {
-        match self.publish_tx.try_send(out) {
+        let len = out.payload.len();
+        let queued = self.stats.queued_bytes.fetch_add(len, Relaxed) + len;
+        let sent = if queued > self.queue_bytes {
+            Err("bytes")
+        } else {
+            match self.publish_tx.try_send(out) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Full(_)) => Err("messages"),
+                Err(TrySendError::Closed(_)) => Err(""),
+            }
+        };
+        match sent {
             Ok(()) => {
                 if self.queue_full_logged.load(Relaxed) {
                     self.queue_full_logged.store(false, Relaxed);
                 }
                 true
             }
-            Err(TrySendError::Full(_)) => {
+            Err(what) => {
+                self.stats.queued_bytes.fetch_sub(len, Relaxed);
                 self.stats.dropped.fetch_add(1, Relaxed);
-                if !self.queue_full_logged.swap(true, Relaxed) {
+                if !what.is_empty() && !self.queue_full_logged.swap(true, Relaxed) {
                     tracing::warn!(
                         url = %self.url,
-                        "cluster backplane: {PUBLISH_QUEUE} messages wait for Redis; \
-                         dropping broadcasts to other nodes until the queue drains"
+                        queued_bytes = queued - len,
+                        "cluster backplane: the publish queue is full ({PUBLISH_QUEUE} messages \
+                         or {} bytes; full in {what}): Redis is slower than this node. Dropping \
+                         broadcasts to other nodes (counted in throng_backplane_dropped_total) \
+                         until it drains",
+                        self.queue_bytes
                     );
                 }
-                false
-            }
-            Err(TrySendError::Closed(_)) => {
-                self.stats.dropped.fetch_add(1, Relaxed);
                 false
             }
         }
@@ -270,8 +368,14 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
     metric(
         "throng_backplane_invalid_total",
         "counter",
-        "Unreadable messages received on the backplane.",
+        "Messages from Redis dropped: not a readable envelope, a topic not matching its channel, or a JSON payload that is not JSON.",
         stats.invalid.load(Relaxed),
+    );
+    metric(
+        "throng_backplane_queued_bytes",
+        "gauge",
+        "Bytes of broadcasts and direct messages waiting to be published to Redis.",
+        stats.queued_bytes.load(Relaxed) as u64,
     );
     metric(
         "throng_backplane_reconnects_total",
@@ -352,11 +456,13 @@ impl Backplane for RedisBackplane {
 
 /// Checks, with a blocking connection, that Redis at `url` answers PING.
 pub fn check(url: &str) -> Result<(), Error> {
+    check_with(url, &RedisOptions::default())
+}
+
+/// [`check`] with TLS settings.
+pub fn check_with(url: &str, options: &RedisOptions) -> Result<(), Error> {
     let shown = redact(url);
-    let client = ::redis::Client::open(url).map_err(|e| Error::RedisUrl {
-        url: shown.clone(),
-        reason: e.to_string(),
-    })?;
+    let client = client_for(url, &shown, options)?;
     let fail = |e: ::redis::RedisError| Error::RedisConnect {
         url: shown.clone(),
         reason: e.to_string(),

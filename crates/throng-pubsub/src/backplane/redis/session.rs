@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::{
     Outgoing, Stats, BACKOFF_MAX, BACKOFF_MIN, CHANNEL_PREFIX, CONNECT_TIMEOUT, MAX_BATCH,
-    MAX_SUBSCRIBE_BATCH, PING_EVERY, RESPONSE_TIMEOUT,
+    MAX_BATCH_BYTES, MAX_SUBSCRIBE_BATCH, PING_EVERY, RESPONSE_TIMEOUT,
 };
 use crate::backplane::envelope::Envelope;
 use crate::backplane::Handler;
@@ -41,10 +41,15 @@ impl Session {
             let config = ::redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(CONNECT_TIMEOUT)
                 .set_response_timeout(RESPONSE_TIMEOUT);
-            let publisher = client
+            let mut publisher = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
             let (mut sink, stream) = client.get_async_pubsub().await?.split();
+            // Both connections answer now: a wrong password, a missing ACL
+            // permission or a TLS problem shows here, not at the first publish.
+            ::redis::cmd("PING")
+                .query_async::<()>(&mut publisher)
+                .await?;
             sink.subscribe(node_channel).await?;
             Ok(Session {
                 publisher,
@@ -174,7 +179,7 @@ impl Task {
                     Some(msg) if msg.get_channel_name() == self.node_channel => {
                         self.direct(msg.get_payload_bytes())
                     }
-                    Some(msg) => self.deliver(s, msg.get_payload_bytes()),
+                    Some(msg) => self.deliver(s, msg.get_channel_name(), msg.get_payload_bytes()),
                     None => return End::Lost(closed("the subscriber connection closed")),
                 },
                 out = self.publish_rx.recv() => match out {
@@ -198,20 +203,26 @@ impl Task {
         }
     }
 
-    /// Publishes `first` and whatever else is queued, as one pipeline.
+    /// Publishes `first` and whatever else is queued, as one pipeline of
+    /// at most [`MAX_BATCH`] commands and about [`MAX_BATCH_BYTES`].
     async fn publish_batch(&mut self, s: &mut Session, first: Outgoing) -> Result<(), End> {
         let mut pipe = ::redis::pipe();
         let mut n = 0u64;
         let mut direct = 0u64;
+        let mut bytes = 0;
         let mut next = Some(first);
         while let Some(out) = next {
             direct += out.direct as u64;
+            bytes += out.payload.len();
+            self.stats
+                .queued_bytes
+                .fetch_sub(out.payload.len(), Relaxed);
             pipe.cmd("PUBLISH")
                 .arg(out.channel)
                 .arg(out.payload)
                 .ignore();
             n += 1;
-            next = if n < MAX_BATCH as u64 {
+            next = if n < MAX_BATCH as u64 && bytes < MAX_BATCH_BYTES {
                 self.publish_rx.try_recv().ok()
             } else {
                 None
@@ -268,13 +279,24 @@ impl Task {
         }
     }
 
-    fn deliver(&self, s: &Session, bytes: &[u8]) {
-        let env = match Envelope::decode(bytes) {
+    /// A message from Redis on `channel`: delivered only if it is a valid
+    /// envelope for that channel (see `Envelope::validate`).
+    fn deliver(&self, s: &Session, channel: &str, bytes: &[u8]) {
+        let env = match Envelope::decode(bytes).and_then(|env| {
+            let topic = channel.strip_prefix(CHANNEL_PREFIX).unwrap_or("");
+            env.validate(topic).map(|()| env)
+        }) {
             Ok(env) => env,
             Err(e) => {
                 let n = self.stats.invalid.fetch_add(1, Relaxed);
                 if n.is_power_of_two() || n == 0 {
-                    tracing::warn!(error = %e, count = n + 1, "cluster backplane: dropped an unreadable message");
+                    tracing::warn!(
+                        error = %e,
+                        channel,
+                        count = n + 1,
+                        "cluster backplane: dropped an invalid message from Redis (not forwarded \
+                         to any client; counted in throng_backplane_invalid_total)"
+                    );
                 }
                 return;
             }
@@ -306,7 +328,12 @@ impl Task {
         let mut n = 0;
         loop {
             match self.publish_rx.try_recv() {
-                Ok(_) => n += 1,
+                Ok(out) => {
+                    self.stats
+                        .queued_bytes
+                        .fetch_sub(out.payload.len(), Relaxed);
+                    n += 1;
+                }
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => return false,
             }

@@ -123,11 +123,18 @@ impl RedisPresence {
     /// Connects to Redis at `url` and starts the `throng-presence` thread;
     /// fails, naming the URL, when Redis cannot be reached now.
     pub fn connect(url: &str, timeout: Duration) -> Result<RedisPresence, Error> {
+        RedisPresence::connect_with(url, timeout, &crate::RedisOptions::default())
+    }
+
+    /// [`RedisPresence::connect`] with the backplane's TLS settings
+    /// (`rediss://`, a private CA).
+    pub fn connect_with(
+        url: &str,
+        timeout: Duration,
+        options: &crate::RedisOptions,
+    ) -> Result<RedisPresence, Error> {
         let shown = redact(url);
-        let client = ::redis::Client::open(url).map_err(|e| Error::RedisUrl {
-            url: shown.clone(),
-            reason: e.to_string(),
-        })?;
+        let client = crate::backplane::redis::client_for(url, &shown, options)?;
         let node_id = random_node_id();
         let (publish_tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
         let (topic_tx, topic_rx) = mpsc::unbounded_channel();

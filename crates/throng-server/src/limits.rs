@@ -1,0 +1,393 @@
+//! Limits: the bounds that keep one client, a burst or a fault from hurting
+//! everyone else, their settings (flags, `THRONG_*` variables and TOML keys,
+//! merged into [`Config`](crate::Config)), and the admission of new
+//! connections against the connection caps ([`Admission`]).
+//!
+//! Each bound, its default and what a client sees when it hits it is in the
+//! README's "Limits and defaults" table. The bounds that live elsewhere:
+//! `--max-message-bytes`, `--max-outbound-bytes` and
+//! `--max-channels-per-socket` (config.rs), and where each is enforced:
+//! - the HTTP head deadline: the shard's once-a-second sweep
+//!   (`transport/mod.rs`), against the connection's `last_active`, which for
+//!   an HTTP connection is when its current request began (no timer per
+//!   connection);
+//! - connection caps: [`Admission`], at accept;
+//! - a socket's memory: a message in progress (kept fragments plus a
+//!   half-received frame) is bounded by `--max-message-bytes` as a whole
+//!   (`transport/mod.rs`), and what its joins store (join_refs, topic names)
+//!   by what `--max-socket-bytes` leaves after that (`socket/`), refs by
+//!   [`check_refs`];
+//! - outbound memory: per connection in `transport/output.rs`, for the node
+//!   in `transport/budget.rs`; shard inboxes in `node.rs`; the Redis publish
+//!   queue in `throng-pubsub`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Deserialize;
+use throng_protocol::Message;
+
+use crate::Error;
+
+/// The limit flags, flattened into `throng serve`'s; the same names (with
+/// underscores) are keys of the TOML file. All optional, so that the file
+/// can fill what the command line leaves out.
+#[derive(clap::Args, Deserialize, Debug, Default, Clone)]
+pub struct LimitArgs {
+    /// Seconds a connection has to send a whole HTTP request head (the WebSocket upgrade included), from accept or from the end of its previous request; then it is closed (408 if a head had begun) [default: 10]
+    #[arg(long, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
+    pub handshake_timeout: Option<u64>,
+    /// Open connections this process accepts; past it a new one gets 503 and is closed; 0 = no cap [default: 0]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Open connections from one source IP address; past it a new one gets 503 and is closed; 0 = no cap (behind a load balancer every client has its address) [default: 0]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<usize>,
+    /// Longest join_ref or ref a message may carry; a longer one closes the socket with 1008 (phoenix.js sends short counters) [default: 64]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
+    pub max_ref_bytes: Option<usize>,
+    /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
+    pub max_socket_bytes: Option<usize>,
+    /// On SIGTERM: stop accepting and close sockets in batches over this many seconds with 1012 (phoenix.js reconnects elsewhere), then exit [default: 10]
+    #[arg(long, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
+    pub drain_seconds: Option<u64>,
+    /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013 [default: 1073741824]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
+    pub max_outbound_total_bytes: Option<usize>,
+    /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted [default: 67108864]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
+    pub max_shard_inbox_bytes: Option<usize>,
+    /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted [default: 67108864]
+    #[arg(long, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
+    pub redis_queue_bytes: Option<usize>,
+    /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
+    #[arg(long, hide = true)]
+    #[serde(skip)]
+    pub test_panic_message: Option<String>,
+}
+
+/// Resolved limits. See [`LimitArgs`] for what each means.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub handshake_timeout: Duration,
+    /// 0: no cap.
+    pub max_connections: usize,
+    /// 0: no cap.
+    pub max_connections_per_ip: usize,
+    pub max_ref_bytes: usize,
+    pub max_socket_bytes: usize,
+    pub drain: Duration,
+    pub max_outbound_total_bytes: usize,
+    pub max_shard_inbox_bytes: usize,
+    pub redis_queue_bytes: usize,
+    /// Test only (hidden flag): see [`LimitArgs::test_panic_message`].
+    pub test_panic_message: Option<String>,
+}
+
+/// What a socket may pin beyond its message limit by default: room for
+/// 100 joins with a 64-byte join_ref and a 500-byte topic each.
+pub const SOCKET_JOIN_BYTES: usize = 64 << 10;
+
+impl Limits {
+    /// The defaults, for a server whose message limit is `max_message_bytes`.
+    pub fn defaults(max_message_bytes: usize) -> Limits {
+        Limits {
+            handshake_timeout: Duration::from_secs(10),
+            max_connections: 0,
+            max_connections_per_ip: 0,
+            max_ref_bytes: 64,
+            max_socket_bytes: max_message_bytes + SOCKET_JOIN_BYTES,
+            drain: Duration::from_secs(10),
+            max_outbound_total_bytes: 1 << 30,
+            max_shard_inbox_bytes: 64 << 20,
+            redis_queue_bytes: 64 << 20,
+            test_panic_message: None,
+        }
+    }
+
+    /// What the joins of one socket may store: the socket budget less a
+    /// message in progress (its frame header and a control frame included).
+    pub fn join_bytes(&self, max_message_bytes: usize) -> usize {
+        self.max_socket_bytes
+            .saturating_sub(max_message_bytes + MESSAGE_SLACK)
+    }
+
+    /// The `throng serve` arguments that give a worker these limits.
+    pub fn worker_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--handshake-timeout".to_string(),
+            self.handshake_timeout.as_secs().to_string(),
+            "--max-connections".into(),
+            self.max_connections.to_string(),
+            "--max-connections-per-ip".into(),
+            self.max_connections_per_ip.to_string(),
+            "--max-ref-bytes".into(),
+            self.max_ref_bytes.to_string(),
+            "--max-socket-bytes".into(),
+            self.max_socket_bytes.to_string(),
+            "--drain-seconds".into(),
+            self.drain.as_secs().to_string(),
+            "--max-outbound-total-bytes".into(),
+            self.max_outbound_total_bytes.to_string(),
+            "--max-shard-inbox-bytes".into(),
+            self.max_shard_inbox_bytes.to_string(),
+            "--redis-queue-bytes".into(),
+            self.redis_queue_bytes.to_string(),
+        ];
+        if let Some(m) = &self.test_panic_message {
+            args.extend(["--test-panic-message".into(), m.clone()]);
+        }
+        args
+    }
+}
+
+/// Beyond the message itself, what a message in progress may hold: two
+/// frame headers and a control frame read between fragments.
+pub const MESSAGE_SLACK: usize = 2 * throng_protocol::frame::MAX_HEADER_LEN + 127;
+
+impl LimitArgs {
+    /// Flags over the file's keys over defaults.
+    pub fn resolve(&self, file: &LimitArgs, max_message_bytes: usize) -> Result<Limits, Error> {
+        let d = Limits::defaults(max_message_bytes);
+        let secs = |flag: Option<u64>, key: Option<u64>, default: Duration| {
+            flag.or(key).map_or(default, Duration::from_secs)
+        };
+        let limits = Limits {
+            handshake_timeout: secs(
+                self.handshake_timeout,
+                file.handshake_timeout,
+                d.handshake_timeout,
+            ),
+            max_connections: self
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(d.max_connections),
+            max_connections_per_ip: self
+                .max_connections_per_ip
+                .or(file.max_connections_per_ip)
+                .unwrap_or(d.max_connections_per_ip),
+            max_ref_bytes: self
+                .max_ref_bytes
+                .or(file.max_ref_bytes)
+                .unwrap_or(d.max_ref_bytes),
+            max_socket_bytes: self
+                .max_socket_bytes
+                .or(file.max_socket_bytes)
+                .unwrap_or(d.max_socket_bytes),
+            drain: secs(self.drain_seconds, file.drain_seconds, d.drain),
+            max_outbound_total_bytes: self
+                .max_outbound_total_bytes
+                .or(file.max_outbound_total_bytes)
+                .unwrap_or(d.max_outbound_total_bytes),
+            max_shard_inbox_bytes: self
+                .max_shard_inbox_bytes
+                .or(file.max_shard_inbox_bytes)
+                .unwrap_or(d.max_shard_inbox_bytes),
+            redis_queue_bytes: self
+                .redis_queue_bytes
+                .or(file.redis_queue_bytes)
+                .unwrap_or(d.redis_queue_bytes),
+            test_panic_message: self.test_panic_message.clone(),
+        };
+        if limits.handshake_timeout.is_zero() {
+            return Err(Error::Config("handshake_timeout must be at least 1".into()));
+        }
+        if limits.max_ref_bytes < 8 {
+            return Err(Error::Config("max_ref_bytes must be at least 8".into()));
+        }
+        let least = max_message_bytes + MESSAGE_SLACK + 1024;
+        if limits.max_socket_bytes < least {
+            return Err(Error::Config(format!(
+                "max_socket_bytes must be at least max_message_bytes + {} ({least}): \
+                 a socket must be able to hold one message in progress and a join",
+                least - max_message_bytes
+            )));
+        }
+        Ok(limits)
+    }
+}
+
+/// Refuses a message whose join_ref or ref is longer than `max` bytes.
+/// Refs are stored (a join keeps its join_ref for every message of the
+/// channel) and echoed, so their length is bounded; phoenix.js sends
+/// decimal counters. The answer is a close with 1008 (policy violation),
+/// not an error reply: a reply would have to echo the oversized ref back,
+/// and no Phoenix client sends one.
+pub fn check_refs(msg: &Message<'_>, max: usize) -> Result<(), &'static str> {
+    let too_long =
+        |r: &Option<std::borrow::Cow<'_, str>>| r.as_deref().is_some_and(|r| r.len() > max);
+    if too_long(&msg.join_ref) {
+        return Err("join_ref too long");
+    }
+    if too_long(&msg.msg_ref) {
+        return Err("ref too long");
+    }
+    Ok(())
+}
+
+/// Why a new connection was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `--max-connections` are open.
+    Total,
+    /// `--max-connections-per-ip` are open from its address.
+    PerIp,
+}
+
+impl Refusal {
+    /// The response a refused connection gets before it is closed: 503,
+    /// which phoenix.js sees as a failed connection and retries with backoff.
+    pub fn response(self) -> &'static [u8] {
+        match self {
+            Refusal::Total => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n\r\ntoo many connections\n",
+            Refusal::PerIp => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 38\r\n\r\ntoo many connections from your address\n",
+        }
+    }
+}
+
+/// Stripes of the per-address table: shards accepting at once rarely wait
+/// for each other.
+const STRIPES: usize = 64;
+
+/// Admission of new connections against `--max-connections` and
+/// `--max-connections-per-ip`, shared by the node's shards. With both caps
+/// off (the default) it does nothing and costs nothing.
+pub struct Admission {
+    max_total: usize,
+    max_per_ip: usize,
+    open: AtomicUsize,
+    per_ip: Vec<Mutex<HashMap<IpAddr, u32>>>,
+}
+
+impl Admission {
+    pub fn new(limits: &Limits) -> Admission {
+        Admission {
+            max_total: limits.max_connections,
+            max_per_ip: limits.max_connections_per_ip,
+            open: AtomicUsize::new(0),
+            per_ip: (0..if limits.max_connections_per_ip > 0 {
+                STRIPES
+            } else {
+                0
+            })
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+        }
+    }
+
+    /// Whether connections are counted per address (their address must
+    /// then be given back to [`Admission::release`]).
+    pub fn per_ip(&self) -> bool {
+        self.max_per_ip > 0
+    }
+
+    /// Counts a new connection from `ip`, or refuses it.
+    pub fn admit(&self, ip: IpAddr) -> Result<(), Refusal> {
+        if self.max_total > 0 && self.open.fetch_add(1, Relaxed) >= self.max_total {
+            self.open.fetch_sub(1, Relaxed);
+            return Err(Refusal::Total);
+        }
+        if self.max_per_ip > 0 {
+            let mut map = self.stripe(ip).lock().unwrap_or_else(|e| e.into_inner());
+            let n = map.entry(ip).or_insert(0);
+            if *n as usize >= self.max_per_ip {
+                drop(map);
+                if self.max_total > 0 {
+                    self.open.fetch_sub(1, Relaxed);
+                }
+                return Err(Refusal::PerIp);
+            }
+            *n += 1;
+        }
+        Ok(())
+    }
+
+    /// Un-counts a connection admitted from `ip` (`None` when addresses are
+    /// not counted).
+    pub fn release(&self, ip: Option<IpAddr>) {
+        if self.max_total > 0 {
+            self.open.fetch_sub(1, Relaxed);
+        }
+        if let (true, Some(ip)) = (self.per_ip(), ip) {
+            let mut map = self.stripe(ip).lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(n) = map.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&ip);
+                }
+            }
+        }
+    }
+
+    fn stripe(&self, ip: IpAddr) -> &Mutex<HashMap<IpAddr, u32>> {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(ip);
+        &self.per_ip[h as usize % STRIPES]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(total: usize, per_ip: usize) -> Limits {
+        Limits {
+            max_connections: total,
+            max_connections_per_ip: per_ip,
+            ..Limits::defaults(1024)
+        }
+    }
+
+    #[test]
+    fn admission_counts_total_and_per_address() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let adm = Admission::new(&limits(3, 2));
+        assert_eq!(adm.admit(a), Ok(()));
+        assert_eq!(adm.admit(a), Ok(()));
+        assert_eq!(adm.admit(a), Err(Refusal::PerIp));
+        assert_eq!(adm.admit(b), Ok(()));
+        assert_eq!(adm.admit(b), Err(Refusal::Total));
+        adm.release(Some(a));
+        assert_eq!(adm.admit(b), Ok(()));
+        assert_eq!(adm.admit(a), Err(Refusal::Total));
+        let off = Admission::new(&limits(0, 0));
+        for _ in 0..1000 {
+            assert_eq!(off.admit(a), Ok(()));
+        }
+        assert!(!off.per_ip());
+    }
+
+    #[test]
+    fn refs_over_the_bound_are_refused() {
+        let msg = |join_ref: &str, r: &str| Message {
+            join_ref: Some(join_ref.to_string().into()),
+            msg_ref: Some(r.to_string().into()),
+            topic: "t".into(),
+            event: "e".into(),
+            payload: throng_protocol::Payload::EMPTY,
+        };
+        assert_eq!(check_refs(&msg("1", "2"), 8), Ok(()));
+        assert_eq!(
+            check_refs(&msg("123456789", "2"), 8),
+            Err("join_ref too long")
+        );
+        assert_eq!(check_refs(&msg("1", "123456789"), 8), Err("ref too long"));
+    }
+
+    #[test]
+    fn socket_budget_holds_a_message_and_joins() {
+        let l = Limits::defaults(64 << 10);
+        assert_eq!(l.join_bytes(64 << 10), SOCKET_JOIN_BYTES - MESSAGE_SLACK);
+        let args = LimitArgs {
+            max_socket_bytes: Some(1000),
+            ..Default::default()
+        };
+        let err = args.resolve(&LimitArgs::default(), 64 << 10).unwrap_err();
+        assert!(err.to_string().contains("max_socket_bytes"), "{err}");
+    }
+}

@@ -1,0 +1,110 @@
+//! One big message must not disconnect a room (issue 12, item 1): with
+//! subscribers whose receive buffer is small (4-16 KiB, normal on real
+//! networks) and who read steadily, a broadcast of the largest message the
+//! server accepts reaches every one of them; none is cut as a slow reader.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+
+use common::{close_of, small_buffer_socket, Client, End, Server};
+use throng_protocol::frame::Opcode;
+
+/// Joins `n` subscribers with receive buffers of 4, 8 and 16 KiB; each then
+/// reads steadily in its own thread until it has `want` `new:msg`s or the
+/// server ends its connection. Returns (new:msgs received, how it ended).
+fn subscribers(addr: SocketAddr, n: usize, want: usize) -> Vec<JoinHandle<(usize, Option<End>)>> {
+    (0..n)
+        .map(|i| {
+            let mut c = Client::over(small_buffer_socket(addr, 4096 << (i % 3)));
+            c.join_lobby();
+            std::thread::spawn(move || {
+                let mut got = 0;
+                while got < want {
+                    match c.next_frame() {
+                        Some((Opcode::Close, _)) | None => return (got, Some(c.read_to_end())),
+                        Some((_, data)) => {
+                            if data.windows(9).any(|w| w == b"\"new:msg\"") {
+                                got += 1;
+                            }
+                        }
+                    }
+                }
+                (got, None)
+            })
+        })
+        .collect()
+}
+
+/// A `new:msg` push whose frame payload is exactly `size` bytes.
+fn message_of_size(size: usize) -> String {
+    let shell =
+        |body: &str| format!(r#"["1","1","rooms:lobby","new:msg",{{"user":"u","body":"{body}"}}]"#);
+    let overhead = shell("").len();
+    shell(&"x".repeat(size - overhead))
+}
+
+/// Pushes `text` and waits for its reply (skipping the broadcast it causes).
+fn push_and_await_reply(sender: &mut Client, text: &str) {
+    sender.send_text(text);
+    loop {
+        let (_, event, payload) = sender.next_message();
+        if event == "phx_reply" {
+            assert!(payload.contains(r#""status":"ok""#), "{payload}");
+            return;
+        }
+    }
+}
+
+fn assert_all_received(subs: Vec<JoinHandle<(usize, Option<End>)>>, want: usize) {
+    for (i, h) in subs.into_iter().enumerate() {
+        let (got, end) = h.join().unwrap();
+        assert_eq!(
+            (got, end),
+            (want, None),
+            "subscriber {i} (receive buffer {} KiB)",
+            4 << (i % 3)
+        );
+    }
+}
+
+#[test]
+fn max_size_broadcasts_reach_small_buffer_readers_with_the_defaults() {
+    let server = Server::start(&["--shards", "2"]);
+    let max = 64 << 10;
+    let subs = subscribers(server.addr, 9, 4);
+    let mut sender = Client::connect(server.addr);
+    sender.join_lobby();
+    for _ in 0..4 {
+        push_and_await_reply(&mut sender, &message_of_size(max));
+    }
+    assert_all_received(subs, 4);
+    assert_eq!(server.metric("throng_slow_reader_closes_total"), 0);
+    // The default message limit is 64 KiB: one byte more is refused with 1009.
+    sender.send_text(&message_of_size(max + 1));
+    let (op, payload) = sender.next_frame().expect("a close frame");
+    assert_eq!(op, Opcode::Close);
+    assert_eq!(close_of(&payload).0, 1009, "{:?}", close_of(&payload));
+}
+
+#[test]
+fn one_message_larger_than_the_outbound_bound_is_not_a_slow_reader() {
+    // The old defaults: a 1 MiB message limit over a 256 KiB outbound bound.
+    // Each subscriber's queue holds one frame bigger than the bound, which
+    // it is reading: it must not be cut.
+    let server = Server::start(&[
+        "--shards",
+        "2",
+        "--max-message-bytes",
+        "1048576",
+        "--max-outbound-bytes",
+        "262144",
+    ]);
+    let subs = subscribers(server.addr, 9, 1);
+    let mut sender = Client::connect(server.addr);
+    sender.join_lobby();
+    push_and_await_reply(&mut sender, &message_of_size(1 << 20));
+    assert_all_received(subs, 1);
+    assert_eq!(server.metric("throng_slow_reader_closes_total"), 0);
+}
