@@ -1,0 +1,159 @@
+//! `throng serve`'s flags (`ServeArgs`): one clap argument per setting, each
+//! with its environment variable; kept apart from resolving them because the
+//! flag list alone is long.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use crate::auth::Mode;
+use crate::limits::LimitArgs;
+
+/// `throng serve` flags. Every field is optional so that a config file can
+/// fill what the command line leaves out.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct ServeArgs {
+    /// TCP port to listen on (0 picks a free one) [default: 4000]
+    #[arg(long, env = "THRONG_PORT")]
+    pub port: Option<u16>,
+    /// Address to bind [default: 0.0.0.0]
+    #[arg(long, env = "THRONG_BIND")]
+    pub bind: Option<IpAddr>,
+    /// A TOML file with any of these settings (keys as the flags, with underscores)
+    #[arg(long, env = "THRONG_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Event-loop shards; connections and subscribers are sharded across them [default: number of cores]
+    #[arg(long, env = "THRONG_SHARDS")]
+    pub shards: Option<usize>,
+    /// Close a WebSocket that sent nothing (no heartbeat) for SECS seconds; 0 = never [default: 60]
+    #[arg(long, value_name = "SECS", env = "THRONG_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<u64>,
+    /// Largest WebSocket message accepted; larger ones are closed with 1009. Kept far below --max-outbound-bytes, so one message can never make a subscriber a slow reader [default: 65536]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_MESSAGE_BYTES")]
+    pub max_message_bytes: Option<usize>,
+    /// Outbound bytes a slow reader may have queued behind the message being written before it is disconnected [default: 1048576]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_BYTES")]
+    pub max_outbound_bytes: Option<usize>,
+    /// Channels one socket may join at once; a join past it is refused with {"reason":"too many channels joined"}, as Phoenix 1.8 [default: 100]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_CHANNELS_PER_SOCKET")]
+    pub max_channels_per_socket: Option<usize>,
+    /// The other bounds (limits.rs): handshake deadline, connection caps, socket memory, drain, queues.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Serve a WebSocket echo endpoint at /echo (for the Autobahn TestSuite)
+    /// Long-poll transport (/socket/longpoll): seconds a poll waits for messages before it is answered 204 (Phoenix's window_ms); a session ends after 1.5x this without a poll; 0 turns long-poll off [default: 10]
+    #[arg(long, value_name = "SECS", env = "THRONG_LONGPOLL_WINDOW")]
+    pub longpoll_window: Option<u64>,
+    /// Messages one long-poll POST may carry (phoenix.js sends up to 100); a larger batch is refused with {"status":413} [default: 100]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_LONGPOLL_BATCH")]
+    pub max_longpoll_batch: Option<usize>,
+    /// Test-only: serve a WebSocket echo at /echo (for the Autobahn TestSuite) and mount the channel echo:*, whose join replies with the socket's params, authToken and user
+    #[arg(long, env = "THRONG_ECHO")]
+    pub echo: bool,
+    /// Log every HTTP request (off by default: logging halves throughput)
+    #[arg(long, env = "THRONG_LOG_REQUESTS")]
+    pub log_requests: bool,
+    /// Join a cluster through this Redis (redis://HOST:PORT): broadcasts reach every node subscribed to the topic [default: none, a single node]
+    #[arg(long, value_name = "URL", env = "THRONG_REDIS")]
+    pub redis: Option<String>,
+    /// PEM file of the certificate authorities to trust for a rediss:// URL (a private CA) [default: the system's roots]
+    #[arg(long, value_name = "FILE", env = "THRONG_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// Worker processes sharing the port (SO_REUSEPORT), each a node with its own open-files limit; more than 1 needs --redis [default: 1]
+    #[arg(long, value_name = "N", env = "THRONG_WORKERS")]
+    pub workers: Option<usize>,
+    /// Presence for topics matching PATTERN (an exact topic or a prefix
+    /// ending in *): each join gets presence_state and is tracked under KEY:
+    /// user_id, param:NAME (a join param) or connect:NAME (a socket param);
+    /// /count sends {"count": N} (presence_count) instead. Repeatable, or
+    /// space-separated in the env var [default: none]
+    #[arg(
+        long,
+        value_name = "PATTERN=KEY[/count]",
+        env = "THRONG_PRESENCE",
+        value_delimiter = ' '
+    )]
+    pub presence: Vec<String>,
+    /// Milliseconds between presence diffs: every change of an interval goes
+    /// out as one presence_diff per topic [default: 1000]
+    #[arg(long, value_name = "MS", env = "THRONG_PRESENCE_INTERVAL")]
+    pub presence_interval: Option<u64>,
+    /// Seconds after which a node that stopped (crashed, lost Redis) has
+    /// its presences leave everywhere; with --redis [default: 30]
+    #[arg(long, value_name = "SECS", env = "THRONG_PRESENCE_TIMEOUT")]
+    pub presence_timeout: Option<u64>,
+    /// Largest presence key and meta together; a join whose key is longer is
+    /// refused with {"reason":"presence key too long"} [default: 1024]
+    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_PRESENCE_BYTES")]
+    pub max_presence_bytes: Option<usize>,
+    /// Set by the supervisor on the worker processes it starts.
+    #[arg(long, hide = true)]
+    pub worker_index: Option<usize>,
+    /// Connect authentication: none, phoenix_token or jwt ([auth] mode) [default: none]
+    #[arg(long, value_name = "MODE", env = "THRONG_AUTH")]
+    pub auth: Option<Mode>,
+    /// Phoenix.Token: the Phoenix endpoint's secret_key_base
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "THRONG_AUTH_SECRET_KEY_BASE",
+        hide_env_values = true
+    )]
+    pub auth_secret_key_base: Option<String>,
+    /// Phoenix.Token: the salt the app signs with [default: "user socket"]
+    #[arg(long, value_name = "SALT", env = "THRONG_AUTH_SALT")]
+    pub auth_salt: Option<String>,
+    /// Phoenix.Token: refuse tokens signed longer ago than SECS [default: the max age in the token]
+    #[arg(long, value_name = "SECS", env = "THRONG_AUTH_MAX_AGE")]
+    pub auth_max_age: Option<u64>,
+    /// JWT: the HS256 secret
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "THRONG_AUTH_JWT_SECRET",
+        hide_env_values = true
+    )]
+    pub auth_jwt_secret: Option<String>,
+    /// JWT: a PEM file with the RS256 (RSA) or ES256 (EC P-256) public key
+    #[arg(long, value_name = "FILE", env = "THRONG_AUTH_JWT_PUBLIC_KEY_FILE")]
+    pub auth_jwt_public_key_file: Option<PathBuf>,
+    /// JWT: the PEM public key itself (instead of a file)
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "THRONG_AUTH_JWT_PUBLIC_KEY",
+        hide = true
+    )]
+    pub auth_jwt_public_key: Option<String>,
+    /// JWT: HS256, RS256 or ES256 [default: from the key]
+    #[arg(long, value_name = "ALG", env = "THRONG_AUTH_JWT_ALGORITHM")]
+    pub auth_jwt_algorithm: Option<String>,
+    /// Origins allowed to open sockets: true (the Origin's host must be the request's Host), false, or a comma-separated list (https://a.com,//*.b.com); requests without an Origin are always allowed [default: true]
+    #[arg(long, value_name = "POLICY", env = "THRONG_CHECK_ORIGIN")]
+    pub check_origin: Option<String>,
+    /// Pushes a second a socket may sustain; excess pushes get {"reason":"rate limited"}; 0 = no limit [default: 20]
+    #[arg(long, value_name = "N", env = "THRONG_PUSH_RATE")]
+    pub push_rate: Option<f64>,
+    /// Pushes a socket may make at once before the rate applies [default: 50]
+    #[arg(long, value_name = "N", env = "THRONG_PUSH_BURST")]
+    pub push_burst: Option<u32>,
+    /// Rate-limited pushes (not paid back by waiting) after which the socket is closed with 1008; 0 = never [default: 20]
+    #[arg(long, value_name = "N", env = "THRONG_PUSH_STRIKES")]
+    pub push_strikes: Option<u32>,
+    /// The server API listener (broadcast, disconnect, topics, stats, /metrics); "none" = no API; with --workers, worker i listens on PORT+i [default: 127.0.0.1:4001, or 127.0.0.1:0 with --port 0]
+    #[arg(long, value_name = "ADDR", env = "THRONG_API_BIND")]
+    pub api_bind: Option<String>,
+    /// The key API requests must send in X-API-Key (GET /metrics needs none) [default: none: no key needed]
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "THRONG_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
+    /// Also serve /metrics on the public port (it is always on the API listener)
+    #[arg(long, env = "THRONG_PUBLIC_METRICS")]
+    pub public_metrics: bool,
+    /// Topic rules as JSON (set by the supervisor for its workers; use [[topics]] in the config file)
+    #[arg(long, hide = true, env = "THRONG_TOPIC_RULES_JSON")]
+    pub topic_rules_json: Option<String>,
+}
