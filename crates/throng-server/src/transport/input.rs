@@ -1,0 +1,291 @@
+//! A shard's input path: reading a readable socket, keeping incomplete
+//! bytes, and routing whole HTTP requests and WebSocket frames to what
+//! handles them (pages, upgrades, long-poll, the Phoenix socket). Apart from
+//! the loop in `mod.rs` because it is one concept: bytes in -> actions.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use throng_protocol::frame::{self, close_code, decode_frame, Opcode, Role};
+
+use super::conn::Kind;
+use super::{authenticated, CloseReason, Shard};
+use crate::http::{self, Action, Page};
+use crate::metrics::ShardStats;
+use crate::ws::{self, FrameAction};
+
+impl Shard {
+    pub(super) fn on_readable(&mut self, key: usize) {
+        let mut rbuf = std::mem::take(&mut self.rbuf);
+        while let Some(conn) = self.conns.slab.get_mut(key).filter(|c| !c.dead) {
+            let n = match conn.sock.read(&mut rbuf) {
+                Ok(0) => {
+                    self.conns.doom(key, CloseReason::Normal);
+                    break;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.conns.doom(key, CloseReason::Normal);
+                    break;
+                }
+            };
+            // An HTTP connection's clock runs from accept or its last
+            // request (the head deadline); a closing one's from the close.
+            if let Kind::Ws { .. } = conn.kind {
+                conn.last_active = self.conns.now;
+            }
+            ShardStats::add(&self.conns.stats.bytes_in, n as u64);
+            self.input(key, &mut rbuf[..n]);
+            self.conns.flush_reply(key);
+            // A short read drained the socket; edge-triggered epoll reports new data.
+            if n < rbuf.len() {
+                break;
+            }
+        }
+        self.rbuf = rbuf;
+    }
+
+    /// Processes newly read bytes, with any incomplete bytes kept from before.
+    pub(super) fn input(&mut self, key: usize, fresh: &mut [u8]) {
+        let conn = &mut self.conns.slab[key];
+        let pending = conn
+            .extra
+            .as_mut()
+            .map(|e| std::mem::take(&mut e.input))
+            .filter(|p| !p.is_empty());
+        match pending {
+            Some(mut data) => {
+                data.extend_from_slice(fresh);
+                let used = self.process(key, &mut data);
+                data.drain(..used);
+                self.keep_input(key, data);
+            }
+            None => {
+                let used = self.process(key, fresh);
+                if used < fresh.len() {
+                    self.keep_input(key, fresh[used..].to_vec());
+                }
+            }
+        }
+    }
+
+    fn keep_input(&mut self, key: usize, data: Vec<u8>) {
+        if let Some(conn) = self.conns.slab.get_mut(key) {
+            if data.is_empty() {
+                conn.trim();
+            } else if !matches!(conn.kind, Kind::Closing { .. }) {
+                conn.extra().input = data;
+            }
+        }
+    }
+
+    /// Consumes whole requests or frames from `data`; returns bytes used.
+    fn process(&mut self, key: usize, data: &mut [u8]) -> usize {
+        let mut pos = 0;
+        while pos < data.len() {
+            let conn = &self.conns.slab[key];
+            if conn.dead {
+                return data.len();
+            }
+            match conn.kind {
+                // Responses go out in request order: the next request
+                // waits for the long-poll answer before it (as much of it as
+                // one request may be; more is not HTTP a client would send).
+                Kind::Http if self.conns.lp.is_waiting(key) => {
+                    let most = http::MAX_REQUEST_HEAD + self.node.config.max_message_bytes;
+                    if data.len() - pos > most {
+                        self.conns.doom(key, CloseReason::Normal);
+                        return data.len();
+                    }
+                    return pos;
+                }
+                Kind::Http => match http::handle(&data[pos..], &self.node.config) {
+                    (_, Action::Incomplete) => return pos,
+                    (used, action) => {
+                        ShardStats::add(&self.conns.stats.http_requests, 1);
+                        pos += used;
+                        self.http(key, action);
+                    }
+                },
+                Kind::Ws { vsn, echo } => {
+                    let max = self.node.config.max_message_bytes;
+                    // A message in progress is bounded as a whole: kept
+                    // fragments plus the frame arriving (refused at its
+                    // header), so a socket never pins more than one message.
+                    let frag = conn
+                        .extra
+                        .as_ref()
+                        .and_then(|e| e.frag.as_ref())
+                        .map_or(0, |(_, f)| f.len());
+                    let frame_max = max.saturating_sub(frag).max(125);
+                    match decode_frame(&mut data[pos..], Role::Server, frame_max as u64) {
+                        Ok(Some(f)) => {
+                            let payload = pos + f.payload.start..pos + f.payload.end;
+                            pos += f.consumed;
+                            let conn = &mut self.conns.slab[key];
+                            let action =
+                                ws::on_frame(&mut conn.extra, f.fin, f.opcode, &data[payload], max);
+                            self.ws(key, vsn, echo, action);
+                        }
+                        Ok(None) => {
+                            if data.len() - pos > frame_max + frame::MAX_HEADER_LEN {
+                                self.conns.fail(
+                                    &self.node,
+                                    &mut self.scratch,
+                                    key,
+                                    close_code::TOO_BIG,
+                                    "message too big",
+                                );
+                                return data.len();
+                            }
+                            return pos;
+                        }
+                        Err(e) => {
+                            self.conns.fail(
+                                &self.node,
+                                &mut self.scratch,
+                                key,
+                                e.close_code(),
+                                &e.to_string(),
+                            );
+                            return data.len();
+                        }
+                    }
+                }
+                Kind::Closing { .. } => return data.len(),
+            }
+        }
+        pos
+    }
+
+    /// Does what an HTTP request asked for.
+    fn http(&mut self, key: usize, action: Action) {
+        let node = &*self.node;
+        let conns = &mut self.conns;
+        match action {
+            Action::Incomplete => {}
+            Action::Error(e) => {
+                ShardStats::add(&conns.stats.http_errors, 1);
+                if e.origin_refused {
+                    ShardStats::add(&conns.stats.origin_refusals, 1);
+                }
+                let resp =
+                    crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
+                conns.send(key, &resp);
+                conns.start_closing(node, &mut self.scratch, key);
+            }
+            Action::LongPoll(lp) => conns.lp_http(node, &mut self.scratch, key, *lp),
+            Action::Upgrade(u) => {
+                let mut connect = u.connect;
+                let mut user = None;
+                if !u.echo {
+                    // Phoenix's `connect/3`: refused is a 403 before the upgrade.
+                    match node.auth.authenticate(connect.as_ref()) {
+                        Ok(None) => {}
+                        Ok(Some(found)) => user = Some(authenticated(&mut connect, found)),
+                        Err(refusal) => {
+                            ShardStats::add(&conns.stats.auth_refusals, 1);
+                            tracing::debug!(key, "connect refused: {refusal}");
+                            let resp = crate::page::error_response(
+                                403,
+                                "Forbidden",
+                                "",
+                                &format!("{refusal}\n"),
+                            );
+                            conns.send(key, &resp);
+                            conns.start_closing(node, &mut self.scratch, key);
+                            return;
+                        }
+                    }
+                }
+                conns.send(key, &u.response);
+                let conn = &mut conns.slab[key];
+                conn.last_active = conns.now;
+                conn.kind = Kind::Ws {
+                    vsn: u.vsn,
+                    echo: u.echo,
+                };
+                conn.connect = connect.map(Arc::new);
+                ShardStats::add(&conns.stats.websockets, 1);
+                if let Some(user) = user {
+                    conns.slab[key].user = conns.users.add(&user, key as u32);
+                }
+            }
+            Action::Page {
+                page,
+                head_only,
+                keep_alive,
+            } => {
+                let pages = &node.pages;
+                match page {
+                    Page::Index => conns.send(key, pages.index.bytes(head_only)),
+                    Page::AppJs => conns.send(key, pages.app_js.bytes(head_only)),
+                    Page::AppCss => conns.send(key, pages.app_css.bytes(head_only)),
+                    Page::NotFound => conns.send(key, pages.not_found.bytes(head_only)),
+                    Page::Metrics => {
+                        let body = crate::metrics::render(node);
+                        let r = crate::page::Response::new(
+                            "200 OK",
+                            "text/plain; version=0.0.4",
+                            "",
+                            body.as_bytes(),
+                        );
+                        conns.send(key, r.bytes(head_only));
+                    }
+                }
+                if keep_alive {
+                    // The next request's head deadline starts now.
+                    if let Some(conn) = conns.slab.get_mut(key) {
+                        conn.last_active = conns.now;
+                    }
+                } else {
+                    conns.start_closing(node, &mut self.scratch, key);
+                }
+            }
+        }
+    }
+
+    /// Does what a WebSocket frame asked for.
+    fn ws(&mut self, key: usize, vsn: throng_protocol::Vsn, echo: bool, action: FrameAction<'_>) {
+        match action {
+            FrameAction::None => {}
+            FrameAction::Ping(payload) => {
+                frame::encode_frame(&mut self.conns.reply, Opcode::Pong, payload, None);
+                self.conns.msgs_out += 1;
+            }
+            FrameAction::Close(code) => {
+                match code {
+                    Some(code) => frame::encode_close(&mut self.conns.reply, code, "", None),
+                    None => frame::encode_frame(&mut self.conns.reply, Opcode::Close, &[], None),
+                }
+                self.conns.start_closing(&self.node, &mut self.scratch, key);
+            }
+            FrameAction::Fail(code, reason) => {
+                self.conns
+                    .fail(&self.node, &mut self.scratch, key, code, reason)
+            }
+            FrameAction::Message(opcode, data) => {
+                if let Some(conn) = self.conns.slab.get_mut(key) {
+                    conn.trim();
+                }
+                ShardStats::add(&self.conns.stats.messages_in, 1);
+                if echo {
+                    // Test only, behind a hidden flag (limits.rs): a panic
+                    // on a shard thread, to test that it ends the process.
+                    if let Some(m) = &self.node.config.limits.test_panic_message {
+                        if m.as_bytes() == &data[..] {
+                            panic!("--test-panic-message received on /echo");
+                        }
+                    }
+                    frame::encode_frame(&mut self.conns.reply, opcode, &data, None);
+                    self.conns.msgs_out += 1;
+                    return;
+                }
+                self.conns
+                    .message(&self.node, &mut self.scratch, key, vsn, opcode, &data);
+            }
+        }
+    }
+}
