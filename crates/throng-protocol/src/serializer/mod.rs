@@ -3,14 +3,21 @@
 //! `Phoenix.Socket.V2.JSONSerializer` byte for byte where clients look: v1
 //! writes exactly the keys `event, payload, ref, topic` in that (sorted) order
 //! and never `join_ref`; replies carry `{"response": .., "status": ..}`.
+//!
+//! This file owns the entry points (decode, the encoders) and their errors;
+//! `json.rs` writes and reads the JSON layouts, `binary.rs` v2's binary ones.
+
+mod binary;
+mod json;
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::frame::Opcode;
 use crate::message::{Message, Payload, Vsn};
+use binary::{binary, decode_binary, BROADCAST, PUSH, REPLY};
+use json::{json_message, json_opt, json_ref, json_str, V1In};
 
 /// Why a client's message could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -37,40 +44,6 @@ pub enum EncodeError {
 pub enum Sender {
     Client,
     Server,
-}
-
-const PUSH: u8 = 0;
-const REPLY: u8 = 1;
-const BROADCAST: u8 = 2;
-
-/// A ref or join_ref as JSON: a string, null, or (leniently) a number.
-fn json_ref(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, DecodeError> {
-    let Some(raw) = raw else { return Ok(None) };
-    let text = raw.get();
-    match text.as_bytes().first() {
-        Some(b'"') => {
-            let s: Cow<'_, str> =
-                serde_json::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))?;
-            Ok(Some(s))
-        }
-        Some(b'n') => Ok(None),
-        Some(b'-' | b'0'..=b'9') => Ok(Some(Cow::Borrowed(text))),
-        _ => Err(DecodeError::Shape("ref must be a string, number or null")),
-    }
-}
-
-#[derive(Deserialize)]
-struct V1In<'a> {
-    #[serde(borrow)]
-    topic: Cow<'a, str>,
-    #[serde(borrow)]
-    event: Cow<'a, str>,
-    #[serde(borrow)]
-    payload: &'a RawValue,
-    #[serde(borrow, rename = "ref", default)]
-    msg_ref: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    join_ref: Option<&'a RawValue>,
 }
 
 /// Decodes one WebSocket message. `opcode` is the message's (Text or Binary).
@@ -119,159 +92,6 @@ pub fn decode<'a>(
                 event: string(parts[3], "event must be a string")?,
                 payload: Payload::Json(parts[4].get()),
             })
-        }
-    }
-}
-
-fn take<'a>(data: &mut &'a [u8], n: usize) -> Result<&'a [u8], DecodeError> {
-    if data.len() < n {
-        return Err(DecodeError::Binary);
-    }
-    let (head, tail) = data.split_at(n);
-    *data = tail;
-    Ok(head)
-}
-
-fn utf8(b: &[u8]) -> Result<Cow<'_, str>, DecodeError> {
-    std::str::from_utf8(b)
-        .map(Cow::Borrowed)
-        .map_err(|_| DecodeError::Binary)
-}
-
-fn opt(b: &[u8]) -> Result<Option<Cow<'_, str>>, DecodeError> {
-    Ok(if b.is_empty() { None } else { Some(utf8(b)?) })
-}
-
-fn decode_binary(mut data: &[u8], from: Sender) -> Result<Message<'_>, DecodeError> {
-    let kind = take(&mut data, 1)?[0];
-    match (from, kind) {
-        (Sender::Client, PUSH) => {
-            let h = take(&mut data, 4)?;
-            let (jr, r, t, e) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3] as usize);
-            Ok(Message {
-                join_ref: opt(take(&mut data, jr)?)?,
-                msg_ref: opt(take(&mut data, r)?)?,
-                topic: utf8(take(&mut data, t)?)?,
-                event: utf8(take(&mut data, e)?)?,
-                payload: Payload::Binary(data),
-            })
-        }
-        (Sender::Server, PUSH) => {
-            let h = take(&mut data, 3)?;
-            let (jr, t, e) = (h[0] as usize, h[1] as usize, h[2] as usize);
-            Ok(Message {
-                join_ref: opt(take(&mut data, jr)?)?,
-                msg_ref: None,
-                topic: utf8(take(&mut data, t)?)?,
-                event: utf8(take(&mut data, e)?)?,
-                payload: Payload::Binary(data),
-            })
-        }
-        (Sender::Server, REPLY) => {
-            let h = take(&mut data, 4)?;
-            let (jr, r, t, s) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3] as usize);
-            let join_ref = opt(take(&mut data, jr)?)?;
-            let msg_ref = opt(take(&mut data, r)?)?;
-            let topic = utf8(take(&mut data, t)?)?;
-            // The status travels as the event of a decoded reply; phoenix.js does the same.
-            let status = utf8(take(&mut data, s)?)?;
-            Ok(Message {
-                join_ref,
-                msg_ref,
-                topic,
-                event: status,
-                payload: Payload::Binary(data),
-            })
-        }
-        (Sender::Server, BROADCAST) => {
-            let h = take(&mut data, 2)?;
-            let (t, e) = (h[0] as usize, h[1] as usize);
-            Ok(Message {
-                join_ref: None,
-                msg_ref: None,
-                topic: utf8(take(&mut data, t)?)?,
-                event: utf8(take(&mut data, e)?)?,
-                payload: Payload::Binary(data),
-            })
-        }
-        _ => Err(DecodeError::Binary),
-    }
-}
-
-fn json_str(out: &mut Vec<u8>, s: &str) {
-    // Writing to a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
-}
-
-fn json_opt(out: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        Some(s) => json_str(out, s),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn short(s: &str, what: &'static str) -> Result<u8, EncodeError> {
-    u8::try_from(s.len()).map_err(|_| EncodeError::TooLong(what))
-}
-
-/// Writes a v2 binary frame body: the `kind` byte, one length byte per
-/// named part, the parts, then `data`. Nothing is written on error.
-fn binary(
-    vsn: Vsn,
-    out: &mut Vec<u8>,
-    kind: u8,
-    parts: &[(&str, &'static str)],
-    data: &[u8],
-) -> Result<Opcode, EncodeError> {
-    if vsn == Vsn::V1 {
-        return Err(EncodeError::BinaryOnV1);
-    }
-    let mut head = [kind, 0, 0, 0, 0];
-    for (i, (part, what)) in parts.iter().enumerate() {
-        head[i + 1] = short(part, what)?;
-    }
-    out.extend_from_slice(&head[..parts.len() + 1]);
-    for (part, _) in parts {
-        out.extend_from_slice(part.as_bytes());
-    }
-    out.extend_from_slice(data);
-    Ok(Opcode::Binary)
-}
-
-/// Writes a JSON message in the serializer's layout. `payload` is JSON text.
-fn json_message(
-    vsn: Vsn,
-    out: &mut Vec<u8>,
-    join_ref: Option<&str>,
-    msg_ref: Option<&str>,
-    topic: &str,
-    event: &str,
-    payload: &dyn Fn(&mut Vec<u8>),
-) {
-    match vsn {
-        Vsn::V1 => {
-            out.extend_from_slice(b"{\"event\":");
-            json_str(out, event);
-            out.extend_from_slice(b",\"payload\":");
-            payload(out);
-            out.extend_from_slice(b",\"ref\":");
-            json_opt(out, msg_ref);
-            out.extend_from_slice(b",\"topic\":");
-            json_str(out, topic);
-            out.push(b'}');
-        }
-        Vsn::V2 => {
-            out.push(b'[');
-            json_opt(out, join_ref);
-            out.push(b',');
-            json_opt(out, msg_ref);
-            out.push(b',');
-            json_str(out, topic);
-            out.push(b',');
-            json_str(out, event);
-            out.push(b',');
-            payload(out);
-            out.push(b']');
         }
     }
 }
@@ -581,45 +401,6 @@ mod tests {
         assert_eq!(
             decode(Vsn::V2, Opcode::Binary, &[7], Sender::Client),
             Err(DecodeError::Binary)
-        );
-    }
-
-    #[test]
-    fn binary_layouts() {
-        let mut out = Vec::new();
-        encode_broadcast(Vsn::V2, &mut out, "ab", "c", Payload::Binary(&[1, 2])).unwrap();
-        assert_eq!(out, [2, 2, 1, b'a', b'b', b'c', 1, 2]);
-        let m = decode(Vsn::V2, Opcode::Binary, &out, Sender::Server).unwrap();
-        assert_eq!(
-            (m.topic.as_ref(), m.event.as_ref(), m.payload),
-            ("ab", "c", Payload::Binary(&[1, 2]))
-        );
-        let mut out = Vec::new();
-        encode_reply(
-            Vsn::V2,
-            &mut out,
-            Some("1"),
-            Some("22"),
-            "t",
-            "ok",
-            Payload::Binary(&[9]),
-        )
-        .unwrap();
-        assert_eq!(out, [1, 1, 2, 1, 2, b'1', b'2', b'2', b't', b'o', b'k', 9]);
-        let mut out = Vec::new();
-        encode_message(
-            Vsn::V2,
-            &mut out,
-            Some("1"),
-            None,
-            "t",
-            "e",
-            Payload::Binary(&[]),
-        )
-        .unwrap();
-        assert_eq!(out, [0, 1, 1, 1, b'1', b't', b'e']);
-        assert!(
-            encode_broadcast(Vsn::V1, &mut Vec::new(), "t", "e", Payload::Binary(&[])).is_err()
         );
     }
 
