@@ -2,7 +2,8 @@
 //! its serialization, the terminal summary ([`summary`]) and the HTML report
 //! ([`html`], whose script reads the same JSON) are drawn from it, and the
 //! live dashboard serves [`Live`] snapshots of the run until it is done.
-//! Its presence part ([`PresenceReport`]) is in `presence.rs`.
+//! Its presence part ([`PresenceReport`]) is in `presence.rs`, the timeline
+//! samples and live snapshots in `live.rs`.
 //!
 //! The keys are the report's interface: `README.md`, `BENCHMARKS.md`, the
 //! recorded runs under `runs/` and the HTML read them, so a field is renamed
@@ -11,16 +12,18 @@
 //! it could not get is `null`.
 
 pub mod html;
+mod live;
 mod presence;
 pub mod summary;
 
+pub use live::{Live, LiveTarget, Sample};
 pub use presence::{PresenceReport, TrafficRow};
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{Counters, ErrorDetail, Summary};
+use crate::stats::{ErrorDetail, Summary};
 
 /// One run's results (`--json`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -485,50 +488,6 @@ pub struct Percentiles {
     pub broadcast: Vec<(f64, f64)>,
     /// Join sent to its sight by the last subscriber (presence).
     pub presence_join_visible: Vec<(f64, f64)>,
-}
-
-/// One timeline sample.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct Sample {
-    /// Seconds since the arrivals started.
-    pub t: f64,
-    /// Sessions running (Tsung's "users").
-    pub users: u64,
-    /// Open WebSockets (Tsung's "connected").
-    pub connected: u64,
-    pub joined: u64,
-    pub conn_per_sec: f64,
-    pub msgs_out_per_sec: f64,
-    pub msgs_in_per_sec: f64,
-    /// Bytes the clients received per second, all messages and presence's.
-    pub bytes_in_per_sec: f64,
-    pub presence_bytes_in_per_sec: f64,
-    pub errors: u64,
-    pub server_conns: Option<f64>,
-    pub server_rss_mb: Option<f64>,
-    pub server_cpu_pct: Option<f64>,
-    pub agents_cpu_pct: f64,
-    pub agents_rss_mb: f64,
-}
-
-/// What the live dashboard shows while a run is on.
-#[derive(Clone, Debug, Serialize)]
-pub struct Live<'a> {
-    /// The phase: `starting`, `floor`, `ramp-up`, `presence`, `hold`.
-    pub status: &'a str,
-    /// The scenario's name.
-    pub scenario: &'a str,
-    pub connections: LiveTarget,
-    /// All agents' latest counters (`null` until every agent reported).
-    pub counters: Option<Counters>,
-    pub timeline: &'a [Sample],
-}
-
-/// The users a live run is heading for.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct LiveTarget {
-    pub target: u64,
 }
 
 #[cfg(test)]
