@@ -24,7 +24,8 @@ pub const FD_MARGIN: u64 = 1000;
 
 enum Cmd {
     Msg(ToAgent),
-    Lost,
+    /// The link to the controller ended: why.
+    Lost(String),
 }
 
 /// Connects to the controller (retrying for 10 s) and authenticates as
@@ -90,9 +91,13 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                         break;
                     }
                 }
-                Ok(None) | Err(_) => {
-                    // Closed, silent past LINK_TIMEOUT, or a bad line.
-                    let _ = tx.send(Cmd::Lost);
+                Ok(None) => {
+                    let _ = tx.send(Cmd::Lost("the controller closed the link".into()));
+                    break;
+                }
+                Err(e) => {
+                    // Silent past LINK_TIMEOUT, or a bad line.
+                    let _ = tx.send(Cmd::Lost(e.to_string()));
                     break;
                 }
             }
@@ -116,8 +121,10 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
         engine.turn(Duration::from_millis(50))?;
         while let Ok(cmd) = rx.try_recv() {
             match cmd {
-                Cmd::Lost => {
-                    tracing::info!("controller gone: agent {index} exits");
+                Cmd::Lost(why) => {
+                    // A warning: a run that loses an agent says only that
+                    // the agent went away, so the agent says why.
+                    tracing::warn!("agent {index}: link to the controller lost ({why}); exiting");
                     return Ok(());
                 }
                 Cmd::Msg(ToAgent::Start) => engine.start(),

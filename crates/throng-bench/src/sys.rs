@@ -348,6 +348,19 @@ pub fn loopback_up() -> std::io::Result<()> {
     }
 }
 
+/// Sends SIGKILL to `pid` (a child of ours; an error, e.g. already gone, is
+/// of no interest to the caller).
+#[allow(unsafe_code)]
+pub fn kill_pid(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) with plain integer arguments.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

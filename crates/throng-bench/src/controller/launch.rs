@@ -1,7 +1,9 @@
 //! The processes a run starts: the embedded server (one `throng serve`, or
 //! past one process's open-files limit a supervisor of `--workers` joined
 //! through a local `redis-server`) and the local agents (`throng agent`).
-//! Each is killed when dropped, so a run that stops early leaves none behind.
+//! Each is killed when dropped, so a run that stops early leaves none behind;
+//! each is known to [`children`](super::children) too, for a run a signal
+//! ends.
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -9,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::children;
 use crate::error::BenchError;
 
 /// Open files a server worker keeps back from its hard limit when the
@@ -64,10 +67,18 @@ fn throng(args: &[&str]) -> Result<Command, BenchError> {
     Ok(cmd)
 }
 
+/// Spawns `cmd`, known to [`children`] until killed or reaped.
+fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
+    let child = cmd.spawn()?;
+    children::started(child.id());
+    Ok(child)
+}
+
 /// Kills and reaps a child.
 fn kill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
+    children::ended(child.id());
 }
 
 /// The embedded server, as the run starts it.
@@ -151,7 +162,7 @@ impl Server {
             cmd.args(["--idle-timeout", &t.to_string()]);
         }
         cmd.args(extra);
-        let mut child = cmd.stdout(Stdio::piped()).spawn()?;
+        let mut child = spawn(cmd.stdout(Stdio::piped()))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         let workers = Arc::new(Mutex::new(Vec::new()));
@@ -225,6 +236,17 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // The workers first: killed with their supervisor they would get
+        // SIGTERM and drain for seconds while Redis, dropped next, is gone,
+        // each logging the lost connection.
+        for pid in self
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            crate::sys::kill_pid(*pid);
+        }
         kill(&mut self.child);
     }
 }
@@ -239,13 +261,14 @@ impl Redis {
     /// Starts `redis-server` on a free loopback port and waits until it accepts.
     fn spawn() -> Result<Redis, BenchError> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
+        let child = spawn(
+            Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .map_err(|e| {
                 BenchError::Server(format!(
                     "this run needs several server workers joined through Redis, but `redis-server` could not be started ({e}); install it: apt-get install redis-server"
                 ))
@@ -298,7 +321,7 @@ impl LocalAgents {
             }
             let mut cmd = throng(&args)?;
             cmd.env(crate::wire::TOKEN_ENV, token);
-            agents.0.push(cmd.stdout(Stdio::null()).spawn()?);
+            agents.0.push(spawn(cmd.stdout(Stdio::null()))?);
         }
         Ok(agents)
     }
@@ -324,7 +347,7 @@ pub(super) fn reap(mut child: Child, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
         match child.try_wait() {
-            Ok(Some(_)) => return,
+            Ok(Some(_)) => return children::ended(child.id()),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             _ => return kill(&mut child),
         }

@@ -24,6 +24,7 @@
 
 mod agents;
 mod arrival;
+mod children;
 mod cpu;
 mod floor;
 mod launch;
@@ -85,6 +86,7 @@ fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
 
 /// Runs `throng bench`.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
+    children::kill_on_signal()?;
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
     let Load {
