@@ -109,6 +109,7 @@ mod broadcast;
 pub mod conformance;
 pub mod metrics;
 pub mod presence;
+mod redis_thread;
 mod registry;
 mod shards;
 

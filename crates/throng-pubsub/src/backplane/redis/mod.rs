@@ -225,42 +225,12 @@ impl RedisBackplane {
             publish_rx,
             topic_rx,
         };
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("throng-redis".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    match Session::connect(&task.client, &task.node_channel).await {
-                        Ok(session) => {
-                            let _ = ready_tx.send(Ok(()));
-                            task.run(session).await;
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
-                        }
-                    }
-                });
-            })?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(reason)) => return Err(Error::RedisConnect { url: shown, reason }),
-            Err(_) => {
-                return Err(Error::RedisConnect {
-                    url: shown,
-                    reason: "the Redis thread ended".into(),
-                })
-            }
-        }
+        crate::redis_thread::spawn("throng-redis", &shown, move || async move {
+            let session = Session::connect(&task.client, &task.node_channel)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(task.run(session))
+        })?;
         stats.connected.store(true, Relaxed);
         tracing::info!(url = %shown, node_id = format_args!("{node_id:016x}"), "cluster backplane: connected to Redis");
         Ok(RedisBackplane {

@@ -156,43 +156,11 @@ impl RedisPresence {
             fetch_rx,
             halt_rx,
         };
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("throng-presence".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e.to_string()));
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    let mut task = task;
-                    match task.start().await {
-                        Ok(session) => {
-                            let _ = ready_tx.send(Ok(()));
-                            task.run(session).await;
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e.to_string()));
-                        }
-                    }
-                });
-            })?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(reason)) => return Err(Error::RedisConnect { url: shown, reason }),
-            Err(_) => {
-                return Err(Error::RedisConnect {
-                    url: shown,
-                    reason: "the presence thread ended".into(),
-                })
-            }
-        }
+        crate::redis_thread::spawn("throng-presence", &shown, move || async move {
+            let mut task = task;
+            let session = task.start().await.map_err(|e| e.to_string())?;
+            Ok(task.run(session))
+        })?;
         stats.connected.store(true, Relaxed);
         tracing::info!(url = %shown, node_id = format_args!("{node_id:016x}"), timeout_ms = timeout.as_millis() as u64, "presence: connected to Redis");
         Ok(RedisPresence {
