@@ -107,6 +107,7 @@
 pub mod backplane;
 mod broadcast;
 pub mod conformance;
+mod fields;
 pub mod metrics;
 pub mod presence;
 mod redis_thread;

@@ -21,6 +21,8 @@
 
 use throng_protocol::Payload;
 
+use crate::fields::{put, Reader, Truncated};
+
 /// The envelope version this build writes and reads.
 pub const VERSION: u8 = 1;
 
@@ -58,6 +60,12 @@ pub enum DecodeError {
     Json(String),
 }
 
+impl From<Truncated> for DecodeError {
+    fn from(_: Truncated) -> DecodeError {
+        DecodeError::Truncated
+    }
+}
+
 impl<'a> Envelope<'a> {
     /// Appends the encoded envelope to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -87,12 +95,11 @@ impl<'a> Envelope<'a> {
         if version != VERSION {
             return Err(DecodeError::Version(version));
         }
-        let mut r = Reader(rest);
-        let b = r.take(8)?;
-        let node = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        let mut r = Reader::new(rest);
+        let node = r.u64()?;
         let topic = std::str::from_utf8(r.field()?).map_err(|_| DecodeError::Utf8("topic"))?;
         let event = std::str::from_utf8(r.field()?).map_err(|_| DecodeError::Utf8("event"))?;
-        let kind = r.take(1)?[0];
+        let kind = r.u8()?;
         let body = r.field()?;
         let payload = match kind {
             KIND_JSON => {
@@ -101,8 +108,8 @@ impl<'a> Envelope<'a> {
             KIND_BINARY => Payload::Binary(body),
             k => return Err(DecodeError::Kind(k)),
         };
-        if !r.0.is_empty() {
-            return Err(DecodeError::Trailing(r.0.len()));
+        if !r.rest().is_empty() {
+            return Err(DecodeError::Trailing(r.rest().len()));
         }
         Ok(Envelope {
             node,
@@ -131,32 +138,6 @@ impl Envelope<'_> {
                 .map_err(|e| DecodeError::Json(e.to_string()))?;
         }
         Ok(())
-    }
-}
-
-/// A length-prefixed field. Lengths past `u32::MAX` cannot occur: the
-/// server's largest message is far below 4 GiB.
-fn put(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(bytes);
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        if self.0.len() < n {
-            return Err(DecodeError::Truncated);
-        }
-        let (head, tail) = self.0.split_at(n);
-        self.0 = tail;
-        Ok(head)
-    }
-
-    fn field(&mut self) -> Result<&'a [u8], DecodeError> {
-        let b = self.take(4)?;
-        let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-        self.take(len as usize)
     }
 }
 

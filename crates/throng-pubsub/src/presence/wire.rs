@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use super::entry::Meta;
 use super::Delta;
+use crate::fields::{put, Reader, Truncated};
 
 /// The version this build writes and reads.
 pub const VERSION: u8 = 1;
@@ -59,6 +60,12 @@ pub enum DecodeError {
     Trailing(usize),
 }
 
+impl From<Truncated> for DecodeError {
+    fn from(_: Truncated) -> DecodeError {
+        DecodeError::Truncated
+    }
+}
+
 /// The hash value of a presence.
 pub fn value(key: &str, meta: &Meta) -> Vec<u8> {
     let mut out = Vec::with_capacity(12 + key.len() + meta.fields.len());
@@ -75,10 +82,10 @@ fn put_value(out: &mut Vec<u8>, key: &str, meta: &Meta) {
 /// Reads a hash entry of `owner` back: the field (8-byte seq) and value.
 pub fn read_value(owner: u64, field: &[u8], value: &[u8]) -> Result<(Arc<str>, Meta), DecodeError> {
     let seq = u64::from_be_bytes(field.try_into().map_err(|_| DecodeError::Truncated)?);
-    let mut r = Reader(value);
+    let mut r = Reader::new(value);
     let prev = r.u64()?;
-    let key = r.str()?;
-    let fields = std::str::from_utf8(r.0).map_err(|_| DecodeError::Utf8)?;
+    let key = str(&mut r)?;
+    let fields = std::str::from_utf8(r.rest()).map_err(|_| DecodeError::Utf8)?;
     Ok((
         key.into(),
         Meta {
@@ -133,12 +140,12 @@ pub fn replace(owner: u64, entries: &[(Arc<str>, Meta)]) -> Vec<u8> {
 
 /// Reads a message; checks every length against what is there.
 pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
-    let mut r = Reader(bytes);
-    let version = r.take(1)?[0];
+    let mut r = Reader::new(bytes);
+    let version = r.u8()?;
     if version != VERSION {
         return Err(DecodeError::Version(version));
     }
-    let kind = r.take(1)?[0];
+    let kind = r.u8()?;
     if kind != KIND_DELTA && kind != KIND_REPLACE {
         return Err(DecodeError::Kind(kind));
     }
@@ -154,7 +161,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
     let mut leaves = Vec::with_capacity((n as usize).min(bytes.len() / 12));
     for _ in 0..n {
         let seq = r.u64()?;
-        let key = r.str()?;
+        let key = str(&mut r)?;
         leaves.push((
             key.into(),
             Meta {
@@ -165,8 +172,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
             },
         ));
     }
-    if !r.0.is_empty() {
-        return Err(DecodeError::Trailing(r.0.len()));
+    if !r.rest().is_empty() {
+        return Err(DecodeError::Trailing(r.rest().len()));
     }
     Ok(match kind {
         KIND_REPLACE => Message::Replace {
@@ -177,43 +184,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
     })
 }
 
-fn put(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(bytes);
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        if self.0.len() < n {
-            return Err(DecodeError::Truncated);
-        }
-        let (head, tail) = self.0.split_at(n);
-        self.0 = tail;
-        Ok(head)
-    }
-
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn u64(&mut self) -> Result<u64, DecodeError> {
-        let b = self.take(8)?;
-        Ok(u64::from_be_bytes([
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-        ]))
-    }
-
-    fn field(&mut self) -> Result<&'a [u8], DecodeError> {
-        let n = self.u32()?;
-        self.take(n as usize)
-    }
-
-    fn str(&mut self) -> Result<&'a str, DecodeError> {
-        std::str::from_utf8(self.field()?).map_err(|_| DecodeError::Utf8)
-    }
+/// A length-prefixed UTF-8 field.
+fn str<'a>(r: &mut Reader<'a>) -> Result<&'a str, DecodeError> {
+    std::str::from_utf8(r.field()?).map_err(|_| DecodeError::Utf8)
 }
 
 #[cfg(test)]
