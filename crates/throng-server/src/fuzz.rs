@@ -124,10 +124,7 @@ impl Channel for Busy {
         if let Some(n) = socket.assigns_mut::<u32>() {
             *n += 1;
         }
-        let owned = match payload {
-            Payload::Json(p) => OwnedPayload::Json(p.to_string()),
-            Payload::Binary(b) => OwnedPayload::Binary(b.to_vec()),
-        };
+        let owned = OwnedPayload::from(payload);
         match event {
             "shout" => socket.broadcast("shout", owned),
             "whisper" => socket.broadcast_from("whisper", owned),

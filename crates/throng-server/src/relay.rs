@@ -20,11 +20,7 @@ impl Channel for Relay {
         payload: Payload<'_>,
         socket: &mut Socket<'_>,
     ) -> Option<Reply> {
-        let owned = match payload {
-            Payload::Json(text) => OwnedPayload::Json(text.to_string()),
-            Payload::Binary(bytes) => OwnedPayload::Binary(bytes.to_vec()),
-        };
-        socket.broadcast(event.to_string(), owned);
+        socket.broadcast(event.to_string(), OwnedPayload::from(payload));
         Some(Ok(OwnedPayload::empty()))
     }
 }
