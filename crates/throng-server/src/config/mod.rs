@@ -406,18 +406,7 @@ mod tests {
         assert_eq!(c.presence[1].mode, crate::presence::Mode::Count);
         assert_eq!(c.presence_interval, Duration::from_millis(500));
         assert_eq!(c.presence_timeout, Duration::from_secs(5));
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(subcommand)]
-            cmd: Cmd,
-        }
-        #[derive(clap::Subcommand)]
-        enum Cmd {
-            Serve(ServeArgs),
-        }
-        let argv = std::iter::once("throng".to_string()).chain(c.worker_args(0, 1));
-        let Cmd::Serve(args) = <Cli as clap::Parser>::parse_from(argv).cmd;
-        let w = args.resolve().unwrap();
+        let w = workers::as_worker(&c, 0, 1);
         assert_eq!(w.presence, c.presence);
         assert_eq!(
             (w.presence_interval, w.presence_timeout),

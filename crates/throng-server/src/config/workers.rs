@@ -127,24 +127,34 @@ impl Config {
     }
 }
 
+/// What worker `index` on `port` resolves from the command line
+/// [`Config::worker_args`] gives it, parsed as `throng serve` would.
+#[cfg(test)]
+pub(super) fn as_worker(c: &Config, index: usize, port: u16) -> Config {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+    #[derive(clap::Subcommand)]
+    enum Cmd {
+        Serve(super::ServeArgs),
+    }
+    let argv = std::iter::once("throng".to_string()).chain(c.worker_args(index, port));
+    let Cmd::Serve(args) = <Cli as clap::Parser>::parse_from(argv).cmd;
+    args.resolve().unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::super::ServeArgs;
+    use super::as_worker;
     use crate::limits::LimitArgs;
 
     #[test]
     fn worker_args_round_trip() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(subcommand)]
-            cmd: Cmd,
-        }
-        #[derive(clap::Subcommand)]
-        enum Cmd {
-            Serve(ServeArgs),
-        }
         let c = ServeArgs {
             workers: Some(3),
             shards: Some(2),
@@ -163,9 +173,7 @@ mod tests {
         }
         .resolve()
         .unwrap();
-        let argv = std::iter::once("throng".to_string()).chain(c.worker_args(1, 4321));
-        let Cmd::Serve(args) = <Cli as clap::Parser>::parse_from(argv).cmd;
-        let w = args.resolve().unwrap();
+        let w = as_worker(&c, 1, 4321);
         assert_eq!(w.addr.port(), 4321);
         assert_eq!((w.workers, w.worker_index, w.shards), (1, Some(1), 2));
         assert_eq!(w.idle_timeout, None);
