@@ -96,6 +96,34 @@ pub(super) struct Conn {
 }
 
 impl Conn {
+    /// A connection of user `user` in `state`, every counter at zero.
+    pub(super) fn new(
+        sock: Option<TcpStream>,
+        user: u32,
+        state: State,
+        role: u8,
+        v2: bool,
+    ) -> Conn {
+        Conn {
+            sock,
+            user,
+            mark_us: 0,
+            deadline_ms: 0,
+            hb_ms: 0,
+            next_ref: 0,
+            await_ref: 0,
+            join_ref: 0,
+            last_count: 0,
+            loops: [0; 2],
+            pc: 0,
+            state,
+            role,
+            flags: if v2 { F_V2 } else { 0 },
+            rx: None,
+            tx: None,
+        }
+    }
+
     /// The serializer the connection negotiated.
     pub(super) fn vsn(&self) -> Vsn {
         if self.flags & F_V2 != 0 {

@@ -17,7 +17,7 @@ use mio::{Interest, Token};
 use throng_protocol::frame::Opcode;
 use throng_protocol::{serializer, Payload, Vsn};
 
-use super::conn::{Conn, State, F_V2};
+use super::conn::{Conn, State};
 use super::socket::open_socket;
 use super::{Cause, Engine};
 use crate::scenario::find_stamp;
@@ -98,24 +98,7 @@ impl Engine {
                 self.counters.floor_failed += 1;
                 continue;
             }
-            entry.insert(Conn {
-                sock: Some(stream),
-                user,
-                mark_us: 0,
-                deadline_ms: 0,
-                hb_ms: 0,
-                next_ref: 0,
-                await_ref: 0,
-                join_ref: 0,
-                last_count: 0,
-                loops: [0; 2],
-                pc: 0,
-                state: State::FloorConnecting,
-                role: 0,
-                flags: if v2 { F_V2 } else { 0 },
-                rx: None,
-                tx: None,
-            });
+            entry.insert(Conn::new(Some(stream), user, State::FloorConnecting, 0, v2));
             self.counters.floor_connecting += 1;
         }
         if f.next >= f.total {

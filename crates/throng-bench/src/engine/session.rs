@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use throng_protocol::Vsn;
 
-use super::conn::{Conn, State, F_V2};
+use super::conn::{Conn, State};
 use super::socket::ErrKind;
 use super::{Cause, Engine};
 use crate::scenario::Op;
@@ -34,24 +34,9 @@ impl Engine {
             self.programs[role as usize].ops.first(),
             Some(Op::Connect { vsn: Vsn::V2, .. })
         );
-        let token = self.conns.insert(Conn {
-            sock: None,
-            user: (g + 1) as u32,
-            mark_us: 0,
-            deadline_ms: 0,
-            hb_ms: 0,
-            next_ref: 0,
-            await_ref: 0,
-            join_ref: 0,
-            last_count: 0,
-            loops: [0; 2],
-            pc: 0,
-            state: State::Running,
-            role,
-            flags: if v2 { F_V2 } else { 0 },
-            rx: None,
-            tx: None,
-        });
+        let token = self
+            .conns
+            .insert(Conn::new(None, (g + 1) as u32, State::Running, role, v2));
         self.advance(token);
     }
 
