@@ -29,8 +29,9 @@ pub(super) fn ended(pid: u32) {
     live().retain(|p| *p != pid);
 }
 
-/// On SIGINT, SIGTERM or SIGHUP: SIGKILL every live child (a supervisor's
-/// workers follow it: they have `PR_SET_PDEATHSIG`), say so, and exit with
+/// On SIGINT, SIGTERM or SIGHUP: SIGKILL every live child (an embedded
+/// supervisor's workers are registered too: left to their
+/// `PR_SET_PDEATHSIG` they would drain for seconds), say so, and exit with
 /// 128 + the signal, as a shell reports a process a signal ended.
 pub(super) fn kill_on_signal() -> Result<(), BenchError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;

@@ -177,6 +177,9 @@ impl Server {
                     .and_then(|r| r.split_whitespace().nth(2))
                 {
                     if let Ok(pid) = pid.parse::<u32>() {
+                        // Known to `children` too: a signal that ends the
+                        // run kills the workers with their supervisor.
+                        children::started(pid);
                         pids.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
                     }
                 }
@@ -246,6 +249,7 @@ impl Drop for Server {
             .iter()
         {
             crate::sys::kill_pid(*pid);
+            children::ended(*pid);
         }
         kill(&mut self.child);
     }
