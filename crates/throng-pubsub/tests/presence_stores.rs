@@ -80,6 +80,11 @@ fn memory_fetch_reads_every_node() {
 }
 
 #[test]
+fn memory_counts_converge() {
+    conformance::counts_converge(&mut memory());
+}
+
+#[test]
 fn local_fetch_reads_nothing_elsewhere() {
     let store: Arc<dyn PresenceStore> = Arc::new(throng_pubsub::LocalPresence::new());
     assert_eq!(conformance::fetched(&store, "t"), Ok(Default::default()));
@@ -273,4 +278,9 @@ fn redis_survives_outage() {
 #[test]
 fn redis_fetch_reads_every_node() {
     conformance::fetch_reads_every_node(&mut Redis::start());
+}
+
+#[test]
+fn redis_counts_converge() {
+    conformance::counts_converge(&mut Redis::start());
 }

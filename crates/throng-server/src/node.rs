@@ -455,7 +455,8 @@ impl Endpoint {
     /// The presences of `topic` as `presence_state` JSON
     /// (`{key: {"metas": [..]}}`), as of the last diff, from this node's
     /// copy; `None` if this node does not keep presence for the topic (it
-    /// has no subscriber of it).
+    /// has no subscriber of it), or keeps only a count-mode census of it
+    /// ([`Endpoint::presence`] then reads the store).
     pub fn presence_list(&self, topic: &str) -> Option<String> {
         self.node.presence.list(topic)
     }
@@ -466,8 +467,8 @@ impl Endpoint {
     }
 
     /// `topic`'s presence cluster-wide, for the server API: this node's
-    /// copy when it watches the topic (as [`Endpoint::presence_list`]),
-    /// else what the presence store keeps of every live node's (with Redis,
+    /// copy when it watches the topic and keeps every meta (as
+    /// [`Endpoint::presence_list`]), else what the presence store keeps of every live node's (with Redis,
     /// one read; a lone node without subscribers there has none). Waits at
     /// most [`PRESENCE_READ_WAIT`] for the store.
     pub async fn presence(&self, topic: &str) -> Result<PresenceView, throng_pubsub::Error> {

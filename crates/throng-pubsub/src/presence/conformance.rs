@@ -183,6 +183,24 @@ impl Node {
         }
     }
 
+    /// Waits (at most `within`) until this node counts `want` distinct
+    /// keys on `topic`.
+    pub fn await_count(&self, topic: &str, want: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let got = self.tracker.count(topic);
+            if got == Some(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {:016x} counts {got:?} on {topic}, expected {want}",
+                self.id()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Every `phx_ref` that joined / left in this node's diffs on `topic`.
     pub fn diff_refs(&self, topic: &str) -> (Vec<String>, Vec<String>) {
         let diffs = self.diffs.lock().unwrap_or_else(|e| e.into_inner());
@@ -483,6 +501,39 @@ pub fn fetch_reads_every_node(c: &mut dyn Cluster) {
     );
 }
 
+/// Count mode: each node counts distinct keys cluster-wide from its copy,
+/// which keeps other nodes' presences by name only (no key, no meta),
+/// through joins, a key on two nodes, a leave and a node's death.
+pub fn counts_converge(c: &mut dyn Cluster) {
+    let a = Node::new(c.store());
+    let b = Node::new(c.store());
+    let t: Arc<str> = Arc::from("crowd");
+    let track = |n: &Node, key: &str| {
+        n.tracker
+            .track(&t, Mode::Count, Arc::from(key), "".into())
+            .0
+    };
+    b.tracker.state(&t, Mode::Count);
+    let alice_a = track(&a, "alice");
+    track(&b, "alice");
+    track(&b, "bob");
+    let carol = track(&a, "carol");
+    a.await_count("crowd", 3, WAIT);
+    b.await_count("crowd", 3, WAIT);
+    assert!(
+        b.tracker.list("crowd").is_none(),
+        "b has no metas of a's presences to list (the API reads the store)"
+    );
+    a.untrack("crowd", "carol", carol);
+    b.await_count("crowd", 2, WAIT);
+    a.untrack("crowd", "alice", alice_a);
+    let dave = track(&a, "dave");
+    b.await_count("crowd", 3, WAIT);
+    let _ = dave;
+    c.kill(a.id());
+    b.await_count("crowd", 2, c.timeout() + Duration::from_secs(3));
+}
+
 /// Every check, in order.
 pub fn run_all(c: &mut dyn Cluster) {
     replicates(c);
@@ -492,4 +543,5 @@ pub fn run_all(c: &mut dyn Cluster) {
     restart_without_storm(c);
     survives_outage(c);
     fetch_reads_every_node(c);
+    counts_converge(c);
 }

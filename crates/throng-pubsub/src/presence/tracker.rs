@@ -119,7 +119,7 @@ impl Tracker {
         let mut new = false;
         let tp = stripe.topics.entry(topic.clone()).or_insert_with(|| {
             new = true;
-            TopicPresence::new(mode)
+            TopicPresence::new(mode, self.me)
         });
         if new {
             self.stats.topics.fetch_add(1, Relaxed);
@@ -223,18 +223,19 @@ impl Tracker {
     }
 
     /// The presences of `topic` on this node as `presence_state` JSON
-    /// (for an API), or `None` if this node does not watch it.
+    /// (for an API), or `None` if this node does not watch it, or keeps
+    /// only a census of it (count mode, with presences of other nodes:
+    /// the store has them).
     pub fn list(&self, topic: &str) -> Option<String> {
-        let stripe = self.lock(stripe_of(topic));
-        let tp = stripe.topics.get(topic)?;
-        Some(encode::state(tp.flushed()))
+        self.list_and_count(topic).map(|(list, _)| list)
     }
 
     /// [`list`](Self::list) and [`count`](Self::count) of the same flush.
     pub fn list_and_count(&self, topic: &str) -> Option<(String, usize)> {
         let stripe = self.lock(stripe_of(topic));
         let tp = stripe.topics.get(topic)?;
-        Some((encode::state(tp.flushed()), tp.flushed().key_count()))
+        let f = tp.flushed();
+        f.is_complete().then(|| (encode::state(f), f.key_count()))
     }
 
     /// Distinct keys on `topic` as of the last flush, if watched here.
