@@ -1,0 +1,203 @@
+//! [`TopicPresence`]'s batching and state.
+
+use super::*;
+
+fn meta(owner: u64, seq: u64) -> Meta {
+    Meta {
+        owner,
+        seq,
+        prev: 0,
+        fields: "".into(),
+    }
+}
+
+fn diff(t: &mut TopicPresence) -> serde_json::Value {
+    let f = t.flush(1).expect("something pending");
+    serde_json::from_str(&f.message.unwrap().1).unwrap()
+}
+
+fn refs(v: &serde_json::Value, side: &str, key: &str) -> Vec<String> {
+    v[side][key]["metas"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|m| m["phx_ref"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn join_then_leave_in_one_interval_is_nothing() {
+    let mut t = TopicPresence::new(Mode::List);
+    assert!(t.join("alice".into(), meta(1, 1)));
+    assert!(t.leave("alice", (1, 1)));
+    assert!(t.flush(1).is_none(), "clients hear of neither");
+    assert!(t.flushed().is_empty());
+}
+
+#[test]
+fn many_joins_are_one_diff() {
+    let mut t = TopicPresence::new(Mode::List);
+    for seq in 1..=1000 {
+        t.join(format!("u{seq}").into(), meta(1, seq));
+    }
+    t.join("u1".into(), meta(2, 1)); // a second tab of u1, on another node
+    let f = t.flush(1).unwrap();
+    assert_eq!((f.joined, f.left), (1001, 0));
+    assert_eq!(
+        f.own.joins.len(),
+        1000,
+        "node 2's join is not ours to publish"
+    );
+    let v: serde_json::Value = serde_json::from_str(&f.message.unwrap().1).unwrap();
+    assert_eq!(v["joins"].as_object().unwrap().len(), 1000);
+    assert_eq!(refs(&v, "joins", "u1").len(), 2);
+    assert!(v["leaves"].as_object().unwrap().is_empty());
+    assert!(t.flush(1).is_none(), "nothing pending after a flush");
+    assert_eq!((t.flushed().len(), t.flushed().key_count()), (1001, 1000));
+}
+
+#[test]
+fn leave_then_rejoin_of_a_known_presence_is_nothing() {
+    let mut t = TopicPresence::new(Mode::List);
+    t.join("bob".into(), meta(2, 5));
+    t.flush(1);
+    assert!(t.leave("bob", (2, 5)));
+    assert!(
+        t.join("bob".into(), meta(2, 5)),
+        "a replayed join cancels the leave"
+    );
+    assert!(t.flush(1).is_none());
+    assert_eq!(t.flushed().len(), 1);
+}
+
+#[test]
+fn replays_change_nothing() {
+    let mut t = TopicPresence::new(Mode::List);
+    t.join("bob".into(), meta(2, 5));
+    assert!(!t.join("bob".into(), meta(2, 5)));
+    t.flush(1);
+    assert!(!t.join("bob".into(), meta(2, 5)), "already there");
+    assert!(!t.leave("carol", (2, 9)), "never there");
+    assert!(t.leave("bob", (2, 5)));
+    assert!(!t.leave("bob", (2, 5)), "already leaving");
+    let v = diff(&mut t);
+    assert_eq!(refs(&v, "leaves", "bob").len(), 1);
+    assert!(v["joins"].as_object().unwrap().is_empty());
+}
+
+#[test]
+fn update_is_a_leave_and_a_join_with_prev() {
+    let mut t = TopicPresence::new(Mode::List);
+    t.join("alice".into(), meta(1, 1));
+    t.flush(1);
+    // as Tracker::update does it
+    t.leave("alice", (1, 1));
+    t.join(
+        "alice".into(),
+        Meta {
+            owner: 1,
+            seq: 2,
+            prev: 1,
+            fields: r#""status":"away""#.into(),
+        },
+    );
+    let v = diff(&mut t);
+    let old = super::super::entry::phx_ref(1, 1);
+    assert_eq!(refs(&v, "leaves", "alice"), vec![old.clone()]);
+    let joined = &v["joins"]["alice"]["metas"][0];
+    assert_eq!(joined["phx_ref_prev"], old.as_str());
+    assert_eq!(joined["status"], "away");
+    // updated twice in one interval: clients see the last meta only, the
+    // first never having been announced
+    t.leave("alice", (1, 2));
+    t.join("alice".into(), meta(1, 3));
+    t.leave("alice", (1, 3));
+    t.join(
+        "alice".into(),
+        Meta {
+            owner: 1,
+            seq: 4,
+            prev: 3,
+            fields: "".into(),
+        },
+    );
+    let v = diff(&mut t);
+    assert_eq!(
+        refs(&v, "leaves", "alice"),
+        vec![super::super::entry::phx_ref(1, 2)]
+    );
+    assert_eq!(
+        refs(&v, "joins", "alice"),
+        vec![super::super::entry::phx_ref(1, 4)]
+    );
+    assert_eq!(t.flushed().len(), 1);
+}
+
+#[test]
+fn replace_and_drop_owner() {
+    let mut t = TopicPresence::new(Mode::List);
+    t.join("a".into(), meta(2, 1));
+    t.join("b".into(), meta(2, 2));
+    t.join("c".into(), meta(3, 1));
+    t.flush(1);
+    // owner 2 now has b and d
+    assert!(t.replace(2, vec![("b".into(), meta(2, 2)), ("d".into(), meta(2, 3))]));
+    let v = diff(&mut t);
+    assert_eq!(refs(&v, "leaves", "a").len(), 1);
+    assert_eq!(refs(&v, "joins", "d").len(), 1);
+    assert!(v["joins"].get("b").is_none() && v["leaves"].get("b").is_none());
+    assert!(!t.replace(2, vec![("b".into(), meta(2, 2)), ("d".into(), meta(2, 3))]));
+    assert!(t.replace(2, vec![]));
+    let v = diff(&mut t);
+    assert_eq!(v["leaves"].as_object().unwrap().len(), 2);
+    assert_eq!(t.owners().collect::<Vec<_>>(), vec![3]);
+}
+
+#[test]
+fn state_is_the_flushed_state_encoded_once() {
+    let mut t = TopicPresence::new(Mode::List);
+    t.join("a".into(), meta(1, 1));
+    t.flush(1);
+    t.join("b".into(), meta(1, 2)); // pending: not in the state yet
+    let StateSource::Encode(flushed, cell) = t.state() else {
+        panic!("nothing encoded yet")
+    };
+    let json = cell.get_or_init(|| encode::state(&flushed).into()).clone();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v.as_object().unwrap().len(), 1);
+    assert!(v.get("a").is_some());
+    let StateSource::Ready(again) = t.state() else {
+        panic!("encoded once per interval")
+    };
+    assert!(Arc::ptr_eq(&again, &json));
+    t.flush(1);
+    assert!(
+        matches!(t.state(), StateSource::Encode(..)),
+        "a flush invalidates it"
+    );
+}
+
+#[test]
+fn count_mode_sends_counts_when_they_change() {
+    let mut t = TopicPresence::new(Mode::Count);
+    t.join("a".into(), meta(1, 1));
+    t.join("a".into(), meta(1, 2)); // a second tab: still one user
+    let f = t.flush(1).unwrap();
+    assert_eq!(
+        f.message,
+        Some((encode::COUNT, r#"{"count":1}"#.to_string()))
+    );
+    t.join("b".into(), meta(2, 1));
+    t.leave("b", (2, 1));
+    assert!(t.flush(1).is_none());
+    t.leave("a", (1, 2));
+    let f = t.flush(1).unwrap();
+    assert_eq!(f.message, None, "still one user");
+    assert_eq!(f.own.leaves.len(), 1, "but the leave is replicated");
+    let StateSource::Ready(s) = t.state() else {
+        panic!()
+    };
+    assert_eq!(&*s, r#"{"count":1}"#);
+}
