@@ -17,9 +17,22 @@
 //! state, which overlaps the diffs still to come). The state's JSON is
 //! encoded at most once per interval, on the first join after a flush,
 //! and shared by every joiner until the next flush changes it.
+//!
+//! Count mode bounds its fan-out: a topic of N keys (about N subscribers
+//! cluster-wide) sends its changed count at most once per `N / rate`
+//! seconds (`--presence-count-rate`), and at most once per flush (once per
+//! interval), so a crowd arriving in a 100,000-key topic costs its
+//! subscribers 20,000 messages a second at the default rate, not 100,000.
+//! Only the clients' message waits: the flush still applies the pending
+//! diff (joiners get the current count) and hands this node's changes to
+//! the store; a topic whose count waits stays dirty, and the flush that
+//! finds it due sends the count of that moment, if it differs from the
+//! last one sent. Time comes from the caller (the shard's loop), so there
+//! is no timer per topic.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -139,6 +152,9 @@ pub struct Flush {
     pub left: usize,
     /// Change in this node's own presences.
     pub own_change: isize,
+    /// Count mode: the count changed but its broadcast waits for the
+    /// bound (the topic stays dirty).
+    pub deferred: bool,
 }
 
 /// The encoded state shared by joiners until the next flush.
@@ -150,8 +166,9 @@ pub struct TopicPresence {
     flushed: Arc<Flushed>,
     pending: Pending,
     cache: Option<StateCache>,
-    /// Count mode: the count last sent.
+    /// Count mode: the count last sent, and when (`None`: never).
     sent_count: usize,
+    sent_at: Option<Instant>,
     /// In its stripe's dirty list.
     pub dirty: bool,
 }
@@ -164,6 +181,7 @@ impl TopicPresence {
             pending: Pending::default(),
             cache: None,
             sent_count: 0,
+            sent_at: None,
             dirty: false,
         }
     }
@@ -262,10 +280,16 @@ impl TopicPresence {
     }
 
     /// Applies the pending diff: returns the message for local subscribers
-    /// and `me`'s own changes, or `None` when nothing is pending.
-    pub fn flush(&mut self, me: u64) -> Option<Flush> {
+    /// and `me`'s own changes, or `None` when nothing is pending (and, in
+    /// count mode, no count waits). In count mode a changed count goes out
+    /// only once `count / count_rate` seconds have passed since the last
+    /// (`count_rate` 0: no bound); until then the topic stays dirty
+    /// (`self.dirty`) for its stripe to flush it again. `now` is the flush's
+    /// time, the same for every topic of the flush.
+    pub fn flush(&mut self, me: u64, now: Instant, count_rate: u64) -> Option<Flush> {
         self.dirty = false;
-        if self.pending.is_empty() {
+        let count_waits = self.mode == Mode::Count && self.flushed.key_count() != self.sent_count;
+        if self.pending.is_empty() && !count_waits {
             return None;
         }
         let pending = std::mem::take(&mut self.pending);
@@ -275,24 +299,34 @@ impl TopicPresence {
             leaves: pending.leaves.values().filter(mine).cloned().collect(),
         };
         let own_change = own.joins.len() as isize - own.leaves.len() as isize;
-        let mut message = match self.mode {
-            Mode::List => Some((
+        let mut message = match (self.mode, pending.is_empty()) {
+            (Mode::List, false) => Some((
                 encode::DIFF,
                 encode::diff(pending.joins.values(), pending.leaves.values()),
             )),
-            Mode::Count => None,
+            _ => None,
         };
-        let state = Arc::make_mut(&mut self.flushed);
-        for (id, (k, _)) in &pending.leaves {
-            state.remove(k, *id);
+        if !pending.is_empty() {
+            let state = Arc::make_mut(&mut self.flushed);
+            for (id, (k, _)) in &pending.leaves {
+                state.remove(k, *id);
+            }
+            for (_, (k, m)) in pending.joins.iter() {
+                state.insert(k.clone(), m.clone());
+            }
+            self.cache = None;
         }
-        for (_, (k, m)) in pending.joins.iter() {
-            state.insert(k.clone(), m.clone());
-        }
-        self.cache = None;
-        if self.mode == Mode::Count && state.key_count() != self.sent_count {
-            self.sent_count = state.key_count();
-            message = Some((encode::COUNT, encode::count(self.sent_count)));
+        let mut deferred = false;
+        let count = self.flushed.key_count();
+        if self.mode == Mode::Count && count != self.sent_count {
+            if self.count_due(count, now, count_rate) {
+                self.sent_count = count;
+                self.sent_at = Some(now);
+                message = Some((encode::COUNT, encode::count(count)));
+            } else {
+                deferred = true;
+                self.dirty = true;
+            }
         }
         Some(Flush {
             message,
@@ -300,7 +334,19 @@ impl TopicPresence {
             joined: pending.joins.len(),
             left: pending.leaves.len(),
             own_change,
+            deferred,
         })
+    }
+
+    /// Whether a count of `count` may go out at `now`: `count / rate`
+    /// seconds after the last one sent (the first at once).
+    fn count_due(&self, count: usize, now: Instant, rate: u64) -> bool {
+        match self.sent_at {
+            Some(at) if rate > 0 => {
+                now.saturating_duration_since(at).as_secs_f64() * rate as f64 >= count as f64
+            }
+            _ => true,
+        }
     }
 
     /// What a joiner gets: in count mode the payload itself; in list mode
