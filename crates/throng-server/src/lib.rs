@@ -172,6 +172,7 @@ impl Server {
             inboxes.push(rx);
         }
         let config_limits = config.limits.clone();
+        let presence = Tracker::with_count_rate(presence, config.presence_count_rate);
         let node = Arc::new(Node {
             stats: (0..config.shards)
                 .map(|_| Arc::new(metrics::ShardStats::default()))
@@ -180,7 +181,7 @@ impl Server {
             router,
             topics: Default::default(),
             backplane,
-            presence: Tracker::new(presence),
+            presence,
             peers,
             pages: page::Pages::build(),
             fd_limit,

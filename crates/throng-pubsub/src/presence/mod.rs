@@ -11,7 +11,12 @@
 //!   the old meta and joins a new one whose `phx_ref_prev` is the old
 //!   `phx_ref` (as `Phoenix.Tracker.Shard.put_update/6`).
 //! - Count mode, for very large topics: `presence_count` `{"count": N}`
-//!   (distinct keys) pushed on join and broadcast when N changes.
+//!   (distinct keys) pushed on join and broadcast when N changes, at most
+//!   once per max(interval, N / rate) seconds (`--presence-count-rate`,
+//!   [`Tracker::with_count_rate`]): a broadcast costs N messages, so this
+//!   bounds a topic's count traffic to about `rate` messages a second
+//!   cluster-wide (N approximates its subscribers on every node) however
+//!   big it grows.
 //!
 //! ## Where Phoenix struggles and what this does instead
 //! Phoenix broadcasts one `presence_diff` per join to every subscriber, so a

@@ -17,10 +17,23 @@
 //! state, which overlaps the diffs still to come). The state's JSON is
 //! encoded at most once per interval, on the first join after a flush,
 //! and shared by every joiner until the next flush changes it.
+//!
+//! Count mode bounds its fan-out: a topic of N keys (about N subscribers
+//! cluster-wide) sends its changed count at most once per `N / rate`
+//! seconds (`--presence-count-rate`), and at most once per flush (once per
+//! interval), so a crowd arriving in a 100,000-key topic costs its
+//! subscribers 20,000 messages a second at the default rate, not 100,000.
+//! Only the clients' message waits: the flush still applies the pending
+//! diff (joiners get the current count) and hands this node's changes to
+//! the store; a topic whose count waits stays dirty, and the flush that
+//! finds it due sends the count of that moment, if it differs from the
+//! last one sent. Time comes from the caller (the shard's loop), so there
+//! is no timer per topic.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -268,6 +281,9 @@ pub struct Flush {
     pub left: usize,
     /// Change in this node's own presences.
     pub own_change: isize,
+    /// Count mode: the count changed but its broadcast waits for the
+    /// bound (the topic stays dirty).
+    pub deferred: bool,
 }
 
 /// The encoded state shared by joiners until the next flush.
@@ -279,8 +295,9 @@ pub struct TopicPresence {
     flushed: Arc<Flushed>,
     pending: Pending,
     cache: Option<StateCache>,
-    /// Count mode: the count last sent.
+    /// Count mode: the count last sent, and when (`None`: never).
     sent_count: usize,
+    sent_at: Option<Instant>,
     /// In its stripe's dirty list.
     pub dirty: bool,
 }
@@ -294,6 +311,7 @@ impl TopicPresence {
             pending: Pending::default(),
             cache: None,
             sent_count: 0,
+            sent_at: None,
             dirty: false,
         }
     }
@@ -396,10 +414,16 @@ impl TopicPresence {
     }
 
     /// Applies the pending diff: returns the message for local subscribers
-    /// and `me`'s own changes, or `None` when nothing is pending.
-    pub fn flush(&mut self, me: u64) -> Option<Flush> {
+    /// and `me`'s own changes, or `None` when nothing is pending (and, in
+    /// count mode, no count waits). In count mode a changed count goes out
+    /// only once `count / count_rate` seconds have passed since the last
+    /// (`count_rate` 0: no bound); until then the topic stays dirty
+    /// (`self.dirty`) for its stripe to flush it again. `now` is the flush's
+    /// time, the same for every topic of the flush.
+    pub fn flush(&mut self, me: u64, now: Instant, count_rate: u64) -> Option<Flush> {
         self.dirty = false;
-        if self.pending.is_empty() {
+        let count_waits = self.mode == Mode::Count && self.flushed.key_count() != self.sent_count;
+        if self.pending.is_empty() && !count_waits {
             return None;
         }
         let pending = std::mem::take(&mut self.pending);
@@ -409,24 +433,34 @@ impl TopicPresence {
             leaves: pending.leaves.values().filter(mine).cloned().collect(),
         };
         let own_change = own.joins.len() as isize - own.leaves.len() as isize;
-        let mut message = match self.mode {
-            Mode::List => Some((
+        let mut message = match (self.mode, pending.is_empty()) {
+            (Mode::List, false) => Some((
                 encode::DIFF,
                 encode::diff(pending.joins.values(), pending.leaves.values()),
             )),
-            Mode::Count => None,
+            _ => None,
         };
-        let state = Arc::make_mut(&mut self.flushed);
-        for (id, (k, _)) in &pending.leaves {
-            state.remove(k, *id);
+        if !pending.is_empty() {
+            let state = Arc::make_mut(&mut self.flushed);
+            for (id, (k, _)) in &pending.leaves {
+                state.remove(k, *id);
+            }
+            for (_, (k, m)) in pending.joins.iter() {
+                state.insert(k.clone(), m.clone());
+            }
+            self.cache = None;
         }
-        for (_, (k, m)) in pending.joins.iter() {
-            state.insert(k.clone(), m.clone());
-        }
-        self.cache = None;
-        if self.mode == Mode::Count && state.key_count() != self.sent_count {
-            self.sent_count = state.key_count();
-            message = Some((encode::COUNT, encode::count(self.sent_count)));
+        let mut deferred = false;
+        let count = self.flushed.key_count();
+        if self.mode == Mode::Count && count != self.sent_count {
+            if self.count_due(count, now, count_rate) {
+                self.sent_count = count;
+                self.sent_at = Some(now);
+                message = Some((encode::COUNT, encode::count(count)));
+            } else {
+                deferred = true;
+                self.dirty = true;
+            }
         }
         Some(Flush {
             message,
@@ -434,7 +468,19 @@ impl TopicPresence {
             joined: pending.joins.len(),
             left: pending.leaves.len(),
             own_change,
+            deferred,
         })
+    }
+
+    /// Whether a count of `count` may go out at `now`: `count / rate`
+    /// seconds after the last one sent (the first at once).
+    fn count_due(&self, count: usize, now: Instant, rate: u64) -> bool {
+        match self.sent_at {
+            Some(at) if rate > 0 => {
+                now.saturating_duration_since(at).as_secs_f64() * rate as f64 >= count as f64
+            }
+            _ => true,
+        }
     }
 
     /// What a joiner gets: in count mode the payload itself; in list mode
@@ -461,262 +507,4 @@ pub enum StateSource {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn meta(owner: u64, seq: u64) -> Meta {
-        Meta {
-            owner,
-            seq,
-            prev: 0,
-            fields: "".into(),
-        }
-    }
-
-    fn diff(t: &mut TopicPresence) -> serde_json::Value {
-        let f = t.flush(1).expect("something pending");
-        serde_json::from_str(&f.message.unwrap().1).unwrap()
-    }
-
-    fn refs(v: &serde_json::Value, side: &str, key: &str) -> Vec<String> {
-        v[side][key]["metas"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|m| m["phx_ref"].as_str().unwrap().to_string())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    #[test]
-    fn join_then_leave_in_one_interval_is_nothing() {
-        let mut t = TopicPresence::new(Mode::List, 1);
-        assert!(t.join("alice".into(), meta(1, 1)));
-        assert!(t.leave("alice", (1, 1)));
-        assert!(t.flush(1).is_none(), "clients hear of neither");
-        assert!(t.flushed().is_empty());
-    }
-
-    #[test]
-    fn many_joins_are_one_diff() {
-        let mut t = TopicPresence::new(Mode::List, 1);
-        for seq in 1..=1000 {
-            t.join(format!("u{seq}").into(), meta(1, seq));
-        }
-        t.join("u1".into(), meta(2, 1)); // a second tab of u1, on another node
-        let f = t.flush(1).unwrap();
-        assert_eq!((f.joined, f.left), (1001, 0));
-        assert_eq!(
-            f.own.joins.len(),
-            1000,
-            "node 2's join is not ours to publish"
-        );
-        let v: serde_json::Value = serde_json::from_str(&f.message.unwrap().1).unwrap();
-        assert_eq!(v["joins"].as_object().unwrap().len(), 1000);
-        assert_eq!(refs(&v, "joins", "u1").len(), 2);
-        assert!(v["leaves"].as_object().unwrap().is_empty());
-        assert!(t.flush(1).is_none(), "nothing pending after a flush");
-        assert_eq!((t.flushed().len(), t.flushed().key_count()), (1001, 1000));
-    }
-
-    #[test]
-    fn leave_then_rejoin_of_a_known_presence_is_nothing() {
-        let mut t = TopicPresence::new(Mode::List, 1);
-        t.join("bob".into(), meta(2, 5));
-        t.flush(1);
-        assert!(t.leave("bob", (2, 5)));
-        assert!(
-            t.join("bob".into(), meta(2, 5)),
-            "a replayed join cancels the leave"
-        );
-        assert!(t.flush(1).is_none());
-        assert_eq!(t.flushed().len(), 1);
-    }
-
-    #[test]
-    fn replays_change_nothing() {
-        let mut t = TopicPresence::new(Mode::List, 1);
-        t.join("bob".into(), meta(2, 5));
-        assert!(!t.join("bob".into(), meta(2, 5)));
-        t.flush(1);
-        assert!(!t.join("bob".into(), meta(2, 5)), "already there");
-        assert!(!t.leave("carol", (2, 9)), "never there");
-        assert!(t.leave("bob", (2, 5)));
-        assert!(!t.leave("bob", (2, 5)), "already leaving");
-        let v = diff(&mut t);
-        assert_eq!(refs(&v, "leaves", "bob").len(), 1);
-        assert!(v["joins"].as_object().unwrap().is_empty());
-    }
-
-    #[test]
-    fn update_is_a_leave_and_a_join_with_prev() {
-        let mut t = TopicPresence::new(Mode::List, 1);
-        t.join("alice".into(), meta(1, 1));
-        t.flush(1);
-        // as Tracker::update does it
-        t.leave("alice", (1, 1));
-        t.join(
-            "alice".into(),
-            Meta {
-                owner: 1,
-                seq: 2,
-                prev: 1,
-                fields: r#""status":"away""#.into(),
-            },
-        );
-        let v = diff(&mut t);
-        let old = super::super::entry::phx_ref(1, 1);
-        assert_eq!(refs(&v, "leaves", "alice"), vec![old.clone()]);
-        let joined = &v["joins"]["alice"]["metas"][0];
-        assert_eq!(joined["phx_ref_prev"], old.as_str());
-        assert_eq!(joined["status"], "away");
-        // updated twice in one interval: clients see the last meta only, the
-        // first never having been announced
-        t.leave("alice", (1, 2));
-        t.join("alice".into(), meta(1, 3));
-        t.leave("alice", (1, 3));
-        t.join(
-            "alice".into(),
-            Meta {
-                owner: 1,
-                seq: 4,
-                prev: 3,
-                fields: "".into(),
-            },
-        );
-        let v = diff(&mut t);
-        assert_eq!(
-            refs(&v, "leaves", "alice"),
-            vec![super::super::entry::phx_ref(1, 2)]
-        );
-        assert_eq!(
-            refs(&v, "joins", "alice"),
-            vec![super::super::entry::phx_ref(1, 4)]
-        );
-        assert_eq!(t.flushed().len(), 1);
-    }
-
-    #[test]
-    fn replace_and_drop_owner() {
-        let mut t = TopicPresence::new(Mode::List, 1);
-        t.join("a".into(), meta(2, 1));
-        t.join("b".into(), meta(2, 2));
-        t.join("c".into(), meta(3, 1));
-        t.flush(1);
-        // owner 2 now has b and d
-        assert!(t.replace(2, vec![("b".into(), meta(2, 2)), ("d".into(), meta(2, 3))]));
-        let v = diff(&mut t);
-        assert_eq!(refs(&v, "leaves", "a").len(), 1);
-        assert_eq!(refs(&v, "joins", "d").len(), 1);
-        assert!(v["joins"].get("b").is_none() && v["leaves"].get("b").is_none());
-        assert!(!t.replace(2, vec![("b".into(), meta(2, 2)), ("d".into(), meta(2, 3))]));
-        assert!(t.replace(2, vec![]));
-        let v = diff(&mut t);
-        assert_eq!(v["leaves"].as_object().unwrap().len(), 2);
-        assert_eq!(t.owners().collect::<Vec<_>>(), vec![3]);
-    }
-
-    #[test]
-    fn state_is_the_flushed_state_encoded_once() {
-        let mut t = TopicPresence::new(Mode::List, 1);
-        t.join("a".into(), meta(1, 1));
-        t.flush(1);
-        t.join("b".into(), meta(1, 2)); // pending: not in the state yet
-        let StateSource::Encode(flushed, cell) = t.state() else {
-            panic!("nothing encoded yet")
-        };
-        let json = cell.get_or_init(|| encode::state(&flushed).into()).clone();
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(v.as_object().unwrap().len(), 1);
-        assert!(v.get("a").is_some());
-        let StateSource::Ready(again) = t.state() else {
-            panic!("encoded once per interval")
-        };
-        assert!(Arc::ptr_eq(&again, &json));
-        t.flush(1);
-        assert!(
-            matches!(t.state(), StateSource::Encode(..)),
-            "a flush invalidates it"
-        );
-    }
-
-    #[test]
-    fn count_mode_sends_counts_when_they_change() {
-        let mut t = TopicPresence::new(Mode::Count, 1);
-        t.join("a".into(), meta(1, 1));
-        t.join("a".into(), meta(1, 2)); // a second tab: still one user
-        let f = t.flush(1).unwrap();
-        assert_eq!(
-            f.message,
-            Some((encode::COUNT, r#"{"count":1}"#.to_string()))
-        );
-        t.join("b".into(), meta(2, 1));
-        t.leave("b", (2, 1));
-        assert!(t.flush(1).is_none());
-        t.leave("a", (1, 2));
-        let f = t.flush(1).unwrap();
-        assert_eq!(f.message, None, "still one user");
-        assert_eq!(f.own.leaves.len(), 1, "but the leave is replicated");
-        let StateSource::Ready(s) = t.state() else {
-            panic!()
-        };
-        assert_eq!(&*s, r#"{"count":1}"#);
-    }
-
-    /// Count mode keeps other nodes' presences as a census: counted,
-    /// replaced and dropped by name, without their keys or metas; this
-    /// node's own keep their metas.
-    #[test]
-    fn count_mode_keeps_a_census_of_other_nodes() {
-        let mut t = TopicPresence::new(Mode::Count, 1);
-        let own = Meta {
-            owner: 1,
-            seq: 1,
-            prev: 0,
-            fields: r#""tab":1"#.into(),
-        };
-        t.join("a".into(), own.clone());
-        t.join("a".into(), meta(2, 1)); // a's second tab, on node 2
-        t.join("b".into(), meta(2, 2));
-        t.join("c".into(), meta(3, 1));
-        let f = t.flush(1).unwrap();
-        assert_eq!(f.message.unwrap().1, r#"{"count":3}"#);
-        assert_eq!((t.flushed().len(), t.flushed().key_count()), (4, 3));
-        assert!(!t.flushed().is_complete(), "only node 1's metas are kept");
-        let kept: Vec<_> = t
-            .flushed()
-            .keys()
-            .map(|(k, m)| (k.to_string(), m.len()))
-            .collect();
-        assert_eq!(kept, vec![("a".to_string(), 1)]);
-        assert_eq!(t.owned_by(1), vec![("a".into(), own)], "with its meta");
-        assert!(!t.join("c".into(), meta(3, 1)), "a replay changes nothing");
-        // node 2 leaves b, then its snapshot says it has nothing more
-        assert!(t.leave("b", (2, 2)));
-        assert!(!t.leave("b", (2, 2)));
-        let f = t.flush(1).unwrap();
-        assert_eq!(f.message.unwrap().1, r#"{"count":2}"#);
-        assert!(f.own.is_empty(), "another node's leave is not published");
-        assert_eq!(t.owned_by(2).len(), 1);
-        assert!(t.replace(2, vec![]));
-        let f = t.flush(1).unwrap();
-        assert_eq!(f.message, None, "a is still there (node 1's tab)");
-        assert_eq!(t.flushed().len(), 2);
-        // node 3 dies
-        assert!(t.replace(3, vec![]));
-        let f = t.flush(1).unwrap();
-        assert_eq!(f.message.unwrap().1, r#"{"count":1}"#);
-        assert!(t.flushed().is_complete(), "only node 1's presence is left");
-        assert_eq!(t.owners().collect::<Vec<_>>(), vec![1]);
-        assert!(t.leave("a", (1, 1)));
-        let f = t.flush(1).unwrap();
-        assert_eq!(
-            f.own.leaves.len(),
-            1,
-            "its own leave is published, with its key"
-        );
-        assert_eq!(&*f.own.leaves[0].0, "a");
-        assert!(t.flushed().is_empty());
-    }
-}
+mod tests;

@@ -10,11 +10,16 @@
 //! topic map; a stripe is never taken while that map is held, and never two
 //! stripes at once. A store's methods may be called under a stripe lock (they
 //! only queue), which keeps one topic's changes in order to the store.
+//!
+//! A count-mode topic whose `presence_count` waits for the count bound
+//! (see [`TopicPresence`]) stays in its stripe's dirty list, so each flush
+//! looks at it again (a comparison) until it goes out.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 use throng_protocol::OwnedPayload;
 
@@ -31,7 +36,7 @@ pub const STRIPES: usize = 64;
 #[derive(Default)]
 struct Stripe {
     topics: HashMap<Arc<str>, TopicPresence>,
-    /// Topics with pending changes, each once.
+    /// Topics with pending changes (or a count that waits), each once.
     dirty: Vec<Arc<str>>,
 }
 
@@ -53,6 +58,9 @@ pub struct PresenceStats {
     pub changes: AtomicU64,
     /// `presence_state` encodings (at most one per topic per interval).
     pub state_encodes: AtomicU64,
+    /// Count mode: flushes whose changed count waited for the count bound
+    /// (one per topic per interval it waited).
+    pub counts_deferred: AtomicU64,
 }
 
 /// A presence payload for one joiner: the event and its JSON, shared.
@@ -68,6 +76,9 @@ pub struct Tracker {
     store: Arc<dyn PresenceStore>,
     stripes: Box<[Mutex<Stripe>]>,
     seq: AtomicU64,
+    /// Count mode: `presence_count` broadcasts per second per topic, about,
+    /// cluster-wide (`--presence-count-rate`; 0: one per interval).
+    count_rate: u64,
     pub stats: PresenceStats,
 }
 
@@ -76,13 +87,21 @@ fn stripe_of(topic: &str) -> usize {
 }
 
 impl Tracker {
-    /// A tracker on `store`, attached to it as its sink.
+    /// A tracker on `store`, attached to it as its sink, whose count-mode
+    /// topics send a changed count every flush (no count bound).
     pub fn new(store: Arc<dyn PresenceStore>) -> Arc<Tracker> {
+        Tracker::with_count_rate(store, 0)
+    }
+
+    /// A tracker whose count-mode topic of N keys sends a changed count at
+    /// most once per `N / count_rate` seconds (and per flush); 0: no bound.
+    pub fn with_count_rate(store: Arc<dyn PresenceStore>, count_rate: u64) -> Arc<Tracker> {
         let tracker = Arc::new(Tracker {
             me: store.node_id(),
             store,
             stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
             seq: AtomicU64::new(0),
+            count_rate,
             stats: PresenceStats::default(),
         });
         let sink: Weak<dyn PresenceSink> = Arc::downgrade(&tracker) as Weak<dyn PresenceSink>;
@@ -263,7 +282,7 @@ impl Tracker {
         stripe.dirty.retain(|t| &**t != topic);
         // Leaves still pending go out with the rest of this node's
         // presences there (normally none: they belonged to local joins).
-        let mut own = match tp.flush(self.me) {
+        let mut own = match tp.flush(self.me, Instant::now(), self.count_rate) {
             Some(f) => {
                 self.account(&f);
                 f.own
@@ -286,23 +305,31 @@ impl Tracker {
         self.stats.topics.fetch_sub(1, Relaxed);
     }
 
-    /// Flushes the stripes shard `shard` of `shards` owns: applies each
-    /// dirty topic's pending diff, hands this node's changes to the store,
-    /// and returns the broadcasts for local subscribers (encoded once).
-    pub fn flush_shard(&self, shard: usize, shards: usize, out: &mut Vec<Arc<Broadcast>>) {
+    /// Flushes the stripes shard `shard` of `shards` owns at `now` (the
+    /// shard loop's clock): applies each dirty topic's pending diff, hands
+    /// this node's changes to the store, and returns the broadcasts for
+    /// local subscribers (encoded once).
+    pub fn flush_shard(
+        &self,
+        shard: usize,
+        shards: usize,
+        now: Instant,
+        out: &mut Vec<Arc<Broadcast>>,
+    ) {
         for i in (shard..STRIPES).step_by(shards.max(1)) {
-            self.flush_stripe(i, out);
+            self.flush_stripe(i, now, out);
         }
     }
 
-    /// Flushes every stripe (tests, and a single flusher).
+    /// Flushes every stripe now (tests, and a single flusher).
     pub fn flush_all(&self, out: &mut Vec<Arc<Broadcast>>) {
+        let now = Instant::now();
         for i in 0..STRIPES {
-            self.flush_stripe(i, out);
+            self.flush_stripe(i, now, out);
         }
     }
 
-    fn flush_stripe(&self, i: usize, out: &mut Vec<Arc<Broadcast>>) {
+    fn flush_stripe(&self, i: usize, now: Instant, out: &mut Vec<Arc<Broadcast>>) {
         let mut messages = Vec::new();
         {
             let mut stripe = self.lock(i);
@@ -310,21 +337,28 @@ impl Tracker {
                 return;
             }
             let stripe = &mut *stripe;
-            for name in std::mem::take(&mut stripe.dirty) {
-                let Some(tp) = stripe.topics.get_mut(&name) else {
-                    continue;
+            let mut dirty = std::mem::take(&mut stripe.dirty);
+            // Keeps the topics whose count waits (`tp.dirty` again).
+            dirty.retain(|name| {
+                let Some(tp) = stripe.topics.get_mut(name) else {
+                    return false;
                 };
-                let Some(f) = tp.flush(self.me) else {
-                    continue;
+                let Some(f) = tp.flush(self.me, now, self.count_rate) else {
+                    return false;
                 };
                 self.account(&f);
+                if f.deferred {
+                    self.stats.counts_deferred.fetch_add(1, Relaxed);
+                }
                 if let Some(m) = f.message {
                     messages.push((name.clone(), m));
                 }
                 if !f.own.is_empty() {
-                    self.store.publish(&name, f.own);
+                    self.store.publish(name, f.own);
                 }
-            }
+                tp.dirty
+            });
+            stripe.dirty = dirty;
         }
         for (topic, (event, payload)) in messages {
             self.stats.diffs.fetch_add(1, Relaxed);
@@ -383,7 +417,7 @@ impl Tracker {
     /// Every metric line of the tracker and its store.
     pub fn render_metrics(&self, out: &mut String) {
         let s = &self.stats;
-        let lines: [(&str, &str, &str, i64); 7] = [
+        let lines: [(&str, &str, &str, i64); 8] = [
             ("throng_presence_topics", "gauge", "Topics whose presence this node keeps (it has subscribers of them).", s.topics.load(Relaxed)),
             ("throng_presence_entries", "gauge", "Presences in this node's copies, every node's.", s.entries.load(Relaxed)),
             ("throng_presence_local_entries", "gauge", "Presences tracked on this node.", s.local_entries.load(Relaxed)),
@@ -391,6 +425,7 @@ impl Tracker {
             ("throng_presence_diff_bytes_total", "counter", "Payload bytes of those broadcasts, once each (before fan-out).", s.diff_bytes.load(Relaxed) as i64),
             ("throng_presence_changes_total", "counter", "Joins and leaves carried by those diffs.", s.changes.load(Relaxed) as i64),
             ("throng_presence_state_encodes_total", "counter", "presence_state encodings (at most one per topic per interval, shared by its joiners).", s.state_encodes.load(Relaxed) as i64),
+            ("throng_presence_counts_deferred_total", "counter", "presence_count broadcasts held back by --presence-count-rate: one per topic per interval its changed count waited.", s.counts_deferred.load(Relaxed) as i64),
         ];
         for (name, kind, help, value) in lines {
             write_metric(out, name, kind, help, value);
@@ -467,5 +502,52 @@ impl PresenceSink for Tracker {
             }
         }
         set.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::presence::LocalPresence;
+
+    fn counts(out: &mut Vec<Arc<Broadcast>>) -> Vec<String> {
+        out.drain(..)
+            .map(|b| match &b.payload {
+                OwnedPayload::Json(j) => j.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_waiting_count_stays_dirty_until_due_and_is_counted() {
+        let t = Tracker::with_count_rate(Arc::new(LocalPresence::new()), 50);
+        let topic: Arc<str> = "live".into();
+        for i in 0..100 {
+            t.track(&topic, Mode::Count, format!("u{i}").into(), "".into());
+        }
+        let (t0, mut out) = (Instant::now(), Vec::new());
+        t.flush_shard(0, 1, t0, &mut out);
+        assert_eq!(counts(&mut out), [r#"{"count":100}"#]);
+        t.track(&topic, Mode::Count, "late".into(), "".into());
+        t.flush_shard(0, 1, t0 + Duration::from_secs(1), &mut out);
+        assert!(out.is_empty(), "101 keys at 50 a second: 2.02 s");
+        assert_eq!(t.stats.counts_deferred.load(Relaxed), 1);
+        // no change since: the count that waited goes out once due
+        t.flush_shard(0, 1, t0 + Duration::from_secs(2), &mut out);
+        assert!(out.is_empty());
+        t.flush_shard(0, 1, t0 + Duration::from_secs(3), &mut out);
+        assert_eq!(counts(&mut out), [r#"{"count":101}"#]);
+        t.flush_shard(0, 1, t0 + Duration::from_secs(9), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(t.stats.counts_deferred.load(Relaxed), 2);
+        let mut metrics = String::new();
+        t.render_metrics(&mut metrics);
+        assert!(
+            metrics.contains("throng_presence_counts_deferred_total 2"),
+            "{metrics}"
+        );
     }
 }

@@ -41,6 +41,7 @@ pub(super) struct FileConfig {
     pub(super) topics: Option<Vec<TopicRule>>,
     pub(super) presence: Option<Vec<RuleFile>>,
     pub(super) presence_interval: Option<u64>,
+    pub(super) presence_count_rate: Option<u64>,
     pub(super) presence_timeout: Option<u64>,
     pub(super) max_presence_bytes: Option<usize>,
 }

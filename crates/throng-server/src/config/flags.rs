@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// out as one presence_diff per topic [default: 1000]
     #[arg(long, value_name = "MS", env = "THRONG_PRESENCE_INTERVAL")]
     pub presence_interval: Option<u64>,
+    /// Count mode's bound: presence_count broadcasts per second per topic;
+    /// a topic of N users gets its changed count at most once per
+    /// max(interval, N / rate) seconds; 0: every interval [default: 20000]
+    #[arg(long, value_name = "N", env = "THRONG_PRESENCE_COUNT_RATE")]
+    pub presence_count_rate: Option<u64>,
     /// Seconds after which a node that stopped (crashed, lost Redis) has
     /// its presences leave everywhere; with --redis [default: 30]
     #[arg(long, value_name = "SECS", env = "THRONG_PRESENCE_TIMEOUT")]

@@ -65,6 +65,10 @@ pub struct Config {
     pub presence: Vec<PresenceRule>,
     /// Between presence diffs.
     pub presence_interval: Duration,
+    /// Count mode: `presence_count` broadcasts per second per topic, about,
+    /// cluster-wide; a topic of N keys sends at most one per N / rate
+    /// seconds. 0: one per interval whatever N.
+    pub presence_count_rate: u64,
     /// A silent node's presences leave after this (with Redis).
     pub presence_timeout: Duration,
     /// A presence's key and meta together.
@@ -107,6 +111,7 @@ impl Default for Config {
             public_metrics: false,
             presence: Vec::new(),
             presence_interval: Duration::from_millis(1000),
+            presence_count_rate: 20_000,
             presence_timeout: Duration::from_secs(30),
             max_presence_bytes: 1024,
         }
@@ -272,6 +277,10 @@ impl ServeArgs {
             worker_index: self.worker_index,
             presence,
             presence_interval: Duration::from_millis(interval),
+            presence_count_rate: self
+                .presence_count_rate
+                .or(file.presence_count_rate)
+                .unwrap_or(d.presence_count_rate),
             presence_timeout: Duration::from_secs(timeout),
             max_presence_bytes: self
                 .max_presence_bytes
@@ -391,7 +400,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("throng-cfg-pres-{}", std::process::id()));
         std::fs::write(
             &path,
-            "presence_interval = 500\n[[presence]]\npattern = \"rooms:*\"\nkey = \"param:user\"\n\n[[presence]]\npattern = \"live:*\"\nkey = \"user_id\"\nmode = \"count\"\n",
+            "presence_interval = 500\npresence_count_rate = 50\n[[presence]]\npattern = \"rooms:*\"\nkey = \"param:user\"\n\n[[presence]]\npattern = \"live:*\"\nkey = \"user_id\"\nmode = \"count\"\n",
         )
         .unwrap();
         let c = ServeArgs {
@@ -406,7 +415,9 @@ mod tests {
         assert_eq!(c.presence[1].mode, crate::presence::Mode::Count);
         assert_eq!(c.presence_interval, Duration::from_millis(500));
         assert_eq!(c.presence_timeout, Duration::from_secs(5));
+        assert_eq!(c.presence_count_rate, 50);
         let w = workers::as_worker(&c, 0, 1);
+        assert_eq!(w.presence_count_rate, 50);
         assert_eq!(w.presence, c.presence);
         assert_eq!(
             (w.presence_interval, w.presence_timeout),

@@ -61,6 +61,8 @@ impl Config {
             index.to_string(),
             "--presence-interval".into(),
             self.presence_interval.as_millis().to_string(),
+            "--presence-count-rate".into(),
+            self.presence_count_rate.to_string(),
             "--presence-timeout".into(),
             self.presence_timeout.as_secs().to_string(),
             "--max-presence-bytes".into(),

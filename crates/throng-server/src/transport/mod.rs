@@ -317,7 +317,7 @@ impl Shard {
         let mut out = std::mem::take(&mut self.presence_out);
         self.node
             .presence
-            .flush_shard(self.id, self.node.config.shards, &mut out);
+            .flush_shard(self.id, self.node.config.shards, now, &mut out);
         for b in out.drain(..) {
             self.conns.deliver(&b);
             self.node.fan_out(Some(self.id), b);
