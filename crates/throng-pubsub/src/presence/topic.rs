@@ -80,13 +80,32 @@ struct Census {
     hasher: RandomState,
     /// Presences per key hash.
     keys: HashMap<u64, u32>,
-    /// Every presence's key hash, by name.
-    ids: HashMap<Ref, u64>,
+    /// Every presence's key hash, by owner and sequence number (a map
+    /// per owner: 16 bytes a presence instead of 24, and a dead owner's
+    /// presences at hand).
+    ids: HashMap<u64, HashMap<u64, u64>>,
 }
 
 impl Census {
     fn hash(&self, key: &str) -> u64 {
         self.hasher.hash_one(key)
+    }
+
+    fn contains(&self, (owner, seq): Ref) -> bool {
+        self.ids.get(&owner).is_some_and(|o| o.contains_key(&seq))
+    }
+
+    fn insert(&mut self, (owner, seq): Ref, h: u64) {
+        self.ids.entry(owner).or_default().insert(seq, h);
+    }
+
+    fn remove(&mut self, (owner, seq): Ref) -> Option<u64> {
+        let of_owner = self.ids.get_mut(&owner)?;
+        let h = of_owner.remove(&seq)?;
+        if of_owner.is_empty() {
+            self.ids.remove(&owner);
+        }
+        Some(h)
     }
 }
 
@@ -156,7 +175,7 @@ impl Flushed {
     /// Whether presence `id` of `key` is here.
     fn contains(&self, key: &str, id: Ref) -> bool {
         match &self.census {
-            Some(c) => c.ids.contains_key(&id),
+            Some(c) => c.contains(id),
             None => self.get(key, id).is_some(),
         }
     }
@@ -166,7 +185,7 @@ impl Flushed {
         self.len += 1;
         if let Some(c) = &mut self.census {
             let h = c.hash(&key);
-            c.ids.insert(meta.id(), h);
+            c.insert(meta.id(), h);
             *c.keys.entry(h).or_default() += 1;
             if meta.owner != self.me {
                 return;
@@ -178,7 +197,7 @@ impl Flushed {
 
     fn remove(&mut self, key: &str, id: Ref) {
         if let Some(c) = &mut self.census {
-            let Some(h) = c.ids.remove(&id) else {
+            let Some(h) = c.remove(id) else {
                 return;
             };
             if let Some(n) = c.keys.get_mut(&h) {
@@ -231,9 +250,10 @@ impl Flushed {
         match &self.census {
             Some(c) if owner != self.me => c
                 .ids
-                .keys()
-                .filter(|id| id.0 == owner)
-                .map(|&(owner, seq)| {
+                .get(&owner)
+                .into_iter()
+                .flat_map(|o| o.keys())
+                .map(|&seq| {
                     let meta = Meta {
                         owner,
                         seq,
