@@ -54,7 +54,14 @@ test("API broadcast and topics span both nodes; disconnect closes the user's soc
     const res = await api(a, "POST", "/api/broadcast", {topic: "rooms:lobby", event: "announce", payload: {n}})
     assert.equal(res.status, 200)
     return all.every(m => m.announces.includes(n))
-  }, 10000, "an API broadcast through A on every socket of A and B", 200)
+  }, 10000, "an API broadcast through A on every socket of A and B", 200).catch(e => {
+    // Which socket missed it, and in what state (a CI run once timed out here).
+    const seen = ["alice on A", "alice on B", "bob on B"].map((who, i) => ({
+      who, last: all[i].announces.slice(-3), count: all[i].announces.length,
+      closes: all[i].closeCodes, socket: all[i].socket.connectionState(), channel: all[i].channel.state,
+    }))
+    throw new Error(`${e.message} (${n} sent): ${JSON.stringify(seen)}`)
+  })
 
   const topics = await (await api(b, "GET", "/api/topics")).json()
   assert.equal(topics.nodes, 2, JSON.stringify(topics))
