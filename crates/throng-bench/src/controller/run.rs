@@ -421,7 +421,12 @@ impl Run {
             .roles
             .iter()
             .any(|r| r.session.iter().any(|s| matches!(s, Step::Hold)));
-        let limit = self.hold.unwrap_or(if parks_forever { 60.0 } else { 10.0 });
+        // By default, long enough for what the sessions wait on purpose
+        // (`--broadcast-after` 60 once ended the hold as its broadcast went
+        // out: 63,416 of 100,000 receipts, counted as if that were all).
+        let limit = self
+            .hold
+            .unwrap_or(if parks_forever { 60.0 } else { 10.0 } + self.sc.scheduled_after_barrier());
         let mut last_recv = (u64::MAX, Instant::now());
         loop {
             self.agents.pump(Duration::from_millis(50))?;
@@ -437,6 +442,18 @@ impl Run {
             }
             let held = now.duration_since(start).as_secs_f64();
             if held >= limit {
+                if let Some(c) = self.agents.total() {
+                    // Sessions meant to park but still running their steps
+                    // (a publisher yet to broadcast), or receipts still out.
+                    let expected = c.bcast_sent * c.open;
+                    let running = c.active().saturating_sub(c.holding);
+                    if c.bcast_recv < expected || (parks_forever && running > 0) {
+                        eprintln!(
+                            "\nwarning: the hold ended after {limit:.0} s with {} of {expected} broadcast receipts in and {running} sessions still running their steps (broadcasts unsent or on their way); a longer --hold waits for them",
+                            c.bcast_recv
+                        );
+                    }
+                }
                 break;
             }
             // Sessions that park: done once everyone is parked and broadcasts stop arriving.
