@@ -85,7 +85,10 @@ pub struct BenchArgs {
     pub token: Option<String>,
     /// Seconds to keep everyone connected after the ramp-up before the
     /// disconnect storm (default: until sessions park and broadcasts are
-    /// delivered, at most 60 s; 10 s when sessions never park, such as Tsung think loops).
+    /// delivered, at most 60 s; 10 s when sessions never park, such as Tsung
+    /// think loops; plus what the sessions wait on purpose after the ramp-up,
+    /// such as --broadcast-after). A hold that ends with broadcasts still
+    /// out says so.
     #[arg(long)]
     pub hold: Option<f64>,
     /// The embedded server's idle timeout (default: the server's, or 0 when

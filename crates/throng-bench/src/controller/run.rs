@@ -410,7 +410,8 @@ impl Run {
 
     /// Phase 5: release the barrier and hold: until every session is parked and
     /// every broadcast delivered, or `--hold` seconds (default: 60 s at most
-    /// when sessions park, 10 s when they never do, such as think loops).
+    /// when sessions park, 10 s when they never do, such as think loops,
+    /// plus what the sessions wait on purpose after the barrier).
     fn hold(&mut self) -> Result<Hold, BenchError> {
         self.agents.send_all(&ToAgent::Release)?;
         let start = Instant::now();
