@@ -168,33 +168,34 @@ impl Node {
 
     /// Waits (at most `within`) until this node lists exactly `want`.
     pub fn await_list(&self, topic: &str, want: &Listing, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            let got = self.list(topic);
-            if &got == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node {:016x} lists {got:?} on {topic}, expected {want:?}",
-                self.id()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        self.await_seen("lists", topic, || self.list(topic), want, within);
     }
 
     /// Waits (at most `within`) until this node counts `want` distinct
     /// keys on `topic`.
     pub fn await_count(&self, topic: &str, want: usize, within: Duration) {
+        let seen = || self.tracker.count(topic);
+        self.await_seen("counts", topic, seen, &Some(want), within);
+    }
+
+    /// Polls `seen` until it gives `want`; fails past `within`.
+    fn await_seen<T: PartialEq + std::fmt::Debug>(
+        &self,
+        what: &str,
+        topic: &str,
+        seen: impl Fn() -> T,
+        want: &T,
+        within: Duration,
+    ) {
         let deadline = Instant::now() + within;
         loop {
-            let got = self.tracker.count(topic);
-            if got == Some(want) {
+            let got = seen();
+            if &got == want {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "node {:016x} counts {got:?} on {topic}, expected {want}",
+                "node {:016x} {what} {got:?} on {topic}, expected {want:?}",
                 self.id()
             );
             std::thread::sleep(Duration::from_millis(5));
