@@ -38,6 +38,26 @@ pub(super) struct AgentLink {
     pub fired: Vec<(u32, f64, u64)>,
 }
 
+impl AgentLink {
+    /// `, exited with ...` if a local agent has exited (waited for up to
+    /// a second: it may be dying), else nothing.
+    fn exit_status(&mut self) -> String {
+        let Some(child) = self.child.as_mut() else {
+            return String::new();
+        };
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return format!("; the agent {status}"),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => return "; the agent is still running".into(),
+            }
+        }
+    }
+}
+
 impl Drop for AgentLink {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -53,7 +73,8 @@ const MAX_PENDING: usize = 256;
 /// A line from agent `i`, or its link closing.
 enum Event {
     Msg(usize, Box<ToController>),
-    Gone(usize),
+    /// A link closed, unreadable or silent: why.
+    Gone(usize, String),
 }
 
 /// Every agent of the run.
@@ -122,8 +143,12 @@ impl Agents {
                                 break;
                             }
                         }
-                        _ => {
-                            let _ = tx.send(Event::Gone(idx));
+                        Ok(None) => {
+                            let _ = tx.send(Event::Gone(idx, "its link closed".into()));
+                            break;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Event::Gone(idx, format!("its link failed: {e}")));
                             break;
                         }
                     }
@@ -215,9 +240,9 @@ impl Agents {
                         ready += 1;
                     }
                 }
-                Ok(Event::Gone(i)) => {
+                Ok(Event::Gone(i, why)) => {
                     return Err(BenchError::Protocol(format!(
-                        "agent {i} left before it was ready"
+                        "agent {i} left before it was ready: {why}"
                     )))
                 }
                 Err(_) => {
@@ -257,10 +282,11 @@ impl Agents {
                     }
                     _ => {}
                 },
-                Ok(Event::Gone(i)) => {
+                Ok(Event::Gone(i, why)) => {
                     if self.links[i].final_.is_none() && !self.links[i].finished {
+                        let exit = self.links[i].exit_status();
                         return Err(BenchError::Protocol(format!(
-                            "agent {i} (pid {}) went away mid-run",
+                            "agent {i} (pid {}) went away mid-run: {why}{exit}",
                             self.links[i].pid
                         )));
                     }
