@@ -49,11 +49,11 @@ pub type Metas = SmallVec<[Meta; 1]>;
 /// In list mode every presence with its meta (clients get them all). In
 /// count mode clients only ever get the number of distinct keys, so the
 /// other nodes' presences are kept as a [`Census`] (a presence's name and
-/// its key's hash, ~40 bytes) instead of key and meta (~150 bytes), and
+/// its key's hash, ~44 bytes) instead of key and meta (~150 bytes), and
 /// only this node's own keep their metas (to publish and rewrite them):
 /// every node keeps a copy of the topic, so in a 100,000-user topic on six
-/// workers that is the difference between 1.2 KiB and ~0.6 KiB of server
-/// memory per connection.
+/// workers (and Redis) server memory per connection measured 1.2 KiB
+/// before and 964-1,000 B after (BENCHMARKS.md).
 #[derive(Clone, Default, Debug)]
 pub struct Flushed {
     /// Presences with their metas: every one in list mode; in count mode
@@ -109,12 +109,19 @@ impl Census {
     }
 }
 
-/// The key of a pending leave of another node's presence in count mode,
-/// whose key is not kept: nothing reads it (only this node's own changes
-/// are published, and the census finds the presence by name).
-fn unknown_key() -> Arc<str> {
+/// Another node's presence `id` in count mode, where only its name is
+/// kept: an empty key and meta stand in for them. Nothing reads either
+/// (only this node's own changes are published, and the census finds a
+/// presence by name).
+fn by_name_only((owner, seq): Ref) -> (Arc<str>, Meta) {
     static EMPTY: OnceLock<Arc<str>> = OnceLock::new();
-    EMPTY.get_or_init(|| Arc::from("")).clone()
+    let meta = Meta {
+        owner,
+        seq,
+        prev: 0,
+        fields: "".into(),
+    };
+    (EMPTY.get_or_init(|| Arc::from("")).clone(), meta)
 }
 
 impl Flushed {
@@ -242,7 +249,7 @@ impl Flushed {
     }
 
     /// `owner`'s presences: with their metas, or (another node's in count
-    /// mode) by name only, under [`unknown_key`] with an empty meta.
+    /// mode) by name only ([`by_name_only`]).
     fn of_owner(&self, owner: u64) -> Vec<(Arc<str>, Meta)> {
         if !self.owners.contains_key(&owner) {
             return Vec::new();
@@ -253,15 +260,7 @@ impl Flushed {
                 .get(&owner)
                 .into_iter()
                 .flat_map(|o| o.keys())
-                .map(|&seq| {
-                    let meta = Meta {
-                        owner,
-                        seq,
-                        prev: 0,
-                        fields: "".into(),
-                    };
-                    (unknown_key(), meta)
-                })
+                .map(|&seq| by_name_only((owner, seq)))
                 .collect(),
             _ => self
                 .keys
@@ -365,15 +364,7 @@ impl TopicPresence {
         let entry = match self.flushed.get(key, id) {
             Some((k, m)) => (k.clone(), m.clone()),
             // Count mode keeps another node's presence by name only.
-            None if self.flushed.contains(key, id) => (
-                unknown_key(),
-                Meta {
-                    owner: id.0,
-                    seq: id.1,
-                    prev: 0,
-                    fields: "".into(),
-                },
-            ),
+            None if self.flushed.contains(key, id) => by_name_only(id),
             None => return false,
         };
         self.pending.leaves.insert(id, entry);
