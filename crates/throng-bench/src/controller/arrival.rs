@@ -155,7 +155,6 @@ impl RateControl {
         let standing = self
             .waiting_since
             .is_some_and(|since| s.t - since >= tolerance);
-        let (queued, hard) = (standing, standing && s.oldest_ms > HARD_MS);
         // Handshakes completed per second over a window longer than the
         // waits tolerated: what the server and machine actually took (the
         // offered rate when no queue stood); over a shorter one it says
@@ -185,9 +184,9 @@ impl RateControl {
         } else if s.timeouts <= prev.timeouts && s.oldest_ms > TARGET_MS / 4 && draining {
             // A queue that is draining already needs no deeper cut.
             return None;
-        } else if s.timeouts > prev.timeouts || hard {
+        } else if s.timeouts > prev.timeouts || (standing && s.oldest_ms > HARD_MS) {
             self.cut(&s, achieved, 0.5, 1.0)
-        } else if queued {
+        } else if standing {
             self.cut(&s, achieved, 0.8, 0.5)
         } else if s.oldest_ms > TARGET_MS / 2
             || (machine >= 0.98 && s.in_flight > prev.in_flight && s.in_flight > 10)
