@@ -216,6 +216,17 @@ impl Counters {
     pub fn active(&self) -> u64 {
         self.started.saturating_sub(self.ended)
     }
+
+    /// Sessions running their steps now, not parked in `hold`.
+    pub fn unparked(&self) -> u64 {
+        self.active().saturating_sub(self.holding)
+    }
+
+    /// Broadcast receipts due so far: every broadcast sent, to every open
+    /// connection.
+    pub fn receipts_due(&self) -> u64 {
+        self.bcast_sent * self.open
+    }
 }
 
 /// Latency histograms, microseconds.

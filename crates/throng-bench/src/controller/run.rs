@@ -446,11 +446,10 @@ impl Run {
                 if let Some(c) = self.agents.total() {
                     // Sessions meant to park but still running their steps
                     // (a publisher yet to broadcast), or receipts still out.
-                    let expected = c.bcast_sent * c.open;
-                    let running = c.active().saturating_sub(c.holding);
-                    if c.bcast_recv < expected || (parks_forever && running > 0) {
+                    let (due, running) = (c.receipts_due(), c.unparked());
+                    if c.bcast_recv < due || (parks_forever && running > 0) {
                         eprintln!(
-                            "\nwarning: the hold ended after {limit:.0} s with {} of {expected} broadcast receipts in and {running} sessions still running their steps (broadcasts unsent or on their way); a longer --hold waits for them",
+                            "\nwarning: the hold ended after {limit:.0} s with {} of {due} broadcast receipts in and {running} sessions still running their steps (broadcasts unsent or on their way); a longer --hold waits for them",
                             c.bcast_recv
                         );
                     }
@@ -463,12 +462,9 @@ impl Run {
                     if c.bcast_recv != last_recv.0 {
                         last_recv = (c.bcast_recv, now);
                     }
-                    let live_sessions = c.active();
-                    let parked = live_sessions == c.holding;
-                    let expected = c.bcast_sent * c.open;
-                    let delivered = c.bcast_recv >= expected
+                    let delivered = c.bcast_recv >= c.receipts_due()
                         || now.duration_since(last_recv.1) > Duration::from_secs(3);
-                    if live_sessions == 0 || (parked && delivered) {
+                    if c.active() == 0 || (c.unparked() == 0 && delivered) {
                         break;
                     }
                 }
