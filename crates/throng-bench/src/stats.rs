@@ -48,6 +48,7 @@ pub struct ErrorDetail {
     /// Of `closed`: close frames by code (1005: one without a code), and
     /// closes without a frame: a reset (ECONNRESET, EPIPE, ECONNABORTED) or
     /// the end of the stream.
+    #[serde(deserialize_with = "code_keys")]
     pub close_codes: BTreeMap<u16, u64>,
     pub reset: u64,
     pub eof: u64,
@@ -58,6 +59,22 @@ pub struct ErrorDetail {
     pub fds: u64,
     pub buffers: u64,
     pub capacity: u64,
+}
+
+/// Reads close codes keyed by their JSON text (`{"1001": 3}`). serde's
+/// derived map would read them only from a plain document: inside the
+/// tagged messages of the controller link the keys arrive buffered as
+/// strings and a `u16` refuses them, and one server close then cut an
+/// agent's link mid-run (it did at 1,000,000 with heartbeats).
+fn code_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<u16, u64>, D::Error> {
+    BTreeMap::<String, u64>::deserialize(d)?
+        .into_iter()
+        .map(|(k, n)| {
+            k.parse()
+                .map(|code| (code, n))
+                .map_err(|_| serde::de::Error::custom(format!("close code {k:?}")))
+        })
+        .collect()
 }
 
 impl ErrorDetail {

@@ -396,6 +396,31 @@ mod tests {
         assert!(recv::<ToAgent>(&mut r, MAX_LINE).unwrap().is_none());
     }
 
+    /// Progress with server close codes crosses the link (the codes are map
+    /// keys inside a tagged message).
+    #[test]
+    fn progress_with_close_codes_round_trips() {
+        let mut counters = crate::stats::Counters::default();
+        counters.errors.closed = 3;
+        counters.errors.detail.close_codes.insert(1001, 2);
+        counters.errors.detail.close_codes.insert(1011, 1);
+        let mut buf = Vec::new();
+        send(
+            &mut buf,
+            &ToController::Progress(Box::new(counters.clone())),
+        )
+        .unwrap();
+        let mut r = std::io::BufReader::new(&buf[..]);
+        let Some(ToController::Progress(c)) = recv::<ToController>(&mut r, MAX_LINE).unwrap()
+        else {
+            panic!("not a progress message")
+        };
+        assert_eq!(
+            c.errors.detail.close_codes,
+            counters.errors.detail.close_codes
+        );
+    }
+
     #[test]
     fn lines_are_bounded() {
         let mut long = vec![b'x'; 100];
