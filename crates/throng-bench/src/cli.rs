@@ -47,6 +47,12 @@ pub struct BenchArgs {
     /// server then gets no idle timeout.
     #[arg(long)]
     pub heartbeat: Option<f64>,
+    /// Seconds between the points of the grid heartbeats fall on, shared by
+    /// every agent on the host (default 0.1): each connection keeps its own
+    /// phase and interval, and the server's processes read the heartbeats
+    /// due in one step together. 0: each at its own millisecond.
+    #[arg(long)]
+    pub heartbeat_grid: Option<f64>,
     /// Seconds a TCP connect plus WebSocket upgrade may take before it
     /// counts as a timeout (default: the scenario's, 10).
     #[arg(long)]
@@ -225,6 +231,10 @@ impl BenchArgs {
                 )));
             }
             scenario.heartbeat = h;
+        }
+        if let Some(g) = self.heartbeat_grid {
+            scenario.heartbeat_grid = g;
+            scenario.validate()?;
         }
         if let Some(p) = &self.presence {
             scenario.presence = (p != "off").then(|| p.clone());

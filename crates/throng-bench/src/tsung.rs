@@ -157,6 +157,7 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
         name: "tsung".into(),
         serializer: Vsn::V1,
         heartbeat: 0.0,
+        heartbeat_grid: 0.1,
         connect_timeout: 10.0,
         reply_timeout: 10.0,
         presence: None,

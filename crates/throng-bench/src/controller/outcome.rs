@@ -194,6 +194,7 @@ impl Run {
             floor: floor.clone(),
             heartbeats: report::Heartbeats {
                 interval_secs: self.sc.heartbeat,
+                grid_secs: self.sc.heartbeat_grid,
                 sent: fin.hb_sent,
                 per_sec_at_hold: hb_at_hold,
                 background: self

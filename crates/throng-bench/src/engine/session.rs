@@ -13,12 +13,6 @@ use super::socket::ErrKind;
 use super::{Cause, Engine};
 use crate::scenario::Op;
 
-/// A timer kind: the connection's one pending deadline (think, connect or
-/// reply timeout).
-pub(super) const TIMER_STEP: u8 = 0;
-/// A timer kind: the connection's next heartbeat.
-pub(super) const TIMER_HEARTBEAT: u8 = 1;
-
 impl Engine {
     /// Starts global user `g` (0-based): a connection running its role's
     /// program, or a `local_limit` error when the agent holds its capacity.
@@ -40,16 +34,43 @@ impl Engine {
         self.advance(token);
     }
 
-    /// Adds a timer of `kind` for the connection at `at` ms.
-    pub(super) fn schedule(&mut self, token: usize, at: u32, kind: u8) {
-        self.timers.push(Reverse((at, token as u32, kind)));
+    /// Adds the connection's step timer (think, connect or reply timeout)
+    /// at `at` ms.
+    pub(super) fn schedule(&mut self, token: usize, at: u32) {
+        self.timers.push(Reverse((at, token as u32)));
     }
 
-    /// Fires every due timer: wakes sleepers, times out connects and
-    /// replies, sends heartbeats.
+    /// Schedules the connection's next heartbeat at the first grid point at
+    /// or after `at` ms (see `Engine::grid_ms`).
+    pub(super) fn schedule_heartbeat(&mut self, token: usize, at: u32) -> u32 {
+        let at = self.on_grid(at);
+        self.hb_timers.push(Reverse((at, token as u32)));
+        at
+    }
+
+    /// Fires every due timer: sends heartbeats, wakes sleepers, times out
+    /// connects and replies.
     pub(super) fn fire_timers(&mut self) {
         let now = self.now_ms();
-        while let Some(Reverse((at, token, kind))) = self.timers.peek().copied() {
+        while let Some(Reverse((at, token))) = self.hb_timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.hb_timers.pop();
+            let t = token as usize;
+            let Some(c) = self.conns.get_mut(t) else {
+                continue;
+            };
+            if c.hb_ms == at && !matches!(c.state, State::Connecting | State::Handshaking) {
+                let next = at.wrapping_add(self.heartbeat_ms);
+                self.send_heartbeat(t);
+                if self.conns.contains(t) {
+                    let next = self.schedule_heartbeat(t, next);
+                    self.conns[t].hb_ms = next;
+                }
+            }
+        }
+        while let Some(Reverse((at, token))) = self.timers.peek().copied() {
             if at > now {
                 break;
             }
@@ -58,17 +79,6 @@ impl Engine {
             let Some(c) = self.conns.get_mut(t) else {
                 continue;
             };
-            if kind == TIMER_HEARTBEAT {
-                if c.hb_ms == at && !matches!(c.state, State::Connecting | State::Handshaking) {
-                    let next = at.wrapping_add(self.heartbeat_ms);
-                    c.hb_ms = next;
-                    self.send_heartbeat(t);
-                    if self.conns.contains(t) {
-                        self.schedule(t, next, TIMER_HEARTBEAT);
-                    }
-                }
-                continue;
-            }
             if c.deadline_ms != at {
                 continue;
             }
@@ -117,7 +127,7 @@ impl Engine {
                         };
                         c.state = State::Awaiting;
                         c.deadline_ms = at;
-                        self.schedule(token, at, TIMER_STEP);
+                        self.schedule(token, at);
                         return;
                     }
                 }
@@ -125,7 +135,7 @@ impl Engine {
                     let at = (self.epoch.elapsed().as_millis() as u32).wrapping_add(*ms);
                     c.state = State::Sleeping;
                     c.deadline_ms = at;
-                    self.schedule(token, at, TIMER_STEP);
+                    self.schedule(token, at);
                     return;
                 }
                 Op::LoopStart { times, slot, end } => {

@@ -522,3 +522,61 @@ fn engine_reads_large_presence_messages_list() {
 fn engine_follows_presence_counts() {
     run_presence(true);
 }
+
+/// Runs `users` connections beating every 0.3 s on a `grid` s grid until
+/// each has sent three heartbeats; returns the wall-clock ms (Unix epoch)
+/// of every heartbeat time the engine chose.
+fn heartbeat_times(grid: f64) -> Vec<u64> {
+    let addr = stand_in_server(Vsn::V2, false);
+    let users = 16;
+    let mut sc = chat(Phase::at_rate(users, 2000.0), 0, 1, 0.0, Vsn::V2);
+    sc.heartbeat = 0.3;
+    sc.heartbeat_grid = grid;
+    let mut engine = Engine::new(Plan {
+        scenario: sc,
+        target: addr,
+        host: addr.to_string(),
+        bind_sources: true,
+        index: 0,
+        agents: 1,
+        capacity: 1000,
+        adaptive: false,
+    })
+    .unwrap();
+    engine.start();
+    let wall0 = engine.epoch_rt_ns / 1_000_000;
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.counters.hb_sent < 3 * users {
+        engine.turn(Duration::from_millis(5)).unwrap();
+        for (_, c) in engine.conns.iter() {
+            if c.hb_ms != 0 && !seen.contains(&(c.user, c.hb_ms)) {
+                seen.push((c.user, c.hb_ms));
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "heartbeats missing: {:?}",
+            engine.counters
+        );
+    }
+    seen.into_iter().map(|(_, ms)| wall0 + ms as u64).collect()
+}
+
+/// Heartbeats fall on the grid the agents share (points of the Unix epoch's
+/// milliseconds), whatever the engine's own start; without a grid they
+/// keep each connection's own phase.
+#[test]
+fn heartbeats_fall_on_the_shared_grid() {
+    let on = heartbeat_times(0.1);
+    assert!(on.len() >= 32, "{on:?}");
+    // The engine's realtime mark and its monotonic zero are read one after
+    // the other: a point may be 1 ms off.
+    assert!(
+        on.iter().all(|ms| matches!(ms % 100, 0 | 1 | 99)),
+        "off the grid: {on:?}"
+    );
+    let off = heartbeat_times(0.0);
+    let phases: std::collections::BTreeSet<u64> = off.iter().map(|ms| ms % 100 / 5).collect();
+    assert!(phases.len() > 3, "without a grid, phases spread: {off:?}");
+}

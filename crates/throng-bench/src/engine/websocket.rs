@@ -12,7 +12,6 @@ use throng_protocol::handshake::{parse_client_response, write_client_request};
 
 use super::conn::{Rx, State};
 use super::large::MAX_MESSAGE;
-use super::session::{TIMER_HEARTBEAT, TIMER_STEP};
 use super::socket::{classify, open_socket, ErrKind};
 use super::{Cause, Engine};
 use crate::scenario::{Op, Program};
@@ -51,7 +50,7 @@ impl Engine {
         c.state = State::Connecting;
         c.mark_us = now_us;
         c.deadline_ms = at;
-        self.schedule(token, at, TIMER_STEP);
+        self.schedule(token, at);
     }
 
     /// Dispatches one readiness event of a connection.
@@ -303,9 +302,8 @@ impl Engine {
         if hb > 0 {
             let spread = (c.user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
             let first = 1 + ((spread * hb as u64) >> 32) as u32;
-            let at = now_ms.wrapping_add(first.min(hb));
-            c.hb_ms = at;
-            self.schedule(token, at, TIMER_HEARTBEAT);
+            let at = self.schedule_heartbeat(token, now_ms.wrapping_add(first.min(hb)));
+            self.conns[token].hb_ms = at;
         }
     }
 

@@ -225,11 +225,14 @@ pub struct FloorReport {
     pub note: String,
 }
 
-/// Heartbeats: phoenix.js's interval, spread evenly over it.
+/// Heartbeats: phoenix.js's interval, spread evenly over it on a grid.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Heartbeats {
     pub interval_secs: f64,
+    /// The grid they fall on, shared by the agents (`--heartbeat-grid`;
+    /// 0: none).
+    pub grid_secs: f64,
     pub sent: u64,
     /// Per second while everyone was connected (the hold): the background
     /// load under the broadcasts.
@@ -507,6 +510,7 @@ mod tests {
             "/broadcast/floor_ratio",
             "/broadcast/server_cpu_us_per_receiver",
             "/heartbeats/per_sec_at_hold",
+            "/heartbeats/grid_secs",
             "/os/lacking",
             "/os/advice",
             "/connections/connected",

@@ -411,8 +411,13 @@ pub fn table(r: &Report) -> String {
         "heartbeats (background load)",
         if h.interval_secs > 0.0 {
             format!(
-                "every {} s per connection, spread evenly: {}/s while held; the quiet plateau cost server {}%, {}, machine {}% (of a core)",
+                "every {} s per connection, spread evenly{}: {}/s while held; the quiet plateau cost server {}%, {}, machine {}% (of a core)",
                 float(h.interval_secs),
+                if h.grid_secs > 0.0 {
+                    format!(" on a {} s grid the agents share", float(h.grid_secs))
+                } else {
+                    String::new()
+                },
                 float(h.per_sec_at_hold),
                 opt(h.background.server_pct),
                 h.background.agents.agents_pct(),

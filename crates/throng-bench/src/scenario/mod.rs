@@ -38,6 +38,11 @@ pub struct Scenario {
     /// send one every 30 s); 0 sends none.
     #[serde(default)]
     pub heartbeat: f64,
+    /// Seconds between the points of the grid heartbeats fall on, shared by
+    /// every agent on the host (0.1 s by default; 0: each connection at its
+    /// own millisecond). See `Engine::grid_ms` in `engine`.
+    #[serde(default = "default_heartbeat_grid")]
+    pub heartbeat_grid: f64,
     /// Seconds a TCP connect plus WebSocket handshake may take.
     #[serde(default = "default_timeout")]
     pub connect_timeout: f64,
@@ -58,6 +63,10 @@ pub struct Scenario {
 
 fn default_name() -> String {
     "scenario".into()
+}
+
+fn default_heartbeat_grid() -> f64 {
+    0.1
 }
 
 fn default_timeout() -> f64 {
@@ -233,6 +242,12 @@ impl Scenario {
         }
         if self.roles.is_empty() {
             return Err(BenchError::Scenario("no [[roles]]".into()));
+        }
+        if !(self.heartbeat_grid.is_finite() && (0.0..=60.0).contains(&self.heartbeat_grid)) {
+            return Err(BenchError::Scenario(format!(
+                "heartbeat_grid {}: seconds from 0 (none) to 60",
+                self.heartbeat_grid
+            )));
         }
         if self.roles.len() > 255 {
             return Err(BenchError::Scenario("at most 255 roles".into()));
@@ -451,6 +466,7 @@ pub fn chat(
         name: "chat".into(),
         serializer,
         heartbeat: 30.0,
+        heartbeat_grid: default_heartbeat_grid(),
         connect_timeout: default_timeout(),
         reply_timeout: default_timeout(),
         presence: None,
