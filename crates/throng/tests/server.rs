@@ -74,6 +74,36 @@ fn idle_sockets_are_swept_and_active_ones_stay() {
     assert_eq!(server.await_metric("throng_websockets", 5, |v| v == 1), 1);
 }
 
+/// A socket whose client spoke is not idle, even when the server has not
+/// read it yet: the server is stopped past the idle timeout while 1,100
+/// clients (more than one turn's batch of events) each send a heartbeat,
+/// then resumed. Every one must get its reply and none an idle close.
+#[test]
+fn unread_input_is_not_idleness() {
+    let server = Server::start(&["--idle-timeout", "2", "--shards", "1"]);
+    let mut clients: Vec<Client> = (0..1100).map(|_| Client::connect(server.addr)).collect();
+    assert_eq!(
+        server.await_metric("throng_websockets", 10, |v| v == 1100),
+        1100
+    );
+    server.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    for c in &mut clients {
+        c.push("phoenix", "heartbeat", "{}");
+    }
+    // Stopped for longer than the timeout, as a loop busy writing is.
+    std::thread::sleep(Duration::from_millis(3500).saturating_sub(stopped.elapsed()));
+    server.signal(libc::SIGCONT);
+    for c in &mut clients {
+        c.sock
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        // Closed as idle, the client would read the close frame instead.
+        let (_, event, _) = c.next_message();
+        assert_eq!(event, "phx_reply", "a client that spoke was answered");
+    }
+}
+
 #[test]
 fn slow_reader_is_cut_and_others_keep_receiving() {
     // The fast client pushes a broadcast per round trip, past the default

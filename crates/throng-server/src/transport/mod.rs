@@ -419,6 +419,24 @@ impl Shard {
         frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
         for (key, ws) in expired {
             if ws {
+                // Quiet as far as this loop has read, but the client may
+                // have spoken: a turn reads the sockets of at most one
+                // batch of events, and a loop that spent the timeout
+                // writing fan-outs on a starved CPU (1,000,000 connections
+                // in 52 workers on 2 cores) left heartbeats unread in the
+                // kernel. Read first; only a socket with nothing is idle.
+                // (Phoenix's transport gets the same from its mailbox: the
+                // data arrived before the timeout message is handled first.)
+                self.on_readable(key);
+                let t = idle.unwrap_or(0);
+                if self
+                    .conns
+                    .slab
+                    .get(key)
+                    .is_none_or(|c| c.dead || now.saturating_sub(c.last_active) < t)
+                {
+                    continue;
+                }
                 if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
                     // Output is waiting: the close frame goes after the
                     // frame being written, not into the middle of it.

@@ -93,6 +93,16 @@ impl Server {
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
+
+    /// Sends `sig` to the server.
+    #[allow(dead_code)]
+    pub fn signal(&self, sig: i32) {
+        #[allow(unsafe_code)]
+        // SAFETY: kill(2) on the child this test started and has not reaped.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
 }
 
 impl Drop for Server {
