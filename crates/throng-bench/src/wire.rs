@@ -41,7 +41,7 @@
 //! the other without crossing the wire; an agent whose controller
 //! connection closes exits.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -180,8 +180,19 @@ pub enum ToController {
 pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> Result<(), BenchError> {
     let mut line = serde_json::to_vec(msg)?;
     line.push(b'\n');
-    w.write_all(&line)?;
-    w.flush()?;
+    w.write_all(&line)
+        .and_then(|()| w.flush())
+        .map_err(|e| match e.kind() {
+            // The write timeout (LINK_TIMEOUT) struck: say so, not EAGAIN.
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                e.kind(),
+                format!(
+                    "the other end of the link read nothing for {} s",
+                    LINK_TIMEOUT.as_secs()
+                ),
+            ),
+            _ => e,
+        })?;
     Ok(())
 }
 
