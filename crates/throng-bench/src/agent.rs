@@ -1,9 +1,14 @@
 //! An agent: one process, one [`Engine`], taking orders from a controller.
 //!
 //! The main thread runs the engine; a reader thread turns the controller's
-//! lines into commands and wakes the engine's poll with a mio `Waker`.
-//! Replies (progress, final) are written from the main thread, blocking:
-//! they are small and the controller reads each agent on its own thread.
+//! lines into commands and wakes the engine's poll with a mio `Waker`, and
+//! a writer thread sends the replies (progress, final). The engine never
+//! waits on the link: with `throng tune`'s 4 KiB socket buffers a
+//! controller starved for a few seconds (1,000,000 connections saturating 2
+//! cores) used to block the engine in a progress write, its heartbeats
+//! stopped, and the server closed those connections as idle. A progress
+//! report the writer has not sent yet is not queued behind: the next one
+//! carries newer counters.
 //! The link is authenticated first (see [`crate::wire`]); progress goes out
 //! at least once a second from then on, so the controller can tell a live
 //! agent from a hung one, and an agent that hears nothing from its
@@ -11,7 +16,8 @@
 
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::engine::{Engine, CONN_SIZE};
@@ -26,6 +32,66 @@ enum Cmd {
     Msg(ToAgent),
     /// The link to the controller ended: why.
     Lost(String),
+}
+
+/// The link's writing half, on its own thread (see the module docs).
+struct Writer {
+    tx: Option<mpsc::Sender<ToController>>,
+    /// A progress report is queued or being written.
+    progress_out: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), BenchError>>>,
+}
+
+impl Writer {
+    /// Writes what it is given to `out`; a failed write ends the link,
+    /// told to the engine as a `Cmd::Lost` on `lost`.
+    fn spawn(mut out: TcpStream, lost: mpsc::Sender<Cmd>, waker: mio::Waker) -> Writer {
+        let (tx, rx) = mpsc::channel::<ToController>();
+        let progress_out = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&progress_out);
+        let thread = std::thread::spawn(move || {
+            for msg in rx {
+                let progress = matches!(msg, ToController::Progress(_));
+                if let Err(e) = wire::send(&mut out, &msg) {
+                    let _ = lost.send(Cmd::Lost(format!("writing to the controller: {e}")));
+                    let _ = waker.wake();
+                    return Err(e);
+                }
+                if progress {
+                    flag.store(false, Ordering::Release);
+                }
+            }
+            Ok(())
+        });
+        Writer {
+            tx: Some(tx),
+            progress_out,
+            thread: Some(thread),
+        }
+    }
+
+    fn send(&self, msg: ToController) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// Queues a progress report unless the last one is still going out.
+    fn progress(&self, counters: &crate::stats::Counters) {
+        if !self.progress_out.swap(true, Ordering::AcqRel) {
+            self.send(ToController::Progress(Box::new(counters.clone())));
+        }
+    }
+
+    /// Sends what is queued and ends the link.
+    fn finish(mut self) -> Result<(), BenchError> {
+        drop(self.tx.take());
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(BenchError::Protocol("the link's writer panicked".into())),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Connects to the controller (retrying for 10 s) and authenticates as
@@ -82,7 +148,9 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
     let mut engine = Engine::new(*plan)?;
     let waker = engine.waker()?;
     let (tx, rx) = mpsc::channel();
+    let reader_tx = tx.clone();
     std::thread::spawn(move || {
+        let tx = reader_tx;
         loop {
             match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE) {
                 Ok(Some(ToAgent::Ping)) => continue,
@@ -114,6 +182,7 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
             conn_size: CONN_SIZE,
         },
     )?;
+    let writer = Writer::spawn(out, tx, engine.waker()?);
     let mut last_progress = Instant::now();
     // Bytes received at the last idle report, and at the last heap trim.
     let (mut idle_bytes, mut trimmed_bytes) = (u64::MAX, 0u64);
@@ -132,12 +201,12 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                 Cmd::Msg(ToAgent::Floor { writers }) => engine.floor_connect(writers),
                 Cmd::Msg(ToAgent::FloorEnd) => {
                     engine.floor_close();
-                    wire::send(&mut out, &ToController::FloorClosed)?;
+                    writer.send(ToController::FloorClosed);
                 }
                 Cmd::Msg(ToAgent::Release) => engine.release(),
                 Cmd::Msg(ToAgent::Storm) => {
                     engine.storm();
-                    wire::send(&mut out, &ToController::StormDone)?;
+                    writer.send(ToController::StormDone);
                 }
                 Cmd::Msg(ToAgent::Finish) => {
                     engine.refresh_gauges();
@@ -149,8 +218,8 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                         floor: engine.floor_bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
                         presence: engine.presence.to_wire(),
                     };
-                    wire::send(&mut out, &ToController::Final(Box::new(fin)))?;
-                    return Ok(());
+                    writer.send(ToController::Final(Box::new(fin)));
+                    return writer.finish();
                 }
                 Cmd::Msg(
                     m @ (ToAgent::Plan(_)
@@ -189,10 +258,7 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
             }
             idle_bytes = if busy { u64::MAX } else { received };
             engine.refresh_gauges();
-            wire::send(
-                &mut out,
-                &ToController::Progress(Box::new(engine.counters.clone())),
-            )?;
+            writer.progress(&engine.counters);
         }
     }
 }
