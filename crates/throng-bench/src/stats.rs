@@ -177,6 +177,12 @@ pub struct Counters {
     /// Heartbeats sent.
     #[serde(default)]
     pub hb_sent: u64,
+    /// The most a heartbeat went out after its time, ms (merged: the
+    /// most): an agent starved of CPU sends late, and a server may close a
+    /// connection whose heartbeats are late by more than its idle timeout
+    /// leaves after the interval.
+    #[serde(default)]
+    pub hb_late_max_ms: u64,
     /// Now: the age of the oldest connect, upgrade or tracked reply in
     /// flight, ms (merged: the oldest): how long handshakes queue.
     #[serde(default)]
@@ -221,6 +227,7 @@ impl Counters {
         self.cpu_secs += o.cpu_secs;
         self.last_join_secs = self.last_join_secs.max(o.last_join_secs);
         self.hb_sent += o.hb_sent;
+        self.hb_late_max_ms = self.hb_late_max_ms.max(o.hb_late_max_ms);
         self.oldest_in_flight_ms = self.oldest_in_flight_ms.max(o.oldest_in_flight_ms);
         self.floor_open += o.floor_open;
         self.floor_connecting += o.floor_connecting;

@@ -164,7 +164,9 @@ impl Run {
             .control
             .as_ref()
             .map(|_| adaptive_report(&ramp, &c.slots));
-        let timeouts = timeout_context(&self.trace, &c.slots, self.sc.connect_timeout);
+        let mut timeouts = timeout_context(&self.trace, &c.slots, self.sc.connect_timeout);
+        timeouts.hb_interval_secs = self.sc.heartbeat;
+        timeouts.hb_late_secs = fin.hb_late_max_ms as f64 / 1000.0;
         let attributed = attribute(&fin.errors, timeouts);
         let (presence, presence_curve) =
             self.presence_report(&c, baseline.start_rt, plateau.presence_settle_secs, &m);
@@ -195,6 +197,7 @@ impl Run {
             heartbeats: report::Heartbeats {
                 interval_secs: self.sc.heartbeat,
                 grid_secs: self.sc.heartbeat_grid,
+                late_max_ms: fin.hb_late_max_ms,
                 sent: fin.hb_sent,
                 per_sec_at_hold: hb_at_hold,
                 background: self

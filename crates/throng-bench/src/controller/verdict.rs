@@ -30,6 +30,11 @@ pub(super) struct TimeoutContext {
     pub total: u64,
     /// The machine's busiest CPU use while they waited, % of all cores.
     pub machine_pct: f64,
+    /// Heartbeats: the interval and the most one went out late, s. Late by
+    /// a whole interval, a connection was quiet for two: past Phoenix's
+    /// and throng's 60 s idle timeout at phoenix.js's 30 s.
+    pub hb_interval_secs: f64,
+    pub hb_late_secs: f64,
 }
 
 impl TimeoutContext {
@@ -123,6 +128,20 @@ pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
         context.clone(),
     );
     for (code, n) in &d.close_codes {
+        let starved =
+            *code == 1001 && t.hb_interval_secs > 0.0 && t.hb_late_secs >= t.hb_interval_secs;
+        if starved {
+            push(
+                &format!("close_code_{code}"),
+                *n,
+                LOAD_GENERATOR,
+                format!(
+                    "the server closed with code 1001 (going away: an idle timeout) connections its agents left quiet: heartbeats due every {:.0} s went out up to {:.1} s late from agents starved of CPU",
+                    t.hb_interval_secs, t.hb_late_secs
+                ),
+            );
+            continue;
+        }
         push(
             &format!("close_code_{code}"),
             *n,
@@ -357,6 +376,27 @@ mod tests {
         let mut agent = TimeoutContext::default();
         agent.add(3, &cpu(120.0, 10.0, 95.0));
         assert_eq!(agent.load_generator, 3);
+    }
+
+    /// An idle close (1001) is the server's, unless the agents sent their
+    /// heartbeats a whole interval late.
+    #[test]
+    fn idle_closes_after_late_heartbeats_are_the_load_generators() {
+        let mut e = Errors {
+            closed: 5,
+            ..Default::default()
+        };
+        e.detail.close_codes.insert(1001, 5);
+        let mut t = TimeoutContext {
+            hb_interval_secs: 30.0,
+            hb_late_secs: 2.0,
+            ..Default::default()
+        };
+        assert_eq!(attribute(&e, t)[0].whose, SERVER);
+        t.hb_late_secs = 31.0;
+        let a = attribute(&e, t);
+        assert_eq!(a[0].whose, LOAD_GENERATOR);
+        assert!(a[0].why.contains("31.0 s late"), "{}", a[0].why);
     }
 
     /// A CPU window: the machine, the server and one agent, % of a core.

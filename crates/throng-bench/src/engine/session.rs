@@ -62,6 +62,8 @@ impl Engine {
                 continue;
             };
             if c.hb_ms == at && !matches!(c.state, State::Connecting | State::Handshaking) {
+                let late = now.wrapping_sub(at) as u64;
+                self.counters.hb_late_max_ms = self.counters.hb_late_max_ms.max(late);
                 let next = at.wrapping_add(self.heartbeat_ms);
                 self.send_heartbeat(t);
                 if self.conns.contains(t) {

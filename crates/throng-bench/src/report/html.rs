@@ -92,7 +92,7 @@ function render(d){
   if(d.arrival&&d.arrival.server_cpu_us_per_join!==undefined){add("server CPU per join us",fmt(d.arrival.server_cpu_us_per_join));}
   if(d.messages&&d.messages.bytes_in!==undefined){add("bytes to clients / per join",fmt(d.messages.bytes_in)+" / "+fmt(d.messages.bytes_in_per_join));}
   if(d.errors){add("errors",fmt(d.errors.total));(d.errors.attributed||[]).forEach(a=>add("&nbsp;&nbsp;"+a.kind+" ("+a.whose+")",fmt(a.count)+": "+a.why));}
-  if(d.heartbeats&&d.heartbeats.interval_secs){add("heartbeats (background)","every "+fmt(d.heartbeats.interval_secs)+" s, spread evenly"+(d.heartbeats.grid_secs?" on a "+fmt(d.heartbeats.grid_secs)+" s grid":"")+": "+fmt(d.heartbeats.per_sec_at_hold)+"/s while held");}
+  if(d.heartbeats&&d.heartbeats.interval_secs){add("heartbeats (background)","every "+fmt(d.heartbeats.interval_secs)+" s, spread evenly"+(d.heartbeats.grid_secs?" on a "+fmt(d.heartbeats.grid_secs)+" s grid":"")+": "+fmt(d.heartbeats.per_sec_at_hold)+"/s while held, at most "+fmt(d.heartbeats.late_max_ms||0)+" ms late");}
   if(d.os&&d.os.settings){add("OS settings",(d.os.tuned?"throng tune's":"the host's")+((d.os.lacking||[]).length?"; lacked "+d.os.lacking.map(l=>l.name).join(", ")+": run "+d.os.advice:""));}
   if(d.cpu&&d.cpu.ramp){add("agent CPU during ramp-up",spread(d.cpu.ramp.agents_pct));}
   if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}

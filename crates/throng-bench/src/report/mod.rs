@@ -233,6 +233,8 @@ pub struct Heartbeats {
     /// The grid they fall on, shared by the agents (`--heartbeat-grid`;
     /// 0: none).
     pub grid_secs: f64,
+    /// The most one went out after its time, ms (a starved agent's).
+    pub late_max_ms: u64,
     pub sent: u64,
     /// Per second while everyone was connected (the hold): the background
     /// load under the broadcasts.
@@ -511,6 +513,7 @@ mod tests {
             "/broadcast/server_cpu_us_per_receiver",
             "/heartbeats/per_sec_at_hold",
             "/heartbeats/grid_secs",
+            "/heartbeats/late_max_ms",
             "/os/lacking",
             "/os/advice",
             "/connections/connected",

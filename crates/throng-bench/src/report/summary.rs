@@ -411,7 +411,7 @@ pub fn table(r: &Report) -> String {
         "heartbeats (background load)",
         if h.interval_secs > 0.0 {
             format!(
-                "every {} s per connection, spread evenly{}: {}/s while held; the quiet plateau cost server {}%, {}, machine {}% (of a core)",
+                "every {} s per connection, spread evenly{}: {}/s while held, at most {} ms late; the quiet plateau cost server {}%, {}, machine {}% (of a core)",
                 float(h.interval_secs),
                 if h.grid_secs > 0.0 {
                     format!(" on a {} s grid the agents share", float(h.grid_secs))
@@ -419,6 +419,7 @@ pub fn table(r: &Report) -> String {
                     String::new()
                 },
                 float(h.per_sec_at_hold),
+                h.late_max_ms,
                 opt(h.background.server_pct),
                 h.background.agents.agents_pct(),
                 opt(h.background.machine_pct)
