@@ -23,6 +23,10 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
             "2",
             "--broadcasts",
             "3",
+            // Closer than a fan-out takes: they overlap, and the floor
+            // adds a train of rounds on the same schedule.
+            "--broadcast-interval",
+            "0.002",
             "--json",
             json.to_str().unwrap(),
             "--report",
@@ -97,6 +101,20 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
     );
     assert!(
         r["floor"]["writer_cpu_us_per_receiver"].as_f64().is_some(),
+        "{}",
+        ctx()
+    );
+    assert!(
+        r["floor"]["train_last_ms"]
+            .as_array()
+            .is_some_and(|t| t.len() == 3 && t.iter().all(|x| x.as_f64().unwrap_or(0.0) > 0.0)),
+        "{}",
+        ctx()
+    );
+    assert!(
+        r["broadcast"]["floor_compared"]
+            .as_str()
+            .is_some_and(|s| s.contains("on their schedule")),
         "{}",
         ctx()
     );

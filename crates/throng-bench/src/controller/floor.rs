@@ -3,6 +3,12 @@
 //! writers write a broadcast's frame to all of them a few rounds over, and
 //! the agents time each round as they time a broadcast; then every floor
 //! socket is reset and the writers exit.
+//!
+//! Rounds go one at a time, each alone on the machine. When the run's
+//! broadcasts follow one another closer than one takes (the bare command's
+//! three, 0.1 s apart), a train of as many rounds on the same schedule
+//! follows, so overlapping broadcasts have an overlapping floor to be
+//! compared with.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -20,6 +26,15 @@ pub(super) struct Writers {
     /// Writing threads per writer: the server's shards per process.
     pub threads: u32,
     pub frame: FloorFrame,
+    /// The broadcasts' schedule, for the train (`None`: no train).
+    pub train: Option<Train>,
+}
+
+/// A schedule of broadcasts: how many, how far apart (s).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Train {
+    pub rounds: u32,
+    pub interval: f64,
 }
 
 /// One round: every writer writes the frame once to each of its sockets.
@@ -42,6 +57,9 @@ pub(super) struct Floor {
     /// Seconds to open them.
     pub connect_secs: f64,
     pub rounds: Vec<Round>,
+    /// The train's rounds (empty: none) and their interval, s.
+    pub train: Vec<Round>,
+    pub train_interval: f64,
     /// Receipts, all rounds.
     pub receivers: u64,
     /// CPU seconds over the rounds: the writers, the agents, the server
@@ -140,6 +158,7 @@ impl Run {
         // compared with them only when it was alone too (see `outcome`).
         let seen = self.agents.total().map_or(0, |c| c.floor_recv);
         let mut rounds = Vec::new();
+        let mut slowest_ms = 0.0f64;
         let mut got = seen;
         for round in 1..=ROUNDS {
             let stamp_ns = sys::realtime_ns();
@@ -175,9 +194,10 @@ impl Run {
                 .iter()
                 .flat_map(|l| l.fired.iter().filter(|f| f.0 == round).map(|f| f.1))
                 .fold(0.0, f64::max);
+            let last_ms = c.floor_last_ns.saturating_sub(stamp_ns) as f64 / 1e6;
+            slowest_ms = slowest_ms.max(last_ms);
             eprintln!(
-                "floor: round {round}: last receipt {:.0} ms after the stamp (writers {:.0} ms)",
-                c.floor_last_ns.saturating_sub(stamp_ns) as f64 / 1e6,
+                "floor: round {round}: last receipt {last_ms:.0} ms after the stamp (writers {:.0} ms)",
                 write_secs * 1e3
             );
             rounds.push(Round {
@@ -188,8 +208,17 @@ impl Run {
             self.agents.pump(Duration::from_millis(300))?;
         }
         let cpu1 = self.floor_cpu(w);
+        let receivers = got - seen;
+        // Broadcasts further apart than twice a round will not overlap.
+        let t = w.train.filter(|t| t.interval * 1e3 < 2.0 * slowest_ms);
+        let train = match t {
+            Some(t) => self.floor_train(w, t, sockets, got)?,
+            None => Vec::new(),
+        };
         Ok(Floor {
-            receivers: got - seen,
+            train,
+            train_interval: t.map_or(0.0, |t| t.interval),
+            receivers,
             writers: w.links.len(),
             threads: w.threads,
             sockets,
@@ -201,6 +230,81 @@ impl Run {
             server_cpu_secs: cpu0.server.zip(cpu1.server).map(|(a, b)| b - a),
             machine_busy_secs: cpu0.machine.zip(cpu1.machine).map(|(a, b)| b - a),
         })
+    }
+
+    /// The train: `t.rounds` rounds `t.interval` apart, as the broadcasts
+    /// are sent, numbered after the rounds alone; `got` receipts so far.
+    fn floor_train(
+        &mut self,
+        w: &mut Writers,
+        t: Train,
+        sockets: u64,
+        got: u64,
+    ) -> Result<Vec<Round>, BenchError> {
+        let first = ROUNDS + 1;
+        let start = Instant::now();
+        let mut train = Vec::new();
+        for k in 0..t.rounds {
+            let at = start + Duration::from_secs_f64(t.interval * k as f64);
+            while Instant::now() < at {
+                self.agents
+                    .pump(at.saturating_duration_since(Instant::now()))?;
+                w.links.pump(Duration::ZERO)?;
+            }
+            let stamp_ns = sys::realtime_ns();
+            w.links.send_all(&ToAgent::Fire {
+                round: first + k,
+                stamp_ns,
+            })?;
+            train.push(Round {
+                stamp_ns,
+                write_secs: 0.0,
+            });
+        }
+        let want = got + sockets * t.rounds as u64;
+        let mut last = (got, Instant::now());
+        loop {
+            self.agents.pump(Duration::from_millis(10))?;
+            w.links.pump(Duration::ZERO)?;
+            let c = self.agents.total().unwrap_or_default();
+            let written = (first..first + t.rounds).all(|r| {
+                w.links
+                    .links
+                    .iter()
+                    .all(|l| l.fired.iter().any(|f| f.0 == r))
+            });
+            if c.floor_recv >= want && written {
+                break;
+            }
+            if c.floor_recv != last.0 {
+                last = (c.floor_recv, Instant::now());
+            } else if last.1.elapsed() > ROUND_STALL {
+                eprintln!(
+                    "warning: floor train: {} of {} receipts",
+                    c.floor_recv - got,
+                    want - got
+                );
+                break;
+            }
+        }
+        for (k, r) in train.iter_mut().enumerate() {
+            r.write_secs = w
+                .links
+                .links
+                .iter()
+                .flat_map(|l| l.fired.iter().filter(|f| f.0 == first + k as u32))
+                .map(|f| f.1)
+                .fold(0.0, f64::max);
+        }
+        let c = self.agents.total().unwrap_or_default();
+        eprintln!(
+            "floor: {} rounds {} s apart, as the broadcasts: last receipt {:.0} ms after the first stamp",
+            t.rounds,
+            t.interval,
+            c.floor_last_ns.saturating_sub(train[0].stamp_ns) as f64 / 1e6
+        );
+        self.agents.pump(Duration::from_millis(300))?;
+        Ok(train)
     }
 
     /// CPU seconds so far: the writers, the agents, the server, the machine (busy).

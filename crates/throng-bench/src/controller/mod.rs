@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::agents::Agents;
-use self::floor::Writers;
+use self::floor::{Train, Writers};
 pub(crate) use self::launch::server_workers;
 use self::launch::{Embedded, LocalAgents};
 use self::probe::ServerProbe;
@@ -268,10 +268,18 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             Role::FloorWriter,
             Duration::from_secs(20),
         )?;
+        // The built-in scenario's one publisher: its broadcasts' schedule.
+        let builtin = args.scenario.is_none() && args.tsung.is_none();
+        let train = (builtin && args.publishers == 1 && (2..=10).contains(&args.broadcasts))
+            .then_some(Train {
+                rounds: args.broadcasts,
+                interval: args.broadcast_interval,
+            });
         Some(Writers {
             links,
             threads,
             frame: FloorFrame::of(&sc),
+            train,
         })
     } else {
         None

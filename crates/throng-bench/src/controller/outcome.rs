@@ -118,7 +118,20 @@ impl Run {
         let bcast_last = lasts.last().copied().unwrap_or(0.0);
         let bcast_last_p50 = lasts.get(lasts.len() / 2).copied().unwrap_or(0.0);
         let alone = alone(&c.bcasts);
-        let compared = if alone.is_empty() {
+        // Broadcasts that overlapped compare with the floor's train (as many
+        // rounds on the same schedule), when there is one for all of them.
+        let train = floor.as_ref().map_or(&[][..], |f| &f.train_last_ms[..]);
+        let mut all: Vec<f64> = c
+            .bcasts
+            .values()
+            .filter(|b| b.sent_ns > 0 && b.recv > 0)
+            .map(last_ms)
+            .collect();
+        all.sort_by(|a, b| a.total_cmp(b));
+        let by_train = alone.len() < all.len() && !all.is_empty() && train.len() == all.len();
+        let compared = if by_train {
+            all
+        } else if alone.is_empty() {
             // None had the machine to itself: the first had it the longest.
             c.bcasts
                 .values()
@@ -136,7 +149,11 @@ impl Run {
         // alone compares with the first round (both the first frames on
         // their sockets, which the kernel handles more slowly).
         let floor_side = floor.as_ref().map(|f| {
-            if alone.is_empty() {
+            if by_train {
+                let mut t = f.train_last_ms.clone();
+                t.sort_by(|a, b| a.total_cmp(b));
+                (t[t.len() / 2], t[t.len() - 1])
+            } else if alone.is_empty() {
                 let first = f.rounds_last_ms.first().copied().unwrap_or(0.0);
                 (first, first)
             } else {
@@ -145,6 +162,10 @@ impl Run {
         });
         let floor_compared = match (alone.len(), sent) {
             (_, 0) => String::new(),
+            (_, m) if by_train => format!(
+                "all {m} broadcasts with the floor's {m} rounds sent on their schedule ({} s apart): they overlapped, and so did the floor's",
+                floor.as_ref().map_or(0.0, |f| f.train_interval_secs)
+            ),
             (n, m) if n as u64 == m => format!(
                 "all {n} broadcasts (each had the machine to itself) with the floor's rounds"
             ),
@@ -229,6 +250,14 @@ impl Run {
                     .collect(),
                 detail: fin.errors.detail.clone(),
                 attributed,
+                closed_by_second: c
+                    .slots
+                    .closes
+                    .chunks(10)
+                    .enumerate()
+                    .map(|(s, n)| (s as u32, n.iter().sum::<u32>()))
+                    .filter(|(_, n)| *n > 0)
+                    .collect(),
             },
             arrival: report::Arrival {
                 target_per_sec: target_rate,
@@ -376,6 +405,16 @@ fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport
         .collect();
     let mut sorted = rounds_last_ms.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
+    let train_last_ms = f
+        .train
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            table
+                .get(&((f.rounds.len() + k) as u64 + 1))
+                .map_or(0.0, |b| b.last_ns.saturating_sub(r.stamp_ns) as f64 / 1e6)
+        })
+        .collect();
     let receivers = f.receivers;
     let per = |secs: f64| secs * 1e6 / receivers.max(1) as f64;
     FloorReport {
@@ -385,6 +424,8 @@ fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport
         failed: f.failed,
         connect_secs: f.connect_secs,
         rounds_write_ms: f.rounds.iter().map(|r| r.write_secs * 1e3).collect(),
+        train_last_ms,
+        train_interval_secs: f.train_interval,
         last_ms: sorted.last().copied().unwrap_or(0.0),
         last_p50_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
         rounds_last_ms,

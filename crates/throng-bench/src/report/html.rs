@@ -80,7 +80,7 @@ function render(d){
   if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));const ad=d.arrival.adaptive;if(ad){add("adaptive arrival",fmt(ad.start_per_sec)+" -> "+fmt(ad.max_per_sec)+"/s, "+ad.cuts+" cut(s); sustained "+(ad.sustainable_per_sec===null?"not found":fmt(ad.sustainable_per_sec)+"/s")+": "+ad.limited_by);}}
   if(d.join&&d.join.count){add("join p50 / p99 ms",fmt(d.join.p50_ms)+" / "+fmt(d.join.p99_ms));}
   if(d.broadcast&&d.broadcast.receivers){const b=d.broadcast;add("broadcast p50 / p99 / max ms",fmt(b.p50_ms)+" / "+fmt(b.p99_ms)+" / "+fmt(b.max_ms));add("time to last receiver ms",fmt(b.last_ms)+" worst, "+fmt(b.last_p50_ms)+" median");
-    if(d.floor){const f=d.floor;add("floor (same fan-out, no server) ms",fmt(f.last_p50_ms)+" median, "+fmt(f.last_ms)+" worst; rounds "+(f.rounds_last_ms||[]).map(fmt).join(", "));
+    if(d.floor){const f=d.floor;add("floor (same fan-out, no server) ms",fmt(f.last_p50_ms)+" median, "+fmt(f.last_ms)+" worst; rounds "+(f.rounds_last_ms||[]).map(fmt).join(", ")+((f.train_last_ms||[]).length?"; on the broadcasts' schedule ("+fmt(f.train_interval_secs)+" s apart): "+f.train_last_ms.map(fmt).join(", "):""));
       add("last receiver / floor",(b.floor_ratio===null?"-":b.floor_ratio.toFixed(2)+"x")+" median, "+(b.floor_ratio_worst===null?"-":b.floor_ratio_worst.toFixed(2)+"x")+" worst: "+(b.floor_compared||""));
       add("CPU per receiver us","server "+fmt(b.server_cpu_us_per_receiver)+", agents "+fmt(b.agent_cpu_us_per_receiver)+"; floor writers "+fmt(f.writer_cpu_us_per_receiver)+", agents "+fmt(f.reader_cpu_us_per_receiver));}}
   if(d.presence){const pr=d.presence;const tr=t=>fmt(t.messages)+" msgs ("+fmt(t.messages_per_sec)+"/s), "+fmt(t.bytes)+" B ("+fmt(t.bytes_per_sec)+" B/s)";

@@ -117,6 +117,9 @@ pub struct ErrorCounts {
     pub detail: ErrorDetail,
     /// Each finer kind with a count, and whose it is.
     pub attributed: Vec<Attributed>,
+    /// When the server closed connections: `[second since arrivals began,
+    /// closes]` for each second that had any.
+    pub closed_by_second: Vec<(u32, u32)>,
 }
 
 /// Errors of one finer kind and whose they are.
@@ -208,6 +211,11 @@ pub struct FloorReport {
     pub rounds_last_ms: Vec<f64>,
     /// The slowest writer's time to write a round, ms.
     pub rounds_write_ms: Vec<f64>,
+    /// The train (rounds sent on the broadcasts' schedule, `train_interval_secs`
+    /// apart; empty when the broadcasts did not follow each other closely):
+    /// each round's stamp to its last receipt, ms.
+    pub train_last_ms: Vec<f64>,
+    pub train_interval_secs: f64,
     /// The slowest round's and the median round's last receipt, ms.
     pub last_ms: f64,
     pub last_p50_ms: f64,
@@ -506,6 +514,7 @@ mod tests {
         for key in [
             "/verdict",
             "/errors/attributed",
+            "/errors/closed_by_second",
             "/errors/detail/timeout_tcp",
             "/arrival/adaptive",
             "/floor",

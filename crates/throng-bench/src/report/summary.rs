@@ -261,7 +261,7 @@ pub fn table(r: &Report) -> String {
                 &mut s,
                 "floor: same fan-out, no server, ms",
                 format!(
-                    "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s))",
+                    "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s)){}",
                     float(f.last_p50_ms),
                     float(f.last_ms),
                     f.rounds_last_ms
@@ -270,7 +270,20 @@ pub fn table(r: &Report) -> String {
                         .collect::<Vec<_>>()
                         .join(", "),
                     f.writers,
-                    f.threads_per_writer
+                    f.threads_per_writer,
+                    if f.train_last_ms.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; on the broadcasts' schedule ({} s apart): {}",
+                            f.train_interval_secs,
+                            f.train_last_ms
+                                .iter()
+                                .map(|x| float(*x))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
                 ),
             );
             row(
@@ -338,12 +351,22 @@ pub fn table(r: &Report) -> String {
         &mut s,
         "errors",
         format!(
-            "{}{}",
+            "{}{}{}",
             int(r.errors.total),
             if kinds.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", kinds.join(", "))
+            },
+            match (
+                r.errors.closed_by_second.first(),
+                r.errors.closed_by_second.last()
+            ) {
+                (Some(a), Some(b)) => format!(
+                    "; the server's closes from {} s to {} s after arrivals began",
+                    a.0, b.0
+                ),
+                _ => String::new(),
             }
         ),
     );
