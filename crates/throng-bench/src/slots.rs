@@ -15,6 +15,10 @@ pub struct Slots {
     pub joins: Vec<u32>,
     #[serde(default)]
     pub timeouts: Vec<u32>,
+    /// Connections the server closed (a close frame, a reset, an end of
+    /// stream).
+    #[serde(default)]
+    pub closes: Vec<u32>,
 }
 
 impl Slots {
@@ -36,6 +40,7 @@ impl Slots {
             (&mut self.connects, &o.connects),
             (&mut self.joins, &o.joins),
             (&mut self.timeouts, &o.timeouts),
+            (&mut self.closes, &o.closes),
         ] {
             if mine.len() < theirs.len() {
                 mine.resize(theirs.len(), 0);

@@ -432,14 +432,17 @@ impl Engine {
             ErrKind::CloseFrame(code) => {
                 e.closed += 1;
                 *d.close_codes.entry(code).or_default() += 1;
+                Slots::bump(&mut self.slots.closes, self.arrivals.started_at);
             }
             ErrKind::Reset => {
                 e.closed += 1;
                 d.reset += 1;
+                Slots::bump(&mut self.slots.closes, self.arrivals.started_at);
             }
             ErrKind::Eof => {
                 e.closed += 1;
                 d.eof += 1;
+                Slots::bump(&mut self.slots.closes, self.arrivals.started_at);
             }
             ErrKind::Handshake => e.handshake += 1,
             ErrKind::Ports | ErrKind::Fds | ErrKind::Buffers | ErrKind::Capacity => {

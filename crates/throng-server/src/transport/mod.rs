@@ -417,6 +417,7 @@ impl Shard {
         // The same close frame for every idle socket of this sweep.
         let mut bye = Vec::with_capacity(32);
         frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
+        let (mut idle_closed, mut spoke) = (0u64, 0u64);
         for (key, ws) in expired {
             if ws {
                 // Quiet as far as this loop has read, but the client may
@@ -435,8 +436,10 @@ impl Shard {
                     .get(key)
                     .is_none_or(|c| c.dead || now.saturating_sub(c.last_active) < t)
                 {
+                    spoke += 1;
                     continue;
                 }
+                idle_closed += 1;
                 if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
                     // Output is waiting: the close frame goes after the
                     // frame being written, not into the middle of it.
@@ -459,6 +462,13 @@ impl Shard {
                 self.conns
                     .close(&self.node, &mut self.scratch, key, CloseReason::Normal);
             }
+        }
+        if idle_closed + spoke > 0 {
+            tracing::info!(
+                shard = self.id,
+                "idle sweep: {idle_closed} socket(s) quiet for {} s closed (1001); {spoke} had sent what this loop had not read yet, or had gone",
+                idle.unwrap_or(0)
+            );
         }
     }
 }
