@@ -414,60 +414,60 @@ impl Shard {
         if expired.is_empty() {
             return;
         }
+        // Quiet as far as this loop has read, but a client may have spoken:
+        // a turn reads the sockets of at most one batch of events, and a
+        // worker starved of CPU (1,000,000 connections in 52 workers on 2
+        // cores) fell more than the timeout behind, with heartbeats unread
+        // in the kernel. Read first; only a socket with nothing is quiet.
+        // And a loop that found any such socket is behind by more than the
+        // timeout: it cannot tell a quiet client from one whose heartbeat
+        // is still on its way (with 4 KiB socket buffers, behind a closed
+        // window), so it closes none this time and judges again next
+        // second. (Phoenix's transport gets the first from its mailbox: the
+        // data that came before the timeout message is handled first.)
+        let t = idle.unwrap_or(0);
+        let mut quiet = Vec::new();
+        let mut spoke = 0u64;
+        for (key, ws) in expired {
+            if !ws {
+                self.conns
+                    .close(&self.node, &mut self.scratch, key, CloseReason::Normal);
+                continue;
+            }
+            self.on_readable(key);
+            match self.conns.slab.get(key) {
+                Some(c) if !c.dead && now.saturating_sub(c.last_active) >= t => quiet.push(key),
+                _ => spoke += 1,
+            }
+        }
+        let idle_closed = if spoke > 0 { 0 } else { quiet.len() as u64 };
         // The same close frame for every idle socket of this sweep.
         let mut bye = Vec::with_capacity(32);
         frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
-        let (mut idle_closed, mut spoke) = (0u64, 0u64);
-        for (key, ws) in expired {
-            if ws {
-                // Quiet as far as this loop has read, but the client may
-                // have spoken: a turn reads the sockets of at most one
-                // batch of events, and a loop that spent the timeout
-                // writing fan-outs on a starved CPU (1,000,000 connections
-                // in 52 workers on 2 cores) left heartbeats unread in the
-                // kernel. Read first; only a socket with nothing is idle.
-                // (Phoenix's transport gets the same from its mailbox: the
-                // data arrived before the timeout message is handled first.)
-                self.on_readable(key);
-                let t = idle.unwrap_or(0);
-                if self
-                    .conns
-                    .slab
-                    .get(key)
-                    .is_none_or(|c| c.dead || now.saturating_sub(c.last_active) < t)
-                {
-                    spoke += 1;
-                    continue;
-                }
-                idle_closed += 1;
-                if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
-                    // Output is waiting: the close frame goes after the
-                    // frame being written, not into the middle of it.
-                    ShardStats::add(&self.conns.stats.idle_timeout_closes, 1);
-                    self.conns.cut(
-                        &self.node,
-                        &mut self.scratch,
-                        key,
-                        close_code::GOING_AWAY,
-                        "idle timeout",
-                    );
-                    continue;
-                }
-                if let Some(conn) = self.conns.slab.get_mut(key) {
-                    let _ = output::write_some(&mut conn.sock, &bye);
-                }
-                self.conns
-                    .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
-            } else {
-                self.conns
-                    .close(&self.node, &mut self.scratch, key, CloseReason::Normal);
+        for key in quiet.into_iter().filter(|_| spoke == 0) {
+            if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
+                // Output is waiting: the close frame goes after the
+                // frame being written, not into the middle of it.
+                ShardStats::add(&self.conns.stats.idle_timeout_closes, 1);
+                self.conns.cut(
+                    &self.node,
+                    &mut self.scratch,
+                    key,
+                    close_code::GOING_AWAY,
+                    "idle timeout",
+                );
+                continue;
             }
+            if let Some(conn) = self.conns.slab.get_mut(key) {
+                let _ = output::write_some(&mut conn.sock, &bye);
+            }
+            self.conns
+                .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
         }
         if idle_closed + spoke > 0 {
             tracing::info!(
                 shard = self.id,
-                "idle sweep: {idle_closed} socket(s) quiet for {} s closed (1001); {spoke} had sent what this loop had not read yet, or had gone",
-                idle.unwrap_or(0)
+                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001); {spoke} had sent what this loop had not read yet, or had gone (the loop is behind: none closed)"
             );
         }
     }
