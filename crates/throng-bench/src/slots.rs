@@ -95,8 +95,10 @@ mod tests {
             connects: vec![1, 1, 1],
             joins: vec![4],
             timeouts: vec![0, 2],
+            closes: vec![0, 0, 3],
         });
         assert_eq!(a.timeouts, vec![0, 2]);
+        assert_eq!(a.closes, vec![0, 0, 3]);
         assert_eq!(a.connects, vec![2, 3, 1]);
         assert_eq!(a.joins, vec![4]);
     }
