@@ -127,11 +127,10 @@ fn stand_in_server(vsn: Vsn, binary_replies: bool) -> SocketAddr {
     addr
 }
 
-fn run_engine(ser: Vsn, binary_replies: bool) {
-    let addr = stand_in_server(ser, binary_replies);
-    let users = 20;
+/// One agent's engine for `sc` against `addr`, started.
+fn started_engine(sc: crate::scenario::Scenario, addr: SocketAddr) -> Engine {
     let mut engine = Engine::new(Plan {
-        scenario: chat(Phase::at_rate(users, 2000.0), 1, 2, 0.0, ser),
+        scenario: sc,
         target: addr,
         host: addr.to_string(),
         bind_sources: true,
@@ -142,6 +141,13 @@ fn run_engine(ser: Vsn, binary_replies: bool) {
     })
     .unwrap();
     engine.start();
+    engine
+}
+
+fn run_engine(ser: Vsn, binary_replies: bool) {
+    let addr = stand_in_server(ser, binary_replies);
+    let users = 20;
+    let mut engine = started_engine(chat(Phase::at_rate(users, 2000.0), 1, 2, 0.0, ser), addr);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         engine.turn(Duration::from_millis(5)).unwrap();
@@ -444,18 +450,7 @@ fn run_presence(count: bool) {
         }
         .into(),
     );
-    let mut engine = Engine::new(Plan {
-        scenario: sc,
-        target: addr,
-        host: addr.to_string(),
-        bind_sources: true,
-        index: 0,
-        agents: 1,
-        capacity: 1000,
-        adaptive: false,
-    })
-    .unwrap();
-    engine.start();
+    let mut engine = started_engine(sc, addr);
     let deadline = Instant::now() + Duration::from_secs(20);
     while engine.counters.bcast_recv < users {
         engine.turn(Duration::from_millis(5)).unwrap();
@@ -532,18 +527,7 @@ fn heartbeat_times(grid: f64) -> Vec<u64> {
     let mut sc = chat(Phase::at_rate(users, 2000.0), 0, 1, 0.0, Vsn::V2);
     sc.heartbeat = 0.3;
     sc.heartbeat_grid = grid;
-    let mut engine = Engine::new(Plan {
-        scenario: sc,
-        target: addr,
-        host: addr.to_string(),
-        bind_sources: true,
-        index: 0,
-        agents: 1,
-        capacity: 1000,
-        adaptive: false,
-    })
-    .unwrap();
-    engine.start();
+    let mut engine = started_engine(sc, addr);
     let wall0 = engine.epoch_rt_ns / 1_000_000;
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
