@@ -163,37 +163,16 @@ impl Run {
         for round in 1..=ROUNDS {
             let stamp_ns = sys::realtime_ns();
             w.links.send_all(&ToAgent::Fire { round, stamp_ns })?;
-            let mut last = (got, Instant::now());
-            loop {
-                self.agents.pump(Duration::from_millis(10))?;
-                w.links.pump(Duration::ZERO)?;
-                let c = self.agents.total().unwrap_or_default();
-                let written = w
-                    .links
-                    .links
-                    .iter()
-                    .all(|l| l.fired.iter().any(|f| f.0 == round));
-                if c.floor_recv >= got + sockets && written {
-                    break;
-                }
-                if c.floor_recv != last.0 {
-                    last = (c.floor_recv, Instant::now());
-                } else if last.1.elapsed() > ROUND_STALL {
-                    eprintln!(
-                        "warning: floor round {round}: {} of {sockets} receipts",
-                        c.floor_recv - got
-                    );
-                    break;
-                }
-            }
+            self.await_rounds(
+                w,
+                round..round + 1,
+                got,
+                sockets,
+                &format!("floor round {round}"),
+            )?;
             let c = self.agents.total().unwrap_or_default();
             got = c.floor_recv;
-            let write_secs = w
-                .links
-                .links
-                .iter()
-                .flat_map(|l| l.fired.iter().filter(|f| f.0 == round).map(|f| f.1))
-                .fold(0.0, f64::max);
+            let write_secs = write_secs(w, round);
             let last_ms = c.floor_last_ns.saturating_sub(stamp_ns) as f64 / 1e6;
             slowest_ms = slowest_ms.max(last_ms);
             eprintln!(
@@ -261,40 +240,9 @@ impl Run {
                 write_secs: 0.0,
             });
         }
-        let want = got + sockets * t.rounds as u64;
-        let mut last = (got, Instant::now());
-        loop {
-            self.agents.pump(Duration::from_millis(10))?;
-            w.links.pump(Duration::ZERO)?;
-            let c = self.agents.total().unwrap_or_default();
-            let written = (first..first + t.rounds).all(|r| {
-                w.links
-                    .links
-                    .iter()
-                    .all(|l| l.fired.iter().any(|f| f.0 == r))
-            });
-            if c.floor_recv >= want && written {
-                break;
-            }
-            if c.floor_recv != last.0 {
-                last = (c.floor_recv, Instant::now());
-            } else if last.1.elapsed() > ROUND_STALL {
-                eprintln!(
-                    "warning: floor train: {} of {} receipts",
-                    c.floor_recv - got,
-                    want - got
-                );
-                break;
-            }
-        }
+        self.await_rounds(w, first..first + t.rounds, got, sockets, "floor train")?;
         for (k, r) in train.iter_mut().enumerate() {
-            r.write_secs = w
-                .links
-                .links
-                .iter()
-                .flat_map(|l| l.fired.iter().filter(|f| f.0 == first + k as u32))
-                .map(|f| f.1)
-                .fold(0.0, f64::max);
+            r.write_secs = write_secs(w, first + k as u32);
         }
         let c = self.agents.total().unwrap_or_default();
         eprintln!(
@@ -305,6 +253,45 @@ impl Run {
         );
         self.agents.pump(Duration::from_millis(300))?;
         Ok(train)
+    }
+
+    /// Waits until every writer has written `rounds` and the agents hold
+    /// `sockets` more receipts per round than `got`, or until receipts
+    /// stall for ROUND_STALL (said as a warning on `what`).
+    fn await_rounds(
+        &mut self,
+        w: &mut Writers,
+        rounds: std::ops::Range<u32>,
+        got: u64,
+        sockets: u64,
+        what: &str,
+    ) -> Result<(), BenchError> {
+        let want = got + sockets * rounds.len() as u64;
+        let mut last = (got, Instant::now());
+        loop {
+            self.agents.pump(Duration::from_millis(10))?;
+            w.links.pump(Duration::ZERO)?;
+            let c = self.agents.total().unwrap_or_default();
+            let written = rounds.clone().all(|r| {
+                w.links
+                    .links
+                    .iter()
+                    .all(|l| l.fired.iter().any(|f| f.0 == r))
+            });
+            if c.floor_recv >= want && written {
+                return Ok(());
+            }
+            if c.floor_recv != last.0 {
+                last = (c.floor_recv, Instant::now());
+            } else if last.1.elapsed() > ROUND_STALL {
+                eprintln!(
+                    "warning: {what}: {} of {} receipts",
+                    c.floor_recv - got,
+                    want - got
+                );
+                return Ok(());
+            }
+        }
     }
 
     /// CPU seconds so far: the writers, the agents, the server, the machine (busy).
@@ -324,6 +311,15 @@ impl Run {
             machine: sys::machine_cpu().map(|(busy, _)| busy),
         }
     }
+}
+
+/// The slowest writer's time to write `round`, s.
+fn write_secs(w: &Writers, round: u32) -> f64 {
+    w.links
+        .links
+        .iter()
+        .flat_map(|l| l.fired.iter().filter(|f| f.0 == round).map(|f| f.1))
+        .fold(0.0, f64::max)
 }
 
 struct FloorCpu {
