@@ -4,6 +4,7 @@
 //! timeout and heartbeat.
 
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::rc::Rc;
 
 use throng_protocol::Vsn;
@@ -41,23 +42,18 @@ impl Engine {
     }
 
     /// Schedules the connection's next heartbeat at the first grid point at
-    /// or after `at` ms (see `Engine::grid_ms`).
-    pub(super) fn schedule_heartbeat(&mut self, token: usize, at: u32) -> u32 {
+    /// or after `at` ms (see `Engine::grid_ms`), and marks it as its one.
+    pub(super) fn schedule_heartbeat(&mut self, token: usize, at: u32) {
         let at = self.on_grid(at);
+        self.conns[token].hb_ms = at;
         self.hb_timers.push(Reverse((at, token as u32)));
-        at
     }
 
     /// Fires every due timer: sends heartbeats, wakes sleepers, times out
     /// connects and replies.
     pub(super) fn fire_timers(&mut self) {
         let now = self.now_ms();
-        while let Some(Reverse((at, token))) = self.hb_timers.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.hb_timers.pop();
-            let t = token as usize;
+        while let Some((at, t)) = pop_due(&mut self.hb_timers, now) {
             let Some(c) = self.conns.get_mut(t) else {
                 continue;
             };
@@ -67,17 +63,11 @@ impl Engine {
                 let next = at.wrapping_add(self.heartbeat_ms);
                 self.send_heartbeat(t);
                 if self.conns.contains(t) {
-                    let next = self.schedule_heartbeat(t, next);
-                    self.conns[t].hb_ms = next;
+                    self.schedule_heartbeat(t, next);
                 }
             }
         }
-        while let Some(Reverse((at, token))) = self.timers.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
-            let t = token as usize;
+        while let Some((at, t)) = pop_due(&mut self.timers, now) {
             let Some(c) = self.conns.get_mut(t) else {
                 continue;
             };
@@ -172,4 +162,15 @@ impl Engine {
             }
         }
     }
+}
+
+/// Pops the soonest timer of `heap` if it is due by `now`: its time and
+/// connection.
+fn pop_due(heap: &mut BinaryHeap<Reverse<(u32, u32)>>, now: u32) -> Option<(u32, usize)> {
+    let &Reverse((at, token)) = heap.peek()?;
+    if at > now {
+        return None;
+    }
+    heap.pop();
+    Some((at, token as usize))
 }

@@ -302,8 +302,7 @@ impl Engine {
         if hb > 0 {
             let spread = (c.user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
             let first = 1 + ((spread * hb as u64) >> 32) as u32;
-            let at = self.schedule_heartbeat(token, now_ms.wrapping_add(first.min(hb)));
-            self.conns[token].hb_ms = at;
+            self.schedule_heartbeat(token, now_ms.wrapping_add(first.min(hb)));
         }
     }
 
