@@ -440,11 +440,14 @@ impl Shard {
                 _ => spoke += 1,
             }
         }
-        let idle_closed = if spoke > 0 { 0 } else { quiet.len() as u64 };
+        if spoke > 0 {
+            quiet.clear();
+        }
+        let idle_closed = quiet.len();
         // The same close frame for every idle socket of this sweep.
         let mut bye = Vec::with_capacity(32);
         frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
-        for key in quiet.into_iter().filter(|_| spoke == 0) {
+        for key in quiet {
             if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
                 // Output is waiting: the close frame goes after the
                 // frame being written, not into the middle of it.
@@ -464,10 +467,15 @@ impl Shard {
             self.conns
                 .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
         }
-        if idle_closed + spoke > 0 {
+        if spoke > 0 {
             tracing::info!(
                 shard = self.id,
-                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001); {spoke} had sent what this loop had not read yet, or had gone (the loop is behind: none closed)"
+                "idle sweep: {spoke} socket(s) quiet for {t} s by this loop had sent what it had not read yet, or had gone: the loop is behind, none closed"
+            );
+        } else if idle_closed > 0 {
+            tracing::info!(
+                shard = self.id,
+                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001)"
             );
         }
     }
