@@ -1,4 +1,5 @@
-//! Process facts from the OS: the open-files limit, RSS, CPU time.
+//! Process facts from the OS: the open-files limit, RSS, CPU time; and what
+//! the kernel knows of a TCP socket that this process's clock does not.
 
 /// Raises the soft open-files limit to the hard limit; returns the new soft limit.
 #[allow(unsafe_code)]
@@ -62,6 +63,35 @@ pub fn return_big_frees() {
     }
 }
 
+/// Milliseconds since the kernel last received data on TCP socket `sock`
+/// (`tcpi_last_data_recv` of `TCP_INFO`), by the kernel's clock: whether
+/// this process read it, and when, does not move it. `None` if the kernel
+/// would not say.
+#[allow(unsafe_code)]
+pub fn tcp_last_data_recv_ms(sock: &impl std::os::fd::AsRawFd) -> Option<u32> {
+    // `struct tcp_info` (linux/tcp.h): eight u8 fields, then u32 fields of
+    // which `tcpi_last_data_recv` is the twelfth (byte 52), stable since
+    // Linux 2.6. The libc crate's copy of the struct is read the same way.
+    const LAST_DATA_RECV: usize = 52;
+    let mut buf = [0u8; 104];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into our buffer.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || (len as usize) < LAST_DATA_RECV + 4 {
+        return None;
+    }
+    let field = buf[LAST_DATA_RECV..LAST_DATA_RECV + 4].try_into().ok()?;
+    Some(u32::from_ne_bytes(field))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -69,5 +99,34 @@ mod tests {
         assert!(super::rss_bytes().unwrap() > 0);
         assert!(super::cpu_seconds().unwrap() >= 0.0);
         assert!(super::raise_fd_limit().unwrap() >= 256);
+    }
+
+    /// The kernel's clock of a socket's last data, on a real loopback pair:
+    /// data received (and read) a second ago is a second old, whenever
+    /// this process got round to it; a socket that never got data has
+    /// gone unheard since it was set up.
+    #[test]
+    fn kernel_says_when_a_socket_last_received_data() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let unheard = super::tcp_last_data_recv_ms(&server).unwrap();
+        assert!(unheard >= 1000, "no data yet, but heard {unheard} ms ago");
+        client.write_all(b"heartbeat").unwrap();
+        let mut buf = [0u8; 9];
+        server.read_exact(&mut buf).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let heard = super::tcp_last_data_recv_ms(&server).unwrap();
+        // 2.4 s after setup, 1.2 s after the data.
+        assert!(
+            (1000..2000).contains(&heard),
+            "data 1.2 s ago read at once: {heard} ms"
+        );
+        client.write_all(b"again").unwrap();
+        server.read_exact(&mut buf[..5]).unwrap();
+        let now = super::tcp_last_data_recv_ms(&server).unwrap();
+        assert!(now < 500, "data just now: {now} ms");
     }
 }
