@@ -158,6 +158,17 @@ pub fn mem_total() -> Option<u64> {
     meminfo("MemTotal")
 }
 
+/// Packets the kernel has dropped since boot because a CPU's input backlog
+/// was full (`/proc/net/softnet_stat`, second column, all CPUs). Every
+/// loopback segment goes through that backlog, so a drop here is a
+/// segment TCP resends 200 ms or more later: a delay no process caused.
+pub fn softnet_dropped() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/net/softnet_stat").ok()?;
+    stat.lines()
+        .map(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+        .sum()
+}
+
 /// The kernel's slab allocations (socket state among them), bytes: the
 /// machine-wide memory a connection costs outside any process's RSS.
 pub fn slab() -> Option<u64> {

@@ -359,6 +359,11 @@ fn bench_in_a_private_network_namespace() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["kernel"]["private_netns"], true, "{r}");
     assert_eq!(r["kernel"]["tcp_ehash_buckets"], 65536, "{r}");
+    // Machine-wide figures and global settings, read on the host.
+    assert!(r["kernel"]["backlog_drops"].is_u64(), "{r}");
+    for k in ["net.ipv4.tcp_mem", "net.core.netdev_max_backlog"] {
+        assert!(r["os"]["settings"][k].is_string(), "{k}: {r}");
+    }
     assert_eq!(r["scenario"]["heartbeat_secs"], 0.0, "{r}");
     assert_eq!(r["connections"]["joined"], 500, "{r}");
     assert_eq!(r["broadcast"]["receivers"], 500, "{r}");

@@ -122,6 +122,9 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     // on the host still reaches it.
     let dashboard = (args.dashboard_port != 0).then(|| dashboard::bind(args.dashboard_port));
     let local_only = args.target.is_none() && args.remote_agents == 0;
+    // Read on the host: the global settings (tcp_mem, netdev_max_backlog)
+    // are not shown inside a private network namespace.
+    let os = tune::os_settings(users);
     let tcp = netns::for_run(args.netns, local_only, users)?;
     // The server side: ours, or a remote one.
     let mut presence_args = Vec::new();
@@ -188,7 +191,6 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
     let total_agents = local + args.remote_agents;
     // The OS settings this run's size needs: offered, not imposed.
-    let os = tune::os_settings(users);
     for l in &os.lacking {
         eprintln!(
             "note: {users} connections need {} {} (now {}): {}",

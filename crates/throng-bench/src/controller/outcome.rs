@@ -338,6 +338,10 @@ impl Run {
                 note: report::KERNEL_NOTE.into(),
                 tcp_ehash_buckets: self.tcp.buckets,
                 private_netns: self.tcp.private,
+                backlog_drops: baseline
+                    .backlog_drops
+                    .zip(hold.backlog_drops)
+                    .map(|(a, b)| b.saturating_sub(a)),
             },
             controller: report::Controller {
                 cpu_secs: c.controller_cpu,

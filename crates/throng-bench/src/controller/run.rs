@@ -79,6 +79,8 @@ pub(super) struct Baseline {
     pub server: Option<ProcSample>,
     /// Kernel Slab, bytes.
     pub slab: Option<u64>,
+    /// Segments the kernel had dropped at a full input backlog (since boot).
+    pub backlog_drops: Option<u64>,
     /// The server answered `/metrics`.
     pub metrics: bool,
     /// This controller's CPU seconds.
@@ -122,6 +124,8 @@ pub(super) struct Hold {
     pub t1: f64,
     /// The agents' counters at its end.
     pub counters: Counters,
+    /// Segments the kernel had dropped at a full input backlog (since boot).
+    pub backlog_drops: Option<u64>,
 }
 
 /// The disconnect storm.
@@ -276,6 +280,7 @@ impl Run {
         Ok(Baseline {
             server,
             slab,
+            backlog_drops: sys::softnet_dropped(),
             metrics: metrics.is_some(),
             controller_cpu,
             start_rt: 0,
@@ -476,6 +481,7 @@ impl Run {
             t0,
             t1: self.start.elapsed().as_secs_f64(),
             counters: self.agents.total().unwrap_or_default(),
+            backlog_drops: sys::softnet_dropped(),
         })
     }
 

@@ -94,6 +94,7 @@ function render(d){
   if(d.errors){add("errors",fmt(d.errors.total));(d.errors.attributed||[]).forEach(a=>add("&nbsp;&nbsp;"+a.kind+" ("+a.whose+")",fmt(a.count)+": "+a.why));}
   if(d.heartbeats&&d.heartbeats.interval_secs){add("heartbeats (background)","every "+fmt(d.heartbeats.interval_secs)+" s, spread evenly"+(d.heartbeats.grid_secs?" on a "+fmt(d.heartbeats.grid_secs)+" s grid":"")+": "+fmt(d.heartbeats.per_sec_at_hold)+"/s while held, at most "+fmt(d.heartbeats.late_max_ms||0)+" ms late");}
   if(d.os&&d.os.settings){add("OS settings",(d.os.tuned?"throng tune's":"the host's")+((d.os.lacking||[]).length?"; lacked "+d.os.lacking.map(l=>l.name).join(", ")+": run "+d.os.advice:""));}
+  if(d.kernel&&d.kernel.backlog_drops!==null&&d.kernel.backlog_drops!==undefined){const m=(d.os&&d.os.settings&&d.os.settings["net.core.netdev_max_backlog"])||"?";add("kernel input backlog drops",fmt(d.kernel.backlog_drops)+" (net.core.netdev_max_backlog "+m+")"+(d.kernel.backlog_drops>0?": the kernel's; TCP resent each 200 ms or more later; throng tune --apply raises it":""));}
   if(d.cpu&&d.cpu.ramp){add("agent CPU during ramp-up",spread(d.cpu.ramp.agents_pct));}
   if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}
   if(d.agent){add("agent bytes / connection",fmt(d.agent.bytes_per_conn));}

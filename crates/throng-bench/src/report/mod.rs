@@ -405,6 +405,12 @@ pub struct Kernel {
     pub tcp_ehash_buckets: Option<u64>,
     /// The run had a network namespace (and TCP table) of its own.
     pub private_netns: bool,
+    /// Segments the kernel dropped because a CPU's input backlog was full
+    /// (`net.core.netdev_max_backlog`), from before the floor to the end of
+    /// the hold, machine-wide: each was resent by TCP 200 ms or more later,
+    /// so receipts and handshakes behind it were late by the kernel's
+    /// doing (`null`: `/proc/net/softnet_stat` unreadable).
+    pub backlog_drops: Option<u64>,
 }
 
 /// What [`Kernel::note`] says.

@@ -52,13 +52,29 @@ fn bytes(b: Option<f64>) -> String {
     }
 }
 
+/// Segments the kernel dropped at a full input backlog, and what to do.
+fn backlog_line(drops: u64, os: &crate::report::OsSettings) -> String {
+    let max = os
+        .settings
+        .get("net.core.netdev_max_backlog")
+        .map_or("?", |v| v.as_str());
+    if drops == 0 {
+        format!("0 (net.core.netdev_max_backlog {max})")
+    } else {
+        format!(
+            "{} segments (net.core.netdev_max_backlog {max}): the kernel's; TCP resent each 200 ms or more later, so receipts behind them were late; `throng tune --apply` raises it",
+            int(drops)
+        )
+    }
+}
+
 /// The OS settings in force, in one line: whether they were `throng
 /// tune`'s, the ones that matter most, and what the run lacked.
 fn os_line(r: &Report) -> String {
     let o = &r.os;
     let get = |k: &str| o.settings.get(k).map_or("-", |v| v.as_str());
     let mut line = format!(
-        "{}: somaxconn {}, tcp_mem {}, file-max {}, nf_conntrack_max {}",
+        "{}: somaxconn {}, tcp_mem {}, netdev_max_backlog {}, tcp_rmem {}, file-max {}, nf_conntrack_max {}",
         if o.tuned {
             "throng tune's"
         } else {
@@ -66,6 +82,8 @@ fn os_line(r: &Report) -> String {
         },
         get("net.core.somaxconn"),
         get("net.ipv4.tcp_mem"),
+        get("net.core.netdev_max_backlog"),
+        get("net.ipv4.tcp_rmem"),
         get("fs.file-max"),
         get("net.netfilter.nf_conntrack_max"),
     );
@@ -401,6 +419,9 @@ pub fn table(r: &Report) -> String {
             bytes(r.kernel.bytes_per_conn)
         ),
     );
+    if let Some(d) = r.kernel.backlog_drops {
+        row(&mut s, "kernel input backlog drops", backlog_line(d, &r.os));
+    }
     if let Some(b) = r.kernel.tcp_ehash_buckets {
         row(
             &mut s,
