@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Issue 13, 2026-11-24: the literal bare command with phoenix.js's heartbeats, after the idle-close fix.
+# Quiet machine. Each 1,000,000 run sampled /proc/net/softnet_stat and the run's namespace TCP counters
+# every 20 s (*-counters.txt) and logged the server's idle sweeps (THRONG_LOG below).
+set -u
+T=/work/main/target/release/throng
+$T tune --apply      # (before 0882b5b tune lacked netdev_max_backlog: set by hand, the same 262144)
+# the input backlog at 100,000 (Debian's 1,000, then 65,536):
+$T bench --connections 100000 --broadcasts 3 --heartbeat 3 --dashboard-port 0 --json backlog-100k-debian-1000.json > backlog-100k-debian-1000.txt 2>&1
+sysctl -w net.core.netdev_max_backlog=65536
+$T bench --connections 100000 --broadcasts 3 --heartbeat 3 --dashboard-port 0 --json backlog-100k-65536-1.json > backlog-100k-65536-1.txt 2>&1
+sysctl -w net.core.netdev_max_backlog=262144
+# before the fix (bb2b64f; before-1m-2-diag with TCP_INFO printed at each idle close, on both ends):
+THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json before-1m-1.json > before-1m-1.txt 2>&1
+# after the fix (3929e66; bare-1m-2 and -3 also with 0882b5b):
+THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json bare-1m-1.json > bare-1m-1.txt 2>&1
+# the same at 19,000 in one process
+$T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json bare-19k-1.json > bare-19k-1.txt 2>&1
