@@ -61,6 +61,7 @@ impl Writer {
                     flag.store(false, Ordering::Release);
                 }
             }
+            close_delivered(&out, LINGER);
             Ok(())
         });
         Writer {
@@ -91,6 +92,27 @@ impl Writer {
             Some(Err(_)) => Err(BenchError::Protocol("the link's writer panicked".into())),
             None => Ok(()),
         }
+    }
+}
+
+/// How long an agent waits, once its last words are written, for the
+/// controller to have received them.
+const LINGER: Duration = Duration::from_secs(20);
+
+/// Ends the link's sending side once the controller has every byte
+/// written to it (or `limit` has passed): FIN after the data, then wait
+/// until the kernel's send queue is empty. An agent exits right after its
+/// final report, and a socket closed with unread input (the controller's
+/// pings) is reset, not closed: the kernel sends RST and throws away what
+/// it had not sent yet. A final report larger than the socket buffers
+/// (`throng tune`'s are 16 KiB at most) was cut short that way, and a
+/// 1,000,000 run ended "agent 15 went away mid-run: connection reset; the
+/// agent exit status: 0".
+fn close_delivered(out: &TcpStream, limit: Duration) {
+    let _ = out.shutdown(std::net::Shutdown::Write);
+    let deadline = Instant::now() + limit;
+    while sys::unacked_bytes(out).is_some_and(|n| n > 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -260,5 +282,51 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
             engine.refresh_gauges();
             writer.progress(&engine.counters);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    /// The agent's last words reach a slow controller whole, though the
+    /// agent exits with the controller's pings unread: 64 KiB through 4 KiB
+    /// buffers, the sockets closed as soon as `close_delivered` returns.
+    /// (Without it the kernel resets the connection and drops what it had
+    /// not sent: the reader gets ECONNRESET after a fraction of the bytes.)
+    #[test]
+    fn last_words_arrive_whole_before_the_agent_exits() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let agent =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        agent.set_send_buffer_size(4096).unwrap();
+        agent.connect(&l.local_addr().unwrap().into()).unwrap();
+        let mut agent: TcpStream = agent.into();
+        let (controller, _) = l.accept().unwrap();
+        socket2::SockRef::from(&controller)
+            .set_recv_buffer_size(4096)
+            .unwrap();
+        // The controller pings, and the agent never reads them.
+        (&controller).write_all(b"ping\n").unwrap();
+        let words = vec![b'x'; 64 << 10];
+        let reader = std::thread::spawn(move || {
+            let mut controller = controller;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                std::thread::sleep(Duration::from_micros(200));
+                match controller.read(&mut buf) {
+                    Ok(0) => return Ok(got.len()),
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) => return Err(format!("{e} after {} bytes", got.len())),
+                }
+            }
+        });
+        agent.write_all(&words).unwrap();
+        super::close_delivered(&agent, Duration::from_secs(20));
+        drop(agent);
+        assert_eq!(reader.join().unwrap(), Ok(64 << 10));
     }
 }

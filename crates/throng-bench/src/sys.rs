@@ -158,6 +158,16 @@ pub fn mem_total() -> Option<u64> {
     meminfo("MemTotal")
 }
 
+/// Bytes in the send queue of TCP socket `sock` that the peer has not
+/// acknowledged yet (`SIOCOUTQ`): sent or not, 0 once it has them all.
+#[allow(unsafe_code)]
+pub fn unacked_bytes(sock: &impl AsRawFd) -> Option<u32> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: ioctl(SIOCOUTQ) writes one int into our local.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+    (rc == 0).then_some(n.max(0) as u32)
+}
+
 /// Packets the kernel has dropped since boot because a CPU's input backlog
 /// was full (`/proc/net/softnet_stat`, second column, all CPUs). Every
 /// loopback segment goes through that backlog, so a drop here is a
