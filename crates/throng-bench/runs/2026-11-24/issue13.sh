@@ -12,7 +12,7 @@ $T bench --connections 100000 --broadcasts 3 --heartbeat 3 --dashboard-port 0 --
 sysctl -w net.core.netdev_max_backlog=262144
 # before the fix (bb2b64f; before-1m-2-diag with TCP_INFO printed at each idle close, on both ends):
 THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json before-1m-1.json > before-1m-1.txt 2>&1
-# after the fix (3929e66; bare-1m-2 and -3 also with 0882b5b):
+# after the fix (3929e66; bare-1m-2 and -3 also with 0882b5b; bare-1m-4 at b91815f, after its own `throng tune --apply`):
 THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json bare-1m-1.json > bare-1m-1.txt 2>&1
 # the same at 19,000 in one process
 $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json bare-19k-1.json > bare-19k-1.txt 2>&1
