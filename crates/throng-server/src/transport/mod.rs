@@ -211,6 +211,7 @@ impl Shard {
                 }
                 continue;
             }
+            self.tick();
             for ev in events.iter() {
                 self.tick();
                 match ev.token() {
