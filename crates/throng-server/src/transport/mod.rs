@@ -213,7 +213,6 @@ impl Shard {
             }
             self.tick();
             for ev in events.iter() {
-                self.tick();
                 match ev.token() {
                     LISTENER => self.accept(),
                     WAKER => self.drain_inbox(),
@@ -227,6 +226,7 @@ impl Shard {
                     }
                 }
                 self.conns.close_doomed(&self.node, &mut self.scratch);
+                self.tick();
             }
             if self.accept_retry {
                 self.accept_retry = false;
@@ -253,10 +253,10 @@ impl Shard {
         }
     }
 
-    /// Sets the shard's clocks. Before each event, not once a turn: on a
-    /// worker starved of CPU one event (a broadcast's delivery) can take
-    /// tens of seconds, and a socket read after it must be stamped with
-    /// the time of the read. Stamped with the turn's start instead, a
+    /// Sets the shard's clocks. After the wait and after each event, not
+    /// once a turn: on a worker starved of CPU one event (a broadcast's
+    /// delivery) can take tens of seconds, and a socket read after it must
+    /// be stamped with the time of the read. Stamped with the turn's start instead, a
     /// heartbeat read 31 s into a turn looked 31 s older than it was, and
     /// the next sweep closed its sender as idle while its next heartbeat
     /// was 0.6 s away (1,000,000 connections in 52 workers on 2 cores: 38
