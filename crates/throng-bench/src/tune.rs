@@ -164,7 +164,7 @@ pub fn os_settings(connections: u64) -> OsSettings {
     );
     need(
         "net.core.netdev_max_backlog",
-        connections.min(262_144),
+        tune_value("net.core.netdev_max_backlog").map_or(connections, |v| connections.min(v)),
         "a broadcast puts a segment per connection on loopback at once (past the backlog the kernel drops them, and TCP resends each 200 ms+ later)",
     );
     need(
@@ -179,6 +179,14 @@ pub fn os_settings(connections: u64) -> OsSettings {
         lacking,
         advice,
     }
+}
+
+/// The value `throng tune` sets for a one-number setting.
+fn tune_value(name: &str) -> Option<u64> {
+    SETTINGS
+        .iter()
+        .find(|(k, _, _)| *k == name)
+        .and_then(|(_, v, _)| v.parse().ok())
 }
 
 /// What caps a run here, as text.
@@ -249,9 +257,10 @@ mod tests {
         // The seed's eight, the port range and somaxconn for load generators,
         // the input backlog, conntrack.
         assert_eq!(super::SETTINGS.len(), 11);
-        assert!(super::SETTINGS
-            .iter()
-            .any(|(k, _, _)| *k == "net.core.netdev_max_backlog"));
+        assert_eq!(
+            super::tune_value("net.core.netdev_max_backlog"),
+            Some(262_144)
+        );
         assert!(super::SETTINGS
             .iter()
             .any(|(k, _, _)| *k == "net.netfilter.nf_conntrack_max"));
