@@ -486,10 +486,15 @@ impl Shard {
             self.conns
                 .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
         }
-        if unread + heard > 0 || idle_closed > 0 {
+        if unread + heard > 0 {
             tracing::info!(
                 shard = self.id,
-                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001); {unread} had sent what this loop had not read yet, {heard} had been heard by the kernel within {t} s (the loop is behind)"
+                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001); the loop is behind: {unread} had sent what it had not read yet, {heard} had been heard by the kernel within {t} s"
+            );
+        } else if idle_closed > 0 {
+            tracing::info!(
+                shard = self.id,
+                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001)"
             );
         }
     }
