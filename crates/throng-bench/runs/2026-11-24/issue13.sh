@@ -16,3 +16,7 @@ THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 -
 THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json bare-1m-1.json > bare-1m-1.txt 2>&1
 # the same at 19,000 in one process
 $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json bare-19k-1.json > bare-19k-1.txt 2>&1
+# after the review (861c171), tuned, twice; and once on Debian's settings (final-19k.txt)
+$T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json final-19k-tuned-1.json > final-19k-tuned-1.txt 2>&1
+# GET /, old against new, alternated five times (Debian's settings)
+#   for b in old new; do $b serve --port 4310 --bind 127.0.0.1 & ...; wrk -t2 -c64 -d10s http://127.0.0.1:4310/; done
