@@ -45,7 +45,7 @@ struct Writer {
 impl Writer {
     /// Writes what it is given to `out`; a failed write ends the link,
     /// told to the engine as a `Cmd::Lost` on `lost`.
-    fn spawn(mut out: TcpStream, lost: mpsc::Sender<Cmd>, waker: mio::Waker) -> Writer {
+    fn spawn(mut out: TcpStream, lost: mpsc::Sender<Cmd>, waker: Arc<mio::Waker>) -> Writer {
         let (tx, rx) = mpsc::channel::<ToController>();
         let progress_out = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&progress_out);
@@ -168,10 +168,13 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
     plan.capacity = plan.capacity.min(capacity);
     let index = plan.index;
     let mut engine = Engine::new(*plan)?;
-    let waker = engine.waker()?;
+    // One waker for both threads: mio allows one per poll.
+    let waker = Arc::new(engine.waker()?);
     let (tx, rx) = mpsc::channel();
     let reader_tx = tx.clone();
+    let reader_waker = Arc::clone(&waker);
     std::thread::spawn(move || {
+        let waker = reader_waker;
         let tx = reader_tx;
         loop {
             match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE) {
@@ -204,7 +207,7 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
             conn_size: CONN_SIZE,
         },
     )?;
-    let writer = Writer::spawn(out, tx, engine.waker()?);
+    let writer = Writer::spawn(out, tx, waker);
     let mut last_progress = Instant::now();
     // Bytes received at the last idle report, and at the last heap trim.
     let (mut idle_bytes, mut trimmed_bytes) = (u64::MAX, 0u64);
