@@ -200,6 +200,9 @@ pub struct Counters {
     pub floor_recv: u64,
     #[serde(default)]
     pub floor_last_ns: u64,
+    /// Heartbeats sent on the floor's sockets (not the run's).
+    #[serde(default)]
+    pub floor_hb_sent: u64,
 }
 
 impl Counters {
@@ -234,6 +237,7 @@ impl Counters {
         self.floor_failed += o.floor_failed;
         self.floor_recv += o.floor_recv;
         self.floor_last_ns = self.floor_last_ns.max(o.floor_last_ns);
+        self.floor_hb_sent += o.floor_hb_sent;
     }
 
     /// Users whose session is running now.

@@ -27,6 +27,10 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
             // adds a train of rounds on the same schedule.
             "--broadcast-interval",
             "0.002",
+            // Heartbeats every second: the floor's sockets beat too, and
+            // its rounds run over them.
+            "--heartbeat",
+            "1",
             "--json",
             json.to_str().unwrap(),
             "--report",
@@ -102,6 +106,13 @@ fn bench_2000_connections_two_agents_three_broadcasts() {
     assert!(
         r["floor"]["writer_cpu_us_per_receiver"].as_f64().is_some(),
         "{}",
+        ctx()
+    );
+    assert!(
+        r["floor"]["heartbeats_per_sec"]
+            .as_f64()
+            .is_some_and(|x| x > 0.0),
+        "the floor runs over the users' heartbeats\n{}",
         ctx()
     );
     assert!(

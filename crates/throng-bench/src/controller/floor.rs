@@ -4,7 +4,9 @@
 //! the agents time each round as they time a broadcast; then every floor
 //! socket is reset and the writers exit.
 //!
-//! Rounds go one at a time, each alone on the machine. When the run's
+//! The agents' floor sockets heartbeat as their users will, and the writers
+//! answer: the rounds run over the heartbeat background the broadcasts run
+//! over. Rounds go one at a time, each alone on the machine. When the run's
 //! broadcasts follow one another closer than one takes (the bare command's
 //! three, 0.1 s apart), a train of as many rounds on the same schedule
 //! follows, so overlapping broadcasts have an overlapping floor to be
@@ -68,6 +70,10 @@ pub(super) struct Floor {
     pub agents_cpu_secs: f64,
     pub server_cpu_secs: Option<f64>,
     pub machine_busy_secs: Option<f64>,
+    /// Heartbeats the agents sent on the floor's sockets over the rounds
+    /// (the writers answered them), and the rounds' seconds.
+    pub heartbeats: u64,
+    pub rounds_secs: f64,
 }
 
 /// Rounds measured: the report gives their median.
@@ -154,6 +160,10 @@ impl Run {
         };
         let connect_secs = start.elapsed().as_secs_f64();
         let cpu0 = self.floor_cpu(w);
+        let (hb0, rounds_start) = (
+            self.agents.total().map_or(0, |c| c.floor_hb_sent),
+            Instant::now(),
+        );
         // Rounds one at a time, each alone on the machine: a broadcast is
         // compared with them only when it was alone too (see `outcome`).
         let seen = self.agents.total().map_or(0, |c| c.floor_recv);
@@ -187,6 +197,8 @@ impl Run {
             self.agents.pump(Duration::from_millis(300))?;
         }
         let cpu1 = self.floor_cpu(w);
+        let hb1 = self.agents.total().map_or(0, |c| c.floor_hb_sent);
+        let rounds_secs = rounds_start.elapsed().as_secs_f64();
         let receivers = got - seen;
         // Broadcasts further apart than twice a round will not overlap.
         let t = w.train.filter(|t| t.interval * 1e3 < 2.0 * slowest_ms);
@@ -208,6 +220,8 @@ impl Run {
             agents_cpu_secs: cpu1.agents - cpu0.agents,
             server_cpu_secs: cpu0.server.zip(cpu1.server).map(|(a, b)| b - a),
             machine_busy_secs: cpu0.machine.zip(cpu1.machine).map(|(a, b)| b - a),
+            heartbeats: hb1.saturating_sub(hb0),
+            rounds_secs,
         })
     }
 

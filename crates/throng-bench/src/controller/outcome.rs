@@ -421,6 +421,7 @@ fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport
         .collect();
     let receivers = f.receivers;
     let per = |secs: f64| secs * 1e6 / receivers.max(1) as f64;
+    let hb_rate = f.heartbeats as f64 / f.rounds_secs.max(1e-3);
     FloorReport {
         writers: f.writers,
         threads_per_writer: f.threads,
@@ -439,9 +440,15 @@ fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport
         writer_cpu_us_per_receiver: per(f.writers_cpu_secs),
         reader_cpu_us_per_receiver: per(f.agents_cpu_secs),
         machine_cpu_us_per_receiver: f.machine_busy_secs.map(per),
+        heartbeats_per_sec: hb_rate,
         note: format!(
-            "measured before the ramp-up: no server connection, heartbeat or server work underneath (the server used {} CPU s meanwhile)",
-            f.server_cpu_secs.map_or("-".to_string(), |s| format!("{s:.2}"))
+            "measured before the ramp-up: no server connection or server work underneath (the server used {} CPU s meanwhile); {}",
+            f.server_cpu_secs.map_or("-".to_string(), |s| format!("{s:.2}")),
+            if f.heartbeats > 0 {
+                format!("over the run's heartbeats: the floor's sockets heartbeat as the users will ({hb_rate:.0}/s over the rounds), each answered by the writers with one reply frame")
+            } else {
+                "no heartbeat underneath".to_string()
+            }
         ),
     }
 }

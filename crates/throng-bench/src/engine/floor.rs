@@ -8,7 +8,9 @@
 //! The sockets are connections in the engine's slab in states
 //! [`State::FloorConnecting`] and [`State::Floor`]: they are no sessions
 //! (not started, ended or counted as errors), and closing them resets them
-//! (no TIME_WAIT left behind before the real run).
+//! (no TIME_WAIT left behind before the real run). Open, each heartbeats
+//! as its user will (same interval, same first beat, on the same grid),
+//! counted apart (`floor_hb_sent`); the writers answer them.
 
 use std::net::SocketAddr;
 
@@ -19,6 +21,7 @@ use throng_protocol::{serializer, Payload, Vsn};
 
 use super::conn::{Conn, State};
 use super::socket::open_socket;
+use super::websocket::first_heartbeat_ms;
 use super::{Cause, Engine};
 use crate::scenario::find_stamp;
 use crate::sys;
@@ -55,6 +58,8 @@ impl Engine {
     pub fn floor_close(&mut self) {
         self.floor = None;
         self.conns.retain(|_, c| !c.state.is_floor());
+        let conns = &self.conns;
+        self.hb_timers.retain(|t| conns.contains(t.0 .1 as usize));
         self.counters.floor_open = 0;
         self.counters.floor_connecting = 0;
     }
@@ -118,6 +123,12 @@ impl Engine {
                 self.conns[token].state = State::Floor;
                 self.counters.floor_connecting = self.counters.floor_connecting.saturating_sub(1);
                 self.counters.floor_open += 1;
+                // The user's heartbeats, on the user's schedule: the floor
+                // runs over the background the broadcasts will.
+                if self.heartbeat_ms > 0 {
+                    let first = first_heartbeat_ms(self.conns[token].user, self.heartbeat_ms);
+                    self.schedule_heartbeat(token, self.now_ms().wrapping_add(first));
+                }
             }
             _ => {
                 self.counters.floor_connecting = self.counters.floor_connecting.saturating_sub(1);

@@ -183,7 +183,13 @@ impl Engine {
         let i = c.vsn().index();
         self.tbuf.clear();
         self.hb_tpl[i].render(&mut self.tbuf, &v);
-        self.counters.hb_sent += 1;
-        self.send_frame(token, Opcode::Text);
+        if c.state.is_floor() {
+            // The floor's: no message of the run.
+            self.counters.floor_hb_sent += 1;
+            self.write_frame(token, Opcode::Text);
+        } else {
+            self.counters.hb_sent += 1;
+            self.send_frame(token, Opcode::Text);
+        }
     }
 }

@@ -300,9 +300,8 @@ impl Engine {
         self.counters.connected += 1;
         Slots::bump(&mut self.slots.connects, self.arrivals.started_at);
         if hb > 0 {
-            let spread = (c.user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-            let first = 1 + ((spread * hb as u64) >> 32) as u32;
-            self.schedule_heartbeat(token, now_ms.wrapping_add(first.min(hb)));
+            let first = first_heartbeat_ms(c.user, hb);
+            self.schedule_heartbeat(token, now_ms.wrapping_add(first));
         }
     }
 
@@ -339,15 +338,21 @@ impl Engine {
         }
     }
 
-    /// Frames `tbuf` as a masked frame of `opcode` (text or binary) and writes it.
+    /// Frames `tbuf` as a masked frame of `opcode` (text or binary) and
+    /// writes it, counted as a message out.
     pub(super) fn send_frame(&mut self, token: usize, opcode: Opcode) {
-        let m = self.mask();
-        self.wbuf.clear();
-        encode_frame(&mut self.wbuf, opcode, &self.tbuf, Some(m));
         self.counters.msgs_out += 1;
         if opcode == Opcode::Binary {
             self.counters.msgs_out_binary += 1;
         }
+        self.write_frame(token, opcode);
+    }
+
+    /// Frames `tbuf` as a masked frame of `opcode` and writes it, uncounted.
+    pub(super) fn write_frame(&mut self, token: usize, opcode: Opcode) {
+        let m = self.mask();
+        self.wbuf.clear();
+        encode_frame(&mut self.wbuf, opcode, &self.tbuf, Some(m));
         self.write_wbuf(token);
     }
 
@@ -406,4 +411,12 @@ impl Engine {
             self.drop_conn(token, Cause::Error(classify(&e)));
         }
     }
+}
+
+/// When a connection of user `user` sends its first heartbeat, ms after it
+/// opens: a fraction of the interval `hb` fixed by the id (Fibonacci
+/// hashing), at least 1 and at most `hb` (see `on_open`).
+pub(super) fn first_heartbeat_ms(user: u32, hb: u32) -> u32 {
+    let spread = (user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    (1 + ((spread * hb as u64) >> 32) as u32).min(hb)
 }

@@ -228,8 +228,12 @@ pub struct FloorReport {
     pub writer_cpu_us_per_receiver: f64,
     pub reader_cpu_us_per_receiver: f64,
     pub machine_cpu_us_per_receiver: Option<f64>,
+    /// Heartbeats a second on the floor's sockets over the rounds (the
+    /// users' own schedule, answered by the writers; 0: the run has none).
+    #[serde(default)]
+    pub heartbeats_per_sec: f64,
     /// What else ran: the floor comes before the ramp-up, so no server
-    /// connection, heartbeat or server work is under it.
+    /// connection or server work is under it; the heartbeats are.
     pub note: String,
 }
 

@@ -279,7 +279,7 @@ pub fn table(r: &Report) -> String {
                 &mut s,
                 "floor: same fan-out, no server, ms",
                 format!(
-                    "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s)){}",
+                    "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s){}){}",
                     float(f.last_p50_ms),
                     float(f.last_ms),
                     f.rounds_last_ms
@@ -289,6 +289,14 @@ pub fn table(r: &Report) -> String {
                         .join(", "),
                     f.writers,
                     f.threads_per_writer,
+                    if f.heartbeats_per_sec > 0.0 {
+                        format!(
+                            "; over {} heartbeats/s, answered",
+                            float(f.heartbeats_per_sec)
+                        )
+                    } else {
+                        String::new()
+                    },
                     if f.train_last_ms.is_empty() {
                         String::new()
                     } else {

@@ -17,16 +17,21 @@
 //! protocol, no registry, no queue: what remains is the kernel and the
 //! readers. The sockets are reset afterwards, before any user arrives.
 //!
+//! The broadcasts run over the users' heartbeats (phoenix.js's, 30 s apart,
+//! tens of thousands a second at 1M), so the floor does too: the agents
+//! heartbeat on the floor's sockets on the users' schedule, and the writing
+//! threads answer each with one fixed reply frame (`thread.rs`), the least
+//! any server must do for one. `--heartbeat 0` measures both without.
+//!
 //! This module is the writer process (`throng agent --floor-writer`,
 //! started by the controller like an agent and linked the same way); the
 //! agents' side is in `engine/floor.rs`, the controller's in
 //! `controller/floor.rs`.
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Socket, Type};
@@ -36,6 +41,8 @@ use throng_protocol::{serializer, Payload, Vsn};
 use crate::error::BenchError;
 use crate::scenario::{vsn_name, Scenario, Step, Template, Vars};
 use crate::wire::{self, Role, ToAgent, ToController};
+
+mod thread;
 
 /// The frame a broadcast of the run carries, to be written by the floor writers.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -106,6 +113,25 @@ impl FloorFrame {
         encode_frame(&mut frame, opcode, &msg, None);
         Ok(frame)
     }
+
+    /// The frame answering a heartbeat, as the server frames it (one ref
+    /// for all: the agents do not match the floor's replies).
+    pub fn heartbeat_reply(&self) -> Result<Vec<u8>, BenchError> {
+        let mut msg = Vec::new();
+        let opcode = serializer::encode_reply(
+            self.vsn,
+            &mut msg,
+            None,
+            Some("1"),
+            "phoenix",
+            "ok",
+            Payload::Json("{}"),
+        )
+        .map_err(|e| BenchError::Scenario(format!("the floor's heartbeat reply: {e}")))?;
+        let mut frame = Vec::with_capacity(msg.len() + 10);
+        encode_frame(&mut frame, opcode, &msg, None);
+        Ok(frame)
+    }
 }
 
 /// A floor writer's orders.
@@ -143,18 +169,25 @@ pub fn run_writer(controller: SocketAddr, token: &str) -> Result<(), BenchError>
             addr: listener.local_addr()?,
         },
     )?;
-    let socks: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let reply: Arc<[u8]> = order.frame.heartbeat_reply()?.into();
+    let (done_tx, done) = mpsc::channel();
+    let threads = (0..order.threads.max(1))
+        .map(|_| thread::Handle::spawn(Arc::clone(&reply), done_tx.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
     let accepted = Arc::new(AtomicU64::new(0));
     {
-        let (socks, accepted, expect) = (Arc::clone(&socks), Arc::clone(&accepted), order.expect);
+        let (threads, accepted, expect) = (threads.clone(), Arc::clone(&accepted), order.expect);
         std::thread::spawn(move || {
+            let mut n = 0usize;
             while accepted.load(Ordering::Relaxed) < expect {
                 let Ok((s, _)) = listener.accept() else {
                     continue;
                 };
                 let _ = s.set_nodelay(true);
-                let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
-                socks.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+                // Round-robin over the threads, as the server spreads its
+                // connections over its shards.
+                threads[n % threads.len()].send(thread::Cmd::Adopt(s));
+                n += 1;
                 accepted.fetch_add(1, Ordering::Relaxed);
             }
         });
@@ -178,11 +211,7 @@ pub fn run_writer(controller: SocketAddr, token: &str) -> Result<(), BenchError>
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(Some(ToAgent::Fire { round, stamp_ns })) => {
                 let frame = order.frame.render(round, stamp_ns)?;
-                let socks = socks.lock().unwrap_or_else(|p| p.into_inner());
-                let start = Instant::now();
-                let failed = write_all(&socks, &frame, order.threads);
-                let write_secs = start.elapsed().as_secs_f64();
-                drop(socks);
+                let (write_secs, failed) = thread::round(&threads, &done, &frame);
                 wire::send(
                     &mut out,
                     &ToController::Fired {
@@ -220,26 +249,6 @@ fn listen() -> Result<TcpListener, BenchError> {
     Ok(s.into())
 }
 
-/// Writes `frame` to every socket, one `write` each, split over `threads`
-/// threads; returns how many writes failed.
-fn write_all(socks: &[TcpStream], frame: &[u8], threads: u32) -> u64 {
-    let per = socks.len().div_ceil(threads.max(1) as usize).max(1);
-    let failed = AtomicU64::new(0);
-    std::thread::scope(|scope| {
-        for chunk in socks.chunks(per) {
-            let failed = &failed;
-            scope.spawn(move || {
-                for mut s in chunk {
-                    if s.write_all(frame).is_err() {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-    });
-    failed.into_inner()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,19 +282,5 @@ mod tests {
         assert!(std::str::from_utf8(&frame[2..])
             .unwrap()
             .contains(r#""topic":"rooms:lobby""#));
-    }
-
-    #[test]
-    fn writes_to_every_socket_from_each_thread() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let clients: Vec<TcpStream> = (0..7).map(|_| TcpStream::connect(addr).unwrap()).collect();
-        let socks: Vec<TcpStream> = (0..7).map(|_| l.accept().unwrap().0).collect();
-        assert_eq!(write_all(&socks, b"abc", 3), 0);
-        for mut c in clients {
-            let mut b = [0u8; 3];
-            std::io::Read::read_exact(&mut c, &mut b).unwrap();
-            assert_eq!(&b, b"abc");
-        }
     }
 }
