@@ -235,6 +235,11 @@ impl Thread {
             if scan.close || sock.rx.len() > MAX_FRAME {
                 return self.drop_sock(k);
             }
+            // A short read drained the socket (edge-triggered epoll reports
+            // new data): no second `read` to hear WouldBlock, as the server.
+            if n < buf.len() {
+                break;
+            }
         }
         let reply = Arc::clone(&self.reply);
         for _ in 0..replies {
