@@ -20,3 +20,9 @@ $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json bare-19k-1
 $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json final-19k-tuned-1.json > final-19k-tuned-1.txt 2>&1
 # GET /, old against new, alternated five times (Debian's settings)
 #   for b in old new; do $b serve --port 4310 --bind 127.0.0.1 & ...; wrk -t2 -c64 -d10s http://127.0.0.1:4310/; done
+# The floor over the same heartbeats (fd51e0b: floor sockets heartbeat on their users' schedule, writers answer;
+# floorhb-1m-1 and floorhb-19k-1 at fd51e0b; floorhb-1m-2/3 and floorhb-19k-2/3 at 764c5e9, the short-read mend), tuned, quiet machine:
+$T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json floorhb-19k-1.json > floorhb-19k-1.txt 2>&1
+THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json floorhb-1m-1.json > floorhb-1m-1.txt 2>&1
+for i in 2 3; do THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json floorhb-1m-$i.json > floorhb-1m-$i.txt 2>&1; done
+for i in 2 3 4 5; do $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json floorhb-19k-$i.json > floorhb-19k-$i.txt 2>&1; done
