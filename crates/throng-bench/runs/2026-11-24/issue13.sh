@@ -26,3 +26,5 @@ $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json floorhb-19
 THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json floorhb-1m-1.json > floorhb-1m-1.txt 2>&1
 for i in 2 3; do THRONG_LOG="warn,throng_server::transport=info" $T bench --connections 1000000 --broadcasts 3 --dashboard-port 0 --json floorhb-1m-$i.json > floorhb-1m-$i.txt 2>&1; done
 for i in 2 3 4 5; do $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json floorhb-19k-$i.json > floorhb-19k-$i.txt 2>&1; done
+for i in 1 2 3 4; do $T bench --connections 19000 --broadcasts 1 --dashboard-port 0 --json floorhb-19k-one-$i.json > floorhb-19k-one-$i.txt 2>&1; done
+# and once on Debian's settings (after restoring them): $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 > floorhb-19k-debian.txt 2>&1
