@@ -1,6 +1,7 @@
 //! The operating system: file limits, `/proc` samples and sysctls, a socket
-//! option, the scheduling class, a new network namespace, and a minimal HTTP
-//! GET for the server's `/metrics`.
+//! option, writing to a non-blocking socket until it blocks, the scheduling
+//! class, a new network namespace, and a minimal HTTP GET for the server's
+//! `/metrics`.
 //!
 //! The few `unsafe` blocks here are plain libc calls with owned, valid
 //! arguments; they are the only ones in the crate (the workspace denies
@@ -156,6 +157,21 @@ pub fn machine_cpu() -> Option<(f64, f64)> {
 /// Total memory of the machine, bytes.
 pub fn mem_total() -> Option<u64> {
     meminfo("MemTotal")
+}
+
+/// Writes as much of `data` as a non-blocking socket takes now (retrying
+/// an interrupted write, stopping at `WouldBlock`): how many bytes it took.
+pub fn write_until_blocked(sock: &mut impl Write, data: &[u8]) -> std::io::Result<usize> {
+    let mut written = 0;
+    while written < data.len() {
+        match sock.write(&data[written..]) {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(written)
 }
 
 /// Bytes in the send queue of TCP socket `sock` that the peer has not

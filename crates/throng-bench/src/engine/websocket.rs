@@ -2,7 +2,7 @@
 //! read (into the engine's one shared buffer, keeping only a partial frame)
 //! and written (keeping only what the socket would not take).
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::rc::Rc;
 
 use mio::net::TcpStream;
@@ -16,6 +16,7 @@ use super::socket::{classify, open_socket, ErrKind};
 use super::{Cause, Engine};
 use crate::scenario::{Op, Program};
 use crate::slots::Slots;
+use crate::sys;
 
 impl Engine {
     /// Opens the connection's socket (a non-blocking connect) under the
@@ -366,18 +367,10 @@ impl Engine {
             return;
         }
         let Some(sock) = c.sock.as_mut() else { return };
-        let mut written = 0;
-        while written < self.wbuf.len() {
-            match sock.write(&self.wbuf[written..]) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    self.drop_conn(token, Cause::Error(classify(&e)));
-                    return;
-                }
-            }
-        }
+        let written = match sys::write_until_blocked(sock, &self.wbuf) {
+            Ok(n) => n,
+            Err(e) => return self.drop_conn(token, Cause::Error(classify(&e))),
+        };
         if written < self.wbuf.len() {
             c.tx = Some(Box::new(self.wbuf[written..].to_vec()));
         }
@@ -391,24 +384,14 @@ impl Engine {
         let (Some(sock), Some(tx)) = (c.sock.as_mut(), c.tx.as_mut()) else {
             return;
         };
-        let mut written = 0;
-        let result = loop {
-            if written == tx.len() {
-                break Ok(());
+        match sys::write_until_blocked(sock, tx) {
+            Ok(written) => {
+                tx.drain(..written);
+                if tx.is_empty() {
+                    c.tx = None;
+                }
             }
-            match sock.write(&tx[written..]) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
-        tx.drain(..written);
-        if tx.is_empty() {
-            c.tx = None;
-        }
-        if let Err(e) = result {
-            self.drop_conn(token, Cause::Error(classify(&e)));
+            Err(e) => self.drop_conn(token, Cause::Error(classify(&e))),
         }
     }
 }

@@ -8,7 +8,7 @@
 //! that is all this does. Frames are found by their headers alone (no
 //! unmasking, no JSON), and the reply is encoded once for the whole run.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
@@ -16,6 +16,8 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 use throng_protocol::frame::frame_len_hint;
+
+use crate::sys::write_until_blocked;
 
 /// What the thread is told.
 pub(super) enum Cmd {
@@ -161,15 +163,9 @@ impl Thread {
             sock.tx.extend_from_slice(data);
             return;
         }
-        let mut written = 0;
-        while written < data.len() {
-            match sock.s.write(&data[written..]) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(_) => return self.drop_sock(k),
-            }
-        }
+        let Ok(written) = write_until_blocked(&mut sock.s, data) else {
+            return self.drop_sock(k);
+        };
         if written < data.len() {
             sock.tx.extend_from_slice(&data[written..]);
             let interest = Interest::READABLE | Interest::WRITABLE;
@@ -184,15 +180,9 @@ impl Thread {
         let Some(sock) = self.socks.get_mut(k) else {
             return;
         };
-        let mut written = 0;
-        while written < sock.tx.len() {
-            match sock.s.write(&sock.tx[written..]) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(_) => return self.drop_sock(k),
-            }
-        }
+        let Ok(written) = write_until_blocked(&mut sock.s, &sock.tx) else {
+            return self.drop_sock(k);
+        };
         sock.tx.drain(..written);
         if sock.tx.is_empty() {
             sock.tx = Vec::new();
@@ -314,6 +304,7 @@ pub(super) fn round(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use throng_protocol::frame::{encode_frame, Opcode};
 
     #[test]
