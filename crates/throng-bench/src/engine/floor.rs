@@ -21,7 +21,6 @@ use throng_protocol::{serializer, Payload, Vsn};
 
 use super::conn::{Conn, State};
 use super::socket::open_socket;
-use super::websocket::first_heartbeat_ms;
 use super::{Cause, Engine};
 use crate::scenario::find_stamp;
 use crate::sys;
@@ -125,10 +124,7 @@ impl Engine {
                 self.counters.floor_open += 1;
                 // The user's heartbeats, on the user's schedule: the floor
                 // runs over the background the broadcasts will.
-                if self.heartbeat_ms > 0 {
-                    let first = first_heartbeat_ms(self.conns[token].user, self.heartbeat_ms);
-                    self.schedule_heartbeat(token, self.now_ms().wrapping_add(first));
-                }
+                self.start_heartbeats(token);
             }
             _ => {
                 self.counters.floor_connecting = self.counters.floor_connecting.saturating_sub(1);

@@ -292,18 +292,27 @@ impl Engine {
     /// did, so heartbeats are a steady background load.
     fn on_open(&mut self, token: usize) {
         let now_us = self.now_us();
-        let now_ms = self.now_ms();
-        let hb = self.heartbeat_ms;
         let c = &mut self.conns[token];
         let us = now_us.saturating_sub(c.mark_us).max(1);
         c.state = State::Running;
         self.hists.connect.saturating_record(us);
         self.counters.connected += 1;
         Slots::bump(&mut self.slots.connects, self.arrivals.started_at);
-        if hb > 0 {
-            let first = first_heartbeat_ms(c.user, hb);
-            self.schedule_heartbeat(token, now_ms.wrapping_add(first));
+        self.start_heartbeats(token);
+    }
+
+    /// Schedules the first heartbeat of a connection that just opened (a
+    /// user's, or a floor socket's on its user's schedule), when the run
+    /// has heartbeats: a fraction of the interval fixed by the user's id
+    /// (Fibonacci hashing), at least 1 ms and at most one interval.
+    pub(super) fn start_heartbeats(&mut self, token: usize) {
+        let hb = self.heartbeat_ms;
+        if hb == 0 {
+            return;
         }
+        let spread = (self.conns[token].user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        let first = (1 + ((spread * hb as u64) >> 32) as u32).min(hb);
+        self.schedule_heartbeat(token, self.now_ms().wrapping_add(first));
     }
 
     /// One frame: pings answered, a close ends the session, messages go on.
@@ -394,12 +403,4 @@ impl Engine {
             Err(e) => self.drop_conn(token, Cause::Error(classify(&e))),
         }
     }
-}
-
-/// When a connection of user `user` sends its first heartbeat, ms after it
-/// opens: a fraction of the interval `hb` fixed by the id (Fibonacci
-/// hashing), at least 1 and at most `hb` (see `on_open`).
-pub(super) fn first_heartbeat_ms(user: u32, hb: u32) -> u32 {
-    let spread = (user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-    (1 + ((spread * hb as u64) >> 32) as u32).min(hb)
 }
