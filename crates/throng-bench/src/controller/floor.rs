@@ -160,13 +160,10 @@ impl Run {
         };
         let connect_secs = start.elapsed().as_secs_f64();
         let cpu0 = self.floor_cpu(w);
-        let (hb0, rounds_start) = (
-            self.agents.total().map_or(0, |c| c.floor_hb_sent),
-            Instant::now(),
-        );
+        let (c0, rounds_start) = (self.agents.total().unwrap_or_default(), Instant::now());
         // Rounds one at a time, each alone on the machine: a broadcast is
         // compared with them only when it was alone too (see `outcome`).
-        let seen = self.agents.total().map_or(0, |c| c.floor_recv);
+        let seen = c0.floor_recv;
         let mut rounds = Vec::new();
         let mut slowest_ms = 0.0f64;
         let mut got = seen;
@@ -220,7 +217,7 @@ impl Run {
             agents_cpu_secs: cpu1.agents - cpu0.agents,
             server_cpu_secs: cpu0.server.zip(cpu1.server).map(|(a, b)| b - a),
             machine_busy_secs: cpu0.machine.zip(cpu1.machine).map(|(a, b)| b - a),
-            heartbeats: hb1.saturating_sub(hb0),
+            heartbeats: hb1.saturating_sub(c0.floor_hb_sent),
             rounds_secs,
         })
     }
