@@ -28,3 +28,5 @@ for i in 2 3; do THRONG_LOG="warn,throng_server::transport=info" $T bench --conn
 for i in 2 3 4 5; do $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json floorhb-19k-$i.json > floorhb-19k-$i.txt 2>&1; done
 for i in 1 2 3 4; do $T bench --connections 19000 --broadcasts 1 --dashboard-port 0 --json floorhb-19k-one-$i.json > floorhb-19k-one-$i.txt 2>&1; done
 # and once on Debian's settings (after restoring them): $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 > floorhb-19k-debian.txt 2>&1
+# after the review (53073a8..696d9e7: the agent's write loop now one shared helper), Debian's settings, twice:
+for i in 1 2; do $T bench --connections 19000 --broadcasts 3 --dashboard-port 0 --json review-19k-debian-$i.json > review-19k-debian-$i.txt 2>&1; done
