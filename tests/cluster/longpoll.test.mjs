@@ -130,8 +130,8 @@ test("raw: one session's requests alternate between the two workers; broadcasts 
   assert.equal(mHome.throng_longpoll_sessions, 1)
   assert.equal(mAway.throng_longpoll_sessions, 0)
   assert.ok(mAway.throng_longpoll_forwarded_total >= 4, JSON.stringify(mAway))
-  assert.ok(mAway.throng_backplane_direct_sent_total >= 4)
-  assert.ok(mHome.throng_backplane_direct_received_total >= 4)
+  assert.ok(mAway.throng_backplane_control_sent_total >= 4)
+  assert.ok(mHome.throng_backplane_control_received_total >= 4)
   assert.equal(mAway.throng_longpoll_forward_timeouts_total, 0)
 })
 

@@ -1,11 +1,13 @@
 // The server API across a Redis cluster: a broadcast made through one node's API
 // reaches sockets on both nodes; /api/topics counts both; a disconnect (with revoke)
 // closes every socket of the user on both nodes with 1001 and their reconnects are
-// refused on both; with --workers each worker serves its own API port.
+// refused on both, and on a node started after the revocation (kept in Redis);
+// with --workers each worker serves its own API port.
 import {test} from "node:test"
 import assert from "node:assert/strict"
-import {startRedis, startThrong, waitFor} from "./helpers.mjs"
-import {connectPhoenix, closePhoenix, joinResult, deferred, withTimeout} from "../e2e/helpers.mjs"
+import {randomBytes} from "node:crypto"
+import {startRedis, startThrong, waitFor, redisCommand} from "./helpers.mjs"
+import {connectPhoenix, closePhoenix, joinResult, deferred, withTimeout, RawHttp, handshakeRequest} from "../e2e/helpers.mjs"
 import {phoenixToken} from "../e2e/tokens.mjs"
 
 const T = {timeout: 45000}
@@ -18,6 +20,18 @@ function api(node, method, route, body){
   return fetch(`http://127.0.0.1:${node.apiPort}${route}`, {
     method, headers: {"x-api-key": KEY, "content-type": "application/json"}, body: body && JSON.stringify(body),
   })
+}
+
+/** The status of a WebSocket upgrade to `node` with `tok` (403: refused before the upgrade). */
+async function upgradeStatus(node, tok){
+  const conn = await RawHttp.connect(node.port)
+  try {
+    const path = `/socket/websocket?vsn=2.0.0&token=${encodeURIComponent(tok)}`
+    conn.send(handshakeRequest({port: node.port, path, key: randomBytes(16).toString("base64")}))
+    return (await conn.response({head: true})).status
+  } finally {
+    conn.close()
+  }
 }
 
 /** A phoenix.js socket of `user` joined to rooms:lobby, recording `announce` events and close codes. */
@@ -81,6 +95,18 @@ test("API broadcast and topics span both nodes; disconnect closes the user's soc
   // A token signed after the revocation connects on either node.
   const fresh = await connectPhoenix(b.wsUrl, "2.0.0", {params: {token: token("alice", Date.now() + 1)}})
   await closePhoenix(fresh)
+
+  // The revocation is kept in Redis with its expiry (a day by default) ...
+  const ttl = await redisCommand(redis.port, ["PTTL", "throng:k:revoke:alice"])
+  const ms = Number(ttl.match(/^:(-?\d+)/)?.[1])
+  assert.ok(ms > 86_000_000 && ms <= 86_400_000, `PTTL of the kept revocation: ${JSON.stringify(ttl)}`)
+  // ... so a node started after it refuses the old token from its first connect, and
+  // takes a token signed after it.
+  const c = await startThrong(["--redis", redis.url, "--shards", "1", ...AUTH])
+  t.after(() => c.stop())
+  assert.equal(await upgradeStatus(c, token("alice")), 403, "the revoked token on a node started later")
+  assert.equal(await upgradeStatus(c, token("bob")), 101, "another user's token on that node")
+  assert.equal(await upgradeStatus(c, token("alice", Date.now() + 1)), 101, "a token signed after the revocation")
 })
 
 test("--workers: each worker has its own API port, and any of them answers for the cluster", T, async t => {

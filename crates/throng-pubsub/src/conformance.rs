@@ -11,12 +11,18 @@
 //!   (it delivered them locally already);
 //! - [`only_subscribed_nodes`]: a node without subscribers of a topic gets
 //!   none of its broadcasts, before joining and after leaving;
-//! - [`direct_messages`]: a direct message reaches the node it names, once,
-//!   in the sender's order, and no other node; one to an unknown node is
-//!   dropped;
+//! - [`direct_messages`]: a control message to a node reaches that node,
+//!   once, in the sender's order, and no other node; one to an unknown node
+//!   is dropped;
+//! - [`cluster_control`]: a control message to the cluster reaches every
+//!   other node once, in the sender's order, never the sender, and names
+//!   its sender;
+//! - [`retained_control`]: a retained control message reaches the nodes of
+//!   now and a node that attaches later; a later one under the same key
+//!   replaces it, and an expired one is not handed on;
 //! - [`resubscribes_after_outage`]: after the shared engine goes away and
 //!   comes back, the nodes subscribe again by themselves and broadcasts and
-//!   direct messages flow.
+//!   control messages flow.
 //!
 //! Subscribing is asynchronous for a real engine (a SUBSCRIBE travels to
 //! Redis), so the suite waits until a probe broadcast gets through before it
@@ -32,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use throng_protocol::OwnedPayload;
 
-use crate::{Backplane, Broadcast, Handler};
+use crate::{Backplane, Broadcast, Handler, Route};
 
 /// How long any one wait of the suite may take.
 pub const WAIT: Duration = Duration::from_secs(15);
@@ -51,8 +57,10 @@ pub trait Cluster {
 struct Inbox {
     topics: HashSet<Arc<str>>,
     got: Vec<(String, String)>,
-    /// Direct messages, as text.
+    /// Control messages, as text.
     direct: Vec<String>,
+    /// The sender of each control message.
+    senders: Vec<u64>,
 }
 
 /// A node as the suite sees it: a recording [`Handler`] and its backplane.
@@ -77,9 +85,10 @@ impl Handler for Node {
         self.lock().topics.iter().cloned().collect()
     }
 
-    fn direct(&self, msg: &[u8]) {
+    fn control(&self, from: u64, msg: &[u8]) {
         let mut s = self.lock();
         s.direct.push(String::from_utf8_lossy(msg).into_owned());
+        s.senders.push(from);
         self.changed.notify_all();
     }
 }
@@ -151,10 +160,10 @@ impl Node {
             .any(|(t, e)| t == topic && e == event)
     }
 
-    /// Sends `msg` to `to` alone.
+    /// Sends control message `msg` to `to` alone.
     pub fn send_to(&self, to: &Node, msg: &str) -> bool {
         self.backplane
-            .send_to(to.backplane.node_id(), msg.as_bytes().to_vec())
+            .send_control(Route::Node(to.backplane.node_id()), msg.as_bytes().to_vec())
     }
 
     /// The direct messages received, in arrival order, probes left out.
@@ -248,7 +257,8 @@ pub fn direct_messages(cluster: &mut dyn Cluster) {
     let unknown = (0..u64::MAX)
         .find(|id| !ids.contains(id))
         .unwrap_or(u64::MAX);
-    a.backplane.send_to(unknown, b"lost".to_vec());
+    a.backplane
+        .send_control(Route::Node(unknown), b"lost".to_vec());
     for k in 0..100 {
         assert!(a.send_to(b, &format!("d{k}")), "send_to refused d{k}");
     }
@@ -401,11 +411,83 @@ pub fn resubscribes_after_outage(cluster: &mut dyn Cluster) {
     assert!(after.iter().zip(&want).all(|(a, b)| *a == b), "{after:?}");
 }
 
+/// Three nodes: a sends 50 numbered control messages to the cluster. b and
+/// c get them once each, in order, from a; a gets none of its own.
+pub fn cluster_control(cluster: &mut dyn Cluster) {
+    let nodes: Vec<Arc<Node>> = (0..3).map(|_| Node::new(cluster.backplane())).collect();
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    // Node routes up means the session (and the cluster channel with it)
+    // is subscribed.
+    await_direct_route(a, b);
+    await_direct_route(a, c);
+    await_direct_route(b, a);
+    for k in 0..50 {
+        assert!(
+            a.backplane
+                .send_control(Route::Cluster, format!("c{k}").into_bytes()),
+            "send_control refused c{k}"
+        );
+    }
+    a.backplane.send_control(Route::Cluster, b"end".to_vec());
+    b.await_direct("end");
+    c.await_direct("end");
+    let want: Vec<String> = (0..50)
+        .map(|k| format!("c{k}"))
+        .chain(["end".to_string()])
+        .collect();
+    for n in [b, c] {
+        assert_eq!(n.direct_received(), want);
+        let s = n.lock();
+        let from_a = a.backplane.node_id();
+        assert!(
+            s.direct
+                .iter()
+                .zip(&s.senders)
+                .all(|(m, f)| m.starts_with("probe") || *f == from_a),
+            "a control message named the wrong sender"
+        );
+    }
+    // By per-sender order, a copy of a's own messages would be back
+    // before b's probe.
+    await_direct_route(b, a);
+    assert!(a.direct_received().is_empty(), "{:?}", a.direct_received());
+}
+
+/// A retained control message reaches the nodes there now and a node that
+/// attaches later; under one key the last one wins; an expired one is not
+/// handed on.
+pub fn retained_control(cluster: &mut dyn Cluster) {
+    let a = Node::new(cluster.backplane());
+    let b = Node::new(cluster.backplane());
+    await_direct_route(a.as_ref(), &b);
+    let key = format!("conformance:{}", a.backplane.node_id());
+    let long = Duration::from_secs(60);
+    assert!(a.backplane.retain_control(&key, b"v1".to_vec(), long));
+    assert!(a.backplane.retain_control(&key, b"v2".to_vec(), long));
+    let brief = format!("{key}:brief");
+    assert!(a
+        .backplane
+        .retain_control(&brief, b"brief".to_vec(), Duration::from_millis(50)));
+    b.await_direct("v2");
+    b.await_direct("brief");
+    assert_eq!(b.direct_received(), ["v1", "v2", "brief"]);
+    // Past the brief one's expiry (and a's SETs have reached the engine:
+    // b got them), a node arrives.
+    std::thread::sleep(Duration::from_millis(200));
+    let c = Node::new(cluster.backplane());
+    c.await_direct("v2");
+    await_direct_route(&a, &c);
+    let got = c.direct_received();
+    assert_eq!(got, ["v2"], "a late node got {got:?}");
+}
+
 /// Every check, in order.
 pub fn run_all(cluster: &mut dyn Cluster) {
     exactly_once(cluster);
     own_broadcasts_skipped(cluster);
     only_subscribed_nodes(cluster);
     direct_messages(cluster);
+    cluster_control(cluster);
+    retained_control(cluster);
     resubscribes_after_outage(cluster);
 }

@@ -14,13 +14,18 @@
 //!   of a topic, as a [`ShardSet`]; locked only on a shard's first or last
 //!   subscriber of a topic and once per broadcast.
 //! - [`Backplane`] and [`Handler`] (`backplane/`): how nodes reach each
-//!   other (broadcasts to the nodes subscribed to a topic, and direct
-//!   messages from one node to another, which the server uses to forward
-//!   long-poll requests to the node holding the session), with
+//!   other (broadcasts to the nodes subscribed to a topic, and the
+//!   [control lane](backplane::control): messages from one node to another
+//!   or to every node, optionally retained for later nodes, which the
+//!   server uses for its cluster-wide questions, disconnects, revocations
+//!   and to forward long-poll requests to the node holding the session), with
 //!   [`LocalBackplane`] (one node, the default),
 //!   [`MemoryBackplane`] (an in-process cluster for tests) and
 //!   [`RedisBackplane`] (Redis pub/sub, with its versioned
 //!   [envelope](backplane::envelope)).
+//! - [`link`]: the one Redis connection engine the Redis backplane and the
+//!   Redis presence store run on (URL, TLS, ACL user, timeouts, reconnect
+//!   with backoff, the pub/sub connection), with its one policy.
 //! - [`conformance`]: the suite every backplane must pass, run against the
 //!   in-memory and the Redis backplane by `tests/backplanes.rs`, as
 //!   phoenix_pubsub shares one test suite across its adapters.
@@ -74,7 +79,8 @@
 //!   and exits non-zero (the supervisor checks before starting workers).
 //! - Later: the node logs **one** error naming the URL, marks itself
 //!   disconnected (`throng_backplane_connected 0`) and reconnects with
-//!   backoff, 100 ms doubling to 5 s. Meanwhile local delivery is untouched
+//!   backoff, 100 ms doubling to 5 s (the [`link`]'s policy, the presence
+//!   store's too). Meanwhile local delivery is untouched
 //!   (a broadcast still reaches every subscriber on its own node) and
 //!   broadcasts for other nodes are **dropped and counted**
 //!   (`throng_backplane_dropped_total`), not queued: Redis pub/sub would not
@@ -95,8 +101,8 @@
 //!
 //! ## Threads
 //! `RedisBackplane` methods run on the shards and never block: `try_send`
-//! on a bounded queue (broadcasts) or `send` on an unbounded one (topic
-//! changes). The `throng-redis` thread owns both connections and the set of
+//! on a bounded queue (broadcasts and control messages) or `send` on an
+//! unbounded one (topic changes). The `throng-redis` thread owns both connections and the set of
 //! subscribed channels; it asks the node's topic set (`Handler::has_topic`,
 //! backed by `NodeTopics`, a mutex the shards take only on first/last subscriber) to decide what to
 //! subscribe, so out-of-order topic notifications from two shards cannot
@@ -108,16 +114,17 @@ pub mod backplane;
 mod broadcast;
 pub mod conformance;
 mod fields;
+pub mod link;
 pub mod metrics;
 pub mod presence;
-mod redis_thread;
 mod registry;
 mod shards;
 
 pub use backplane::{
-    Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, RedisOptions,
+    Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, Route,
 };
 pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
+pub use link::RedisOptions;
 pub use presence::{
     LocalPresence, MemoryPresence, MemoryPresenceBus, PresenceSink, PresenceStore, RedisPresence,
     Tracker,

@@ -47,6 +47,16 @@ fn memory_direct_messages() {
 }
 
 #[test]
+fn memory_cluster_control() {
+    conformance::cluster_control(&mut memory());
+}
+
+#[test]
+fn memory_retained_control() {
+    conformance::retained_control(&mut memory());
+}
+
+#[test]
 fn memory_resubscribes_after_outage() {
     conformance::resubscribes_after_outage(&mut memory());
 }
@@ -84,4 +94,14 @@ fn redis_direct_messages() {
 #[test]
 fn redis_resubscribes_after_outage() {
     conformance::resubscribes_after_outage(&mut Redis::start());
+}
+
+#[test]
+fn redis_cluster_control() {
+    conformance::cluster_control(&mut Redis::start());
+}
+
+#[test]
+fn redis_retained_control() {
+    conformance::retained_control(&mut Redis::start());
 }

@@ -50,18 +50,26 @@ fn password_and_an_acl_user_limited_to_throng_channels() {
         &port.to_string(),
         "--requirepass",
         "s3cret",
-        // What a throng node needs, and no more: PING, PUBLISH and
-        // (UN)SUBSCRIBE, on throng's channels only.
+        // What a throng node's backplane needs, and no more: PING, PUBLISH
+        // and (UN)SUBSCRIBE on throng's topic and control channels, and
+        // SET, SCAN and MGET of its retained control messages.
         "--user",
         "throng",
         "on",
         ">n0de-pw",
         "resetchannels",
         "&throng:t:*",
+        "&throng:n:*",
+        "&throng:c",
+        "resetkeys",
+        "~throng:k:*",
         "+ping",
         "+publish",
         "+subscribe",
         "+unsubscribe",
+        "+set",
+        "+scan",
+        "+mget",
     ]
     .map(String::from)
     .to_vec();

@@ -1,18 +1,29 @@
-//! The nodes' own traffic over the backplane: questions the server API
-//! asks the whole cluster (subscriber counts and stats of every node), and
-//! revocations every node must hear of.
+//! The nodes' own traffic over the backplane's control lane
+//! ([`Backplane::send_control`](throng_pubsub::Backplane::send_control)):
+//! questions the server API asks the whole cluster (subscriber counts and
+//! stats of every node), user disconnects and revocations every node must
+//! hear of, and long-poll requests forwarded to the node holding the
+//! session. None of it travels on the broadcast lane, so no topic is
+//! reserved for it and no subscription decides whether it arrives.
 //!
-//! It rides on the same pub/sub as broadcasts, on reserved topics no client
-//! can join ([`auth::CONTROL_PREFIX`](crate::auth::CONTROL_PREFIX)): every
-//! node subscribes to [`CONTROL_TOPIC`] and to its own reply topic
-//! `throng:reply:<node>`. A `gather` on the control topic names the asker's
-//! reply topic; each node that hears it counts its subscribers (each shard
-//! counts its own registry, so no lock is shared with joins and leaves) and
-//! publishes a `report` there. The asker takes the reports that arrive
-//! within [`GATHER_WAIT`]: the counts are a snapshot of each node at the
-//! moment it answered, not one instant of the cluster, and a node that is
-//! down or cut off from Redis is simply missing (the answer says how many
-//! nodes answered).
+//! A [`Message`] is typed here and encoded with a leading tag that versions
+//! it ([`Message::encode`]): `1` then a JSON [`Request`], `2` then a
+//! long-poll forward (`longpoll::wire`, itself versioned). A node drops
+//! (and logs at debug) a tag it does not know.
+//!
+//! A `gather` goes to every node; each node that hears it counts its
+//! subscribers (each shard counts its own registry, so no lock is shared
+//! with joins and leaves) and sends a `report` to the asker alone (the
+//! lane names the sender). The asker takes the reports that arrive within
+//! [`GATHER_WAIT`]: the counts are a snapshot of each node at the moment it
+//! answered, not one instant of the cluster, and a node that is down or cut
+//! off from Redis is simply missing (the answer says how many nodes
+//! answered).
+//!
+//! A revocation is *retained* ([`Backplane::retain_control`](throng_pubsub::Backplane::retain_control)),
+//! under `revoke:<user>` and for as long as the revocation lasts: with
+//! Redis it is kept there (`throng:k:revoke:<user>`, with that expiry), so a
+//! node started later, or back from an outage, learns it before it needs it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -20,13 +31,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use throng_protocol::OwnedPayload;
-use throng_pubsub::Broadcast;
 
+use crate::longpoll::wire::Forward;
 use crate::metrics::ShardStats;
 
-/// The topic every node listens to for cluster-wide requests.
-pub const CONTROL_TOPIC: &str = "throng:control";
 /// How long a cluster-wide question waits for the other nodes' reports.
 pub const GATHER_WAIT: Duration = Duration::from_millis(300);
 
@@ -122,30 +130,68 @@ impl Collector {
     }
 }
 
-/// A control message on [`CONTROL_TOPIC`].
+/// A cluster-wide request or its answer, as JSON (tag 1).
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Request {
-    /// Report to `reply` with `id`.
-    Gather { id: u64, reply: String },
+    /// Report to the sender with `id`.
+    Gather { id: u64 },
+    /// A node's answer to the gather `id`.
+    Report { id: u64, report: NodeReport },
     /// Refuse `user`'s tokens signed up to `at` (Unix ms).
     Revoke { user: String, at: i64 },
     /// Close every socket of `user` (after a revoke, if any: same order).
     Disconnect { user: String },
 }
 
-/// A report on a node's reply topic.
-#[derive(Serialize, Deserialize, Debug)]
-pub struct Reply {
-    pub id: u64,
-    pub report: NodeReport,
+/// A control message between nodes.
+#[derive(Debug)]
+pub(crate) enum Message {
+    Request(Request),
+    LongPoll(Forward),
 }
 
-/// This node's side of the control traffic: its id, its reply topic, and
-/// the questions it is waiting on.
+/// The tag of a JSON [`Request`].
+const TAG_REQUEST: u8 = 1;
+/// The tag of a long-poll forward.
+const TAG_LONGPOLL: u8 = 2;
+
+impl Message {
+    /// The bytes of the control lane's body.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Message::Request(r) => {
+                let mut out = vec![TAG_REQUEST];
+                // A derived Serialize of strings and numbers cannot fail.
+                if serde_json::to_writer(&mut out, r).is_err() {
+                    out.truncate(1);
+                }
+                out
+            }
+            Message::LongPoll(f) => {
+                let forward = f.encode();
+                let mut out = Vec::with_capacity(1 + forward.len());
+                out.push(TAG_LONGPOLL);
+                out.extend_from_slice(&forward);
+                out
+            }
+        }
+    }
+
+    /// Reads a body; `None` for anything this build did not write.
+    pub fn decode(bytes: &[u8]) -> Option<Message> {
+        match bytes.split_first()? {
+            (&TAG_REQUEST, json) => serde_json::from_slice(json).ok().map(Message::Request),
+            (&TAG_LONGPOLL, forward) => Forward::decode(forward).map(Message::LongPoll),
+            _ => None,
+        }
+    }
+}
+
+/// This node's side of the control traffic: its name in reports, and the
+/// questions it is waiting on.
 pub struct Control {
     pub node_id: String,
-    pub reply_topic: Arc<str>,
     next_id: AtomicU64,
     pending: Mutex<HashMap<u64, tokio::sync::mpsc::UnboundedSender<NodeReport>>>,
 }
@@ -155,10 +201,8 @@ impl Default for Control {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u32(std::process::id());
-        let node_id = format!("{:016x}", h.finish());
         Control {
-            reply_topic: Arc::from(format!("throng:reply:{node_id}")),
-            node_id,
+            node_id: format!("{:016x}", h.finish()),
             next_id: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
         }
@@ -183,33 +227,42 @@ impl Control {
             .remove(&id);
     }
 
-    /// A report from another node.
-    pub fn on_reply(&self, b: &Broadcast) {
-        let Some(reply) = json_of::<Reply>(b) else {
-            return;
-        };
+    /// A report from another node to the question `id`.
+    pub fn on_report(&self, id: u64, report: NodeReport) {
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = pending.get(&reply.id) {
-            let _ = tx.send(reply.report);
+        if let Some(tx) = pending.get(&id) {
+            let _ = tx.send(report);
         }
-    }
-
-    /// The broadcast that asks every node (on the control topic).
-    pub fn request(req: &Request) -> Option<Broadcast> {
-        let payload = OwnedPayload::json(req).ok()?;
-        Some(Broadcast::new(
-            Arc::from(CONTROL_TOPIC),
-            "request".into(),
-            payload,
-            None,
-        ))
     }
 }
 
-/// A broadcast's JSON payload as `T`.
-pub fn json_of<T: for<'de> Deserialize<'de>>(b: &Broadcast) -> Option<T> {
-    match &b.payload {
-        OwnedPayload::Json(text) => serde_json::from_str(text).ok(),
-        OwnedPayload::Binary(_) => None,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_unknown_tags_are_dropped() {
+        let m = Message::Request(Request::Revoke {
+            user: "u7".into(),
+            at: 42,
+        });
+        let bytes = m.encode();
+        assert_eq!(bytes[0], TAG_REQUEST);
+        assert!(matches!(
+            Message::decode(&bytes),
+            Some(Message::Request(Request::Revoke { user, at: 42 })) if user == "u7"
+        ));
+        let report = Message::Request(Request::Report {
+            id: 3,
+            report: NodeReport::default(),
+        });
+        assert!(matches!(
+            Message::decode(&report.encode()),
+            Some(Message::Request(Request::Report { id: 3, .. }))
+        ));
+        assert!(Message::decode(&[]).is_none());
+        assert!(Message::decode(&[9, b'{', b'}']).is_none());
+        assert!(Message::decode(&[TAG_REQUEST, b'x']).is_none());
+        assert!(Message::decode(&[TAG_LONGPOLL, 0xff]).is_none());
     }
 }

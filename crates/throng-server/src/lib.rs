@@ -196,7 +196,6 @@ impl Server {
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
-        node.attach_control();
         let mut threads = Vec::new();
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()

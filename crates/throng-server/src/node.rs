@@ -6,8 +6,9 @@
 //! (locked only when a shard gains its first or loses its last subscriber of
 //! a topic, and once per broadcast). The node is the backplane's
 //! [`Handler`]: broadcasts from other nodes come in through it, and so do
-//! long-poll requests and answers forwarded by other nodes (direct
-//! messages, see `crate::longpoll`).
+//! the control messages of other nodes (`crate::control`: cluster-wide
+//! questions, disconnects, revocations, long-poll requests and answers
+//! forwarded, see `crate::longpoll`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -17,12 +18,12 @@ use crossbeam_channel::Sender;
 use mio::Waker;
 use throng_protocol::OwnedPayload;
 use throng_pubsub::presence::Flushed;
-use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics, Tracker};
+use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics, Route, Tracker};
 
 use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
-use crate::control::{self, Collector, Control, NodeReport, Request, StatsSummary, CONTROL_TOPIC};
+use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
 use crate::limits::Admission;
 use crate::longpoll::wire::Forward;
 use crate::longpoll::{self, Answer, Request as LongPollRequest};
@@ -188,12 +189,6 @@ impl Node {
         self.fan_out(from_shard, b);
     }
 
-    /// Subscribes to the control topics (once, at start).
-    pub(crate) fn attach_control(&self) {
-        self.backplane.subscribe(CONTROL_TOPIC);
-        self.backplane.subscribe(&self.control.reply_topic);
-    }
-
     /// Counts this node's subscribers (each shard its own) and hands the
     /// report to `done`, on the thread of the last shard to answer.
     pub fn report(&self, done: impl FnOnce(NodeReport) + Send + 'static) {
@@ -208,22 +203,40 @@ impl Node {
         }
     }
 
-    /// A control message from another node.
-    fn on_control(&self, b: &Broadcast) {
-        match control::json_of::<Request>(b) {
-            Some(Request::Gather { id, reply }) => {
+    /// A cluster-wide request or answer from node `from`.
+    fn on_request(&self, from: u64, req: Request) {
+        match req {
+            Request::Gather { id } => {
                 let backplane = self.backplane.clone();
                 self.report(move |report| {
-                    let msg = control::Reply { id, report };
-                    if let Ok(payload) = OwnedPayload::json(&msg) {
-                        let b = Broadcast::new(Arc::from(reply), "report".into(), payload, None);
-                        backplane.publish(&b);
-                    }
+                    let msg = Message::Request(Request::Report { id, report });
+                    backplane.send_control(Route::Node(from), msg.encode());
                 });
             }
-            Some(Request::Revoke { user, at }) => self.auth.revoke(&user, at),
-            Some(Request::Disconnect { user }) => self.disconnect_local(&user),
-            None => tracing::warn!("unreadable control message on {}", b.topic),
+            Request::Report { id, report } => self.control.on_report(id, report),
+            Request::Revoke { user, at } => self.auth.revoke(&user, at),
+            Request::Disconnect { user } => self.disconnect_local(&user),
+        }
+    }
+
+    /// A long-poll request or answer forwarded by another node.
+    fn on_forward(&self, forward: Forward) {
+        match forward {
+            Forward::Request(req) => {
+                let reply = req.reply;
+                if req.token.node != self.backplane.node_id() || !self.forward_request(req) {
+                    // Not a session of this node (a stale token): gone.
+                    self.forward_answer(Answer {
+                        reply,
+                        body: longpoll::status_body(410),
+                    });
+                }
+            }
+            Forward::Answer(answer) => {
+                if answer.reply.node == self.backplane.node_id() {
+                    self.forward_answer(answer);
+                }
+            }
         }
     }
 
@@ -232,7 +245,8 @@ impl Node {
     pub(crate) fn forward_request(&self, req: LongPollRequest) -> bool {
         if req.token.node != self.backplane.node_id() {
             let to = req.token.node;
-            return self.backplane.send_to(to, Forward::Request(req).encode());
+            let msg = Message::LongPoll(Forward::Request(req));
+            return self.backplane.send_control(Route::Node(to), msg.encode());
         }
         match self.peers.get(req.token.shard as usize) {
             Some(peer) => {
@@ -249,7 +263,8 @@ impl Node {
     pub(crate) fn forward_answer(&self, answer: Answer) {
         if answer.reply.node != self.backplane.node_id() {
             let to = answer.reply.node;
-            self.backplane.send_to(to, Forward::Answer(answer).encode());
+            let msg = Message::LongPoll(Forward::Answer(answer));
+            self.backplane.send_control(Route::Node(to), msg.encode());
             return;
         }
         if let Some(peer) = self.peers.get(answer.reply.shard as usize) {
@@ -290,44 +305,25 @@ impl Node {
 
 impl Handler for Node {
     fn deliver(&self, b: Arc<Broadcast>) {
-        if *b.topic == *CONTROL_TOPIC {
-            self.on_control(&b);
-        } else if b.topic == self.control.reply_topic {
-            self.control.on_reply(&b);
-        } else {
-            self.fan_out(None, b);
-        }
+        self.fan_out(None, b);
     }
 
     fn has_topic(&self, topic: &str) -> bool {
-        topic == CONTROL_TOPIC || *topic == *self.control.reply_topic || self.topics.contains(topic)
+        self.topics.contains(topic)
     }
 
     fn topics(&self) -> Vec<Arc<str>> {
-        let mut names = self.topics.names();
-        names.push(Arc::from(CONTROL_TOPIC));
-        names.push(self.control.reply_topic.clone());
-        names
+        self.topics.names()
     }
 
-    fn direct(&self, msg: &[u8]) {
-        match Forward::decode(msg) {
-            Some(Forward::Request(req)) => {
-                let reply = req.reply;
-                if req.token.node != self.backplane.node_id() || !self.forward_request(req) {
-                    // Not a session of this node (a stale token): gone.
-                    self.forward_answer(Answer {
-                        reply,
-                        body: longpoll::status_body(410),
-                    });
-                }
-            }
-            Some(Forward::Answer(answer)) => {
-                if answer.reply.node == self.backplane.node_id() {
-                    self.forward_answer(answer);
-                }
-            }
-            None => tracing::debug!("dropped an unreadable direct message"),
+    fn control(&self, from: u64, body: &[u8]) {
+        match Message::decode(body) {
+            Some(Message::Request(req)) => self.on_request(from, req),
+            Some(Message::LongPoll(forward)) => self.on_forward(forward),
+            None => tracing::debug!(
+                from = format_args!("{from:016x}"),
+                "dropped an unreadable control message"
+            ),
         }
     }
 }
@@ -398,28 +394,38 @@ impl Endpoint {
     /// Closes every socket of `user`, on every node (Phoenix's
     /// `Endpoint.broadcast("users_socket:" <> id, "disconnect", %{})`), with
     /// close code 1001 so clients reconnect. With `revoke`, every node first
-    /// refuses the user's tokens signed until now, so the reconnects fail.
+    /// refuses the user's tokens signed until now, so the reconnects fail;
+    /// the revocation is retained on the backplane (with Redis, kept there
+    /// until it expires), so nodes started later refuse them too.
     pub fn disconnect(&self, user: &str, revoke: bool) {
+        let backplane = &self.node.backplane;
         if revoke {
             let at = crate::auth::now_ms();
             self.node.auth.revoke(user, at);
-            let req = Request::Revoke {
+            let msg = Message::Request(Request::Revoke {
                 user: user.to_string(),
                 at,
-            };
-            if let Some(b) = Control::request(&req) {
-                self.node.backplane.publish(&b);
+            });
+            let key = format!("revoke:{user}");
+            let ttl = self.node.auth.revocation_ttl();
+            if !backplane.retain_control(&key, msg.encode(), ttl)
+                && self.node.config.redis.is_some()
+            {
+                tracing::warn!(
+                    user,
+                    "the revocation of user {user} could not be sent to Redis (not connected \
+                     now): this node refuses the user's tokens, other nodes may not; \
+                     revoke again once Redis is back (throng_backplane_connected 1)"
+                );
             }
         }
         // Phoenix broadcasts `disconnect` on the socket id topic; here the
         // users are indexed per shard, so one control message reaches them.
         self.node.disconnect_local(user);
-        let req = Request::Disconnect {
+        let msg = Message::Request(Request::Disconnect {
             user: user.to_string(),
-        };
-        if let Some(b) = Control::request(&req) {
-            self.node.backplane.publish(&b);
-        }
+        });
+        backplane.send_control(Route::Cluster, msg.encode());
     }
 
     /// Asks every node for its report; the reports that arrive within
@@ -433,14 +439,8 @@ impl Endpoint {
             let _ = local.send(r);
         });
         let mut out = Vec::new();
-        if node.config.redis.is_some() {
-            let req = Request::Gather {
-                id,
-                reply: node.control.reply_topic.to_string(),
-            };
-            if let Some(b) = Control::request(&req) {
-                node.backplane.publish(&b);
-            }
+        let ask = Message::Request(Request::Gather { id });
+        if node.backplane.send_control(Route::Cluster, ask.encode()) {
             let deadline = tokio::time::Instant::now() + control::GATHER_WAIT;
             while let Ok(Some(r)) = tokio::time::timeout_at(deadline, rx.recv()).await {
                 out.push(r);

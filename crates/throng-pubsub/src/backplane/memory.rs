@@ -4,19 +4,22 @@
 //! in the order each node made them; a node that loses the bus loses its
 //! subscriptions and must subscribe again when it is back.
 //!
-//! Direct messages ([`Backplane::send_to`]) reach the member with that id,
-//! if both ends are on the bus.
+//! Control messages ([`Backplane::send_control`]) reach the member with
+//! that id, or every other member, if both ends are on the bus; retained
+//! ones ([`Backplane::retain_control`]) are kept on the bus until they
+//! expire and handed to a member when it attaches or the bus comes back.
 //!
 //! Delivery is synchronous, on the publishing thread: the receiving node's
-//! [`Handler::deliver`] (and [`Handler::direct`]) only queues the work for
+//! [`Handler::deliver`] (and [`Handler::control`]) only queues the work for
 //! its shards, so this never blocks an event loop for long. Tests use it to run a cluster (and
 //! the conformance suite) without a Redis server.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
-use super::{Backplane, Handler};
+use super::{Backplane, Handler, Route};
 use crate::Broadcast;
 
 /// The shared medium: every node of one in-memory cluster.
@@ -24,6 +27,8 @@ use crate::Broadcast;
 pub struct MemoryBus {
     nodes: Mutex<Vec<Arc<Member>>>,
     next_id: AtomicU64,
+    /// Retained control messages by key: sender, body, expiry.
+    retained: Mutex<HashMap<String, (u64, Vec<u8>, Instant)>>,
 }
 
 struct Member {
@@ -68,6 +73,25 @@ impl MemoryBus {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Hands `m` the retained control messages of the other members that
+    /// have not expired.
+    fn replay(&self, m: &Member) {
+        let Some(h) = m.handler() else { return };
+        let now = Instant::now();
+        let kept: Vec<(u64, Vec<u8>)> = {
+            let mut retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+            retained.retain(|_, (_, _, until)| *until > now);
+            retained
+                .values()
+                .filter(|(from, _, _)| *from != m.id)
+                .map(|(from, body, _)| (*from, body.clone()))
+                .collect()
+        };
+        for (from, body) in kept {
+            h.control(from, &body);
+        }
+    }
+
     /// Every node loses the bus, and with it its subscriptions (as when
     /// Redis restarts); broadcasts meanwhile reach no other node.
     pub fn outage(&self) {
@@ -86,6 +110,7 @@ impl MemoryBus {
                 m.subscribed().extend(h.topics());
             }
             m.connected.store(true, Relaxed);
+            self.replay(&m);
         }
     }
 }
@@ -118,6 +143,7 @@ impl MemoryBackplane {
 impl Backplane for MemoryBackplane {
     fn attach(&self, handler: Weak<dyn Handler>) {
         let _ = self.me.handler.set(handler);
+        self.bus.replay(&self.me);
     }
 
     fn publish(&self, b: &Broadcast) {
@@ -160,22 +186,39 @@ impl Backplane for MemoryBackplane {
         self.me.id
     }
 
-    fn send_to(&self, node: u64, msg: Vec<u8>) -> bool {
+    fn send_control(&self, route: Route, body: Vec<u8>) -> bool {
         if !self.me.connected.load(Relaxed) {
             return false;
         }
-        let to = self
+        let to: Vec<Arc<Member>> = self
             .bus
             .members()
             .iter()
-            .find(|m| m.id == node && m.connected.load(Relaxed))
-            .cloned();
-        match to.and_then(|m| m.handler()) {
-            Some(h) => {
-                h.direct(&msg);
-                true
-            }
-            None => false,
+            .filter(|m| m.id != self.me.id && m.connected.load(Relaxed))
+            .filter(|m| route == Route::Cluster || route == Route::Node(m.id))
+            .cloned()
+            .collect();
+        let mut sent = false;
+        for h in to.iter().filter_map(|m| m.handler()) {
+            h.control(self.me.id, &body);
+            sent = true;
         }
+        sent
+    }
+
+    fn retain_control(&self, key: &str, body: Vec<u8>, ttl: Duration) -> bool {
+        if !self.me.connected.load(Relaxed) {
+            return false;
+        }
+        self.bus
+            .retained
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                key.to_string(),
+                (self.me.id, body.clone(), Instant::now() + ttl),
+            );
+        self.send_control(Route::Cluster, body);
+        true
     }
 }

@@ -15,25 +15,33 @@
 //! - [`RedisBackplane`] (`redis.rs`): nodes joined through Redis pub/sub,
 //!   with the versioned [`envelope`].
 //!
-//! Besides broadcasts, a backplane carries **direct messages**: opaque bytes
-//! from one node to one other node, named by its [`Backplane::node_id`]. The
-//! server uses them to forward a long-poll request to the node that holds
-//! the session (as Phoenix forwards long-poll requests to the session's
-//! process through PubSub); the backplane neither reads nor keeps them.
+//! Besides broadcasts, a backplane carries the [`control`] lane: opaque
+//! bytes from one node to one other node, named by its
+//! [`Backplane::node_id`], or to every other node, optionally retained for
+//! nodes that come later. The server uses it for its cluster-wide questions,
+//! user disconnects and revocations, and to forward a long-poll request to
+//! the node that holds the session (as Phoenix forwards long-poll requests
+//! to the session's process through PubSub). It is a lane of its own, not
+//! reserved topics among the broadcasts, so an engine implements it
+//! deliberately: [`Backplane::send_control`], [`Backplane::retain_control`]
+//! and [`Handler::control`].
 //!
 //! Every implementation must pass the [`conformance`](crate::conformance)
 //! suite: exactly once, per-topic order from one node, a node's own
-//! broadcasts skipped, only subscribed nodes reached, direct messages to
-//! their node alone and in order, and subscriptions restored after a
-//! reconnect.
+//! broadcasts skipped, only subscribed nodes reached, control messages to
+//! their node (or every other node) alone and in order, retained ones
+//! replayed to later nodes, and subscriptions restored after a reconnect.
 
+pub mod control;
 pub mod envelope;
 mod local;
 mod memory;
 pub mod redis;
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
+pub use control::Route;
 pub use local::LocalBackplane;
 pub use memory::{MemoryBackplane, MemoryBus};
 pub use redis::{RedisBackplane, RedisOptions};
@@ -50,10 +58,10 @@ pub trait Handler: Send + Sync + 'static {
     /// Every topic this node has a subscriber of (to subscribe again after a
     /// reconnect).
     fn topics(&self) -> Vec<Arc<str>>;
-    /// A direct message another node sent to this one
-    /// ([`Backplane::send_to`]). Called on the backplane's thread: queue the
-    /// work, do not do it here.
-    fn direct(&self, msg: &[u8]);
+    /// A control message node `from` sent to this one or to every node
+    /// ([`Backplane::send_control`], [`Backplane::retain_control`]). Called
+    /// on the backplane's thread: queue the work, do not do it here.
+    fn control(&self, from: u64, body: &[u8]);
 }
 
 /// Carries broadcasts to the other nodes of a cluster.
@@ -61,7 +69,9 @@ pub trait Handler: Send + Sync + 'static {
 /// The node calls these from its event loops, so none may block: an
 /// implementation that does I/O queues the work for its own thread.
 pub trait Backplane: Send + Sync + 'static {
-    /// Called once when the node is built, before any other call.
+    /// Called once when the node is built, before any other call. An
+    /// engine that keeps retained control messages hands them to `handler`
+    /// before it returns (waiting a bounded time for them).
     fn attach(&self, handler: Weak<dyn Handler>);
     /// A broadcast made on this node (already delivered to its own
     /// subscribers); send it to the other nodes. One message per broadcast,
@@ -76,15 +86,22 @@ pub trait Backplane: Send + Sync + 'static {
         true
     }
     /// This node's id among the nodes of the cluster, the address of
-    /// [`Backplane::send_to`]. A single node's is 0.
+    /// [`Route::Node`]. A single node's is 0.
     fn node_id(&self) -> u64 {
         0
     }
-    /// Sends `msg` to node `node` alone, after the messages this node sent it
-    /// before (per-sender order). Returns false when it surely cannot arrive
-    /// (no other nodes, backplane down, queue full); true does not promise
-    /// delivery (the node may be gone).
-    fn send_to(&self, _node: u64, _msg: Vec<u8>) -> bool {
+    /// Sends control message `body` on `route`, after the control messages
+    /// this node sent there before (per-sender order). Returns false when it
+    /// surely cannot arrive (no other nodes, backplane down, queue full);
+    /// true does not promise delivery (the node may be gone).
+    fn send_control(&self, _route: Route, _body: Vec<u8>) -> bool {
+        false
+    }
+    /// Sends `body` to every other node as [`Route::Cluster`] does, and
+    /// keeps it for `ttl` under `key` (replacing what `key` held): a node
+    /// that attaches later, or reconnects after an outage, receives it
+    /// through [`Handler::control`] then. False as for `send_control`.
+    fn retain_control(&self, _key: &str, _body: Vec<u8>, _ttl: Duration) -> bool {
         false
     }
     /// Appends the backplane's own Prometheus lines to `/metrics`.

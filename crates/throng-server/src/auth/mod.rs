@@ -22,9 +22,10 @@
 //! Revocations are kept in memory on every node (a `disconnect` with
 //! `revoke` from the server API reaches every node through the backplane):
 //! tokens of that user signed before the revocation are refused from then
-//! on, for [`REVOCATION_TTL`] or the configured max age if longer. They are
-//! not persisted: a node started later does not know them, so pair them
-//! with token lifetimes you can live with.
+//! on, for [`REVOCATION_TTL`] or the configured max age if longer. With
+//! `--redis` they are also kept in Redis for that long (see the `control` module),
+//! so a node started later knows them before it serves; a single node
+//! forgets them when it restarts.
 
 mod jwt;
 pub(crate) mod origin;
@@ -212,6 +213,12 @@ impl Auth {
             }
         }
         Ok(Some(verified.user))
+    }
+
+    /// How long a revocation is kept ([`REVOCATION_TTL`], or the max age
+    /// if longer).
+    pub fn revocation_ttl(&self) -> Duration {
+        Duration::from_millis(self.revocation_ttl_ms.max(0) as u64)
     }
 
     /// Refuses `user`'s tokens signed up to `at_ms` (Unix ms) from now on.

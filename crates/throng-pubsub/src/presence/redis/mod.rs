@@ -37,8 +37,9 @@
 //! Nodes keep their copies and keep serving local diffs; changes are not
 //! queued (each node rewrites its state on reconnecting, which supersedes
 //! them). A node checks others only after `0.4 T` of its new session, so
-//! nodes that reconnect within that time (backoff 0.1 s doubling to 5 s)
-//! see no leave storm; with T = 30 s that is 12 s.
+//! nodes that reconnect within that time (the [link](crate::link)'s
+//! backoff, 0.1 s doubling to 5 s, shared with the backplane) see no leave
+//! storm; with T = 30 s that is 12 s.
 
 mod scripts;
 mod session;
@@ -52,7 +53,7 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use self::session::Task;
 use super::{Delta, FetchReply, PresenceSink, PresenceStore};
-use crate::backplane::redis::{random_node_id, redact};
+use crate::link::{client_for, random_node_id, redact, Health};
 use crate::metrics::write_metric;
 use crate::Error;
 
@@ -89,7 +90,8 @@ impl Timing {
 /// Counters for `/metrics`.
 #[derive(Default, Debug)]
 pub struct Stats {
-    pub connected: AtomicBool,
+    /// Connected (and this node's state written), and how often it came back.
+    pub link: Health,
     /// Change scripts run (one per topic per interval with own changes).
     pub published: AtomicU64,
     /// Messages from other nodes applied.
@@ -102,7 +104,6 @@ pub struct Stats {
     pub resyncs: AtomicU64,
     /// Other nodes declared dead.
     pub owners_down: AtomicU64,
-    pub reconnects: AtomicU64,
 }
 
 /// The Redis presence store. Build it with [`RedisPresence::connect`].
@@ -134,7 +135,7 @@ impl RedisPresence {
         options: &crate::RedisOptions,
     ) -> Result<RedisPresence, Error> {
         let shown = redact(url);
-        let client = crate::backplane::redis::client_for(url, &shown, options)?;
+        let client = client_for(url, &shown, options)?;
         let node_id = random_node_id();
         let (publish_tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
         let (topic_tx, topic_rx) = mpsc::unbounded_channel();
@@ -144,8 +145,6 @@ impl RedisPresence {
         let stats = Arc::new(Stats::default());
         let resync = Arc::new(AtomicBool::new(false));
         let task = Task {
-            client,
-            url: shown.clone(),
             me: node_id,
             timing: Timing::for_timeout(timeout),
             sink: sink.clone(),
@@ -156,12 +155,7 @@ impl RedisPresence {
             fetch_rx,
             halt_rx,
         };
-        crate::redis_thread::spawn("throng-presence", &shown, move || async move {
-            let mut task = task;
-            let session = task.start().await.map_err(|e| e.to_string())?;
-            Ok(task.run(session))
-        })?;
-        stats.connected.store(true, Relaxed);
+        crate::link::start("throng-presence", &shown, client, task)?;
         tracing::info!(url = %shown, node_id = format_args!("{node_id:016x}"), timeout_ms = timeout.as_millis() as u64, "presence: connected to Redis");
         Ok(RedisPresence {
             url: shown,
@@ -195,7 +189,7 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
             "throng_presence_store_connected",
             "gauge",
             "1 while the presence store is connected to Redis, else 0.",
-            stats.connected.load(Relaxed) as u64,
+            stats.link.connected.load(Relaxed) as u64,
         ),
         (
             "throng_presence_store_published_total",
@@ -237,7 +231,7 @@ pub fn render_metrics(stats: &Stats, out: &mut String) {
             "throng_presence_store_reconnects_total",
             "counter",
             "Times the presence store reconnected to Redis.",
-            stats.reconnects.load(Relaxed),
+            stats.link.reconnects.load(Relaxed),
         ),
     ];
     for (name, kind, help, value) in lines {
@@ -259,7 +253,7 @@ impl PresenceStore for RedisPresence {
     }
 
     fn publish(&self, topic: &str, delta: Delta) {
-        if !self.stats.connected.load(Relaxed) {
+        if !self.stats.link.connected.load(Relaxed) {
             self.stats.dropped.fetch_add(1, Relaxed);
             self.resync.store(true, Relaxed);
             return;
@@ -287,7 +281,7 @@ impl PresenceStore for RedisPresence {
     }
 
     fn fetch(&self, topic: &str, done: FetchReply) {
-        if !self.stats.connected.load(Relaxed) {
+        if !self.stats.link.connected.load(Relaxed) {
             return done(Err(Error::PresenceUnavailable(format!(
                 "not connected to Redis at {}",
                 self.url
@@ -302,7 +296,7 @@ impl PresenceStore for RedisPresence {
     }
 
     fn is_connected(&self) -> bool {
-        self.stats.connected.load(Relaxed)
+        self.stats.link.connected.load(Relaxed)
     }
 
     fn render_metrics(&self, out: &mut String) {

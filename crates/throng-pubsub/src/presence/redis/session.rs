@@ -1,34 +1,28 @@
-//! The `throng-presence` thread: one [`Session`] (a command connection and
-//! a pub/sub connection) at a time; it runs the change scripts, applies
-//! other nodes' messages, takes snapshots of newly watched topics,
-//! refreshes this node's liveness key, checks the others', and rebuilds
-//! the session with backoff when Redis goes away.
+//! The `throng-presence` thread's side of the store: a [`Worker`] of the
+//! [Redis link](crate::link) that runs the change scripts, applies other
+//! nodes' messages, takes snapshots of newly watched topics, refreshes this
+//! node's liveness key and checks the others'; on each new session it
+//! rewrites this node's state and watches its topics again. Connecting,
+//! timeouts and reconnecting are the link's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
-use ::redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use ::redis::Value;
-use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::{node_hex, scripts, Stats, Timing, PREFIX};
-use crate::backplane::redis::{BACKOFF_MAX, BACKOFF_MIN};
+use crate::link::{timed, End, Health, Link, RResult, Worker};
 use crate::presence::wire::{self, Message};
 use crate::presence::{Delta, Entries, FetchReply, PresenceSink};
 
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-const RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Change scripts sent in one pipeline.
 const MAX_BATCH: usize = 256;
 
-/// One pair of connections, and what this session has seen.
+/// What one session has seen: its subscriptions, its scripts' hashes.
 pub(super) struct Session {
-    cmd: MultiplexedConnection,
-    sink: PubSubSink,
-    stream: PubSubStream,
     subscribed: HashSet<Arc<str>>,
     flush: String,
     resync: String,
@@ -37,56 +31,24 @@ pub(super) struct Session {
     missing: HashMap<u64, Instant>,
 }
 
-type RResult<T> = ::redis::RedisResult<T>;
-
-async fn timed<T>(f: impl std::future::Future<Output = RResult<T>>) -> RResult<T> {
-    match tokio::time::timeout(RESPONSE_TIMEOUT, f).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("Redis did not answer within {RESPONSE_TIMEOUT:?}"),
-        )
-        .into()),
-    }
-}
-
 impl Session {
-    async fn connect(client: &::redis::Client) -> RResult<Session> {
-        let attempt = async {
-            let config = ::redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(CONNECT_TIMEOUT)
-                .set_response_timeout(RESPONSE_TIMEOUT);
-            let mut cmd = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            let (sink, stream) = client.get_async_pubsub().await?.split();
-            let load = |src: &'static str| {
-                let mut c = ::redis::cmd("SCRIPT");
-                c.arg("LOAD").arg(src);
-                c
-            };
-            let flush: String = load(scripts::FLUSH).query_async(&mut cmd).await?;
-            let resync: String = load(scripts::RESYNC).query_async(&mut cmd).await?;
-            let clean: String = load(scripts::CLEAN).query_async(&mut cmd).await?;
-            Ok(Session {
-                cmd,
-                sink,
-                stream,
-                subscribed: HashSet::new(),
-                flush,
-                resync,
-                clean,
-                missing: HashMap::new(),
-            })
+    /// Loads the scripts on `link`.
+    async fn load(link: &mut Link) -> RResult<Session> {
+        let load = |src: &'static str| {
+            let mut c = ::redis::cmd("SCRIPT");
+            c.arg("LOAD").arg(src);
+            c
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no connection within {CONNECT_TIMEOUT:?}"),
-            )
-            .into()),
-        }
+        let flush: String = timed(load(scripts::FLUSH).query_async(&mut link.cmd)).await?;
+        let resync: String = timed(load(scripts::RESYNC).query_async(&mut link.cmd)).await?;
+        let clean: String = timed(load(scripts::CLEAN).query_async(&mut link.cmd)).await?;
+        Ok(Session {
+            subscribed: HashSet::new(),
+            flush,
+            resync,
+            clean,
+            missing: HashMap::new(),
+        })
     }
 }
 
@@ -96,8 +58,6 @@ fn channel(topic: &str) -> String {
 
 /// The thread's state.
 pub(super) struct Task {
-    pub client: ::redis::Client,
-    pub url: String,
     pub me: u64,
     pub timing: Timing,
     pub sink: Arc<OnceLock<Weak<dyn PresenceSink>>>,
@@ -109,16 +69,46 @@ pub(super) struct Task {
     pub halt_rx: mpsc::UnboundedReceiver<()>,
 }
 
-/// Why a session ended.
-enum End {
-    /// The store was dropped or halted: stop.
-    Stop,
-    Lost(::redis::RedisError),
-}
+impl Worker for Task {
+    type Session = Session;
+    const WHAT: &'static str = "presence";
+    const MEANWHILE: &'static str = "every node keeps its copy and local diffs";
 
-impl From<::redis::RedisError> for End {
-    fn from(e: ::redis::RedisError) -> End {
-        End::Lost(e)
+    fn health(&self) -> &Health {
+        &self.stats.link
+    }
+
+    /// A new session: this node's whole state written, its topics watched.
+    async fn setup(&mut self, link: &mut Link) -> RResult<Session> {
+        let mut s = Session::load(link).await?;
+        // Changes queued so far are in the state about to be written.
+        while self.publish_rx.try_recv().is_ok() {}
+        while self.topic_rx.try_recv().is_ok() {}
+        self.rewrite(link, &mut s).await?;
+        let watched = self.sink().map(|k| k.watched()).unwrap_or_default();
+        for topic in watched {
+            self.watch(link, &mut s, topic).await?;
+        }
+        Ok(s)
+    }
+
+    async fn serve(&mut self, link: &mut Link, s: &mut Session) -> End {
+        self.serve_session(link, s).await
+    }
+
+    fn idle(&mut self) -> bool {
+        !self.publish_rx.is_closed()
+            && matches!(
+                self.halt_rx.try_recv(),
+                Err(mpsc::error::TryRecvError::Empty)
+            )
+    }
+
+    fn back(&self, s: &Session) -> String {
+        format!(
+            "rewrote this node's presences and re-read the others' on {} topics",
+            s.subscribed.len()
+        )
     }
 }
 
@@ -127,111 +117,37 @@ impl Task {
         self.sink.get().and_then(Weak::upgrade)
     }
 
-    /// The first session, set up.
-    pub async fn start(&mut self) -> RResult<Session> {
-        let mut s = Session::connect(&self.client).await?;
-        self.setup(&mut s).await?;
-        Ok(s)
-    }
-
-    /// A new session: this node's whole state written, its topics watched.
-    async fn setup(&mut self, s: &mut Session) -> RResult<()> {
-        // Changes queued so far are in the state about to be written.
-        while self.publish_rx.try_recv().is_ok() {}
-        while self.topic_rx.try_recv().is_ok() {}
-        self.rewrite(s).await?;
-        let watched = self.sink().map(|k| k.watched()).unwrap_or_default();
-        for topic in watched {
-            self.watch(s, topic).await?;
-        }
-        Ok(())
-    }
-
-    pub async fn run(mut self, first: Session) {
-        let mut session = first;
-        loop {
-            let err = match self.serve(&mut session).await {
-                End::Stop => return,
-                End::Lost(e) => e,
-            };
-            self.stats.connected.store(false, Relaxed);
-            drop(session);
-            let down_at = Instant::now();
-            tracing::error!(
-                "presence: lost the connection to Redis at {}: {err}; reconnecting with \
-                 backoff. Meanwhile every node keeps its copy and local diffs",
-                self.url
-            );
-            session = match self.reconnect().await {
-                Some(s) => s,
-                None => return,
-            };
-            self.stats.reconnects.fetch_add(1, Relaxed);
-            self.stats.connected.store(true, Relaxed);
-            tracing::info!(
-                down_ms = down_at.elapsed().as_millis() as u64,
-                topics = session.subscribed.len(),
-                "presence: reconnected to Redis at {}, rewrote this node's presences and re-read the others'",
-                self.url
-            );
-        }
-    }
-
-    async fn reconnect(&mut self) -> Option<Session> {
-        let mut delay = BACKOFF_MIN;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = self.halt_rx.recv() => return None,
-            }
-            if self.publish_rx.is_closed() {
-                return None;
-            }
-            match Session::connect(&self.client).await {
-                Ok(mut s) => match self.setup(&mut s).await {
-                    Ok(()) => return Some(s),
-                    Err(e) => tracing::debug!(error = %e, "presence: setup failed"),
-                },
-                Err(e) => tracing::debug!(error = %e, "presence: reconnect failed"),
-            }
-            delay = (delay * 2).min(BACKOFF_MAX);
-        }
-    }
-
-    async fn serve(&mut self, s: &mut Session) -> End {
+    async fn serve_session(&mut self, link: &mut Link, s: &mut Session) -> End {
         let mut tick = tokio::time::interval(self.timing.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
             if self.resync.load(Relaxed) {
-                if let Err(e) = self.rewrite(s).await {
+                if let Err(e) = self.rewrite(link, s).await {
                     return e.into();
                 }
             }
             let step: Result<(), End> = tokio::select! {
-                msg = s.stream.next() => match msg {
-                    Some(msg) => {
+                msg = link.next_message() => match msg {
+                    Ok(msg) => {
                         self.on_message(msg.get_channel_name(), msg.get_payload_bytes());
                         Ok(())
                     }
-                    None => Err(End::Lost(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionReset,
-                        "the subscriber connection closed",
-                    ).into())),
+                    Err(e) => Err(End::Lost(e)),
                 },
                 first = self.publish_rx.recv() => match first {
-                    Some(first) => self.publish(s, first).await,
+                    Some(first) => self.publish(link, s, first).await,
                     None => Err(End::Stop),
                 },
                 topic = self.topic_rx.recv() => match topic {
-                    Some(first) => self.topics(s, first).await.map_err(End::from),
+                    Some(first) => self.topics(link, s, first).await.map_err(End::from),
                     None => Err(End::Stop),
                 },
                 fetch = self.fetch_rx.recv() => match fetch {
-                    Some((topic, done)) => self.fetch(s, topic, done).await.map_err(End::from),
+                    Some((topic, done)) => self.fetch(link, topic, done).await.map_err(End::from),
                     None => Err(End::Stop),
                 },
-                _ = tick.tick() => self.keep_alive(s).await.map_err(End::from),
+                _ = tick.tick() => self.keep_alive(link, s).await.map_err(End::from),
                 _ = self.halt_rx.recv() => Err(End::Stop),
             };
             if let Err(e) = step {
@@ -278,7 +194,12 @@ impl Task {
     }
 
     /// Runs the change scripts of `first` and whatever else is queued.
-    async fn publish(&mut self, s: &mut Session, first: (Arc<str>, Delta)) -> Result<(), End> {
+    async fn publish(
+        &mut self,
+        link: &mut Link,
+        s: &mut Session,
+        first: (Arc<str>, Delta),
+    ) -> Result<(), End> {
         let me = node_hex(self.me);
         let mut pipe = ::redis::pipe();
         let mut n = 0u64;
@@ -307,7 +228,7 @@ impl Task {
                 None
             };
         }
-        match timed(pipe.query_async::<Vec<i64>>(&mut s.cmd)).await {
+        match timed(pipe.query_async::<Vec<i64>>(&mut link.cmd)).await {
             Ok(results) => {
                 self.stats.published.fetch_add(n, Relaxed);
                 if results.contains(&0) && !self.resync.swap(true, Relaxed) {
@@ -324,7 +245,7 @@ impl Task {
     }
 
     /// Writes this node's whole state and its liveness key (one script).
-    async fn rewrite(&mut self, s: &mut Session) -> RResult<()> {
+    async fn rewrite(&mut self, link: &mut Link, s: &mut Session) -> RResult<()> {
         self.resync.store(false, Relaxed);
         let owned = self.sink().map(|k| k.owned()).unwrap_or_default();
         let me = node_hex(self.me);
@@ -348,7 +269,7 @@ impl Task {
                 c.arg(&wire::field(m)[..]).arg(wire::value(k, m));
             }
         }
-        let _: i64 = timed(c.query_async(&mut s.cmd)).await?;
+        let _: i64 = timed(c.query_async(&mut link.cmd)).await?;
         self.stats.resyncs.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -356,9 +277,9 @@ impl Task {
     /// Subscribes `topic`'s presence channel if needed, then reads every
     /// live node's presences there (messages arriving meanwhile wait in the
     /// stream and are applied after, so nothing newer is overwritten).
-    async fn watch(&mut self, s: &mut Session, topic: Arc<str>) -> RResult<()> {
+    async fn watch(&mut self, link: &mut Link, s: &mut Session, topic: Arc<str>) -> RResult<()> {
         if !s.subscribed.contains(&topic) {
-            timed(s.sink.subscribe(channel(&topic))).await?;
+            timed(link.sink.subscribe(channel(&topic))).await?;
             s.subscribed.insert(topic.clone());
         }
         let Some(sink) = self.sink() else {
@@ -367,7 +288,7 @@ impl Task {
         let listed: Vec<String> = timed(
             ::redis::cmd("SMEMBERS")
                 .arg(format!("{PREFIX}n:{topic}"))
-                .query_async(&mut s.cmd),
+                .query_async(&mut link.cmd),
         )
         .await?;
         let mut owners: HashSet<u64> = listed
@@ -380,7 +301,7 @@ impl Task {
             return Ok(());
         }
         let owners: Vec<u64> = owners.into_iter().collect();
-        for (o, entries) in self.read_owners(s, &topic, &owners).await? {
+        for (o, entries) in self.read_owners(link, &topic, &owners).await? {
             sink.replace(&topic, o, entries);
         }
         Ok(())
@@ -391,7 +312,7 @@ impl Task {
     /// all its presences written: see `scripts::RESYNC`).
     async fn read_owners(
         &self,
-        s: &mut Session,
+        link: &mut Link,
         topic: &str,
         owners: &[u64],
     ) -> RResult<Vec<(u64, Entries)>> {
@@ -406,7 +327,7 @@ impl Task {
             pipe.cmd("EXISTS").arg(format!("{PREFIX}a:{h}"));
             pipe.cmd("HGETALL").arg(format!("{PREFIX}e:{h}:{topic}"));
         }
-        let replies: Vec<Value> = timed(pipe.query_async(&mut s.cmd)).await?;
+        let replies: Vec<Value> = timed(pipe.query_async(&mut link.cmd)).await?;
         for (o, pair) in owners.iter().zip(replies.chunks(2)) {
             let [alive, hash] = pair else { continue };
             let alive: i64 = ::redis::from_redis_value(alive).unwrap_or(0);
@@ -432,12 +353,12 @@ impl Task {
     /// Every live node's presences on `topic` (a topic this node need not
     /// watch), handed to `done`; a Redis error goes to `done` too, and
     /// ends the session.
-    async fn fetch(&mut self, s: &mut Session, topic: Arc<str>, done: FetchReply) -> RResult<()> {
+    async fn fetch(&mut self, link: &mut Link, topic: Arc<str>, done: FetchReply) -> RResult<()> {
         let read = async {
             let listed: Vec<String> = timed(
                 ::redis::cmd("SMEMBERS")
                     .arg(format!("{PREFIX}n:{topic}"))
-                    .query_async(&mut s.cmd),
+                    .query_async(&mut link.cmd),
             )
             .await?;
             let mut owners: Vec<u64> = listed
@@ -446,7 +367,7 @@ impl Task {
                 .collect();
             owners.sort_unstable();
             owners.dedup();
-            self.read_owners(s, &topic, &owners).await
+            self.read_owners(link, &topic, &owners).await
         };
         match read.await {
             Ok(mut found) => {
@@ -462,7 +383,12 @@ impl Task {
     }
 
     /// Watches and unwatches as the node's topics say now.
-    async fn topics(&mut self, s: &mut Session, first: (Arc<str>, bool)) -> RResult<()> {
+    async fn topics(
+        &mut self,
+        link: &mut Link,
+        s: &mut Session,
+        first: (Arc<str>, bool),
+    ) -> RResult<()> {
         let mut changed: HashMap<Arc<str>, bool> = HashMap::new();
         let mut next = Some(first);
         while let Some((t, watch)) = next {
@@ -478,9 +404,9 @@ impl Task {
             }
             let wanted = sink.is_watched(&topic);
             if wanted && (asked || !s.subscribed.contains(&topic)) {
-                self.watch(s, topic).await?;
+                self.watch(link, s, topic).await?;
             } else if !wanted && s.subscribed.contains(&topic) {
-                timed(s.sink.unsubscribe(channel(&topic))).await?;
+                timed(link.sink.unsubscribe(channel(&topic))).await?;
                 s.subscribed.remove(&topic);
             }
         }
@@ -488,7 +414,7 @@ impl Task {
     }
 
     /// Refreshes this node's liveness key and checks the others'.
-    async fn keep_alive(&mut self, s: &mut Session) -> RResult<()> {
+    async fn keep_alive(&mut self, link: &mut Link, s: &mut Session) -> RResult<()> {
         let me = node_hex(self.me);
         let set: Option<String> = timed(
             ::redis::cmd("SET")
@@ -497,7 +423,7 @@ impl Task {
                 .arg("XX")
                 .arg("PX")
                 .arg(self.timing.ttl.as_millis() as u64)
-                .query_async(&mut s.cmd),
+                .query_async(&mut link.cmd),
         )
         .await?;
         if set.is_none() && !self.resync.swap(true, Relaxed) {
@@ -509,7 +435,7 @@ impl Task {
         let listed: Vec<String> = timed(
             ::redis::cmd("SMEMBERS")
                 .arg(format!("{PREFIX}nodes"))
-                .query_async(&mut s.cmd),
+                .query_async(&mut link.cmd),
         )
         .await?;
         let mut nodes: HashSet<u64> = listed
@@ -527,7 +453,7 @@ impl Task {
             pipe.cmd("EXISTS")
                 .arg(format!("{PREFIX}a:{}", node_hex(*n)));
         }
-        let alive: Vec<i64> = timed(pipe.query_async(&mut s.cmd)).await?;
+        let alive: Vec<i64> = timed(pipe.query_async(&mut link.cmd)).await?;
         // A node must be seen missing for `grace` by this session: right
         // after Redis came back, a missing key may be a node still
         // reconnecting.
@@ -553,7 +479,7 @@ impl Task {
                     .arg(PREFIX)
                     .arg(PREFIX)
                     .arg(wire::replace(*n, &[]))
-                    .query_async(&mut s.cmd),
+                    .query_async(&mut link.cmd),
             )
             .await?;
             s.missing.remove(n);
