@@ -7,7 +7,9 @@
 //! `push` to this client, `broadcast` to every subscriber of the topic,
 //! `send_info` to this channel's own [`Channel::handle_info`] after the
 //! callback (Phoenix's `send(self(), msg)`, e.g. `:after_join`), and
-//! `assign` to keep state for this join (Phoenix's `socket.assigns`).
+//! `assign` to keep state for this join (Phoenix's `socket.assigns`), and
+//! `presence()` for Phoenix.Presence's `track`/`update`/`untrack` and the
+//! `presence_state` push of the `:after_join` pattern ([`Presence`]).
 //! From outside a callback (an HTTP handler, a timer thread of the app, the
 //! server API) use an [`Endpoint`](crate::Endpoint).
 //!
@@ -86,7 +88,7 @@ pub(crate) struct Effects {
     /// Messages to this channel's own `handle_info`, after the callback.
     pub infos: Vec<Info>,
     /// Presence calls (`socket.presence()`), in order.
-    pub presence: Vec<crate::presence::PresenceOp>,
+    pub presence: Vec<PresenceOp>,
 }
 
 impl Effects {
@@ -166,8 +168,8 @@ impl<'a> Socket<'a> {
 
     /// Presence on this channel's topic: track, update, untrack this join,
     /// push the topic's state (Phoenix.Presence).
-    pub fn presence(&mut self) -> crate::presence::Presence<'_, 'a> {
-        crate::presence::Presence { socket: self }
+    pub fn presence(&mut self) -> Presence<'_, 'a> {
+        Presence { socket: self }
     }
 
     /// Hands `msg` to this channel's [`Channel::handle_info`] once the current
@@ -228,6 +230,95 @@ impl Router {
         self.routes
             .iter()
             .find_map(|(pattern, ch)| topic_matches(pattern, topic).then_some(ch))
+    }
+}
+
+/// Why a presence call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PresenceError {
+    #[error("a presence meta must be a JSON object")]
+    NotAnObject,
+    #[error("the presence meta could not be encoded: {0}")]
+    Encode(String),
+}
+
+/// What a callback asked of presence; applied after it returns, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PresenceOp {
+    Track(Arc<str>, Box<str>),
+    Update(Arc<str>, Box<str>),
+    Untrack(Arc<str>),
+    /// Update every presence the join tracks.
+    UpdateTracked(Box<str>),
+    PushState,
+}
+
+/// Presence for the joined channel of a callback (Phoenix.Presence with
+/// `socket` as its first argument). Calls take effect when the callback
+/// returns; a key already tracked by this join, an update or untrack of a
+/// key it does not track, and a key and meta longer than
+/// `--max-presence-bytes` are refused then (counted in
+/// `throng_presence_refused_total`, logged at debug). A join's presences
+/// are untracked when it ends (leave, rejoin, close).
+pub struct Presence<'s, 'a> {
+    pub(crate) socket: &'s mut Socket<'a>,
+}
+
+fn fields_of(meta: &impl serde::Serialize) -> Result<Box<str>, PresenceError> {
+    let json = serde_json::to_string(meta).map_err(|e| PresenceError::Encode(e.to_string()))?;
+    throng_pubsub::presence::meta_fields(&json).map_err(|_| PresenceError::NotAnObject)
+}
+
+impl Presence<'_, '_> {
+    /// Tracks this join as a presence of `key` with `meta` (a JSON object,
+    /// e.g. `json!({"online_at": 1700000000})`): `Presence.track/3`.
+    pub fn track(&mut self, key: &str, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
+        let fields = fields_of(meta)?;
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::Track(key.into(), fields));
+        Ok(())
+    }
+
+    /// Replaces the meta of this join's presence of `key`: clients see the
+    /// old meta leave and the new one join with `phx_ref_prev`
+    /// (`Presence.update/3`).
+    pub fn update(&mut self, key: &str, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
+        let fields = fields_of(meta)?;
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::Update(key.into(), fields));
+        Ok(())
+    }
+
+    /// Replaces the meta of every presence this join tracks, whatever its
+    /// key: for a channel whose presence a `--presence` rule tracks (one
+    /// presence, keyed by the rule).
+    pub fn update_tracked(&mut self, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
+        let fields = fields_of(meta)?;
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::UpdateTracked(fields));
+        Ok(())
+    }
+
+    /// Ends this join's presence of `key` (`Presence.untrack/2`).
+    pub fn untrack(&mut self, key: &str) {
+        self.socket
+            .effects
+            .presence
+            .push(PresenceOp::Untrack(key.into()));
+    }
+
+    /// Pushes the topic's presence to this client: `presence_state` (or
+    /// `presence_count` for a count-mode topic), the state as of the last
+    /// diff, shared by every joiner of the interval
+    /// (`push(socket, "presence_state", Presence.list(socket))`).
+    pub fn push_state(&mut self) {
+        self.socket.effects.presence.push(PresenceOp::PushState);
     }
 }
 

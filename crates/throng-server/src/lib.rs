@@ -95,11 +95,12 @@ use mio::{Poll, Waker};
 use throng_pubsub::{Backplane, Handler, LocalPresence, PresenceStore, Tracker};
 
 pub use channel::{
-    Channel, ConnectInfo, Info, OwnedPayload, Payload, Reply, Router, Socket, Terminate,
+    Channel, ConnectInfo, Info, OwnedPayload, Payload, Presence, PresenceError, Reply, Router,
+    Socket, Terminate,
 };
 pub use config::{Config, ServeArgs};
 pub use node::{Endpoint, Node};
-pub use presence::{Presence, PresenceError, PresenceRule};
+pub use presence::PresenceRule;
 
 /// File descriptors kept back from the limit for listeners, epoll, logs.
 pub const FD_MARGIN: u64 = 64;

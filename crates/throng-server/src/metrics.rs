@@ -80,7 +80,7 @@ pub struct ShardStats {
     /// and their frame bytes.
     pub presence_diffs_out: AtomicU64,
     pub presence_diff_bytes_out: AtomicU64,
-    /// Presence calls refused (see `crate::presence::Presence`).
+    /// Presence calls refused (see `crate::channel::Presence`).
     pub presence_refused: AtomicU64,
 }
 

@@ -499,7 +499,7 @@ impl Endpoint {
         };
         let flushed = Flushed::from_entries(found.iter().flat_map(|(_, e)| e));
         Ok(PresenceView {
-            state: throng_pubsub::presence::encode::state(&flushed),
+            state: flushed.state_json(),
             count: flushed.key_count(),
             source: PresenceSource::Store,
         })

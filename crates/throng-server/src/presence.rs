@@ -1,18 +1,16 @@
-//! Presence in the server: the rules that turn it on for topic patterns
-//! without Rust (`--presence`, `[[presence]]` in TOML), and the
-//! [`Presence`] handle a channel callback gets from `socket.presence()`,
-//! Phoenix.Presence's `track`/`update`/`untrack` and the `presence_state`
-//! push of the `:after_join` pattern. The node's state and the cluster
-//! are `throng_pubsub::presence`; applying these to a socket (the join's
-//! presences, untracked when the join ends) is `socket/presence.rs`.
-
-use std::sync::Arc;
+//! Presence rules in the server: what turns presence on for topic patterns
+//! without Rust (`--presence`, `[[presence]]` in TOML). The handle a
+//! channel callback gets from `socket.presence()` is part of the channel
+//! API ([`Presence`](crate::channel::Presence) in `channel.rs`). The
+//! node's state and the cluster are `throng_pubsub::presence`; applying
+//! both to a socket (the join's presences, untracked when the join ends)
+//! is `socket/presence.rs`.
 
 use serde::Deserialize;
 use throng_protocol::Payload;
 pub use throng_pubsub::presence::Mode;
 
-use crate::channel::{topic_matches, Socket, Who};
+use crate::channel::{topic_matches, Who};
 
 /// Where a rule takes a presence's key from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,95 +150,6 @@ pub(crate) fn mode_for(rules: &[PresenceRule], topic: &str) -> Mode {
         .find(|r| r.matches(topic))
         .map(|r| r.mode)
         .unwrap_or_default()
-}
-
-/// Why a presence call was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PresenceError {
-    #[error("a presence meta must be a JSON object")]
-    NotAnObject,
-    #[error("the presence meta could not be encoded: {0}")]
-    Encode(String),
-}
-
-/// What a callback asked of presence; applied after it returns, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PresenceOp {
-    Track(Arc<str>, Box<str>),
-    Update(Arc<str>, Box<str>),
-    Untrack(Arc<str>),
-    /// Update every presence the join tracks.
-    UpdateTracked(Box<str>),
-    PushState,
-}
-
-/// Presence for the joined channel of a callback (Phoenix.Presence with
-/// `socket` as its first argument). Calls take effect when the callback
-/// returns; a key already tracked by this join, an update or untrack of a
-/// key it does not track, and a key and meta longer than
-/// `--max-presence-bytes` are refused then (counted in
-/// `throng_presence_refused_total`, logged at debug). A join's presences
-/// are untracked when it ends (leave, rejoin, close).
-pub struct Presence<'s, 'a> {
-    pub(crate) socket: &'s mut Socket<'a>,
-}
-
-fn fields_of(meta: &impl serde::Serialize) -> Result<Box<str>, PresenceError> {
-    let json = serde_json::to_string(meta).map_err(|e| PresenceError::Encode(e.to_string()))?;
-    throng_pubsub::presence::meta_fields(&json).map_err(|_| PresenceError::NotAnObject)
-}
-
-impl Presence<'_, '_> {
-    /// Tracks this join as a presence of `key` with `meta` (a JSON object,
-    /// e.g. `json!({"online_at": 1700000000})`): `Presence.track/3`.
-    pub fn track(&mut self, key: &str, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
-        let fields = fields_of(meta)?;
-        self.socket
-            .effects
-            .presence
-            .push(PresenceOp::Track(key.into(), fields));
-        Ok(())
-    }
-
-    /// Replaces the meta of this join's presence of `key`: clients see the
-    /// old meta leave and the new one join with `phx_ref_prev`
-    /// (`Presence.update/3`).
-    pub fn update(&mut self, key: &str, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
-        let fields = fields_of(meta)?;
-        self.socket
-            .effects
-            .presence
-            .push(PresenceOp::Update(key.into(), fields));
-        Ok(())
-    }
-
-    /// Replaces the meta of every presence this join tracks, whatever its
-    /// key: for a channel whose presence a `--presence` rule tracks (one
-    /// presence, keyed by the rule).
-    pub fn update_tracked(&mut self, meta: &impl serde::Serialize) -> Result<(), PresenceError> {
-        let fields = fields_of(meta)?;
-        self.socket
-            .effects
-            .presence
-            .push(PresenceOp::UpdateTracked(fields));
-        Ok(())
-    }
-
-    /// Ends this join's presence of `key` (`Presence.untrack/2`).
-    pub fn untrack(&mut self, key: &str) {
-        self.socket
-            .effects
-            .presence
-            .push(PresenceOp::Untrack(key.into()));
-    }
-
-    /// Pushes the topic's presence to this client: `presence_state` (or
-    /// `presence_count` for a count-mode topic), the state as of the last
-    /// diff, shared by every joiner of the interval
-    /// (`push(socket, "presence_state", Presence.list(socket))`).
-    pub fn push_state(&mut self) {
-        self.socket.effects.presence.push(PresenceOp::PushState);
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::entry::Meta;
-use super::topic::Flushed;
 
 /// The event a joiner gets in list mode, and its payload's shape.
 pub const STATE: &str = "presence_state";
@@ -36,11 +35,12 @@ fn group<'a>(out: &mut Vec<u8>, key_text: &str, metas: impl Iterator<Item = &'a 
     out.extend_from_slice(b"]}");
 }
 
-/// `{key: {"metas": [...]}, ...}` for every presence in `state`.
-pub fn state(state: &Flushed) -> String {
-    let mut out = Vec::with_capacity(16 + state.len() * 48);
+/// `{key: {"metas": [...]}, ...}` for every key and its metas in `keys`
+/// (`len` metas in all, to size the buffer); see `Flushed::state_json`.
+pub fn state<'a>(keys: impl Iterator<Item = (&'a Arc<str>, &'a [Meta])>, len: usize) -> String {
+    let mut out = Vec::with_capacity(16 + len * 48);
     out.push(b'{');
-    for (i, (k, metas)) in state.keys().enumerate() {
+    for (i, (k, metas)) in keys.enumerate() {
         if i > 0 {
             out.push(b',');
         }

@@ -168,6 +168,12 @@ impl Flushed {
         self.full == self.len
     }
 
+    /// `presence_state` JSON of the presences kept with their metas
+    /// (`{key: {"metas": [...]}}`).
+    pub fn state_json(&self) -> String {
+        encode::state(self.keys.iter().map(|(k, m)| (k, m.as_slice())), self.len)
+    }
+
     /// The presences kept with their metas, by key (see
     /// [`is_complete`](Self::is_complete)).
     pub fn keys(&self) -> impl Iterator<Item = (&Arc<str>, &Metas)> {

@@ -230,7 +230,7 @@ impl Tracker {
             StateSource::Encode(flushed, cell) => cell
                 .get_or_init(|| {
                     self.stats.state_encodes.fetch_add(1, Relaxed);
-                    encode::state(&flushed).into()
+                    flushed.state_json().into()
                 })
                 .clone(),
         };
@@ -254,7 +254,7 @@ impl Tracker {
         let stripe = self.lock(stripe_of(topic));
         let tp = stripe.topics.get(topic)?;
         let f = tp.flushed();
-        f.is_complete().then(|| (encode::state(f), f.key_count()))
+        f.is_complete().then(|| (f.state_json(), f.key_count()))
     }
 
     /// Distinct keys on `topic` as of the last flush, if watched here.

@@ -11,8 +11,9 @@ use throng_protocol::frame::Opcode;
 use throng_protocol::serializer::encode_message_around;
 
 use super::{Mux, Transport};
+use crate::channel::PresenceOp;
 use crate::metrics::ShardStats;
-use crate::presence::{mode_for, PresenceOp};
+use crate::presence::mode_for;
 
 /// One join's presences: (key, sequence number); most joins have one.
 pub(crate) type Tracked = SmallVec<[(Arc<str>, u64); 1]>;

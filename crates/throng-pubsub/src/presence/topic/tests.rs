@@ -170,7 +170,7 @@ fn state_is_the_flushed_state_encoded_once() {
     let StateSource::Encode(flushed, cell) = t.state() else {
         panic!("nothing encoded yet")
     };
-    let json = cell.get_or_init(|| encode::state(&flushed).into()).clone();
+    let json = cell.get_or_init(|| flushed.state_json().into()).clone();
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v.as_object().unwrap().len(), 1);
     assert!(v.get("a").is_some());
