@@ -27,9 +27,12 @@ use crate::Broadcast;
 pub struct MemoryBus {
     nodes: Mutex<Vec<Arc<Member>>>,
     next_id: AtomicU64,
-    /// Retained control messages by key: sender, body, expiry.
-    retained: Mutex<HashMap<String, (u64, Vec<u8>, Instant)>>,
+    /// Retained control messages by key.
+    retained: Mutex<HashMap<String, Retained>>,
 }
+
+/// A retained control message: its sender, its body, when it expires.
+type Retained = (u64, Vec<u8>, Instant);
 
 struct Member {
     id: u64,
