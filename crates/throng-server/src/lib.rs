@@ -72,6 +72,7 @@ pub mod control;
 pub mod echo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
+pub mod hooks;
 mod http;
 pub mod limits;
 mod longpoll;
@@ -173,6 +174,7 @@ impl Server {
             inboxes.push(rx);
         }
         let config_limits = config.limits.clone();
+        let hooks = hooks::HookClient::start(&config.hooks)?;
         let presence = Tracker::with_count_rate(presence, config.presence_count_rate);
         let node = Arc::new(Node {
             stats: (0..config.shards)
@@ -194,7 +196,11 @@ impl Server {
             control: Default::default(),
             api_requests: Default::default(),
             api_refusals: Default::default(),
+            hooks,
         });
+        if let Some(h) = &node.hooks {
+            h.attach(Arc::downgrade(&node));
+        }
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
         let mut threads = Vec::new();

@@ -443,6 +443,9 @@ pub fn render(node: &Node) -> String {
     );
     node.backplane.render_metrics(&mut out);
     node.presence.render_metrics(&mut out);
+    if let Some(hooks) = &node.hooks {
+        hooks.render_metrics(&mut out);
+    }
     out
 }
 

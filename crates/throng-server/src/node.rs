@@ -44,6 +44,8 @@ pub(crate) enum ShardMsg {
     Report(Arc<Collector>),
     /// Close every socket of this user (with 1001).
     Disconnect(Arc<str>),
+    /// The app backend's answer to a hook call of this shard.
+    Hook(Box<crate::hooks::HookAnswer>),
 }
 
 impl ShardMsg {
@@ -161,6 +163,8 @@ pub struct Node {
     /// Server API requests, and those refused for their key.
     pub api_requests: std::sync::atomic::AtomicU64,
     pub api_refusals: std::sync::atomic::AtomicU64,
+    /// The app backend's client, when `[hooks]` has a url.
+    pub hooks: Option<Arc<crate::hooks::HookClient>>,
 }
 
 impl Node {

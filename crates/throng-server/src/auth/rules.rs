@@ -58,6 +58,10 @@ pub struct TopicRule {
     /// Events anonymous members may push [default: as `push`].
     #[serde(default)]
     pub anonymous_push: Option<Vec<String>>,
+    /// What the app backend decides on these topics (`crate::hooks`):
+    /// `"join"`, `"push"` [default: none].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<crate::hooks::TopicHook>,
 }
 
 fn any_event() -> Vec<String> {
@@ -114,6 +118,12 @@ impl Policy {
             _ => &rule.push,
         };
         events.iter().any(|e| e == "*" || e == event)
+    }
+
+    /// Whether the rule of `topic` sends `hook` to the app backend.
+    pub fn hooked(&self, topic: &str, user: Option<&str>, hook: crate::hooks::TopicHook) -> bool {
+        self.rule(topic, user)
+            .is_some_and(|r| r.hooks.contains(&hook))
     }
 
     /// The router patterns (`prefix*` or exact) of the rules' topics.

@@ -44,4 +44,5 @@ pub(super) struct FileConfig {
     pub(super) presence_count_rate: Option<u64>,
     pub(super) presence_timeout: Option<u64>,
     pub(super) max_presence_bytes: Option<usize>,
+    pub(super) hooks: Option<crate::hooks::HookArgs>,
 }

@@ -36,6 +36,9 @@ pub struct ServeArgs {
     /// Channels one socket may join at once; a join past it is refused with {"reason":"too many channels joined"}, as Phoenix 1.8 [default: 100]
     #[arg(long, value_name = "N", env = "THRONG_MAX_CHANNELS_PER_SOCKET")]
     pub max_channels_per_socket: Option<usize>,
+    /// The app backend's hooks ([hooks] in the file; crate::hooks).
+    #[command(flatten)]
+    pub hooks: crate::hooks::HookArgs,
     /// The other bounds (limits.rs): handshake deadline, connection caps, socket memory, drain, queues.
     #[command(flatten)]
     pub limits: LimitArgs,

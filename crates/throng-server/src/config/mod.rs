@@ -73,6 +73,8 @@ pub struct Config {
     pub presence_timeout: Duration,
     /// A presence's key and meta together.
     pub max_presence_bytes: usize,
+    /// `[hooks]`: the app backend (`crate::hooks`).
+    pub hooks: crate::hooks::HooksConfig,
 }
 
 /// The most worker processes `--workers` accepts.
@@ -114,6 +116,7 @@ impl Default for Config {
             presence_count_rate: 20_000,
             presence_timeout: Duration::from_secs(30),
             max_presence_bytes: 1024,
+            hooks: Default::default(),
         }
     }
 }
@@ -178,6 +181,10 @@ impl ServeArgs {
             ));
         }
         let auth = merge_auth(&self, file.auth.unwrap_or_default());
+        let hooks = self
+            .hooks
+            .resolve(file.hooks.as_ref())
+            .map_err(Error::Config)?;
         let check_origin = match (&self.check_origin, file.check_origin) {
             (Some(flag), _) => flag.parse().map_err(Error::Config)?,
             (None, Some(t)) => t.try_into().map_err(Error::Config)?,
@@ -236,6 +243,7 @@ impl ServeArgs {
         }
         Ok(Config {
             auth,
+            hooks,
             check_origin,
             topics,
             push_rate,

@@ -23,6 +23,7 @@ impl Config {
                 env.push((name, v.clone()));
             }
         }
+        env.extend(self.hooks.worker_env());
         if !self.topics.is_empty() {
             if let Ok(json) = serde_json::to_string(&self.topics) {
                 env.push(("THRONG_TOPIC_RULES_JSON", json));
@@ -69,6 +70,7 @@ impl Config {
             self.max_presence_bytes.to_string(),
         ];
         args.extend(self.limits.worker_args());
+        args.extend(self.hooks.worker_args());
         // `--redis` goes in the environment (`worker_env`): it may hold a password.
         for rule in &self.presence {
             args.extend(["--presence".into(), rule.spec()]);
@@ -171,6 +173,13 @@ mod tests {
             },
             longpoll_window: Some(3),
             max_longpoll_batch: Some(9),
+            hooks: crate::hooks::HookArgs {
+                url: Some("http://127.0.0.1:8000/throng".into()),
+                secret: Some("hook-s3cret".into()),
+                timeout_ms: Some(70),
+                max_in_flight_per_socket: Some(3),
+                ..Default::default()
+            },
             ..Default::default()
         }
         .resolve()
@@ -193,5 +202,16 @@ mod tests {
         assert_eq!(w.limits.max_socket_bytes, c.limits.max_socket_bytes);
         assert_eq!(w.longpoll_window, Some(Duration::from_secs(3)));
         assert_eq!(w.max_longpoll_batch, 9);
+        // The hook secret, as the Redis password, only in the environment.
+        assert!(!c
+            .worker_args(1, 4321)
+            .iter()
+            .any(|a| a.contains("hook-s3cret")));
+        assert!(c
+            .worker_env()
+            .contains(&("THRONG_HOOK_SECRET", "hook-s3cret".to_string())));
+        let mut hooks = w.hooks.clone();
+        hooks.secret = c.hooks.secret.clone();
+        assert_eq!(hooks, c.hooks);
     }
 }

@@ -14,6 +14,7 @@
 //! Phoenix's order: a broadcast goes out before the reply of the push that
 //! made it (the fastlane), and infos after the reply (`send(self(), msg)`).
 
+mod hooked;
 mod presence;
 
 use std::sync::Arc;
@@ -90,6 +91,25 @@ pub(crate) trait Transport {
     /// The node started keeping presence for a topic: every shard must now
     /// flush presence diffs.
     fn presence_started(&mut self);
+    /// Sends a hook request of this connection to the app backend
+    /// (`crate::hooks`); its answer comes back to [`Mux::hook_joined`] or
+    /// [`Mux::hook_pushed`]. `Err`: refused at once. A join drops one
+    /// this connection holds open on `topic`.
+    fn hook_call(
+        &mut self,
+        _hook: crate::hooks::Hook,
+        _topic: &str,
+        _body: Vec<u8>,
+        _wait: crate::hooks::Waiting,
+    ) -> Result<(), crate::hooks::Failure> {
+        Err(crate::hooks::Failure::Unavailable)
+    }
+    /// Drops a join this connection holds open on `topic` (a leave).
+    fn hook_cancel_join(&mut self, _topic: &str) {}
+    /// This connection's id in hook requests.
+    fn socket_id(&self) -> String {
+        String::new()
+    }
 }
 
 /// Buffers a shard lends each call, so that a message costs no allocation.
@@ -185,7 +205,11 @@ impl<'a, T: Transport> Mux<'a, T> {
                         self.message(old, old, topic, event::CLOSE, Payload::EMPTY);
                     }
                 }
-                None => self.reply(msg.join_ref.as_deref(), msg_ref, topic, Ok(Payload::EMPTY)),
+                None => {
+                    // A join held open for the app backend ends here.
+                    self.t.hook_cancel_join(topic);
+                    self.reply(msg.join_ref.as_deref(), msg_ref, topic, Ok(Payload::EMPTY))
+                }
             },
             ev => {
                 let verdict = self.t.allow_push();
@@ -294,6 +318,9 @@ impl<'a, T: Transport> Mux<'a, T> {
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(KEY_TOO_LONG)));
             return;
         }
+        if self.hooked(topic, crate::hooks::TopicHook::Join) {
+            return self.hook_join(join_ref, msg_ref, topic, payload, key);
+        }
         let mut effects = std::mem::take(&mut self.scratch.effects);
         let mut assigns = None;
         let result = channel.join(
@@ -355,6 +382,9 @@ impl<'a, T: Transport> Mux<'a, T> {
         let Some((channel, topic)) = self.channel_of(i) else {
             return;
         };
+        if self.hooked(&topic, crate::hooks::TopicHook::Push) {
+            return self.hook_push(i, ev, msg_ref, payload);
+        }
         let mut effects = std::mem::take(&mut self.scratch.effects);
         let reply = {
             let join = &mut self.joins[i];

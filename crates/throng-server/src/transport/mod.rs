@@ -30,6 +30,7 @@ mod budget;
 mod closing;
 pub(crate) mod conn;
 mod drain;
+mod hooks;
 mod input;
 mod longpoll;
 mod output;
@@ -109,6 +110,8 @@ pub(crate) struct Conns {
     /// Presences of this shard's joins, by (connection key, registry topic
     /// index); empty unless presence is in use.
     pub tracked: HashMap<(usize, u32), Tracked>,
+    /// Joins and pushes waiting for the app backend (`crate::hooks`).
+    pub hook_waits: crate::hooks::Waits,
 }
 
 pub(crate) struct Shard {
@@ -168,6 +171,7 @@ impl Shard {
                     .map_or(0, |w| w.as_millis() as u64),
             ),
             tracked: HashMap::new(),
+            hook_waits: Default::default(),
         };
         Ok(Shard {
             id,
@@ -361,6 +365,7 @@ impl Shard {
                 ShardMsg::LongPoll(req) => {
                     self.conns.lp_request(&self.node, &mut self.scratch, *req)
                 }
+                ShardMsg::Hook(a) => self.conns.hook_answer(&self.node, &mut self.scratch, *a),
                 ShardMsg::LongPollAnswer(a) => {
                     self.conns
                         .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)

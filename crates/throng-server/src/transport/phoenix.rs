@@ -149,6 +149,7 @@ impl Conns {
         key: usize,
         mut s: Ended,
     ) {
+        self.hook_waits.forget(key);
         let id = self.users.id(s.user).cloned();
         let mut t = ShardTransport {
             conns: self,
@@ -398,5 +399,24 @@ impl Transport for ShardTransport<'_> {
 
     fn presence_started(&mut self) {
         self.node.wake_shards();
+    }
+
+    fn hook_call(
+        &mut self,
+        hook: crate::hooks::Hook,
+        topic: &str,
+        body: Vec<u8>,
+        wait: crate::hooks::Waiting,
+    ) -> Result<(), crate::hooks::Failure> {
+        self.conns
+            .hook_call(self.node, self.key, hook, topic, body, wait)
+    }
+
+    fn hook_cancel_join(&mut self, topic: &str) {
+        self.conns.hook_waits.cancel_join(self.key, topic);
+    }
+
+    fn socket_id(&self) -> String {
+        self.conns.socket_id(self.node, self.key)
     }
 }

@@ -130,6 +130,7 @@ fn topic_rules_and_reserved_topics() {
     let mut h = Harness::new(Vsn::V2);
     h.router = Router::new().channel("*", h.probe.clone());
     h.policy = crate::auth::Policy::new(vec![crate::auth::TopicRule {
+        hooks: vec![],
         pattern: "room:{user}".into(),
         join: crate::auth::JoinRule::Users,
         push: vec!["shout".into()],

@@ -1,0 +1,88 @@
+//! The backend's answers to join and push, checked off the event loop (on
+//! the hook thread) so a shard only applies them.
+//!
+//! - join: `{"reply": any, "assigns": {...}}` joins, `{"error": any}` refuses;
+//! - push: `{"reply": any}` answers, with an optional
+//!   `"broadcast": {"event", "payload", "exclude_sender"}`; `{"error": any}`
+//!   answers with an error reply.
+//!
+//! A missing or null `reply` is `{}`. Other fields are ignored (room to
+//! grow); a field of the wrong type makes a bad answer.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// A 2xx answer, parsed.
+#[derive(Debug, Deserialize)]
+pub struct Answer {
+    #[serde(default)]
+    pub reply: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub error: Option<Box<RawValue>>,
+    /// Kept with the join and sent with its pushes: an object.
+    #[serde(default)]
+    pub assigns: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub broadcast: Option<BroadcastAnswer>,
+}
+
+/// A push answer's broadcast to the topic, cluster-wide.
+#[derive(Debug, Deserialize)]
+pub struct BroadcastAnswer {
+    pub event: String,
+    #[serde(default)]
+    pub payload: Option<Box<RawValue>>,
+    /// Not to the socket that pushed (Phoenix's `broadcast_from!/3`).
+    #[serde(default)]
+    pub exclude_sender: bool,
+}
+
+impl Answer {
+    /// Parses and checks a body; `Err` names what was wrong, for the log.
+    pub fn parse(body: &[u8]) -> Result<Answer, String> {
+        let a: Answer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        let is_object = |v: &RawValue| v.get().trim_start().starts_with('{');
+        if a.assigns.as_deref().is_some_and(|v| !is_object(v)) {
+            return Err("assigns is not an object".into());
+        }
+        if let Some(b) = &a.broadcast {
+            if b.event.is_empty() {
+                return Err("broadcast.event is empty".into());
+            }
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes() {
+        let a = Answer::parse(br#"{"reply":{"n":1},"assigns":{"u":2}}"#).unwrap();
+        assert_eq!(a.reply.unwrap().get(), r#"{"n":1}"#);
+        assert!(a.error.is_none());
+        let a = Answer::parse(br#"{"error":{"reason":"banned"}}"#).unwrap();
+        assert!(a.error.is_some());
+        let a = Answer::parse(
+            br#"{"reply":null,"broadcast":{"event":"new:msg","payload":{"b":1},"exclude_sender":true}}"#,
+        )
+        .unwrap();
+        assert!(a.reply.is_none() && a.broadcast.unwrap().exclude_sender);
+        for bad in [
+            &b"not json"[..],
+            b"[1]",
+            b"\"ok\"",
+            br#"{"assigns":[1]}"#,
+            br#"{"broadcast":{"payload":{}}}"#,
+            br#"{"broadcast":{"event":""}}"#,
+        ] {
+            assert!(
+                Answer::parse(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The hook client: requests to the app backend go out on a hyper client
+//! (HTTP/1.1, keep-alive pool) on one tokio thread of its own, so a slow or
+//! dead backend never holds an event loop. A call is refused at once, with
+//! no request, when the circuit is open or `--hook-max-in-flight` requests
+//! are out; otherwise its answer, checked here, goes back to the calling
+//! shard's inbox as a [`HookAnswer`].
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use super::answer::Answer;
+use super::breaker::Breaker;
+use super::request::signature;
+use super::stats::{self, HookStats};
+use super::{Failure, Hook, HooksConfig};
+use crate::node::{Node, ShardMsg};
+
+/// What a hook call came to, for the shard that made it.
+#[derive(Debug)]
+pub enum Outcome {
+    Answer(Answer),
+    Failed(Failure),
+}
+
+/// The answer to call `id` of a shard.
+#[derive(Debug)]
+pub struct HookAnswer {
+    pub id: u64,
+    pub outcome: Outcome,
+}
+
+pub struct HookClient {
+    config: HooksConfig,
+    /// `{url}/join`, `{url}/push`, by [`Hook`] index.
+    uris: [hyper::Uri; 2],
+    client: Client<HttpConnector, Full<Bytes>>,
+    runtime: tokio::runtime::Handle,
+    in_flight: AtomicUsize,
+    breaker: Breaker,
+    stats: [HookStats; 2],
+    /// Where answers go: the shards' inboxes.
+    node: OnceLock<Weak<Node>>,
+    /// The backend's failure was logged (once per episode: until it answers).
+    down_logged: AtomicBool,
+    /// A bad answer was logged (once per episode: until a good one).
+    bad_logged: AtomicBool,
+}
+
+/// Idle keep-alive connections kept to the backend.
+const POOL_IDLE: usize = 256;
+
+impl HookClient {
+    /// Starts the hook thread when a backend is configured.
+    pub fn start(config: &HooksConfig) -> io::Result<Option<Arc<HookClient>>> {
+        let Some(url) = &config.url else {
+            return Ok(None);
+        };
+        let uri = |hook: Hook| {
+            format!("{url}/{}", hook.name())
+                .parse::<hyper::Uri>()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+        };
+        let uris = [uri(Hook::Join)?, uri(Hook::Push)?];
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("throng-hooks".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => {
+                        let _ = tx.send(Ok(rt.handle().clone()));
+                        rt.block_on(std::future::pending::<()>());
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            })?;
+        let runtime = rx
+            .recv()
+            .map_err(|_| io::Error::other("the hook thread did not start"))??;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(config.timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(POOL_IDLE)
+            .build(connector);
+        Ok(Some(Arc::new(HookClient {
+            config: config.clone(),
+            uris,
+            client,
+            runtime,
+            in_flight: AtomicUsize::new(0),
+            breaker: Breaker::new(config.breaker_failures),
+            stats: Default::default(),
+            node: OnceLock::new(),
+            down_logged: AtomicBool::new(false),
+            bad_logged: AtomicBool::new(false),
+        })))
+    }
+
+    /// Answers go to this node's shards.
+    pub(crate) fn attach(&self, node: Weak<Node>) {
+        let _ = self.node.set(node);
+    }
+
+    /// The settings it runs with.
+    pub fn config(&self) -> &HooksConfig {
+        &self.config
+    }
+
+    /// Counts a call refused before it reached the client (a socket's bound).
+    pub(crate) fn refused(&self, hook: Hook) {
+        self.stats[hook.index()].refused.fetch_add(1, Relaxed);
+    }
+
+    /// Sends `body` to the `hook` path; the answer goes to `shard`'s inbox
+    /// as call `id`. `Err`: refused at once (circuit open, process bound).
+    pub(crate) fn call(
+        self: &Arc<Self>,
+        hook: Hook,
+        shard: usize,
+        id: u64,
+        body: Vec<u8>,
+    ) -> Result<(), Failure> {
+        let stats = &self.stats[hook.index()];
+        if self.in_flight.fetch_add(1, Relaxed) >= self.config.max_in_flight {
+            self.in_flight.fetch_sub(1, Relaxed);
+            stats.refused.fetch_add(1, Relaxed);
+            return Err(Failure::Busy);
+        }
+        if !self.breaker.allow() {
+            self.in_flight.fetch_sub(1, Relaxed);
+            stats.refused.fetch_add(1, Relaxed);
+            return Err(Failure::Unavailable);
+        }
+        stats.requests.fetch_add(1, Relaxed);
+        let this = Arc::clone(self);
+        self.runtime.spawn(async move {
+            let outcome = this.exchange(hook, body).await;
+            this.in_flight.fetch_sub(1, Relaxed);
+            if let Some(node) = this.node.get().and_then(Weak::upgrade) {
+                if let Some(peer) = node.peers.get(shard) {
+                    peer.send(ShardMsg::Hook(Box::new(HookAnswer { id, outcome })));
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// One request and its answer, checked; updates the breaker and counters.
+    async fn exchange(&self, hook: Hook, body: Vec<u8>) -> Outcome {
+        let stats = &self.stats[hook.index()];
+        let mut req = hyper::Request::post(self.uris[hook.index()].clone())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::USER_AGENT, "throng");
+        if let Some(secret) = &self.config.secret {
+            req = req.header("x-throng-signature", signature(secret, &body));
+        }
+        let req = match req.body(Full::new(Bytes::from(body))) {
+            Ok(r) => r,
+            Err(e) => return self.bad(hook, format_args!("request not built: {e}")),
+        };
+        let started = Instant::now();
+        let max = self.config.max_answer_bytes;
+        let exchange = async {
+            let resp = self.client.request(req).await.map_err(|e| {
+                use std::error::Error;
+                match e.source() {
+                    Some(cause) => format!("{e}: {cause}"),
+                    None => e.to_string(),
+                }
+            })?;
+            let status = resp.status();
+            match Limited::new(resp.into_body(), max).collect().await {
+                Ok(b) => Ok((status, Some(b.to_bytes()))),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => Ok((status, None)),
+                Err(e) => Err(format!("answer cut: {e}")),
+            }
+        };
+        let (status, body) = match tokio::time::timeout(self.config.timeout, exchange).await {
+            Err(_) => {
+                stats.timeouts.fetch_add(1, Relaxed);
+                let ms = self.config.timeout.as_millis();
+                let why = format_args!("no answer within {ms} ms (--hook-timeout-ms)");
+                return self.down(hook, Failure::Timeout, why);
+            }
+            Ok(Err(e)) => {
+                return self.down(hook, Failure::Unavailable, format_args!("unreachable: {e}"))
+            }
+            Ok(Ok(answer)) => answer,
+        };
+        stats.observe(started.elapsed());
+        if status.is_server_error() {
+            return self.down(
+                hook,
+                Failure::Unavailable,
+                format_args!("answered {status}"),
+            );
+        }
+        if self.breaker.success() {
+            tracing::info!(
+                hook = hook.name(),
+                "the app backend answers again: hook circuit closed"
+            );
+        }
+        self.down_logged.store(false, Relaxed);
+        let Some(body) = body else {
+            return self.bad(
+                hook,
+                format_args!("answer over {max} bytes (--hook-max-answer-bytes)"),
+            );
+        };
+        if !status.is_success() {
+            return self.bad(
+                hook,
+                format_args!("answered {status}, want 2xx with a JSON body"),
+            );
+        }
+        match Answer::parse(&body) {
+            Ok(a) => {
+                self.bad_logged.store(false, Relaxed);
+                Outcome::Answer(a)
+            }
+            Err(e) => self.bad(hook, format_args!("answer not understood: {e}")),
+        }
+    }
+
+    /// The backend failed (unreachable, timeout, 5xx).
+    fn down(&self, hook: Hook, f: Failure, why: std::fmt::Arguments<'_>) -> Outcome {
+        self.stats[hook.index()].errors.fetch_add(1, Relaxed);
+        let opened = self.breaker.failure();
+        if !self.down_logged.swap(true, Relaxed) {
+            tracing::warn!(
+                hook = hook.name(),
+                "the app backend at {} failed: {why}; clients get {} (counted in throng_hook_errors_total; logged once until it answers)",
+                self.config.url.as_deref().unwrap_or(""),
+                f.reply()
+            );
+        }
+        if opened {
+            tracing::warn!(
+                hook = hook.name(),
+                "{} failures in a row: hook circuit open, joins and pushes answered {} at once; probing the backend every {} ms",
+                self.config.breaker_failures,
+                Failure::Unavailable.reply(),
+                super::breaker::OPEN_FOR_MS
+            );
+        }
+        Outcome::Failed(f)
+    }
+
+    /// The backend answered, but not as the contract says.
+    fn bad(&self, hook: Hook, why: std::fmt::Arguments<'_>) -> Outcome {
+        let s = &self.stats[hook.index()];
+        s.errors.fetch_add(1, Relaxed);
+        s.bad_answers.fetch_add(1, Relaxed);
+        if !self.bad_logged.swap(true, Relaxed) {
+            tracing::warn!(
+                hook = hook.name(),
+                "bad answer from the app backend's {} hook: {why}; the client gets {} (counted in throng_hook_bad_answers_total; logged once until a good answer). Fix: answer 2xx with a JSON object as the README's hooks section shows",
+                hook.name(),
+                Failure::BadAnswer.reply()
+            );
+        }
+        Outcome::Failed(Failure::BadAnswer)
+    }
+
+    /// Writes the hooks' metrics.
+    pub fn render_metrics(&self, out: &mut String) {
+        stats::render(
+            out,
+            &self.stats,
+            self.breaker.state() as u8,
+            self.in_flight.load(Relaxed),
+        );
+    }
+}

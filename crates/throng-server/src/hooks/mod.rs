@@ -1,0 +1,104 @@
+//! App backend hooks: an app's own logic, in any language, decides joins
+//! and answers pushes over HTTP, so a chat can refuse a banned user or save
+//! a message before broadcasting it without writing a Rust channel.
+//!
+//! ```toml
+//! [hooks]
+//! url = "http://127.0.0.1:8000/throng"  # POST {url}/join, {url}/push
+//! secret = "..."                        # x-throng-signature: sha256=<hex HMAC-SHA256(secret, body)>
+//! timeout_ms = 3000
+//!
+//! [[topics]]
+//! pattern = "rooms:*"
+//! hooks = ["join", "push"]
+//! ```
+//!
+//! The event loops never wait on the backend. A shard hands the request to
+//! the [`HookClient`] (a hyper client with a keep-alive pool on its own
+//! tokio thread) and notes what waits for it ([`Waits`]); the answer comes
+//! back through the shard's inbox (`ShardMsg::Hook`) and the shard replies
+//! on the socket, as long-poll answers and broadcasts from other threads do.
+//!
+//! - `settings.rs`: the `[hooks]` keys and `--hook-*` flags;
+//! - `client.rs`: the HTTP client, its bounds and timeout;
+//! - `breaker.rs`: the circuit breaker;
+//! - `request.rs`: the signed request bodies;
+//! - `answer.rs`: the answers, checked;
+//! - `waits.rs`: a shard's joins and pushes waiting for the backend;
+//! - `stats.rs`: the counters and latency histograms of `/metrics`.
+
+mod answer;
+mod breaker;
+mod client;
+mod request;
+mod settings;
+mod stats;
+mod waits;
+
+use serde::{Deserialize, Serialize};
+
+pub use answer::{Answer, BroadcastAnswer};
+pub use client::{HookAnswer, HookClient, Outcome};
+pub(crate) use request::{now_ms, JoinRequest, PushRequest};
+pub use settings::{HookArgs, HooksConfig};
+pub(crate) use waits::{Wait, Waiting, Waits};
+
+/// What a `[[topics]]` rule's `hooks` may list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TopicHook {
+    Join,
+    Push,
+}
+
+/// A hook: which backend path a request goes to, and its metrics label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Join,
+    Push,
+}
+
+impl Hook {
+    pub const ALL: [Hook; 2] = [Hook::Join, Hook::Push];
+
+    /// The label in `/metrics` and the path under the base URL.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Join => "join",
+            Hook::Push => "push",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Why a hook gave the client no backend answer: each is an error reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The circuit is open, the backend unreachable, or it answered 5xx.
+    Unavailable,
+    /// No answer within `timeout_ms`.
+    Timeout,
+    /// The process or the socket holds its bound of requests in flight.
+    Busy,
+    /// Not JSON, the wrong shape, over the size bound, or a status other
+    /// than 2xx and 5xx.
+    BadAnswer,
+    /// A payload the backend cannot be sent (a v2 binary frame).
+    Binary,
+}
+
+impl Failure {
+    /// The error reply's payload.
+    pub fn reply(self) -> &'static str {
+        match self {
+            Failure::Unavailable => r#"{"reason":"backend unavailable"}"#,
+            Failure::Timeout => r#"{"reason":"backend timeout"}"#,
+            Failure::Busy => r#"{"reason":"too many backend requests"}"#,
+            Failure::BadAnswer => r#"{"reason":"bad backend answer"}"#,
+            Failure::Binary => r#"{"reason":"binary payloads cannot go to the backend"}"#,
+        }
+    }
+}

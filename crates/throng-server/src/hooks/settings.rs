@@ -1,0 +1,270 @@
+//! The `[hooks]` settings: one definition serves as the `--hook-*` flags
+//! (each with its `THRONG_HOOK_*` variable) and as the keys of the config
+//! file's `[hooks]` table, so the two cannot drift; resolved into
+//! [`HooksConfig`].
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The `[hooks]` keys, and the `--hook-*` flags flattened into
+/// `throng serve`'s. All optional, so the file fills what flags leave out.
+#[derive(clap::Args, Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HookArgs {
+    /// The app backend's base URL: throng POSTs to URL/connect, URL/join and URL/push (http:// only) [default: none, no hooks]
+    #[arg(long = "hook-url", value_name = "URL", env = "THRONG_HOOK_URL")]
+    pub url: Option<String>,
+    /// Ask URL/connect whether to accept every new socket (not available yet: refused at start) [default: off]
+    #[arg(long = "hook-connect", env = "THRONG_HOOK_CONNECT")]
+    #[serde(default)]
+    pub connect: bool,
+    /// Send lifecycle events to URL/events (not available yet: refused at start) [default: off]
+    #[arg(long = "hook-events", env = "THRONG_HOOK_EVENTS")]
+    #[serde(default)]
+    pub events: bool,
+    /// The key of every request's x-throng-signature: sha256=<hex HMAC-SHA256(secret, body)> [default: none, requests unsigned]
+    #[arg(
+        long = "hook-secret",
+        value_name = "SECRET",
+        env = "THRONG_HOOK_SECRET",
+        hide_env_values = true
+    )]
+    pub secret: Option<String>,
+    /// Milliseconds the backend has to answer a hook request; then the client gets {"reason":"backend timeout"} [default: 3000]
+    #[arg(
+        long = "hook-timeout-ms",
+        value_name = "MS",
+        env = "THRONG_HOOK_TIMEOUT_MS"
+    )]
+    pub timeout_ms: Option<u64>,
+    /// Hook requests this process has in flight at once; past it a join or push gets {"reason":"too many backend requests"} [default: 1024]
+    #[arg(
+        long = "hook-max-in-flight",
+        value_name = "N",
+        env = "THRONG_HOOK_MAX_IN_FLIGHT"
+    )]
+    pub max_in_flight: Option<usize>,
+    /// Hook requests one socket may have waiting (in flight or queued behind an earlier push on the same topic); past it {"reason":"too many backend requests"} [default: 16]
+    #[arg(
+        long = "hook-max-in-flight-per-socket",
+        value_name = "N",
+        env = "THRONG_HOOK_MAX_IN_FLIGHT_PER_SOCKET"
+    )]
+    pub max_in_flight_per_socket: Option<usize>,
+    /// Largest answer body accepted from the backend; a larger one is a bad answer [default: 65536]
+    #[arg(
+        long = "hook-max-answer-bytes",
+        value_name = "BYTES",
+        env = "THRONG_HOOK_MAX_ANSWER_BYTES"
+    )]
+    pub max_answer_bytes: Option<usize>,
+    /// Consecutive failures (unreachable, timeout, 5xx) after which the circuit opens: hooks are answered {"reason":"backend unavailable"} at once, and one request a second probes the backend until it answers [default: 5]
+    #[arg(
+        long = "hook-breaker-failures",
+        value_name = "N",
+        env = "THRONG_HOOK_BREAKER_FAILURES"
+    )]
+    pub breaker_failures: Option<u32>,
+}
+
+/// Resolved hook settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HooksConfig {
+    /// The base URL, without a trailing `/`; `None`: no hooks.
+    pub url: Option<String>,
+    pub connect: bool,
+    pub events: bool,
+    pub secret: Option<String>,
+    pub timeout: Duration,
+    pub max_in_flight: usize,
+    pub max_in_flight_per_socket: usize,
+    pub max_answer_bytes: usize,
+    pub breaker_failures: u32,
+}
+
+impl Default for HooksConfig {
+    fn default() -> Self {
+        HooksConfig {
+            url: None,
+            connect: false,
+            events: false,
+            secret: None,
+            timeout: Duration::from_millis(3000),
+            max_in_flight: 1024,
+            max_in_flight_per_socket: 16,
+            max_answer_bytes: 64 << 10,
+            breaker_failures: 5,
+        }
+    }
+}
+
+impl HookArgs {
+    /// These flags over the file's `[hooks]` over the defaults.
+    pub fn resolve(&self, file: Option<&HookArgs>) -> Result<HooksConfig, String> {
+        let empty = HookArgs::default();
+        let f = file.unwrap_or(&empty);
+        let d = HooksConfig::default();
+        let url = self
+            .url
+            .clone()
+            .or_else(|| f.url.clone())
+            .filter(|u| !u.is_empty())
+            .map(|u| u.trim_end_matches('/').to_string());
+        if let Some(u) = &url {
+            let uri: hyper::Uri = u
+                .parse()
+                .map_err(|e| format!("hooks url {u:?}: {e} (want http://HOST:PORT/PATH)"))?;
+            if uri.scheme_str() != Some("http") || uri.host().is_none() {
+                return Err(format!(
+                    "hooks url {u:?}: only http://HOST[:PORT][/PATH] backends are supported \
+                     (put HTTPS in front of the backend on its side, or reach it over a private network)"
+                ));
+            }
+        }
+        let connect = self.connect || f.connect;
+        let events = self.events || f.events;
+        if (connect || events) && url.is_none() {
+            return Err("hooks connect/events need a url: set [hooks] url or --hook-url".into());
+        }
+        for (on, what, key) in [
+            (
+                connect,
+                "connect (URL/connect for every new socket)",
+                "connect / --hook-connect",
+            ),
+            (
+                events,
+                "events (lifecycle POSTs to URL/events)",
+                "events / --hook-events",
+            ),
+        ] {
+            if on {
+                return Err(format!(
+                    "hooks {what} is not available in this version: remove [hooks] {key}"
+                ));
+            }
+        }
+        let timeout_ms = self
+            .timeout_ms
+            .or(f.timeout_ms)
+            .unwrap_or(d.timeout.as_millis() as u64);
+        if !(1..=600_000).contains(&timeout_ms) {
+            return Err(format!(
+                "hooks timeout_ms must be 1..=600000, got {timeout_ms}"
+            ));
+        }
+        let pick = |a: Option<usize>, b: Option<usize>, d: usize| a.or(b).unwrap_or(d).max(1);
+        Ok(HooksConfig {
+            url,
+            connect,
+            events,
+            secret: self
+                .secret
+                .clone()
+                .or_else(|| f.secret.clone())
+                .filter(|s| !s.is_empty()),
+            timeout: Duration::from_millis(timeout_ms),
+            max_in_flight: pick(self.max_in_flight, f.max_in_flight, d.max_in_flight),
+            max_in_flight_per_socket: pick(
+                self.max_in_flight_per_socket,
+                f.max_in_flight_per_socket,
+                d.max_in_flight_per_socket,
+            ),
+            max_answer_bytes: pick(
+                self.max_answer_bytes,
+                f.max_answer_bytes,
+                d.max_answer_bytes,
+            ),
+            breaker_failures: self
+                .breaker_failures
+                .or(f.breaker_failures)
+                .unwrap_or(d.breaker_failures)
+                .max(1),
+        })
+    }
+}
+
+impl HooksConfig {
+    /// The `throng serve` arguments that give a worker these settings (the
+    /// secret goes in its environment: [`HooksConfig::worker_env`]).
+    pub fn worker_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(url) = &self.url {
+            args.extend(["--hook-url".into(), url.clone()]);
+        }
+        if self.connect {
+            args.push("--hook-connect".into());
+        }
+        args.extend([
+            "--hook-timeout-ms".into(),
+            self.timeout.as_millis().to_string(),
+            "--hook-max-in-flight".into(),
+            self.max_in_flight.to_string(),
+            "--hook-max-in-flight-per-socket".into(),
+            self.max_in_flight_per_socket.to_string(),
+            "--hook-max-answer-bytes".into(),
+            self.max_answer_bytes.to_string(),
+            "--hook-breaker-failures".into(),
+            self.breaker_failures.to_string(),
+        ]);
+        args
+    }
+
+    /// The secret, for a worker's environment.
+    pub fn worker_env(&self) -> Option<(&'static str, String)> {
+        self.secret.clone().map(|s| ("THRONG_HOOK_SECRET", s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_over_file_over_defaults() {
+        let file: HookArgs = toml::from_str(
+            "url = \"http://127.0.0.1:8000/throng/\"\nconnect = true\nsecret = \"s\"\ntimeout_ms = 50\n",
+        )
+        .unwrap();
+        let flags = HookArgs {
+            timeout_ms: Some(70),
+            ..Default::default()
+        };
+        // Connect and events hooks are refused until they exist.
+        assert!(flags.resolve(Some(&file)).unwrap_err().contains("connect"));
+        let file = HookArgs {
+            connect: false,
+            ..file
+        };
+        let c = flags.resolve(Some(&file)).unwrap();
+        assert_eq!(c.url.as_deref(), Some("http://127.0.0.1:8000/throng"));
+        assert!(!c.connect && !c.events);
+        assert_eq!(c.secret.as_deref(), Some("s"));
+        assert_eq!(c.timeout, Duration::from_millis(70));
+        assert_eq!(c.max_in_flight_per_socket, 16);
+        assert!(HookArgs::default().resolve(None).unwrap().url.is_none());
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let bad = |a: HookArgs| a.resolve(None).unwrap_err();
+        assert!(bad(HookArgs {
+            url: Some("https://x".into()),
+            ..Default::default()
+        })
+        .contains("http://"));
+        assert!(bad(HookArgs {
+            connect: true,
+            ..Default::default()
+        })
+        .contains("url"));
+        assert!(bad(HookArgs {
+            url: Some("http://x".into()),
+            timeout_ms: Some(0),
+            ..Default::default()
+        })
+        .contains("timeout_ms"));
+        assert!(toml::from_str::<HookArgs>("urll = \"x\"").is_err());
+    }
+}

@@ -1,0 +1,231 @@
+//! A shard's joins and pushes waiting for the app backend: what each call
+//! answers (which socket, topic, join_ref and ref), the count per socket
+//! against `--hook-max-in-flight-per-socket`, and the pushes queued behind
+//! the one in flight so that a socket's pushes on a topic reach the backend,
+//! and are answered, in order. Owned by the shard's loop: no lock. A socket
+//! with nothing waiting costs nothing here; a closed socket's waits are
+//! forgotten, and a late answer for them is dropped.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// What a call's answer completes.
+#[derive(Debug)]
+pub(crate) enum Waiting {
+    /// A join held open until the backend decides.
+    Join {
+        join_ref: Option<Box<str>>,
+        msg_ref: Option<Box<str>>,
+        /// The presence key of a `--presence` rule, taken at the join.
+        presence_key: Option<String>,
+    },
+    Push {
+        join_ref: Option<Box<str>>,
+        msg_ref: Option<Box<str>>,
+    },
+}
+
+/// A call of connection (or long-poll session) `key` on `topic`.
+#[derive(Debug)]
+pub(crate) struct Wait {
+    pub key: usize,
+    pub topic: Arc<str>,
+    pub what: Waiting,
+}
+
+/// A push behind the one in flight: its call id, its body, its wait.
+type Queued = (u64, Vec<u8>, Wait);
+
+#[derive(Default)]
+pub(crate) struct Waits {
+    next: u64,
+    /// Calls sent, by id.
+    calls: HashMap<u64, Wait>,
+    /// Waits (sent or queued) per socket.
+    per_socket: HashMap<usize, usize>,
+    /// A socket's pushes on a topic behind the one in flight; an entry,
+    /// even empty, means one is in flight.
+    queues: HashMap<(usize, Arc<str>), VecDeque<Queued>>,
+}
+
+impl Waits {
+    pub fn next_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// What socket `key` has waiting.
+    pub fn held(&self, key: usize) -> usize {
+        self.per_socket.get(&key).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, key: usize) {
+        *self.per_socket.entry(key).or_default() += 1;
+    }
+
+    /// One wait of `key` is over.
+    pub fn done(&mut self, key: usize) {
+        if let Some(n) = self.per_socket.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_socket.remove(&key);
+            }
+        }
+    }
+
+    /// Whether a push of `key` on `topic` is in flight (a new one queues).
+    pub fn push_busy(&self, key: usize, topic: &str) -> bool {
+        self.queues.contains_key(&(key, Arc::from(topic)))
+    }
+
+    /// Call `id` was sent. A push marks its socket and topic busy.
+    pub fn start(&mut self, id: u64, wait: Wait) {
+        self.add(wait.key);
+        if matches!(wait.what, Waiting::Push { .. }) {
+            self.queues
+                .entry((wait.key, wait.topic.clone()))
+                .or_default();
+        }
+        self.calls.insert(id, wait);
+    }
+
+    /// A push waits behind the one in flight on its topic.
+    pub fn enqueue(&mut self, id: u64, body: Vec<u8>, wait: Wait) {
+        self.add(wait.key);
+        let q = self
+            .queues
+            .entry((wait.key, wait.topic.clone()))
+            .or_default();
+        q.push_back((id, body, wait));
+    }
+
+    /// The answer to call `id` came: its wait, if its socket still waits.
+    pub fn finish(&mut self, id: u64) -> Option<Wait> {
+        let wait = self.calls.remove(&id)?;
+        self.done(wait.key);
+        Some(wait)
+    }
+
+    /// The next queued push of `key` on `topic`, still counted (send it
+    /// and [`Waits::resume`] it, or answer it and [`Waits::done`] it); none
+    /// left, the topic is no longer busy.
+    pub fn next_push(&mut self, key: usize, topic: &Arc<str>) -> Option<Queued> {
+        let k = (key, topic.clone());
+        let next = self.queues.get_mut(&k).and_then(VecDeque::pop_front);
+        if next.is_none() {
+            self.queues.remove(&k);
+        }
+        next
+    }
+
+    /// A queued push was sent.
+    pub fn resume(&mut self, id: u64, wait: Wait) {
+        self.calls.insert(id, wait);
+    }
+
+    /// A join of `key` on `topic` waiting is dropped (left, or joined again).
+    pub fn cancel_join(&mut self, key: usize, topic: &str) -> bool {
+        if self.held(key) == 0 {
+            return false;
+        }
+        let found = self.calls.iter().find_map(|(id, w)| {
+            (w.key == key && &*w.topic == topic && matches!(w.what, Waiting::Join { .. }))
+                .then_some(*id)
+        });
+        match found {
+            Some(id) => {
+                self.finish(id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Socket `key` is gone: everything it waited for is forgotten.
+    pub fn forget(&mut self, key: usize) {
+        if self.per_socket.remove(&key).is_none() {
+            return;
+        }
+        self.calls.retain(|_, w| w.key != key);
+        self.queues.retain(|(k, _), _| *k != key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(key: usize, topic: &str) -> Wait {
+        Wait {
+            key,
+            topic: topic.into(),
+            what: Waiting::Push {
+                join_ref: None,
+                msg_ref: None,
+            },
+        }
+    }
+
+    #[test]
+    fn pushes_queue_behind_the_one_in_flight() {
+        let mut w = Waits::default();
+        let t: Arc<str> = "t".into();
+        assert!(!w.push_busy(1, "t"));
+        let a = w.next_id();
+        w.start(a, push(1, "t"));
+        assert!(w.push_busy(1, "t") && !w.push_busy(2, "t") && !w.push_busy(1, "u"));
+        let b = w.next_id();
+        w.enqueue(b, b"b".to_vec(), push(1, "t"));
+        assert_eq!(w.held(1), 2);
+        assert!(w.finish(a).is_some());
+        let (id, body, wait) = w.next_push(1, &t).unwrap();
+        assert_eq!((id, &body[..]), (b, &b"b"[..]));
+        w.resume(id, wait);
+        assert!(w.push_busy(1, "t"));
+        assert!(w.finish(b).is_some());
+        assert!(w.next_push(1, &t).is_none());
+        assert!(!w.push_busy(1, "t"));
+        assert_eq!(w.held(1), 0);
+    }
+
+    #[test]
+    fn a_closed_socket_is_forgotten() {
+        let mut w = Waits::default();
+        let a = w.next_id();
+        w.start(
+            a,
+            Wait {
+                key: 3,
+                topic: "t".into(),
+                what: Waiting::Join {
+                    join_ref: None,
+                    msg_ref: None,
+                    presence_key: None,
+                },
+            },
+        );
+        let b = w.next_id();
+        w.start(b, push(3, "u"));
+        w.enqueue(w.next + 1, vec![], push(3, "u"));
+        w.forget(3);
+        assert!(w.finish(a).is_none() && w.finish(b).is_none());
+        assert_eq!(w.held(3), 0);
+        assert!(!w.push_busy(3, "u"));
+        let c = w.next_id();
+        w.start(
+            c,
+            Wait {
+                key: 4,
+                topic: "t".into(),
+                what: Waiting::Join {
+                    join_ref: None,
+                    msg_ref: None,
+                    presence_key: None,
+                },
+            },
+        );
+        assert!(w.cancel_join(4, "t"));
+        assert!(w.finish(c).is_none());
+        assert_eq!(w.held(4), 0);
+    }
+}

@@ -1,0 +1,76 @@
+// A small app backend for the hooks tests (node:http, no framework): it
+// answers throng's POST /throng/join and /throng/push as the README's hooks
+// contract says, checks every request's x-throng-signature, and tells the
+// test what it saw on GET /stats. Run as its own process, so that a test
+// can kill it and start it again on the same port:
+//   node hook_backend.mjs PORT SECRET   (prints "backend listening on PORT")
+import http from "node:http"
+import {createHmac, timingSafeEqual} from "node:crypto"
+
+const [port = "0", secret = ""] = process.argv.slice(2)
+const stats = {verified: 0, forged: 0, joins: [], pushes: [], answeredJoins: 0}
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
+
+function signed(body, header){
+  const want = Buffer.from("sha256=" + createHmac("sha256", secret).update(body).digest("hex"))
+  const got = Buffer.from(header || "")
+  return got.length === want.length && timingSafeEqual(got, want)
+}
+
+async function join(req){
+  stats.joins.push(req.topic)
+  if(req.payload.delay_ms){ await sleep(req.payload.delay_ms) }
+  stats.answeredJoins++
+  if(req.topic === "rooms:banned"){ return {error: {reason: "banned"}} }
+  if(req.topic === "rooms:garbage"){ return "<html>not json" }
+  return {reply: {welcome: req.topic, user: req.user, at_seen: typeof req.at === "number"}, assigns: {room: req.topic, joined_by: req.socket_id}}
+}
+
+async function push(req){
+  stats.pushes.push({event: req.event, n: req.payload.n, ref: req.ref})
+  switch(req.event){
+    case "new:msg":
+      return {
+        reply: {saved: true, assigns: req.assigns},
+        broadcast: {event: "new:msg", payload: {body: req.payload.body}, exclude_sender: Boolean(req.payload.exclude)},
+      }
+    case "seq":
+      // Later pushes answer faster: an order kept only if throng keeps it.
+      await sleep(req.payload.delay_ms || 0)
+      return {reply: {n: req.payload.n}}
+    case "refuse": return {error: {reason: "nope"}}
+    case "garbage": return "<html>not json"
+    case "shape": return {reply: 1, assigns: [1, 2]}
+    case "slow": await sleep(5000); return {reply: {}}
+    default: return {reply: {}}
+  }
+}
+
+const server = http.createServer((request, response) => {
+  const chunks = []
+  request.on("data", c => chunks.push(c))
+  request.on("end", async () => {
+    if(request.method === "GET" && request.url === "/stats"){
+      response.writeHead(200, {"content-type": "application/json"})
+      return response.end(JSON.stringify(stats))
+    }
+    const body = Buffer.concat(chunks)
+    if(!signed(body, request.headers["x-throng-signature"])){
+      stats.forged++
+      response.writeHead(401)
+      return response.end("forged")
+    }
+    stats.verified++
+    const req = JSON.parse(body.toString("utf8"))
+    let answer
+    if(request.url === "/throng/join"){ answer = await join(req) }
+    else if(request.url === "/throng/push"){ answer = await push(req) }
+    else { response.writeHead(404); return response.end() }
+    response.writeHead(200, {"content-type": "application/json"})
+    response.end(typeof answer === "string" ? answer : JSON.stringify(answer))
+  })
+})
+server.keepAliveTimeout = 60000
+server.listen(Number(port), "127.0.0.1", () => {
+  console.log(`backend listening on ${server.address().port}`)
+})
