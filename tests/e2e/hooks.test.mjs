@@ -151,6 +151,19 @@ test("pushes of one socket on one topic are handled in order", async () => {
   assert.deepEqual(seen, [...Array(n).keys()])
 })
 
+test("a socket's hook requests are bounded: past the bound, a clear error reply", async () => {
+  const {channel} = await joined("rooms:bound")
+  const before = await metric("throng_hook_refused_total", '{hook="push"}')
+  // 16 (--hook-max-in-flight-per-socket's default) wait, in flight or
+  // queued behind the first; the next 4 are refused at once.
+  const results = await Promise.all([...Array(20).keys()].map(n => pushResult(channel, "seq", {n, delay_ms: 50})))
+  const refused = results.filter(r => r.status === "error")
+  assert.equal(refused.length, 4, JSON.stringify(results))
+  for(const r of refused){ assert.deepEqual(r.response, {reason: "too many backend requests"}) }
+  assert.deepEqual(results.slice(0, 16).map(r => r.response.n), [...Array(16).keys()])
+  assert.equal(await metric("throng_hook_refused_total", '{hook="push"}'), before + 4)
+})
+
 test("bad answers get a clear error reply and are counted; the socket keeps working", async () => {
   const before = await metric("throng_hook_bad_answers_total", '{hook="push"}')
   const {channel} = await joined("rooms:bad")

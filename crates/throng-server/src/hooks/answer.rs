@@ -40,6 +40,10 @@ pub struct BroadcastAnswer {
 impl Answer {
     /// Parses and checks a body; `Err` names what was wrong, for the log.
     pub fn parse(body: &[u8]) -> Result<Answer, String> {
+        // serde would read a struct from an array too: only an object is one.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err("not a JSON object".into());
+        }
         let a: Answer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
         let is_object = |v: &RawValue| v.get().trim_start().starts_with('{');
         if a.assigns.as_deref().is_some_and(|v| !is_object(v)) {

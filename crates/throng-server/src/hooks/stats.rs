@@ -41,9 +41,12 @@ impl HookStats {
     }
 }
 
+/// A counter's name, help and field.
+type Counter = (&'static str, &'static str, fn(&HookStats) -> &AtomicU64);
+
 /// Writes the hooks' metrics.
 pub fn render(out: &mut String, stats: &[HookStats; 2], circuit: u8, in_flight: usize) {
-    let counters: [(&str, &str, fn(&HookStats) -> &AtomicU64); 5] = [
+    let counters: [Counter; 5] = [
         (
             "throng_hook_requests_total",
             "Requests sent to the app backend.",
