@@ -8,7 +8,7 @@ import http from "node:http"
 import {createHmac, timingSafeEqual} from "node:crypto"
 
 const [port = "0", secret = ""] = process.argv.slice(2)
-const stats = {verified: 0, forged: 0, joins: [], pushes: [], answeredJoins: 0}
+const stats = {verified: 0, forged: 0, joins: [], joinRequests: [], pushes: [], answeredJoins: 0, connects: []}
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
 function signed(body, header){
@@ -17,8 +17,23 @@ function signed(body, header){
   return got.length === want.length && timingSafeEqual(got, want)
 }
 
+// The connect hook: the `token` param decides.
+async function connect(req, response){
+  stats.connects.push(req)
+  switch(req.params.token){
+    case "good": return {user: "42", assigns: {plan: "gold"}}
+    case "anon": return {user: null}
+    case "error": return {error: {reason: "banned"}}
+    case "forbidden": response.writeHead(403); response.end(); return undefined
+    case "down": response.writeHead(500); response.end(); return undefined
+    case "slow": await sleep(5000); return {user: "late"}
+    default: return {error: {reason: "no token"}}
+  }
+}
+
 async function join(req){
   stats.joins.push(req.topic)
+  stats.joinRequests.push(req)
   if(req.payload.delay_ms){ await sleep(req.payload.delay_ms) }
   stats.answeredJoins++
   if(req.topic === "rooms:banned"){ return {error: {reason: "banned"}} }
@@ -65,6 +80,10 @@ const server = http.createServer((request, response) => {
     let answer
     if(request.url === "/throng/join"){ answer = await join(req) }
     else if(request.url === "/throng/push"){ answer = await push(req) }
+    else if(request.url === "/throng/connect"){
+      answer = await connect(req, response)
+      if(answer === undefined){ return }
+    }
     else { response.writeHead(404); return response.end() }
     response.writeHead(200, {"content-type": "application/json"})
     response.end(typeof answer === "string" ? answer : JSON.stringify(answer))

@@ -24,6 +24,26 @@ pub struct Answer {
     pub assigns: Option<Box<RawValue>>,
     #[serde(default)]
     pub broadcast: Option<BroadcastAnswer>,
+    /// A connect answer's user id: a string or a number (`null`: anonymous).
+    #[serde(default)]
+    pub user: Option<UserId>,
+}
+
+/// A user id as a backend may write it.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum UserId {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+impl UserId {
+    pub fn into_string(self) -> String {
+        match self {
+            UserId::Text(s) => s,
+            UserId::Number(n) => n.to_string(),
+        }
+    }
 }
 
 /// A push answer's broadcast to the topic, cluster-wide.

@@ -28,6 +28,8 @@ use crate::node::{Node, ShardMsg};
 pub enum Outcome {
     Answer(Answer),
     Failed(Failure),
+    /// A connect the backend refused with 401 or 403.
+    Refused,
 }
 
 /// The answer to call `id` of a shard.
@@ -39,13 +41,13 @@ pub struct HookAnswer {
 
 pub struct HookClient {
     config: HooksConfig,
-    /// `{url}/join`, `{url}/push`, by [`Hook`] index.
-    uris: [hyper::Uri; 2],
+    /// `{url}/join`, `{url}/push`, `{url}/connect`, by [`Hook`] index.
+    uris: [hyper::Uri; 3],
     client: Client<HttpConnector, Full<Bytes>>,
     runtime: tokio::runtime::Handle,
     in_flight: AtomicUsize,
     breaker: Breaker,
-    stats: [HookStats; 2],
+    stats: [HookStats; 3],
     /// Where answers go: the shards' inboxes.
     node: OnceLock<Weak<Node>>,
     /// The backend's failure was logged (once per episode: until it answers).
@@ -68,7 +70,7 @@ impl HookClient {
                 .parse::<hyper::Uri>()
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
         };
-        let uris = [uri(Hook::Join)?, uri(Hook::Push)?];
+        let uris = [uri(Hook::Join)?, uri(Hook::Push)?, uri(Hook::Connect)?];
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("throng-hooks".into())
@@ -222,6 +224,11 @@ impl HookClient {
                 format_args!("answer over {max} bytes (--hook-max-answer-bytes)"),
             );
         };
+        let refusal =
+            status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN;
+        if hook == Hook::Connect && refusal {
+            return Outcome::Refused;
+        }
         if !status.is_success() {
             return self.bad(
                 hook,

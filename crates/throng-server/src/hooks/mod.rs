@@ -19,6 +19,9 @@
 //! back through the shard's inbox (`ShardMsg::Hook`) and the shard replies
 //! on the socket, as long-poll answers and broadcasts from other threads do.
 //!
+//! A connect hook (`connect = true`) holds a WebSocket upgrade the same way:
+//! the `101` goes out when the backend accepts, a 403 or 503 otherwise.
+//!
 //! - `settings.rs`: the `[hooks]` keys and `--hook-*` flags;
 //! - `client.rs`: the HTTP client, its bounds and timeout;
 //! - `breaker.rs`: the circuit breaker;
@@ -37,11 +40,12 @@ mod waits;
 
 use serde::{Deserialize, Serialize};
 
-pub use answer::{Answer, BroadcastAnswer};
+pub use answer::{Answer, BroadcastAnswer, UserId};
 pub use client::{HookAnswer, HookClient, Outcome};
-pub(crate) use request::{now_ms, JoinRequest, PushRequest};
+pub use request::CONNECT_HEADERS;
+pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
 pub use settings::{HookArgs, HooksConfig};
-pub(crate) use waits::{Wait, Waiting, Waits};
+pub(crate) use waits::{HeldUpgrade, Wait, Waiting, Waits};
 
 /// What a `[[topics]]` rule's `hooks` may list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -56,16 +60,18 @@ pub enum TopicHook {
 pub enum Hook {
     Join,
     Push,
+    Connect,
 }
 
 impl Hook {
-    pub const ALL: [Hook; 2] = [Hook::Join, Hook::Push];
+    pub const ALL: [Hook; 3] = [Hook::Join, Hook::Push, Hook::Connect];
 
     /// The label in `/metrics` and the path under the base URL.
     pub fn name(self) -> &'static str {
         match self {
             Hook::Join => "join",
             Hook::Push => "push",
+            Hook::Connect => "connect",
         }
     }
 

@@ -33,6 +33,49 @@ pub(crate) struct PushRequest<'a> {
     pub at: u64,
 }
 
+/// `POST {url}/connect`.
+#[derive(Serialize)]
+pub(crate) struct ConnectRequest<'a> {
+    pub transport: &'a str,
+    pub vsn: &'a str,
+    /// The connect URL's params (`vsn` aside); a repeated name keeps its last value.
+    pub params: std::collections::BTreeMap<&'a str, &'a str>,
+    pub headers: std::collections::BTreeMap<&'a str, &'a str>,
+    pub remote_addr: String,
+    pub at: u64,
+}
+
+/// The request headers a connect hook gets, when present.
+pub const CONNECT_HEADERS: [&str; 5] = [
+    "cookie",
+    "authorization",
+    "origin",
+    "user-agent",
+    "x-forwarded-for",
+];
+
+/// The [`CONNECT_HEADERS`] of a request (repeated ones joined with `, `).
+pub(crate) fn connect_headers(headers: &[httparse::Header<'_>]) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    for h in headers {
+        let Some(name) = CONNECT_HEADERS
+            .iter()
+            .find(|n| h.name.eq_ignore_ascii_case(n))
+        else {
+            continue;
+        };
+        let value = String::from_utf8_lossy(h.value);
+        match out.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => {
+                v.push_str(if *name == "cookie" { "; " } else { ", " });
+                v.push_str(&value);
+            }
+            None => out.push((name, value.into_owned())),
+        }
+    }
+    out
+}
+
 /// Unix milliseconds now.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -64,6 +107,29 @@ mod tests {
         assert_eq!(
             signature("Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn connect_headers_are_only_the_documented_ones() {
+        let h = |name, value: &'static str| httparse::Header {
+            name,
+            value: value.as_bytes(),
+        };
+        let headers = [
+            h("Cookie", "a=1"),
+            h("X-Evil", "1"),
+            h("cookie", "b=2"),
+            h("User-Agent", "ua"),
+            h("X-Forwarded-For", "10.0.0.1"),
+        ];
+        assert_eq!(
+            connect_headers(&headers),
+            vec![
+                ("cookie", "a=1; b=2".to_string()),
+                ("user-agent", "ua".to_string()),
+                ("x-forwarded-for", "10.0.0.1".to_string()),
+            ]
         );
     }
 

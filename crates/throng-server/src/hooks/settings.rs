@@ -15,7 +15,7 @@ pub struct HookArgs {
     /// The app backend's base URL: throng POSTs to URL/connect, URL/join and URL/push (http:// only) [default: none, no hooks]
     #[arg(long = "hook-url", value_name = "URL", env = "THRONG_HOOK_URL")]
     pub url: Option<String>,
-    /// Ask URL/connect whether to accept every new socket (not available yet: refused at start) [default: off]
+    /// Ask URL/connect whether to accept every new WebSocket (the 101 waits for its answer; needs --longpoll-window 0 in this version) [default: off]
     #[arg(long = "hook-connect", env = "THRONG_HOOK_CONNECT")]
     #[serde(default)]
     pub connect: bool,
@@ -127,23 +127,12 @@ impl HookArgs {
         if (connect || events) && url.is_none() {
             return Err("hooks connect/events need a url: set [hooks] url or --hook-url".into());
         }
-        for (on, what, key) in [
-            (
-                connect,
-                "connect (URL/connect for every new socket)",
-                "connect / --hook-connect",
-            ),
-            (
-                events,
-                "events (lifecycle POSTs to URL/events)",
-                "events / --hook-events",
-            ),
-        ] {
-            if on {
-                return Err(format!(
-                    "hooks {what} is not available in this version: remove [hooks] {key}"
-                ));
-            }
+        if events {
+            return Err(
+                "hooks events (lifecycle POSTs to URL/events) are not available in this version: \
+                 remove [hooks] events / --hook-events"
+                    .into(),
+            );
         }
         let timeout_ms = self
             .timeout_ms
@@ -231,15 +220,15 @@ mod tests {
             timeout_ms: Some(70),
             ..Default::default()
         };
-        // Connect and events hooks are refused until they exist.
-        assert!(flags.resolve(Some(&file)).unwrap_err().contains("connect"));
-        let file = HookArgs {
-            connect: false,
-            ..file
-        };
         let c = flags.resolve(Some(&file)).unwrap();
         assert_eq!(c.url.as_deref(), Some("http://127.0.0.1:8000/throng"));
-        assert!(!c.connect && !c.events);
+        assert!(c.connect && !c.events);
+        // Events are refused until they exist.
+        let events = HookArgs {
+            events: true,
+            ..file
+        };
+        assert!(flags.resolve(Some(&events)).unwrap_err().contains("events"));
         assert_eq!(c.secret.as_deref(), Some("s"));
         assert_eq!(c.timeout, Duration::from_millis(70));
         assert_eq!(c.max_in_flight_per_socket, 16);

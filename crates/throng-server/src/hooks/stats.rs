@@ -45,7 +45,7 @@ impl HookStats {
 type Counter = (&'static str, &'static str, fn(&HookStats) -> &AtomicU64);
 
 /// Writes the hooks' metrics.
-pub fn render(out: &mut String, stats: &[HookStats; 2], circuit: u8, in_flight: usize) {
+pub fn render(out: &mut String, stats: &[HookStats; 3], circuit: u8, in_flight: usize) {
     let counters: [Counter; 5] = [
         (
             "throng_hook_requests_total",

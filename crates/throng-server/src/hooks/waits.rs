@@ -23,6 +23,19 @@ pub(crate) enum Waiting {
         join_ref: Option<Box<str>>,
         msg_ref: Option<Box<str>>,
     },
+    /// A WebSocket upgrade held until the backend accepts the socket.
+    Connect(Box<HeldUpgrade>),
+}
+
+/// A WebSocket upgrade waiting for the connect hook.
+#[derive(Debug)]
+pub(crate) struct HeldUpgrade {
+    /// The `101` response.
+    pub response: Vec<u8>,
+    pub vsn: throng_protocol::Vsn,
+    pub connect: Option<crate::channel::ConnectInfo>,
+    /// The user a token authenticated, if any (the backend's wins).
+    pub user: Option<String>,
 }
 
 /// A call of connection (or long-poll session) `key` on `topic`.
@@ -46,6 +59,9 @@ pub(crate) struct Waits {
     /// A socket's pushes on a topic behind the one in flight; an entry,
     /// even empty, means one is in flight.
     queues: HashMap<(usize, Arc<str>), VecDeque<Queued>>,
+    /// What the connect hook answered as each socket's `assigns`: sent
+    /// with its join requests. Empty without a connect hook.
+    pub assigns: HashMap<usize, Box<serde_json::value::RawValue>>,
 }
 
 impl Waits {
@@ -143,6 +159,9 @@ impl Waits {
 
     /// Socket `key` is gone: everything it waited for is forgotten.
     pub fn forget(&mut self, key: usize) {
+        if !self.assigns.is_empty() {
+            self.assigns.remove(&key);
+        }
         if self.per_socket.remove(&key).is_none() {
             return;
         }

@@ -61,6 +61,9 @@ pub(crate) struct Upgrade {
     pub echo: bool,
     /// Params and token, when the client sent any.
     pub connect: Option<ConnectInfo>,
+    /// With the connect hook: the request headers it is sent
+    /// ([`crate::hooks::CONNECT_HEADERS`]); empty otherwise.
+    pub hook_headers: Vec<(&'static str, String)>,
 }
 
 /// An error response; the connection closes after it.
@@ -171,7 +174,7 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
         }
     }
     if is_ws_path {
-        return match upgrade(&req, path == "/echo", query) {
+        return match upgrade(&req, path == "/echo", query, config.hooks.connect) {
             Ok(u) => (head_len, Action::Upgrade(Box::new(u))),
             Err(e) => (data.len(), Action::Error(e)),
         };
@@ -221,7 +224,12 @@ pub(super) fn query_params(query: &str) -> (Option<String>, Vec<(String, String)
 }
 
 /// Checks an upgrade request and builds its `101` response.
-fn upgrade(req: &httparse::Request<'_, '_>, echo: bool, query: &str) -> Result<Upgrade, HttpError> {
+fn upgrade(
+    req: &httparse::Request<'_, '_>,
+    echo: bool,
+    query: &str,
+    hook_headers: bool,
+) -> Result<Upgrade, HttpError> {
     let accept = handshake::check_request(req).map_err(|e| {
         let reason = match e.status() {
             426 => "Upgrade Required",
@@ -280,11 +288,17 @@ fn upgrade(req: &httparse::Request<'_, '_>, echo: bool, query: &str) -> Result<U
     });
     let mut response = Vec::with_capacity(192);
     handshake::write_response_with_protocol(&mut response, &accept, protocol);
+    let hook_headers = if hook_headers && !echo {
+        crate::hooks::connect_headers(req.headers)
+    } else {
+        Vec::new()
+    };
     Ok(Upgrade {
         response,
         vsn,
         echo,
         connect,
+        hook_headers,
     })
 }
 

@@ -45,12 +45,13 @@ impl<T: Transport> Mux<'_, T> {
             return self.hook_refused(join_ref, msg_ref, topic, Failure::Binary);
         };
         let socket_id = self.t.socket_id();
+        let assigns = self.t.hook_assigns();
         let body = serde_json::to_vec(&JoinRequest {
             topic,
             payload: raw(json),
             user: self.cx.who.user,
             socket_id: &socket_id,
-            assigns: raw(NO_ASSIGNS),
+            assigns: raw(assigns.as_deref().unwrap_or(NO_ASSIGNS)),
             at: crate::hooks::now_ms(),
         })
         .unwrap_or_default();
@@ -92,6 +93,10 @@ impl<T: Transport> Mux<'_, T> {
         }
         let answer = match outcome {
             Outcome::Failed(f) => return self.hook_refused(join_ref, msg_ref, topic, f),
+            // Only a connect is refused by status.
+            Outcome::Refused => {
+                return self.hook_refused(join_ref, msg_ref, topic, Failure::BadAnswer)
+            }
             Outcome::Answer(a) => a,
         };
         if let Some(error) = &answer.error {
@@ -179,6 +184,10 @@ impl<T: Transport> Mux<'_, T> {
         let answer = match outcome {
             Outcome::Failed(f) => {
                 return self.reply(join_ref, msg_ref, topic, Err(Payload::Json(f.reply())))
+            }
+            Outcome::Refused => {
+                let bad = Err(Payload::Json(Failure::BadAnswer.reply()));
+                return self.reply(join_ref, msg_ref, topic, bad);
             }
             Outcome::Answer(a) => a,
         };

@@ -106,6 +106,10 @@ pub(crate) trait Transport {
     }
     /// Drops a join this connection holds open on `topic` (a leave).
     fn hook_cancel_join(&mut self, _topic: &str) {}
+    /// What the connect hook gave this connection as its assigns.
+    fn hook_assigns(&self) -> Option<String> {
+        None
+    }
     /// This connection's id in hook requests.
     fn socket_id(&self) -> String {
         String::new()

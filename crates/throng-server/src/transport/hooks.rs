@@ -9,8 +9,11 @@ use throng_protocol::Vsn;
 
 use super::conn::Kind;
 use super::Conns;
-use crate::hooks::{Failure, Hook, HookAnswer, Outcome, Wait, Waiting};
+use crate::hooks::{
+    ConnectRequest, Failure, HeldUpgrade, Hook, HookAnswer, Outcome, Wait, Waiting,
+};
 use crate::longpoll::{is_session, SESSION_BIT};
+use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::Scratch;
 
@@ -92,9 +95,149 @@ impl Conns {
         }
     }
 
+    /// Holds WebSocket upgrade `held` of connection `key` until the connect
+    /// hook answers; a call refused at once is answered 503 now.
+    pub(super) fn hook_connect(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldUpgrade,
+        headers: &[(&'static str, String)],
+    ) {
+        let Some(client) = node.hooks.clone() else {
+            return self.refuse_upgrade(node, scratch, key, Outcome::Failed(Failure::Unavailable));
+        };
+        let remote_addr = self
+            .slab
+            .get(key)
+            .and_then(|c| c.sock.peer_addr().ok())
+            .map_or_else(String::new, |a| a.to_string());
+        let params = held
+            .connect
+            .iter()
+            .flat_map(|c| c.params.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let body = serde_json::to_vec(&ConnectRequest {
+            transport: "websocket",
+            vsn: match held.vsn {
+                Vsn::V1 => "1.0.0",
+                Vsn::V2 => "2.0.0",
+            },
+            params,
+            headers: headers.iter().map(|(k, v)| (*k, v.as_str())).collect(),
+            remote_addr,
+            at: crate::hooks::now_ms(),
+        })
+        .unwrap_or_default();
+        let id = self.hook_waits.next_id();
+        match client.call(Hook::Connect, self.id, id, body) {
+            Ok(()) => self.hook_waits.start(
+                id,
+                Wait {
+                    key,
+                    topic: Arc::from(""),
+                    what: Waiting::Connect(Box::new(held)),
+                },
+            ),
+            Err(f) => self.refuse_upgrade(node, scratch, key, Outcome::Failed(f)),
+        }
+    }
+
+    /// The connect hook's answer to a held upgrade: the `101`, or a 403
+    /// (refused) or 503 (backend unavailable, slow or wrong; phoenix.js
+    /// retries with backoff).
+    fn finish_connect(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldUpgrade,
+        outcome: Outcome,
+    ) {
+        let waiting = self
+            .slab
+            .get(key)
+            .is_some_and(|c| !c.dead && matches!(c.kind, Kind::Http));
+        if !waiting {
+            return;
+        }
+        let answer = match outcome {
+            Outcome::Answer(a) if a.error.is_none() => a,
+            refused => return self.refuse_upgrade(node, scratch, key, refused),
+        };
+        let user = answer
+            .user
+            .map(crate::hooks::UserId::into_string)
+            .or(held.user);
+        let mut connect = held.connect;
+        if let (Some(c), Some(u)) = (connect.as_mut(), &user) {
+            c.user_id = Some(u.clone());
+        }
+        if let Some(assigns) = answer.assigns {
+            self.hook_waits.assigns.insert(key, assigns);
+        }
+        self.send(key, &held.response);
+        let now = self.now;
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        conn.last_active = now;
+        conn.kind = Kind::Ws {
+            vsn: held.vsn,
+            echo: false,
+        };
+        conn.connect = connect.map(Arc::new);
+        ShardStats::add(&self.stats.websockets, 1);
+        if let Some(user) = user {
+            self.slab[key].user = self.users.add(&user, key as u32);
+        }
+        // What the client sent after its upgrade request is read now.
+        self.lp.resume.push(key);
+        self.flush_reply(key);
+    }
+
+    fn refuse_upgrade(&mut self, node: &Node, scratch: &mut Scratch, key: usize, why: Outcome) {
+        let resp = match why {
+            Outcome::Failed(f) => crate::page::error_response(
+                503,
+                "Service Unavailable",
+                "Retry-After: 1\r\n",
+                &format!(
+                    "the app backend could not accept this connection now: {}; try again\n",
+                    f.reply()
+                ),
+            ),
+            _ => {
+                ShardStats::add(&self.stats.auth_refusals, 1);
+                crate::page::error_response(
+                    403,
+                    "Forbidden",
+                    "",
+                    "the app backend refused this connection\n",
+                )
+            }
+        };
+        self.send(key, &resp);
+        self.start_closing(node, scratch, key);
+        self.flush_reply(key);
+    }
+
+    /// What the connect hook gave socket `key` as its assigns.
+    pub(super) fn hook_assigns(&self, key: usize) -> Option<&str> {
+        if self.hook_waits.assigns.is_empty() {
+            return None;
+        }
+        self.hook_waits.assigns.get(&key).map(|a| a.get())
+    }
+
     /// Hands `outcome` to the socket of `wait`, and sends what it wrote.
     fn hook_apply(&mut self, node: &Node, scratch: &mut Scratch, wait: Wait, outcome: Outcome) {
         let key = wait.key;
+        if let Waiting::Connect(held) = wait.what {
+            return self.finish_connect(node, scratch, key, *held, outcome);
+        }
         let Some(vsn) = self.vsn_of(key) else {
             return;
         };
@@ -103,6 +246,7 @@ impl Conns {
         let fail = self.with_socket(node, scratch, key, vsn, |mux| match what {
             Waiting::Join { .. } => mux.hook_joined(&topic, what, outcome),
             Waiting::Push { .. } => mux.hook_pushed(&topic, what, outcome),
+            Waiting::Connect(_) => {}
         });
         if is_session(key) {
             if fail.is_some() {

@@ -101,6 +101,10 @@ impl Shard {
                     }
                     return pos;
                 }
+                // An upgrade waits for the connect hook: nothing more is
+                // read until it is answered (a client sends nothing before
+                // the 101; the head deadline bounds one that does).
+                Kind::Http if self.conns.hook_waits.held(key) > 0 => return pos,
                 Kind::Http => match http::handle(&data[pos..], &self.node.config) {
                     (_, Action::Incomplete) => return pos,
                     (used, action) => {
@@ -199,6 +203,16 @@ impl Shard {
                             return;
                         }
                     }
+                }
+                if !u.echo && node.config.hooks.connect {
+                    let held = crate::hooks::HeldUpgrade {
+                        response: u.response,
+                        vsn: u.vsn,
+                        connect,
+                        user,
+                    };
+                    conns.hook_connect(node, &mut self.scratch, key, held, &u.hook_headers);
+                    return;
                 }
                 conns.send(key, &u.response);
                 let conn = &mut conns.slab[key];

@@ -416,6 +416,10 @@ impl Transport for ShardTransport<'_> {
         self.conns.hook_waits.cancel_join(self.key, topic);
     }
 
+    fn hook_assigns(&self) -> Option<String> {
+        self.conns.hook_assigns(self.key).map(str::to_owned)
+    }
+
     fn socket_id(&self) -> String {
         self.conns.socket_id(self.node, self.key)
     }

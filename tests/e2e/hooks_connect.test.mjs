@@ -1,0 +1,129 @@
+// The connect hook, end to end: the real server with [hooks] connect = true
+// and a real backend process (hook_backend.mjs) that decides by the
+// `token` param. An accepted socket gets the backend's user (seen by the
+// join hook, and by /api/disconnect); a refused one gets 403 before the
+// upgrade; a failing or slow backend gives 503, which phoenix.js retries.
+import {test, before, after} from "node:test"
+import assert from "node:assert/strict"
+import {spawn} from "node:child_process"
+import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
+import {tmpdir} from "node:os"
+import path from "node:path"
+import {fileURLToPath} from "node:url"
+import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout} from "./helpers.mjs"
+
+const SECRET = "connect-test-secret"
+const BACKEND = path.join(path.dirname(fileURLToPath(import.meta.url)), "hook_backend.mjs")
+const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-connect-"))
+let backend, server
+const sockets = []
+
+async function startBackend(){
+  const proc = spawn(process.execPath, [BACKEND, "0", SECRET], {stdio: ["ignore", "pipe", "inherit"]})
+  const exited = new Promise(resolve => proc.once("exit", resolve))
+  const port = await withTimeout(new Promise((resolve, reject) => {
+    let out = ""
+    proc.stdout.setEncoding("utf8")
+    proc.stdout.on("data", chunk => {
+      out += chunk
+      const m = out.match(/backend listening on (\d+)/)
+      if(m){ resolve(Number(m[1])) }
+    })
+    exited.then(code => reject(new Error(`backend exited (${code}) before listening`)))
+  }), 5000, "the backend to listen")
+  return {
+    port,
+    stats: async () => (await fetch(`http://127.0.0.1:${port}/stats`)).json(),
+    kill: async () => {
+      if(proc.exitCode === null && proc.signalCode === null){ proc.kill("SIGKILL") }
+      await exited
+    },
+  }
+}
+
+const upgrade = token => httpRequest(server.port, "GET", `/socket/websocket?vsn=2.0.0&token=${token}`, {
+  headers: {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    "Sec-WebSocket-Version": "13",
+    "Cookie": "session=abc",
+    "User-Agent": "hooks-test",
+    "X-Evil": "never forwarded",
+  },
+})
+
+before(async () => {
+  backend = await startBackend()
+  const config = path.join(dir, "connect.toml")
+  writeFileSync(config, `
+longpoll_window = 0
+
+[hooks]
+url = "http://127.0.0.1:${backend.port}/throng"
+connect = true
+secret = "${SECRET}"
+timeout_ms = 1000
+
+[[topics]]
+pattern = "rooms:*"
+join = "users"
+hooks = ["join"]
+`)
+  server = await startServer(["--config", config])
+}, {timeout: 20000})
+
+after(async () => {
+  for(const s of sockets){ await closePhoenix(s) }
+  if(server){ await server.stop() }
+  if(backend){ await backend.kill() }
+  rmSync(dir, {recursive: true, force: true})
+})
+
+test("an accepted socket is the backend's user, with its assigns, for joins and /api/disconnect", async () => {
+  const socket = await connectPhoenix(server.wsUrl, "2.0.0", {params: {token: "good"}})
+  sockets.push(socket)
+  const channel = socket.channel("rooms:vip")
+  const joined = await joinResult(channel)
+  assert.equal(joined.status, "ok", JSON.stringify(joined))
+  assert.equal(joined.response.user, "42", "the join hook sees the connect hook's user")
+  const stats = await backend.stats()
+  const req = stats.joinRequests.at(-1)
+  assert.deepEqual(req.assigns, {plan: "gold"})
+  const connect = stats.connects.at(-1)
+  assert.equal(connect.transport, "websocket")
+  assert.equal(connect.vsn, "2.0.0")
+  assert.equal(connect.params.token, "good")
+  assert.match(connect.remote_addr, /^127\.0\.0\.1:\d+$/)
+  // The user id works with the server API's disconnect.
+  const closed = withTimeout(new Promise(resolve => socket.onClose(resolve)), 5000, "the disconnect")
+  const r = await fetch(`${server.apiUrl}/api/disconnect`, {
+    method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify({user: "42"}),
+  })
+  assert.equal(r.status, 200)
+  await closed
+})
+
+test("the backend's headers: only the documented ones", async () => {
+  const res = await upgrade("anon")
+  assert.equal(res.status, 101)
+  const connect = (await backend.stats()).connects.at(-1)
+  assert.deepEqual(connect.headers, {cookie: "session=abc", "user-agent": "hooks-test"})
+  assert.equal(connect.user, undefined)
+})
+
+test("refused sockets get 403 before the upgrade; a failing or slow backend 503", async () => {
+  for(const token of ["error", "forbidden", "none"]){
+    assert.equal((await upgrade(token)).status, 403, token)
+  }
+  for(const token of ["down", "slow"]){
+    const res = await upgrade(token)
+    assert.equal(res.status, 503, token)
+    assert.match(res.body.toString(), /try again/)
+  }
+  // An anonymous socket may not join a `users` topic: rules still apply.
+  const socket = await connectPhoenix(server.wsUrl, "2.0.0", {params: {token: "anon"}})
+  sockets.push(socket)
+  assert.deepEqual(await joinResult(socket.channel("rooms:vip")), {status: "error", response: {reason: "unauthorized"}})
+  assert.ok(server.alive())
+})
