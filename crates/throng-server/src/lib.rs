@@ -153,6 +153,11 @@ impl Server {
         let policy = auth::Policy::new(config.topics.clone());
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
+        let control_limit = auth::PushLimit::new(
+            config.limits.control_rate,
+            config.limits.control_burst,
+            config.push_strikes,
+        );
         let listeners = bind_all(config.addr, config.shards)?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
@@ -190,9 +195,12 @@ impl Server {
             auth,
             policy,
             push_limit,
+            control_limit,
             control: Default::default(),
             api_requests: Default::default(),
             api_refusals: Default::default(),
+            api_timeouts: Default::default(),
+            api_busy: Default::default(),
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);

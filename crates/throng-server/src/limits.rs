@@ -64,6 +64,18 @@ pub struct LimitArgs {
     /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted [default: 67108864]
     #[arg(long, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
     pub redis_queue_bytes: Option<usize>,
+    /// Control messages a second a socket may sustain: heartbeats, joins, leaves, ping and pong frames, and fragments under 1 KiB; excess ones get {"reason":"rate limited"} and, --push-strikes past the burst, the socket is closed with 1008; 0 = no limit (phoenix.js sends a heartbeat every 30 s) [default: 10]
+    #[arg(long, value_name = "N", env = "THRONG_CONTROL_RATE")]
+    pub control_rate: Option<f64>,
+    /// Control messages a socket may send at once before --control-rate applies (a reconnect rejoins every channel at once) [default: 250]
+    #[arg(long, value_name = "N", env = "THRONG_CONTROL_BURST")]
+    pub control_burst: Option<u32>,
+    /// Seconds the server API gives a client to send a request's head, and then its body; past it the connection is closed [default: 10]
+    #[arg(long, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
+    pub api_timeout: Option<u64>,
+    /// Open connections to the server API; past it a new one gets 503 and is closed [default: 256]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
+    pub max_api_connections: Option<usize>,
     /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -84,6 +96,12 @@ pub struct Limits {
     pub max_outbound_total_bytes: usize,
     pub max_shard_inbox_bytes: usize,
     pub redis_queue_bytes: usize,
+    /// Control messages a second per socket (0 = no limit), and the burst.
+    pub control_rate: f64,
+    pub control_burst: u32,
+    /// The server API's head and body deadlines, and its connection cap.
+    pub api_timeout: Duration,
+    pub max_api_connections: usize,
     /// Test only (hidden flag): see [`LimitArgs::test_panic_message`].
     pub test_panic_message: Option<String>,
 }
@@ -105,6 +123,10 @@ impl Limits {
             max_outbound_total_bytes: 1 << 30,
             max_shard_inbox_bytes: 64 << 20,
             redis_queue_bytes: 64 << 20,
+            control_rate: 10.0,
+            control_burst: 250,
+            api_timeout: Duration::from_secs(10),
+            max_api_connections: 256,
             test_panic_message: None,
         }
     }
@@ -137,6 +159,14 @@ impl Limits {
             self.max_shard_inbox_bytes.to_string(),
             "--redis-queue-bytes".into(),
             self.redis_queue_bytes.to_string(),
+            "--control-rate".into(),
+            self.control_rate.to_string(),
+            "--control-burst".into(),
+            self.control_burst.to_string(),
+            "--api-timeout".into(),
+            self.api_timeout.as_secs().to_string(),
+            "--max-api-connections".into(),
+            self.max_api_connections.to_string(),
         ];
         if let Some(m) = &self.test_panic_message {
             args.extend(["--test-panic-message".into(), m.clone()]);
@@ -191,6 +221,19 @@ impl LimitArgs {
                 .redis_queue_bytes
                 .or(file.redis_queue_bytes)
                 .unwrap_or(d.redis_queue_bytes),
+            control_rate: self
+                .control_rate
+                .or(file.control_rate)
+                .unwrap_or(d.control_rate),
+            control_burst: self
+                .control_burst
+                .or(file.control_burst)
+                .unwrap_or(d.control_burst),
+            api_timeout: secs(self.api_timeout, file.api_timeout, d.api_timeout),
+            max_api_connections: self
+                .max_api_connections
+                .or(file.max_api_connections)
+                .unwrap_or(d.max_api_connections),
             test_panic_message: self.test_panic_message.clone(),
         };
         if limits.handshake_timeout.is_zero() {
@@ -198,6 +241,17 @@ impl LimitArgs {
         }
         if limits.max_ref_bytes < 8 {
             return Err(Error::Config("max_ref_bytes must be at least 8".into()));
+        }
+        if limits.api_timeout.is_zero() || limits.max_api_connections == 0 {
+            return Err(Error::Config(
+                "api_timeout and max_api_connections must be at least 1".into(),
+            ));
+        }
+        if !(0.0..=100_000.0).contains(&limits.control_rate) {
+            return Err(Error::Config(format!(
+                "control_rate must be 0 (no limit) to 100000 a second, got {}",
+                limits.control_rate
+            )));
         }
         let least = max_message_bytes + MESSAGE_SLACK + 1024;
         if limits.max_socket_bytes < least {

@@ -62,6 +62,12 @@ pub struct ShardStats {
     pub rate_limited: AtomicU64,
     /// Sockets closed with 1008 for pushing past their budget.
     pub rate_limit_closes: AtomicU64,
+    /// Heartbeats, joins, leaves and control frames over `--control-rate`.
+    pub control_limited: AtomicU64,
+    /// Sockets closed with 1008 for control messages past their budget.
+    pub control_limit_closes: AtomicU64,
+    /// Times a connection used its turn's read budget and yielded.
+    pub read_yields: AtomicU64,
     /// Sockets closed by a `disconnect` to their user's socket id.
     pub user_disconnects: AtomicU64,
     /// Open long-poll sessions (owned by this shard).
@@ -201,6 +207,24 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Sockets closed with 1008 after --push-strikes rate-limited pushes.",
         |s| &s.rate_limit_closes,
+    ),
+    (
+        "throng_control_limited_total",
+        "counter",
+        "Heartbeats, joins, leaves, control frames and tiny fragments over --control-rate, --control-burst.",
+        |s| &s.control_limited,
+    ),
+    (
+        "throng_control_limit_closes_total",
+        "counter",
+        "Sockets closed with 1008 after --push-strikes control messages over their budget.",
+        |s| &s.control_limit_closes,
+    ),
+    (
+        "throng_read_yields_total",
+        "counter",
+        "Times a connection had more to read than one loop turn allows and waited for the next turn.",
+        |s| &s.read_yields,
     ),
     (
         "throng_user_disconnects_total",
@@ -440,6 +464,20 @@ pub fn render(node: &Node) -> String {
         "counter",
         "Server API requests refused for a missing or wrong X-API-Key.",
         node.api_refusals.load(Relaxed),
+    );
+    write_metric(
+        &mut out,
+        "throng_api_timeouts_total",
+        "counter",
+        "Server API requests whose head or body took longer than --api-timeout.",
+        node.api_timeouts.load(Relaxed),
+    );
+    write_metric(
+        &mut out,
+        "throng_api_busy_total",
+        "counter",
+        "Server API connections refused (503) past --max-api-connections.",
+        node.api_busy.load(Relaxed),
     );
     node.backplane.render_metrics(&mut out);
     node.presence.render_metrics(&mut out);

@@ -132,6 +132,8 @@ pub(crate) struct Session {
     pub dead: bool,
     /// The push budget (as `Conn::push_tat`, `auth::rate`).
     pub push_tat: u32,
+    /// The control budget (as `Conn::control_tat`).
+    pub control_tat: u32,
     /// The authenticated user: an index into the shard's users (as
     /// `Conn::user`).
     pub user: u32,
@@ -151,6 +153,7 @@ impl Session {
             ready: false,
             dead: false,
             push_tat: 0,
+            control_tat: 0,
             user: crate::transport::users::NO_USER,
         }
     }

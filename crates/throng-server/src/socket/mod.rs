@@ -73,6 +73,12 @@ pub(crate) trait Transport {
     fn allow_push(&mut self) -> Verdict {
         Verdict::Allow
     }
+    /// Spends one control message (heartbeat, join, leave) of this
+    /// connection's control budget (`--control-rate`). A transport with no
+    /// budget allows every one.
+    fn allow_control(&mut self) -> Verdict {
+        Verdict::Allow
+    }
     /// Asks for the connection to be closed with `code` once this call is
     /// done (a WebSocket close frame; long-poll ends the session).
     fn close(&mut self, _code: u16, _reason: &'static str) {}
@@ -145,6 +151,11 @@ impl<'a, T: Transport> Mux<'a, T> {
     pub fn handle_in(&mut self, msg: Message<'_>) {
         let topic: &str = &msg.topic;
         let msg_ref = msg.msg_ref.as_deref();
+        let control = matches!(msg.event.as_ref(), event::JOIN | event::LEAVE)
+            || (topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT);
+        if control && !self.control_allowed(msg.join_ref.as_deref(), msg_ref, topic) {
+            return;
+        }
         if topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT {
             self.reply(None, msg_ref, topic, Ok(Payload::EMPTY));
             return;
@@ -212,6 +223,32 @@ impl<'a, T: Transport> Mux<'a, T> {
                 }
             }
         }
+    }
+
+    /// Spends one control message of the budget; when it is spent, answers
+    /// `{"reason":"rate limited"}` (and asks for a close with 1008 when the
+    /// client kept on) and returns false. Heartbeats, joins and leaves are
+    /// outside the push budget, and a client that reads its replies is never
+    /// a slow reader: without this, a client sending them as fast as the
+    /// shard answers held a core (phoenix.js sends a heartbeat every 30 s).
+    fn control_allowed(
+        &mut self,
+        join_ref: Option<&str>,
+        msg_ref: Option<&str>,
+        topic: &str,
+    ) -> bool {
+        let verdict = self.t.allow_control();
+        if verdict == Verdict::Allow {
+            return true;
+        }
+        ShardStats::add(&self.t.stats().control_limited, 1);
+        self.reply(join_ref, msg_ref, topic, Err(Payload::Json(RATE_LIMITED)));
+        if verdict == Verdict::Abuse {
+            ShardStats::add(&self.t.stats().control_limit_closes, 1);
+            self.t
+                .close(close_code::POLICY_VIOLATION, "too many control messages");
+        }
+        false
     }
 
     /// A message for the channel joined on the registry's topic `index`

@@ -354,6 +354,27 @@ impl Transport for ShardTransport<'_> {
         }
     }
 
+    fn allow_control(&mut self) -> Verdict {
+        let limit = &self.node.control_limit;
+        if limit.is_unlimited() {
+            return Verdict::Allow;
+        }
+        let now = self.conns.now_ms;
+        let tat = if is_session(self.key) {
+            let s = self.conns.lp.sessions.get_mut(self.key & !SESSION_BIT);
+            s.map(|s| &mut s.control_tat)
+        } else {
+            self.conns
+                .slab
+                .get_mut(self.key)
+                .map(|c| &mut c.control_tat)
+        };
+        match tat {
+            Some(tat) => limit.check(tat, now),
+            None => Verdict::Allow,
+        }
+    }
+
     fn close(&mut self, code: u16, reason: &'static str) {
         self.fail.get_or_insert((code, reason));
     }
