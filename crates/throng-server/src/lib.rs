@@ -158,6 +158,7 @@ impl Server {
             config.limits.control_burst,
             config.push_strikes,
         );
+        let session_limit = auth::PushLimit::new(config.limits.longpoll_session_rate, 50, 0);
         let listeners = bind_all(config.addr, config.shards)?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
@@ -196,6 +197,7 @@ impl Server {
             policy,
             push_limit,
             control_limit,
+            session_limit,
             control: Default::default(),
             api_requests: Default::default(),
             api_refusals: Default::default(),

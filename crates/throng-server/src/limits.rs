@@ -76,6 +76,12 @@ pub struct LimitArgs {
     /// Open connections to the server API; past it a new one gets 503 and is closed [default: 256]
     #[arg(long, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
     pub max_api_connections: Option<usize>,
+    /// Long-poll sessions this process keeps at once (each is also a connection for --max-connections and --max-connections-per-ip); past it a new session gets {"status":503} [default: 100000]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
+    pub max_longpoll_sessions: Option<usize>,
+    /// New long-poll sessions a second one address may start on one event loop (a burst of 50 first); past it {"status":503}; 0 = no limit [default: 5]
+    #[arg(long, value_name = "N", env = "THRONG_LONGPOLL_SESSION_RATE")]
+    pub longpoll_session_rate: Option<f64>,
     /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -102,6 +108,9 @@ pub struct Limits {
     /// The server API's head and body deadlines, and its connection cap.
     pub api_timeout: Duration,
     pub max_api_connections: usize,
+    /// Long-poll sessions at once, and new ones a second per address.
+    pub max_longpoll_sessions: usize,
+    pub longpoll_session_rate: f64,
     /// Test only (hidden flag): see [`LimitArgs::test_panic_message`].
     pub test_panic_message: Option<String>,
 }
@@ -127,6 +136,8 @@ impl Limits {
             control_burst: 250,
             api_timeout: Duration::from_secs(10),
             max_api_connections: 256,
+            max_longpoll_sessions: 100_000,
+            longpoll_session_rate: 5.0,
             test_panic_message: None,
         }
     }
@@ -167,6 +178,10 @@ impl Limits {
             self.api_timeout.as_secs().to_string(),
             "--max-api-connections".into(),
             self.max_api_connections.to_string(),
+            "--max-longpoll-sessions".into(),
+            self.max_longpoll_sessions.to_string(),
+            "--longpoll-session-rate".into(),
+            self.longpoll_session_rate.to_string(),
         ];
         if let Some(m) = &self.test_panic_message {
             args.extend(["--test-panic-message".into(), m.clone()]);
@@ -234,6 +249,14 @@ impl LimitArgs {
                 .max_api_connections
                 .or(file.max_api_connections)
                 .unwrap_or(d.max_api_connections),
+            max_longpoll_sessions: self
+                .max_longpoll_sessions
+                .or(file.max_longpoll_sessions)
+                .unwrap_or(d.max_longpoll_sessions),
+            longpoll_session_rate: self
+                .longpoll_session_rate
+                .or(file.longpoll_session_rate)
+                .unwrap_or(d.longpoll_session_rate),
             test_panic_message: self.test_panic_message.clone(),
         };
         if limits.handshake_timeout.is_zero() {
@@ -246,6 +269,12 @@ impl LimitArgs {
             return Err(Error::Config(
                 "api_timeout and max_api_connections must be at least 1".into(),
             ));
+        }
+        if !(0.0..=100_000.0).contains(&limits.longpoll_session_rate) {
+            return Err(Error::Config(format!(
+                "longpoll_session_rate must be 0 (no limit) to 100000 a second, got {}",
+                limits.longpoll_session_rate
+            )));
         }
         if !(0.0..=100_000.0).contains(&limits.control_rate) {
             return Err(Error::Config(format!(
@@ -290,6 +319,8 @@ pub enum Refusal {
     Total,
     /// `--max-connections-per-ip` are open from its address.
     PerIp,
+    /// `--max-longpoll-sessions` are open (long-poll only).
+    Sessions,
 }
 
 impl Refusal {
@@ -298,7 +329,7 @@ impl Refusal {
     pub fn response(self) -> &'static [u8] {
         match self {
             Refusal::Total => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n\r\ntoo many connections\n",
-            Refusal::PerIp => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 38\r\n\r\ntoo many connections from your address\n",
+            Refusal::PerIp | Refusal::Sessions => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 38\r\n\r\ntoo many connections from your address\n",
         }
     }
 }
@@ -315,6 +346,9 @@ pub struct Admission {
     max_per_ip: usize,
     open: AtomicUsize,
     per_ip: Vec<Mutex<HashMap<IpAddr, u32>>>,
+    /// `--max-longpoll-sessions`, and the sessions open.
+    max_sessions: usize,
+    sessions: AtomicUsize,
 }
 
 impl Admission {
@@ -330,7 +364,28 @@ impl Admission {
             })
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
+            max_sessions: limits.max_longpoll_sessions,
+            sessions: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a new long-poll session from `ip`: against
+    /// `--max-longpoll-sessions`, and as a connection (a session is a
+    /// Phoenix socket, whatever TCP connections carry its requests).
+    pub fn admit_session(&self, ip: IpAddr) -> Result<(), Refusal> {
+        if self.sessions.fetch_add(1, Relaxed) >= self.max_sessions {
+            self.sessions.fetch_sub(1, Relaxed);
+            return Err(Refusal::Sessions);
+        }
+        self.admit(ip).inspect_err(|_| {
+            self.sessions.fetch_sub(1, Relaxed);
+        })
+    }
+
+    /// Un-counts a session admitted by [`Admission::admit_session`].
+    pub fn release_session(&self, ip: Option<IpAddr>) {
+        self.sessions.fetch_sub(1, Relaxed);
+        self.release(ip);
     }
 
     /// Whether connections are counted per address (their address must

@@ -79,6 +79,10 @@ pub struct ShardStats {
     pub longpoll_forwarded: AtomicU64,
     pub longpoll_forward_timeouts: AtomicU64,
     pub longpoll_refused: AtomicU64,
+    /// New long-poll sessions refused past `--longpoll-session-rate`.
+    pub longpoll_rate_limited: AtomicU64,
+    /// New long-poll sessions refused past `--max-longpoll-sessions`.
+    pub longpoll_cap_refusals: AtomicU64,
     /// `presence_state`/`presence_count` pushes to joiners, and their bytes.
     pub presence_states: AtomicU64,
     pub presence_state_bytes: AtomicU64,
@@ -357,6 +361,18 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Long-poll requests refused: 403 (unsupported vsn) or 413 (more than --max-longpoll-batch messages).",
         |s| &s.longpoll_refused,
+    ),
+    (
+        "throng_longpoll_rate_limited_total",
+        "counter",
+        "New long-poll sessions refused ({\"status\":503}) past --longpoll-session-rate from their address.",
+        |s| &s.longpoll_rate_limited,
+    ),
+    (
+        "throng_longpoll_sessions_refused_total",
+        "counter",
+        "New long-poll sessions refused ({\"status\":503}) past --max-longpoll-sessions.",
+        |s| &s.longpoll_cap_refusals,
     ),
     (
         "throng_presence_states_total",

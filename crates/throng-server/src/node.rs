@@ -158,6 +158,8 @@ pub struct Node {
     /// Heartbeats, joins, leaves, control frames, tiny fragments
     /// (`--control-rate`, `--control-burst`, `--push-strikes`).
     pub control_limit: PushLimit,
+    /// New long-poll sessions per address (`--longpoll-session-rate`).
+    pub session_limit: PushLimit,
     /// Cluster-wide questions and their answers.
     pub control: Control,
     /// Server API requests, and those refused for their key.

@@ -205,7 +205,7 @@ impl Shard {
         let mut events = Events::with_capacity(1024);
         let mut ready = Vec::new();
         loop {
-            let timeout = if !self.ready.is_empty() {
+            let timeout = if !self.ready.is_empty() || self.conns.lp.behind {
                 Duration::ZERO
             } else if self.accept_retry {
                 Duration::from_millis(20)
@@ -265,6 +265,10 @@ impl Shard {
             if self.conns.now != self.last_sweep {
                 self.last_sweep = self.conns.now;
                 self.sweep();
+            } else if self.conns.lp.behind {
+                // Expired long-poll sessions left by the last sweep.
+                self.conns.lp_sweep(&self.node, &mut self.scratch);
+                self.conns.close_doomed(&self.node, &mut self.scratch);
             }
             let done = self.drain_turn();
             self.conns.close_doomed(&self.node, &mut self.scratch);
