@@ -168,7 +168,14 @@ fn body<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
 }
 
 fn topic_ok(topic: &str) -> Result<(), ApiError> {
-    if topic.is_empty() || crate::auth::is_reserved(topic) {
+    if let Some(why) = crate::limits::topic_error(topic) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_topic",
+            format!("{why}: send a topic as clients join it, e.g. rooms:lobby"),
+        ));
+    }
+    if crate::auth::is_reserved(topic) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_topic",
@@ -200,6 +207,30 @@ async fn broadcast(
             StatusCode::BAD_REQUEST,
             "bad_event",
             "event is empty",
+        ));
+    }
+    if req.event.starts_with("phx_") {
+        // phoenix.js treats phx_reply, phx_close, phx_error as channel control.
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_event",
+            format!(
+                "event {:?} starts with phx_, which Phoenix clients read as channel control: pick another name",
+                req.event
+            ),
+        ));
+    }
+    let depth = api.endpoint.node().config.limits.max_json_depth;
+    if req
+        .payload
+        .is_some_and(|raw| crate::limits::json_too_deep(raw.get().as_bytes(), depth))
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "too_deep",
+            format!(
+                "the payload nests arrays and objects more than {depth} deep (--max-json-depth); receivers such as serde_json stop at 128"
+            ),
         ));
     }
     let payload = match req.payload {

@@ -82,6 +82,9 @@ pub struct LimitArgs {
     /// New long-poll sessions a second one address may start on one event loop (a burst of 50 first); past it {"status":503}; 0 = no limit [default: 5]
     #[arg(long, value_name = "N", env = "THRONG_LONGPOLL_SESSION_RATE")]
     pub longpoll_session_rate: Option<f64>,
+    /// Arrays and objects a JSON payload may nest, from clients and from the server API; deeper is refused with {"reason":"payload nested too deeply"} (serde_json's default limit is 128) [default: 128]
+    #[arg(long, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
+    pub max_json_depth: Option<usize>,
     /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -111,6 +114,8 @@ pub struct Limits {
     /// Long-poll sessions at once, and new ones a second per address.
     pub max_longpoll_sessions: usize,
     pub longpoll_session_rate: f64,
+    /// Arrays and objects a payload may nest.
+    pub max_json_depth: usize,
     /// Test only (hidden flag): see [`LimitArgs::test_panic_message`].
     pub test_panic_message: Option<String>,
 }
@@ -138,6 +143,7 @@ impl Limits {
             max_api_connections: 256,
             max_longpoll_sessions: 100_000,
             longpoll_session_rate: 5.0,
+            max_json_depth: 128,
             test_panic_message: None,
         }
     }
@@ -182,6 +188,8 @@ impl Limits {
             self.max_longpoll_sessions.to_string(),
             "--longpoll-session-rate".into(),
             self.longpoll_session_rate.to_string(),
+            "--max-json-depth".into(),
+            self.max_json_depth.to_string(),
         ];
         if let Some(m) = &self.test_panic_message {
             args.extend(["--test-panic-message".into(), m.clone()]);
@@ -257,6 +265,10 @@ impl LimitArgs {
                 .longpoll_session_rate
                 .or(file.longpoll_session_rate)
                 .unwrap_or(d.longpoll_session_rate),
+            max_json_depth: self
+                .max_json_depth
+                .or(file.max_json_depth)
+                .unwrap_or(d.max_json_depth),
             test_panic_message: self.test_panic_message.clone(),
         };
         if limits.handshake_timeout.is_zero() {
@@ -269,6 +281,9 @@ impl LimitArgs {
             return Err(Error::Config(
                 "api_timeout and max_api_connections must be at least 1".into(),
             ));
+        }
+        if limits.max_json_depth == 0 {
+            return Err(Error::Config("max_json_depth must be at least 1".into()));
         }
         if !(0.0..=100_000.0).contains(&limits.longpoll_session_rate) {
             return Err(Error::Config(format!(
@@ -310,6 +325,57 @@ pub fn check_refs(msg: &Message<'_>, max: usize) -> Result<(), &'static str> {
         return Err("ref too long");
     }
     Ok(())
+}
+
+/// Whether JSON text nests arrays and objects deeper than `max`. One pass
+/// over the bytes, no allocation: the text is valid JSON already (the
+/// serializer checked it), so only strings (where brackets are text) need
+/// telling apart. Numbers are kept as they came (`1e400`, a 5,000-digit
+/// integer: JSON allows them; the README says what receivers may do).
+pub fn json_too_deep(json: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The longest topic the server API accepts, and what a topic may not hold.
+pub const MAX_TOPIC_BYTES: usize = 1024;
+
+/// Why `topic` is not a topic: empty, longer than [`MAX_TOPIC_BYTES`], or
+/// holding a control character (a NUL, a newline: no client sends them,
+/// and logs and Redis keys would carry them).
+pub fn topic_error(topic: &str) -> Option<&'static str> {
+    if topic.is_empty() {
+        Some("the topic is empty")
+    } else if topic.len() > MAX_TOPIC_BYTES {
+        Some("the topic is longer than 1024 bytes")
+    } else if topic.chars().any(char::is_control) {
+        Some("the topic holds a control character")
+    } else {
+        None
+    }
 }
 
 /// Why a new connection was refused.
@@ -449,6 +515,19 @@ mod tests {
             max_connections_per_ip: per_ip,
             ..Limits::defaults(1024)
         }
+    }
+
+    #[test]
+    fn json_depth_is_counted_outside_strings() {
+        assert!(!json_too_deep(br#"{"a":[1,{"b":[]}]}"#, 4));
+        assert!(json_too_deep(br#"{"a":[1,{"b":[]}]}"#, 3));
+        assert!(!json_too_deep(br#"{"a":"[[[[[[\"[[["}"#, 1));
+        let deep = "[".repeat(30_000) + &"]".repeat(30_000);
+        assert!(json_too_deep(deep.as_bytes(), 128));
+        assert!(topic_error("rooms:lobby").is_none());
+        assert!(topic_error("a\0b").is_some());
+        assert!(topic_error(&"x".repeat(1025)).is_some());
+        assert!(topic_error("").is_some());
     }
 
     #[test]

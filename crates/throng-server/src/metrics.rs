@@ -66,6 +66,9 @@ pub struct ShardStats {
     pub control_limited: AtomicU64,
     /// Sockets closed with 1008 for control messages past their budget.
     pub control_limit_closes: AtomicU64,
+    /// Messages refused at the edge: a payload nested past
+    /// `--max-json-depth`, a push of a `phx_` event.
+    pub payload_refusals: AtomicU64,
     /// Times a connection used its turn's read budget and yielded.
     pub read_yields: AtomicU64,
     /// Sockets closed by a `disconnect` to their user's socket id.
@@ -223,6 +226,12 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Sockets closed with 1008 after --push-strikes control messages over their budget.",
         |s| &s.control_limit_closes,
+    ),
+    (
+        "throng_payload_refusals_total",
+        "counter",
+        "Messages answered with an error for a payload nested past --max-json-depth or a push of a phx_ event.",
+        |s| &s.payload_refusals,
     ),
     (
         "throng_read_yields_total",

@@ -173,3 +173,78 @@ fn an_empty_api_key_is_refused_at_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("api_key is empty"), "{err}");
 }
+
+/// A POST to the API with the right key: (status, body).
+fn post(server: &Server, path: &str, body: &str) -> (String, String) {
+    let mut s = connect(server);
+    s.write_all(
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nX-API-Key: {KEY}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let resp = read_all(&mut s);
+    (status(&resp).to_string(), resp)
+}
+
+#[test]
+fn the_api_refuses_what_would_break_receivers() {
+    let server = api_server(&[]);
+    let deep = "[".repeat(400_000) + &"]".repeat(400_000);
+    let huge_topic = "t".repeat(900_000);
+    for (body, why) in [
+        (
+            r#"{"topic":"rooms:\u0000lobby","event":"e","payload":{}}"#.to_string(),
+            "control character",
+        ),
+        (
+            format!(r#"{{"topic":"{huge_topic}","event":"e","payload":{{}}}}"#),
+            "longer than 1024",
+        ),
+        (
+            r#"{"topic":"rooms:lobby","event":"phx_close","payload":{}}"#.to_string(),
+            "starts with phx_",
+        ),
+        (
+            format!(r#"{{"topic":"rooms:lobby","event":"e","payload":{deep}}}"#),
+            "more than 128 deep",
+        ),
+    ] {
+        assert!(body.len() < 1 << 20, "under the body limit");
+        let (status, resp) = post(&server, "/api/broadcast", &body);
+        assert_eq!(status, "400", "{resp}");
+        assert!(resp.contains(why), "{why}: {resp}");
+    }
+    // 128 levels pass.
+    let ok = "[".repeat(127) + &"]".repeat(127);
+    let (status, resp) = post(
+        &server,
+        "/api/broadcast",
+        &format!(r#"{{"topic":"rooms:lobby","event":"e","payload":{{"a":{ok}}}}}"#),
+    );
+    assert_eq!(status, "200", "{resp}");
+}
+
+/// The same bounds on what clients push.
+#[test]
+fn pushes_too_deep_or_of_phx_events_get_an_error_reply() {
+    let server = api_server(&[]);
+    let mut c = common::Client::connect(server.addr);
+    c.join_lobby();
+    let deep = "[".repeat(30_000) + &"]".repeat(30_000);
+    c.push("rooms:lobby", "new:msg", &format!(r#"{{"body":{deep}}}"#));
+    let (_, event, payload) = c.next_message();
+    assert_eq!(event, "phx_reply");
+    assert!(payload.contains("payload nested too deeply"), "{payload}");
+    c.push("rooms:lobby", "phx_close", "{}");
+    let (_, event, payload) = c.next_message();
+    assert_eq!(event, "phx_reply");
+    assert!(payload.contains("reserved event"), "{payload}");
+    assert_eq!(server.metric("throng_payload_refusals_total"), 2);
+    // The socket goes on.
+    c.push("rooms:lobby", "new:msg", r#"{"user":"u","body":"b"}"#);
+    let (_, event, _) = c.next_message();
+    assert_eq!(event, "new:msg");
+}

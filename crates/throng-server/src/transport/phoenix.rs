@@ -252,6 +252,7 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
         max_join_bytes: node.config.limits.join_bytes(node.config.max_message_bytes),
         presence: &node.config.presence,
         max_presence_bytes: node.config.max_presence_bytes,
+        max_json_depth: node.config.limits.max_json_depth,
     }
 }
 
