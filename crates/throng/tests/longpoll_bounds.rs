@@ -114,3 +114,67 @@ fn sessions_start_at_a_bounded_rate_per_address() {
     let refused = server.metric("throng_longpoll_rate_limited_total");
     assert_eq!(refused as usize, 80 - made);
 }
+
+/// The server's resident memory, from /proc.
+fn rss_kib(server: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn memory_comes_back_after_a_flood_of_sessions_expires() {
+    let server = Server::start(&[
+        "--shards",
+        "1",
+        "--longpoll-session-rate",
+        "0",
+        "--longpoll-window",
+        "1",
+    ]);
+    let start = rss_kib(&server);
+    // Pipelined, as the flood that found it: 50,000 session starts.
+    let mut p = Poller::connect(&server);
+    let n = 50_000;
+    let mut reader = p.sock.try_clone().unwrap();
+    let counter = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut seen = 0usize;
+        let needle = b"\"status\":410";
+        let mut tail = Vec::new();
+        while seen < n {
+            let k = reader.read(&mut buf).unwrap();
+            assert!(k > 0);
+            tail.extend_from_slice(&buf[..k]);
+            seen += tail.windows(needle.len()).filter(|w| w == needle).count();
+            let keep = tail.len().min(needle.len() - 1);
+            tail.drain(..tail.len() - keep);
+        }
+    });
+    let req = b"GET /socket/longpoll?vsn=2.0.0 HTTP/1.1\r\nHost: t\r\n\r\n";
+    for _ in 0..n / 500 {
+        p.sock.write_all(&req.repeat(500)).unwrap();
+    }
+    counter.join().unwrap();
+    let peak = rss_kib(&server);
+    assert_eq!(server.metric("throng_longpoll_sessions"), n as u64);
+    server.await_metric("throng_longpoll_sessions", 30, |s| s == 0);
+    // The sweep that ends the last ones shrinks the table: await it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut after = rss_kib(&server);
+    while after.saturating_sub(start) >= (peak - start) / 2 && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        after = rss_kib(&server);
+    }
+    eprintln!(
+        "RSS: {start} KiB at start, {peak} KiB with {n} sessions, {after} KiB after they expired"
+    );
+    assert!(
+        after.saturating_sub(start) < (peak - start) / 2,
+        "RSS {start} -> {peak} -> {after} KiB"
+    );
+}
