@@ -6,7 +6,11 @@
 //!
 //! - this file: the loop, accepting, the inbox, and the once-a-second sweep
 //!   (idle timeouts, lingering closes) that replaces a timer per connection;
-//! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling;
+//! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling,
+//!   a bounded turn per connection (reads and messages; one with more to do
+//!   waits on the shard's ready list for the next turn, so a client that
+//!   sends faster than the shard answers never holds it), and the control
+//!   budget of frames;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
 //! - `closing.rs`: close frames, half-close, cutting backed-up sockets,
