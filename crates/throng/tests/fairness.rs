@@ -159,9 +159,14 @@ fn under_attack(server: &Server, attack: Attack) -> (Duration, u64) {
     (median, conns)
 }
 
+/// One flooding test at a time: two at once (cargo runs a file's tests in
+/// parallel) would measure each other's attackers in their baselines.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The victim's median under each attack, against the same server's
 /// without attackers; asserts the ratio stays within a generous bound.
 fn victim_stays_served(server: &Server) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Warm up, then the baseline: the same server with nobody attacking.
     victim_median(server.addr, 5);
     let quiet = victim_median(server.addr, 25);
