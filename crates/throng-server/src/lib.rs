@@ -154,6 +154,12 @@ impl Server {
         let policy = auth::Policy::new(config.topics.clone());
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
+        let control_limit = auth::PushLimit::new(
+            config.limits.control_rate,
+            config.limits.control_burst,
+            config.push_strikes,
+        );
+        let session_limit = auth::PushLimit::new(config.limits.longpoll_session_rate, 50, 0);
         let listeners = bind_all(config.addr, config.shards)?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
@@ -191,9 +197,13 @@ impl Server {
             auth,
             policy,
             push_limit,
+            control_limit,
+            session_limit,
             control: Default::default(),
             api_requests: Default::default(),
             api_refusals: Default::default(),
+            api_timeouts: Default::default(),
+            api_busy: Default::default(),
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);

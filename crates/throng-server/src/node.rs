@@ -156,11 +156,20 @@ pub struct Node {
     /// `[[topics]]` rules.
     pub policy: Policy,
     pub push_limit: PushLimit,
+    /// Heartbeats, joins, leaves, control frames, tiny fragments
+    /// (`--control-rate`, `--control-burst`, `--push-strikes`).
+    pub control_limit: PushLimit,
+    /// New long-poll sessions per address (`--longpoll-session-rate`).
+    pub session_limit: PushLimit,
     /// Cluster-wide questions and their answers.
     pub control: Control,
     /// Server API requests, and those refused for their key.
     pub api_requests: std::sync::atomic::AtomicU64,
     pub api_refusals: std::sync::atomic::AtomicU64,
+    /// API connections closed for a head or body later than `--api-timeout`.
+    pub api_timeouts: std::sync::atomic::AtomicU64,
+    /// API connections refused (503) past `--max-api-connections`.
+    pub api_busy: std::sync::atomic::AtomicU64,
 }
 
 impl Node {

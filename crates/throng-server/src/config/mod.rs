@@ -194,6 +194,14 @@ impl ServeArgs {
                 "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
             )));
         }
+        let api_key = self.api_key.or(file.api_key);
+        if api_key.as_deref() == Some("") {
+            return Err(Error::Config(
+                "api_key is empty, which would let anyone call the server API: give a key \
+                 (e.g. `--api-key $(openssl rand -hex 32)`), or leave --api-key out for no key"
+                    .into(),
+            ));
+        }
         let api_bind = match self.api_bind.or(file.api_bind).as_deref() {
             // `--port 0` (tests, the bench) picks a free API port too.
             None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
@@ -249,7 +257,7 @@ impl ServeArgs {
                 .or(file.push_strikes)
                 .unwrap_or(d.push_strikes),
             api_bind,
-            api_key: self.api_key.or(file.api_key).filter(|k| !k.is_empty()),
+            api_key,
             public_metrics: self.public_metrics || file.public_metrics.unwrap_or(false),
             addr: SocketAddr::new(bind, port),
             shards,

@@ -132,6 +132,13 @@ pub(crate) struct Session {
     pub dead: bool,
     /// The push budget (as `Conn::push_tat`, `auth::rate`).
     pub push_tat: u32,
+    /// The control budget (as `Conn::control_tat`).
+    pub control_tat: u32,
+    /// The address it was admitted from, when addresses are counted
+    /// (`--max-connections-per-ip`), to give back when it ends.
+    pub ip: Option<std::net::IpAddr>,
+    /// Counted by the node's admission (given back when it ends).
+    pub admitted: bool,
     /// The authenticated user: an index into the shard's users (as
     /// `Conn::user`).
     pub user: u32,
@@ -151,6 +158,9 @@ impl Session {
             ready: false,
             dead: false,
             push_tat: 0,
+            control_tat: 0,
+            ip: None,
+            admitted: false,
             user: crate::transport::users::NO_USER,
         }
     }
@@ -210,7 +220,19 @@ pub(crate) struct State {
     pub window_ms: u64,
     /// Milliseconds since the shard started, at this loop turn.
     pub now_ms: u64,
+    /// New sessions by address (`--longpoll-session-rate`): each
+    /// address's budget as one timestamp (`auth::rate`); addresses whose
+    /// budget is full again are dropped by the sweep.
+    pub starts: HashMap<std::net::IpAddr, u32>,
+    /// Expired sessions the last sweep left for the next turn: a sweep ends
+    /// at most [`EXPIRE_PER_TURN`] so that it never holds the shard.
+    pub behind: bool,
 }
+
+/// Sessions one turn of the sweep ends at most. Ending 6.4 million at once
+/// (a flood of session starts, all expiring together) held a shard for
+/// 674 ms; each end unsubscribes the session's joins.
+pub(crate) const EXPIRE_PER_TURN: usize = 1024;
 
 impl State {
     pub fn new(node_id: u64, window_ms: u64) -> State {
@@ -224,6 +246,8 @@ impl State {
             node_id,
             window_ms,
             now_ms: 0,
+            starts: HashMap::new(),
+            behind: false,
         }
     }
 

@@ -73,6 +73,12 @@ pub(crate) trait Transport {
     fn allow_push(&mut self) -> Verdict {
         Verdict::Allow
     }
+    /// Spends one control message (heartbeat, join, leave) of this
+    /// connection's control budget (`--control-rate`). A transport with no
+    /// budget allows every one.
+    fn allow_control(&mut self) -> Verdict {
+        Verdict::Allow
+    }
     /// Asks for the connection to be closed with `code` once this call is
     /// done (a WebSocket close frame; long-poll ends the session).
     fn close(&mut self, _code: u16, _reason: &'static str) {}
@@ -115,6 +121,8 @@ pub(crate) struct Cx<'a> {
     pub presence: &'a [PresenceRule],
     /// `--max-presence-bytes`: a presence's key and meta together.
     pub max_presence_bytes: usize,
+    /// `--max-json-depth`: arrays and objects nested in a payload.
+    pub max_json_depth: usize,
 }
 
 /// The reply of a join over the cap, as Phoenix 1.8's socket answers it
@@ -126,6 +134,12 @@ const OVER_BUDGET: &str = r#"{"reason":"socket memory budget exceeded"}"#;
 const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
 /// The reply to a push over the socket's budget.
 const RATE_LIMITED: &str = r#"{"reason":"rate limited"}"#;
+/// A payload nested deeper than `--max-json-depth`: relayed, it would
+/// break receivers (serde_json stops at 128 levels, Python's json at ~1,000).
+const TOO_DEEP: &str = r#"{"reason":"payload nested too deeply"}"#;
+/// A push of an event phoenix.js treats as channel control (`phx_reply`,
+/// `phx_close`, `phx_error`...): the server's alone.
+const RESERVED_EVENT: &str = r#"{"reason":"reserved event"}"#;
 /// A join whose presence key (from `--presence`) is over `--max-presence-bytes`.
 const KEY_TOO_LONG: &str = r#"{"reason":"presence key too long"}"#;
 /// Infos one callback chain may trigger (an info that sends itself another
@@ -145,9 +159,22 @@ impl<'a, T: Transport> Mux<'a, T> {
     pub fn handle_in(&mut self, msg: Message<'_>) {
         let topic: &str = &msg.topic;
         let msg_ref = msg.msg_ref.as_deref();
+        let control = matches!(msg.event.as_ref(), event::JOIN | event::LEAVE)
+            || (topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT);
+        if control && !self.control_allowed(msg.join_ref.as_deref(), msg_ref, topic) {
+            return;
+        }
         if topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT {
             self.reply(None, msg_ref, topic, Ok(Payload::EMPTY));
             return;
+        }
+        if let Payload::Json(json) = msg.payload {
+            if crate::limits::json_too_deep(json.as_bytes(), self.cx.max_json_depth) {
+                ShardStats::add(&self.t.stats().payload_refusals, 1);
+                let join_ref = msg.join_ref.as_deref();
+                self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_DEEP)));
+                return;
+            }
         }
         let joined = self.joined(topic);
         match msg.event.as_ref() {
@@ -187,6 +214,12 @@ impl<'a, T: Transport> Mux<'a, T> {
                 }
                 None => self.reply(msg.join_ref.as_deref(), msg_ref, topic, Ok(Payload::EMPTY)),
             },
+            ev if ev.starts_with("phx_") => {
+                ShardStats::add(&self.t.stats().payload_refusals, 1);
+                let join_ref = joined.and_then(|i| self.joins[i].join_ref.clone());
+                let refused = Err(Payload::Json(RESERVED_EVENT));
+                self.reply(join_ref.as_deref(), msg_ref, topic, refused);
+            }
             ev => {
                 let verdict = self.t.allow_push();
                 if verdict != Verdict::Allow {
@@ -212,6 +245,32 @@ impl<'a, T: Transport> Mux<'a, T> {
                 }
             }
         }
+    }
+
+    /// Spends one control message of the budget; when it is spent, answers
+    /// `{"reason":"rate limited"}` (and asks for a close with 1008 when the
+    /// client kept on) and returns false. Heartbeats, joins and leaves are
+    /// outside the push budget, and a client that reads its replies is never
+    /// a slow reader: without this, a client sending them as fast as the
+    /// shard answers held a core (phoenix.js sends a heartbeat every 30 s).
+    fn control_allowed(
+        &mut self,
+        join_ref: Option<&str>,
+        msg_ref: Option<&str>,
+        topic: &str,
+    ) -> bool {
+        let verdict = self.t.allow_control();
+        if verdict == Verdict::Allow {
+            return true;
+        }
+        ShardStats::add(&self.t.stats().control_limited, 1);
+        self.reply(join_ref, msg_ref, topic, Err(Payload::Json(RATE_LIMITED)));
+        if verdict == Verdict::Abuse {
+            ShardStats::add(&self.t.stats().control_limit_closes, 1);
+            self.t
+                .close(close_code::POLICY_VIOLATION, "too many control messages");
+        }
+        false
     }
 
     /// A message for the channel joined on the registry's topic `index`

@@ -46,7 +46,7 @@ impl Conns {
             }
             Err(refusal) => {
                 let counter = match refusal {
-                    Refusal::Total => &self.stats.refused_total_cap,
+                    Refusal::Total | Refusal::Sessions => &self.stats.refused_total_cap,
                     Refusal::PerIp => &self.stats.refused_per_ip,
                 };
                 ShardStats::add(counter, 1);
