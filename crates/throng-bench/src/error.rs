@@ -13,6 +13,10 @@ pub enum BenchError {
     Server(String),
     #[error("{0}")]
     Limit(String),
+    /// The run ran, and failed its own success criteria (every user joined,
+    /// no error, every broadcast sent): the report says more.
+    #[error("the run failed: {0} (see the report above)")]
+    Failed(String),
     /// A step of moving the run into its own network namespace failed.
     #[error("network namespace: {step}: {source}")]
     Netns {

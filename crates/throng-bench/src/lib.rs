@@ -91,5 +91,5 @@ pub fn run_agent(args: AgentArgs) -> Result<(), BoxError> {
 
 /// `throng tune`.
 pub fn run_tune(args: TuneArgs) -> Result<(), BoxError> {
-    tune::run(args.apply, args.connections).map_err(Into::into)
+    tune::run(args.apply, args.revert, args.connections).map_err(Into::into)
 }

@@ -367,6 +367,7 @@ impl Run {
             },
             timeline: self.timeline.samples.clone(),
             status: "done".into(),
+            failures: Vec::new(),
         }
     }
 }
@@ -478,7 +479,7 @@ fn adaptive_report(ramp: &Ramp, slots: &Slots) -> AdaptiveArrival {
         final_per_sec: ctl.rate(),
         sustainable_per_sec: sustainable,
         limited_by: ctl.limited_by().unwrap_or_else(|| {
-            "no cut: no handshake waited past the threshold, so the rate kept rising until every user had arrived".into()
+            "the rate was never lowered: no handshake waited past the threshold, so the rate kept rising until every user had arrived".into()
         }),
         cuts: ctl.limits.len(),
         steps: ctl.steps.clone(),

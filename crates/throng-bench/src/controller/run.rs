@@ -31,7 +31,7 @@ use super::arrival::{RateControl, Signals};
 use super::cpu::CpuTrace;
 use super::floor::{Floor, Writers};
 use super::probe::{server_conns, ServerProbe};
-use super::timeline::{progress_line, Timeline};
+use super::timeline::{hold_line, progress_line, Timeline};
 use crate::error::BenchError;
 use crate::netns::TcpTable;
 use crate::report::{Live, LiveTarget, OsSettings, Report};
@@ -41,6 +41,9 @@ use crate::stats::{merge_bcasts, BcastTable, Counters, Hists};
 use crate::sys::{self, ProcSample};
 use crate::wire::ToAgent;
 use crate::BenchArgs;
+
+/// The longest default hold when sessions never park, seconds.
+pub(super) const HOLD_CAP: f64 = 60.0;
 
 /// The state of one run, owned by the main thread.
 pub(super) struct Run {
@@ -72,6 +75,10 @@ pub(super) struct Run {
     pub presence_args: Vec<String>,
     pub(super) next_trace: Instant,
     pub(super) next_sample: Instant,
+    /// The progress line's connection rate: handshakes counted at the
+    /// window's start, and the rate over the last full window.
+    rate_from: (Instant, u64),
+    rate_now: f64,
 }
 
 /// Before the first arrival.
@@ -199,6 +206,8 @@ impl Run {
             presence_args: Vec::new(),
             next_trace: now,
             next_sample: now,
+            rate_from: (now, 0),
+            rate_now: 0.0,
         }
     }
 
@@ -256,11 +265,29 @@ impl Run {
         }
     }
 
-    pub(super) fn progress(&self, phase: &str, rate: Option<f64>) {
-        if let Some(c) = self.agents.total() {
-            let target = self.sc.total_users();
-            progress_line(phase, &c, target, self.timeline.rate(), rate, self.tty);
-        }
+    /// The progress line. Its rate is handshakes per second over the last
+    /// second (over the whole ramp-up once it has settled): the timeline's
+    /// rate, a sample's worth behind, showed `0 conn/s` with hundreds
+    /// joined.
+    pub(super) fn progress(&mut self, phase: &str, chosen: Option<f64>) {
+        let Some(c) = self.agents.total() else {
+            return;
+        };
+        let now = Instant::now();
+        let rate = if phase == "settled" {
+            c.connected as f64 / now.duration_since(self.start).as_secs_f64().max(1e-3)
+        } else {
+            let (t0, c0) = self.rate_from;
+            let dt = now.duration_since(t0).as_secs_f64();
+            if dt >= 1.0 || (self.rate_now == 0.0 && dt >= 0.2) {
+                self.rate_now = c.connected.saturating_sub(c0) as f64 / dt;
+            }
+            if dt >= 1.0 {
+                self.rate_from = (now, c.connected);
+            }
+            self.rate_now
+        };
+        progress_line(phase, &c, self.sc.total_users(), rate, chosen, self.tty);
     }
 
     /// Phase 1: the server with no connections.
@@ -296,6 +323,7 @@ impl Run {
         self.timeline.restart(self.start);
         self.next_trace = self.start + Duration::from_millis(100);
         self.next_sample = self.start + self.timeline.every;
+        self.rate_from = (self.start, 0);
         Ok(())
     }
 
@@ -413,10 +441,33 @@ impl Run {
         })
     }
 
+    /// The hold's limit: `--hold`, or by default 60 s when sessions park
+    /// plus what they wait on purpose after the barrier (`--broadcast-after`
+    /// 60 once ended the hold as its broadcast went out: 63,416 of 100,000
+    /// receipts, counted as if that were all); when they never park (a
+    /// Tsung config's think loops), 10 s plus their waits, at most
+    /// [`HOLD_CAP`]: `phoenix.xml`'s 1,000 loops of 30 s held for 8.3 hours.
+    fn hold_limit(&self, parks: bool) -> f64 {
+        if let Some(h) = self.hold {
+            return h;
+        }
+        let scheduled = self.sc.scheduled_after_barrier();
+        if parks {
+            return 60.0 + scheduled;
+        }
+        let limit = (10.0 + scheduled).min(HOLD_CAP);
+        if 10.0 + scheduled > HOLD_CAP {
+            eprintln!(
+                "hold: the sessions' think loops would run {:.0} s; holding {HOLD_CAP:.0} s (--hold SECS for longer)",
+                scheduled
+            );
+        }
+        limit
+    }
+
     /// Phase 5: release the barrier and hold: until every session is parked and
-    /// every broadcast delivered, or `--hold` seconds (default: 60 s at most
-    /// when sessions park, 10 s when they never do, such as think loops,
-    /// plus what the sessions wait on purpose after the barrier).
+    /// every broadcast delivered, or the hold's limit (`hold_limit`), with a
+    /// countdown on stderr.
     fn hold(&mut self) -> Result<Hold, BenchError> {
         self.agents.send_all(&ToAgent::Release)?;
         let start = Instant::now();
@@ -427,16 +478,18 @@ impl Run {
             .roles
             .iter()
             .any(|r| r.session.iter().any(|s| matches!(s, Step::Hold)));
-        // By default, long enough for what the sessions wait on purpose
-        // (`--broadcast-after` 60 once ended the hold as its broadcast went
-        // out: 63,416 of 100,000 receipts, counted as if that were all).
-        let limit = self
-            .hold
-            .unwrap_or(if parks_forever { 60.0 } else { 10.0 } + self.sc.scheduled_after_barrier());
+        let limit = self.hold_limit(parks_forever);
         let mut last_recv = (u64::MAX, Instant::now());
+        let mut next_line = start;
         loop {
             self.agents.pump(Duration::from_millis(50))?;
             let now = Instant::now();
+            if now >= next_line {
+                next_line = now + Duration::from_secs(if self.tty { 1 } else { 10 });
+                if let Some(c) = self.agents.total() {
+                    hold_line(now.duration_since(start).as_secs_f64(), limit, &c, self.tty);
+                }
+            }
             if now >= self.next_sample {
                 self.next_sample += self.timeline.every;
                 self.sample();
@@ -476,6 +529,9 @@ impl Run {
             }
         }
         self.trace_point();
+        if self.tty {
+            eprintln!();
+        }
         Ok(Hold {
             start,
             t0,
