@@ -209,7 +209,7 @@ pub struct AgentArgs {
     #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
     pub token: String,
     /// Be a floor writer instead (started by `throng bench` itself; see
-    /// the floor measurement in crates/throng-bench/src/floor.rs).
+    /// the floor measurement in crates/throng-bench/src/floor/).
     #[arg(long, hide = true)]
     pub floor_writer: bool,
 }
@@ -281,7 +281,7 @@ impl BenchArgs {
         }
         if let Some(h) = self.heartbeat {
             if !(h.is_finite() && h >= 0.0) {
-                return Err(BenchError::Scenario(format!(
+                return Err(BenchError::Usage(format!(
                     "--heartbeat {h}: seconds must be 0 (off) or more"
                 )));
             }
@@ -297,7 +297,7 @@ impl BenchArgs {
         }
         if let Some(t) = self.connect_timeout {
             if !(t.is_finite() && t > 0.0) {
-                return Err(BenchError::Scenario(format!(
+                return Err(BenchError::Usage(format!(
                     "--connect-timeout {t}: seconds must be more than 0"
                 )));
             }
@@ -315,7 +315,7 @@ impl BenchArgs {
     /// nothing, a rate of 0 or a negative time is refused with the flag named.
     fn check(&self) -> Result<(), BenchError> {
         let bad = |flag: &str, v: String, want: &str| {
-            Err(BenchError::Scenario(format!("{flag} {v}: {want}")))
+            Err(BenchError::Usage(format!("{flag} {v}: {want}")))
         };
         if self.connections == Some(0) {
             return bad("--connections", "0".into(), "a run needs at least 1 user");
@@ -404,7 +404,7 @@ impl BenchArgs {
 /// A scenario file's text; an error names the flag and the file.
 fn read(flag: &str, path: &std::path::Path) -> Result<String, BenchError> {
     std::fs::read_to_string(path).map_err(|e| {
-        BenchError::Scenario(format!(
+        BenchError::Usage(format!(
             "{flag} {}: cannot read it: {e} (a path relative to {})",
             path.display(),
             std::env::current_dir().map_or_else(|_| "here".into(), |d| d.display().to_string())

@@ -5,6 +5,9 @@
 pub enum BenchError {
     #[error("scenario: {0}")]
     Scenario(String),
+    /// A flag's value out of its bounds, or a file it names unreadable.
+    #[error("{0}")]
+    Usage(String),
     #[error("tsung config: {0}")]
     Tsung(String),
     #[error("controller protocol: {0}")]

@@ -373,6 +373,18 @@ pub fn os_settings(connections: u64) -> OsSettings {
     }
 }
 
+/// Open files a server worker keeps back from its hard limit when the
+/// controller sizes `--workers`: room for the worker's own files and for the
+/// kernel's uneven spread of connections over `SO_REUSEPORT` listeners, so
+/// that no worker reaches its limit.
+const WORKER_MARGIN: u64 = 600;
+
+/// Server workers for `users` connections, each holding at most its hard
+/// open-files limit less [`WORKER_MARGIN`].
+pub(crate) fn server_workers(users: u64, hard: u64) -> u64 {
+    users.div_ceil(hard.saturating_sub(WORKER_MARGIN).max(1))
+}
+
 /// What caps a run here, as text.
 pub fn limits_report(connections: Option<u64>) -> String {
     use std::fmt::Write as _;
@@ -414,7 +426,7 @@ pub fn limits_report(connections: Option<u64>) -> String {
     if let Some(n) = connections {
         let agents = n.div_ceil(per_process.max(1));
         let server = if n > per_process {
-            let w = crate::controller::server_workers(n, hard);
+            let w = server_workers(n, hard);
             format!("{w} server workers joined through Redis (`throng bench` starts `throng serve --workers {w}` and a local redis-server itself)")
         } else {
             "one server process".to_string()

@@ -43,7 +43,6 @@ use std::time::Duration;
 
 use self::agents::Agents;
 use self::floor::{Train, Writers};
-pub(crate) use self::launch::server_workers;
 use self::launch::{Embedded, LocalAgents};
 use self::probe::ServerProbe;
 use self::run::Run;

@@ -5,7 +5,7 @@
 
 use super::cpu::{bottleneck_of, CpuTrace};
 use super::floor::Floor;
-use super::run::{Phases, Ramp, Run};
+use super::run::{Collected, Phases, Ramp, Run};
 use super::verdict::{attribute, verdict, TimeoutContext};
 use crate::report::{self, AdaptiveArrival, BroadcastRow, CpuWindow, FloorReport, Report};
 use crate::scenario::{self, vsn_name};
@@ -31,27 +31,6 @@ impl Run {
             collected: c,
         } = p;
         let fin = &c.counters;
-        // Broadcasts: per broadcast, publish to last receipt.
-        let published = || c.bcasts.values().filter(|b| b.sent_ns > 0);
-        let mut lasts: Vec<f64> = published().filter(|b| b.recv > 0).map(last_ms).collect();
-        lasts.sort_by(|a, b| a.total_cmp(b));
-        let mut per_broadcast: Vec<(&u64, &BcastSeen)> =
-            c.bcasts.iter().filter(|(_, b)| b.sent_ns > 0).collect();
-        per_broadcast.sort_by_key(|(_, b)| b.sent_ns);
-        let first_ns = per_broadcast.first().map(|(_, b)| b.sent_ns).unwrap_or(0);
-        let per_broadcast: Vec<BroadcastRow> = per_broadcast
-            .iter()
-            .take(1000)
-            .map(|(k, b)| BroadcastRow {
-                publisher: *k >> 32,
-                msg_ref: *k & 0xFFFF_FFFF,
-                sent_at_ms: (b.sent_ns - first_ns) as f64 / 1e6,
-                receivers: b.recv,
-                last_ms: if b.recv > 0 { last_ms(b) } else { 0.0 },
-            })
-            .collect();
-        let sent = published().count() as u64;
-        let bsum = summarize(&c.hists.broadcast);
         let per_sec = if fin.last_join_secs > 0.0 {
             fin.joined as f64 / fin.last_join_secs
         } else {
@@ -71,7 +50,11 @@ impl Run {
         let agent_bytes = per_conn(plateau.agent_rss_delta as f64);
         // Broadcasts: from the first publish to the last receipt, on the trace's clock.
         let (bc_from, bc_until) = match (
-            published().map(|b| b.sent_ns).min(),
+            c.bcasts
+                .values()
+                .filter(|b| b.sent_ns > 0)
+                .map(|b| b.sent_ns)
+                .min(),
             c.bcasts.values().map(|b| b.last_ns).max(),
         ) {
             (Some(a), Some(b)) if b > a => (
@@ -114,73 +97,7 @@ impl Run {
                 .and_then(|t| sys::metric(t, name))
         };
         let floor = floor.map(|f| floor_report(&f, &c.floor, summarize(&c.hists.floor)));
-        let floor_ratio = |b: f64, f: f64| (b > 0.0 && f > 0.0).then(|| b / f);
-        let bcast_last = lasts.last().copied().unwrap_or(0.0);
-        let bcast_last_p50 = lasts.get(lasts.len() / 2).copied().unwrap_or(0.0);
-        let alone = alone(&c.bcasts);
-        // Broadcasts that overlapped compare with the floor's train (as many
-        // rounds on the same schedule), when there is one for all of them.
-        let train = floor.as_ref().map_or(&[][..], |f| &f.train_last_ms[..]);
-        let mut all: Vec<f64> = c
-            .bcasts
-            .values()
-            .filter(|b| b.sent_ns > 0 && b.recv > 0)
-            .map(last_ms)
-            .collect();
-        all.sort_by(|a, b| a.total_cmp(b));
-        let by_train = alone.len() < all.len() && !all.is_empty() && train.len() == all.len();
-        let compared = if by_train {
-            all
-        } else if alone.is_empty() {
-            // None had the machine to itself: the first had it the longest.
-            c.bcasts
-                .values()
-                .filter(|b| b.sent_ns > 0 && b.recv > 0)
-                .min_by_key(|b| b.sent_ns)
-                .map(last_ms)
-                .into_iter()
-                .collect()
-        } else {
-            alone.clone()
-        };
-        let compared_p50 = compared.get(compared.len() / 2).copied().unwrap_or(0.0);
-        let compared_worst = compared.last().copied().unwrap_or(0.0);
-        // The floor's side: its median and slowest rounds; the first broadcast
-        // alone compares with the first round (both the first frames on
-        // their sockets, which the kernel handles more slowly).
-        let floor_side = floor.as_ref().map(|f| {
-            if by_train {
-                let mut t = f.train_last_ms.clone();
-                t.sort_by(|a, b| a.total_cmp(b));
-                (t[t.len() / 2], t[t.len() - 1])
-            } else if alone.is_empty() {
-                let first = f.rounds_last_ms.first().copied().unwrap_or(0.0);
-                (first, first)
-            } else {
-                (f.last_p50_ms, f.last_ms)
-            }
-        });
-        let floor_compared = match (alone.len(), sent) {
-            (_, 0) => String::new(),
-            (_, m) if by_train => format!(
-                "all {m} broadcasts with the floor's {m} rounds sent on their schedule ({} s apart): they overlapped, and so did the floor's",
-                floor.as_ref().map_or(0.0, |f| f.train_interval_secs)
-            ),
-            (n, m) if n as u64 == m => format!(
-                "all {n} broadcasts (each had the machine to itself) with the floor's rounds"
-            ),
-            (0, m) => format!(
-                "the first of {m} broadcasts with the floor's first round: each broadcast overlapped another (sent before the previous one's last receipt); a --broadcast-interval longer than a broadcast compares them all"
-            ),
-            (n, m) => format!(
-                "{n} of {m} broadcasts (the others overlapped another) with the floor's rounds"
-            ),
-        };
-        let receipts: u64 = c.bcasts.values().map(|b| b.recv).sum();
-        let per_receipt = |pct: Option<f64>| {
-            pct.filter(|_| receipts > 0)
-                .map(|p| p / 100.0 * hold_cpu.window_secs * 1e6 / receipts as f64)
-        };
+        let broadcast = broadcasts(&c, floor.as_ref(), &hold_cpu, self.sc.expected_broadcasts());
         let adaptive = ramp
             .control
             .as_ref()
@@ -207,6 +124,7 @@ impl Run {
             .hb_sent
             .saturating_sub(plateau.counters.hb_sent) as f64
             / (hold.t1 - hold.t0).max(1e-3);
+        let broadcast_sent = broadcast.sent;
         Report {
             verdict: verdict(
                 &attributed,
@@ -274,26 +192,7 @@ impl Run {
             connect: summarize(&c.hists.connect),
             join: summarize(&c.hists.join),
             reply: summarize(&c.hists.reply),
-            broadcast: report::Broadcasts {
-                sent,
-                expected_sent: self.sc.expected_broadcasts(),
-                receivers: receipts,
-                p50_ms: bsum.p50_ms,
-                p90_ms: bsum.p90_ms,
-                p99_ms: bsum.p99_ms,
-                max_ms: bsum.max_ms,
-                mean_ms: bsum.mean_ms,
-                last_ms: bcast_last,
-                last_p50_ms: bcast_last_p50,
-                floor_ratio: floor_side.and_then(|(p50, _)| floor_ratio(compared_p50, p50)),
-                floor_ratio_worst: floor_side
-                    .and_then(|(_, worst)| floor_ratio(compared_worst, worst)),
-                floor_compared: floor.as_ref().map(|_| floor_compared),
-                server_cpu_us_per_receiver: per_receipt(hold_cpu.server_pct),
-                agent_cpu_us_per_receiver: per_receipt(Some(hold_cpu.agents_pct.iter().sum())),
-                machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
-                per_broadcast,
-            },
+            broadcast,
             presence,
             messages: report::Messages {
                 out: fin.msgs_out,
@@ -352,7 +251,8 @@ impl Run {
                 server_cpu_secs: storm.server_cpu_secs,
             },
             bottleneck: bottleneck_of(&cpu, "the ramp-up", behind),
-            broadcast_bottleneck: (sent > 0).then(|| bottleneck_of(&hold_cpu, "broadcasts", None)),
+            broadcast_bottleneck: (broadcast_sent > 0)
+                .then(|| bottleneck_of(&hold_cpu, "broadcasts", None)),
             cpu: report::Cpu {
                 ramp: cpu,
                 broadcasts: hold_cpu,
@@ -369,6 +269,124 @@ impl Run {
             status: "done".into(),
             failures: Vec::new(),
         }
+    }
+}
+
+/// The broadcasts' figures: latency, each one's time to its last
+/// receiver, the ratio to the floor (against the rounds comparable with
+/// them), and the CPU per receipt over `hold_cpu`.
+fn broadcasts(
+    c: &Collected,
+    floor: Option<&FloorReport>,
+    hold_cpu: &CpuWindow,
+    expected_sent: u64,
+) -> report::Broadcasts {
+    // Broadcasts: per broadcast, publish to last receipt.
+    let published = || c.bcasts.values().filter(|b| b.sent_ns > 0);
+    let mut lasts: Vec<f64> = published().filter(|b| b.recv > 0).map(last_ms).collect();
+    lasts.sort_by(|a, b| a.total_cmp(b));
+    let mut per_broadcast: Vec<(&u64, &BcastSeen)> =
+        c.bcasts.iter().filter(|(_, b)| b.sent_ns > 0).collect();
+    per_broadcast.sort_by_key(|(_, b)| b.sent_ns);
+    let first_ns = per_broadcast.first().map(|(_, b)| b.sent_ns).unwrap_or(0);
+    let per_broadcast: Vec<BroadcastRow> = per_broadcast
+        .iter()
+        .take(1000)
+        .map(|(k, b)| BroadcastRow {
+            publisher: *k >> 32,
+            msg_ref: *k & 0xFFFF_FFFF,
+            sent_at_ms: (b.sent_ns - first_ns) as f64 / 1e6,
+            receivers: b.recv,
+            last_ms: if b.recv > 0 { last_ms(b) } else { 0.0 },
+        })
+        .collect();
+    let sent = published().count() as u64;
+    let bsum = summarize(&c.hists.broadcast);
+    let floor_ratio = |b: f64, f: f64| (b > 0.0 && f > 0.0).then(|| b / f);
+    let bcast_last = lasts.last().copied().unwrap_or(0.0);
+    let bcast_last_p50 = lasts.get(lasts.len() / 2).copied().unwrap_or(0.0);
+    let alone = alone(&c.bcasts);
+    // Broadcasts that overlapped compare with the floor's train (as many
+    // rounds on the same schedule), when there is one for all of them.
+    let train = floor.as_ref().map_or(&[][..], |f| &f.train_last_ms[..]);
+    let mut all: Vec<f64> = c
+        .bcasts
+        .values()
+        .filter(|b| b.sent_ns > 0 && b.recv > 0)
+        .map(last_ms)
+        .collect();
+    all.sort_by(|a, b| a.total_cmp(b));
+    let by_train = alone.len() < all.len() && !all.is_empty() && train.len() == all.len();
+    let compared = if by_train {
+        all
+    } else if alone.is_empty() {
+        // None had the machine to itself: the first had it the longest.
+        c.bcasts
+            .values()
+            .filter(|b| b.sent_ns > 0 && b.recv > 0)
+            .min_by_key(|b| b.sent_ns)
+            .map(last_ms)
+            .into_iter()
+            .collect()
+    } else {
+        alone.clone()
+    };
+    let compared_p50 = compared.get(compared.len() / 2).copied().unwrap_or(0.0);
+    let compared_worst = compared.last().copied().unwrap_or(0.0);
+    // The floor's side: its median and slowest rounds; the first broadcast
+    // alone compares with the first round (both the first frames on
+    // their sockets, which the kernel handles more slowly).
+    let floor_side = floor.as_ref().map(|f| {
+        if by_train {
+            let mut t = f.train_last_ms.clone();
+            t.sort_by(|a, b| a.total_cmp(b));
+            (t[t.len() / 2], t[t.len() - 1])
+        } else if alone.is_empty() {
+            let first = f.rounds_last_ms.first().copied().unwrap_or(0.0);
+            (first, first)
+        } else {
+            (f.last_p50_ms, f.last_ms)
+        }
+    });
+    let floor_compared = match (alone.len(), sent) {
+        (_, 0) => String::new(),
+        (_, m) if by_train => format!(
+            "all {m} broadcasts with the floor's {m} rounds sent on their schedule ({} s apart): they overlapped, and so did the floor's",
+            floor.as_ref().map_or(0.0, |f| f.train_interval_secs)
+        ),
+        (n, m) if n as u64 == m => format!(
+            "all {n} broadcasts (each had the machine to itself) with the floor's rounds"
+        ),
+        (0, m) => format!(
+            "the first of {m} broadcasts with the floor's first round: each broadcast overlapped another (sent before the previous one's last receipt); a --broadcast-interval longer than a broadcast compares them all"
+        ),
+        (n, m) => format!(
+            "{n} of {m} broadcasts (the others overlapped another) with the floor's rounds"
+        ),
+    };
+    let receipts: u64 = c.bcasts.values().map(|b| b.recv).sum();
+    let per_receipt = |pct: Option<f64>| {
+        pct.filter(|_| receipts > 0)
+            .map(|p| p / 100.0 * hold_cpu.window_secs * 1e6 / receipts as f64)
+    };
+    report::Broadcasts {
+        sent,
+        expected_sent,
+        receivers: receipts,
+        p50_ms: bsum.p50_ms,
+        p90_ms: bsum.p90_ms,
+        p99_ms: bsum.p99_ms,
+        max_ms: bsum.max_ms,
+        mean_ms: bsum.mean_ms,
+        last_ms: bcast_last,
+        last_p50_ms: bcast_last_p50,
+        floor_ratio: floor_side.and_then(|(p50, _)| floor_ratio(compared_p50, p50)),
+        floor_ratio_worst: floor_side.and_then(|(_, worst)| floor_ratio(compared_worst, worst)),
+        floor_compared: floor.as_ref().map(|_| floor_compared),
+        server_cpu_us_per_receiver: per_receipt(hold_cpu.server_pct),
+        agent_cpu_us_per_receiver: per_receipt(Some(hold_cpu.agents_pct.iter().sum())),
+        machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
+        per_broadcast,
     }
 }
 

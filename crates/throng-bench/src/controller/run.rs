@@ -479,6 +479,7 @@ impl Run {
             .iter()
             .any(|r| r.session.iter().any(|s| matches!(s, Step::Hold)));
         let limit = self.hold_limit(parks_forever);
+        self.publish_live("hold");
         let mut last_recv = (u64::MAX, Instant::now());
         let mut next_line = start;
         loop {

@@ -18,6 +18,7 @@ impl Report {
                 .errors
                 .by_kind
                 .iter()
+                .filter(|(_, n)| **n > 0)
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
             failed.push(format!(

@@ -179,16 +179,16 @@ fn row(s: &mut String, k: &str, v: String) {
 }
 
 /// What the table's own words mean, printed under it.
-const GLOSSARY: &str = "\
-  Words used above:
-    receipt    one broadcast message arriving at one client (3 broadcasts to 1,000 clients: 3,000 receipts)
-    floor      the same fan-out as a broadcast, written by minimal writers with no server logic on this
-               machine, measured in the same run: `1.2x the floor` is 20% over what the machine itself needs
-    plateau    everyone connected, before the broadcasts; its `quiet` part has only heartbeats flowing
-    storm      every client disconnecting at once at the end
-    adaptive   with no --arrival-rate, the bench raises the arrival rate while handshakes stay quick and
-               lowers it when they queue; `sustained` is the rate it could keep
-";
+const GLOSSARY: &str = concat!(
+    "  Words used above:\n",
+    "    receipt    one broadcast message arriving at one client (3 broadcasts to 1,000 clients: 3,000 receipts)\n",
+    "    floor      the same fan-out as a broadcast, written by minimal writers with no server logic on this\n",
+    "               machine, measured in the same run: `1.2x the floor` is 20% over what the machine itself needs\n",
+    "    plateau    everyone connected, before the broadcasts; its `quiet` part has only heartbeats flowing\n",
+    "    storm      every client disconnecting at once at the end\n",
+    "    adaptive   with no --arrival-rate, the bench raises the arrival rate while handshakes stay quick and\n",
+    "               lowers it when they queue; `sustained` is the rate it could keep\n",
+);
 
 /// The summary table: the result, each section, then the glossary.
 pub fn table(r: &Report) -> String {
