@@ -141,24 +141,17 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         _ => wire::new_token()?,
     };
     let mut agents = connect_agents(&args, &listener, &token, local, total_agents)?;
-    let host = args.target.clone().unwrap_or_else(|| target.to_string());
-    for i in 0..agents.len() {
-        let plan = Plan {
-            index: i as u32,
-            agents: total_agents,
-            scenario: sc.clone(),
-            target,
-            host: host.clone(),
-            bind_sources: true,
-            capacity: tsung_caps
-                .get(i)
-                .copied()
-                .unwrap_or(per_process)
-                .min(per_process),
-            adaptive,
-        };
-        agents.send(i, &ToAgent::Plan(Box::new(plan)))?;
-    }
+    let plan = Plan {
+        index: 0,
+        agents: total_agents,
+        scenario: sc.clone(),
+        target,
+        host: args.target.clone().unwrap_or_else(|| target.to_string()),
+        bind_sources: true,
+        capacity: per_process,
+        adaptive,
+    };
+    send_plans(&mut agents, plan, &tsung_caps)?;
     let conn_size = agents.await_ready()?;
     let writers = if floor_on {
         let processes = embedded.as_ref().map_or(1, |e| e.workers);
@@ -166,16 +159,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     } else {
         None
     };
-    let probe = match &embedded {
-        Some(e) => ServerProbe::new(
-            target,
-            Some(e.server.pid()),
-            e.holders(),
-            e.workers,
-            e.redis.as_ref().map(|r| r.pid()),
-        ),
-        None => ServerProbe::new(target, None, Vec::new(), 1, None),
-    };
+    let probe = probe_of(embedded.as_ref(), target);
     let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
     let report_path = args.report.clone().unwrap_or_else(default_report_path);
     children::on_signal_write(Arc::clone(&live), args.json.clone(), report_path.clone());
@@ -192,25 +176,78 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         Arc::clone(&live),
     );
     run.presence_args = presence_args;
-    let dashboard =
-        dashboard.and_then(
-            |l| match l.and_then(|l| dashboard::serve(l, Arc::clone(&live))) {
-                Ok(addr) => {
-                    eprintln!("dashboard: http://{addr}/");
-                    Some(addr)
-                }
-                Err(e) => {
-                    eprintln!("dashboard off: port {}: {e}", args.dashboard_port);
-                    None
-                }
-            },
-        );
+    let dashboard = dashboard.and_then(|l| start_dashboard(l, args.dashboard_port, &live));
     let result = run.execute();
     let _ = std::io::stderr().flush();
     // Whatever happened, leave no agent or server behind.
     run.agents.reap();
     drop(embedded);
-    let mut report = result?;
+    let report = result?;
+    publish(&run, report, &args, &report_path, dashboard)
+}
+
+/// Sends each agent its plan: `plan` with the agent's index, and its
+/// capacity capped by its Tsung client's maxusers.
+fn send_plans(agents: &mut Agents, plan: Plan, tsung_caps: &[u64]) -> Result<(), BenchError> {
+    let per_process = plan.capacity;
+    for i in 0..agents.len() {
+        let plan = Plan {
+            index: i as u32,
+            capacity: tsung_caps
+                .get(i)
+                .copied()
+                .unwrap_or(per_process)
+                .min(per_process),
+            ..plan.clone()
+        };
+        agents.send(i, &ToAgent::Plan(Box::new(plan)))?;
+    }
+    Ok(())
+}
+
+/// What samples the server: the embedded one's processes, or a target's
+/// `/metrics` only.
+fn probe_of(embedded: Option<&Embedded>, target: SocketAddr) -> ServerProbe {
+    match embedded {
+        Some(e) => ServerProbe::new(
+            target,
+            Some(e.server.pid()),
+            e.holders(),
+            e.workers,
+            e.redis.as_ref().map(|r| r.pid()),
+        ),
+        None => ServerProbe::new(target, None, Vec::new(), 1, None),
+    }
+}
+
+/// Serves the dashboard on its listener (if it could be bound).
+fn start_dashboard(
+    listener: std::io::Result<TcpListener>,
+    port: u16,
+    live: &Arc<Mutex<String>>,
+) -> Option<SocketAddr> {
+    match listener.and_then(|l| dashboard::serve(l, Arc::clone(live))) {
+        Ok(addr) => {
+            eprintln!("dashboard: http://{addr}/");
+            Some(addr)
+        }
+        Err(e) => {
+            eprintln!("dashboard off: port {port}: {e}");
+            None
+        }
+    }
+}
+
+/// The end of a run: the criteria judged, the summary printed, the JSON
+/// and HTML written, the dashboard kept up on a terminal; an `Err` when
+/// the run failed its criteria.
+fn publish(
+    run: &Run,
+    mut report: crate::report::Report,
+    args: &BenchArgs,
+    report_path: &std::path::Path,
+    dashboard: Option<SocketAddr>,
+) -> Result<(), BenchError> {
     report.failures = report.failed_criteria();
     let json = serde_json::to_string(&report)?;
     run.publish(json.clone());
@@ -219,7 +256,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
         eprintln!("json: {}", p.display());
     }
-    std::fs::write(&report_path, html::page(&json, false))?;
+    std::fs::write(report_path, html::page(&json, false))?;
     eprintln!("report: {} (open it in a browser)", report_path.display());
     if let Some(addr) = dashboard {
         linger(addr);

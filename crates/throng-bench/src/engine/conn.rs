@@ -46,7 +46,7 @@ pub(super) const F_AWAIT_JOIN: u8 = 2;
 /// Flag: the tracked join is of a topic with presence (its time is
 /// recorded for join visibility, see [`crate::presence`]).
 pub(super) const F_PRESENCE_JOIN: u8 = 4;
-/// Flag 8, `F_COUNT_SEEN`, is presence's: see `super::presence`.
+// Flag 8, `F_COUNT_SEEN`, is presence's: see `super::presence`.
 
 /// One client connection. Kept small on purpose (see `conn_size` in the
 /// tests): ~72 bytes in the slab, plus the kernel's socket.

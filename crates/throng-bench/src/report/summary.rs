@@ -316,67 +316,7 @@ fn broadcast_rows(s: &mut String, r: &Report) {
             ),
         );
         if let Some(f) = &r.floor {
-            row(
-                s,
-                "floor (same fan-out, no server) ms",
-                format!(
-                    "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s){}){}",
-                    float(f.last_p50_ms),
-                    float(f.last_ms),
-                    f.rounds_last_ms
-                        .iter()
-                        .map(|x| float(*x))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    f.writers,
-                    f.threads_per_writer,
-                    if f.heartbeats_per_sec > 0.0 {
-                        format!(
-                            "; over {} heartbeats/s, answered",
-                            float(f.heartbeats_per_sec)
-                        )
-                    } else {
-                        String::new()
-                    },
-                    if f.train_last_ms.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; on the broadcasts' schedule ({} s apart): {}",
-                            f.train_interval_secs,
-                            f.train_last_ms
-                                .iter()
-                                .map(|x| float(*x))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    }
-                ),
-            );
-            row(
-                s,
-                "last receiver / floor",
-                format!(
-                    "{} median, {} worst: {}",
-                    b.floor_ratio.map_or("-".into(), |x| format!("{x:.2}x")),
-                    b.floor_ratio_worst
-                        .map_or("-".into(), |x| format!("{x:.2}x")),
-                    b.floor_compared.as_deref().unwrap_or("-")
-                ),
-            );
-            row(
-                s,
-                "CPU per receiver us",
-                format!(
-                    "server {}, agents {}, machine {}; floor: writers {}, agents {}, machine {}",
-                    opt(b.server_cpu_us_per_receiver),
-                    opt(b.agent_cpu_us_per_receiver),
-                    opt(b.machine_cpu_us_per_receiver),
-                    float(f.writer_cpu_us_per_receiver),
-                    float(f.reader_cpu_us_per_receiver),
-                    opt(f.machine_cpu_us_per_receiver)
-                ),
-            );
+            floor_rows(s, r, f);
         } else {
             row(
                 s,
@@ -390,6 +330,73 @@ fn broadcast_rows(s: &mut String, r: &Report) {
             );
         }
     }
+}
+
+/// The floor's rounds, the broadcasts' ratio to it, and CPU per receiver
+/// beside the floor's.
+fn floor_rows(s: &mut String, r: &Report, f: &crate::report::FloorReport) {
+    let b = &r.broadcast;
+    row(
+        s,
+        "floor (same fan-out, no server) ms",
+        format!(
+            "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s){}){}",
+            float(f.last_p50_ms),
+            float(f.last_ms),
+            f.rounds_last_ms
+                .iter()
+                .map(|x| float(*x))
+                .collect::<Vec<_>>()
+                .join(", "),
+            f.writers,
+            f.threads_per_writer,
+            if f.heartbeats_per_sec > 0.0 {
+                format!(
+                    "; over {} heartbeats/s, answered",
+                    float(f.heartbeats_per_sec)
+                )
+            } else {
+                String::new()
+            },
+            if f.train_last_ms.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; on the broadcasts' schedule ({} s apart): {}",
+                    f.train_interval_secs,
+                    f.train_last_ms
+                        .iter()
+                        .map(|x| float(*x))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ),
+    );
+    row(
+        s,
+        "last receiver / floor",
+        format!(
+            "{} median, {} worst: {}",
+            b.floor_ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+            b.floor_ratio_worst
+                .map_or("-".into(), |x| format!("{x:.2}x")),
+            b.floor_compared.as_deref().unwrap_or("-")
+        ),
+    );
+    row(
+        s,
+        "CPU per receiver us",
+        format!(
+            "server {}, agents {}, machine {}; floor: writers {}, agents {}, machine {}",
+            opt(b.server_cpu_us_per_receiver),
+            opt(b.agent_cpu_us_per_receiver),
+            opt(b.machine_cpu_us_per_receiver),
+            float(f.writer_cpu_us_per_receiver),
+            float(f.reader_cpu_us_per_receiver),
+            opt(f.machine_cpu_us_per_receiver)
+        ),
+    );
 }
 
 /// Messages, bytes and errors.
