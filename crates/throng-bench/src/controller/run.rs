@@ -297,7 +297,7 @@ impl Run {
         let slab = sys::slab();
         if metrics.is_none() {
             eprintln!(
-                "warning: no /metrics from the server at {}: server-side figures will be missing",
+                "warning: no /metrics from the server at {}: server-side figures will be missing (a throng server serves it on its public port with `throng serve --public-metrics`)",
                 self.probe.metrics
             );
         }
