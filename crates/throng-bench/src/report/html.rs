@@ -74,10 +74,11 @@ function render(d){
   const esc=v=>String(v).replace(/&/g,"&amp;").replace(/</g,"&lt;");
   const add=(k,v)=>rows.push(`<tr><td>${k}</td><td>${esc(v)}</td></tr>`);
   const spread=(a)=>{a=(a||[]).filter(x=>x!==null&&x!==undefined);if(!a.length)return "-";const sum=a.reduce((x,y)=>x+y,0);return a.length===1?fmt(sum)+"%":fmt(sum)+"% ("+a.length+" agents: mean "+fmt(sum/a.length)+"%, max "+fmt(Math.max(...a))+"%)";};
+  if(d.failures){add("result",d.failures.length?"FAILED: "+d.failures.join("; "):"passed: every user joined, no error, every broadcast sent");}
   if(d.verdict){add("verdict",d.verdict);}
   if(d.connections){add("connections target",fmt(d.connections.target));if(d.connections.connected!==undefined){add("connected / joined",fmt(d.connections.connected)+" / "+fmt(d.connections.joined));}}
   if(d.counters){const c=d.counters;add("started / open / joined",fmt(c.started)+" / "+fmt(c.open)+" / "+fmt(c.joined));add("broadcast receipts",fmt(c.bcast_recv));}
-  if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));const ad=d.arrival.adaptive;if(ad){add("adaptive arrival",fmt(ad.start_per_sec)+" -> "+fmt(ad.max_per_sec)+"/s, "+ad.cuts+" cut(s); sustained "+(ad.sustainable_per_sec===null?"not found":fmt(ad.sustainable_per_sec)+"/s")+": "+ad.limited_by);}}
+  if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));const ad=d.arrival.adaptive;if(ad){add("adaptive arrival",fmt(ad.start_per_sec)+" -> "+fmt(ad.max_per_sec)+"/s, "+"lowered "+ad.cuts+" time(s) as handshakes queued; sustained "+(ad.sustainable_per_sec===null?"no limit found":fmt(ad.sustainable_per_sec)+"/s")+": "+ad.limited_by);}}
   if(d.join&&d.join.count){add("join p50 / p99 ms",fmt(d.join.p50_ms)+" / "+fmt(d.join.p99_ms));}
   if(d.broadcast&&d.broadcast.receivers){const b=d.broadcast;add("broadcast p50 / p99 / max ms",fmt(b.p50_ms)+" / "+fmt(b.p99_ms)+" / "+fmt(b.max_ms));add("time to last receiver ms",fmt(b.last_ms)+" worst, "+fmt(b.last_p50_ms)+" median");
     if(d.floor){const f=d.floor;add("floor (same fan-out, no server) ms",fmt(f.last_p50_ms)+" median, "+fmt(f.last_ms)+" worst; rounds "+(f.rounds_last_ms||[]).map(fmt).join(", ")+(f.heartbeats_per_sec>0?"; over "+fmt(f.heartbeats_per_sec)+" heartbeats/s, answered":"")+((f.train_last_ms||[]).length?"; on the broadcasts' schedule ("+fmt(f.train_interval_secs)+" s apart): "+f.train_last_ms.map(fmt).join(", "):""));
