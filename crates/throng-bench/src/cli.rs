@@ -1,7 +1,9 @@
 //! The command line of `throng bench`, `throng agent` and `throng tune`, and
-//! what the bench flags mean for the load: [`BenchArgs::load`] is the one
-//! place flags shape the scenario (the built-in one, or a `--scenario` or
-//! `--tsung` file scaled by them).
+//! what the bench flags mean for the load. The flags that shape the load
+//! are one struct, [`LoadArgs`] (flattened into [`BenchArgs`], under their
+//! own help heading), and [`LoadArgs::load`] is the one place they shape
+//! the scenario (the built-in one, or a `--scenario` or `--tsung` file
+//! scaled by them), after checking each flag's bounds.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,7 +16,91 @@ use crate::tsung::{self, TsungImport};
 
 /// `throng bench`: run a load test (the controller).
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "The run (server, agents, output)")]
 pub struct BenchArgs {
+    /// Measure the machine's floor before the ramp-up: the same fan-out
+    /// as a broadcast written by minimal writers with no server logic, so
+    /// broadcasts report their time to the last receiver as a ratio to it
+    /// (`auto`: when the run broadcasts, with the embedded server and local agents).
+    #[arg(long, value_enum, default_value_t = FloorMode::Auto, num_args = 0..=1, default_missing_value = "on")]
+    pub floor: FloorMode,
+    /// A running server (HOST:PORT) instead of the embedded `throng serve`.
+    /// Server-side figures need its /metrics on that port: start it with
+    /// `throng serve --public-metrics`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub target: Option<String>,
+    /// Local agent processes [default: as many as the connections need].
+    #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
+    pub agents: Option<u32>,
+    /// Remote agents to wait for (`throng agent --controller` on --listen).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "COUNT",
+        allow_negative_numbers = true
+    )]
+    pub remote_agents: u32,
+    /// Where agents reach the controller (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// The secret agents must prove they know (and that the controller
+    /// proves to them); default: a fresh one, handed to local agents and
+    /// printed for remote ones.
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Seconds to keep everyone connected after the ramp-up, before the
+    /// disconnect storm. Default: until every session has done its steps
+    /// and its broadcasts are delivered, at most 60 s plus what the
+    /// sessions wait on purpose (such as --broadcast-after); sessions that
+    /// never end their steps (a Tsung config's think loops) are held 10 s
+    /// plus their scheduled waits, at most 60 s in all. A countdown shows
+    /// while holding, and a hold that ends with broadcasts still out says so.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub hold: Option<f64>,
+    /// The embedded server's idle timeout (default: the server's, or 0 when
+    /// the scenario sends no heartbeats).
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub idle_timeout: Option<u64>,
+    /// Extra argument for the embedded `throng serve` (repeatable).
+    #[arg(long, allow_hyphen_values = true)]
+    pub server_arg: Vec<String>,
+    /// Write the results as JSON (also when the run is interrupted: what
+    /// was measured so far).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report [default: throng-bench-PID.html
+    /// in the temporary directory; its path is printed at the end].
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Seconds between timeline samples (users, connected, rates, CPU, RSS).
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub sample_interval: f64,
+    /// Run the embedded server and local agents in a private network
+    /// namespace whose TCP hash table fits the run (root, Linux 5.19+):
+    /// `auto` does so when the connections overfill the host's table.
+    #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
+    pub netns: NetnsMode,
+    /// The live dashboard's port (0 = off). On a terminal it stays up after
+    /// the run until Enter is pressed.
+    #[arg(long, default_value_t = 8091, value_name = "PORT")]
+    pub dashboard_port: u16,
+    /// What the users do (last: clap keeps a flattened struct's help
+    /// heading for the flags after it): the scenario and its size, schedule and
+    /// heartbeats ([`LoadArgs::load`] turns them into the scenario).
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// The flags of `throng bench` that shape the load: one struct, parsed by
+/// clap, turned into the scenario in one place ([`LoadArgs::load`]).
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Load (what the users do)")]
+pub struct LoadArgs {
     /// Users (connections) in all: the built-in chat scenario's size, or the
     /// total a --scenario/--tsung run is scaled to [default: 1000 for the
     /// built-in scenario, the file's own total otherwise].
@@ -86,12 +172,6 @@ pub struct BenchArgs {
     /// counts as a timeout [default: the scenario's, 10].
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub connect_timeout: Option<f64>,
-    /// Measure the machine's floor before the ramp-up: the same fan-out
-    /// as a broadcast written by minimal writers with no server logic, so
-    /// broadcasts report their time to the last receiver as a ratio to it
-    /// (`auto`: when the run broadcasts, with the embedded server and local agents).
-    #[arg(long, value_enum, default_value_t = FloorMode::Auto, num_args = 0..=1, default_missing_value = "on")]
-    pub floor: FloorMode,
     /// Use the v1 serializer (JSON objects) in the built-in scenario.
     #[arg(long)]
     pub v1: bool,
@@ -101,43 +181,6 @@ pub struct BenchArgs {
     /// A Tsung XML config to run (e.g. scenarios/phoenix.xml).
     #[arg(long, value_name = "FILE")]
     pub tsung: Option<PathBuf>,
-    /// A running server (HOST:PORT) instead of the embedded `throng serve`.
-    /// Server-side figures need its /metrics on that port: start it with
-    /// `throng serve --public-metrics`.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub target: Option<String>,
-    /// Local agent processes [default: as many as the connections need].
-    #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
-    pub agents: Option<u32>,
-    /// Remote agents to wait for (`throng agent --controller` on --listen).
-    #[arg(
-        long,
-        default_value_t = 0,
-        value_name = "COUNT",
-        allow_negative_numbers = true
-    )]
-    pub remote_agents: u32,
-    /// Where agents reach the controller (port 0: any free port).
-    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR:PORT")]
-    pub listen: String,
-    /// The secret agents must prove they know (and that the controller
-    /// proves to them); default: a fresh one, handed to local agents and
-    /// printed for remote ones.
-    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
-    pub token: Option<String>,
-    /// Seconds to keep everyone connected after the ramp-up, before the
-    /// disconnect storm. Default: until every session has done its steps
-    /// and its broadcasts are delivered, at most 60 s plus what the
-    /// sessions wait on purpose (such as --broadcast-after); sessions that
-    /// never end their steps (a Tsung config's think loops) are held 10 s
-    /// plus their scheduled waits, at most 60 s in all. A countdown shows
-    /// while holding, and a hold that ends with broadcasts still out says so.
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
-    pub hold: Option<f64>,
-    /// The embedded server's idle timeout (default: the server's, or 0 when
-    /// the scenario sends no heartbeats).
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
-    pub idle_timeout: Option<u64>,
     /// Presence on the joined topics, as `throng serve --presence` spells
     /// it (`rooms:lobby=param:user`, `/count` for counts only), overriding
     /// the scenario's (`off`: none): the embedded server keeps it, and the
@@ -145,34 +188,6 @@ pub struct BenchArgs {
     /// to every subscriber. Against --target, the rule the server has.
     #[arg(long)]
     pub presence: Option<String>,
-    /// Extra argument for the embedded `throng serve` (repeatable).
-    #[arg(long, allow_hyphen_values = true)]
-    pub server_arg: Vec<String>,
-    /// Write the results as JSON (also when the run is interrupted: what
-    /// was measured so far).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write a self-contained HTML report [default: throng-bench-PID.html
-    /// in the temporary directory; its path is printed at the end].
-    #[arg(long, value_name = "FILE")]
-    pub report: Option<PathBuf>,
-    /// Seconds between timeline samples (users, connected, rates, CPU, RSS).
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        value_name = "SECS",
-        allow_negative_numbers = true
-    )]
-    pub sample_interval: f64,
-    /// Run the embedded server and local agents in a private network
-    /// namespace whose TCP hash table fits the run (root, Linux 5.19+):
-    /// `auto` does so when the connections overfill the host's table.
-    #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
-    pub netns: NetnsMode,
-    /// The live dashboard's port (0 = off). On a terminal it stays up after
-    /// the run until Enter is pressed.
-    #[arg(long, default_value_t = 8091, value_name = "PORT")]
-    pub dashboard_port: u16,
 }
 
 /// `throng bench --netns`.
@@ -249,6 +264,23 @@ pub struct Load {
 pub const ADAPTIVE_START: f64 = 100.0;
 
 impl BenchArgs {
+    /// The load ([`LoadArgs::load`]), once the run's own flags are in
+    /// bounds: an error names the flag before anything starts.
+    pub fn load(&self) -> Result<Load, BenchError> {
+        let bad =
+            |flag: &str, v: f64, want: &str| Err(BenchError::Usage(format!("{flag} {v}: {want}")));
+        let s = self.sample_interval;
+        if !(s.is_finite() && s > 0.0) {
+            return bad("--sample-interval", s, "seconds must be more than 0");
+        }
+        if let Some(h) = self.hold.filter(|h| !(h.is_finite() && *h >= 0.0)) {
+            return bad("--hold", h, "seconds must be 0 or more");
+        }
+        self.load.load()
+    }
+}
+
+impl LoadArgs {
     /// The scenario these flags describe, each flag applied once: the
     /// built-in chat scenario built from them, or a `--scenario`/`--tsung`
     /// file scaled by `--arrival-rate` (every phase), `--duration` (the whole
@@ -327,11 +359,6 @@ impl BenchArgs {
                 "users per second must be more than 0 (leave it out for adaptive arrival)",
             ),
             ("--duration", self.duration, "seconds must be more than 0"),
-            (
-                "--sample-interval",
-                Some(self.sample_interval),
-                "seconds must be more than 0",
-            ),
         ];
         for (flag, v, want) in positive {
             if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
@@ -339,7 +366,6 @@ impl BenchArgs {
             }
         }
         let at_least_0 = [
-            ("--hold", self.hold),
             ("--broadcast-interval", Some(self.broadcast_interval)),
             ("--broadcast-after", Some(self.broadcast_after)),
         ];

@@ -74,7 +74,7 @@ pub mod tune;
 pub mod wire;
 pub mod writer;
 
-pub use cli::{AgentArgs, BenchArgs, FloorMode, NetnsMode, TuneArgs};
+pub use cli::{AgentArgs, BenchArgs, FloorMode, LoadArgs, NetnsMode, TuneArgs};
 pub use error::BenchError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

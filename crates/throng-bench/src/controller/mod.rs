@@ -442,11 +442,12 @@ fn floor_writers(
         Duration::from_secs(20),
     )?;
     // The built-in scenario's one publisher: its broadcasts' schedule.
-    let builtin = args.scenario.is_none() && args.tsung.is_none();
+    let load = &args.load;
+    let builtin = load.scenario.is_none() && load.tsung.is_none();
     let train =
-        (builtin && args.publishers == 1 && (2..=10).contains(&args.broadcasts)).then_some(Train {
-            rounds: args.broadcasts,
-            interval: args.broadcast_interval,
+        (builtin && load.publishers == 1 && (2..=10).contains(&load.broadcasts)).then_some(Train {
+            rounds: load.broadcasts,
+            interval: load.broadcast_interval,
         });
     Ok(Writers {
         links,
