@@ -7,6 +7,7 @@
 //! that gap.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -39,6 +40,16 @@ struct Partial {
 }
 
 static PARTIAL: Mutex<Option<Partial>> = Mutex::new(None);
+
+/// The exit status of a run whose report is written (-1: not yet): a
+/// signal then (Ctrl-C at the dashboard's prompt) exits with it quietly.
+static FINISHED: AtomicI32 = AtomicI32::new(-1);
+
+/// The run is over and its report written: a signal from now on ends the
+/// process with `code`, the run's own exit status.
+pub(super) fn finished(code: i32) {
+    FINISHED.store(code, Ordering::SeqCst);
+}
 
 /// From now on, a signal writes the snapshot behind `live` to `json` (if
 /// given) and `report` before the process exits.
@@ -94,6 +105,10 @@ pub(super) fn kill_on_signal() -> Result<(), BenchError> {
         .name("bench-signals".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
+                let done = FINISHED.load(Ordering::SeqCst);
+                if done >= 0 {
+                    std::process::exit(done);
+                }
                 let pids = live().clone();
                 for pid in &pids {
                     crate::sys::kill_pid(*pid);

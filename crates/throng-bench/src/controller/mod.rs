@@ -258,6 +258,7 @@ fn publish(
     }
     std::fs::write(report_path, html::page(&json, false))?;
     eprintln!("report: {} (open it in a browser)", report_path.display());
+    children::finished(if report.failures.is_empty() { 0 } else { 1 });
     if let Some(addr) = dashboard {
         linger(addr);
     }
