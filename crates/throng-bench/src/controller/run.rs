@@ -266,7 +266,7 @@ impl Run {
     }
 
     /// The progress line. Its rate is handshakes per second over the last
-    /// second (over the whole ramp-up once it has settled): the timeline's
+    /// second (over the ramp-up, to the last join, once it has settled): the timeline's
     /// rate, a sample's worth behind, showed `0 conn/s` with hundreds
     /// joined.
     pub(super) fn progress(&mut self, phase: &str, chosen: Option<f64>) {
@@ -275,7 +275,13 @@ impl Run {
         };
         let now = Instant::now();
         let rate = if phase == "settled" {
-            c.connected as f64 / now.duration_since(self.start).as_secs_f64().max(1e-3)
+            // Over the ramp-up: the first arrival to the last join.
+            let secs = if c.last_join_secs > 0.0 {
+                c.last_join_secs
+            } else {
+                now.duration_since(self.start).as_secs_f64()
+            };
+            c.connected as f64 / secs.max(1e-3)
         } else {
             let (t0, c0) = self.rate_from;
             let dt = now.duration_since(t0).as_secs_f64();
