@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use super::agents::Agents;
 use super::arrival::{RateControl, Signals};
 use super::cpu::CpuTrace;
-use super::floor::{Floor, Writers};
+use super::floor::{Floor, FloorPhase, Writers};
 use super::probe::{server_conns, ServerProbe};
 use super::timeline::{hold_line, progress_line, Timeline};
 use crate::error::BenchError;
@@ -294,6 +294,20 @@ impl Run {
             self.rate_now
         };
         progress_line(phase, &c, self.sc.total_users(), rate, chosen, self.tty);
+    }
+
+    /// Phase 2, when the run has floor writers: the floor (`floor`).
+    fn floor(&mut self) -> Result<Option<Floor>, BenchError> {
+        let Some(w) = self.writers.take() else {
+            return Ok(None);
+        };
+        self.publish_live("floor");
+        FloorPhase {
+            agents: &mut self.agents,
+            probe: &self.probe,
+            users: self.sc.total_users(),
+        }
+        .run(w)
     }
 
     /// Phase 1: the server with no connections.
