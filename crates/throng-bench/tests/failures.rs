@@ -189,3 +189,39 @@ fn sigterm_writes_a_partial_report() {
     let _ = std::fs::remove_file(json);
     let _ = std::fs::remove_file(html);
 }
+
+/// `throng agent` with no controller listening says so at once (and keeps
+/// retrying), instead of sitting silent.
+#[test]
+fn an_agent_with_no_controller_says_so_at_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let controller = format!("127.0.0.1:{port}");
+    let mut agent = Command::new(common::throng_bin())
+        .args(["agent", "--controller", &controller, "--token", "t"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start throng agent");
+    let stderr = BufReader::new(agent.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(10));
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let first = first.expect("a message within 10 s");
+    assert!(
+        first.contains(&format!("no controller at {controller}")) && first.contains("retrying"),
+        "{first}"
+    );
+}
