@@ -45,6 +45,28 @@ use crate::BenchArgs;
 /// The longest default hold when sessions never park, seconds.
 pub(super) const HOLD_CAP: f64 = 60.0;
 
+/// The hold's limit, seconds: `hold` (`--hold`), or by default 60 s when
+/// sessions `parks` plus what they wait on purpose after the barrier
+/// (`--broadcast-after` 60 once ended the hold as its broadcast went out:
+/// 63,416 of 100,000 receipts, counted as if that were all); when they
+/// never park (a Tsung config's think loops), 10 s plus their waits, at
+/// most [`HOLD_CAP`] (`phoenix.xml`'s 1,000 loops of 30 s held for 8.3
+/// hours). With the waits the cap cut short, second.
+pub(super) fn hold_limit(hold: Option<f64>, sc: &Scenario, parks: bool) -> (f64, Option<f64>) {
+    if let Some(h) = hold {
+        return (h, None);
+    }
+    let scheduled = sc.scheduled_after_barrier();
+    if parks {
+        return (60.0 + scheduled, None);
+    }
+    let wanted = 10.0 + scheduled;
+    (
+        wanted.min(HOLD_CAP),
+        (wanted > HOLD_CAP).then_some(scheduled),
+    )
+}
+
 /// The state of one run, owned by the main thread.
 pub(super) struct Run {
     pub sc: Scenario,
@@ -461,25 +483,13 @@ impl Run {
         })
     }
 
-    /// The hold's limit: `--hold`, or by default 60 s when sessions park
-    /// plus what they wait on purpose after the barrier (`--broadcast-after`
-    /// 60 once ended the hold as its broadcast went out: 63,416 of 100,000
-    /// receipts, counted as if that were all); when they never park (a
-    /// Tsung config's think loops), 10 s plus their waits, at most
-    /// [`HOLD_CAP`]: `phoenix.xml`'s 1,000 loops of 30 s held for 8.3 hours.
+    /// The hold's limit ([`hold_limit`]), saying so when the default cut
+    /// the sessions' own schedule short.
     fn hold_limit(&self, parks: bool) -> f64 {
-        if let Some(h) = self.hold {
-            return h;
-        }
-        let scheduled = self.sc.scheduled_after_barrier();
-        if parks {
-            return 60.0 + scheduled;
-        }
-        let limit = (10.0 + scheduled).min(HOLD_CAP);
-        if 10.0 + scheduled > HOLD_CAP {
+        let (limit, cut) = hold_limit(self.hold, &self.sc, parks);
+        if let Some(scheduled) = cut {
             eprintln!(
-                "hold: the sessions' think loops would run {:.0} s; holding {HOLD_CAP:.0} s (--hold SECS for longer)",
-                scheduled
+                "hold: the sessions' think loops would run {scheduled:.0} s; holding {limit:.0} s (--hold SECS for longer)"
             );
         }
         limit
@@ -675,5 +685,33 @@ impl Run {
             controller_cpu,
             secs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_hold_is_one_a_user_can_wait_for() {
+        let xml = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/phoenix.xml");
+        let sc = crate::tsung::import(&std::fs::read_to_string(xml).unwrap())
+            .unwrap()
+            .scenario;
+        // phoenix.xml's think loops: 1,000 x 30 s, cut to the cap.
+        let (limit, cut) = hold_limit(None, &sc, false);
+        assert_eq!(limit, HOLD_CAP);
+        assert!(cut.is_some_and(|s| s >= 30_000.0), "{cut:?}");
+        assert_eq!(hold_limit(Some(600.0), &sc, false), (600.0, None));
+        // The built-in scenario parks: 60 s plus --broadcast-after.
+        let mut chat = crate::scenario::chat(
+            crate::scenario::Phase::at_rate(10, 100.0),
+            1,
+            1,
+            0.1,
+            throng_protocol::Vsn::V2,
+        );
+        crate::scenario::delay_publish(&mut chat, 30.0);
+        assert_eq!(hold_limit(None, &chat, true), (90.0, None));
     }
 }
