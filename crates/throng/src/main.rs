@@ -26,7 +26,7 @@ enum Command {
     Bench(Box<throng_bench::BenchArgs>),
     /// Run a load agent that takes orders from a controller.
     Agent(throng_bench::AgentArgs),
-    /// Print (or --apply) the OS settings a big run needs, and the limits that cap it.
+    /// Print the OS settings a planned run needs and the limits that cap it; --apply raises what it lacks (saving the old values), --revert restores them.
     Tune(throng_bench::TuneArgs),
 }
 
