@@ -1,6 +1,6 @@
 // What third-party Phoenix clients and apps moving from Phoenix send, and
 // Phoenix answers: numeric refs kept as numbers (raw v1 and v2 WebSocket,
-// long-poll, and phxsocket, the Python client from PyPI), the null join_ref
+// long-poll, and phxsocket and chunnel, Python clients from PyPI), the null join_ref
 // of an unmatched join, Phoenix.Token from Phoenix 1.3/1.4 and float max
 // ages, JWTs minted by PyJWT (fractional times, aud, iss, sub), and
 // revocation of tokens signed within the clock-skew allowance.
@@ -120,6 +120,14 @@ describe("refs keep their JSON type", () => {
     assert.deepEqual(out.join.params, {user: "py"})
     assert.deepEqual(out.join.join, {hello: "world"})
     assert.deepEqual(out.push, {response: {n: 1}, status: "ok"})
+  })
+
+  test("chunnel (Python, from PyPI) joins and gets its push's reply", {timeout: 240000}, async () => {
+    await python()
+    const stdout = await runPython("chunnel_client.py", [`${server.wsUrl}/socket/websocket`, "echo:ch"], 30000)
+    const out = JSON.parse(stdout.trim().split("\n").pop())
+    assert.deepEqual(out.join.params, {user: "py"})
+    assert.deepEqual(out.push, {n: 1})
   })
 })
 

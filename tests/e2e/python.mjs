@@ -1,6 +1,7 @@
 // Python for the end-to-end tests: a virtual environment under target/ with
-// pinned packages from PyPI (the Python Phoenix client `phxsocket`, and PyJWT
-// to mint tokens as apps do), made on first use, then reused. Each script
+// pinned packages from PyPI (the Python Phoenix clients `phxsocket` and
+// `chunnel`, and PyJWT to mint tokens as apps do), made on first use, then
+// reused. Each script
 // runs with a time bound and its stdout is returned.
 import {execFile} from "node:child_process"
 import {existsSync} from "node:fs"
@@ -13,14 +14,14 @@ const VENV = path.join(REPO_ROOT, "target", "e2e-python")
 const PYTHON = path.join(VENV, "bin", "python")
 export const PY_DIR = path.join(REPO_ROOT, "tests", "e2e", "python")
 /** What the scripts import, pinned. */
-const PACKAGES = ["phxsocket==0.1.5", "websockets==17.4", "PyJWT==2.10.1"]
+const PACKAGES = ["phxsocket==0.1.5", "chunnel==0.1.0", "websockets==17.4", "PyJWT==2.10.1"]
 
 let ready = null
 
 /** The venv's python, made (python3 -m venv, pip install) when missing or incomplete. */
 export function python(){
   ready ??= (async () => {
-    const probe = () => run(PYTHON, ["-c", "import phxsocket, jwt"], {timeout: 20000})
+    const probe = () => run(PYTHON, ["-c", "import phxsocket, chunnel, jwt"], {timeout: 20000})
     if(existsSync(PYTHON)){
       try { await probe(); return PYTHON } catch(_e){ /* incomplete: install below */ }
     }
