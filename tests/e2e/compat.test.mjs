@@ -215,3 +215,24 @@ describe("JWTs minted by PyJWT", () => {
     assert.equal(await wsWithToken(server.port, ahead), 403)
   })
 })
+
+describe("--log-requests", () => {
+  let server
+  before(async () => { server = await startServer(["--log-requests", "--longpoll-window", "1"]) }, {timeout: 20000})
+  after(async () => { await server?.stop() }, {timeout: 20000})
+
+  test("token params are logged redacted, on WebSocket and long-poll alike", T, async () => {
+    const secret = "s3cret-token-value"
+    assert.equal(await upgradeStatus(server.port, `/socket/websocket?vsn=2.0.0&token=${secret}&user=ann`), 101)
+    const res = await httpRequest(server.port, "GET", `/socket/longpoll?vsn=2.0.0&token=a&token=${secret}`)
+    assert.equal(res.status, 200)
+    const logged = () => server.stderr().split("\n").filter(l => l.includes("/socket/"))
+    const deadline = Date.now() + 5000
+    while(logged().length < 2 && Date.now() < deadline){ await new Promise(resolve => setTimeout(resolve, 20)) }
+    const lines = logged()
+    assert.equal(lines.length, 2, server.stderr())
+    assert.ok(lines.every(l => !l.includes(secret)), lines.join("\n"))
+    assert.match(lines[0], /token=\[REDACTED\]&user=ann/)
+    assert.match(lines[1], /token=\[REDACTED\]&token=\[REDACTED\]/)
+  })
+})
