@@ -285,6 +285,15 @@ pub(super) mod tests {
                 .unwrap_err(),
             Refusal::Expired
         );
+        // As OTP before 26 wrote it: ATOM_EXT (latin-1) keys.
+        let mut old = vec![131, 116, 0, 0, 0, 2, 100, 0, 4];
+        old.extend(b"data");
+        old.extend(binary_ext(b"bob"));
+        old.extend([100, 0, 6]);
+        old.extend(b"signed");
+        ext_integer(&mut old, SIGNED_AT);
+        let t = sign_payload(SECRET, SALT, &old);
+        assert_eq!(verifier(None).verify(&t, SIGNED_AT).unwrap().user.id, "bob");
         // A map without both keys is not a token payload.
         let mut p = vec![131, 116, 0, 0, 0, 2, 119, 4];
         p.extend(b"data");
