@@ -15,6 +15,9 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v tsung >/dev/null || missing+=(tsung)
 command -v node >/dev/null || missing+=(nodejs npm)
+# tests/e2e/python.mjs makes a venv (phxsocket, PyJWT from PyPI) with python3 -m venv
+command -v python3 >/dev/null || missing+=(python3)
+python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing ${missing[*]} (apt-get)"
   as_root apt-get update -q

@@ -6,7 +6,8 @@
 //!   subscriber of the topic on every node (`Endpoint::broadcast`).
 //! - `POST /api/disconnect` `{user, revoke?}`: closes every socket of the
 //!   user on every node with 1001 (`Endpoint::disconnect`); with `revoke`,
-//!   the user's tokens signed until now are refused from then on.
+//!   the user's tokens signed until now plus the 60 s clock-skew allowance
+//!   (`auth::CLOCK_SKEW`) are refused from then on.
 //! - `GET /api/topics`: topics and their subscriber counts, cluster-wide.
 //! - `GET /api/stats`: this node's and the cluster's counters.
 //! - `GET /api/presence?topic=T`: the topic's presence cluster-wide, as

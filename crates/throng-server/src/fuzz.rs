@@ -222,7 +222,7 @@ pub fn phoenix_socket(data: &[u8]) {
                         .iter()
                         .map(|j| {
                             std::mem::size_of::<Join>()
-                                + j.join_ref.as_deref().map_or(0, str::len)
+                                + j.join_ref.as_ref().map_or(0, throng_protocol::RefBuf::len)
                                 + t.topic_name(j.slot.topic).map_or(0, |n| n.len())
                         })
                         .sum();

@@ -325,7 +325,7 @@ impl LimitArgs {
 /// and no Phoenix client sends one.
 pub fn check_refs(msg: &Message<'_>, max: usize) -> Result<(), &'static str> {
     let too_long =
-        |r: &Option<std::borrow::Cow<'_, str>>| r.as_deref().is_some_and(|r| r.len() > max);
+        |r: &Option<throng_protocol::Ref<'_>>| r.as_deref().is_some_and(|r| r.len() > max);
     if too_long(&msg.join_ref) {
         return Err("join_ref too long");
     }

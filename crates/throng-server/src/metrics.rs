@@ -81,6 +81,9 @@ pub struct ShardStats {
     pub longpoll_overflows: AtomicU64,
     pub longpoll_forwarded: AtomicU64,
     pub longpoll_forward_timeouts: AtomicU64,
+    /// Messages of answers that found their poll's connection gone, put
+    /// back in their session's buffer.
+    pub longpoll_returned: AtomicU64,
     pub longpoll_refused: AtomicU64,
     /// New long-poll sessions refused past `--longpoll-session-rate`.
     pub longpoll_rate_limited: AtomicU64,
@@ -364,6 +367,12 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Forwarded long-poll requests with no answer in the window + 5 s (answered 410).",
         |s| &s.longpoll_forward_timeouts,
+    ),
+    (
+        "throng_longpoll_returned_total",
+        "counter",
+        "Messages of long-poll answers whose connection had closed, put back for the session's next poll.",
+        |s| &s.longpoll_returned,
     ),
     (
         "throng_longpoll_refused_total",

@@ -107,9 +107,9 @@ pub struct ServeArgs {
     /// Phoenix.Token: the salt the app signs with [default: "user socket"]
     #[arg(long, value_name = "SALT", env = "THRONG_AUTH_SALT")]
     pub auth_salt: Option<String>,
-    /// Phoenix.Token: refuse tokens signed longer ago than SECS [default: the max age in the token]
+    /// Phoenix.Token: refuse tokens signed longer ago than SECS (whole or fractional) [default: the max age in the token]
     #[arg(long, value_name = "SECS", env = "THRONG_AUTH_MAX_AGE")]
-    pub auth_max_age: Option<u64>,
+    pub auth_max_age: Option<crate::auth::MaxAge>,
     /// JWT: the HS256 secret
     #[arg(
         long,
@@ -132,6 +132,12 @@ pub struct ServeArgs {
     /// JWT: HS256, RS256 or ES256 [default: from the key]
     #[arg(long, value_name = "ALG", env = "THRONG_AUTH_JWT_ALGORITHM")]
     pub auth_jwt_algorithm: Option<String>,
+    /// JWT: require the aud claim to name AUD (a string, or a list holding it) [default: aud not checked]
+    #[arg(long, value_name = "AUD", env = "THRONG_AUTH_JWT_AUDIENCE")]
+    pub auth_jwt_audience: Option<String>,
+    /// JWT: require the iss claim to be ISS [default: iss not checked]
+    #[arg(long, value_name = "ISS", env = "THRONG_AUTH_JWT_ISSUER")]
+    pub auth_jwt_issuer: Option<String>,
     /// Origins allowed to open sockets: true (the Origin's host must be the request's Host), false, or a comma-separated list (https://a.com,//*.b.com); requests without an Origin are always allowed [default: true]
     #[arg(long, value_name = "POLICY", env = "THRONG_CHECK_ORIGIN")]
     pub check_origin: Option<String>,

@@ -316,6 +316,8 @@ fn merge_auth(args: &ServeArgs, file: AuthConfig) -> AuthConfig {
             .clone()
             .or(file.jwt_public_key_file),
         jwt_algorithm: args.auth_jwt_algorithm.clone().or(file.jwt_algorithm),
+        jwt_audience: args.auth_jwt_audience.clone().or(file.jwt_audience),
+        jwt_issuer: args.auth_jwt_issuer.clone().or(file.jwt_issuer),
     }
 }
 

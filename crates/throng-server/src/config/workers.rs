@@ -116,6 +116,12 @@ impl Config {
         if let Some(alg) = &a.jwt_algorithm {
             args.extend(["--auth-jwt-algorithm".into(), alg.clone()]);
         }
+        if let Some(aud) = &a.jwt_audience {
+            args.extend(["--auth-jwt-audience".into(), aud.clone()]);
+        }
+        if let Some(iss) = &a.jwt_issuer {
+            args.extend(["--auth-jwt-issuer".into(), iss.clone()]);
+        }
         if let Some(path) = &a.jwt_public_key_file {
             args.extend([
                 "--auth-jwt-public-key-file".into(),
@@ -171,6 +177,9 @@ mod tests {
             },
             longpoll_window: Some(3),
             max_longpoll_batch: Some(9),
+            auth_max_age: Some("0.25".parse().unwrap()),
+            auth_jwt_audience: Some("throng".into()),
+            auth_jwt_issuer: Some("https://auth.example".into()),
             ..Default::default()
         }
         .resolve()
@@ -193,5 +202,7 @@ mod tests {
         assert_eq!(w.limits.max_socket_bytes, c.limits.max_socket_bytes);
         assert_eq!(w.longpoll_window, Some(Duration::from_secs(3)));
         assert_eq!(w.max_longpoll_batch, 9);
+        assert_eq!(w.auth, c.auth);
+        assert_eq!(w.auth.max_age.map(|m| m.as_millis()), Some(250));
     }
 }

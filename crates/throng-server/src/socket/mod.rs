@@ -19,8 +19,8 @@ mod presence;
 use std::sync::Arc;
 
 use throng_protocol::frame::{close_code, Opcode};
-use throng_protocol::serializer::{encode_message, encode_reply};
-use throng_protocol::{event, Message, OwnedPayload, Payload, Vsn};
+use throng_protocol::serializer::{encode_message_refs, encode_reply_refs};
+use throng_protocol::{event, Message, OwnedPayload, Payload, Ref, RefBuf, Vsn};
 use throng_pubsub::{Slot, Tracker};
 
 use crate::auth::rate::Verdict;
@@ -37,8 +37,8 @@ pub(crate) struct Join {
     /// Where the connection sits in the shard's registry.
     pub slot: Slot,
     /// The client's join_ref (v2; v1 clients send none): every message of
-    /// this channel carries it.
-    pub join_ref: Option<Box<str>>,
+    /// this channel carries it, as the JSON value it came as.
+    pub join_ref: Option<RefBuf>,
     /// The channel's state between callbacks.
     pub assigns: Assigns,
 }
@@ -158,10 +158,10 @@ impl<'a, T: Transport> Mux<'a, T> {
     /// A message from the client.
     pub fn handle_in(&mut self, msg: Message<'_>) {
         let topic: &str = &msg.topic;
-        let msg_ref = msg.msg_ref.as_deref();
+        let msg_ref = msg.msg_ref.as_ref();
         let control = matches!(msg.event.as_ref(), event::JOIN | event::LEAVE)
             || (topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT);
-        if control && !self.control_allowed(msg.join_ref.as_deref(), msg_ref, topic) {
+        if control && !self.control_allowed(msg.join_ref.as_ref(), msg_ref, topic) {
             return;
         }
         if topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT {
@@ -171,7 +171,7 @@ impl<'a, T: Transport> Mux<'a, T> {
         if let Payload::Json(json) = msg.payload {
             if crate::limits::json_too_deep(json.as_bytes(), self.cx.max_json_depth) {
                 ShardStats::add(&self.t.stats().payload_refusals, 1);
-                let join_ref = msg.join_ref.as_deref();
+                let join_ref = msg.join_ref.as_ref();
                 self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_DEEP)));
                 return;
             }
@@ -183,15 +183,16 @@ impl<'a, T: Transport> Mux<'a, T> {
                 // join first and sends the old one's phx_close after it
                 // (through the socket's mailbox); we keep that order.
                 let replaced = joined.map(|i| self.leave(i, Terminate::DuplicateJoin));
-                self.join(msg.join_ref.as_deref(), msg_ref, topic, msg.payload);
+                self.join(msg.join_ref.as_ref(), msg_ref, topic, msg.payload);
                 if let Some(old) = replaced {
-                    let old = old.as_deref();
+                    let old = old.as_ref().map(RefBuf::to_ref);
+                    let old = old.as_ref();
                     self.message(old, old, topic, event::CLOSE, Payload::EMPTY);
                 }
             }
             event::LEAVE => match joined {
                 Some(i) => {
-                    let stored = self.joins[i].join_ref.as_deref();
+                    let stored = self.joins[i].join_ref.as_ref().map(RefBuf::text);
                     if let (Some(sent), Some(stored)) = (msg.join_ref.as_deref(), stored) {
                         if sent != stored {
                             // The client raced a close we already sent.
@@ -199,7 +200,9 @@ impl<'a, T: Transport> Mux<'a, T> {
                         }
                     }
                     let old = self.leave(i, Terminate::Leave);
-                    self.reply(old.as_deref(), msg_ref, topic, Ok(Payload::EMPTY));
+                    let old = old.as_ref().map(RefBuf::to_ref);
+                    let old = old.as_ref();
+                    self.reply(old, msg_ref, topic, Ok(Payload::EMPTY));
                     // The ok reply already ends the channel in the client. A
                     // v1 phx_close carries no join_ref, so phoenix.js would
                     // route it to a channel the client has joined on the same
@@ -208,25 +211,26 @@ impl<'a, T: Transport> Mux<'a, T> {
                     // send none. On v2 the join_ref makes it harmless, and
                     // Phoenix sends it.
                     if self.cx.vsn == Vsn::V2 {
-                        let old = old.as_deref();
                         self.message(old, old, topic, event::CLOSE, Payload::EMPTY);
                     }
                 }
-                None => self.reply(msg.join_ref.as_deref(), msg_ref, topic, Ok(Payload::EMPTY)),
+                None => self.reply(msg.join_ref.as_ref(), msg_ref, topic, Ok(Payload::EMPTY)),
             },
             ev if ev.starts_with("phx_") => {
                 ShardStats::add(&self.t.stats().payload_refusals, 1);
                 let join_ref = joined.and_then(|i| self.joins[i].join_ref.clone());
+                let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
                 let refused = Err(Payload::Json(RESERVED_EVENT));
-                self.reply(join_ref.as_deref(), msg_ref, topic, refused);
+                self.reply(join_ref.as_ref(), msg_ref, topic, refused);
             }
             ev => {
                 let verdict = self.t.allow_push();
                 if verdict != Verdict::Allow {
                     ShardStats::add(&self.t.stats().rate_limited, 1);
                     let join_ref = joined.and_then(|i| self.joins[i].join_ref.clone());
+                    let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
                     let limited = Err(Payload::Json(RATE_LIMITED));
-                    self.reply(join_ref.as_deref(), msg_ref, topic, limited);
+                    self.reply(join_ref.as_ref(), msg_ref, topic, limited);
                     if verdict == Verdict::Abuse {
                         ShardStats::add(&self.t.stats().rate_limit_closes, 1);
                         self.t.close(close_code::POLICY_VIOLATION, "rate limited");
@@ -237,8 +241,9 @@ impl<'a, T: Transport> Mux<'a, T> {
                     Some(i) if !self.cx.policy.may_push(topic, ev, self.cx.who) => {
                         ShardStats::add(&self.t.stats().policy_refusals, 1);
                         let join_ref = self.joins[i].join_ref.clone();
+                        let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
                         let refused = Err(Payload::Json(UNAUTHORIZED));
-                        self.reply(join_ref.as_deref(), msg_ref, topic, refused);
+                        self.reply(join_ref.as_ref(), msg_ref, topic, refused);
                     }
                     Some(i) => self.push_in(i, ev, msg_ref, msg.payload),
                     None => self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED))),
@@ -255,8 +260,8 @@ impl<'a, T: Transport> Mux<'a, T> {
     /// shard answers held a core (phoenix.js sends a heartbeat every 30 s).
     fn control_allowed(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
     ) -> bool {
         let verdict = self.t.allow_control();
@@ -295,8 +300,8 @@ impl<'a, T: Transport> Mux<'a, T> {
 
     fn join(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         payload: Payload<'_>,
     ) {
@@ -305,7 +310,11 @@ impl<'a, T: Transport> Mux<'a, T> {
         let route = (!is_reserved(topic)).then(|| router.route(topic)).flatten();
         let Some(channel) = route else {
             ShardStats::add(&self.t.stats().refused_joins, 1);
-            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
+            // A null join_ref, as Phoenix: a join no channel routes is
+            // answered by `encode_ignore/2`, whose `%Reply{}` sets `ref` and
+            // `topic` only (phoenixframework/phoenix, `lib/phoenix/socket.ex`).
+            // No client we tried needs the join_ref echoed.
+            self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
             return;
         };
         if !self.cx.policy.may_join(topic, self.cx.who) {
@@ -321,18 +330,19 @@ impl<'a, T: Transport> Mux<'a, T> {
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_MANY)));
             return;
         }
-        let cost = |join_ref: Option<&str>, topic: usize| {
-            std::mem::size_of::<Join>() + join_ref.map_or(0, str::len) + topic
+        let cost = |join_ref: Option<usize>, topic: usize| {
+            std::mem::size_of::<Join>() + join_ref.unwrap_or(0) + topic
         };
         let held: usize = self
             .joins
             .iter()
             .map(|j| {
                 let topic = self.t.topic_name(j.slot.topic).map_or(0, |t| t.len());
-                cost(j.join_ref.as_deref(), topic)
+                cost(j.join_ref.as_ref().map(RefBuf::len), topic)
             })
             .sum();
-        if held + cost(join_ref, topic.len()) > self.cx.max_join_bytes {
+        let stored = join_ref.map(RefBuf::from);
+        if held + cost(stored.as_ref().map(RefBuf::len), topic.len()) > self.cx.max_join_bytes {
             ShardStats::add(&self.t.stats().refused_joins, 1);
             ShardStats::add(&self.t.stats().socket_budget_refusals, 1);
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(OVER_BUDGET)));
@@ -360,7 +370,7 @@ impl<'a, T: Transport> Mux<'a, T> {
             payload,
             &mut Socket {
                 topic,
-                join_ref,
+                join_ref: join_ref.map(Ref::text),
                 who: self.cx.who,
                 assigns: &mut assigns,
                 effects: &mut effects,
@@ -382,7 +392,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                 }
                 self.joins.push(Join {
                     slot,
-                    join_ref: join_ref.map(Box::from),
+                    join_ref: stored,
                     assigns,
                 });
                 let stats = self.t.stats();
@@ -410,7 +420,7 @@ impl<'a, T: Transport> Mux<'a, T> {
     }
 
     /// `event` pushed by the client on join `i`.
-    fn push_in(&mut self, i: usize, ev: &str, msg_ref: Option<&str>, payload: Payload<'_>) {
+    fn push_in(&mut self, i: usize, ev: &str, msg_ref: Option<&Ref<'_>>, payload: Payload<'_>) {
         let Some((channel, topic)) = self.channel_of(i) else {
             return;
         };
@@ -422,7 +432,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                 payload,
                 &mut Socket {
                     topic: &topic,
-                    join_ref: join.join_ref.as_deref(),
+                    join_ref: join.join_ref.as_ref().map(RefBuf::text),
                     who: self.cx.who,
                     assigns: &mut join.assigns,
                     effects: &mut effects,
@@ -433,7 +443,8 @@ impl<'a, T: Transport> Mux<'a, T> {
         self.apply(i, &mut effects);
         if let Some(reply) = reply {
             let join_ref = self.joins[i].join_ref.clone();
-            self.reply(join_ref.as_deref(), msg_ref, &topic, payload_of(&reply));
+            let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
+            self.reply(join_ref.as_ref(), msg_ref, &topic, payload_of(&reply));
         }
         let infos = std::mem::take(&mut effects.infos);
         self.scratch.effects = effects;
@@ -464,7 +475,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     &info,
                     &mut Socket {
                         topic: &topic,
-                        join_ref: join.join_ref.as_deref(),
+                        join_ref: join.join_ref.as_ref().map(RefBuf::text),
                         who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
@@ -487,14 +498,14 @@ impl<'a, T: Transport> Mux<'a, T> {
     }
 
     /// Removes join `i`; returns its join_ref.
-    fn leave(&mut self, i: usize, reason: Terminate) -> Option<Box<str>> {
+    fn leave(&mut self, i: usize, reason: Terminate) -> Option<RefBuf> {
         let join = self.joins.swap_remove(i);
         self.end_join(join, reason)
     }
 
     /// Ends a join already taken off the connection: unsubscribes it and
     /// tells the channel. Returns its join_ref.
-    fn end_join(&mut self, mut join: Join, reason: Terminate) -> Option<Box<str>> {
+    fn end_join(&mut self, mut join: Join, reason: Terminate) -> Option<RefBuf> {
         let name = self.t.topic_name(join.slot.topic);
         if let Some(topic) = &name {
             self.untrack_all(join.slot.topic, topic);
@@ -509,7 +520,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     reason,
                     &mut Socket {
                         topic: &topic,
-                        join_ref: join.join_ref.as_deref(),
+                        join_ref: join.join_ref.as_ref().map(RefBuf::text),
                         who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
@@ -543,8 +554,9 @@ impl<'a, T: Transport> Mux<'a, T> {
             return;
         };
         let join_ref = self.joins[i].join_ref.clone();
+        let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
         for (ev, payload) in effects.pushes.drain(..) {
-            self.message(join_ref.as_deref(), None, &topic, &ev, payload.as_payload());
+            self.message(join_ref.as_ref(), None, &topic, &ev, payload.as_payload());
         }
         for (ev, payload, include_self) in effects.broadcasts.drain(..) {
             self.t.broadcast(topic.clone(), ev, payload, include_self);
@@ -553,8 +565,8 @@ impl<'a, T: Transport> Mux<'a, T> {
 
     fn reply(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         reply: Result<Payload<'_>, Payload<'_>>,
     ) {
@@ -564,7 +576,7 @@ impl<'a, T: Transport> Mux<'a, T> {
         };
         let body = &mut self.scratch.body;
         body.clear();
-        match encode_reply(
+        match encode_reply_refs(
             self.cx.vsn,
             body,
             join_ref,
@@ -580,15 +592,15 @@ impl<'a, T: Transport> Mux<'a, T> {
 
     fn message(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         ev: &str,
         payload: Payload<'_>,
     ) {
         let body = &mut self.scratch.body;
         body.clear();
-        match encode_message(self.cx.vsn, body, join_ref, msg_ref, topic, ev, payload) {
+        match encode_message_refs(self.cx.vsn, body, join_ref, msg_ref, topic, ev, payload) {
             Ok(op) => self.t.send(op, body),
             Err(e) => tracing::warn!("push not encodable: {e}"),
         }

@@ -71,6 +71,7 @@ impl Conns {
                 deadline,
                 keep_alive,
                 local: here.then_some(token.key as usize),
+                remote: (!here).then_some(token),
             },
         );
         let request = Request { token, ask, reply };
@@ -195,7 +196,41 @@ impl Conns {
             Ask::Post { body, ndjson } => {
                 self.lp_post(node, scratch, idx, &body, ndjson, req.reply)
             }
+            Ask::Cancel => self.lp_unpark(idx, req.reply),
+            Ask::Return { body } => self.lp_returned(idx, &body),
         }
+    }
+
+    /// Takes back session `idx`'s parked poll if it is the one `reply`
+    /// names (its connection closed): messages then wait for the next poll.
+    fn lp_unpark(&mut self, idx: usize, reply: ReplyTo) {
+        let now = self.lp.now_ms;
+        let Some(s) = self.lp.sessions.get_mut(idx) else {
+            return;
+        };
+        if s.parked.as_ref().is_some_and(|p| p.reply == reply) {
+            s.parked = None;
+            s.last_poll = now;
+            ShardStats::sub(&self.stats.longpoll_parked, 1);
+        }
+    }
+
+    /// An answer of session `idx` that found its connection gone: its
+    /// messages go back to the front of the buffer (they are older than
+    /// anything buffered since: an answer empties the buffer), for the
+    /// next poll.
+    fn lp_returned(&mut self, idx: usize, body: &[u8]) {
+        let Some((_, items)) = longpoll::returned_messages(body) else {
+            return;
+        };
+        let Some(s) = self.lp.sessions.get_mut(idx).filter(|s| !s.dead) else {
+            return;
+        };
+        ShardStats::add(&self.stats.longpoll_returned, items.len() as u64);
+        let len: usize = items.iter().map(Item::owned_len).sum();
+        s.buffer.splice(0..0, items);
+        // lp_push with nothing more: the bound, and a parked poll answered.
+        self.lp_push_len(idx, len);
     }
 
     /// A poll: the waiting messages now, or parked until some arrive.
@@ -282,11 +317,20 @@ impl Conns {
 
     /// A message the session's socket sends (reply, push): buffered.
     pub fn lp_push(&mut self, idx: usize, item: Item, len: usize) {
-        let max = self.max_outbound;
         let Some(s) = self.lp.sessions.get_mut(idx).filter(|s| !s.dead) else {
             return;
         };
         s.buffer.push(item);
+        self.lp_push_len(idx, len);
+    }
+
+    /// `len` more bytes in session `idx`'s buffer: past the bound the
+    /// session ends; a parked poll is answered at the end of the turn.
+    fn lp_push_len(&mut self, idx: usize, len: usize) {
+        let max = self.max_outbound;
+        let Some(s) = self.lp.sessions.get_mut(idx).filter(|s| !s.dead) else {
+            return;
+        };
         s.buffered += len;
         if s.buffered > max {
             return self.lp_doom(idx, End::Overflow);
@@ -468,14 +512,28 @@ impl Conns {
     }
 
     /// Connection `key`, waiting on a request, closes: the answer will find
-    /// no one. A poll parked on a session of this shard is taken back, so
-    /// the messages that come meanwhile wait for the next poll (for a
-    /// session elsewhere, the answer is dropped when it comes, as Phoenix's
-    /// is when the listening process is gone).
-    pub fn lp_conn_closed(&mut self, key: usize) {
+    /// no one. A poll parked on its session is taken back, so the messages
+    /// that come meanwhile wait for the next poll: here at once, elsewhere
+    /// by a cancel sent to the session's shard or node (an answer crossing
+    /// it goes back to the session: `lp_answer`).
+    pub fn lp_conn_closed(&mut self, node: &Node, key: usize) {
         let Some(w) = self.lp.waiting.remove(&key) else {
             return;
         };
+        if let Some(token) = w.remote {
+            let reply = ReplyTo {
+                node: self.lp.node_id,
+                shard: self.id as u16,
+                conn: key as u32,
+                req: w.req,
+            };
+            node.forward_request(Request {
+                token,
+                ask: Ask::Cancel,
+                reply,
+            });
+            return;
+        }
         let Some(s) = w.local.and_then(|idx| self.lp.sessions.get_mut(idx)) else {
             return;
         };
@@ -500,13 +558,29 @@ impl Conns {
         }
     }
 
-    /// The answer to a request a connection of this shard waits on; dropped
-    /// if that connection is gone or waits on another request now.
+    /// The answer to a request a connection of this shard waits on. If that
+    /// connection is gone or waits on another request now, an answer that
+    /// hands over messages goes back to its session, whose next poll gets
+    /// them; any other is dropped.
     pub fn lp_answer(&mut self, node: &Node, scratch: &mut Scratch, reply: ReplyTo, body: &[u8]) {
         let key = reply.conn as usize;
         match self.lp.waiting.get(&key) {
             Some(w) if w.req == reply.req => {}
-            _ => return,
+            _ => {
+                if let Some((token, _)) = longpoll::returned_messages(body) {
+                    let ask = Ask::Return {
+                        body: body.to_vec(),
+                    };
+                    let here = token.node == self.lp.node_id && token.shard as usize == self.id;
+                    let request = Request { token, ask, reply };
+                    if here {
+                        self.lp_request(node, scratch, request);
+                    } else {
+                        node.forward_request(request);
+                    }
+                }
+                return;
+            }
         }
         let Some(w) = self.lp.waiting.remove(&key) else {
             return;
