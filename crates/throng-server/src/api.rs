@@ -313,26 +313,13 @@ fn router(api: Api) -> Router {
         .with_state(api)
 }
 
-/// Binds `addr` now (so a taken port fails `Server::start`) and serves the
-/// API on its own thread; returns the bound address.
+/// Serves the API on `listener` (bound by `Server::start`, so a taken port
+/// fails it: `bind::api_listener`) on its own thread; returns its address.
 pub(crate) fn start(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     endpoint: Endpoint,
     key: Option<String>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    // SO_REUSEPORT, as the public listeners: during a rolling restart
-    // (`serve --workers`, SIGHUP) a worker's replacement binds its API port
-    // while the old process drains.
-    let listener: std::net::TcpListener = {
-        use socket2::{Domain, Protocol, Socket, Type};
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_reuse_address(true)?;
-        sock.set_reuse_port(true)?;
-        sock.bind(&addr.into())?;
-        sock.listen(1024)?;
-        sock.into()
-    };
-    listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     if key.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "the server API listens beyond loopback with no --api-key");

@@ -65,6 +65,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod bind;
 pub mod channel;
 pub mod chat;
 pub mod config;
@@ -90,7 +91,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mio::net::TcpListener;
 use mio::{Poll, Waker};
 use throng_pubsub::{Backplane, Handler, LocalPresence, PresenceStore, Tracker};
 
@@ -113,6 +113,12 @@ pub enum Error {
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}{what}: another process holds the port (another throng serve?); {hint}")]
+    PortInUse {
+        addr: SocketAddr,
+        what: &'static str,
+        hint: String,
     },
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -153,7 +159,7 @@ impl Server {
         let policy = auth::Policy::new(config.topics.clone());
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
-        let listeners = bind_all(config.addr, config.shards)?;
+        let listeners = bind::public_listeners(config.addr, config.shards, config.public_share())?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
         let mut peers = Vec::new();
@@ -210,8 +216,9 @@ impl Server {
         }
         let api_addr = match node.config.api_bind {
             Some(api) => {
+                let listener = bind::api_listener(api, node.config.api_share())?;
                 let (bound, thread) = api::start(
-                    api,
+                    listener,
                     Endpoint::new(node.clone()),
                     node.config.api_key.clone(),
                 )
@@ -252,26 +259,4 @@ impl Server {
             let _ = t.join();
         }
     }
-}
-
-fn bind_all(addr: SocketAddr, n: usize) -> Result<Vec<TcpListener>, Error> {
-    let mut out = Vec::with_capacity(n);
-    let mut addr = addr;
-    for _ in 0..n {
-        let l = bind_one(addr).map_err(|source| Error::Bind { addr, source })?;
-        addr = l.local_addr()?;
-        out.push(l);
-    }
-    Ok(out)
-}
-
-fn bind_one(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Protocol, Socket as RawSocket, Type};
-    let sock = RawSocket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    sock.set_reuse_address(true)?;
-    sock.set_reuse_port(true)?;
-    sock.set_nonblocking(true)?;
-    sock.bind(&addr.into())?;
-    sock.listen(65535)?;
-    Ok(TcpListener::from_std(sock.into()))
 }

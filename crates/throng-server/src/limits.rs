@@ -38,31 +38,31 @@ use crate::Error;
 #[derive(clap::Args, Deserialize, Debug, Default, Clone)]
 pub struct LimitArgs {
     /// Seconds a connection has to send a whole HTTP request head (the WebSocket upgrade included), from accept or from the end of its previous request; then it is closed (408 if a head had begun) [default: 10]
-    #[arg(long, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
     pub handshake_timeout: Option<u64>,
     /// Open connections this process accepts; past it a new one gets 503 and is closed; 0 = no cap [default: 0]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Open connections from one source IP address; past it a new one gets 503 and is closed; 0 = no cap (behind a load balancer every client has its address) [default: 0]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<usize>,
     /// Longest join_ref or ref a message may carry; a longer one closes the socket with 1008 (phoenix.js sends short counters) [default: 64]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
     pub max_ref_bytes: Option<usize>,
     /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
     pub max_socket_bytes: Option<usize>,
     /// On SIGTERM: stop accepting and close sockets in batches over this many seconds with 1012 (phoenix.js reconnects elsewhere), then exit [default: 10]
-    #[arg(long, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
     pub drain_seconds: Option<u64>,
     /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013 [default: 1073741824]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
     pub max_outbound_total_bytes: Option<usize>,
     /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted [default: 67108864]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
     pub max_shard_inbox_bytes: Option<usize>,
     /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted [default: 67108864]
-    #[arg(long, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
     pub redis_queue_bytes: Option<usize>,
     /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
     #[arg(long, hide = true)]

@@ -21,6 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server (the chat app on /, channels on /socket/websocket); --redis joins a cluster, --workers N runs N nodes on one port.
+    #[command(allow_negative_numbers = true)]
     Serve(Box<throng_server::config::ServeArgs>),
     /// Run a load test: the controller, with local agents (and a local server unless --target).
     Bench(Box<throng_bench::BenchArgs>),
@@ -30,7 +31,34 @@ enum Command {
     Tune(throng_bench::TuneArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", describe(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose
+/// text the message already shows (`cannot listen on ADDR: Address already
+/// in use`) is not repeated.
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("THRONG_LOG")

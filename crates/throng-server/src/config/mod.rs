@@ -18,7 +18,7 @@ use crate::presence::PresenceRule;
 use crate::Error;
 
 use file::FileConfig;
-pub use flags::ServeArgs;
+pub use flags::{parse_bind, whole, ServeArgs};
 
 /// Resolved settings.
 #[derive(Clone, Debug)]
@@ -43,6 +43,9 @@ pub struct Config {
     pub redis: Option<String>,
     /// CA certificates to trust for `rediss://`; `None`: the system's.
     pub redis_ca_file: Option<PathBuf>,
+    /// Share the public port with other processes (`--reuse-port`)
+    /// instead of refusing to start when it is held.
+    pub reuse_port: bool,
     /// Worker processes; above 1 this process only supervises them.
     pub workers: usize,
     /// `Some(i)` in a worker process started by the supervisor.
@@ -98,6 +101,7 @@ impl Default for Config {
             log_requests: false,
             redis: None,
             redis_ca_file: None,
+            reuse_port: false,
             workers: 1,
             worker_index: None,
             auth: AuthConfig::default(),
@@ -125,14 +129,20 @@ impl ServeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-                toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
+                toml::from_str::<FileConfig>(&text).map_err(|e| {
+                    let hint = file::table_key_hint(&text).unwrap_or_default();
+                    Error::Config(format!("{}: {e}{hint}", path.display()))
+                })?
             }
             None => FileConfig::default(),
         };
         let d = Config::default();
         let port = self.port.or(file.port).unwrap_or(d.addr.port());
-        let bind = self.bind.or(file.bind).unwrap_or(d.addr.ip());
+        let file_bind = match file.bind.as_deref() {
+            Some(b) => Some(parse_bind(b).map_err(|e| Error::Config(format!("bind: {e}")))?),
+            None => None,
+        };
+        let bind = self.bind.or(file_bind).unwrap_or(d.addr.ip());
         let workers = self.workers.or(file.workers).unwrap_or(d.workers);
         if workers == 0 || workers > MAX_WORKERS {
             return Err(Error::Config(format!(
@@ -273,6 +283,7 @@ impl ServeArgs {
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
             redis_ca_file: self.redis_ca_file.or(file.redis_ca_file),
+            reuse_port: self.reuse_port || file.reuse_port.unwrap_or(false),
             workers,
             worker_index: self.worker_index,
             presence,
@@ -312,6 +323,26 @@ fn merge_auth(args: &ServeArgs, file: AuthConfig) -> AuthConfig {
 }
 
 impl Config {
+    /// Whether the public port may be held already: `--reuse-port`, or a
+    /// worker of `--workers`, whose supervisor claimed it.
+    pub fn public_share(&self) -> crate::bind::Share {
+        if self.reuse_port || self.worker_index.is_some() {
+            crate::bind::Share::Shared
+        } else {
+            crate::bind::Share::Exclusive
+        }
+    }
+
+    /// Whether the API port may be held already: only in a worker (its
+    /// supervisor claimed it; its replacement binds it while it drains).
+    pub fn api_share(&self) -> crate::bind::Share {
+        if self.worker_index.is_some() {
+            crate::bind::Share::Shared
+        } else {
+            crate::bind::Share::Exclusive
+        }
+    }
+
     /// How to reach the Redis of `--redis`, beyond its URL.
     pub fn redis_options(&self) -> throng_pubsub::RedisOptions {
         throng_pubsub::RedisOptions {
@@ -457,5 +488,39 @@ mod tests {
         .unwrap_err();
         std::fs::remove_file(&dir).unwrap();
         assert!(err.to_string().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn a_flag_spelt_as_a_top_level_key_gets_its_table() {
+        let path = std::env::temp_dir().join(format!("throng-cfg-auth-{}", std::process::id()));
+        std::fs::write(&path, "auth_jwt_secret = \"s\"\nbind = \"localhost\"\n").unwrap();
+        let err = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            err.contains("[auth]") && err.contains("jwt_secret ="),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bind_takes_a_host_name() {
+        let path = std::env::temp_dir().join(format!("throng-cfg-bind-{}", std::process::id()));
+        std::fs::write(&path, "bind = \"localhost\"\n").unwrap();
+        let c = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(c.addr.ip().is_loopback(), "{}", c.addr);
+        assert!(parse_bind("localhost").unwrap().is_loopback());
+        assert!(whole::<u64>("-5").unwrap_err().contains("0 or more"));
     }
 }
