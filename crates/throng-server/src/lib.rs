@@ -230,10 +230,11 @@ impl Server {
             }
             None => None,
         };
+        let api_text = api_addr.map_or("none".to_string(), |a| a.to_string());
         tracing::info!(
             %addr,
-            api = ?api_addr,
-            auth = ?node.config.auth.mode,
+            api = %api_text,
+            auth = node.config.auth.mode.name(),
             shards = node.config.shards,
             fd_limit,
             conn_struct_bytes = transport::CONN_SIZE,
@@ -248,6 +249,12 @@ impl Server {
         })
     }
 
+    /// The address to open in a browser: the bound one, with a wildcard
+    /// (0.0.0.0, ::) replaced by loopback.
+    pub fn url(&self) -> String {
+        page_url(self.addr)
+    }
+
     /// A handle for broadcasting and sending infos from outside callbacks.
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::new(self.node.clone())
@@ -259,4 +266,15 @@ impl Server {
             let _ = t.join();
         }
     }
+}
+
+/// `http://ADDR/` for a listening address, loopback for a wildcard one.
+pub fn page_url(addr: SocketAddr) -> String {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}/", SocketAddr::new(ip, addr.port()))
 }

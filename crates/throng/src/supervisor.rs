@@ -14,8 +14,8 @@
 //! - starts each worker as `current_exe() serve <every resolved setting>
 //!   --worker-index i`, reads its stdout (`capacity N`, then `listening on
 //!   ADDR`), and once all are up logs the total capacity and prints, on its
-//!   own stdout, `listening on ADDR` and one `worker I pid P [api ADDR]`
-//!   line per worker (again for each restarted worker once it listens),
+//!   own stdout, `listening on ADDR`, one `worker I pid P [api ADDR]`
+//!   line per worker and the chat page's URL (again for each restarted worker once it listens),
 //!   after `api at ADDR` of worker 0; each worker is a node with
 //!   its own server API on `--api-bind`'s port + its index (any free port
 //!   with port 0), and the cluster-wide API calls go through the backplane,
@@ -331,6 +331,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                     .collect();
                 lines.push(format!("listening on {addr}"));
                 lines.extend(workers.iter().map(worker_line));
+                lines.push(crate::serve::open_line(&throng_server::page_url(addr)));
                 announce(&lines);
             } else if now > deadline {
                 stop_all(&mut workers, None, SIGTERM, stop_timeout);

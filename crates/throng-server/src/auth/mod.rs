@@ -77,6 +77,17 @@ pub enum Mode {
     Jwt,
 }
 
+impl Mode {
+    /// As written in the flag and the file: `none`, `phoenix_token`, `jwt`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::PhoenixToken => "phoenix_token",
+            Mode::Jwt => "jwt",
+        }
+    }
+}
+
 /// The `[auth]` settings, as configured.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -154,6 +154,15 @@ impl ServeArgs {
             .clone()
             .or(file.redis)
             .filter(|url| !url.is_empty());
+        if let Some(url) = &redis {
+            let schemes = ["redis://", "rediss://", "redis+unix://", "unix://"];
+            if !schemes.iter().any(|s| url.starts_with(s)) {
+                return Err(Error::Config(format!(
+                    "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
+                     redis://USER:PASSWORD@HOST:PORT with a password)"
+                )));
+            }
+        }
         if workers > 1 && redis.is_none() {
             return Err(Error::Config(format!(
                 "--workers {workers} needs --redis URL: each worker is a separate node, \
@@ -398,6 +407,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.workers, 2);
         assert!(c.shards >= 1);
+        let err = ServeArgs {
+            redis: Some("127.0.0.1:6379".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.to_string().contains("redis://127.0.0.1:6379"), "{err}");
     }
 
     #[test]
