@@ -29,12 +29,17 @@ stage "npm ci"
 npm ci --no-audit --no-fund --loglevel=error
 
 # One build profile for everything (Cargo.toml's `ci`: release speed, no LTO).
+# The test hooks (`--test-panic-message`) are a feature, compiled out of
+# the product and into the binary the tests run.
 export THRONG_BIN="$PWD/target/ci/throng"
 stage "cargo build (profile ci)"
-cargo build --profile ci -p throng --quiet
+cargo build --profile ci -p throng --features throng/test-hooks --quiet
 
 stage "cargo test (unit, property, integration)"
-cargo test --profile ci --workspace
+cargo test --profile ci --workspace --features throng/test-hooks
+
+stage "docs name only paths that exist"
+scripts/check-doc-paths.sh
 
 stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/

@@ -59,7 +59,10 @@ function start(){
   // back to long-poll (/socket/longpoll): after an error of the first
   // WebSocket attempt, or 2.5 s without one opening. phoenix.js remembers
   // the fallback for the tab's session.
-  const socket = new Socket("/socket", {params: {}, longPollFallbackMs: 2500})
+  // With connect auth on (examples/jwt.toml), open the page as
+  // /?token=TOKEN (`throng token` mints one): it is sent as authToken.
+  const authToken = new URLSearchParams(location.search).get("token") || undefined
+  const socket = new Socket("/socket", {params: {}, authToken, longPollFallbackMs: 2500})
   socket.onOpen(() => {
     status.dataset.transport = socket.conn instanceof LongPoll ? "longpoll" : "websocket"
     status.title = `connected over ${status.dataset.transport}`

@@ -164,7 +164,7 @@ pub struct AgentArgs {
     #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
     pub token: String,
     /// Be a floor writer instead (started by `throng bench` itself; see
-    /// the floor measurement in crates/throng-bench/src/floor.rs).
+    /// the floor measurement in crates/throng-bench/src/floor/).
     #[arg(long, hide = true)]
     pub floor_writer: bool,
 }

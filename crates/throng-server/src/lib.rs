@@ -81,6 +81,7 @@ pub mod node;
 mod page;
 pub mod panic;
 pub mod presence;
+pub mod refusals;
 pub mod relay;
 mod socket;
 pub mod sys;
@@ -199,6 +200,7 @@ impl Server {
             control: Default::default(),
             api_requests: Default::default(),
             api_refusals: Default::default(),
+            refusals: Default::default(),
         });
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
@@ -234,7 +236,7 @@ impl Server {
         tracing::info!(
             %addr,
             api = %api_text,
-            auth = node.config.auth.mode.name(),
+            auth = %node.config.auth.mode.name(),
             shards = node.config.shards,
             fd_limit,
             conn_struct_bytes = transport::CONN_SIZE,

@@ -193,6 +193,11 @@ impl LimitArgs {
                 .unwrap_or(d.redis_queue_bytes),
             test_panic_message: self.test_panic_message.clone(),
         };
+        if cfg!(not(feature = "test-hooks")) && limits.test_panic_message.is_some() {
+            return Err(Error::Config(
+                "--test-panic-message is a test hook: build with --features throng/test-hooks".into(),
+            ));
+        }
         if limits.handshake_timeout.is_zero() {
             return Err(Error::Config("handshake_timeout must be at least 1".into()));
         }

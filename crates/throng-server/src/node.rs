@@ -153,6 +153,8 @@ pub struct Node {
     pub(crate) admission: Admission,
     /// When the drain began and how long it spreads its closes over,
     /// once it has (`transport/drain.rs`).
+    /// The log lines of refused clients, one per reason per interval.
+    pub refusals: crate::refusals::RefusalLog,
     pub(crate) drain: OnceLock<(Instant, Duration)>,
     /// Connect authentication and revocations.
     pub auth: Auth,

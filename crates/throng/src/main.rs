@@ -1,9 +1,11 @@
 //! The `throng` binary: the command line, and the wiring of a serving
 //! process (`serve.rs`: which backplane, single node or cluster node;
-//! `supervisor.rs`: `serve --workers N`, N node processes on one port).
+//! `supervisor.rs`: `serve --workers N`, N node processes on one port;
+//! `token.rs`: `throng token`, test tokens).
 
 mod serve;
 mod supervisor;
+mod token;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +31,8 @@ enum Command {
     Agent(throng_bench::AgentArgs),
     /// Print (or --apply) the OS settings a big run needs, and the limits that cap it.
     Tune(throng_bench::TuneArgs),
+    /// Mint a connect token for testing (Phoenix.Token or JWT) with the server's [auth] settings.
+    Token(token::TokenArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -72,6 +76,7 @@ fn run() -> anyhow::Result<()> {
         Command::Bench(args) => throng_bench::run_bench(*args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Agent(args) => throng_bench::run_agent(args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Tune(args) => throng_bench::run_tune(args).map_err(|e| anyhow::anyhow!(e))?,
+        Command::Token(args) => token::run(args)?,
     }
     Ok(())
 }

@@ -28,6 +28,7 @@
 
 mod jwt;
 pub(crate) mod origin;
+pub mod mint;
 mod phoenix_token;
 pub(crate) mod rate;
 pub(crate) mod rules;

@@ -23,6 +23,7 @@ use crate::longpoll::{
     Session, Token, Waiting, FORWARD_GRACE_MS, SESSION_BIT,
 };
 use crate::metrics::ShardStats;
+use crate::refusals::Reason;
 use crate::node::Node;
 use crate::socket::Scratch;
 
@@ -33,6 +34,8 @@ impl Conns {
         if req.origin_refused {
             // Phoenix's long-poll answers a refused origin with status 403.
             ShardStats::add(&self.stats.origin_refusals, 1);
+            let what = "long-poll refused (403)";
+            node.refusals.note(Reason::Origin, what, &"origin not allowed");
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         }
         let token = match (req.method, req.token) {
@@ -89,6 +92,8 @@ impl Conns {
         let keep_alive = req.keep_alive;
         let Some(vsn) = req.vsn else {
             ShardStats::add(&self.stats.longpoll_refused, 1);
+            let what = "long-poll refused (403)";
+            node.refusals.note(Reason::Vsn, what, &"unsupported vsn");
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         };
         let mut connect = req.connect;
@@ -99,7 +104,8 @@ impl Conns {
             Ok(Some(found)) => user = Some(super::authenticated(&mut connect, found)),
             Err(refusal) => {
                 ShardStats::add(&self.stats.auth_refusals, 1);
-                tracing::debug!(key, "long-poll connect refused: {refusal}");
+                let why = (&refusal).into();
+                node.refusals.note(why, "long-poll connect refused (403)", &refusal);
                 return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
             }
         }
