@@ -43,7 +43,7 @@ pub struct BenchArgs {
     pub duration: Option<f64>,
     /// Seconds between each connection's heartbeats, overriding the scenario's
     /// (built-in: 30, as phoenix.js, spread evenly over the interval; Tsung
-    /// imports: 0). 0 sends none, as the seed's Tsung run did; the embedded
+    /// imports: 0). 0 sends none, as the Tsung run of the Phoenix team's 2M-connection benchmark did; the embedded
     /// server then gets no idle timeout.
     #[arg(long)]
     pub heartbeat: Option<f64>,

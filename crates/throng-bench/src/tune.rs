@@ -14,7 +14,7 @@ use crate::error::BenchError;
 use crate::report::{Lacking, OsSettings};
 use crate::sys;
 
-/// The seed's settings (fs.nr_open and the port range added for load generators).
+/// The Phoenix team's 2M-connection benchmark's settings (fs.nr_open and the port range added for load generators).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("fs.file-max", "12000500", "system-wide open files"),
     (
@@ -52,12 +52,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "net.core.netdev_max_backlog",
         "262144",
-        "packets a CPU queues on input: every loopback segment passes here, and past it the kernel drops them (not in the seed)",
+        "packets a CPU queues on input: every loopback segment passes here, and past it the kernel drops them (not in the Phoenix team's 2M-connection benchmark)",
     ),
     (
         "net.netfilter.nf_conntrack_max",
         "2500000",
-        "tracked connections, where netfilter is loaded: each loopback connection is one (not in the seed)",
+        "tracked connections, where netfilter is loaded: each loopback connection is one (not in the Phoenix team's 2M-connection benchmark)",
     ),
 ];
 
