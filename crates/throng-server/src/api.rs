@@ -314,11 +314,26 @@ const ROUTES: &[(&str, &str, &str)] = &[
 
 /// `GET /`: the routes, so a curl at the API's address shows what it has.
 async fn index() -> Response {
-    let routes: Vec<_> = ROUTES
+    #[derive(serde::Serialize)]
+    struct Route {
+        method: &'static str,
+        path: &'static str,
+        does: &'static str,
+    }
+    #[derive(serde::Serialize)]
+    struct Index {
+        routes: Vec<Route>,
+        key_header: &'static str,
+    }
+    let routes = ROUTES
         .iter()
-        .map(|(method, path, does)| json!({"method": method, "path": path, "does": does}))
+        .map(|&(method, path, does)| Route { method, path, does })
         .collect();
-    Json(json!({"routes": routes, "key_header": "X-API-Key"})).into_response()
+    Json(Index {
+        routes,
+        key_header: "X-API-Key",
+    })
+    .into_response()
 }
 
 async fn method_not_allowed() -> ApiError {
