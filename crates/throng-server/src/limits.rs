@@ -195,7 +195,8 @@ impl LimitArgs {
         };
         if cfg!(not(feature = "test-hooks")) && limits.test_panic_message.is_some() {
             return Err(Error::Config(
-                "--test-panic-message is a test hook: build with --features throng/test-hooks".into(),
+                "--test-panic-message is a test hook: build with --features throng/test-hooks"
+                    .into(),
             ));
         }
         if limits.handshake_timeout.is_zero() {

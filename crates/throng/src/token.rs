@@ -23,13 +23,23 @@ pub struct TokenArgs {
     #[arg(long, value_name = "MODE", env = "THRONG_AUTH")]
     pub mode: Option<Mode>,
     /// Phoenix.Token: the secret_key_base
-    #[arg(long, value_name = "KEY", env = "THRONG_AUTH_SECRET_KEY_BASE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "THRONG_AUTH_SECRET_KEY_BASE",
+        hide_env_values = true
+    )]
     pub secret_key_base: Option<String>,
     /// Phoenix.Token: the salt [default: "user socket"]
     #[arg(long, value_name = "SALT", env = "THRONG_AUTH_SALT")]
     pub salt: Option<String>,
     /// JWT: the HS256 secret
-    #[arg(long, value_name = "SECRET", env = "THRONG_AUTH_JWT_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "THRONG_AUTH_JWT_SECRET",
+        hide_env_values = true
+    )]
     pub jwt_secret: Option<String>,
     /// JWT: the issuer's private key (PEM), when the server verifies RS256/ES256 with its public key
     #[arg(long, value_name = "FILE")]
@@ -54,10 +64,9 @@ pub fn run(args: TokenArgs) -> anyhow::Result<()> {
     }
     .resolve()?;
     let key = match &args.private_key_file {
-        Some(path) => Some(
-            std::fs::read(path)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
-        ),
+        Some(path) => {
+            Some(std::fs::read(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?)
+        }
         None => None,
     };
     let claims = Claims {

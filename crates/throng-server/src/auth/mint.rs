@@ -17,7 +17,7 @@ use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde::Serialize;
 use sha2::Sha256;
 
-use super::{phoenix_token, now_ms, Auth, AuthConfig, Mode};
+use super::{now_ms, phoenix_token, Auth, AuthConfig, Mode};
 use crate::channel::ConnectInfo;
 use crate::Error;
 
@@ -132,7 +132,10 @@ fn jwt(
 ) -> Result<String, Error> {
     let bad = |what: String| Error::Config(format!("jwt: {what}"));
     let (alg, key) = match (&config.jwt_secret, private_key_pem) {
-        (Some(secret), _) => (Algorithm::HS256, EncodingKey::from_secret(secret.as_bytes())),
+        (Some(secret), _) => (
+            Algorithm::HS256,
+            EncodingKey::from_secret(secret.as_bytes()),
+        ),
         (None, Some(pem)) => match config.jwt_algorithm.as_deref().map(str::to_ascii_uppercase) {
             Some(a) if a == "ES256" => (
                 Algorithm::ES256,

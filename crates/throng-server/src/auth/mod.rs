@@ -27,8 +27,8 @@
 //! with token lifetimes you can live with.
 
 mod jwt;
-pub(crate) mod origin;
 pub mod mint;
+pub(crate) mod origin;
 mod phoenix_token;
 pub(crate) mod rate;
 pub(crate) mod rules;

@@ -18,8 +18,8 @@ use super::conn::Kind;
 use super::Conns;
 use crate::limits::Refusal;
 use crate::metrics::ShardStats;
-use crate::refusals::Reason;
 use crate::node::Node;
+use crate::refusals::Reason;
 
 /// The answer to a request whose head took too long.
 const TIMEOUT_RESPONSE: &[u8] =

@@ -170,9 +170,17 @@ impl Shard {
                 ShardStats::add(&conns.stats.http_errors, 1);
                 if e.origin_refused {
                     ShardStats::add(&conns.stats.origin_refusals, 1);
-                    node.refusals.note(crate::refusals::Reason::Origin, "connect refused (403)", &e.body);
+                    node.refusals.note(
+                        crate::refusals::Reason::Origin,
+                        "connect refused (403)",
+                        &e.body,
+                    );
                 } else if e.status == 403 {
-                    node.refusals.note(crate::refusals::Reason::Vsn, "connect refused (403)", &e.body);
+                    node.refusals.note(
+                        crate::refusals::Reason::Vsn,
+                        "connect refused (403)",
+                        &e.body,
+                    );
                 }
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);

@@ -23,8 +23,8 @@ use crate::longpoll::{
     Session, Token, Waiting, FORWARD_GRACE_MS, SESSION_BIT,
 };
 use crate::metrics::ShardStats;
-use crate::refusals::Reason;
 use crate::node::Node;
+use crate::refusals::Reason;
 use crate::socket::Scratch;
 
 impl Conns {
@@ -35,7 +35,8 @@ impl Conns {
             // Phoenix's long-poll answers a refused origin with status 403.
             ShardStats::add(&self.stats.origin_refusals, 1);
             let what = "long-poll refused (403)";
-            node.refusals.note(Reason::Origin, what, &"origin not allowed");
+            node.refusals
+                .note(Reason::Origin, what, &"origin not allowed");
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         }
         let token = match (req.method, req.token) {
@@ -105,7 +106,8 @@ impl Conns {
             Err(refusal) => {
                 ShardStats::add(&self.stats.auth_refusals, 1);
                 let why = (&refusal).into();
-                node.refusals.note(why, "long-poll connect refused (403)", &refusal);
+                node.refusals
+                    .note(why, "long-poll connect refused (403)", &refusal);
                 return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
             }
         }
