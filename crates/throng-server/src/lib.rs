@@ -35,10 +35,14 @@
 //! - [`metrics`]: per-shard counters and `/metrics`.
 //! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
 //!   topic rules, the push budget, revocations.
+//! - [`bind`]: binding the listeners, and refusing a port another process
+//!   holds (`--reuse-port` to share it); [`refusals`]: the rate-limited log
+//!   lines of refused clients.
 //! - [`api`]: the server API for app backends (broadcast, disconnect,
 //!   topics, stats, `/metrics`) on its own listener; [`control`]: the
 //!   nodes' own requests to each other over the backplane.
-//! - [`chat`]: the seed benchmark's chat app, written with the API;
+//! - [`chat`]: the chat app of the Phoenix team's 2M-connection
+//!   benchmark, written with the API;
 //!   [`relay`]: the channel of topics only config rules describe.
 //! - [`echo`]: a test-only channel (`--echo`) that shows what a socket
 //!   connected with.

@@ -18,6 +18,8 @@
 //! - `rules.rs`: `[[topics]]` rules: who may join which topic and push
 //!   which events, and the JWT `channels` claim.
 //! - `rate.rs`: the per-socket push budget, 4 bytes in the connection.
+//! - [`mint`]: test tokens (`throng token`), signed with the same settings
+//!   and checked by [`Auth::authenticate`] before they are handed out.
 //!
 //! Revocations are kept in memory on every node (a `disconnect` with
 //! `revoke` from the server API reaches every node through the backplane):
