@@ -19,9 +19,9 @@
 //!
 //! JSON in and out, each answer ending with a newline; errors (405 for a
 //! wrong method and 404 for an unknown route included) are
-//! `{"error":{"code","message"}}` with the HTTP status. Requests need the key in `X-API-Key` when `--api-key` is
-//! set. Bodies over [`MAX_BODY`] get 413; JSON that does not parse gets 400
-//! with serde's reason.
+//! `{"error":{"code","message"}}` with the HTTP status. Requests need the
+//! key in `X-API-Key` when `--api-key` is set. Bodies over [`MAX_BODY`] get
+//! 413; JSON that does not parse gets 400 with serde's reason.
 //!
 //! This is not the per-connection hot path, so it is axum on a small
 //! current-thread tokio runtime in its own thread, not the shards' hand-
