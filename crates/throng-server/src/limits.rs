@@ -52,7 +52,7 @@ pub struct LimitArgs {
     /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
     #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
     pub max_socket_bytes: Option<usize>,
-    /// On SIGTERM: stop accepting and close sockets in batches over this many seconds with 1012 (phoenix.js reconnects elsewhere), then exit [default: 10]
+    /// On SIGTERM or Ctrl-C: stop accepting and close sockets with 1012 (phoenix.js reconnects elsewhere) in batches over one second per 1,000 open sockets, at most this many seconds, then exit [default: 10]
     #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
     pub drain_seconds: Option<u64>,
     /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013 [default: 1073741824]
