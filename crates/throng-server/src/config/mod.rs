@@ -218,9 +218,21 @@ impl ServeArgs {
             None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
             None => d.api_bind,
             Some("none" | "off" | "") => None,
-            Some(a) => Some(a.parse().map_err(|e| {
-                Error::Config(format!("api_bind {a:?}: {e} (want IP:PORT or none)"))
-            })?),
+            // IP:PORT, or HOST:PORT resolved (localhost:4001).
+            Some(a) => Some(
+                a.parse()
+                    .ok()
+                    .or_else(|| {
+                        std::net::ToSocketAddrs::to_socket_addrs(a)
+                            .ok()
+                            .and_then(|mut addrs| addrs.next())
+                    })
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "api_bind {a:?}: want IP:PORT or HOST:PORT (127.0.0.1:4001), or none"
+                        ))
+                    })?,
+            ),
         };
         let presence = if self.presence.is_empty() {
             let rules = file.presence.unwrap_or_default();
@@ -537,6 +549,15 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert!(c.addr.ip().is_loopback(), "{}", c.addr);
         assert!(parse_bind("localhost").unwrap().is_loopback());
+        let api = ServeArgs {
+            api_bind: Some("localhost:4001".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap()
+        .api_bind
+        .unwrap();
+        assert!(api.ip().is_loopback() && api.port() == 4001, "{api}");
         assert!(whole::<u64>("-5").unwrap_err().contains("0 or more"));
     }
 }
