@@ -68,7 +68,16 @@ function start(){
     status.title = `connected over ${status.dataset.transport}`
     setStatus(status, "connected")
   })
-  socket.onError(() => setStatus(status, "disconnected", "disconnected, retrying"))
+  // phoenix.js cannot see why a connect failed (a 403 for a missing token
+  // or a refused origin looks like any error): after a few, point at the
+  // server's log, which names the reason.
+  let errors = 0
+  socket.onOpen(() => { errors = 0 })
+  socket.onError(() => {
+    errors += 1
+    const why = errors >= 3 ? " (the server's log says why, e.g. a token is needed)" : ""
+    setStatus(status, "disconnected", `disconnected, retrying${why}`)
+  })
   socket.onClose(() => { if(status.dataset.state !== "disconnected"){ setStatus(status, "disconnected") } })
 
   // The room's channel and its presence. params as a closure, so a rejoin
