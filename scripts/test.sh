@@ -44,7 +44,7 @@ scripts/check-doc-paths.sh
 stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
 
-stage "compatibility: real Tsung 1.7 runs the seed's scenarios/phoenix.xml (4,000 users)"
+stage "compatibility: real Tsung 1.7 runs scenarios/phoenix.xml, the Phoenix team's 2M-connection benchmark's config (4,000 users)"
 node --test --test-concurrency=1 --test-timeout=120000 tests/compat/
 
 if [ -d tests/cluster ]; then
