@@ -15,6 +15,8 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v tsung >/dev/null || missing+=(tsung)
 command -v node >/dev/null || missing+=(nodejs npm)
+command -v python3 >/dev/null || missing+=(python3)
+command -v curl >/dev/null || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing ${missing[*]} (apt-get)"
   as_root apt-get update -q
