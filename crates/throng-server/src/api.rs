@@ -16,10 +16,13 @@
 //!   presence store (Redis keeps every node's presences), `Endpoint::presence`.
 //! - `GET /metrics`: this node's Prometheus text (no key needed).
 //!
-//! JSON in and out; errors are `{"error":{"code","message"}}` with the
-//! HTTP status. Requests need the key in `X-API-Key` when `--api-key` is
-//! set. Bodies over [`MAX_BODY`] get 413; JSON that does not parse gets 400
-//! with serde's reason.
+//! - `GET /`: these routes, as JSON.
+//!
+//! JSON in and out, each answer ending with a newline; errors (405 for a
+//! wrong method and 404 for an unknown route included) are
+//! `{"error":{"code","message"}}` with the HTTP status. Requests need the
+//! key in `X-API-Key` when `--api-key` is set. Bodies over [`MAX_BODY`] get
+//! 413; JSON that does not parse gets 400 with serde's reason.
 //!
 //! This is not the per-connection hot path, so it is axum on a small
 //! current-thread tokio runtime in its own thread, not the shards' hand-
@@ -369,9 +372,73 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such API route")
 }
 
+/// The routes, as `GET /` lists them: method, path, what it does.
+const ROUTES: &[(&str, &str, &str)] = &[
+    ("POST", "/api/broadcast", "{topic, event, payload}: a broadcast to every subscriber of the topic, on every node"),
+    ("POST", "/api/disconnect", "{user, revoke?}: close every socket of the user on every node (1001); revoke refuses the tokens it holds now"),
+    ("GET", "/api/topics", "topics and their subscriber counts, cluster-wide"),
+    ("GET", "/api/stats", "this node's counters and the cluster's sums"),
+    ("GET", "/api/presence?topic=T", "who is on a topic, cluster-wide (presence_state JSON)"),
+    ("GET", "/metrics", "this node's Prometheus text (no key needed)"),
+];
+
+/// `GET /`: the routes, so a curl at the API's address shows what it has.
+async fn index() -> Response {
+    #[derive(serde::Serialize)]
+    struct Route {
+        method: &'static str,
+        path: &'static str,
+        does: &'static str,
+    }
+    #[derive(serde::Serialize)]
+    struct Index {
+        routes: Vec<Route>,
+        key_header: &'static str,
+    }
+    let routes = ROUTES
+        .iter()
+        .map(|&(method, path, does)| Route { method, path, does })
+        .collect();
+    Json(Index {
+        routes,
+        key_header: "X-API-Key",
+    })
+    .into_response()
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route takes another method: GET / lists each route's",
+    )
+}
+
+/// Every JSON answer ends with a newline, as a shell prompt after curl wants.
+async fn end_with_newline(res: Response) -> Response {
+    let json = res
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !json {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let mut bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => Vec::from(b),
+        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    };
+    if bytes.last() != Some(&b'\n') {
+        bytes.push(b'\n');
+    }
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
 /// The routes.
 fn router(api: Api) -> Router {
     Router::new()
+        .route("/", get(index))
         .route("/api/broadcast", post(broadcast))
         .route("/api/disconnect", post(disconnect))
         .route("/api/topics", get(topics))
@@ -379,29 +446,18 @@ fn router(api: Api) -> Router {
         .route("/api/presence", get(presence))
         .route("/metrics", get(metrics))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::map_response(end_with_newline))
         .with_state(api)
 }
 
-/// Binds `addr` now (so a taken port fails `Server::start`) and serves the
-/// API on its own thread; returns the bound address.
+/// Serves the API on `listener` (bound by `Server::start`, so a taken port
+/// fails it: `bind::api_listener`) on its own thread; returns its address.
 pub(crate) fn start(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     endpoint: Endpoint,
     key: Option<String>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    // SO_REUSEPORT, as the public listeners: during a rolling restart
-    // (`serve --workers`, SIGHUP) a worker's replacement binds its API port
-    // while the old process drains.
-    let listener: std::net::TcpListener = {
-        use socket2::{Domain, Protocol, Socket, Type};
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_reuse_address(true)?;
-        sock.set_reuse_port(true)?;
-        sock.bind(&addr.into())?;
-        sock.listen(1024)?;
-        sock.into()
-    };
-    listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     if key.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "the server API listens beyond loopback with no --api-key");

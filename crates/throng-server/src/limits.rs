@@ -46,52 +46,52 @@ use crate::Error;
 #[derive(clap::Args, Deserialize, Debug, Default, Clone)]
 pub struct LimitArgs {
     /// Seconds a connection has to send a whole HTTP request head (the WebSocket upgrade included), from accept or from the end of its previous request; then it is closed (408 if a head had begun) [default: 10]
-    #[arg(long, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
     pub handshake_timeout: Option<u64>,
     /// Open connections this process accepts; past it a new one gets 503 and is closed; 0 = no cap [default: 0]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Open connections from one source IP address; past it a new one gets 503 and is closed; 0 = no cap (behind a load balancer every client has its address) [default: 0]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<usize>,
     /// Longest join_ref or ref a message may carry; a longer one closes the socket with 1008 (phoenix.js sends short counters) [default: 64]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
     pub max_ref_bytes: Option<usize>,
     /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
     pub max_socket_bytes: Option<usize>,
-    /// On SIGTERM: stop accepting and close sockets in batches over this many seconds with 1012 (phoenix.js reconnects elsewhere), then exit [default: 10]
-    #[arg(long, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
+    /// On SIGTERM or Ctrl-C: stop accepting and close sockets with 1012 (phoenix.js reconnects elsewhere) in batches over one second per 1,000 open sockets, at most this many seconds, then exit [default: 10]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
     pub drain_seconds: Option<u64>,
     /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013 [default: 1073741824]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
     pub max_outbound_total_bytes: Option<usize>,
     /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted [default: 67108864]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
     pub max_shard_inbox_bytes: Option<usize>,
     /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted [default: 67108864]
-    #[arg(long, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
     pub redis_queue_bytes: Option<usize>,
     /// Control messages a second a socket may sustain: heartbeats, joins, leaves, ping and pong frames, and fragments under 1 KiB; excess ones get {"reason":"rate limited"} and, --push-strikes past the burst, the socket is closed with 1008; 0 = no limit (phoenix.js sends a heartbeat every 30 s) [default: 10]
     #[arg(long, value_name = "N", env = "THRONG_CONTROL_RATE")]
     pub control_rate: Option<f64>,
     /// Control messages a socket may send at once before --control-rate applies (a reconnect rejoins every channel at once) [default: 250]
-    #[arg(long, value_name = "N", env = "THRONG_CONTROL_BURST")]
+    #[arg(long, value_parser = crate::config::whole::<u32>, value_name = "N", env = "THRONG_CONTROL_BURST")]
     pub control_burst: Option<u32>,
     /// Seconds the server API gives a client to send a request's head, and then its body; past it the connection is closed [default: 10]
-    #[arg(long, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
     pub api_timeout: Option<u64>,
     /// Open connections to the server API; past it a new one gets 503 and is closed [default: 256]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
     pub max_api_connections: Option<usize>,
     /// Long-poll sessions this process keeps at once (each is also a connection for --max-connections and --max-connections-per-ip); past it a new session gets {"status":503} [default: 100000]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
     pub max_longpoll_sessions: Option<usize>,
     /// New long-poll sessions a second one address may start on one event loop (a burst of 50 first); past it {"status":503}; 0 = no limit [default: 5]
     #[arg(long, value_name = "N", env = "THRONG_LONGPOLL_SESSION_RATE")]
     pub longpoll_session_rate: Option<f64>,
     /// Arrays and objects a JSON payload may nest, from clients and from the server API; deeper is refused with {"reason":"payload nested too deeply"} (serde_json's default limit is 128) [default: 128]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
     pub max_json_depth: Option<usize>,
     /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
     #[arg(long, hide = true)]
@@ -279,6 +279,12 @@ impl LimitArgs {
                 .unwrap_or(d.max_json_depth),
             test_panic_message: self.test_panic_message.clone(),
         };
+        if cfg!(not(feature = "test-hooks")) && limits.test_panic_message.is_some() {
+            return Err(Error::Config(
+                "--test-panic-message is a test hook: build with --features throng/test-hooks"
+                    .into(),
+            ));
+        }
         if limits.handshake_timeout.is_zero() {
             return Err(Error::Config("handshake_timeout must be at least 1".into()));
         }

@@ -18,6 +18,8 @@
 //! - `rules.rs`: `[[topics]]` rules: who may join which topic and push
 //!   which events, and the JWT `channels` claim.
 //! - `rate.rs`: the per-socket push budget, 4 bytes in the connection.
+//! - [`mint`]: test tokens (`throng token`), signed with the same settings
+//!   and checked by [`Auth::authenticate`] before they are handed out.
 //!
 //! Revocations are kept in memory on every node (a `disconnect` with
 //! `revoke` from the server API reaches every node through the backplane):
@@ -28,6 +30,7 @@
 //! forgets them when it restarts.
 
 mod jwt;
+pub mod mint;
 pub(crate) mod origin;
 mod phoenix_token;
 pub(crate) mod rate;
@@ -76,6 +79,17 @@ pub enum Mode {
     PhoenixToken,
     /// JWTs with `sub` = the user id.
     Jwt,
+}
+
+impl Mode {
+    /// As written in the flag and the file: `none`, `phoenix_token`, `jwt`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::PhoenixToken => "phoenix_token",
+            Mode::Jwt => "jwt",
+        }
+    }
 }
 
 /// The `[auth]` settings, as configured.

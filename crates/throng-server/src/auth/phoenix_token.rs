@@ -37,7 +37,7 @@ use sha2::Sha256;
 use super::{MaxAge, Refusal, User, Verified, CLOCK_SKEW};
 
 /// `Base.url_encode64("HS256", padding: false)`.
-const PROTECTED: &str = "SFMyNTY";
+pub(super) const PROTECTED: &str = "SFMyNTY";
 /// Plug.Crypto's defaults: `:key_iterations`, `:key_length`.
 const ITERATIONS: u32 = 1000;
 const KEY_LEN: usize = 32;
@@ -127,7 +127,7 @@ impl PhoenixToken {
 }
 
 /// `Plug.Crypto.KeyGenerator.generate(secret, salt, 1000, 32, :sha256)`.
-fn derive_key(secret_key_base: &[u8], salt: &[u8]) -> [u8; KEY_LEN] {
+pub(super) fn derive_key(secret_key_base: &[u8], salt: &[u8]) -> [u8; KEY_LEN] {
     let mut key = [0u8; KEY_LEN];
     pbkdf2::pbkdf2_hmac::<Sha256>(secret_key_base, salt, ITERATIONS, &mut key);
     key

@@ -270,6 +270,17 @@ impl Shard {
                 ShardStats::add(&conns.stats.http_errors, 1);
                 if e.origin_refused {
                     ShardStats::add(&conns.stats.origin_refusals, 1);
+                    node.refusals.note(
+                        crate::refusals::Reason::Origin,
+                        "connect refused (403)",
+                        &e.body,
+                    );
+                } else if e.status == 403 {
+                    node.refusals.note(
+                        crate::refusals::Reason::Vsn,
+                        "connect refused (403)",
+                        &e.body,
+                    );
                 }
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
@@ -287,7 +298,8 @@ impl Shard {
                         Ok(Some(found)) => user = Some(authenticated(&mut connect, found)),
                         Err(refusal) => {
                             ShardStats::add(&conns.stats.auth_refusals, 1);
-                            tracing::debug!(key, "connect refused: {refusal}");
+                            let why = (&refusal).into();
+                            node.refusals.note(why, "connect refused (403)", &refusal);
                             let resp = crate::page::error_response(
                                 403,
                                 "Forbidden",
@@ -372,13 +384,8 @@ impl Shard {
                 }
                 ShardStats::add(&self.conns.stats.messages_in, 1);
                 if echo {
-                    // Test only, behind a hidden flag (limits.rs): a panic
-                    // on a shard thread, to test that it ends the process.
-                    if let Some(m) = &self.node.config.limits.test_panic_message {
-                        if m.as_bytes() == &data[..] {
-                            panic!("--test-panic-message received on /echo");
-                        }
-                    }
+                    #[cfg(feature = "test-hooks")]
+                    crate::echo::test_panic(&self.node, &data);
                     frame::encode_frame(&mut self.conns.reply, opcode, &data, None);
                     self.conns.msgs_out += 1;
                     return;

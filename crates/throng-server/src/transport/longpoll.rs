@@ -26,6 +26,7 @@ use crate::longpoll::{
 };
 use crate::metrics::ShardStats;
 use crate::node::Node;
+use crate::refusals::Reason;
 use crate::socket::Scratch;
 
 impl Conns {
@@ -35,6 +36,9 @@ impl Conns {
         if req.origin_refused {
             // Phoenix's long-poll answers a refused origin with status 403.
             ShardStats::add(&self.stats.origin_refusals, 1);
+            let what = "long-poll refused (403)";
+            node.refusals
+                .note(Reason::Origin, what, &"origin not allowed");
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         }
         let token = match (req.method, req.token) {
@@ -92,6 +96,8 @@ impl Conns {
         let keep_alive = req.keep_alive;
         let Some(vsn) = req.vsn else {
             ShardStats::add(&self.stats.longpoll_refused, 1);
+            let what = "long-poll refused (403)";
+            node.refusals.note(Reason::Vsn, what, &"unsupported vsn");
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         };
         // A session is a connection: counted in the connection caps and its
@@ -130,7 +136,9 @@ impl Conns {
             Ok(Some(found)) => user = Some(super::authenticated(&mut connect, found)),
             Err(refusal) => {
                 ShardStats::add(&self.stats.auth_refusals, 1);
-                tracing::debug!(key, "long-poll connect refused: {refusal}");
+                let why = (&refusal).into();
+                node.refusals
+                    .note(why, "long-poll connect refused (403)", &refusal);
                 if let Some(ip) = admitted {
                     node.admission.release_session(ip);
                 }
