@@ -166,7 +166,12 @@ pub struct ServeArgs {
     )]
     pub auth_salt: Option<String>,
     /// Phoenix.Token: refuse tokens signed longer ago than SECS (whole or fractional) [default: the max age in the token]
-    #[arg(long, help_heading = "Authentication", value_name = "SECS", env = "THRONG_AUTH_MAX_AGE")]
+    #[arg(
+        long,
+        help_heading = "Authentication",
+        value_name = "SECS",
+        env = "THRONG_AUTH_MAX_AGE"
+    )]
     pub auth_max_age: Option<crate::auth::MaxAge>,
     /// JWT: the HS256 secret
     #[arg(
@@ -203,10 +208,20 @@ pub struct ServeArgs {
     )]
     pub auth_jwt_algorithm: Option<String>,
     /// JWT: require the aud claim to name AUD (a string, or a list holding it) [default: aud not checked]
-    #[arg(long, help_heading = "Authentication", value_name = "AUD", env = "THRONG_AUTH_JWT_AUDIENCE")]
+    #[arg(
+        long,
+        help_heading = "Authentication",
+        value_name = "AUD",
+        env = "THRONG_AUTH_JWT_AUDIENCE"
+    )]
     pub auth_jwt_audience: Option<String>,
     /// JWT: require the iss claim to be ISS [default: iss not checked]
-    #[arg(long, help_heading = "Authentication", value_name = "ISS", env = "THRONG_AUTH_JWT_ISSUER")]
+    #[arg(
+        long,
+        help_heading = "Authentication",
+        value_name = "ISS",
+        env = "THRONG_AUTH_JWT_ISSUER"
+    )]
     pub auth_jwt_issuer: Option<String>,
     /// Origins allowed to open sockets: true (the Origin's host must be the request's Host), false, or a comma-separated list (https://a.com,//*.b.com); requests without an Origin are always allowed [default: true]
     #[arg(
