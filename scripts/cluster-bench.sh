@@ -18,9 +18,9 @@ command -v redis-server >/dev/null || { echo "redis-server not found: apt-get in
 cargo build --release -p throng --quiet
 bin=$PWD/target/release/throng
 
-# The OS settings from the seed, plus connection tracking, which on a box with
+# The OS settings this run needs (throng tune; `throng tune --revert` undoes them), plus connection tracking, which on a box with
 # netfilter loaded caps loopback connections at nf_conntrack_max.
-"$bin" tune --apply >/dev/null
+"$bin" tune --apply --connections "$n" >/dev/null
 if [ -w /proc/sys/net/netfilter/nf_conntrack_max ]; then
   want=$(( n * 2 + 100000 ))
   [ "$(cat /proc/sys/net/netfilter/nf_conntrack_max)" -ge "$want" ] || sysctl -qw net.netfilter.nf_conntrack_max=$want

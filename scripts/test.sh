@@ -15,6 +15,10 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v tsung >/dev/null || missing+=(tsung)
 command -v node >/dev/null || missing+=(nodejs npm)
+# tests/e2e/python.mjs makes a venv (phxsocket, PyJWT from PyPI) with python3 -m venv
+command -v python3 >/dev/null || missing+=(python3)
+python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
+command -v curl >/dev/null || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing ${missing[*]} (apt-get)"
   as_root apt-get update -q
@@ -29,17 +33,22 @@ stage "npm ci"
 npm ci --no-audit --no-fund --loglevel=error
 
 # One build profile for everything (Cargo.toml's `ci`: release speed, no LTO).
+# The test hooks (`--test-panic-message`) are a feature, compiled out of
+# the product and into the binary the tests run.
 export THRONG_BIN="$PWD/target/ci/throng"
 stage "cargo build (profile ci)"
-cargo build --profile ci -p throng --quiet
+cargo build --profile ci -p throng --features throng/test-hooks --quiet
 
 stage "cargo test (unit, property, integration)"
-cargo test --profile ci --workspace
+cargo test --profile ci --workspace --features throng/test-hooks
+
+stage "docs name only paths that exist"
+scripts/check-doc-paths.sh
 
 stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
 
-stage "compatibility: real Tsung 1.7 runs the seed's scenarios/phoenix.xml (4,000 users)"
+stage "compatibility: real Tsung 1.7 runs scenarios/phoenix.xml, the Phoenix team's 2M-connection benchmark's config (4,000 users)"
 node --test --test-concurrency=1 --test-timeout=120000 tests/compat/
 
 if [ -d tests/cluster ]; then

@@ -59,36 +59,69 @@ function start(){
   // back to long-poll (/socket/longpoll): after an error of the first
   // WebSocket attempt, or 2.5 s without one opening. phoenix.js remembers
   // the fallback for the tab's session.
-  const socket = new Socket("/socket", {params: {}, longPollFallbackMs: 2500})
+  // With connect auth on (examples/jwt.toml), open the page as
+  // /?token=TOKEN (`throng token` mints one): it is sent as authToken.
+  const authToken = new URLSearchParams(location.search).get("token") || undefined
+  const socket = new Socket("/socket", {params: {}, authToken, longPollFallbackMs: 2500})
   socket.onOpen(() => {
     status.dataset.transport = socket.conn instanceof LongPoll ? "longpoll" : "websocket"
     status.title = `connected over ${status.dataset.transport}`
     setStatus(status, "connected")
   })
-  socket.onError(() => setStatus(status, "disconnected", "disconnected, retrying"))
+  // phoenix.js cannot see why a connect failed (a 403 for a missing token
+  // or a refused origin looks like any error): after a few, point at the
+  // server's log, which names the reason.
+  let errors = 0
+  socket.onOpen(() => { errors = 0 })
+  socket.onError(() => {
+    errors += 1
+    const why = errors >= 3 ? " (the server's log says why, e.g. a token is needed)" : ""
+    setStatus(status, "disconnected", `disconnected, retrying${why}`)
+  })
   socket.onClose(() => { if(status.dataset.state !== "disconnected"){ setStatus(status, "disconnected") } })
 
-  // params as a closure, so a rejoin after a reconnect uses the current name
-  const channel = socket.channel(TOPIC, () => ({user: userName()}))
-  channel.on("new:msg", payload => renderMessage(list, payload))
-  const presence = new Presence(channel)
-  presence.onSync(() => renderOnline(byId("online"), presence))
-  channel.join()
-    .receive("ok", () => setStatus(status, "joined"))
-    .receive("error", ({reason} = {}) => setStatus(status, "error", `join failed: ${reason || "unknown"}`))
-    .receive("timeout", () => setStatus(status, "error", "join timed out"))
+  // The room's channel and its presence. params as a closure, so a rejoin
+  // after a reconnect uses the current name; a rename joins again under
+  // the new name, so the online list shows it (the presence key is the
+  // join's `user` param).
+  const room = {channel: null, presence: null}
+  const join = () => {
+    const channel = socket.channel(TOPIC, () => ({user: userName()}))
+    channel.on("new:msg", payload => renderMessage(list, payload))
+    const presence = new Presence(channel)
+    let synced = false
+    presence.onSync(() => { synced = true; renderOnline(byId("online"), presence) })
+    channel.join()
+      .receive("ok", () => {
+        setStatus(status, "joined")
+        // Without presence on the server, say how to turn it on.
+        setTimeout(() => { byId("presence-off").hidden = synced || room.channel !== channel }, 2000)
+      })
+      .receive("error", ({reason} = {}) => setStatus(status, "error", `join failed: ${reason || "unknown"}`))
+      .receive("timeout", () => setStatus(status, "error", "join timed out"))
+    Object.assign(room, {channel, presence})
+    window.throng = {socket, channel, presence}
+  }
+  join()
+  let joinedAs = userName()
+  userInput.addEventListener("change", () => {
+    if(userName() === joinedAs){ return }
+    joinedAs = userName()
+    room.channel.leave()
+    join()
+  })
 
   form.addEventListener("submit", event => {
     event.preventDefault()
     const body = messageInput.value.trim()
     if(!body){ return }
-    channel.push("new:msg", {user: userName(), body})
+    room.channel.push("new:msg", {user: userName(), body})
     messageInput.value = ""
     messageInput.focus()
   })
 
+  byId("room").textContent = TOPIC
   socket.connect()
-  window.throng = {socket, channel, presence}
 }
 
 if(document.readyState === "loading"){

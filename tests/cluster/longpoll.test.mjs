@@ -198,3 +198,42 @@ test("phoenix.js over long-poll, each request on a new connection: both workers 
   assert.equal(socket.conn.token, token)
   t.diagnostic(`${seen.length} requests: ${pids.map(p => `${seen.filter(s => s === p).length} on ${p}`).join(", ")}`)
 })
+
+/** Metrics of `pid`'s worker until `pred` holds (the connection is kept alive: same worker). */
+const metricsUntil = (conn, pred, label) => waitFor(async () => {
+  const m = await metricsOn(conn)
+  return pred(m) ? m : null
+}, 10000, label)
+
+test("a poll whose connection closes on the other worker: the messages that come next wait for the next poll", T, async t => {
+  const {server, pids} = await cluster(t)
+  const conns = await connPerWorker(t, server, pids)
+  const [home, away] = pids
+  const onHome = conns.get(home), onAway = conns.get(away)
+  const ws = await wsClientPerWorker(t, server, pids)
+
+  const created = await lpOn(onHome, "GET", "vsn=2.0.0")
+  const q = `vsn=2.0.0&token=${created.token}`
+  assert.deepEqual(await lpOn(onHome, "POST", q, JSON.stringify(["1", "1", "rooms:lobby", "phx_join", {}])), {status: 200})
+  assert.equal((await lpOn(onHome, "GET", q)).status, 200)
+
+  // A poll through `away` parks at the session on `home`; then its connection closes.
+  onAway.send(`GET /socket/longpoll?${q} HTTP/1.1\r\nHost: x\r\n\r\n`)
+  await metricsUntil(onHome, m => m.throng_longpoll_polls_waiting === 1, "the forwarded poll parked on home")
+  onAway.close()
+  // `away` tells `home`, which takes the poll back.
+  await metricsUntil(onHome, m => m.throng_longpoll_polls_waiting === 0, "the closed poll taken back")
+
+  ws.get(home).send("after the close")
+  const bodies = []
+  await waitFor(async () => {
+    const res = await lpOn(onHome, "GET", q)
+    assert.ok(res.status === 200 || res.status === 204, JSON.stringify(res))
+    for(const m of res.messages){
+      const [, , topic, event, payload] = JSON.parse(m)
+      if(topic === "rooms:lobby" && event === "new:msg"){ bodies.push(payload.body) }
+    }
+    return bodies.length > 0
+  }, 20000, "the broadcast at the session's next poll")
+  assert.deepEqual(bodies, ["after the close"])
+})

@@ -87,13 +87,17 @@ test("API broadcast and topics span both nodes; disconnect closes the user's soc
 
   const res = await api(a, "POST", "/api/disconnect", {user: "alice", revoke: true})
   assert.equal(res.status, 200)
+  const revokedAt = Date.now()
   await waitFor(() => aliceA.closeCodes.length > 0 && aliceB.closeCodes.length > 0, 5000, "alice's sockets closed on A and B")
   assert.deepEqual([aliceA.closeCodes[0], aliceB.closeCodes[0]], [1001, 1001])
   // Both reconnect within 50 ms with the old token, and both nodes refuse it.
   await waitFor(() => aliceA.refusedReconnects >= 2 && aliceB.refusedReconnects >= 2, 5000, "alice's reconnects refused on both nodes")
   assert.deepEqual(bobB.closeCodes, [], "bob keeps his socket")
-  // A token signed after the revocation connects on either node.
-  const fresh = await connectPhoenix(b.wsUrl, "2.0.0", {params: {token: token("alice", Date.now() + 1)}})
+  // A token signed after the revocation and its 60 s clock-skew allowance
+  // (tokens claiming up to 60 s ahead are revoked too) connects on either
+  // node: checked at least 2 ms after the revocation, it is within 60 s ahead.
+  while(Date.now() < revokedAt + 2){ await new Promise(resolve => setTimeout(resolve, 1)) }
+  const fresh = await connectPhoenix(b.wsUrl, "2.0.0", {params: {token: token("alice", revokedAt + 60_000 + 1)}})
   await closePhoenix(fresh)
 
   // The revocation is kept in Redis with its expiry (a day by default) ...

@@ -3,8 +3,9 @@
 // clients come back by themselves.
 import {test} from "node:test"
 import assert from "node:assert/strict"
+import {spawnSync} from "node:child_process"
 import {
-  startRedis, startThrong, lobbyClient, closeAll, connectionOwners, waitFor, sleep,
+  startRedis, startThrong, lobbyClient, closeAll, connectionOwners, waitFor, sleep, THRONG_BIN,
 } from "./helpers.mjs"
 
 const T = {timeout: 30000}
@@ -130,4 +131,21 @@ test("(c) SIGKILL a worker: its clients reconnect, survivors lose nothing, broad
   onNew.send("from the restarted worker")
   await waitFor(() => clients.every(c => c.count("from the restarted worker") === 1), 10000,
     "the restarted worker's broadcast at every client")
+})
+
+test("a second throng serve on the workers' port is refused, not let in (issue 27)", T, async t => {
+  const redis = await startRedis()
+  t.after(() => redis.stop())
+  const server = await startThrong(["--workers", "2", "--redis", redis.url])
+  t.after(() => server.stop())
+  const second = spawnSync(THRONG_BIN, ["serve", "--bind", "127.0.0.1", "--port", String(server.port), "--api-bind", "none"],
+    {encoding: "utf8", timeout: 10000, env: {...process.env, RUST_BACKTRACE: "0"}})
+  assert.notEqual(second.status, 0, second.stdout)
+  assert.match(second.stderr, /another process holds the port.*--reuse-port/)
+  assert.doesNotMatch(second.stdout, /listening on/)
+  // The workers' API port is held too, while they run.
+  const api = spawnSync(THRONG_BIN, ["serve", "--port", "0", "--api-bind", `127.0.0.1:${server.apiPort}`],
+    {encoding: "utf8", timeout: 10000, env: {...process.env, RUST_BACKTRACE: "0"}})
+  assert.notEqual(api.status, 0, api.stdout)
+  assert.match(api.stderr, /\(the server API\)/)
 })

@@ -241,7 +241,7 @@ function describeStats(stats){
 
 // ---------------------------------------------------------------------------
 
-test(`real Tsung 1.7 runs the seed's scenarios/phoenix.xml (binary frames): ${USERS} users connect and join "status":"ok", no errors`, {timeout: 110000}, async t => {
+test(`real Tsung 1.7 runs scenarios/phoenix.xml (the Phoenix team's 2M-connection benchmark) (binary frames): ${USERS} users connect and join "status":"ok", no errors`, {timeout: 110000}, async t => {
   let tsungVersion
   try {
     tsungVersion = execFileSync("tsung", ["-v"], {encoding: "utf8"}).trim()

@@ -275,8 +275,16 @@ describe("server API", () => {
     assert.deepEqual(await withTimeout(Promise.all(codes), 5000, "both of gina's sockets to close"), [1001, 1001])
     await withTimeout(reconnectRefused.promise, 5000, "gina's reconnect to be refused")
     assert.equal((await upgrade(server.port, `/socket/websocket?vsn=2.0.0&token=${old}`)).status, 403)
-    // A token signed after the revocation is good again.
-    const fresh = token("gina", {signedAtMs: Date.now() + 1})
+    // The revocation reaches 60 s ahead (the clock-skew allowance a token
+    // may claim): a token signed just now is refused too, and one signed
+    // past that is good again.
+    const revokedAt = Date.now()
+    const now = token("gina", {signedAtMs: revokedAt + 1})
+    assert.equal((await upgrade(server.port, `/socket/websocket?vsn=2.0.0&token=${now}`)).status, 403)
+    // (signed 60,001 ms after the revocation, checked at least 2 ms after it:
+    // within the allowance)
+    while(Date.now() < revokedAt + 2){ await new Promise(resolve => setTimeout(resolve, 1)) }
+    const fresh = token("gina", {signedAtMs: revokedAt + 60_000 + 1})
     assert.equal((await upgrade(server.port, `/socket/websocket?vsn=2.0.0&token=${fresh}`)).status, 101)
     assert.equal(otherClosed, false, "another user's socket stays")
     assert.ok(await metric("throng_user_disconnects_total") >= 2)

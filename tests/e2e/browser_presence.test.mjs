@@ -72,6 +72,11 @@ test("the chat page shows who is online, with tabs, as they come and go", {timeo
   for(const {page} of [alice, alice2]){ await online(page, ["alice \u00d72"]) }
   await alice2.context.close()
   await online(alice.page, ["alice"])
+  // A rename joins again under the new name: the online list follows it.
+  await alice.page.locator("#user").fill("alicia")
+  await alice.page.locator("#user").dispatchEvent("change")
+  await online(alice.page, ["alicia"])
+  assert.match(await alice.page.locator(".room-note").first().textContent(), /rooms:lobby.*second tab/)
   assert.deepEqual(alice.errors, [], `page errors: ${alice.errors.join("\n")}`)
   await alice.context.close()
 })

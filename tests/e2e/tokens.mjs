@@ -30,13 +30,44 @@ function extData(data){
   return Buffer.concat([head, bytes])
 }
 
-/** Phoenix.Token.sign(secretKeyBase, salt, data, signed_at: .., max_age: ..). */
-export function phoenixToken(secretKeyBase, salt, data, {signedAtMs = Date.now(), maxAge = 86400} = {}){
+/** NEW_FLOAT_EXT: what term_to_binary writes for a float (`86400.0`). */
+function extFloat(x){
+  const b = Buffer.alloc(9)
+  b[0] = 70
+  b.writeDoubleBE(x, 1)
+  return b
+}
+
+/** An atom key (SMALL_ATOM_UTF8_EXT), as OTP 26+ writes it. */
+function extAtom(name){
+  return Buffer.concat([Buffer.from([119, name.length]), Buffer.from(name, "latin1")])
+}
+
+/** Plug.Crypto.MessageVerifier.sign: `SFMyNTY.<term>.<HMAC-SHA256>` under the PBKDF2 key. */
+function signTerm(secretKeyBase, salt, term){
   const key = pbkdf2Sync(secretKeyBase, salt, 1000, 32, "sha256")
-  const term = Buffer.concat([Buffer.from([131, 104, 3]), extData(data), extInteger(signedAtMs), extInteger(maxAge)])
   const plain = `${Buffer.from("HS256").toString("base64url")}.${term.toString("base64url")}`
   const mac = createHmac("sha256", key).update(plain).digest("base64url")
   return `${plain}.${mac}`
+}
+
+/**
+ * Phoenix.Token.sign(secretKeyBase, salt, data, signed_at: .., max_age: ..): the term
+ * {data, signed_at_ms, max_age}. `floatMaxAge`: the max age as a float (`max_age: 86400.0`).
+ */
+export function phoenixToken(secretKeyBase, salt, data, {signedAtMs = Date.now(), maxAge = 86400, floatMaxAge = false} = {}){
+  const age = floatMaxAge ? extFloat(maxAge) : extInteger(maxAge)
+  return signTerm(secretKeyBase, salt, Buffer.concat([Buffer.from([131, 104, 3]), extData(data), extInteger(signedAtMs), age]))
+}
+
+/** Phoenix 1.3/1.4's Phoenix.Token.sign: the map %{data: data, signed: signed_at_ms}, no max age. */
+export function phoenixTokenLegacy(secretKeyBase, salt, data, {signedAtMs = Date.now()} = {}){
+  const term = Buffer.concat([
+    Buffer.from([131, 116, 0, 0, 0, 2]),
+    extAtom("data"), extData(data),
+    extAtom("signed"), extInteger(signedAtMs),
+  ])
+  return signTerm(secretKeyBase, salt, term)
 }
 
 /** An HS256 JWT of `claims`. */

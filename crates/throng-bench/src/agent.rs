@@ -116,22 +116,39 @@ fn close_delivered(out: &TcpStream, limit: Duration) {
     }
 }
 
-/// Connects to the controller (retrying for 10 s) and authenticates as
-/// `role`: the link's writing and reading halves.
+/// How long an agent tries to reach its controller.
+const CONNECT_FOR: Duration = Duration::from_secs(30);
+
+/// Connects to the controller (retrying for [`CONNECT_FOR`], saying so at
+/// the first failure and every 5 s: a remote agent started before its
+/// controller used to sit silent) and authenticates as `role`: the link's
+/// writing and reading halves.
 pub(crate) fn link(
     controller: SocketAddr,
     token: &str,
     role: wire::Role,
 ) -> Result<(TcpStream, BufReader<TcpStream>), BenchError> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let start = Instant::now();
+    let mut next_note = start;
     let stream = loop {
         match TcpStream::connect(controller) {
             Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                tracing::debug!("controller not there yet: {e}");
+            Err(e) if start.elapsed() < CONNECT_FOR => {
+                if Instant::now() >= next_note {
+                    next_note += Duration::from_secs(5);
+                    eprintln!(
+                        "throng agent: no controller at {controller} ({e}); retrying for {} s more: start `throng bench --remote-agents N --listen {controller}` there",
+                        CONNECT_FOR.saturating_sub(start.elapsed()).as_secs()
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                return Err(BenchError::Limit(format!(
+                    "no controller at {controller} after {} s ({e}): start `throng bench --remote-agents N --listen {controller}` first, or fix --controller",
+                    CONNECT_FOR.as_secs()
+                )))
+            }
         }
     };
     stream.set_nodelay(true)?;

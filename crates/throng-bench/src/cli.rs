@@ -1,7 +1,9 @@
 //! The command line of `throng bench`, `throng agent` and `throng tune`, and
-//! what the bench flags mean for the load: [`BenchArgs::load`] is the one
-//! place flags shape the scenario (the built-in one, or a `--scenario` or
-//! `--tsung` file scaled by them).
+//! what the bench flags mean for the load. The flags that shape the load
+//! are one struct, [`LoadArgs`] (flattened into [`BenchArgs`], under their
+//! own help heading), and [`LoadArgs::load`] is the one place they shape
+//! the scenario (the built-in one, or a `--scenario` or `--tsung` file
+//! scaled by them), after checking each flag's bounds.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,93 +16,171 @@ use crate::tsung::{self, TsungImport};
 
 /// `throng bench`: run a load test (the controller).
 #[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "The run (server, agents, output)")]
 pub struct BenchArgs {
-    /// Users (connections) in all: the built-in chat scenario's size, or the
-    /// total a --scenario/--tsung run is scaled to.
-    #[arg(long, visible_alias = "max-users")]
-    pub connections: Option<u64>,
-    /// Broadcasts each publisher sends once everyone has joined (built-in scenario).
-    #[arg(long, default_value_t = 0)]
-    pub broadcasts: u32,
-    /// Publishers (built-in scenario); everyone else listens.
-    #[arg(long, default_value_t = 1)]
-    pub publishers: u64,
-    /// Seconds between one publisher's broadcasts.
-    #[arg(long, default_value_t = 0.1)]
-    pub broadcast_interval: f64,
-    /// Seconds the publishers wait, once everyone has joined, before their
-    /// first broadcast (built-in scenario): hold the crowd, then broadcast.
-    #[arg(long, default_value_t = 0.0)]
-    pub broadcast_after: f64,
-    /// New users per second, on a fixed schedule. Without it (and without
-    /// --duration) the built-in scenario's users arrive adaptively: the
-    /// controller raises the rate while handshakes stay quick and backs off
-    /// when they queue, and reports the rate it found and what set it.
-    #[arg(long)]
-    pub arrival_rate: Option<f64>,
-    /// Ramp-up seconds (all arrival phases together).
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Seconds between each connection's heartbeats, overriding the scenario's
-    /// (built-in: 30, as phoenix.js, spread evenly over the interval; Tsung
-    /// imports: 0). 0 sends none, as the seed's Tsung run did; the embedded
-    /// server then gets no idle timeout.
-    #[arg(long)]
-    pub heartbeat: Option<f64>,
-    /// Seconds between the points of the grid heartbeats fall on, shared by
-    /// every agent on the host (default 0.1): each connection keeps its own
-    /// phase and interval, and the server's processes read the heartbeats
-    /// due in one step together. 0: each at its own millisecond.
-    #[arg(long)]
-    pub heartbeat_grid: Option<f64>,
-    /// Seconds a TCP connect plus WebSocket upgrade may take before it
-    /// counts as a timeout (default: the scenario's, 10).
-    #[arg(long)]
-    pub connect_timeout: Option<f64>,
     /// Measure the machine's floor before the ramp-up: the same fan-out
     /// as a broadcast written by minimal writers with no server logic, so
     /// broadcasts report their time to the last receiver as a ratio to it
     /// (`auto`: when the run broadcasts, with the embedded server and local agents).
     #[arg(long, value_enum, default_value_t = FloorMode::Auto, num_args = 0..=1, default_missing_value = "on")]
     pub floor: FloorMode,
-    /// Use the v1 serializer (JSON objects) in the built-in scenario.
-    #[arg(long)]
-    pub v1: bool,
-    /// A TOML scenario (see scenarios/README.md).
-    #[arg(long, conflicts_with = "tsung")]
-    pub scenario: Option<PathBuf>,
-    /// A Tsung XML config to run (e.g. scenarios/phoenix.xml).
-    #[arg(long)]
-    pub tsung: Option<PathBuf>,
     /// A running server (HOST:PORT) instead of the embedded `throng serve`.
-    #[arg(long)]
+    /// Server-side figures need its /metrics on that port: start it with
+    /// `throng serve --public-metrics`.
+    #[arg(long, value_name = "HOST:PORT")]
     pub target: Option<String>,
-    /// Local agent processes (default: as many as the connections need).
-    #[arg(long)]
+    /// Local agent processes [default: as many as the connections need].
+    #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
     pub agents: Option<u32>,
     /// Remote agents to wait for (`throng agent --controller` on --listen).
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "COUNT",
+        allow_negative_numbers = true
+    )]
     pub remote_agents: u32,
-    /// Where agents reach the controller.
-    #[arg(long, default_value = "127.0.0.1:0")]
+    /// Where agents reach the controller (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR:PORT")]
     pub listen: String,
     /// The secret agents must prove they know (and that the controller
     /// proves to them); default: a fresh one, handed to local agents and
     /// printed for remote ones.
     #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
-    /// Seconds to keep everyone connected after the ramp-up before the
-    /// disconnect storm (default: until sessions park and broadcasts are
-    /// delivered, at most 60 s; 10 s when sessions never park, such as Tsung
-    /// think loops; plus what the sessions wait on purpose after the ramp-up,
-    /// such as --broadcast-after). A hold that ends with broadcasts still
-    /// out says so.
-    #[arg(long)]
+    /// Seconds to keep everyone connected after the ramp-up, before the
+    /// disconnect storm. Default: until every session has done its steps
+    /// and its broadcasts are delivered, at most 60 s plus what the
+    /// sessions wait on purpose (such as --broadcast-after); sessions that
+    /// never end their steps (a Tsung config's think loops) are held 10 s
+    /// plus their scheduled waits, at most 60 s in all. A countdown shows
+    /// while holding, and a hold that ends with broadcasts still out says so.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub hold: Option<f64>,
     /// The embedded server's idle timeout (default: the server's, or 0 when
     /// the scenario sends no heartbeats).
-    #[arg(long)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub idle_timeout: Option<u64>,
+    /// Extra argument for the embedded `throng serve` (repeatable).
+    #[arg(long, allow_hyphen_values = true)]
+    pub server_arg: Vec<String>,
+    /// Write the results as JSON (also when the run is interrupted: what
+    /// was measured so far).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report [default: throng-bench-PID.html
+    /// in the temporary directory; its path is printed at the end].
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Seconds between timeline samples (users, connected, rates, CPU, RSS).
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub sample_interval: f64,
+    /// Run the embedded server and local agents in a private network
+    /// namespace whose TCP hash table fits the run (root, Linux 5.19+):
+    /// `auto` does so when the connections overfill the host's table.
+    #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
+    pub netns: NetnsMode,
+    /// The live dashboard's port (0 = off). On a terminal it stays up after
+    /// the run until Enter is pressed.
+    #[arg(long, default_value_t = 8091, value_name = "PORT")]
+    pub dashboard_port: u16,
+    /// What the users do (last: clap keeps a flattened struct's help
+    /// heading for the flags after it): the scenario and its size, schedule and
+    /// heartbeats ([`LoadArgs::load`] turns them into the scenario).
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// The flags of `throng bench` that shape the load: one struct, parsed by
+/// clap, turned into the scenario in one place ([`LoadArgs::load`]).
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Load (what the users do)")]
+pub struct LoadArgs {
+    /// Users (connections) in all: the built-in chat scenario's size, or the
+    /// total a --scenario/--tsung run is scaled to [default: 1000 for the
+    /// built-in scenario, the file's own total otherwise].
+    #[arg(
+        long,
+        visible_alias = "max-users",
+        value_name = "USERS",
+        allow_negative_numbers = true
+    )]
+    pub connections: Option<u64>,
+    /// Broadcasts each publisher sends once everyone has joined (built-in scenario).
+    #[arg(
+        long,
+        default_value_t = 0,
+        value_name = "COUNT",
+        allow_negative_numbers = true
+    )]
+    pub broadcasts: u32,
+    /// Publishers (built-in scenario); everyone else listens.
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_name = "USERS",
+        allow_negative_numbers = true
+    )]
+    pub publishers: u64,
+    /// Seconds between one publisher's broadcasts.
+    #[arg(
+        long,
+        default_value_t = 0.1,
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub broadcast_interval: f64,
+    /// Seconds the publishers wait, once everyone has joined, before their
+    /// first broadcast (built-in scenario): hold the crowd, then broadcast.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub broadcast_after: f64,
+    /// New users per second, on a fixed schedule. Without it (and without
+    /// --duration) the built-in scenario's users arrive adaptively: the
+    /// controller raises the rate while handshakes stay quick and backs off
+    /// when they queue, and reports the rate it found and what set it.
+    /// With --scenario/--tsung: every phase's rate [default: the file's].
+    #[arg(long, value_name = "USERS_PER_SEC", allow_negative_numbers = true)]
+    pub arrival_rate: Option<f64>,
+    /// Ramp-up seconds (all arrival phases together) [default: as long as
+    /// the users take to arrive at the rate].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+    /// Seconds between each connection's heartbeats, overriding the scenario's
+    /// (built-in: 30, as phoenix.js, spread evenly over the interval; Tsung
+    /// imports: 0). 0 sends none, as the Tsung run of the Phoenix team's
+    /// 2M-connection benchmark did; the embedded server then gets no idle
+    /// timeout.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub heartbeat: Option<f64>,
+    /// Seconds between the points of the grid heartbeats fall on, shared by
+    /// every agent on the host (default 0.1): each connection keeps its own
+    /// phase and interval, and the server's processes read the heartbeats
+    /// due in one step together. 0: each at its own millisecond.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub heartbeat_grid: Option<f64>,
+    /// Seconds a TCP connect plus WebSocket upgrade may take before it
+    /// counts as a timeout [default: the scenario's, 10].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub connect_timeout: Option<f64>,
+    /// Use the v1 serializer (JSON objects) in the built-in scenario.
+    #[arg(long)]
+    pub v1: bool,
+    /// A TOML scenario (see scenarios/README.md).
+    #[arg(long, conflicts_with = "tsung", value_name = "FILE")]
+    pub scenario: Option<PathBuf>,
+    /// A Tsung XML config to run (e.g. scenarios/phoenix.xml).
+    #[arg(long, value_name = "FILE")]
+    pub tsung: Option<PathBuf>,
     /// Presence on the joined topics, as `throng serve --presence` spells
     /// it (`rooms:lobby=param:user`, `/count` for counts only), overriding
     /// the scenario's (`off`: none): the embedded server keeps it, and the
@@ -108,26 +188,6 @@ pub struct BenchArgs {
     /// to every subscriber. Against --target, the rule the server has.
     #[arg(long)]
     pub presence: Option<String>,
-    /// Extra argument for the embedded `throng serve` (repeatable).
-    #[arg(long, allow_hyphen_values = true)]
-    pub server_arg: Vec<String>,
-    /// Write the results as JSON.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Write a self-contained HTML report.
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-    /// Seconds between timeline samples (users, connected, rates, CPU, RSS).
-    #[arg(long, default_value_t = 1.0)]
-    pub sample_interval: f64,
-    /// Run the embedded server and local agents in a private network
-    /// namespace whose TCP hash table fits the run (root, Linux 5.19+):
-    /// `auto` does so when the connections overfill the host's table.
-    #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
-    pub netns: NetnsMode,
-    /// The live dashboard's port (0 = off).
-    #[arg(long, default_value_t = 8091)]
-    pub dashboard_port: u16,
 }
 
 /// `throng bench --netns`.
@@ -164,7 +224,7 @@ pub struct AgentArgs {
     #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
     pub token: String,
     /// Be a floor writer instead (started by `throng bench` itself; see
-    /// the floor measurement in crates/throng-bench/src/floor.rs).
+    /// the floor measurement in crates/throng-bench/src/floor/).
     #[arg(long, hide = true)]
     pub floor_writer: bool,
 }
@@ -172,11 +232,16 @@ pub struct AgentArgs {
 /// `throng tune`: print (or apply) OS settings and the limits that cap a run.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TuneArgs {
-    /// Apply the settings with `sysctl -w` (needs root).
-    #[arg(long)]
+    /// Raise the settings the planned run lacks (root): nothing is lowered,
+    /// and the values replaced are saved for --revert first.
+    #[arg(long, conflicts_with = "revert")]
     pub apply: bool,
-    /// Check the limits for a run of this many connections.
+    /// Restore the values the last --apply replaced.
     #[arg(long)]
+    pub revert: bool,
+    /// The planned run's connections: what it needs, and the limits that
+    /// cap it [default: 1000000].
+    #[arg(long, value_name = "CONNECTIONS")]
     pub connections: Option<u64>,
 }
 
@@ -199,18 +264,40 @@ pub struct Load {
 pub const ADAPTIVE_START: f64 = 100.0;
 
 impl BenchArgs {
+    /// The load ([`LoadArgs::load`]), once the run's own flags are in
+    /// bounds: an error names the flag before anything starts.
+    pub fn load(&self) -> Result<Load, BenchError> {
+        let bad =
+            |flag: &str, v: f64, want: &str| Err(BenchError::Usage(format!("{flag} {v}: {want}")));
+        let s = self.sample_interval;
+        if !(s.is_finite() && s > 0.0) {
+            return bad("--sample-interval", s, "seconds must be more than 0");
+        }
+        if let Some(h) = self.hold.filter(|h| !(h.is_finite() && *h >= 0.0)) {
+            return bad("--hold", h, "seconds must be 0 or more");
+        }
+        self.load.load()
+    }
+}
+
+impl LoadArgs {
     /// The scenario these flags describe, each flag applied once: the
     /// built-in chat scenario built from them, or a `--scenario`/`--tsung`
     /// file scaled by `--arrival-rate` (every phase), `--duration` (the whole
     /// ramp-up, split in proportion) and `--connections` (phases' caps scaled
     /// to add up to it, lengthened if needed); then `--heartbeat` for any.
     pub fn load(&self) -> Result<Load, BenchError> {
+        self.check()?;
         let (mut scenario, tsung) = match (&self.tsung, &self.scenario) {
             (Some(path), _) => {
-                let import = tsung::import(&std::fs::read_to_string(path)?)?;
+                let import =
+                    tsung::import(&read("--tsung", path)?).map_err(|e| in_file(path, e))?;
                 (import.scenario.clone(), Some(import))
             }
-            (None, Some(path)) => (Scenario::from_toml(&std::fs::read_to_string(path)?)?, None),
+            (None, Some(path)) => (
+                Scenario::from_toml(&read("--scenario", path)?).map_err(|e| in_file(path, e))?,
+                None,
+            ),
             (None, None) => (self.chat(), None),
         };
         if self.tsung.is_some() || self.scenario.is_some() {
@@ -226,7 +313,7 @@ impl BenchArgs {
         }
         if let Some(h) = self.heartbeat {
             if !(h.is_finite() && h >= 0.0) {
-                return Err(BenchError::Scenario(format!(
+                return Err(BenchError::Usage(format!(
                     "--heartbeat {h}: seconds must be 0 (off) or more"
                 )));
             }
@@ -242,7 +329,7 @@ impl BenchArgs {
         }
         if let Some(t) = self.connect_timeout {
             if !(t.is_finite() && t > 0.0) {
-                return Err(BenchError::Scenario(format!(
+                return Err(BenchError::Usage(format!(
                     "--connect-timeout {t}: seconds must be more than 0"
                 )));
             }
@@ -254,6 +341,49 @@ impl BenchArgs {
             tsung,
             adaptive,
         })
+    }
+
+    /// The flags' own bounds, checked before anything starts: a run of
+    /// nothing, a rate of 0 or a negative time is refused with the flag named.
+    fn check(&self) -> Result<(), BenchError> {
+        let bad = |flag: &str, v: String, want: &str| {
+            Err(BenchError::Usage(format!("{flag} {v}: {want}")))
+        };
+        if self.connections == Some(0) {
+            return bad("--connections", "0".into(), "a run needs at least 1 user");
+        }
+        let positive = [
+            (
+                "--arrival-rate",
+                self.arrival_rate,
+                "users per second must be more than 0 (leave it out for adaptive arrival)",
+            ),
+            ("--duration", self.duration, "seconds must be more than 0"),
+        ];
+        for (flag, v, want) in positive {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return bad(flag, v.to_string(), want);
+            }
+        }
+        let at_least_0 = [
+            ("--broadcast-interval", Some(self.broadcast_interval)),
+            ("--broadcast-after", Some(self.broadcast_after)),
+        ];
+        for (flag, v) in at_least_0 {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+                return bad(flag, v.to_string(), "seconds must be 0 or more");
+            }
+        }
+        let builtin = self.scenario.is_none() && self.tsung.is_none();
+        let users = self.connections.unwrap_or(1000);
+        if builtin && self.broadcasts > 0 && !(1..=users).contains(&self.publishers) {
+            return bad(
+                "--publishers",
+                self.publishers.to_string(),
+                &format!("1 to --connections ({users}) users send the --broadcasts"),
+            );
+        }
+        Ok(())
     }
 
     /// Whether arrivals are adaptive: the built-in scenario with no
@@ -294,6 +424,26 @@ impl BenchArgs {
         );
         scenario::delay_publish(&mut sc, self.broadcast_after);
         sc
+    }
+}
+
+/// A scenario file's text; an error names the flag and the file.
+fn read(flag: &str, path: &std::path::Path) -> Result<String, BenchError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        BenchError::Usage(format!(
+            "{flag} {}: cannot read it: {e} (a path relative to {})",
+            path.display(),
+            std::env::current_dir().map_or_else(|_| "here".into(), |d| d.display().to_string())
+        ))
+    })
+}
+
+/// An error in a scenario file, with the file's name in front.
+fn in_file(path: &std::path::Path, e: BenchError) -> BenchError {
+    match e {
+        BenchError::Scenario(m) => BenchError::Scenario(format!("{}: {m}", path.display())),
+        BenchError::Tsung(m) => BenchError::Tsung(format!("{}: {m}", path.display())),
+        other => other,
     }
 }
 
@@ -360,6 +510,22 @@ mod tests {
         let sc = load(&["--connect-timeout", "2.5"]).unwrap().scenario;
         assert_eq!(sc.connect_timeout, 2.5);
         assert!(load(&["--connect-timeout", "0"]).is_err());
+    }
+
+    #[test]
+    fn bad_flags_are_refused_up_front_with_the_flag_named() {
+        let err = |args: &[&str]| load(args).unwrap_err().to_string();
+        assert!(err(&["--connections", "0"]).contains("--connections 0"));
+        let e = err(&["--arrival-rate", "0"]);
+        assert!(e.contains("--arrival-rate 0: users per second"), "{e}");
+        assert!(err(&["--arrival-rate", "-5"]).contains("--arrival-rate -5"));
+        assert!(err(&["--duration", "0"]).contains("--duration 0"));
+        assert!(err(&["--hold", "-1"]).contains("--hold -1"));
+        assert!(err(&["--broadcasts", "1", "--publishers", "0"]).contains("--publishers 0"));
+        let e = err(&["--scenario", "nope.toml"]);
+        assert!(e.contains("--scenario nope.toml: cannot read it"), "{e}");
+        let e = err(&["--tsung", "nope.xml"]);
+        assert!(e.contains("--tsung nope.xml: cannot read it"), "{e}");
     }
 
     #[test]

@@ -5,6 +5,9 @@
 pub enum BenchError {
     #[error("scenario: {0}")]
     Scenario(String),
+    /// A flag's value out of its bounds, or a file it names unreadable.
+    #[error("{0}")]
+    Usage(String),
     #[error("tsung config: {0}")]
     Tsung(String),
     #[error("controller protocol: {0}")]
@@ -13,6 +16,10 @@ pub enum BenchError {
     Server(String),
     #[error("{0}")]
     Limit(String),
+    /// The run ran, and failed its own success criteria (every user joined,
+    /// no error, every broadcast sent): the report says more.
+    #[error("the run failed: {0} (see the report above)")]
+    Failed(String),
     /// A step of moving the run into its own network namespace failed.
     #[error("network namespace: {step}: {source}")]
     Netns {

@@ -17,9 +17,10 @@
 //! - [`agent`]: a process running one engine on a controller's orders.
 //! - [`floor`]: the machine's own cost of a broadcast's fan-out, measured
 //!   in the same run by minimal writers (no server logic), so a broadcast
-//!   reads as a ratio to it; the writer process is here.
+//!   reads as a ratio to it: the frame and the writers' orders;
+//!   [`writer`]: the writer process.
 //! - [`controller`]: `throng bench`: server and agents, the phases of a
-//!   run, merged measurements; [`stats`]: counters, HDR histograms and
+//!   run, merged measurements; [`stats`] (and [`hist`]): counters, HDR histograms and
 //!   broadcast receipts; [`slots`]: events per 100 ms; [`presence`]: the
 //!   presence rule a run turns on, presence traffic and the time until a
 //!   join is visible to every subscriber.
@@ -59,6 +60,7 @@ pub mod dashboard;
 pub mod engine;
 pub mod error;
 pub mod floor;
+pub mod hist;
 pub mod netns;
 pub mod plan;
 pub mod presence;
@@ -70,8 +72,9 @@ pub mod sys;
 pub mod tsung;
 pub mod tune;
 pub mod wire;
+pub mod writer;
 
-pub use cli::{AgentArgs, BenchArgs, FloorMode, NetnsMode, TuneArgs};
+pub use cli::{AgentArgs, BenchArgs, FloorMode, LoadArgs, NetnsMode, TuneArgs};
 pub use error::BenchError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -84,12 +87,12 @@ pub fn run_bench(args: BenchArgs) -> Result<(), BoxError> {
 /// `throng agent`.
 pub fn run_agent(args: AgentArgs) -> Result<(), BoxError> {
     if args.floor_writer {
-        return floor::run_writer(args.controller, &args.token).map_err(Into::into);
+        return writer::run_writer(args.controller, &args.token).map_err(Into::into);
     }
     agent::run(args.controller, &args.token).map_err(Into::into)
 }
 
 /// `throng tune`.
 pub fn run_tune(args: TuneArgs) -> Result<(), BoxError> {
-    tune::run(args.apply, args.connections).map_err(Into::into)
+    tune::run(args.apply, args.revert, args.connections).map_err(Into::into)
 }

@@ -31,7 +31,7 @@ const MAX_BUCKETS: u64 = 1 << 24;
 fn carried() -> impl Iterator<Item = &'static str> {
     crate::tune::SETTINGS
         .iter()
-        .map(|(k, _, _)| *k)
+        .map(|s| s.name)
         .filter(|k| k.starts_with("net."))
         .chain(["net.ipv4.tcp_congestion_control"])
 }

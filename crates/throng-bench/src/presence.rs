@@ -37,7 +37,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::stats::new_hist;
+use crate::hist::new_hist;
 
 /// A presence rule as `throng serve --presence` spells it.
 #[derive(Clone, Debug, PartialEq, Eq)]

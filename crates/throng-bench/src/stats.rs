@@ -272,10 +272,7 @@ pub struct Hists {
     pub floor: Histogram<u64>,
 }
 
-/// Up to an hour, three significant figures.
-pub fn new_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static histogram bounds are valid")
-}
+pub use crate::hist::new_hist;
 
 impl Default for Hists {
     fn default() -> Self {

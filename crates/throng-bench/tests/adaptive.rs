@@ -98,7 +98,9 @@ fn slow_server(per_upgrade: Duration) -> std::net::SocketAddr {
 fn adaptive_arrival_backs_off_from_a_slow_server() {
     let addr = slow_server(Duration::from_millis(10));
     let target = addr.to_string();
-    let run = |extra: &[&str], name: &str| -> serde_json::Value {
+    // `passes`: the run meets its own criteria (every user joined, no
+    // error), so `throng bench` exits 0; else 1.
+    let run = |extra: &[&str], name: &str, passes: bool| -> serde_json::Value {
         let json = tmp(name);
         let mut args = vec![
             "--target",
@@ -119,12 +121,16 @@ fn adaptive_arrival_backs_off_from_a_slow_server() {
         args.extend_from_slice(extra);
         let out = run_bench(&args, Duration::from_secs(90));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "stderr:\n{stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(if passes { 0 } else { 1 }),
+            "stderr:\n{stderr}"
+        );
         let r = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let _ = std::fs::remove_file(json);
         r
     };
-    let r = run(&[], "adaptive.json");
+    let r = run(&[], "adaptive.json", true);
     assert_eq!(r["connections"]["joined"], 300, "{r}");
     assert_eq!(r["errors"]["total"], 0, "{r}");
     let a = &r["arrival"]["adaptive"];
@@ -136,7 +142,7 @@ fn adaptive_arrival_backs_off_from_a_slow_server() {
         a["limited_by"].as_str().is_some_and(|l| !l.is_empty()),
         "{a}"
     );
-    let fixed = run(&["--arrival-rate", "2000"], "fixed.json");
+    let fixed = run(&["--arrival-rate", "2000"], "fixed.json", false);
     let timeouts = fixed["errors"]["by_kind"]["timeout"].as_u64().unwrap_or(0);
     assert!(timeouts > 0, "a fixed 2,000/s overloads it: {fixed}");
     let attributed = fixed["errors"]["attributed"].as_array().unwrap();

@@ -6,7 +6,8 @@
 //! - [`frame`]: RFC 6455 frames, decoded in place from a caller's buffer
 //!   (`Ok(None)` = incomplete, `Err` = never valid, with its close code).
 //! - [`handshake`]: the HTTP upgrade, server and client side.
-//! - [`message`]: Phoenix Channels wire types ([`Message`], [`Payload`], [`Vsn`]).
+//! - [`message`]: Phoenix Channels wire types ([`Message`], [`Payload`],
+//!   [`Ref`], [`Vsn`]).
 //! - [`serializer`]: Phoenix's V1 and V2 JSON serializers (and V2's binary
 //!   frames), byte-compatible with `phoenix.js` and Phoenix itself.
 //!
@@ -22,5 +23,5 @@ pub mod message;
 pub mod serializer;
 
 pub use frame::{close_code, FrameError, Opcode, Role};
-pub use message::{event, Message, OwnedPayload, Payload, Vsn};
+pub use message::{event, Message, OwnedPayload, Payload, Ref, RefBuf, Vsn};
 pub use serializer::{DecodeError, EncodeError};

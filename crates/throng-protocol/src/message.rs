@@ -71,12 +71,149 @@ impl From<Payload<'_>> for OwnedPayload {
     }
 }
 
+/// A ref or join_ref as the client sent it: its text, and whether it came as
+/// a JSON number. Phoenix's serializers pass a ref through as the JSON value
+/// it came as (`lib/phoenix/socket/serializers/v2_json_serializer.ex` puts
+/// the decoded term back into the reply), and clients such as `phxsocket`
+/// and `chunnel` file their pending replies under the number they sent:
+/// answering `7` with `"7"` leaves them waiting. A ref is kept as its text
+/// (what the binary layouts and the channel API see), plus one bit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ref<'a> {
+    text: Cow<'a, str>,
+    number: bool,
+}
+
+impl<'a> Ref<'a> {
+    /// A ref that was a JSON string.
+    pub fn string(text: impl Into<Cow<'a, str>>) -> Ref<'a> {
+        Ref {
+            text: text.into(),
+            number: false,
+        }
+    }
+
+    /// A ref that was a JSON number, kept as the number's text; `None` when
+    /// `text` is not a JSON number (it would be written to the wire as is).
+    pub fn number(text: impl Into<Cow<'a, str>>) -> Option<Ref<'a>> {
+        let text = text.into();
+        text.parse::<serde_json::Number>().ok()?;
+        Some(Ref { text, number: true })
+    }
+
+    /// A number already checked by the JSON parser.
+    pub(crate) fn number_unchecked(text: Cow<'a, str>) -> Ref<'a> {
+        Ref { text, number: true }
+    }
+
+    /// The ref's text (a number's digits, a string's characters).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the client sent it as a JSON number.
+    pub fn is_number(&self) -> bool {
+        self.number
+    }
+
+    /// A borrowed copy, to hand to an encoder.
+    pub fn borrowed(&self) -> Ref<'_> {
+        Ref {
+            text: Cow::Borrowed(&self.text),
+            number: self.number,
+        }
+    }
+
+    /// An owned copy, to outlive the frame it was decoded from.
+    pub fn into_owned(self) -> Ref<'static> {
+        Ref {
+            text: Cow::Owned(self.text.into_owned()),
+            number: self.number,
+        }
+    }
+}
+
+/// The ref's text, so `msg.msg_ref.as_deref()` is an `Option<&str>`.
+impl std::ops::Deref for Ref<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl<'a> From<&'a str> for Ref<'a> {
+    fn from(s: &'a str) -> Ref<'a> {
+        Ref::string(s)
+    }
+}
+
+impl From<String> for Ref<'static> {
+    fn from(s: String) -> Ref<'static> {
+        Ref::string(s)
+    }
+}
+
+impl<'a> From<Cow<'a, str>> for Ref<'a> {
+    fn from(s: Cow<'a, str>) -> Ref<'a> {
+        Ref::string(s)
+    }
+}
+
+/// A ref kept for a long time (a join's join_ref, for every message of the
+/// channel), in one allocation: its text after a one-byte tag, `#` for a
+/// number and `"` for a string. The tag costs one byte of the allocation
+/// rather than a field (and its padding) in every join.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefBuf(Box<str>);
+
+impl RefBuf {
+    const NUMBER: char = '#';
+    const STRING: char = '"';
+
+    /// The ref, borrowed.
+    pub fn to_ref(&self) -> Ref<'_> {
+        let number = self.0.starts_with(Self::NUMBER);
+        Ref {
+            text: Cow::Borrowed(&self.0[1..]),
+            number,
+        }
+    }
+
+    /// The ref's text.
+    pub fn text(&self) -> &str {
+        &self.0[1..]
+    }
+
+    /// The bytes it holds (text and tag), for memory budgets.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true: the tag is always there (the text may be empty).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl From<&Ref<'_>> for RefBuf {
+    fn from(r: &Ref<'_>) -> RefBuf {
+        let mut s = String::with_capacity(r.text.len() + 1);
+        s.push(if r.number {
+            RefBuf::NUMBER
+        } else {
+            RefBuf::STRING
+        });
+        s.push_str(&r.text);
+        RefBuf(s.into_boxed_str())
+    }
+}
+
 /// A message as Phoenix's `%Phoenix.Socket.Message{}`: what a client pushes,
 /// and, decoded on the client side, what a server sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message<'a> {
-    pub join_ref: Option<Cow<'a, str>>,
-    pub msg_ref: Option<Cow<'a, str>>,
+    pub join_ref: Option<Ref<'a>>,
+    pub msg_ref: Option<Ref<'a>>,
     pub topic: Cow<'a, str>,
     pub event: Cow<'a, str>,
     pub payload: Payload<'a>,

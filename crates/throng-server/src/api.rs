@@ -6,7 +6,8 @@
 //!   subscriber of the topic on every node (`Endpoint::broadcast`).
 //! - `POST /api/disconnect` `{user, revoke?}`: closes every socket of the
 //!   user on every node with 1001 (`Endpoint::disconnect`); with `revoke`,
-//!   the user's tokens signed until now are refused from then on.
+//!   the user's tokens signed until now plus the 60 s clock-skew allowance
+//!   (`auth::CLOCK_SKEW`) are refused from then on.
 //! - `GET /api/topics`: topics and their subscriber counts, cluster-wide.
 //! - `GET /api/stats`: this node's and the cluster's counters.
 //! - `GET /api/presence?topic=T`: the topic's presence cluster-wide, as
@@ -15,21 +16,33 @@
 //!   presence store (Redis keeps every node's presences), `Endpoint::presence`.
 //! - `GET /metrics`: this node's Prometheus text (no key needed).
 //!
-//! JSON in and out; errors are `{"error":{"code","message"}}` with the
-//! HTTP status. Requests need the key in `X-API-Key` when `--api-key` is
-//! set. Bodies over [`MAX_BODY`] get 413; JSON that does not parse gets 400
-//! with serde's reason.
+//! - `GET /`: these routes, as JSON.
+//!
+//! JSON in and out, each answer ending with a newline; errors (405 for a
+//! wrong method and 404 for an unknown route included) are
+//! `{"error":{"code","message"}}` with the HTTP status. Requests need the
+//! key in `X-API-Key` when `--api-key` is set. Bodies over [`MAX_BODY`] get
+//! 413; JSON that does not parse gets 400 with serde's reason.
 //!
 //! This is not the per-connection hot path, so it is axum on a small
 //! current-thread tokio runtime in its own thread, not the shards' hand-
 //! written HTTP.
+//!
+//! Bounded as the public listener is: at most `--max-api-connections` open
+//! (a new one past it gets 503), a request's head within `--api-timeout`
+//! (hyper's header-read timeout, which needs the timer given here), its
+//! body within `--api-timeout` too. The key is checked before any body is
+//! read, so a wrong key gets 401 at once whatever it sends, and a declared
+//! `Content-Length` over [`MAX_BODY`] gets 413 at once.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -38,6 +51,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
+use subtle::ConstantTimeEq;
 use throng_protocol::OwnedPayload;
 
 use crate::control::{NodeReport, StatsSummary};
@@ -75,6 +89,8 @@ impl IntoResponse for ApiError {
 struct Api {
     endpoint: Endpoint,
     key: Option<String>,
+    /// `--api-timeout`: for a request's body.
+    timeout: Duration,
 }
 
 impl Api {
@@ -83,44 +99,70 @@ impl Api {
         let Some(key) = &self.key else {
             return Ok(());
         };
-        let sent = headers
-            .get("x-api-key")
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
-        if constant_time_eq(sent, key.as_bytes()) {
+        let mut sent = headers.get_all("x-api-key").iter();
+        let first = sent.next().map(|v| v.as_bytes()).unwrap_or_default();
+        // Two keys: which one counts would differ between proxies and us.
+        let one = sent.next().is_none();
+        if one && bool::from(first.ct_eq(key.as_bytes())) {
             Ok(())
         } else {
             self.endpoint.node().api_refusals.fetch_add(1, Relaxed);
             Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "missing or wrong X-API-Key",
+                "missing, repeated or wrong X-API-Key: send the key given to --api-key once",
             ))
         }
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "too_large",
+        format!("the body is over {MAX_BODY} bytes"),
+    )
 }
 
-type BodyBytes = Result<Bytes, axum::extract::rejection::BytesRejection>;
-
-/// The body, or the 413 (over [`MAX_BODY`]) or 400 that says why not.
-fn bytes_of(b: BodyBytes) -> Result<Bytes, ApiError> {
-    b.map_err(|e| {
-        let status = e.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "too_large"
-        } else {
-            "bad_body"
-        };
-        ApiError::new(
-            status,
-            code,
-            format!("{} (at most {MAX_BODY} bytes)", e.body_text()),
-        )
-    })
+/// The body, read only now (after the key was checked), within
+/// `--api-timeout`; or the 413 (over [`MAX_BODY`], at once when the
+/// `Content-Length` says so), 408 or 400 that says why not.
+async fn bytes_of(api: &Api, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let read = axum::body::to_bytes(body, MAX_BODY);
+    match tokio::time::timeout(api.timeout, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let too_big = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_big {
+                Err(too_large())
+            } else {
+                Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_body",
+                    e.to_string(),
+                ))
+            }
+        }
+        Err(_) => {
+            api.endpoint.node().api_timeouts.fetch_add(1, Relaxed);
+            Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the body did not arrive within {} s (--api-timeout)",
+                    api.timeout.as_secs()
+                ),
+            ))
+        }
+    }
 }
 
 /// A JSON body as `T`, or the 400 that says why not.
@@ -130,7 +172,14 @@ fn body<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
 }
 
 fn topic_ok(topic: &str) -> Result<(), ApiError> {
-    if topic.is_empty() || crate::auth::is_reserved(topic) {
+    if let Some(why) = crate::limits::topic_error(topic) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_topic",
+            format!("{why}: send a topic as clients join it, e.g. rooms:lobby"),
+        ));
+    }
+    if crate::auth::is_reserved(topic) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_topic",
@@ -151,10 +200,10 @@ struct BroadcastIn<'a> {
 async fn broadcast(
     State(api): State<Api>,
     headers: HeaderMap,
-    bytes: BodyBytes,
+    raw: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     api.check(&headers)?;
-    let bytes = bytes_of(bytes)?;
+    let bytes = bytes_of(&api, &headers, raw).await?;
     let req: BroadcastIn<'_> = body(&bytes)?;
     topic_ok(&req.topic)?;
     if req.event.is_empty() {
@@ -162,6 +211,30 @@ async fn broadcast(
             StatusCode::BAD_REQUEST,
             "bad_event",
             "event is empty",
+        ));
+    }
+    if req.event.starts_with("phx_") {
+        // phoenix.js treats phx_reply, phx_close, phx_error as channel control.
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_event",
+            format!(
+                "event {:?} starts with phx_, which Phoenix clients read as channel control: pick another name",
+                req.event
+            ),
+        ));
+    }
+    let depth = api.endpoint.node().config.limits.max_json_depth;
+    if req
+        .payload
+        .is_some_and(|raw| crate::limits::json_too_deep(raw.get().as_bytes(), depth))
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "too_deep",
+            format!(
+                "the payload nests arrays and objects more than {depth} deep (--max-json-depth); receivers such as serde_json stop at 128"
+            ),
         ));
     }
     let payload = match req.payload {
@@ -182,10 +255,10 @@ struct DisconnectIn {
 async fn disconnect(
     State(api): State<Api>,
     headers: HeaderMap,
-    bytes: BodyBytes,
+    raw: Body,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     api.check(&headers)?;
-    let bytes = bytes_of(bytes)?;
+    let bytes = bytes_of(&api, &headers, raw).await?;
     let req: DisconnectIn = body(&bytes)?;
     if req.user.is_empty() {
         return Err(ApiError::new(
@@ -299,9 +372,73 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such API route")
 }
 
+/// The routes, as `GET /` lists them: method, path, what it does.
+const ROUTES: &[(&str, &str, &str)] = &[
+    ("POST", "/api/broadcast", "{topic, event, payload}: a broadcast to every subscriber of the topic, on every node"),
+    ("POST", "/api/disconnect", "{user, revoke?}: close every socket of the user on every node (1001); revoke refuses the tokens it holds now"),
+    ("GET", "/api/topics", "topics and their subscriber counts, cluster-wide"),
+    ("GET", "/api/stats", "this node's counters and the cluster's sums"),
+    ("GET", "/api/presence?topic=T", "who is on a topic, cluster-wide (presence_state JSON)"),
+    ("GET", "/metrics", "this node's Prometheus text (no key needed)"),
+];
+
+/// `GET /`: the routes, so a curl at the API's address shows what it has.
+async fn index() -> Response {
+    #[derive(serde::Serialize)]
+    struct Route {
+        method: &'static str,
+        path: &'static str,
+        does: &'static str,
+    }
+    #[derive(serde::Serialize)]
+    struct Index {
+        routes: Vec<Route>,
+        key_header: &'static str,
+    }
+    let routes = ROUTES
+        .iter()
+        .map(|&(method, path, does)| Route { method, path, does })
+        .collect();
+    Json(Index {
+        routes,
+        key_header: "X-API-Key",
+    })
+    .into_response()
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route takes another method: GET / lists each route's",
+    )
+}
+
+/// Every JSON answer ends with a newline, as a shell prompt after curl wants.
+async fn end_with_newline(res: Response) -> Response {
+    let json = res
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !json {
+        return res;
+    }
+    let (mut parts, body) = res.into_parts();
+    let mut bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => Vec::from(b),
+        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    };
+    if bytes.last() != Some(&b'\n') {
+        bytes.push(b'\n');
+    }
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
 /// The routes.
 fn router(api: Api) -> Router {
     Router::new()
+        .route("/", get(index))
         .route("/api/broadcast", post(broadcast))
         .route("/api/disconnect", post(disconnect))
         .route("/api/topics", get(topics))
@@ -309,30 +446,18 @@ fn router(api: Api) -> Router {
         .route("/api/presence", get(presence))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::map_response(end_with_newline))
         .with_state(api)
 }
 
-/// Binds `addr` now (so a taken port fails `Server::start`) and serves the
-/// API on its own thread; returns the bound address.
+/// Serves the API on `listener` (bound by `Server::start`, so a taken port
+/// fails it: `bind::api_listener`) on its own thread; returns its address.
 pub(crate) fn start(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     endpoint: Endpoint,
     key: Option<String>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    // SO_REUSEPORT, as the public listeners: during a rolling restart
-    // (`serve --workers`, SIGHUP) a worker's replacement binds its API port
-    // while the old process drains.
-    let listener: std::net::TcpListener = {
-        use socket2::{Domain, Protocol, Socket, Type};
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_reuse_address(true)?;
-        sock.set_reuse_port(true)?;
-        sock.bind(&addr.into())?;
-        sock.listen(1024)?;
-        sock.into()
-    };
-    listener.set_nonblocking(true)?;
     let bound = listener.local_addr()?;
     if key.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "the server API listens beyond loopback with no --api-key");
@@ -352,26 +477,73 @@ pub(crate) fn start(
                         return;
                     }
                 };
-                let app = router(Api { endpoint, key });
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::error!("server API stopped: {e}");
-                }
+                let limits = endpoint.node().config.limits.clone();
+                let node = endpoint.node().clone();
+                let app = router(Api {
+                    endpoint,
+                    key,
+                    timeout: limits.api_timeout,
+                });
+                serve(listener, app, &limits, node).await;
             })
         })?;
     Ok((bound, thread))
 }
 
+/// The answer to a connection past `--max-api-connections`.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 25\r\n\r\ntoo many API connections\n";
+
+/// Accepts API connections, at most `--max-api-connections` at once, and
+/// serves each with hyper: a head within `--api-timeout` (hyper's
+/// header-read timeout, on with the timer given here; `axum::serve` gives
+/// none, so it was silently off), keep-alive connections waiting for their
+/// next head bounded the same way.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: &crate::limits::Limits,
+    node: Arc<crate::node::Node>,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_api_connections));
+    let head = limits.api_timeout;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait for some to close.
+                tracing::warn!("server API accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            node.api_busy.fetch_add(1, Relaxed);
+            let _ = stream.try_write(BUSY);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let node = node.clone();
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(head)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                if e.is_timeout() {
+                    node.api_timeouts.fetch_add(1, Relaxed);
+                }
+                tracing::debug!("server API connection: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_compare_whole() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"ab", b"abc"));
-        assert!(!constant_time_eq(b"", b"abc"));
-    }
 
     #[test]
     fn bad_json_says_why() {

@@ -70,10 +70,14 @@ pub struct ConnectInfo {
 }
 
 impl ConnectInfo {
-    /// The first value of param `name`.
+    /// The value of param `name`; the last one when the URL repeats it
+    /// (`?token=a&token=b` is `b`), as Plug's query decoding does: a later
+    /// key overwrites an earlier one (`Plug.Conn.Query.decode/2`). The
+    /// WebSocket and long-poll transports both read the `token` here.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
+            .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }

@@ -1,4 +1,5 @@
-//! The chat app of the seed benchmark (phoenix_chat_example's `RoomChannel`,
+//! The chat app of the Phoenix team's 2M-connection benchmark
+//! (phoenix_chat_example's `RoomChannel`,
 //! bench branch: no `after_join` broadcast, no per-socket ping timer).
 //!
 //! - `rooms:lobby` is open to anyone;
@@ -6,7 +7,7 @@
 //! - `new:msg` `{user, body}` is broadcast to the topic as `new:msg`, and the
 //!   sender gets the reply `{"msg": body}`;
 //! - with presence on for the topic (`--presence 'rooms:lobby=param:user'`:
-//!   the seed's benchmark runs without), `presence:update` with an object
+//!   that benchmark runs without), `presence:update` with an object
 //!   (`{"status": "away"}`) replaces the meta of the sender's presence.
 
 use serde::{Deserialize, Serialize};

@@ -210,6 +210,7 @@ pub fn phoenix_socket(data: &[u8]) {
                             max_join_bytes,
                             presence: &[],
                             max_presence_bytes: 1024,
+                            max_json_depth: 128,
                         },
                         t: &mut t,
                         joins: &mut joins,
@@ -221,7 +222,7 @@ pub fn phoenix_socket(data: &[u8]) {
                         .iter()
                         .map(|j| {
                             std::mem::size_of::<Join>()
-                                + j.join_ref.as_deref().map_or(0, str::len)
+                                + j.join_ref.as_ref().map_or(0, throng_protocol::RefBuf::len)
                                 + t.topic_name(j.slot.topic).map_or(0, |n| n.len())
                         })
                         .sum();
@@ -243,6 +244,7 @@ pub fn phoenix_socket(data: &[u8]) {
             max_join_bytes,
             presence: &[],
             max_presence_bytes: 1024,
+            max_json_depth: 128,
         },
         t: &mut t,
         joins: &mut joins,

@@ -35,10 +35,14 @@
 //! - [`metrics`]: per-shard counters and `/metrics`.
 //! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
 //!   topic rules, the push budget, revocations.
+//! - [`bind`]: binding the listeners, and refusing a port another process
+//!   holds (`--reuse-port` to share it); [`refusals`]: the rate-limited log
+//!   lines of refused clients.
 //! - [`api`]: the server API for app backends (broadcast, disconnect,
 //!   topics, stats, `/metrics`) on its own listener; [`control`]: the
 //!   nodes' own requests to each other over the backplane.
-//! - [`chat`]: the seed benchmark's chat app, written with the API;
+//! - [`chat`]: the chat app of the Phoenix team's 2M-connection
+//!   benchmark, written with the API;
 //!   [`relay`]: the channel of topics only config rules describe.
 //! - [`echo`]: a test-only channel (`--echo`) that shows what a socket
 //!   connected with.
@@ -65,6 +69,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod bind;
 pub mod channel;
 pub mod chat;
 pub mod config;
@@ -81,6 +86,7 @@ pub mod node;
 mod page;
 pub mod panic;
 pub mod presence;
+pub mod refusals;
 pub mod relay;
 mod socket;
 pub mod sys;
@@ -91,7 +97,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mio::net::TcpListener;
 use mio::{Poll, Waker};
 use throng_pubsub::{Backplane, Handler, LocalPresence, PresenceStore, Tracker};
 
@@ -115,6 +120,12 @@ pub enum Error {
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}{what}: another process holds the port (another throng serve?); {hint}")]
+    PortInUse {
+        addr: SocketAddr,
+        what: &'static str,
+        hint: String,
     },
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -155,7 +166,13 @@ impl Server {
         let policy = auth::Policy::new(config.topics.clone());
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
-        let listeners = bind_all(config.addr, config.shards)?;
+        let control_limit = auth::PushLimit::new(
+            config.limits.control_rate,
+            config.limits.control_burst,
+            config.push_strikes,
+        );
+        let session_limit = auth::PushLimit::new(config.limits.longpoll_session_rate, 50, 0);
+        let listeners = bind::public_listeners(config.addr, config.shards, config.public_share())?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
         let mut peers = Vec::new();
@@ -193,10 +210,15 @@ impl Server {
             auth,
             policy,
             push_limit,
+            control_limit,
+            session_limit,
             control: Default::default(),
             api_requests: Default::default(),
             api_refusals: Default::default(),
             hooks,
+            api_timeouts: Default::default(),
+            api_busy: Default::default(),
+            refusals: Default::default(),
         });
         if let Some(h) = &node.hooks {
             h.attach(Arc::downgrade(&node));
@@ -216,8 +238,9 @@ impl Server {
         }
         let api_addr = match node.config.api_bind {
             Some(api) => {
+                let listener = bind::api_listener(api, node.config.api_share())?;
                 let (bound, thread) = api::start(
-                    api,
+                    listener,
                     Endpoint::new(node.clone()),
                     node.config.api_key.clone(),
                 )
@@ -229,10 +252,11 @@ impl Server {
             }
             None => None,
         };
+        let api_text = api_addr.map_or("none".to_string(), |a| a.to_string());
         tracing::info!(
             %addr,
-            api = ?api_addr,
-            auth = ?node.config.auth.mode,
+            api = %api_text,
+            auth = %node.config.auth.mode.name(),
             shards = node.config.shards,
             fd_limit,
             conn_struct_bytes = transport::CONN_SIZE,
@@ -245,6 +269,12 @@ impl Server {
             node,
             threads,
         })
+    }
+
+    /// The address to open in a browser: the bound one, with a wildcard
+    /// (0.0.0.0, ::) replaced by loopback.
+    pub fn url(&self) -> String {
+        page_url(self.addr)
     }
 
     /// A handle for broadcasting and sending infos from outside callbacks.
@@ -260,24 +290,13 @@ impl Server {
     }
 }
 
-fn bind_all(addr: SocketAddr, n: usize) -> Result<Vec<TcpListener>, Error> {
-    let mut out = Vec::with_capacity(n);
-    let mut addr = addr;
-    for _ in 0..n {
-        let l = bind_one(addr).map_err(|source| Error::Bind { addr, source })?;
-        addr = l.local_addr()?;
-        out.push(l);
-    }
-    Ok(out)
-}
-
-fn bind_one(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Protocol, Socket as RawSocket, Type};
-    let sock = RawSocket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    sock.set_reuse_address(true)?;
-    sock.set_reuse_port(true)?;
-    sock.set_nonblocking(true)?;
-    sock.bind(&addr.into())?;
-    sock.listen(65535)?;
-    Ok(TcpListener::from_std(sock.into()))
+/// `http://ADDR/` for a listening address, loopback for a wildcard one.
+pub fn page_url(addr: SocketAddr) -> String {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}/", SocketAddr::new(ip, addr.port()))
 }

@@ -11,7 +11,15 @@
 //!   (`transport/mod.rs`), against the connection's `last_active`, which for
 //!   an HTTP connection is when its current request began (no timer per
 //!   connection);
-//! - connection caps: [`Admission`], at accept;
+//! - connection caps: [`Admission`], at accept, and at a long-poll
+//!   session's start (a session is a connection, whatever carries its
+//!   requests; `transport/longpoll.rs`, with its start rate per address);
+//! - a connection's turn of its shard's loop (reads, messages) and the
+//!   control budget (heartbeats, joins, leaves, control frames, tiny
+//!   fragments): `transport/input.rs`, `socket/`;
+//! - payloads: [`json_too_deep`] for pushes, joins and API broadcasts,
+//!   [`topic_error`] for API topics;
+//! - the server API's timeouts and connection cap: `api.rs`;
 //! - a socket's memory: a message in progress (kept fragments plus a
 //!   half-received frame) is bounded by `--max-message-bytes` as a whole
 //!   (`transport/mod.rs`), and what its joins store (join_refs, topic names)
@@ -38,32 +46,53 @@ use crate::Error;
 #[derive(clap::Args, Deserialize, Debug, Default, Clone)]
 pub struct LimitArgs {
     /// Seconds a connection has to send a whole HTTP request head (the WebSocket upgrade included), from accept or from the end of its previous request; then it is closed (408 if a head had begun) [default: 10]
-    #[arg(long, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
     pub handshake_timeout: Option<u64>,
     /// Open connections this process accepts; past it a new one gets 503 and is closed; 0 = no cap [default: 0]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
     /// Open connections from one source IP address; past it a new one gets 503 and is closed; 0 = no cap (behind a load balancer every client has its address) [default: 0]
-    #[arg(long, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<usize>,
     /// Longest join_ref or ref a message may carry; a longer one closes the socket with 1008 (phoenix.js sends short counters) [default: 64]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
     pub max_ref_bytes: Option<usize>,
     /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
     pub max_socket_bytes: Option<usize>,
-    /// On SIGTERM: stop accepting and close sockets in batches over this many seconds with 1012 (phoenix.js reconnects elsewhere), then exit [default: 10]
-    #[arg(long, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
+    /// On SIGTERM or Ctrl-C: stop accepting and close sockets with 1012 (phoenix.js reconnects elsewhere) in batches over one second per 1,000 open sockets, at most this many seconds, then exit [default: 10]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
     pub drain_seconds: Option<u64>,
     /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013 [default: 1073741824]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
     pub max_outbound_total_bytes: Option<usize>,
     /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted [default: 67108864]
-    #[arg(long, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
     pub max_shard_inbox_bytes: Option<usize>,
     /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted [default: 67108864]
-    #[arg(long, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
     pub redis_queue_bytes: Option<usize>,
+    /// Control messages a second a socket may sustain: heartbeats, joins, leaves, ping and pong frames, and fragments under 1 KiB; excess ones get {"reason":"rate limited"} and, --push-strikes past the burst, the socket is closed with 1008; 0 = no limit (phoenix.js sends a heartbeat every 30 s) [default: 10]
+    #[arg(long, value_name = "N", env = "THRONG_CONTROL_RATE")]
+    pub control_rate: Option<f64>,
+    /// Control messages a socket may send at once before --control-rate applies (a reconnect rejoins every channel at once) [default: 250]
+    #[arg(long, value_parser = crate::config::whole::<u32>, value_name = "N", env = "THRONG_CONTROL_BURST")]
+    pub control_burst: Option<u32>,
+    /// Seconds the server API gives a client to send a request's head, and then its body; past it the connection is closed [default: 10]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
+    pub api_timeout: Option<u64>,
+    /// Open connections to the server API; past it a new one gets 503 and is closed [default: 256]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
+    pub max_api_connections: Option<usize>,
+    /// Long-poll sessions this process keeps at once (each is also a connection for --max-connections and --max-connections-per-ip); past it a new session gets {"status":503} [default: 100000]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
+    pub max_longpoll_sessions: Option<usize>,
+    /// New long-poll sessions a second one address may start on one event loop (a burst of 50 first); past it {"status":503}; 0 = no limit [default: 5]
+    #[arg(long, value_name = "N", env = "THRONG_LONGPOLL_SESSION_RATE")]
+    pub longpoll_session_rate: Option<f64>,
+    /// Arrays and objects a JSON payload may nest, from clients and from the server API; deeper is refused with {"reason":"payload nested too deeply"} (serde_json's default limit is 128) [default: 128]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
+    pub max_json_depth: Option<usize>,
     /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -84,6 +113,17 @@ pub struct Limits {
     pub max_outbound_total_bytes: usize,
     pub max_shard_inbox_bytes: usize,
     pub redis_queue_bytes: usize,
+    /// Control messages a second per socket (0 = no limit), and the burst.
+    pub control_rate: f64,
+    pub control_burst: u32,
+    /// The server API's head and body deadlines, and its connection cap.
+    pub api_timeout: Duration,
+    pub max_api_connections: usize,
+    /// Long-poll sessions at once, and new ones a second per address.
+    pub max_longpoll_sessions: usize,
+    pub longpoll_session_rate: f64,
+    /// Arrays and objects a payload may nest.
+    pub max_json_depth: usize,
     /// Test only (hidden flag): see [`LimitArgs::test_panic_message`].
     pub test_panic_message: Option<String>,
 }
@@ -105,6 +145,13 @@ impl Limits {
             max_outbound_total_bytes: 1 << 30,
             max_shard_inbox_bytes: 64 << 20,
             redis_queue_bytes: 64 << 20,
+            control_rate: 10.0,
+            control_burst: 250,
+            api_timeout: Duration::from_secs(10),
+            max_api_connections: 256,
+            max_longpoll_sessions: 100_000,
+            longpoll_session_rate: 5.0,
+            max_json_depth: 128,
             test_panic_message: None,
         }
     }
@@ -137,6 +184,20 @@ impl Limits {
             self.max_shard_inbox_bytes.to_string(),
             "--redis-queue-bytes".into(),
             self.redis_queue_bytes.to_string(),
+            "--control-rate".into(),
+            self.control_rate.to_string(),
+            "--control-burst".into(),
+            self.control_burst.to_string(),
+            "--api-timeout".into(),
+            self.api_timeout.as_secs().to_string(),
+            "--max-api-connections".into(),
+            self.max_api_connections.to_string(),
+            "--max-longpoll-sessions".into(),
+            self.max_longpoll_sessions.to_string(),
+            "--longpoll-session-rate".into(),
+            self.longpoll_session_rate.to_string(),
+            "--max-json-depth".into(),
+            self.max_json_depth.to_string(),
         ];
         if let Some(m) = &self.test_panic_message {
             args.extend(["--test-panic-message".into(), m.clone()]);
@@ -191,13 +252,64 @@ impl LimitArgs {
                 .redis_queue_bytes
                 .or(file.redis_queue_bytes)
                 .unwrap_or(d.redis_queue_bytes),
+            control_rate: self
+                .control_rate
+                .or(file.control_rate)
+                .unwrap_or(d.control_rate),
+            control_burst: self
+                .control_burst
+                .or(file.control_burst)
+                .unwrap_or(d.control_burst),
+            api_timeout: secs(self.api_timeout, file.api_timeout, d.api_timeout),
+            max_api_connections: self
+                .max_api_connections
+                .or(file.max_api_connections)
+                .unwrap_or(d.max_api_connections),
+            max_longpoll_sessions: self
+                .max_longpoll_sessions
+                .or(file.max_longpoll_sessions)
+                .unwrap_or(d.max_longpoll_sessions),
+            longpoll_session_rate: self
+                .longpoll_session_rate
+                .or(file.longpoll_session_rate)
+                .unwrap_or(d.longpoll_session_rate),
+            max_json_depth: self
+                .max_json_depth
+                .or(file.max_json_depth)
+                .unwrap_or(d.max_json_depth),
             test_panic_message: self.test_panic_message.clone(),
         };
+        if cfg!(not(feature = "test-hooks")) && limits.test_panic_message.is_some() {
+            return Err(Error::Config(
+                "--test-panic-message is a test hook: build with --features throng/test-hooks"
+                    .into(),
+            ));
+        }
         if limits.handshake_timeout.is_zero() {
             return Err(Error::Config("handshake_timeout must be at least 1".into()));
         }
         if limits.max_ref_bytes < 8 {
             return Err(Error::Config("max_ref_bytes must be at least 8".into()));
+        }
+        if limits.api_timeout.is_zero() || limits.max_api_connections == 0 {
+            return Err(Error::Config(
+                "api_timeout and max_api_connections must be at least 1".into(),
+            ));
+        }
+        if limits.max_json_depth == 0 {
+            return Err(Error::Config("max_json_depth must be at least 1".into()));
+        }
+        if !(0.0..=100_000.0).contains(&limits.longpoll_session_rate) {
+            return Err(Error::Config(format!(
+                "longpoll_session_rate must be 0 (no limit) to 100000 a second, got {}",
+                limits.longpoll_session_rate
+            )));
+        }
+        if !(0.0..=100_000.0).contains(&limits.control_rate) {
+            return Err(Error::Config(format!(
+                "control_rate must be 0 (no limit) to 100000 a second, got {}",
+                limits.control_rate
+            )));
         }
         let least = max_message_bytes + MESSAGE_SLACK + 1024;
         if limits.max_socket_bytes < least {
@@ -219,7 +331,7 @@ impl LimitArgs {
 /// and no Phoenix client sends one.
 pub fn check_refs(msg: &Message<'_>, max: usize) -> Result<(), &'static str> {
     let too_long =
-        |r: &Option<std::borrow::Cow<'_, str>>| r.as_deref().is_some_and(|r| r.len() > max);
+        |r: &Option<throng_protocol::Ref<'_>>| r.as_deref().is_some_and(|r| r.len() > max);
     if too_long(&msg.join_ref) {
         return Err("join_ref too long");
     }
@@ -229,6 +341,57 @@ pub fn check_refs(msg: &Message<'_>, max: usize) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Whether JSON text nests arrays and objects deeper than `max`. One pass
+/// over the bytes, no allocation: the text is valid JSON already (the
+/// serializer checked it), so only strings (where brackets are text) need
+/// telling apart. Numbers are kept as they came (`1e400`, a 5,000-digit
+/// integer: JSON allows them; the README says what receivers may do).
+pub fn json_too_deep(json: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The longest topic the server API accepts, and what a topic may not hold.
+pub const MAX_TOPIC_BYTES: usize = 1024;
+
+/// Why `topic` is not a topic: empty, longer than [`MAX_TOPIC_BYTES`], or
+/// holding a control character (a NUL, a newline: no client sends them,
+/// and logs and Redis keys would carry them).
+pub fn topic_error(topic: &str) -> Option<&'static str> {
+    if topic.is_empty() {
+        Some("the topic is empty")
+    } else if topic.len() > MAX_TOPIC_BYTES {
+        Some("the topic is longer than 1024 bytes")
+    } else if topic.chars().any(char::is_control) {
+        Some("the topic holds a control character")
+    } else {
+        None
+    }
+}
+
 /// Why a new connection was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -236,6 +399,8 @@ pub enum Refusal {
     Total,
     /// `--max-connections-per-ip` are open from its address.
     PerIp,
+    /// `--max-longpoll-sessions` are open (long-poll only).
+    Sessions,
 }
 
 impl Refusal {
@@ -244,7 +409,7 @@ impl Refusal {
     pub fn response(self) -> &'static [u8] {
         match self {
             Refusal::Total => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n\r\ntoo many connections\n",
-            Refusal::PerIp => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 38\r\n\r\ntoo many connections from your address\n",
+            Refusal::PerIp | Refusal::Sessions => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 38\r\n\r\ntoo many connections from your address\n",
         }
     }
 }
@@ -261,6 +426,9 @@ pub struct Admission {
     max_per_ip: usize,
     open: AtomicUsize,
     per_ip: Vec<Mutex<HashMap<IpAddr, u32>>>,
+    /// `--max-longpoll-sessions`, and the sessions open.
+    max_sessions: usize,
+    sessions: AtomicUsize,
 }
 
 impl Admission {
@@ -276,7 +444,28 @@ impl Admission {
             })
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
+            max_sessions: limits.max_longpoll_sessions,
+            sessions: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a new long-poll session from `ip`: against
+    /// `--max-longpoll-sessions`, and as a connection (a session is a
+    /// Phoenix socket, whatever TCP connections carry its requests).
+    pub fn admit_session(&self, ip: IpAddr) -> Result<(), Refusal> {
+        if self.sessions.fetch_add(1, Relaxed) >= self.max_sessions {
+            self.sessions.fetch_sub(1, Relaxed);
+            return Err(Refusal::Sessions);
+        }
+        self.admit(ip).inspect_err(|_| {
+            self.sessions.fetch_sub(1, Relaxed);
+        })
+    }
+
+    /// Un-counts a session admitted by [`Admission::admit_session`].
+    pub fn release_session(&self, ip: Option<IpAddr>) {
+        self.sessions.fetch_sub(1, Relaxed);
+        self.release(ip);
     }
 
     /// Whether connections are counted per address (their address must
@@ -340,6 +529,19 @@ mod tests {
             max_connections_per_ip: per_ip,
             ..Limits::defaults(1024)
         }
+    }
+
+    #[test]
+    fn json_depth_is_counted_outside_strings() {
+        assert!(!json_too_deep(br#"{"a":[1,{"b":[]}]}"#, 4));
+        assert!(json_too_deep(br#"{"a":[1,{"b":[]}]}"#, 3));
+        assert!(!json_too_deep(br#"{"a":"[[[[[[\"[[["}"#, 1));
+        let deep = "[".repeat(30_000) + &"]".repeat(30_000);
+        assert!(json_too_deep(deep.as_bytes(), 128));
+        assert!(topic_error("rooms:lobby").is_none());
+        assert!(topic_error("a\0b").is_some());
+        assert!(topic_error(&"x".repeat(1025)).is_some());
+        assert!(topic_error("").is_some());
     }
 
     #[test]

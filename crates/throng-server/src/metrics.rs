@@ -62,6 +62,15 @@ pub struct ShardStats {
     pub rate_limited: AtomicU64,
     /// Sockets closed with 1008 for pushing past their budget.
     pub rate_limit_closes: AtomicU64,
+    /// Heartbeats, joins, leaves and control frames over `--control-rate`.
+    pub control_limited: AtomicU64,
+    /// Sockets closed with 1008 for control messages past their budget.
+    pub control_limit_closes: AtomicU64,
+    /// Messages refused at the edge: a payload nested past
+    /// `--max-json-depth`, a push of a `phx_` event.
+    pub payload_refusals: AtomicU64,
+    /// Times a connection used its turn's read budget and yielded.
+    pub read_yields: AtomicU64,
     /// Sockets closed by a `disconnect` to their user's socket id.
     pub user_disconnects: AtomicU64,
     /// Open long-poll sessions (owned by this shard).
@@ -72,7 +81,14 @@ pub struct ShardStats {
     pub longpoll_overflows: AtomicU64,
     pub longpoll_forwarded: AtomicU64,
     pub longpoll_forward_timeouts: AtomicU64,
+    /// Messages of answers that found their poll's connection gone, put
+    /// back in their session's buffer.
+    pub longpoll_returned: AtomicU64,
     pub longpoll_refused: AtomicU64,
+    /// New long-poll sessions refused past `--longpoll-session-rate`.
+    pub longpoll_rate_limited: AtomicU64,
+    /// New long-poll sessions refused past `--max-longpoll-sessions`.
+    pub longpoll_cap_refusals: AtomicU64,
     /// `presence_state`/`presence_count` pushes to joiners, and their bytes.
     pub presence_states: AtomicU64,
     pub presence_state_bytes: AtomicU64,
@@ -203,6 +219,30 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.rate_limit_closes,
     ),
     (
+        "throng_control_limited_total",
+        "counter",
+        "Heartbeats, joins, leaves, control frames and tiny fragments over --control-rate, --control-burst.",
+        |s| &s.control_limited,
+    ),
+    (
+        "throng_control_limit_closes_total",
+        "counter",
+        "Sockets closed with 1008 after --push-strikes control messages over their budget.",
+        |s| &s.control_limit_closes,
+    ),
+    (
+        "throng_payload_refusals_total",
+        "counter",
+        "Messages answered with an error for a payload nested past --max-json-depth or a push of a phx_ event.",
+        |s| &s.payload_refusals,
+    ),
+    (
+        "throng_read_yields_total",
+        "counter",
+        "Times a connection had more to read than one loop turn allows and waited for the next turn.",
+        |s| &s.read_yields,
+    ),
+    (
         "throng_user_disconnects_total",
         "counter",
         "Sockets closed (1001) by a disconnect of their user.",
@@ -329,10 +369,28 @@ const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.longpoll_forward_timeouts,
     ),
     (
+        "throng_longpoll_returned_total",
+        "counter",
+        "Messages of long-poll answers whose connection had closed, put back for the session's next poll.",
+        |s| &s.longpoll_returned,
+    ),
+    (
         "throng_longpoll_refused_total",
         "counter",
         "Long-poll requests refused: 403 (unsupported vsn) or 413 (more than --max-longpoll-batch messages).",
         |s| &s.longpoll_refused,
+    ),
+    (
+        "throng_longpoll_rate_limited_total",
+        "counter",
+        "New long-poll sessions refused ({\"status\":503}) past --longpoll-session-rate from their address.",
+        |s| &s.longpoll_rate_limited,
+    ),
+    (
+        "throng_longpoll_sessions_refused_total",
+        "counter",
+        "New long-poll sessions refused ({\"status\":503}) past --max-longpoll-sessions.",
+        |s| &s.longpoll_cap_refusals,
     ),
     (
         "throng_presence_states_total",
@@ -440,6 +498,20 @@ pub fn render(node: &Node) -> String {
         "counter",
         "Server API requests refused for a missing or wrong X-API-Key.",
         node.api_refusals.load(Relaxed),
+    );
+    write_metric(
+        &mut out,
+        "throng_api_timeouts_total",
+        "counter",
+        "Server API requests whose head or body took longer than --api-timeout.",
+        node.api_timeouts.load(Relaxed),
+    );
+    write_metric(
+        &mut out,
+        "throng_api_busy_total",
+        "counter",
+        "Server API connections refused (503) past --max-api-connections.",
+        node.api_busy.load(Relaxed),
     );
     node.backplane.render_metrics(&mut out);
     node.presence.render_metrics(&mut out);

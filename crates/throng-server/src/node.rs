@@ -30,6 +30,9 @@ use crate::longpoll::{self, Answer, Request as LongPollRequest};
 use crate::metrics::ShardStats;
 use crate::page::Pages;
 
+/// Sockets a second a drain closes, at most (see [`Node::drain_window`]).
+pub const DRAIN_RATE: u64 = 1000;
+
 /// A message to a shard's event loop.
 pub(crate) enum ShardMsg {
     /// Deliver to the shard's subscribers of the broadcast's topic.
@@ -151,13 +154,21 @@ pub struct Node {
     pub fd_limit: u64,
     /// New connections against `--max-connections` and `--max-connections-per-ip`.
     pub(crate) admission: Admission,
-    /// When the drain began, once it has (`transport/drain.rs`).
-    pub(crate) drain: OnceLock<Instant>,
+    /// When the drain began and how long it spreads its closes over,
+    /// once it has (`transport/drain.rs`).
+    /// The log lines of refused clients, one per reason per interval.
+    pub refusals: crate::refusals::RefusalLog,
+    pub(crate) drain: OnceLock<(Instant, Duration)>,
     /// Connect authentication and revocations.
     pub auth: Auth,
     /// `[[topics]]` rules.
     pub policy: Policy,
     pub push_limit: PushLimit,
+    /// Heartbeats, joins, leaves, control frames, tiny fragments
+    /// (`--control-rate`, `--control-burst`, `--push-strikes`).
+    pub control_limit: PushLimit,
+    /// New long-poll sessions per address (`--longpoll-session-rate`).
+    pub session_limit: PushLimit,
     /// Cluster-wide questions and their answers.
     pub control: Control,
     /// Server API requests, and those refused for their key.
@@ -165,24 +176,41 @@ pub struct Node {
     pub api_refusals: std::sync::atomic::AtomicU64,
     /// The app backend's client, when `[hooks]` has a url.
     pub hooks: Option<Arc<crate::hooks::HookClient>>,
+    /// API connections closed for a head or body later than `--api-timeout`.
+    pub api_timeouts: std::sync::atomic::AtomicU64,
+    /// API connections refused (503) past `--max-api-connections`.
+    pub api_busy: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
     /// Starts the graceful drain: the shards stop accepting, close their
-    /// sockets with 1012 in batches over `--drain-seconds`, and end, after
-    /// which [`Server::wait`](crate::Server::wait) returns. Later calls do
-    /// nothing.
+    /// sockets with 1012 in batches over [`Node::drain_window`], and end,
+    /// after the clients' FINs; the process then exits. Idempotent.
     pub fn drain(&self) {
-        if self.drain.set(Instant::now()).is_ok() {
+        let window = self.drain_window();
+        if self.drain.set((Instant::now(), window)).is_ok() {
             for peer in &self.peers {
                 let _ = peer.waker.wake();
             }
         }
     }
 
+    /// How long a drain starting now spreads its closes over: the sockets
+    /// open at [`DRAIN_RATE`] a second, at most `--drain-seconds`. Spreading
+    /// keeps a crowd's reconnects from landing on the other nodes at once;
+    /// a few sockets have no crowd, and close at once.
+    pub fn drain_window(&self) -> Duration {
+        if let Some((_, window)) = self.drain.get() {
+            return *window;
+        }
+        let open: u64 = self.stats.iter().map(|s| s.websockets.load(Relaxed)).sum();
+        let needed = Duration::from_secs_f64(open as f64 / DRAIN_RATE as f64);
+        needed.min(self.config.limits.drain)
+    }
+
     /// When the drain began, if it has.
     pub fn drain_started(&self) -> Option<Instant> {
-        self.drain.get().copied()
+        self.drain.get().map(|(at, _)| *at)
     }
 
     /// Sends a broadcast made on this node to the other nodes, and to the

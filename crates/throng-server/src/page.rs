@@ -1,5 +1,6 @@
 //! HTTP pages: the chat page rendered from a template inside a layout (the
-//! seed's "MVC page with no database call"), its bundled assets, and the
+//! "MVC page with no database call" of the Phoenix team's 2M-connection
+//! benchmark), its bundled assets, and the
 //! small fixed responses. Pages have no per-request data, so each is
 //! rendered once at start into a complete response, headers included.
 

@@ -1,9 +1,11 @@
 //! The `throng` binary: the command line, and the wiring of a serving
 //! process (`serve.rs`: which backplane, single node or cluster node;
-//! `supervisor.rs`: `serve --workers N`, N node processes on one port).
+//! `supervisor.rs`: `serve --workers N`, N node processes on one port;
+//! `token.rs`: `throng token`, test tokens).
 
 mod serve;
 mod supervisor;
+mod token;
 
 use clap::{Parser, Subcommand};
 
@@ -21,16 +23,46 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server (the chat app on /, channels on /socket/websocket); --redis joins a cluster, --workers N runs N nodes on one port.
+    #[command(allow_negative_numbers = true)]
     Serve(Box<throng_server::config::ServeArgs>),
     /// Run a load test: the controller, with local agents (and a local server unless --target).
     Bench(Box<throng_bench::BenchArgs>),
     /// Run a load agent that takes orders from a controller.
     Agent(throng_bench::AgentArgs),
-    /// Print (or --apply) the OS settings a big run needs, and the limits that cap it.
+    /// Print the OS settings a planned run needs and the limits that cap it; --apply raises what it lacks (saving the old values), --revert restores them.
     Tune(throng_bench::TuneArgs),
+    /// Mint a connect token for testing (Phoenix.Token or JWT) with the server's [auth] settings.
+    Token(token::TokenArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", describe(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes on one line, each cause once: a cause whose
+/// text the message already shows (`cannot listen on ADDR: Address already
+/// in use`) is not repeated.
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("THRONG_LOG")
@@ -44,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => throng_bench::run_bench(*args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Agent(args) => throng_bench::run_agent(args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Tune(args) => throng_bench::run_tune(args).map_err(|e| anyhow::anyhow!(e))?,
+        Command::Token(args) => token::run(args)?,
     }
     Ok(())
 }

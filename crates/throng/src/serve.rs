@@ -2,10 +2,11 @@
 //! (no `--redis`), a node of a cluster (`--redis`), or the supervisor of
 //! `--workers` such nodes; prints `listening on ADDR` on stdout once it
 //! serves (`api at ADDR` before it when the server API listens,
-//! and, in a worker, `capacity N`, for the supervisor).
+//! and, in a worker, `capacity N`, for the supervisor), then, outside a
+//! worker, the chat page's URL to open.
 //!
 //! A node drains on SIGTERM or SIGINT (`throng_server::Node::drain`: no
-//! new connections, its sockets closed with 1012 over `--drain-seconds`)
+//! new connections, its sockets closed with 1012 over up to `--drain-seconds`)
 //! and exits 0 when done; a second signal exits at once.
 
 use std::io::Write as _;
@@ -78,11 +79,19 @@ pub fn serve(config: Config) -> Result<(), Error> {
         let _ = writeln!(out, "api at {api}");
     }
     let _ = writeln!(out, "listening on {}", server.addr);
+    if worker.is_none() {
+        let _ = writeln!(out, "{}", open_line(&server.url()));
+    }
     let _ = out.flush();
     drop(out);
     server.wait();
     tracing::info!("drained; exiting");
     Ok(())
+}
+
+/// The line a person reads at start: where the chat page is.
+pub fn open_line(url: &str) -> String {
+    format!("open {url} for the chat page, and again in a second tab to chat between them (Ctrl-C stops)")
 }
 
 /// The first SIGTERM/SIGINT drains the node; a second one exits at once.
@@ -94,12 +103,13 @@ fn drain_on_signal(node: Arc<Node>) -> std::io::Result<()> {
             let mut signals = signals.forever();
             if let Some(sig) = signals.next() {
                 let open: u64 = node.stats.iter().map(|s| s.websockets.load(Relaxed)).sum();
+                let window = node.drain_window();
                 tracing::info!(
                     signal = sig,
                     websockets = open,
-                    "draining: no new connections; closing {open} sockets with 1012 over {:?}, \
+                    "draining: no new connections; closing {open} sockets with 1012 over {:.1} s, \
                      then exiting (signal again to exit now)",
-                    node.config.limits.drain
+                    window.as_secs_f64()
                 );
                 node.drain();
             }

@@ -5,15 +5,17 @@
 //!
 //! The supervisor:
 //! - checks Redis once, so a bad `--redis` fails here with one clear error;
-//! - reserves the port: with `--port 0` it binds a `SO_REUSEPORT` socket to
-//!   port 0 *without listening* and keeps it open for its whole life, so the
-//!   port cannot be taken by anyone else (a socket that does not listen gets
-//!   no connections), and passes the port number to the workers;
+//! - reserves the port (`throng_server::bind::reserve`): it refuses a port
+//!   another process holds (unless `--reuse-port`), binds a `SO_REUSEPORT`
+//!   socket to it (any free one with `--port 0`) *without listening* and
+//!   keeps it open for its whole life, so no one else can take the port (a
+//!   socket that does not listen gets no connections), and passes the port
+//!   number to the workers; the workers' API ports likewise;
 //! - starts each worker as `current_exe() serve <every resolved setting>
 //!   --worker-index i`, reads its stdout (`capacity N`, then `listening on
 //!   ADDR`), and once all are up logs the total capacity and prints, on its
-//!   own stdout, `listening on ADDR` and one `worker I pid P [api ADDR]`
-//!   line per worker (again for each restarted worker once it listens),
+//!   own stdout, `listening on ADDR`, one `worker I pid P [api ADDR]`
+//!   line per worker and the chat page's URL (again for each restarted worker once it listens),
 //!   after `api at ADDR` of worker 0; each worker is a node with
 //!   its own server API on `--api-bind`'s port + its index (any free port
 //!   with port 0), and the cluster-wide API calls go through the backplane,
@@ -45,6 +47,7 @@ use std::collections::VecDeque;
 
 use crossbeam_channel::{RecvTimeoutError, Sender};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use throng_server::bind::{Purpose, Share};
 use throng_server::Config;
 
 /// Why the supervisor could not start or keep its workers.
@@ -52,11 +55,6 @@ use throng_server::Config;
 pub enum Error {
     #[error(transparent)]
     Redis(#[from] throng_pubsub::Error),
-    #[error("cannot reserve {addr} for the workers: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
     #[error("worker {index} exited ({status}) before it was listening")]
     WorkerStart { index: usize, status: String },
     #[error("the workers were not all listening after {0:?}")]
@@ -131,12 +129,24 @@ struct Retiring {
 /// until SIGTERM/SIGINT; see the module docs.
 pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
     throng_pubsub::backplane::redis::check_with(redis_url, &config.redis_options())?;
-    let reservation = reserve(config.addr)?;
+    let reservation =
+        throng_server::bind::reserve(config.addr, config.public_share(), Purpose::Public)?;
     let port = reservation
         .local_addr()?
         .as_socket()
         .map_or(0, |a| a.port());
     let addr = SocketAddr::new(config.addr.ip(), port);
+    // The workers' API ports (PORT+i) are held the same way, so no other
+    // process shares them by accident while a worker restarts.
+    let _api_reservations = match config.api_bind {
+        Some(api) if api.port() != 0 => (0..config.workers)
+            .map(|i| {
+                let at = SocketAddr::new(api.ip(), api.port().saturating_add(i as u16));
+                throng_server::bind::reserve(at, Share::Exclusive, Purpose::Api)
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
     let exe = std::env::current_exe()?;
 
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -321,6 +331,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                     .collect();
                 lines.push(format!("listening on {addr}"));
                 lines.extend(workers.iter().map(worker_line));
+                lines.push(crate::serve::open_line(&throng_server::page_url(addr)));
                 announce(&lines);
             } else if now > deadline {
                 stop_all(&mut workers, None, SIGTERM, stop_timeout);
@@ -424,20 +435,6 @@ fn announce(lines: &[String]) {
         let _ = writeln!(out, "{l}");
     }
     let _ = out.flush();
-}
-
-/// A `SO_REUSEPORT` socket bound to `addr` but not listening: it holds the
-/// port (picking one if `addr`'s is 0) and never takes a connection.
-fn reserve(addr: SocketAddr) -> Result<socket2::Socket, Error> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let bind = || -> std::io::Result<Socket> {
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_reuse_address(true)?;
-        sock.set_reuse_port(true)?;
-        sock.bind(&addr.into())?;
-        Ok(sock)
-    };
-    bind().map_err(|source| Error::Bind { addr, source })
 }
 
 fn start_worker(

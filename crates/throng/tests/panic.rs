@@ -3,7 +3,10 @@
 //! subscriptions still counted) but abort, so that a supervisor restarts
 //! it. The panic is made with the hidden, test-only `--test-panic-message`,
 //! which works only with `--echo` (tests/cluster/faults.test.mjs checks that
-//! the `--workers` supervisor restarts such a worker).
+//! the `--workers` supervisor restarts such a worker). The hook is compiled
+//! in only with the `test-hooks` feature, as scripts/test.sh builds:
+//! `cargo test -p throng --features test-hooks --test panic`.
+#![cfg(feature = "test-hooks")]
 
 mod common;
 

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::agents::Agents;
-use super::run::Run;
+use super::probe::ServerProbe;
 use crate::error::BenchError;
 use crate::floor::{FloorFrame, FloorOrder};
 use crate::sys;
@@ -81,13 +81,21 @@ const ROUNDS: u32 = 3;
 /// A round with no receipt for this long is over, however many are missing.
 const ROUND_STALL: Duration = Duration::from_secs(5);
 
-impl Run {
-    /// The floor phase, when the run has writers.
-    pub(super) fn floor(&mut self) -> Result<Option<Floor>, BenchError> {
-        let Some(mut w) = self.writers.take() else {
-            return Ok(None);
-        };
-        self.publish_live("floor");
+/// What the floor phase works with: the run's agents and server probe,
+/// lent by the run (`Run::floor`), so that this phase needs nothing else
+/// of it.
+pub(super) struct FloorPhase<'a> {
+    pub agents: &'a mut Agents,
+    pub probe: &'a ServerProbe,
+    /// The run's users: one floor socket each.
+    pub users: u64,
+}
+
+impl FloorPhase<'_> {
+    /// Measures the floor with the writers `w`, then has the agents reset
+    /// their floor sockets and the writers exit; `None` when it could not
+    /// be measured (the run goes on without it).
+    pub(super) fn run(&mut self, mut w: Writers) -> Result<Option<Floor>, BenchError> {
         let result = self.measure_floor(&mut w);
         // Whatever happened: the agents reset their floor sockets, the writers go.
         let _ = self.agents.send_all(&ToAgent::FloorEnd);
@@ -108,7 +116,7 @@ impl Run {
     }
 
     fn measure_floor(&mut self, w: &mut Writers) -> Result<Floor, BenchError> {
-        let users = self.sc.total_users();
+        let users = self.users;
         let n = w.links.len() as u64;
         for i in 0..w.links.len() {
             let expect = users / n + u64::from((i as u64) < users % n);
@@ -317,7 +325,7 @@ impl Run {
         };
         FloorCpu {
             writers: of(&w.links),
-            agents: of(&self.agents),
+            agents: of(self.agents),
             server: self.probe.proc().map(|p| p.cpu_secs),
             machine: sys::machine_cpu().map(|(busy, _)| busy),
         }

@@ -13,18 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::children;
 use crate::error::BenchError;
-
-/// Open files a server worker keeps back from its hard limit when the
-/// controller sizes `--workers`: room for the worker's own files and for the
-/// kernel's uneven spread of connections over `SO_REUSEPORT` listeners, so
-/// that no worker reaches its limit.
-const WORKER_MARGIN: u64 = 600;
-
-/// Server workers for `users` connections, each holding at most its hard
-/// open-files limit less [`WORKER_MARGIN`].
-pub(crate) fn server_workers(users: u64, hard: u64) -> u64 {
-    users.div_ceil(hard.saturating_sub(WORKER_MARGIN).max(1))
-}
+use crate::tune::server_workers;
 
 /// Whether `args` set `flag` (`--flag V` or `--flag=V`).
 fn has_flag(args: &[String], flag: &str) -> bool {

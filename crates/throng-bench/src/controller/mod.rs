@@ -36,13 +36,13 @@ mod timeline;
 mod verdict;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::agents::Agents;
 use self::floor::{Train, Writers};
-pub(crate) use self::launch::server_workers;
 use self::launch::{Embedded, LocalAgents};
 use self::probe::ServerProbe;
 use self::run::Run;
@@ -84,7 +84,9 @@ fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
     })
 }
 
-/// Runs `throng bench`.
+/// Runs `throng bench`: sets the run up step by step, runs it, and
+/// reports; an `Err` when it could not run, or when it ran and failed its
+/// own success criteria (so a CI job can gate on the exit status).
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     children::kill_on_signal()?;
     let (soft, hard) = sys::raise_fd_limit();
@@ -94,28 +96,12 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         tsung: imported,
         adaptive,
     } = args.load()?;
-    let floor_on = match args.floor {
-        FloorMode::Off => false,
-        FloorMode::On if args.remote_agents > 0 => {
-            return Err(BenchError::Scenario(
-                "--floor on needs local agents only (the floor writers run here)".into(),
-            ))
-        }
-        FloorMode::On => true,
-        FloorMode::Auto => {
-            args.target.is_none() && args.remote_agents == 0 && sc.expected_broadcasts() > 0
-        }
-    };
+    let floor_on = floor_wanted(&args, &sc)?;
+    if let Some(t) = &args.target {
+        listening(t)?;
+    }
     if let Some(imp) = &imported {
-        for n in &imp.notes {
-            eprintln!("tsung: {n}");
-        }
-        if let Some((h, p)) = &imp.server {
-            eprintln!(
-                "tsung: <server host=\"{h}\" port=\"{p}\"> replaced by {}",
-                args.target.as_deref().unwrap_or("the embedded server")
-            );
-        }
+        import_notes(&args, imp);
     }
     let users = sc.total_users();
     // Bound before a move into a private network namespace, so the browser
@@ -126,39 +112,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     // are not shown inside a private network namespace.
     let os = tune::os_settings(users);
     let tcp = netns::for_run(args.netns, local_only, users)?;
-    // The server side: ours, or a remote one.
-    let mut presence_args = Vec::new();
-    let (embedded, target) = match &args.target {
-        Some(t) => {
-            if !sc.sends_heartbeats() {
-                eprintln!(
-                    "warning: this scenario sends no heartbeats: the server's idle timeout (throng's default 60 s) will close sessions that stay quiet longer"
-                );
-            }
-            (None, resolve(t)?)
-        }
-        None => {
-            let idle = if sc.sends_heartbeats() {
-                args.idle_timeout
-            } else {
-                Some(args.idle_timeout.unwrap_or(0))
-            };
-            let presence =
-                launch::presence_server_args(sc.presence_rule()?.as_ref(), users, &args.server_arg);
-            if !presence.is_empty() {
-                eprintln!(
-                    "presence: the embedded server runs with {} (beyond --server-arg)",
-                    presence.join(" ")
-                );
-            }
-            let mut server_args = args.server_arg.clone();
-            server_args.extend(presence.iter().cloned());
-            presence_args = presence;
-            let e = Embedded::start(users, per_process, hard, idle, &server_args)?;
-            let addr = e.server.addr;
-            (Some(e), addr)
-        }
-    };
+    let (embedded, target, presence_args) = server_side(&args, &sc, per_process, hard)?;
     // Agents: each holds up to its fd limit less a margin; a Tsung client
     // caps its agent at its maxusers.
     let tsung_caps: Vec<u64> = imported
@@ -170,27 +124,257 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
                 .collect()
         })
         .unwrap_or_default();
+    let local = local_agents(&args, users, per_process, tsung_caps.len());
+    if let Some(imp) = &imported {
+        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
+        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
+    }
+    let total_agents = local + args.remote_agents;
+    setup_notes(&os, users, soft, hard, per_process);
+    eprintln!(
+        "throng bench: {} -> {target} with {total_agents} agent(s)",
+        scenario::describe(&sc, adaptive)
+    );
+    let listener = TcpListener::bind(&args.listen)?;
+    let token = match &args.token {
+        Some(t) if !t.is_empty() => t.clone(),
+        _ => wire::new_token()?,
+    };
+    let mut agents = connect_agents(&args, &listener, &token, local, total_agents)?;
+    let plan = Plan {
+        index: 0,
+        agents: total_agents,
+        scenario: sc.clone(),
+        target,
+        host: args.target.clone().unwrap_or_else(|| target.to_string()),
+        bind_sources: true,
+        capacity: per_process,
+        adaptive,
+    };
+    send_plans(&mut agents, plan, &tsung_caps)?;
+    let conn_size = agents.await_ready()?;
+    let writers = if floor_on {
+        let processes = embedded.as_ref().map_or(1, |e| e.workers);
+        Some(floor_writers(&args, &sc, &listener, &token, processes)?)
+    } else {
+        None
+    };
+    let probe = probe_of(embedded.as_ref(), target);
+    let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
+    let report_path = args.report.clone().unwrap_or_else(default_report_path);
+    children::on_signal_write(Arc::clone(&live), args.json.clone(), report_path.clone());
+    let mut run = Run::new(
+        &args,
+        sc,
+        adaptive,
+        probe,
+        agents,
+        writers,
+        os,
+        conn_size,
+        tcp,
+        Arc::clone(&live),
+    );
+    run.presence_args = presence_args;
+    let dashboard = dashboard.and_then(|l| start_dashboard(l, args.dashboard_port, &live));
+    let result = run.execute();
+    let _ = std::io::stderr().flush();
+    // Whatever happened, leave no agent or server behind.
+    run.agents.reap();
+    drop(embedded);
+    let report = result?;
+    publish(&run, report, &args, &report_path, dashboard)
+}
+
+/// Sends each agent its plan: `plan` with the agent's index, and its
+/// capacity capped by its Tsung client's maxusers.
+fn send_plans(agents: &mut Agents, plan: Plan, tsung_caps: &[u64]) -> Result<(), BenchError> {
+    let per_process = plan.capacity;
+    for i in 0..agents.len() {
+        let plan = Plan {
+            index: i as u32,
+            capacity: tsung_caps
+                .get(i)
+                .copied()
+                .unwrap_or(per_process)
+                .min(per_process),
+            ..plan.clone()
+        };
+        agents.send(i, &ToAgent::Plan(Box::new(plan)))?;
+    }
+    Ok(())
+}
+
+/// What samples the server: the embedded one's processes, or a target's
+/// `/metrics` only.
+fn probe_of(embedded: Option<&Embedded>, target: SocketAddr) -> ServerProbe {
+    match embedded {
+        Some(e) => ServerProbe::new(
+            target,
+            Some(e.server.pid()),
+            e.holders(),
+            e.workers,
+            e.redis.as_ref().map(|r| r.pid()),
+        ),
+        None => ServerProbe::new(target, None, Vec::new(), 1, None),
+    }
+}
+
+/// Serves the dashboard on its listener (if it could be bound).
+fn start_dashboard(
+    listener: std::io::Result<TcpListener>,
+    port: u16,
+    live: &Arc<Mutex<String>>,
+) -> Option<SocketAddr> {
+    match listener.and_then(|l| dashboard::serve(l, Arc::clone(live))) {
+        Ok(addr) => {
+            eprintln!("dashboard: http://{addr}/");
+            Some(addr)
+        }
+        Err(e) => {
+            eprintln!("dashboard off: port {port}: {e}");
+            None
+        }
+    }
+}
+
+/// The end of a run: the criteria judged, the summary printed, the JSON
+/// and HTML written, the dashboard kept up on a terminal; an `Err` when
+/// the run failed its criteria.
+fn publish(
+    run: &Run,
+    mut report: crate::report::Report,
+    args: &BenchArgs,
+    report_path: &std::path::Path,
+    dashboard: Option<SocketAddr>,
+) -> Result<(), BenchError> {
+    report.failures = report.failed_criteria();
+    let json = serde_json::to_string(&report)?;
+    run.publish(json.clone());
+    print!("{}", summary::table(&report));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+        eprintln!("json: {}", p.display());
+    }
+    std::fs::write(report_path, html::page(&json, false))?;
+    eprintln!("report: {} (open it in a browser)", report_path.display());
+    children::finished(if report.failures.is_empty() { 0 } else { 1 });
+    if let Some(addr) = dashboard {
+        linger(addr);
+    }
+    if report.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Failed(report.failures.join("; ")))
+    }
+}
+
+/// Whether the run measures the floor (`--floor`, and `auto`'s rule).
+fn floor_wanted(args: &BenchArgs, sc: &scenario::Scenario) -> Result<bool, BenchError> {
+    Ok(match args.floor {
+        FloorMode::Off => false,
+        FloorMode::On if args.remote_agents > 0 => {
+            return Err(BenchError::Scenario(
+                "--floor on needs local agents only (the floor writers run here)".into(),
+            ))
+        }
+        FloorMode::On => true,
+        FloorMode::Auto => {
+            args.target.is_none() && args.remote_agents == 0 && sc.expected_broadcasts() > 0
+        }
+    })
+}
+
+/// `--target` answers a TCP connect: a run against nothing would only
+/// count refusals and blame the server for them.
+fn listening(target: &str) -> Result<(), BenchError> {
+    let addr = resolve(target)?;
+    match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(BenchError::Server(format!(
+            "nothing is listening at {addr} (--target {target}): start the server there first (for example `throng serve --port {}`), or fix --target",
+            addr.port()
+        ))),
+        Err(e) => Err(BenchError::Server(format!(
+            "cannot reach {addr} (--target {target}): {e}; check the address and that the server runs"
+        ))),
+    }
+}
+
+/// What a `--tsung` import changed or left out, on stderr.
+fn import_notes(args: &BenchArgs, imp: &crate::tsung::TsungImport) {
+    for n in &imp.notes {
+        eprintln!("tsung: {n}");
+    }
+    if let Some((h, p)) = &imp.server {
+        eprintln!(
+            "tsung: <server host=\"{h}\" port=\"{p}\"> replaced by {}",
+            args.target.as_deref().unwrap_or("the embedded server")
+        );
+    }
+}
+
+/// The server side: the embedded `throng serve` (and what it was given for
+/// the scenario's presence), or the `--target`.
+fn server_side(
+    args: &BenchArgs,
+    sc: &scenario::Scenario,
+    per_process: u64,
+    hard: u64,
+) -> Result<(Option<Embedded>, SocketAddr, Vec<String>), BenchError> {
+    if let Some(t) = &args.target {
+        if !sc.sends_heartbeats() {
+            eprintln!(
+                "warning: this scenario sends no heartbeats: the server's idle timeout (throng's default 60 s) will close sessions that stay quiet longer"
+            );
+        }
+        return Ok((None, resolve(t)?, Vec::new()));
+    }
+    let users = sc.total_users();
+    let idle = if sc.sends_heartbeats() {
+        args.idle_timeout
+    } else {
+        Some(args.idle_timeout.unwrap_or(0))
+    };
+    let presence =
+        launch::presence_server_args(sc.presence_rule()?.as_ref(), users, &args.server_arg);
+    if !presence.is_empty() {
+        eprintln!(
+            "presence: the embedded server runs with {} (beyond --server-arg)",
+            presence.join(" ")
+        );
+    }
+    let mut server_args = args.server_arg.clone();
+    server_args.extend(presence.iter().cloned());
+    let e = Embedded::start(users, per_process, hard, idle, &server_args)?;
+    let addr = e.server.addr;
+    Ok((Some(e), addr, presence))
+}
+
+/// Local agent processes: `--agents`, else one per Tsung client or as
+/// many as the connections need; never fewer than they need.
+fn local_agents(args: &BenchArgs, users: u64, per_process: u64, tsung_clients: usize) -> u32 {
     let min_agents = users.div_ceil(per_process).max(1) as u32;
-    let mut local = args
+    let local = args
         .agents
-        .unwrap_or(if tsung_caps.is_empty() {
+        .unwrap_or(if tsung_clients == 0 {
             min_agents
         } else {
-            tsung_caps.len() as u32
+            tsung_clients as u32
         })
         .max(if args.remote_agents > 0 { 0 } else { 1 });
     if local + args.remote_agents < min_agents {
         eprintln!(
             "note: {users} users need {min_agents} agents of {per_process} connections each: using {min_agents}"
         );
-        local = min_agents - args.remote_agents;
+        return min_agents - args.remote_agents;
     }
-    if let Some(imp) = &imported {
-        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
-        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
-    }
-    let total_agents = local + args.remote_agents;
-    // The OS settings this run's size needs: offered, not imposed.
+    local
+}
+
+/// The OS settings the run's size needs (offered, not imposed) and the
+/// limits that cap it, on stderr.
+fn setup_notes(os: &crate::report::OsSettings, users: u64, soft: u64, hard: u64, per_process: u64) {
     for l in &os.lacking {
         eprintln!(
             "note: {users} connections need {} {} (now {}): {}",
@@ -205,23 +389,23 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         "limits: open files {soft}/{hard} (soft/hard) per process -> {per_process} connections per agent and per server process; ephemeral ports {ports} per source address (8 source addresses per agent); {:.1} GiB memory; `throng tune` for more",
         sys::mem_total().unwrap_or(0) as f64 / 1073741824.0
     );
-    eprintln!(
-        "throng bench: {} -> {target} with {total_agents} agent(s)",
-        scenario::describe(&sc, adaptive)
-    );
+}
 
-    let listener = TcpListener::bind(&args.listen)?;
+/// Starts `local` agents, waits for the remote ones, and links them all.
+fn connect_agents(
+    args: &BenchArgs,
+    listener: &TcpListener,
+    token: &str,
+    local: u32,
+    total: u32,
+) -> Result<Agents, BenchError> {
     let ctl_addr = listener.local_addr()?;
-    let token = match &args.token {
-        Some(t) if !t.is_empty() => t.clone(),
-        _ => wire::new_token()?,
-    };
-    let mut children = LocalAgents::spawn(local, ctl_addr, &token, false)?;
+    let mut children = LocalAgents::spawn(local, ctl_addr, token, false)?;
     if args.remote_agents > 0 {
         let shown = if args.token.is_some() {
-            "<the --token given>".to_string()
+            "<the --token given>"
         } else {
-            token.clone()
+            token
         };
         eprintln!(
             "waiting for {} remote agent(s): {}={shown} throng agent --controller {ctl_addr}",
@@ -230,109 +414,68 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         );
     }
     let wait = Duration::from_secs(if args.remote_agents > 0 { 120 } else { 20 });
-    let mut agents = Agents::accept(
-        &listener,
-        total_agents as usize,
+    Agents::accept(
+        listener,
+        total as usize,
         &mut children,
-        &token,
+        token,
         Role::Agent,
         wait,
-    )?;
-    let host = args.target.clone().unwrap_or_else(|| target.to_string());
-    for i in 0..agents.len() {
-        let plan = Plan {
-            index: i as u32,
-            agents: total_agents,
-            scenario: sc.clone(),
-            target,
-            host: host.clone(),
-            bind_sources: true,
-            capacity: tsung_caps
-                .get(i)
-                .copied()
-                .unwrap_or(per_process)
-                .min(per_process),
-            adaptive,
-        };
-        agents.send(i, &ToAgent::Plan(Box::new(plan)))?;
-    }
-    let conn_size = agents.await_ready()?;
-    // The floor writers: one per server process, as many threads as its shards.
-    let writers = if floor_on {
-        let processes = embedded.as_ref().map_or(1, |e| e.workers);
-        let threads = shards_per_process(&args.server_arg, processes);
-        let mut children = LocalAgents::spawn(processes as u32, ctl_addr, &token, true)?;
-        let links = Agents::accept(
-            &listener,
-            processes,
-            &mut children,
-            &token,
-            Role::FloorWriter,
-            Duration::from_secs(20),
-        )?;
-        // The built-in scenario's one publisher: its broadcasts' schedule.
-        let builtin = args.scenario.is_none() && args.tsung.is_none();
-        let train = (builtin && args.publishers == 1 && (2..=10).contains(&args.broadcasts))
-            .then_some(Train {
-                rounds: args.broadcasts,
-                interval: args.broadcast_interval,
-            });
-        Some(Writers {
-            links,
-            threads,
-            frame: FloorFrame::of(&sc),
-            train,
-        })
-    } else {
-        None
-    };
+    )
+}
 
-    let probe = match &embedded {
-        Some(e) => ServerProbe::new(
-            target,
-            Some(e.server.pid()),
-            e.holders(),
-            e.workers,
-            e.redis.as_ref().map(|r| r.pid()),
-        ),
-        None => ServerProbe::new(target, None, Vec::new(), 1, None),
-    };
-    let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
-    let mut run = Run::new(
-        &args,
-        sc,
-        adaptive,
-        probe,
-        agents,
-        writers,
-        os,
-        conn_size,
-        tcp,
-        Arc::clone(&live),
-    );
-    run.presence_args = presence_args;
-    if let Some(l) = dashboard {
-        match l.and_then(|l| dashboard::serve(l, Arc::clone(&live))) {
-            Ok(addr) => eprintln!("dashboard: http://{addr}/"),
-            Err(e) => eprintln!("dashboard off: port {}: {e}", args.dashboard_port),
-        }
+/// The floor writers: one per server process, as many threads as its shards.
+fn floor_writers(
+    args: &BenchArgs,
+    sc: &scenario::Scenario,
+    listener: &TcpListener,
+    token: &str,
+    processes: usize,
+) -> Result<Writers, BenchError> {
+    let threads = shards_per_process(&args.server_arg, processes);
+    let mut children = LocalAgents::spawn(processes as u32, listener.local_addr()?, token, true)?;
+    let links = Agents::accept(
+        listener,
+        processes,
+        &mut children,
+        token,
+        Role::FloorWriter,
+        Duration::from_secs(20),
+    )?;
+    // The built-in scenario's one publisher: its broadcasts' schedule.
+    let load = &args.load;
+    let builtin = load.scenario.is_none() && load.tsung.is_none();
+    let train =
+        (builtin && load.publishers == 1 && (2..=10).contains(&load.broadcasts)).then_some(Train {
+            rounds: load.broadcasts,
+            interval: load.broadcast_interval,
+        });
+    Ok(Writers {
+        links,
+        threads,
+        frame: FloorFrame::of(sc),
+        train,
+    })
+}
+
+/// Where the HTML report goes without `--report`.
+fn default_report_path() -> PathBuf {
+    std::env::temp_dir().join(format!("throng-bench-{}.html", std::process::id()))
+}
+
+/// On a terminal, the dashboard stays up (with the final report) until
+/// Enter is pressed, at most 10 minutes: a short run is over before a
+/// browser opens it.
+fn linger(addr: SocketAddr) {
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return;
     }
-    let result = run.execute();
-    let _ = std::io::stderr().flush();
-    // Whatever happened, leave no agent or server behind.
-    run.agents.reap();
-    drop(embedded);
-    let report = result?;
-    let json = serde_json::to_string(&report)?;
-    run.publish(json.clone());
-    print!("{}", summary::table(&report));
-    if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
-        eprintln!("json: {}", p.display());
-    }
-    if let Some(p) = &args.report {
-        std::fs::write(p, html::page(&json, false))?;
-        eprintln!("report: {}", p.display());
-    }
-    Ok(())
+    eprintln!("dashboard: http://{addr}/ shows the final report; press Enter to exit");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(Duration::from_secs(600));
 }

@@ -5,12 +5,12 @@
 
 use super::cpu::{bottleneck_of, CpuTrace};
 use super::floor::Floor;
-use super::run::{Phases, Ramp, Run};
+use super::run::{Baseline, Collected, Hold, Phases, Plateau, Ramp, Run};
 use super::verdict::{attribute, verdict, TimeoutContext};
 use crate::report::{self, AdaptiveArrival, BroadcastRow, CpuWindow, FloorReport, Report};
 use crate::scenario::{self, vsn_name};
 use crate::slots::Slots;
-use crate::stats::{percentile_curve, summarize, BcastSeen, BcastTable, Summary};
+use crate::stats::{percentile_curve, summarize, BcastSeen, BcastTable, Counters, Summary};
 use crate::sys;
 
 /// Publish to last receipt, ms.
@@ -31,76 +31,18 @@ impl Run {
             collected: c,
         } = p;
         let fin = &c.counters;
-        // Broadcasts: per broadcast, publish to last receipt.
-        let published = || c.bcasts.values().filter(|b| b.sent_ns > 0);
-        let mut lasts: Vec<f64> = published().filter(|b| b.recv > 0).map(last_ms).collect();
-        lasts.sort_by(|a, b| a.total_cmp(b));
-        let mut per_broadcast: Vec<(&u64, &BcastSeen)> =
-            c.bcasts.iter().filter(|(_, b)| b.sent_ns > 0).collect();
-        per_broadcast.sort_by_key(|(_, b)| b.sent_ns);
-        let first_ns = per_broadcast.first().map(|(_, b)| b.sent_ns).unwrap_or(0);
-        let per_broadcast: Vec<BroadcastRow> = per_broadcast
-            .iter()
-            .take(1000)
-            .map(|(k, b)| BroadcastRow {
-                publisher: *k >> 32,
-                msg_ref: *k & 0xFFFF_FFFF,
-                sent_at_ms: (b.sent_ns - first_ns) as f64 / 1e6,
-                receivers: b.recv,
-                last_ms: if b.recv > 0 { last_ms(b) } else { 0.0 },
-            })
-            .collect();
-        let sent = published().count() as u64;
-        let bsum = summarize(&c.hists.broadcast);
         let per_sec = if fin.last_join_secs > 0.0 {
             fin.joined as f64 / fin.last_join_secs
         } else {
             0.0
         };
-        // Memory per connection: growth from the baseline over the plateau's open connections.
-        let open = plateau.counters.open;
-        let per_conn = |grew: f64| (open > 0).then(|| grew / open as f64);
-        let server_bytes = baseline
-            .server
-            .zip(plateau.server)
-            .and_then(|(a, b)| per_conn(b.rss as f64 - a.rss as f64));
-        let kernel_bytes = baseline
-            .slab
-            .zip(plateau.slab)
-            .and_then(|(a, b)| per_conn(b as f64 - a as f64));
-        let agent_bytes = per_conn(plateau.agent_rss_delta as f64);
-        // Broadcasts: from the first publish to the last receipt, on the trace's clock.
-        let (bc_from, bc_until) = match (
-            published().map(|b| b.sent_ns).min(),
-            c.bcasts.values().map(|b| b.last_ns).max(),
-        ) {
-            (Some(a), Some(b)) if b > a => (
-                (a.saturating_sub(baseline.start_rt) as f64 / 1e9).max(hold.t0),
-                (b.saturating_sub(baseline.start_rt) as f64 / 1e9).min(hold.t1),
-            ),
-            _ => (hold.t0, hold.t1),
-        };
-        let hold_cpu = self.trace.window(bc_from, bc_until);
+        let hold_cpu = self.broadcast_window(&c, &baseline, &hold);
         let ramp_until = if fin.last_join_secs > 0.0 {
             fin.last_join_secs
         } else {
             ramp.secs
         };
         let cpu = self.trace.window(0.0, ramp_until);
-        let agents = self
-            .agents
-            .links
-            .iter()
-            .enumerate()
-            .map(|(i, a)| report::AgentProcess {
-                index: i,
-                pid: a.pid,
-                users: a.users,
-                cpu_secs: a.final_.as_ref().map_or(0.0, |f| f.counters.cpu_secs),
-                cpu_pct_ramp: cpu.agents_pct.get(i).copied(),
-                rss_bytes: a.last.as_ref().map(|c| c.rss).unwrap_or(0),
-            })
-            .collect();
         let target_rate = self.sc.phases.first().map(|p| p.arrival_rate);
         let behind = target_rate
             .filter(|&t| self.sc.phases.len() == 1 && per_sec < 0.9 * t)
@@ -114,81 +56,12 @@ impl Run {
                 .and_then(|t| sys::metric(t, name))
         };
         let floor = floor.map(|f| floor_report(&f, &c.floor, summarize(&c.hists.floor)));
-        let floor_ratio = |b: f64, f: f64| (b > 0.0 && f > 0.0).then(|| b / f);
-        let bcast_last = lasts.last().copied().unwrap_or(0.0);
-        let bcast_last_p50 = lasts.get(lasts.len() / 2).copied().unwrap_or(0.0);
-        let alone = alone(&c.bcasts);
-        // Broadcasts that overlapped compare with the floor's train (as many
-        // rounds on the same schedule), when there is one for all of them.
-        let train = floor.as_ref().map_or(&[][..], |f| &f.train_last_ms[..]);
-        let mut all: Vec<f64> = c
-            .bcasts
-            .values()
-            .filter(|b| b.sent_ns > 0 && b.recv > 0)
-            .map(last_ms)
-            .collect();
-        all.sort_by(|a, b| a.total_cmp(b));
-        let by_train = alone.len() < all.len() && !all.is_empty() && train.len() == all.len();
-        let compared = if by_train {
-            all
-        } else if alone.is_empty() {
-            // None had the machine to itself: the first had it the longest.
-            c.bcasts
-                .values()
-                .filter(|b| b.sent_ns > 0 && b.recv > 0)
-                .min_by_key(|b| b.sent_ns)
-                .map(last_ms)
-                .into_iter()
-                .collect()
-        } else {
-            alone.clone()
-        };
-        let compared_p50 = compared.get(compared.len() / 2).copied().unwrap_or(0.0);
-        let compared_worst = compared.last().copied().unwrap_or(0.0);
-        // The floor's side: its median and slowest rounds; the first broadcast
-        // alone compares with the first round (both the first frames on
-        // their sockets, which the kernel handles more slowly).
-        let floor_side = floor.as_ref().map(|f| {
-            if by_train {
-                let mut t = f.train_last_ms.clone();
-                t.sort_by(|a, b| a.total_cmp(b));
-                (t[t.len() / 2], t[t.len() - 1])
-            } else if alone.is_empty() {
-                let first = f.rounds_last_ms.first().copied().unwrap_or(0.0);
-                (first, first)
-            } else {
-                (f.last_p50_ms, f.last_ms)
-            }
-        });
-        let floor_compared = match (alone.len(), sent) {
-            (_, 0) => String::new(),
-            (_, m) if by_train => format!(
-                "all {m} broadcasts with the floor's {m} rounds sent on their schedule ({} s apart): they overlapped, and so did the floor's",
-                floor.as_ref().map_or(0.0, |f| f.train_interval_secs)
-            ),
-            (n, m) if n as u64 == m => format!(
-                "all {n} broadcasts (each had the machine to itself) with the floor's rounds"
-            ),
-            (0, m) => format!(
-                "the first of {m} broadcasts with the floor's first round: each broadcast overlapped another (sent before the previous one's last receipt); a --broadcast-interval longer than a broadcast compares them all"
-            ),
-            (n, m) => format!(
-                "{n} of {m} broadcasts (the others overlapped another) with the floor's rounds"
-            ),
-        };
-        let receipts: u64 = c.bcasts.values().map(|b| b.recv).sum();
-        let per_receipt = |pct: Option<f64>| {
-            pct.filter(|_| receipts > 0)
-                .map(|p| p / 100.0 * hold_cpu.window_secs * 1e6 / receipts as f64)
-        };
+        let broadcast = broadcasts(&c, floor.as_ref(), &hold_cpu, self.sc.expected_broadcasts());
         let adaptive = ramp
             .control
             .as_ref()
             .map(|_| adaptive_report(&ramp, &c.slots));
-        let mut timeouts = timeout_context(&self.trace, &c.slots, self.sc.connect_timeout);
-        timeouts.hb_interval_secs = self.sc.heartbeat;
-        timeouts.hb_late_secs = fin.hb_late_max_ms as f64 / 1000.0;
-        let attributed = attribute(&fin.errors, timeouts);
+        let attributed = self.attributed(fin, &c.slots);
         let (presence, presence_curve) =
             self.presence_report(&c, baseline.start_rt, plateau.presence_settle_secs, &m);
         // The server's CPU per join: from the first arrival to the last
@@ -197,16 +70,8 @@ impl Run {
             .as_ref()
             .map_or(0.0, |p| p.window_secs)
             .max(ramp_until);
-        let join_cpu = self.trace.window(0.0, joins_until);
-        let server_cpu_us_per_join = join_cpu
-            .server_pct
-            .filter(|_| fin.joined > 0)
-            .map(|pct| pct / 100.0 * join_cpu.window_secs * 1e6 / fin.joined as f64);
-        let hb_at_hold = hold
-            .counters
-            .hb_sent
-            .saturating_sub(plateau.counters.hb_sent) as f64
-            / (hold.t1 - hold.t0).max(1e-3);
+        let server_cpu_us_per_join = self.server_cpu_us_per_join(fin.joined, joins_until);
+        let broadcast_sent = broadcast.sent;
         Report {
             verdict: verdict(
                 &attributed,
@@ -215,50 +80,11 @@ impl Run {
                 fin.joined,
             ),
             floor: floor.clone(),
-            heartbeats: report::Heartbeats {
-                interval_secs: self.sc.heartbeat,
-                grid_secs: self.sc.heartbeat_grid,
-                late_max_ms: fin.hb_late_max_ms,
-                sent: fin.hb_sent,
-                per_sec_at_hold: hb_at_hold,
-                background: self
-                    .trace
-                    .window(plateau.quiet_from.unwrap_or(ramp.secs), hold.t0),
-            },
+            heartbeats: self.heartbeat_figures(fin, &plateau, &hold, ramp.secs),
             os: self.os.clone(),
-            scenario: report::ScenarioInfo {
-                name: self.sc.name.clone(),
-                description: scenario::describe(&self.sc, self.adaptive),
-                serializer: vsn_name::of(self.sc.serializer).into(),
-                heartbeat_secs: self.sc.heartbeat,
-            },
-            connections: report::Connections {
-                target: self.sc.total_users(),
-                started: fin.started,
-                connected: fin.connected,
-                joined: fin.joined,
-                open_at_plateau: open,
-                server_conns_at_plateau: plateau.server_conns,
-            },
-            errors: report::ErrorCounts {
-                total: fin.errors.total(),
-                by_kind: fin
-                    .errors
-                    .by_kind()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                detail: fin.errors.detail.clone(),
-                attributed,
-                closed_by_second: c
-                    .slots
-                    .closes
-                    .chunks(10)
-                    .enumerate()
-                    .map(|(s, n)| (s as u32, n.iter().sum::<u32>()))
-                    .filter(|(_, n)| *n > 0)
-                    .collect(),
-            },
+            scenario: self.scenario_info(),
+            connections: self.connections(fin, &plateau),
+            errors: errors(fin, &c.slots, attributed),
             arrival: report::Arrival {
                 target_per_sec: target_rate,
                 per_sec,
@@ -274,85 +100,19 @@ impl Run {
             connect: summarize(&c.hists.connect),
             join: summarize(&c.hists.join),
             reply: summarize(&c.hists.reply),
-            broadcast: report::Broadcasts {
-                sent,
-                expected_sent: self.sc.expected_broadcasts(),
-                receivers: receipts,
-                p50_ms: bsum.p50_ms,
-                p90_ms: bsum.p90_ms,
-                p99_ms: bsum.p99_ms,
-                max_ms: bsum.max_ms,
-                mean_ms: bsum.mean_ms,
-                last_ms: bcast_last,
-                last_p50_ms: bcast_last_p50,
-                floor_ratio: floor_side.and_then(|(p50, _)| floor_ratio(compared_p50, p50)),
-                floor_ratio_worst: floor_side
-                    .and_then(|(_, worst)| floor_ratio(compared_worst, worst)),
-                floor_compared: floor.as_ref().map(|_| floor_compared),
-                server_cpu_us_per_receiver: per_receipt(hold_cpu.server_pct),
-                agent_cpu_us_per_receiver: per_receipt(Some(hold_cpu.agents_pct.iter().sum())),
-                machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
-                per_broadcast,
-            },
+            broadcast,
             presence,
-            messages: report::Messages {
-                out: fin.msgs_out,
-                in_: fin.msgs_in,
-                out_per_sec: fin.msgs_out as f64 / c.secs,
-                in_per_sec: fin.msgs_in as f64 / c.secs,
-                out_binary: fin.msgs_out_binary,
-                bytes_in: fin.bytes_in,
-                bytes_in_per_join: if fin.joined > 0 {
-                    fin.bytes_in as f64 / fin.joined as f64
-                } else {
-                    0.0
-                },
-                server_in_total: m("throng_messages_in_total"),
-                server_out_total: m("throng_messages_out_total"),
-                server_broadcasts_total: m("throng_broadcasts_total"),
-            },
-            server: report::Server {
-                embedded: self.probe.pid.is_some(),
-                address: self.probe.metrics.to_string(),
-                pid: self.probe.pid,
-                rss_baseline: baseline.server.map(|s| s.rss),
-                rss_plateau: plateau.server.map(|s| s.rss),
-                bytes_per_conn: server_bytes,
-                cpu_pct_ramp: cpu.server_pct,
-                cpu_secs: plateau
-                    .server
-                    .zip(baseline.server)
-                    .map(|(b, a)| b.cpu_secs - a.cpu_secs),
-                channels_joined: m("throng_channels_joined"),
-            },
-            agent: report::Agents {
-                count: self.agents.len(),
-                bytes_per_conn: agent_bytes,
-                conn_struct_bytes: self.conn_size,
-                processes: agents,
-            },
-            kernel: report::Kernel {
-                slab_baseline: baseline.slab,
-                slab_plateau: plateau.slab,
-                bytes_per_conn: kernel_bytes,
-                note: report::KERNEL_NOTE.into(),
-                tcp_ehash_buckets: self.tcp.buckets,
-                private_netns: self.tcp.private,
-                backlog_drops: baseline
-                    .backlog_drops
-                    .zip(hold.backlog_drops)
-                    .map(|(a, b)| b.saturating_sub(a)),
-            },
+            messages: messages(fin, c.secs, &m),
+            server: self.server_figures(&baseline, &plateau, cpu.server_pct, &m),
+            agent: self.agent_figures(&plateau, &cpu),
+            kernel: self.kernel_figures(&baseline, &plateau, &hold),
             controller: report::Controller {
                 cpu_secs: c.controller_cpu,
             },
-            storm: report::Storm {
-                connections: storm.connections,
-                secs_to_zero: storm.secs_to_zero,
-                server_cpu_secs: storm.server_cpu_secs,
-            },
+            storm: storm_figures(&storm),
             bottleneck: bottleneck_of(&cpu, "the ramp-up", behind),
-            broadcast_bottleneck: (sent > 0).then(|| bottleneck_of(&hold_cpu, "broadcasts", None)),
+            broadcast_bottleneck: (broadcast_sent > 0)
+                .then(|| bottleneck_of(&hold_cpu, "broadcasts", None)),
             cpu: report::Cpu {
                 ramp: cpu,
                 broadcasts: hold_cpu,
@@ -360,15 +120,367 @@ impl Run {
             duration_secs: c.secs,
             hold_secs: storm.start.duration_since(hold.start).as_secs_f64(),
             percentiles: report::Percentiles {
-                connect: percentile_curve(&c.hists.connect),
-                join: percentile_curve(&c.hists.join),
-                broadcast: percentile_curve(&c.hists.broadcast),
                 presence_join_visible: presence_curve,
+                ..percentiles(&c.hists)
             },
             timeline: self.timeline.samples.clone(),
             status: "done".into(),
+            failures: Vec::new(),
         }
     }
+
+    /// Users: started, connected, joined, and open once settled.
+    fn connections(&self, fin: &Counters, plateau: &Plateau) -> report::Connections {
+        report::Connections {
+            target: self.sc.total_users(),
+            started: fin.started,
+            connected: fin.connected,
+            joined: fin.joined,
+            open_at_plateau: plateau.counters.open,
+            server_conns_at_plateau: plateau.server_conns,
+        }
+    }
+
+    /// Each error's finer kind and whose it is, in the run's context.
+    fn attributed(&self, fin: &Counters, slots: &Slots) -> Vec<report::Attributed> {
+        let mut timeouts = timeout_context(&self.trace, slots, self.sc.connect_timeout);
+        timeouts.hb_interval_secs = self.sc.heartbeat;
+        timeouts.hb_late_secs = fin.hb_late_max_ms as f64 / 1000.0;
+        attribute(&fin.errors, timeouts)
+    }
+
+    /// The server's CPU per join over the first `secs` of the run, µs.
+    fn server_cpu_us_per_join(&self, joined: u64, secs: f64) -> Option<f64> {
+        let w = self.trace.window(0.0, secs);
+        w.server_pct
+            .filter(|_| joined > 0)
+            .map(|pct| pct / 100.0 * w.window_secs * 1e6 / joined as f64)
+    }
+
+    /// The scenario that ran.
+    fn scenario_info(&self) -> report::ScenarioInfo {
+        report::ScenarioInfo {
+            name: self.sc.name.clone(),
+            description: scenario::describe(&self.sc, self.adaptive),
+            serializer: vsn_name::of(self.sc.serializer).into(),
+            heartbeat_secs: self.sc.heartbeat,
+        }
+    }
+
+    /// The CPU window of the broadcasts: from the first publish to the last
+    /// receipt, on the trace's clock, within the hold.
+    fn broadcast_window(&self, c: &Collected, baseline: &Baseline, hold: &Hold) -> CpuWindow {
+        let (bc_from, bc_until) = match (
+            c.bcasts
+                .values()
+                .filter(|b| b.sent_ns > 0)
+                .map(|b| b.sent_ns)
+                .min(),
+            c.bcasts.values().map(|b| b.last_ns).max(),
+        ) {
+            (Some(a), Some(b)) if b > a => (
+                (a.saturating_sub(baseline.start_rt) as f64 / 1e9).max(hold.t0),
+                (b.saturating_sub(baseline.start_rt) as f64 / 1e9).min(hold.t1),
+            ),
+            _ => (hold.t0, hold.t1),
+        };
+        self.trace.window(bc_from, bc_until)
+    }
+
+    /// The agents: memory per connection and each process's figures.
+    fn agent_figures(&self, plateau: &Plateau, cpu: &CpuWindow) -> report::Agents {
+        let open = plateau.counters.open;
+        let agent_bytes = (open > 0).then(|| plateau.agent_rss_delta as f64 / open as f64);
+        let agents = self
+            .agents
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, a)| report::AgentProcess {
+                index: i,
+                pid: a.pid,
+                users: a.users,
+                cpu_secs: a.final_.as_ref().map_or(0.0, |f| f.counters.cpu_secs),
+                cpu_pct_ramp: cpu.agents_pct.get(i).copied(),
+                rss_bytes: a.last.as_ref().map(|c| c.rss).unwrap_or(0),
+            })
+            .collect();
+        report::Agents {
+            count: self.agents.len(),
+            bytes_per_conn: agent_bytes,
+            conn_struct_bytes: self.conn_size,
+            processes: agents,
+        }
+    }
+
+    /// Heartbeats: the schedule, how many went out while held, and the CPU
+    /// of the quiet plateau (from `quiet_from`, else the ramp-up's end).
+    fn heartbeat_figures(
+        &self,
+        fin: &Counters,
+        plateau: &Plateau,
+        hold: &Hold,
+        ramp_secs: f64,
+    ) -> report::Heartbeats {
+        let hb_at_hold = hold
+            .counters
+            .hb_sent
+            .saturating_sub(plateau.counters.hb_sent) as f64
+            / (hold.t1 - hold.t0).max(1e-3);
+        report::Heartbeats {
+            interval_secs: self.sc.heartbeat,
+            grid_secs: self.sc.heartbeat_grid,
+            late_max_ms: fin.hb_late_max_ms,
+            sent: fin.hb_sent,
+            per_sec_at_hold: hb_at_hold,
+            background: self
+                .trace
+                .window(plateau.quiet_from.unwrap_or(ramp_secs), hold.t0),
+        }
+    }
+
+    /// The server's memory and CPU, from the baseline to the plateau, and
+    /// what its metrics `m` say.
+    fn server_figures(
+        &self,
+        baseline: &Baseline,
+        plateau: &Plateau,
+        cpu_pct_ramp: Option<f64>,
+        m: &dyn Fn(&str) -> Option<f64>,
+    ) -> report::Server {
+        let open = plateau.counters.open;
+        let server_bytes = baseline
+            .server
+            .zip(plateau.server)
+            .and_then(|(a, b)| (open > 0).then(|| (b.rss as f64 - a.rss as f64) / open as f64));
+        report::Server {
+            embedded: self.probe.pid.is_some(),
+            address: self.probe.metrics.to_string(),
+            pid: self.probe.pid,
+            rss_baseline: baseline.server.map(|s| s.rss),
+            rss_plateau: plateau.server.map(|s| s.rss),
+            bytes_per_conn: server_bytes,
+            cpu_pct_ramp,
+            cpu_secs: plateau
+                .server
+                .zip(baseline.server)
+                .map(|(b, a)| b.cpu_secs - a.cpu_secs),
+            channels_joined: m("throng_channels_joined"),
+        }
+    }
+
+    /// The kernel's share: Slab per connection, its TCP table, the input
+    /// backlog's drops over the run.
+    fn kernel_figures(
+        &self,
+        baseline: &Baseline,
+        plateau: &Plateau,
+        hold: &Hold,
+    ) -> report::Kernel {
+        let open = plateau.counters.open;
+        let kernel_bytes = baseline
+            .slab
+            .zip(plateau.slab)
+            .and_then(|(a, b)| (open > 0).then(|| (b as f64 - a as f64) / open as f64));
+        report::Kernel {
+            slab_baseline: baseline.slab,
+            slab_plateau: plateau.slab,
+            bytes_per_conn: kernel_bytes,
+            note: report::KERNEL_NOTE.into(),
+            tcp_ehash_buckets: self.tcp.buckets,
+            private_netns: self.tcp.private,
+            backlog_drops: baseline
+                .backlog_drops
+                .zip(hold.backlog_drops)
+                .map(|(a, b)| b.saturating_sub(a)),
+        }
+    }
+}
+
+/// The latency curves of the merged histograms (presence's apart).
+fn percentiles(h: &crate::stats::Hists) -> report::Percentiles {
+    report::Percentiles {
+        connect: percentile_curve(&h.connect),
+        join: percentile_curve(&h.join),
+        broadcast: percentile_curve(&h.broadcast),
+        ..Default::default()
+    }
+}
+
+/// The disconnect storm's figures.
+fn storm_figures(storm: &super::run::Storm) -> report::Storm {
+    report::Storm {
+        connections: storm.connections,
+        secs_to_zero: storm.secs_to_zero,
+        server_cpu_secs: storm.server_cpu_secs,
+    }
+}
+
+/// The errors by kind, whose each is, and when the server closed.
+fn errors(
+    fin: &Counters,
+    slots: &Slots,
+    attributed: Vec<report::Attributed>,
+) -> report::ErrorCounts {
+    report::ErrorCounts {
+        total: fin.errors.total(),
+        by_kind: fin
+            .errors
+            .by_kind()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        detail: fin.errors.detail.clone(),
+        attributed,
+        closed_by_second: slots
+            .closes
+            .chunks(10)
+            .enumerate()
+            .map(|(s, n)| (s as u32, n.iter().sum::<u32>()))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+    }
+}
+
+/// Messages and bytes to and from the clients (and the server's counts,
+/// from its metrics `m`).
+fn messages(fin: &Counters, secs: f64, m: &dyn Fn(&str) -> Option<f64>) -> report::Messages {
+    report::Messages {
+        out: fin.msgs_out,
+        in_: fin.msgs_in,
+        out_per_sec: fin.msgs_out as f64 / secs,
+        in_per_sec: fin.msgs_in as f64 / secs,
+        out_binary: fin.msgs_out_binary,
+        bytes_in: fin.bytes_in,
+        bytes_in_per_join: if fin.joined > 0 {
+            fin.bytes_in as f64 / fin.joined as f64
+        } else {
+            0.0
+        },
+        server_in_total: m("throng_messages_in_total"),
+        server_out_total: m("throng_messages_out_total"),
+        server_broadcasts_total: m("throng_broadcasts_total"),
+    }
+}
+
+/// The broadcasts' figures: latency, each one's time to its last
+/// receiver, the ratio to the floor (against the rounds comparable with
+/// them), and the CPU per receipt over `hold_cpu`.
+fn broadcasts(
+    c: &Collected,
+    floor: Option<&FloorReport>,
+    hold_cpu: &CpuWindow,
+    expected_sent: u64,
+) -> report::Broadcasts {
+    // Broadcasts: per broadcast, publish to last receipt.
+    let published = || c.bcasts.values().filter(|b| b.sent_ns > 0);
+    let mut lasts: Vec<f64> = published().filter(|b| b.recv > 0).map(last_ms).collect();
+    lasts.sort_by(|a, b| a.total_cmp(b));
+    let sent = published().count() as u64;
+    let bsum = summarize(&c.hists.broadcast);
+    let floor_ratio = |b: f64, f: f64| (b > 0.0 && f > 0.0).then(|| b / f);
+    let bcast_last = lasts.last().copied().unwrap_or(0.0);
+    let bcast_last_p50 = lasts.get(lasts.len() / 2).copied().unwrap_or(0.0);
+    let alone = alone(&c.bcasts);
+    // Broadcasts that overlapped compare with the floor's train (as many
+    // rounds on the same schedule), when there is one for all of them.
+    let train = floor.as_ref().map_or(&[][..], |f| &f.train_last_ms[..]);
+    let mut all: Vec<f64> = c
+        .bcasts
+        .values()
+        .filter(|b| b.sent_ns > 0 && b.recv > 0)
+        .map(last_ms)
+        .collect();
+    all.sort_by(|a, b| a.total_cmp(b));
+    let by_train = alone.len() < all.len() && !all.is_empty() && train.len() == all.len();
+    let compared = if by_train {
+        all
+    } else if alone.is_empty() {
+        // None had the machine to itself: the first had it the longest.
+        c.bcasts
+            .values()
+            .filter(|b| b.sent_ns > 0 && b.recv > 0)
+            .min_by_key(|b| b.sent_ns)
+            .map(last_ms)
+            .into_iter()
+            .collect()
+    } else {
+        alone.clone()
+    };
+    let compared_p50 = compared.get(compared.len() / 2).copied().unwrap_or(0.0);
+    let compared_worst = compared.last().copied().unwrap_or(0.0);
+    // The floor's side: its median and slowest rounds; the first broadcast
+    // alone compares with the first round (both the first frames on
+    // their sockets, which the kernel handles more slowly).
+    let floor_side = floor.as_ref().map(|f| {
+        if by_train {
+            let mut t = f.train_last_ms.clone();
+            t.sort_by(|a, b| a.total_cmp(b));
+            (t[t.len() / 2], t[t.len() - 1])
+        } else if alone.is_empty() {
+            let first = f.rounds_last_ms.first().copied().unwrap_or(0.0);
+            (first, first)
+        } else {
+            (f.last_p50_ms, f.last_ms)
+        }
+    });
+    let floor_compared = match (alone.len(), sent) {
+        (_, 0) => String::new(),
+        (_, m) if by_train => format!(
+            "all {m} broadcasts with the floor's {m} rounds sent on their schedule ({} s apart): they overlapped, and so did the floor's",
+            floor.as_ref().map_or(0.0, |f| f.train_interval_secs)
+        ),
+        (n, m) if n as u64 == m => format!(
+            "all {n} broadcasts (each had the machine to itself) with the floor's rounds"
+        ),
+        (0, m) => format!(
+            "the first of {m} broadcasts with the floor's first round: each broadcast overlapped another (sent before the previous one's last receipt); a --broadcast-interval longer than a broadcast compares them all"
+        ),
+        (n, m) => format!(
+            "{n} of {m} broadcasts (the others overlapped another) with the floor's rounds"
+        ),
+    };
+    let receipts: u64 = c.bcasts.values().map(|b| b.recv).sum();
+    let per_receipt = |pct: Option<f64>| {
+        pct.filter(|_| receipts > 0)
+            .map(|p| p / 100.0 * hold_cpu.window_secs * 1e6 / receipts as f64)
+    };
+    report::Broadcasts {
+        sent,
+        expected_sent,
+        receivers: receipts,
+        p50_ms: bsum.p50_ms,
+        p90_ms: bsum.p90_ms,
+        p99_ms: bsum.p99_ms,
+        max_ms: bsum.max_ms,
+        mean_ms: bsum.mean_ms,
+        last_ms: bcast_last,
+        last_p50_ms: bcast_last_p50,
+        floor_ratio: floor_side.and_then(|(p50, _)| floor_ratio(compared_p50, p50)),
+        floor_ratio_worst: floor_side.and_then(|(_, worst)| floor_ratio(compared_worst, worst)),
+        floor_compared: floor.as_ref().map(|_| floor_compared),
+        server_cpu_us_per_receiver: per_receipt(hold_cpu.server_pct),
+        agent_cpu_us_per_receiver: per_receipt(Some(hold_cpu.agents_pct.iter().sum())),
+        machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
+        per_broadcast: per_broadcast(&c.bcasts),
+    }
+}
+
+/// The first 1,000 broadcasts, in publish order.
+fn per_broadcast(bcasts: &BcastTable) -> Vec<BroadcastRow> {
+    let mut rows: Vec<(&u64, &BcastSeen)> = bcasts.iter().filter(|(_, b)| b.sent_ns > 0).collect();
+    rows.sort_by_key(|(_, b)| b.sent_ns);
+    let first_ns = rows.first().map(|(_, b)| b.sent_ns).unwrap_or(0);
+    rows.iter()
+        .take(1000)
+        .map(|(k, b)| BroadcastRow {
+            publisher: *k >> 32,
+            msg_ref: *k & 0xFFFF_FFFF,
+            sent_at_ms: (b.sent_ns - first_ns) as f64 / 1e6,
+            receivers: b.recv,
+            last_ms: if b.recv > 0 { last_ms(b) } else { 0.0 },
+        })
+        .collect()
 }
 
 /// The time to the last receiver of each broadcast that had the machine to
@@ -478,7 +590,7 @@ fn adaptive_report(ramp: &Ramp, slots: &Slots) -> AdaptiveArrival {
         final_per_sec: ctl.rate(),
         sustainable_per_sec: sustainable,
         limited_by: ctl.limited_by().unwrap_or_else(|| {
-            "no cut: no handshake waited past the threshold, so the rate kept rising until every user had arrived".into()
+            "the rate was never lowered: no handshake waited past the threshold, so the rate kept rising until every user had arrived".into()
         }),
         cuts: ctl.limits.len(),
         steps: ctl.steps.clone(),

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use super::agents::Agents;
 use super::arrival::{RateControl, Signals};
 use super::cpu::CpuTrace;
-use super::floor::{Floor, Writers};
+use super::floor::{Floor, FloorPhase, Writers};
 use super::probe::{server_conns, ServerProbe};
-use super::timeline::{progress_line, Timeline};
+use super::timeline::{hold_line, progress_line, Timeline};
 use crate::error::BenchError;
 use crate::netns::TcpTable;
 use crate::report::{Live, LiveTarget, OsSettings, Report};
@@ -41,6 +41,31 @@ use crate::stats::{merge_bcasts, BcastTable, Counters, Hists};
 use crate::sys::{self, ProcSample};
 use crate::wire::ToAgent;
 use crate::BenchArgs;
+
+/// The longest default hold when sessions never park, seconds.
+pub(super) const HOLD_CAP: f64 = 60.0;
+
+/// The hold's limit, seconds: `hold` (`--hold`), or by default 60 s when
+/// sessions `parks` plus what they wait on purpose after the barrier
+/// (`--broadcast-after` 60 once ended the hold as its broadcast went out:
+/// 63,416 of 100,000 receipts, counted as if that were all); when they
+/// never park (a Tsung config's think loops), 10 s plus their waits, at
+/// most [`HOLD_CAP`] (`phoenix.xml`'s 1,000 loops of 30 s held for 8.3
+/// hours). With the waits the cap cut short, second.
+pub(super) fn hold_limit(hold: Option<f64>, sc: &Scenario, parks: bool) -> (f64, Option<f64>) {
+    if let Some(h) = hold {
+        return (h, None);
+    }
+    let scheduled = sc.scheduled_after_barrier();
+    if parks {
+        return (60.0 + scheduled, None);
+    }
+    let wanted = 10.0 + scheduled;
+    (
+        wanted.min(HOLD_CAP),
+        (wanted > HOLD_CAP).then_some(scheduled),
+    )
+}
 
 /// The state of one run, owned by the main thread.
 pub(super) struct Run {
@@ -72,6 +97,10 @@ pub(super) struct Run {
     pub presence_args: Vec<String>,
     pub(super) next_trace: Instant,
     pub(super) next_sample: Instant,
+    /// The progress line's connection rate: handshakes counted at the
+    /// window's start, and the rate over the last full window.
+    rate_from: (Instant, u64),
+    rate_now: f64,
 }
 
 /// Before the first arrival.
@@ -199,6 +228,8 @@ impl Run {
             presence_args: Vec::new(),
             next_trace: now,
             next_sample: now,
+            rate_from: (now, 0),
+            rate_now: 0.0,
         }
     }
 
@@ -256,11 +287,49 @@ impl Run {
         }
     }
 
-    pub(super) fn progress(&self, phase: &str, rate: Option<f64>) {
-        if let Some(c) = self.agents.total() {
-            let target = self.sc.total_users();
-            progress_line(phase, &c, target, self.timeline.rate(), rate, self.tty);
+    /// The progress line. Its rate is handshakes per second over the last
+    /// second (over the ramp-up, to the last join, once it has settled): the timeline's
+    /// rate, a sample's worth behind, showed `0 conn/s` with hundreds
+    /// joined.
+    pub(super) fn progress(&mut self, phase: &str, chosen: Option<f64>) {
+        let Some(c) = self.agents.total() else {
+            return;
+        };
+        let now = Instant::now();
+        let rate = if phase == "settled" {
+            // Over the ramp-up: the first arrival to the last join.
+            let secs = if c.last_join_secs > 0.0 {
+                c.last_join_secs
+            } else {
+                now.duration_since(self.start).as_secs_f64()
+            };
+            c.connected as f64 / secs.max(1e-3)
+        } else {
+            let (t0, c0) = self.rate_from;
+            let dt = now.duration_since(t0).as_secs_f64();
+            if dt >= 1.0 || (self.rate_now == 0.0 && dt >= 0.2) {
+                self.rate_now = c.connected.saturating_sub(c0) as f64 / dt;
+            }
+            if dt >= 1.0 {
+                self.rate_from = (now, c.connected);
+            }
+            self.rate_now
+        };
+        progress_line(phase, &c, self.sc.total_users(), rate, chosen, self.tty);
+    }
+
+    /// Phase 2, when the run has floor writers: the floor (`floor`).
+    fn floor(&mut self) -> Result<Option<Floor>, BenchError> {
+        let Some(w) = self.writers.take() else {
+            return Ok(None);
+        };
+        self.publish_live("floor");
+        FloorPhase {
+            agents: &mut self.agents,
+            probe: &self.probe,
+            users: self.sc.total_users(),
         }
+        .run(w)
     }
 
     /// Phase 1: the server with no connections.
@@ -270,7 +339,7 @@ impl Run {
         let slab = sys::slab();
         if metrics.is_none() {
             eprintln!(
-                "warning: no /metrics from the server at {}: server-side figures will be missing",
+                "warning: no /metrics from the server at {}: server-side figures will be missing (a throng server serves it on its public port with `throng serve --public-metrics`)",
                 self.probe.metrics
             );
         }
@@ -296,6 +365,7 @@ impl Run {
         self.timeline.restart(self.start);
         self.next_trace = self.start + Duration::from_millis(100);
         self.next_sample = self.start + self.timeline.every;
+        self.rate_from = (self.start, 0);
         Ok(())
     }
 
@@ -413,10 +483,21 @@ impl Run {
         })
     }
 
+    /// The hold's limit ([`hold_limit`]), saying so when the default cut
+    /// the sessions' own schedule short.
+    fn hold_limit(&self, parks: bool) -> f64 {
+        let (limit, cut) = hold_limit(self.hold, &self.sc, parks);
+        if let Some(scheduled) = cut {
+            eprintln!(
+                "hold: the sessions' think loops would run {scheduled:.0} s; holding {limit:.0} s (--hold SECS for longer)"
+            );
+        }
+        limit
+    }
+
     /// Phase 5: release the barrier and hold: until every session is parked and
-    /// every broadcast delivered, or `--hold` seconds (default: 60 s at most
-    /// when sessions park, 10 s when they never do, such as think loops,
-    /// plus what the sessions wait on purpose after the barrier).
+    /// every broadcast delivered, or the hold's limit (`hold_limit`), with a
+    /// countdown on stderr.
     fn hold(&mut self) -> Result<Hold, BenchError> {
         self.agents.send_all(&ToAgent::Release)?;
         let start = Instant::now();
@@ -427,16 +508,19 @@ impl Run {
             .roles
             .iter()
             .any(|r| r.session.iter().any(|s| matches!(s, Step::Hold)));
-        // By default, long enough for what the sessions wait on purpose
-        // (`--broadcast-after` 60 once ended the hold as its broadcast went
-        // out: 63,416 of 100,000 receipts, counted as if that were all).
-        let limit = self
-            .hold
-            .unwrap_or(if parks_forever { 60.0 } else { 10.0 } + self.sc.scheduled_after_barrier());
+        let limit = self.hold_limit(parks_forever);
+        self.publish_live("hold");
         let mut last_recv = (u64::MAX, Instant::now());
+        let mut next_line = start;
         loop {
             self.agents.pump(Duration::from_millis(50))?;
             let now = Instant::now();
+            if now >= next_line {
+                next_line = now + Duration::from_secs(if self.tty { 1 } else { 10 });
+                if let Some(c) = self.agents.total() {
+                    hold_line(now.duration_since(start).as_secs_f64(), limit, &c, self.tty);
+                }
+            }
             if now >= self.next_sample {
                 self.next_sample += self.timeline.every;
                 self.sample();
@@ -476,6 +560,9 @@ impl Run {
             }
         }
         self.trace_point();
+        if self.tty {
+            eprintln!();
+        }
         Ok(Hold {
             start,
             t0,
@@ -598,5 +685,33 @@ impl Run {
             controller_cpu,
             secs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_hold_is_one_a_user_can_wait_for() {
+        let xml = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios/phoenix.xml");
+        let sc = crate::tsung::import(&std::fs::read_to_string(xml).unwrap())
+            .unwrap()
+            .scenario;
+        // phoenix.xml's think loops: 1,000 x 30 s, cut to the cap.
+        let (limit, cut) = hold_limit(None, &sc, false);
+        assert_eq!(limit, HOLD_CAP);
+        assert!(cut.is_some_and(|s| s >= 30_000.0), "{cut:?}");
+        assert_eq!(hold_limit(Some(600.0), &sc, false), (600.0, None));
+        // The built-in scenario parks: 60 s plus --broadcast-after.
+        let mut chat = crate::scenario::chat(
+            crate::scenario::Phase::at_rate(10, 100.0),
+            1,
+            1,
+            0.1,
+            throng_protocol::Vsn::V2,
+        );
+        crate::scenario::delay_publish(&mut chat, 30.0);
+        assert_eq!(hold_limit(None, &chat, true), (90.0, None));
     }
 }

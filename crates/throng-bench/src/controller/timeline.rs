@@ -94,11 +94,6 @@ impl Timeline {
         self.samples.push(s);
     }
 
-    /// Connections per second in the latest sample.
-    pub fn rate(&self) -> f64 {
-        self.samples.last().map(|s| s.conn_per_sec).unwrap_or(0.0)
-    }
-
     /// The best sample's connections per second.
     pub fn peak_rate(&self) -> f64 {
         self.samples
@@ -143,6 +138,27 @@ pub(super) fn progress_line(
         c.errors.total()
     );
     // A closed stderr must not stop the run: ignore write errors here.
+    let mut err = std::io::stderr().lock();
+    let _ = if tty {
+        write!(err, "\r{line}\x1b[K")
+    } else {
+        writeln!(err, "{line}")
+    };
+}
+
+/// The hold's countdown: seconds held of the limit, who is connected, and
+/// the broadcasts' receipts so far.
+pub(super) fn hold_line(held: f64, limit: f64, c: &Counters, tty: bool) {
+    let due = c.receipts_due();
+    let receipts = if due > 0 {
+        format!("  broadcast receipts {}/{due}", c.bcast_recv)
+    } else {
+        String::new()
+    };
+    let line = format!(
+        "hold    {:.0} of at most {:.0} s (then every client disconnects)  open {}{receipts}",
+        held, limit, c.open
+    );
     let mut err = std::io::stderr().lock();
     let _ = if tty {
         write!(err, "\r{line}\x1b[K")

@@ -191,7 +191,7 @@ pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
         "ports",
         d.ports,
         KERNEL,
-        "no local port left (EADDRNOTAVAIL): `throng tune --apply` widens the port range".into(),
+        "no local port left (EADDRNOTAVAIL): `sysctl -w net.ipv4.ip_local_port_range=\"1025 65535\"` widens the port range".into(),
     );
     push(
         "fds",
@@ -203,7 +203,7 @@ pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
         "buffers",
         d.buffers,
         KERNEL,
-        "no socket memory left (ENOBUFS): `throng tune --apply` raises net.ipv4.tcp_mem".into(),
+        "no socket memory left (ENOBUFS): `throng tune --apply --connections N` raises net.ipv4.tcp_mem".into(),
     );
     push(
         "capacity",
@@ -279,7 +279,7 @@ pub(super) fn verdict(
     }
     if generator + kernel > 0 {
         let what = if kernel > generator {
-            format!("the load generator's host settings were the limit: {kernel} errors ({}); run `throng tune --apply`", kinds(KERNEL))
+            format!("the load generator's host settings were the limit: {kernel} errors ({}); run `throng tune --apply --connections N` with the run's connections", kinds(KERNEL))
         } else {
             format!(
                 "the load generator was the limit: {generator} errors were its ({})",

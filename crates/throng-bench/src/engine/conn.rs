@@ -1,9 +1,12 @@
 //! One client connection's state: a few dozen bytes in the engine's slab,
-//! kept small on purpose (the test below holds it to 80 bytes), and what
-//! it keeps of a message still arriving ([`Rx`], only while it is).
+//! kept small on purpose (the test below holds it to 80 bytes); what it
+//! keeps of a message still arriving ([`Rx`], only while it is) is in
+//! `large`, beside the long messages it mostly holds.
 
 use mio::net::TcpStream;
 use throng_protocol::Vsn;
+
+pub(super) use super::large::Rx;
 
 /// Where a connection is in its session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,19 +46,7 @@ pub(super) const F_AWAIT_JOIN: u8 = 2;
 /// Flag: the tracked join is of a topic with presence (its time is
 /// recorded for join visibility, see [`crate::presence`]).
 pub(super) const F_PRESENCE_JOIN: u8 = 4;
-/// Flag: the connection has had its `presence_count` since its last join
-/// (`last_count` holds the count it knows).
-pub(super) const F_COUNT_SEEN: u8 = 8;
-
-/// What a connection keeps of a message that has not fully arrived.
-pub(super) enum Rx {
-    /// The start of a frame (or of the handshake response) that fits the
-    /// shared read buffer: copied back to its start on the next read.
-    Partial(Vec<u8>),
-    /// A message longer than the shared buffer, read as it arrives
-    /// (`super::large`).
-    Large(super::large::Large),
-}
+// Flag 8, `F_COUNT_SEEN`, is presence's: see `super::presence`.
 
 /// One client connection. Kept small on purpose (see `conn_size` in the
 /// tests): ~72 bytes in the slab, plus the kernel's socket.

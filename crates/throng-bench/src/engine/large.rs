@@ -23,7 +23,6 @@
 
 use throng_protocol::frame::Opcode;
 
-use super::conn::Rx;
 use super::presence::{event_in_head, full_sig, head_sig, SIG_TAIL};
 use super::socket::ErrKind;
 use super::{Cause, Engine, READ_BUF};
@@ -39,6 +38,16 @@ pub(super) const HEAD_MIN: usize = 1024;
 
 /// Messages shorter than this wait whole (their start is cheap to keep).
 pub(super) const STREAM_MIN: u64 = 2048;
+
+/// What a connection keeps of a message that has not fully arrived.
+pub(super) enum Rx {
+    /// The start of a frame (or of the handshake response) that fits the
+    /// shared read buffer: copied back to its start on the next read.
+    Partial(Vec<u8>),
+    /// A message longer than the shared buffer, read as it arrives
+    /// ([`Large`], below).
+    Large(Large),
+}
 
 /// A message read as it arrives.
 pub(crate) struct Large {

@@ -7,7 +7,8 @@ use serde::Deserialize;
 use throng_protocol::frame::Opcode;
 use throng_protocol::{serializer, Payload, Vsn};
 
-use super::conn::{State, F_AWAIT_JOIN, F_COUNT_SEEN, F_PRESENCE_JOIN};
+use super::conn::{State, F_AWAIT_JOIN, F_PRESENCE_JOIN};
+use super::presence::F_COUNT_SEEN;
 use super::Engine;
 use crate::presence::Kind;
 use crate::scenario::{find_stamp, Op, SendKind, Vars};

@@ -18,10 +18,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use throng_protocol::Vsn;
 
-use super::conn::F_COUNT_SEEN;
 use super::Engine;
 use crate::presence::{DiffSeen, Kind, PresenceWire};
 use crate::sys;
+
+/// `Conn::flags` bit: the connection has had its `presence_count` since
+/// its last join (`last_count` holds the count it knows).
+pub(super) const F_COUNT_SEEN: u8 = 8;
 
 /// Bytes of a message's start its signature covers.
 pub(super) const SIG_HEAD: usize = 512;

@@ -20,29 +20,21 @@
 //! The broadcasts run over the users' heartbeats (phoenix.js's, 30 s apart,
 //! tens of thousands a second at 1M), so the floor does too: the agents
 //! heartbeat on the floor's sockets on the users' schedule, and the writing
-//! threads answer each with one fixed reply frame (`thread.rs`), the least
-//! any server must do for one. `--heartbeat 0` measures both without.
+//! threads answer each with one fixed reply frame (`writer/thread.rs`), the
+//! least any server must do for one. `--heartbeat 0` measures both without.
 //!
-//! This module is the writer process (`throng agent --floor-writer`,
-//! started by the controller like an agent and linked the same way); the
-//! agents' side is in `engine/floor.rs`, the controller's in
-//! `controller/floor.rs`.
-
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+//! This module holds what the three sides share: the frame a floor writer
+//! writes ([`FloorFrame`]) and its orders ([`FloorOrder`]). The writer
+//! process (`throng agent --floor-writer`, started by the controller like an
+//! agent and linked the same way) is in `writer/`; the agents' side is in
+//! `engine/floor.rs`, the controller's in `controller/floor.rs`.
 
 use serde::{Deserialize, Serialize};
-use socket2::{Domain, Socket, Type};
 use throng_protocol::frame::encode_frame;
 use throng_protocol::{serializer, Payload, Vsn};
 
 use crate::error::BenchError;
 use crate::scenario::{vsn_name, Scenario, Step, Template, Vars};
-use crate::wire::{self, Role, ToAgent, ToController};
-
-mod thread;
 
 /// The frame a broadcast of the run carries, to be written by the floor writers.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -142,111 +134,6 @@ pub struct FloorOrder {
     /// Threads writing (the server's shards per process).
     pub threads: u32,
     pub frame: FloorFrame,
-}
-
-/// `throng agent --floor-writer`: links to the controller, listens on a
-/// loopback port, accepts the agents' floor sockets and writes each round's
-/// frame to every one of them when told, until `finish`.
-pub fn run_writer(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
-    crate::sys::raise_fd_limit();
-    let (mut out, mut input) = crate::agent::link(controller, token, Role::FloorWriter)?;
-    let order = loop {
-        match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE)? {
-            Some(ToAgent::FloorWrite(o)) => break o,
-            Some(ToAgent::Ping) => {}
-            Some(other) => {
-                return Err(BenchError::Protocol(format!(
-                    "a floor writer expected its orders, got {other:?}"
-                )))
-            }
-            None => return Ok(()),
-        }
-    };
-    let listener = listen()?;
-    wire::send(
-        &mut out,
-        &ToController::Listening {
-            addr: listener.local_addr()?,
-        },
-    )?;
-    let reply: Arc<[u8]> = order.frame.heartbeat_reply()?.into();
-    let (done_tx, done) = mpsc::channel();
-    let threads = (0..order.threads.max(1))
-        .map(|_| thread::Handle::spawn(Arc::clone(&reply), done_tx.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let accepted = Arc::new(AtomicU64::new(0));
-    {
-        let (threads, accepted, expect) = (threads.clone(), Arc::clone(&accepted), order.expect);
-        std::thread::spawn(move || {
-            let mut n = 0usize;
-            while accepted.load(Ordering::Relaxed) < expect {
-                let Ok((s, _)) = listener.accept() else {
-                    continue;
-                };
-                let _ = s.set_nodelay(true);
-                // Round-robin over the threads, as the server spreads its
-                // connections over its shards.
-                threads[n % threads.len()].send(thread::Cmd::Adopt(s));
-                n += 1;
-                accepted.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-    }
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || loop {
-        match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE) {
-            Ok(Some(ToAgent::Ping)) => {}
-            Ok(Some(m)) => {
-                if tx.send(Some(m)).is_err() {
-                    break;
-                }
-            }
-            _ => {
-                let _ = tx.send(None);
-                break;
-            }
-        }
-    });
-    loop {
-        match rx.recv_timeout(Duration::from_secs(1)) {
-            Ok(Some(ToAgent::Fire { round, stamp_ns })) => {
-                let frame = order.frame.render(round, stamp_ns)?;
-                let (write_secs, failed) = thread::round(&threads, &done, &frame);
-                wire::send(
-                    &mut out,
-                    &ToController::Fired {
-                        round,
-                        write_secs,
-                        failed,
-                    },
-                )?;
-            }
-            Ok(Some(ToAgent::Finish)) | Ok(None) => return Ok(()),
-            Ok(Some(other)) => {
-                return Err(BenchError::Protocol(format!(
-                    "a floor writer got {other:?}"
-                )))
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
-        }
-        wire::send(
-            &mut out,
-            &ToController::Accepted {
-                sockets: accepted.load(Ordering::Relaxed),
-            },
-        )?;
-    }
-}
-
-/// A loopback listener with the longest backlog the kernel allows
-/// (`net.core.somaxconn` caps it), so the agents' connects queue rather
-/// than being dropped.
-fn listen() -> Result<TcpListener, BenchError> {
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
-    s.listen(65_535)?;
-    Ok(s.into())
 }
 
 #[cfg(test)]

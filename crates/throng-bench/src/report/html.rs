@@ -74,10 +74,11 @@ function render(d){
   const esc=v=>String(v).replace(/&/g,"&amp;").replace(/</g,"&lt;");
   const add=(k,v)=>rows.push(`<tr><td>${k}</td><td>${esc(v)}</td></tr>`);
   const spread=(a)=>{a=(a||[]).filter(x=>x!==null&&x!==undefined);if(!a.length)return "-";const sum=a.reduce((x,y)=>x+y,0);return a.length===1?fmt(sum)+"%":fmt(sum)+"% ("+a.length+" agents: mean "+fmt(sum/a.length)+"%, max "+fmt(Math.max(...a))+"%)";};
+  if(d.failures){add("result",d.failures.length?"FAILED: "+d.failures.join("; "):"passed: every user joined, no error, every broadcast sent");}
   if(d.verdict){add("verdict",d.verdict);}
   if(d.connections){add("connections target",fmt(d.connections.target));if(d.connections.connected!==undefined){add("connected / joined",fmt(d.connections.connected)+" / "+fmt(d.connections.joined));}}
   if(d.counters){const c=d.counters;add("started / open / joined",fmt(c.started)+" / "+fmt(c.open)+" / "+fmt(c.joined));add("broadcast receipts",fmt(c.bcast_recv));}
-  if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));const ad=d.arrival.adaptive;if(ad){add("adaptive arrival",fmt(ad.start_per_sec)+" -> "+fmt(ad.max_per_sec)+"/s, "+ad.cuts+" cut(s); sustained "+(ad.sustainable_per_sec===null?"not found":fmt(ad.sustainable_per_sec)+"/s")+": "+ad.limited_by);}}
+  if(d.arrival){add("joins/s achieved",fmt(d.arrival.per_sec));const ad=d.arrival.adaptive;if(ad){add("adaptive arrival",fmt(ad.start_per_sec)+" -> "+fmt(ad.max_per_sec)+"/s, "+"lowered "+ad.cuts+" time(s) as handshakes queued; sustained "+(ad.sustainable_per_sec===null?"no limit found":fmt(ad.sustainable_per_sec)+"/s")+": "+ad.limited_by);}}
   if(d.join&&d.join.count){add("join p50 / p99 ms",fmt(d.join.p50_ms)+" / "+fmt(d.join.p99_ms));}
   if(d.broadcast&&d.broadcast.receivers){const b=d.broadcast;add("broadcast p50 / p99 / max ms",fmt(b.p50_ms)+" / "+fmt(b.p99_ms)+" / "+fmt(b.max_ms));add("time to last receiver ms",fmt(b.last_ms)+" worst, "+fmt(b.last_p50_ms)+" median");
     if(d.floor){const f=d.floor;add("floor (same fan-out, no server) ms",fmt(f.last_p50_ms)+" median, "+fmt(f.last_ms)+" worst; rounds "+(f.rounds_last_ms||[]).map(fmt).join(", ")+(f.heartbeats_per_sec>0?"; over "+fmt(f.heartbeats_per_sec)+" heartbeats/s, answered":"")+((f.train_last_ms||[]).length?"; on the broadcasts' schedule ("+fmt(f.train_interval_secs)+" s apart): "+f.train_last_ms.map(fmt).join(", "):""));
@@ -94,7 +95,7 @@ function render(d){
   if(d.errors){add("errors",fmt(d.errors.total));(d.errors.attributed||[]).forEach(a=>add("&nbsp;&nbsp;"+a.kind+" ("+a.whose+")",fmt(a.count)+": "+a.why));}
   if(d.heartbeats&&d.heartbeats.interval_secs){add("heartbeats (background)","every "+fmt(d.heartbeats.interval_secs)+" s, spread evenly"+(d.heartbeats.grid_secs?" on a "+fmt(d.heartbeats.grid_secs)+" s grid":"")+": "+fmt(d.heartbeats.per_sec_at_hold)+"/s while held, at most "+fmt(d.heartbeats.late_max_ms||0)+" ms late");}
   if(d.os&&d.os.settings){add("OS settings",(d.os.tuned?"throng tune's":"the host's")+((d.os.lacking||[]).length?"; lacked "+d.os.lacking.map(l=>l.name).join(", ")+": run "+d.os.advice:""));}
-  if(d.kernel&&d.kernel.backlog_drops!==null&&d.kernel.backlog_drops!==undefined){const m=(d.os&&d.os.settings&&d.os.settings["net.core.netdev_max_backlog"])||"?";add("kernel input backlog drops",fmt(d.kernel.backlog_drops)+" (net.core.netdev_max_backlog "+m+")"+(d.kernel.backlog_drops>0?": the kernel's; TCP resent each 200 ms or more later; throng tune --apply raises it":""));}
+  if(d.kernel&&d.kernel.backlog_drops!==null&&d.kernel.backlog_drops!==undefined){const m=(d.os&&d.os.settings&&d.os.settings["net.core.netdev_max_backlog"])||"?";add("kernel input backlog drops",fmt(d.kernel.backlog_drops)+" (net.core.netdev_max_backlog "+m+")"+(d.kernel.backlog_drops>0?": the kernel's; TCP resent each 200 ms or more later; sysctl -w net.core.netdev_max_backlog=262144 raises it":""));}
   if(d.cpu&&d.cpu.ramp){add("agent CPU during ramp-up",spread(d.cpu.ramp.agents_pct));}
   if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}
   if(d.agent){add("agent bytes / connection",fmt(d.agent.bytes_per_conn));}

@@ -11,6 +11,7 @@
 //! or merged from the agents (histograms merged, never averaged); a figure
 //! it could not get is `null`.
 
+mod criteria;
 pub mod html;
 mod live;
 mod presence;
@@ -74,6 +75,10 @@ pub struct Report {
     pub timeline: Vec<Sample>,
     /// `"done"` (the live dashboard's snapshots say which phase is running).
     pub status: String,
+    /// The run's own success criteria it failed (every user joined, no
+    /// error, every broadcast sent), one line each; empty: it passed, and
+    /// `throng bench` exits 0.
+    pub failures: Vec<String>,
 }
 
 /// The scenario that ran.
@@ -263,7 +268,7 @@ pub struct Heartbeats {
 pub struct OsSettings {
     /// Setting to value, as the run found them.
     pub settings: BTreeMap<String, String>,
-    /// Whether every setting was `throng tune`'s.
+    /// Whether every setting was at least what the run needed.
     pub tuned: bool,
     /// Settings the run's size needed and the host lacked.
     pub lacking: Vec<Lacking>,

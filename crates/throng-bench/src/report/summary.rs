@@ -62,7 +62,7 @@ fn backlog_line(drops: u64, os: &crate::report::OsSettings) -> String {
         format!("0 (net.core.netdev_max_backlog {max})")
     } else {
         format!(
-            "{} segments (net.core.netdev_max_backlog {max}): the kernel's; TCP resent each 200 ms or more later, so receipts behind them were late; `throng tune --apply` raises it",
+            "{} segments (net.core.netdev_max_backlog {max}): the kernel's; TCP resent each 200 ms or more later, so receipts behind them were late; `throng tune --apply --connections 50000` raises it (`throng tune --revert` undoes it)",
             int(drops)
         )
     }
@@ -76,9 +76,9 @@ fn os_line(r: &Report) -> String {
     let mut line = format!(
         "{}: somaxconn {}, tcp_mem {}, netdev_max_backlog {}, tcp_rmem {}, file-max {}, nf_conntrack_max {}",
         if o.tuned {
-            "throng tune's"
+            "enough for this run"
         } else {
-            "the host's (not `throng tune`'s)"
+            "short of this run's needs"
         },
         get("net.core.somaxconn"),
         get("net.ipv4.tcp_mem"),
@@ -91,7 +91,7 @@ fn os_line(r: &Report) -> String {
         let names: Vec<&str> = o.lacking.iter().map(|l| l.name.as_str()).collect();
         let _ = write!(
             line,
-            "; this run lacked {}: run `{}` first",
+            "; this run lacked {}: run `{}` first (`throng tune --revert` undoes it)",
             names.join(", "),
             o.advice.as_deref().unwrap_or("throng tune --apply")
         );
@@ -173,20 +173,57 @@ fn presence_rows(s: &mut String, p: &PresenceReport, row: &dyn Fn(&mut String, &
     );
 }
 
-/// The summary table.
+/// One row of the table.
+fn row(s: &mut String, k: &str, v: String) {
+    let _ = writeln!(s, "  {k:<34} {v}");
+}
+
+/// What the table's own words mean, printed under it.
+const GLOSSARY: &str = concat!(
+    "  Words used above:\n",
+    "    receipt    one broadcast message arriving at one client (3 broadcasts to 1,000 clients: 3,000 receipts)\n",
+    "    floor      the same fan-out as a broadcast, written by minimal writers with no server logic on this\n",
+    "               machine, measured in the same run: `1.2x the floor` is 20% over what the machine itself needs\n",
+    "    plateau    everyone connected, before the broadcasts; its `quiet` part has only heartbeats flowing\n",
+    "    storm      every client disconnecting at once at the end\n",
+    "    adaptive   with no --arrival-rate, the bench raises the arrival rate while handshakes stay quick and\n",
+    "               lowers it when they queue; `sustained` is the rate it could keep\n",
+);
+
+/// The summary table: the result, each section, then the glossary.
 pub fn table(r: &Report) -> String {
     let mut s = String::new();
-    let row = |s: &mut String, k: &str, v: String| {
-        let _ = writeln!(s, "  {k:<34} {v}");
-    };
     let _ = writeln!(s, "\n== throng bench: {} ==", r.scenario.description);
-    row(&mut s, "verdict", r.verdict.clone());
-    let c = &r.connections;
-    row(&mut s, "connections target", int(c.target));
-    row(&mut s, "connected (handshakes)", int(c.connected));
-    row(&mut s, "joined", int(c.joined));
     row(
         &mut s,
+        "result",
+        if r.failures.is_empty() {
+            "passed: every user joined, no error, every broadcast sent".into()
+        } else {
+            format!("FAILED: {}", r.failures.join("; "))
+        },
+    );
+    row(&mut s, "verdict", r.verdict.clone());
+    arrival_rows(&mut s, r);
+    broadcast_rows(&mut s, r);
+    if let Some(p) = &r.presence {
+        presence_rows(&mut s, p, &row);
+    }
+    traffic_rows(&mut s, r);
+    resource_rows(&mut s, r);
+    end_rows(&mut s, r);
+    s.push_str(GLOSSARY);
+    s
+}
+
+/// Connections, arrival and handshake latency.
+fn arrival_rows(s: &mut String, r: &Report) {
+    let c = &r.connections;
+    row(s, "connections target", int(c.target));
+    row(s, "connected (handshakes)", int(c.connected));
+    row(s, "joined", int(c.joined));
+    row(
+        s,
         "open at plateau (server says)",
         format!(
             "{} ({})",
@@ -198,10 +235,10 @@ pub fn table(r: &Report) -> String {
     match &a.adaptive {
         Some(ad) => {
             row(
-                &mut s,
+                s,
                 "arrival: joins/s achieved (adaptive)",
                 format!(
-                    "{}, peak {} joins/s (best second), ramp {} s; rate {} -> {}/s, {} cut(s)",
+                    "{}, peak {} joins/s (best second), ramp {} s; rate {} -> {}/s, lowered {} time(s) as handshakes queued",
                     float(a.per_sec),
                     float(a.peak_per_sec),
                     float(a.ramp_secs),
@@ -211,16 +248,16 @@ pub fn table(r: &Report) -> String {
                 ),
             );
             row(
-                &mut s,
+                s,
                 "arrival rate sustained",
                 match ad.sustainable_per_sec {
                     Some(r) => format!("{}/s, set by {}", float(r), ad.limited_by),
-                    None => format!("not found: {}", ad.limited_by),
+                    None => format!("no limit found: {}", ad.limited_by),
                 },
             );
         }
         None => row(
-            &mut s,
+            s,
             "arrival: joins/s achieved (target)",
             format!(
                 "{} ({}), peak {} joins/s (best second), ramp {} s",
@@ -236,7 +273,7 @@ pub fn table(r: &Report) -> String {
         ("join latency ms", &r.join),
     ] {
         row(
-            &mut s,
+            s,
             name,
             format!(
                 "p50 {}  p90 {}  p99 {}  max {}",
@@ -247,15 +284,19 @@ pub fn table(r: &Report) -> String {
             ),
         );
     }
+}
+
+/// Broadcasts, against the floor when measured.
+fn broadcast_rows(s: &mut String, r: &Report) {
     let b = &r.broadcast;
     if b.sent > 0 {
         row(
-            &mut s,
+            s,
             "broadcasts sent / receipts",
             format!("{} / {}", int(b.sent), int(b.receivers)),
         );
         row(
-            &mut s,
+            s,
             "broadcast latency ms",
             format!(
                 "p50 {}  p90 {}  p99 {}  max {}",
@@ -266,7 +307,7 @@ pub fn table(r: &Report) -> String {
             ),
         );
         row(
-            &mut s,
+            s,
             "time to last receiver ms",
             format!(
                 "worst {}  median {}",
@@ -275,70 +316,10 @@ pub fn table(r: &Report) -> String {
             ),
         );
         if let Some(f) = &r.floor {
-            row(
-                &mut s,
-                "floor: same fan-out, no server, ms",
-                format!(
-                    "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s){}){}",
-                    float(f.last_p50_ms),
-                    float(f.last_ms),
-                    f.rounds_last_ms
-                        .iter()
-                        .map(|x| float(*x))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    f.writers,
-                    f.threads_per_writer,
-                    if f.heartbeats_per_sec > 0.0 {
-                        format!(
-                            "; over {} heartbeats/s, answered",
-                            float(f.heartbeats_per_sec)
-                        )
-                    } else {
-                        String::new()
-                    },
-                    if f.train_last_ms.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            "; on the broadcasts' schedule ({} s apart): {}",
-                            f.train_interval_secs,
-                            f.train_last_ms
-                                .iter()
-                                .map(|x| float(*x))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    }
-                ),
-            );
-            row(
-                &mut s,
-                "last receiver / floor",
-                format!(
-                    "{} median, {} worst: {}",
-                    b.floor_ratio.map_or("-".into(), |x| format!("{x:.2}x")),
-                    b.floor_ratio_worst
-                        .map_or("-".into(), |x| format!("{x:.2}x")),
-                    b.floor_compared.as_deref().unwrap_or("-")
-                ),
-            );
-            row(
-                &mut s,
-                "CPU per receiver us",
-                format!(
-                    "server {}, agents {}, machine {}; floor: writers {}, agents {}, machine {}",
-                    opt(b.server_cpu_us_per_receiver),
-                    opt(b.agent_cpu_us_per_receiver),
-                    opt(b.machine_cpu_us_per_receiver),
-                    float(f.writer_cpu_us_per_receiver),
-                    float(f.reader_cpu_us_per_receiver),
-                    opt(f.machine_cpu_us_per_receiver)
-                ),
-            );
+            floor_rows(s, r, f);
         } else {
             row(
-                &mut s,
+                s,
                 "CPU per receiver us",
                 format!(
                     "server {}, agents {}, machine {}",
@@ -349,17 +330,85 @@ pub fn table(r: &Report) -> String {
             );
         }
     }
-    if let Some(p) = &r.presence {
-        presence_rows(&mut s, p, &row);
-    }
+}
+
+/// The floor's rounds, the broadcasts' ratio to it, and CPU per receiver
+/// beside the floor's.
+fn floor_rows(s: &mut String, r: &Report, f: &crate::report::FloorReport) {
+    let b = &r.broadcast;
+    row(
+        s,
+        "floor (same fan-out, no server) ms",
+        format!(
+            "last receiver median {}  worst {} (rounds {}; {} writer(s) x {} thread(s){}){}",
+            float(f.last_p50_ms),
+            float(f.last_ms),
+            f.rounds_last_ms
+                .iter()
+                .map(|x| float(*x))
+                .collect::<Vec<_>>()
+                .join(", "),
+            f.writers,
+            f.threads_per_writer,
+            if f.heartbeats_per_sec > 0.0 {
+                format!(
+                    "; over {} heartbeats/s, answered",
+                    float(f.heartbeats_per_sec)
+                )
+            } else {
+                String::new()
+            },
+            if f.train_last_ms.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; on the broadcasts' schedule ({} s apart): {}",
+                    f.train_interval_secs,
+                    f.train_last_ms
+                        .iter()
+                        .map(|x| float(*x))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ),
+    );
+    row(
+        s,
+        "last receiver / floor",
+        format!(
+            "{} median, {} worst: {}",
+            b.floor_ratio.map_or("-".into(), |x| format!("{x:.2}x")),
+            b.floor_ratio_worst
+                .map_or("-".into(), |x| format!("{x:.2}x")),
+            b.floor_compared.as_deref().unwrap_or("-")
+        ),
+    );
+    row(
+        s,
+        "CPU per receiver us",
+        format!(
+            "server {}, agents {}, machine {}; floor: writers {}, agents {}, machine {}",
+            opt(b.server_cpu_us_per_receiver),
+            opt(b.agent_cpu_us_per_receiver),
+            opt(b.machine_cpu_us_per_receiver),
+            float(f.writer_cpu_us_per_receiver),
+            float(f.reader_cpu_us_per_receiver),
+            opt(f.machine_cpu_us_per_receiver)
+        ),
+    );
+}
+
+/// Messages, bytes and errors.
+fn traffic_rows(s: &mut String, r: &Report) {
     let m = &r.messages;
     row(
-        &mut s,
+        s,
         "messages/s out / in (clients)",
         format!("{} / {}", float(m.out_per_sec), float(m.in_per_sec)),
     );
     row(
-        &mut s,
+        s,
         "bytes to clients, per join",
         format!(
             "{} in all, {} per join",
@@ -374,7 +423,7 @@ pub fn table(r: &Report) -> String {
         .map(|a| format!("{} {}: {}", a.kind, int(a.count), a.whose))
         .collect();
     row(
-        &mut s,
+        s,
         "errors",
         format!(
             "{}{}{}",
@@ -396,13 +445,17 @@ pub fn table(r: &Report) -> String {
             }
         ),
     );
+}
+
+/// Memory and CPU per connection, the kernel's share.
+fn resource_rows(s: &mut String, r: &Report) {
     row(
-        &mut s,
+        s,
         "server RSS per connection",
         bytes(r.server.bytes_per_conn),
     );
     row(
-        &mut s,
+        s,
         "server CPU during ramp-up",
         format!(
             "{}% of a core; {} us per join",
@@ -411,7 +464,7 @@ pub fn table(r: &Report) -> String {
         ),
     );
     row(
-        &mut s,
+        s,
         "agent RSS per connection",
         format!(
             "{} (Conn struct {} B)",
@@ -420,7 +473,7 @@ pub fn table(r: &Report) -> String {
         ),
     );
     row(
-        &mut s,
+        s,
         "kernel Slab per connection",
         format!(
             "{} (machine-wide, both ends)",
@@ -428,11 +481,11 @@ pub fn table(r: &Report) -> String {
         ),
     );
     if let Some(d) = r.kernel.backlog_drops {
-        row(&mut s, "kernel input backlog drops", backlog_line(d, &r.os));
+        row(s, "kernel input backlog drops", backlog_line(d, &r.os));
     }
     if let Some(b) = r.kernel.tcp_ehash_buckets {
         row(
-            &mut s,
+            s,
             "kernel TCP hash table",
             format!(
                 "{} buckets for {} sockets{}",
@@ -453,17 +506,21 @@ pub fn table(r: &Report) -> String {
         .filter_map(|p| p.cpu_pct_ramp)
         .collect();
     row(
-        &mut s,
+        s,
         "agent CPU during ramp-up",
         format!("{} (% of a core)", Spread::of(&cpus).agents_pct()),
     );
+}
+
+/// Heartbeats, OS settings, the storm and the bottlenecks.
+fn end_rows(s: &mut String, r: &Report) {
     let h = &r.heartbeats;
     row(
-        &mut s,
+        s,
         "heartbeats (background load)",
         if h.interval_secs > 0.0 {
             format!(
-                "every {} s per connection, spread evenly{}: {}/s while held, at most {} ms late; the quiet plateau cost server {}%, {}, machine {}% (of a core)",
+                "every {} s per connection, spread evenly{}: {}/s while held, at most {} ms late; with only heartbeats flowing (the quiet plateau) the server used {}%, {}, the machine {}% (of a core)",
                 float(h.interval_secs),
                 if h.grid_secs > 0.0 {
                     format!(" on a {} s grid the agents share", float(h.grid_secs))
@@ -480,10 +537,10 @@ pub fn table(r: &Report) -> String {
             "none".into()
         },
     );
-    row(&mut s, "OS settings in force", os_line(r));
+    row(s, "OS settings in force", os_line(r));
     let st = &r.storm;
     row(
-        &mut s,
+        s,
         "disconnect storm",
         format!(
             "{} dropped; server at 0 after {} s using {} CPU s",
@@ -492,11 +549,10 @@ pub fn table(r: &Report) -> String {
             opt(st.server_cpu_secs)
         ),
     );
-    row(&mut s, "bottleneck (ramp-up)", r.bottleneck.clone());
+    row(s, "bottleneck (ramp-up)", r.bottleneck.clone());
     if let Some(b) = &r.broadcast_bottleneck {
-        row(&mut s, "bottleneck (broadcasts)", b.clone());
+        row(s, "bottleneck (broadcasts)", b.clone());
     }
-    s
 }
 
 #[cfg(test)]

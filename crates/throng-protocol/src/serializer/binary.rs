@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use super::{DecodeError, EncodeError, Sender};
 use crate::frame::Opcode;
-use crate::message::{Message, Payload, Vsn};
+use crate::message::{Message, Payload, Ref, Vsn};
 
 pub(super) const PUSH: u8 = 0;
 pub(super) const REPLY: u8 = 1;
@@ -27,8 +27,13 @@ fn utf8(b: &[u8]) -> Result<Cow<'_, str>, DecodeError> {
         .map_err(|_| DecodeError::Binary)
 }
 
-fn opt(b: &[u8]) -> Result<Option<Cow<'_, str>>, DecodeError> {
-    Ok(if b.is_empty() { None } else { Some(utf8(b)?) })
+/// A ref of a binary layout: text (an empty one is none).
+fn opt(b: &[u8]) -> Result<Option<Ref<'_>>, DecodeError> {
+    Ok(if b.is_empty() {
+        None
+    } else {
+        Some(Ref::string(utf8(b)?))
+    })
 }
 
 pub(super) fn decode_binary(mut data: &[u8], from: Sender) -> Result<Message<'_>, DecodeError> {

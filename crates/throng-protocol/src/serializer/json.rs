@@ -8,20 +8,22 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::DecodeError;
-use crate::message::Vsn;
+use crate::message::{Ref, Vsn};
 
-/// A ref or join_ref as JSON: a string, null, or (leniently) a number.
-pub(super) fn json_ref(raw: Option<&RawValue>) -> Result<Option<Cow<'_, str>>, DecodeError> {
+/// A ref or join_ref as JSON: a string, null, or a number (kept as the
+/// number's text, and written back as that number).
+pub(super) fn json_ref(raw: Option<&RawValue>) -> Result<Option<Ref<'_>>, DecodeError> {
     let Some(raw) = raw else { return Ok(None) };
     let text = raw.get();
     match text.as_bytes().first() {
         Some(b'"') => {
             let s: Cow<'_, str> =
                 serde_json::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))?;
-            Ok(Some(s))
+            Ok(Some(Ref::string(s)))
         }
         Some(b'n') => Ok(None),
-        Some(b'-' | b'0'..=b'9') => Ok(Some(Cow::Borrowed(text))),
+        // The parser checked it is a number; its text is written back as is.
+        Some(b'-' | b'0'..=b'9') => Ok(Some(Ref::number_unchecked(Cow::Borrowed(text)))),
         _ => Err(DecodeError::Shape("ref must be a string, number or null")),
     }
 }
@@ -45,9 +47,11 @@ pub(super) fn json_str(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
-pub(super) fn json_opt(out: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        Some(s) => json_str(out, s),
+/// Writes a ref as the JSON value it came as: a number, a string, or null.
+pub(super) fn json_opt(out: &mut Vec<u8>, r: Option<&Ref<'_>>) {
+    match r {
+        Some(r) if r.is_number() => out.extend_from_slice(r.text().as_bytes()),
+        Some(r) => json_str(out, r.text()),
         None => out.extend_from_slice(b"null"),
     }
 }
@@ -56,8 +60,8 @@ pub(super) fn json_opt(out: &mut Vec<u8>, s: Option<&str>) {
 pub(super) fn json_message(
     vsn: Vsn,
     out: &mut Vec<u8>,
-    join_ref: Option<&str>,
-    msg_ref: Option<&str>,
+    join_ref: Option<&Ref<'_>>,
+    msg_ref: Option<&Ref<'_>>,
     topic: &str,
     event: &str,
     payload: &dyn Fn(&mut Vec<u8>),

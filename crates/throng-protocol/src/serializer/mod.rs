@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use serde_json::value::RawValue;
 
 use crate::frame::Opcode;
-use crate::message::{Message, Payload, Vsn};
+use crate::message::{Message, Payload, Ref, Vsn};
 use binary::{binary, decode_binary, BROADCAST, PUSH, REPLY};
 use json::{json_message, json_opt, json_ref, json_str, V1In};
 
@@ -96,13 +96,29 @@ pub fn decode<'a>(
     }
 }
 
-/// Encodes a `%Message{}` (a push, `phx_close`, `phx_error`) from the server.
+/// Encodes a `%Message{}` (a push, `phx_close`, `phx_error`) from the server,
+/// with string refs (see [`encode_message_refs`] for refs as they came).
 /// Returns the frame opcode to send it with.
 pub fn encode_message(
     vsn: Vsn,
     out: &mut Vec<u8>,
     join_ref: Option<&str>,
     msg_ref: Option<&str>,
+    topic: &str,
+    event: &str,
+    payload: Payload<'_>,
+) -> Result<Opcode, EncodeError> {
+    let (jr, r) = (join_ref.map(Ref::string), msg_ref.map(Ref::string));
+    encode_message_refs(vsn, out, jr.as_ref(), r.as_ref(), topic, event, payload)
+}
+
+/// Encodes a `%Message{}` from the server, each ref written as the JSON
+/// value the client sent it as (a number stays a number).
+pub fn encode_message_refs(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    join_ref: Option<&Ref<'_>>,
+    msg_ref: Option<&Ref<'_>>,
     topic: &str,
     event: &str,
     payload: Payload<'_>,
@@ -115,7 +131,7 @@ pub fn encode_message(
             Ok(Opcode::Text)
         }
         Payload::Binary(data) => {
-            let jr = join_ref.unwrap_or("");
+            let jr = join_ref.map_or("", Ref::text);
             let parts = [(jr, "join_ref"), (topic, "topic"), (event, "event")];
             binary(vsn, out, PUSH, &parts, data)
         }
@@ -128,8 +144,8 @@ pub fn encode_message(
 pub fn encode_message_around(
     vsn: Vsn,
     out: &mut Vec<u8>,
-    join_ref: Option<&str>,
-    msg_ref: Option<&str>,
+    join_ref: Option<&Ref<'_>>,
+    msg_ref: Option<&Ref<'_>>,
     topic: &str,
     event: &str,
 ) -> usize {
@@ -140,12 +156,28 @@ pub fn encode_message_around(
     at.get()
 }
 
-/// Encodes a `%Reply{}`: event `phx_reply`, payload `{"response": .., "status": ..}`.
+/// Encodes a `%Reply{}`: event `phx_reply`, payload `{"response": .., "status": ..}`,
+/// with string refs (see [`encode_reply_refs`] for refs as they came).
 pub fn encode_reply(
     vsn: Vsn,
     out: &mut Vec<u8>,
     join_ref: Option<&str>,
     msg_ref: Option<&str>,
+    topic: &str,
+    status: &str,
+    response: Payload<'_>,
+) -> Result<Opcode, EncodeError> {
+    let (jr, r) = (join_ref.map(Ref::string), msg_ref.map(Ref::string));
+    encode_reply_refs(vsn, out, jr.as_ref(), r.as_ref(), topic, status, response)
+}
+
+/// Encodes a `%Reply{}`, each ref written as the JSON value the client sent
+/// it as (a number stays a number, as Phoenix's serializers do).
+pub fn encode_reply_refs(
+    vsn: Vsn,
+    out: &mut Vec<u8>,
+    join_ref: Option<&Ref<'_>>,
+    msg_ref: Option<&Ref<'_>>,
     topic: &str,
     status: &str,
     response: Payload<'_>,
@@ -171,7 +203,10 @@ pub fn encode_reply(
             Ok(Opcode::Text)
         }
         Payload::Binary(data) => {
-            let (jr, r) = (join_ref.unwrap_or(""), msg_ref.unwrap_or(""));
+            let (jr, r) = (
+                join_ref.map_or("", Ref::text),
+                msg_ref.map_or("", Ref::text),
+            );
             let parts = [
                 (jr, "join_ref"),
                 (r, "ref"),
@@ -210,7 +245,7 @@ pub fn encode_client(
     out: &mut Vec<u8>,
     msg: &Message<'_>,
 ) -> Result<Opcode, EncodeError> {
-    let (jr, r) = (msg.join_ref.as_deref(), msg.msg_ref.as_deref());
+    let (jr, r) = (msg.join_ref.as_ref(), msg.msg_ref.as_ref());
     match (vsn, msg.payload) {
         (Vsn::V1, Payload::Json(p)) => {
             out.extend_from_slice(b"{\"topic\":");
@@ -230,10 +265,10 @@ pub fn encode_client(
         }
         (Vsn::V1, Payload::Binary(_)) => Err(EncodeError::BinaryOnV1),
         (Vsn::V2, Payload::Json(_)) => {
-            encode_message(vsn, out, jr, r, &msg.topic, &msg.event, msg.payload)
+            encode_message_refs(vsn, out, jr, r, &msg.topic, &msg.event, msg.payload)
         }
         (Vsn::V2, Payload::Binary(data)) => {
-            let (jr, r) = (jr.unwrap_or(""), r.unwrap_or(""));
+            let (jr, r) = (jr.map_or("", Ref::text), r.map_or("", Ref::text));
             let parts = [
                 (jr, "join_ref"),
                 (r, "ref"),
@@ -248,6 +283,7 @@ pub fn encode_client(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::RefBuf;
     use proptest::prelude::*;
 
     fn s(b: Vec<u8>) -> String {
@@ -288,8 +324,14 @@ mod tests {
             )
             .unwrap();
             let mut around = Vec::new();
-            let at =
-                encode_message_around(vsn, &mut around, Some("3"), None, "t", "presence_state");
+            let at = encode_message_around(
+                vsn,
+                &mut around,
+                Some(&"3".into()),
+                None,
+                "t",
+                "presence_state",
+            );
             let mut joined = around[..at].to_vec();
             joined.extend_from_slice(br#"{"a":1}"#);
             joined.extend_from_slice(&around[at..]);
@@ -367,7 +409,80 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.msg_ref.as_deref(), Some("5"));
+        assert!(m.msg_ref.unwrap().is_number());
         assert_eq!(m.join_ref, None);
+    }
+
+    /// A ref comes back as the JSON value it came as: number, string or
+    /// null, in replies and messages, on both serializers.
+    #[test]
+    fn refs_keep_their_json_type() {
+        let cases: [(Vsn, &[u8], &str, &str); 4] = [
+            (
+                Vsn::V1,
+                br#"{"topic":"t","event":"e","payload":{},"ref":1,"join_ref":2}"#,
+                r#"{"event":"phx_reply","payload":{"response":{},"status":"ok"},"ref":1,"topic":"t"}"#,
+                r#"{"event":"phx_close","payload":{},"ref":2,"topic":"t"}"#,
+            ),
+            (
+                Vsn::V1,
+                br#"{"topic":"t","event":"e","payload":{},"ref":"1","join_ref":null}"#,
+                r#"{"event":"phx_reply","payload":{"response":{},"status":"ok"},"ref":"1","topic":"t"}"#,
+                r#"{"event":"phx_close","payload":{},"ref":null,"topic":"t"}"#,
+            ),
+            (
+                Vsn::V2,
+                br#"[7, -1.5e3, "t", "e", {}]"#,
+                r#"[7,-1.5e3,"t","phx_reply",{"response":{},"status":"ok"}]"#,
+                r#"[7,7,"t","phx_close",{}]"#,
+            ),
+            (
+                Vsn::V2,
+                br#"[null, "7", "t", "e", {}]"#,
+                r#"[null,"7","t","phx_reply",{"response":{},"status":"ok"}]"#,
+                r#"[null,null,"t","phx_close",{}]"#,
+            ),
+        ];
+        for (vsn, raw, reply, close) in cases {
+            let m = decode(vsn, Opcode::Text, raw, Sender::Client).unwrap();
+            let (jr, r) = (m.join_ref.as_ref(), m.msg_ref.as_ref());
+            let mut out = Vec::new();
+            encode_reply_refs(vsn, &mut out, jr, r, "t", "ok", Payload::EMPTY).unwrap();
+            assert_eq!(s(out), reply);
+            // A stored join_ref keeps its type too.
+            let kept = jr.map(RefBuf::from);
+            let kept = kept.as_ref().map(RefBuf::to_ref);
+            let mut out = Vec::new();
+            let (jr, r) = (kept.as_ref(), kept.as_ref());
+            encode_message_refs(vsn, &mut out, jr, r, "t", "phx_close", Payload::EMPTY).unwrap();
+            assert_eq!(s(out), close);
+        }
+        // Numbers are written back as they came, never re-formatted.
+        let m = decode(
+            Vsn::V2,
+            Opcode::Text,
+            br#"[1e2,0,"t","e",{}]"#,
+            Sender::Client,
+        )
+        .unwrap();
+        assert_eq!(m.join_ref.as_deref(), Some("1e2"));
+        assert_eq!(Ref::number("12abc"), None);
+        assert!(Ref::number("12").unwrap().is_number());
+        // The binary layouts carry text: a number's digits.
+        let mut out = Vec::new();
+        let seven = Ref::number("7").unwrap();
+        encode_reply_refs(
+            Vsn::V2,
+            &mut out,
+            None,
+            Some(&seven),
+            "t",
+            "ok",
+            Payload::Binary(&[1]),
+        )
+        .unwrap();
+        let back = decode(Vsn::V2, Opcode::Binary, &out, Sender::Server).unwrap();
+        assert_eq!(back.msg_ref.as_deref(), Some("7"));
     }
 
     #[test]
@@ -417,7 +532,7 @@ mod tests {
             let payload = match &bin { Some(b) => Payload::Binary(b), None => Payload::Json(&json) };
             let jr = jr.filter(|s| !s.is_empty());
             let r = r.filter(|s| !s.is_empty());
-            let msg = Message { join_ref: jr.as_deref().map(Cow::Borrowed), msg_ref: r.as_deref().map(Cow::Borrowed),
+            let msg = Message { join_ref: jr.as_deref().map(Ref::from), msg_ref: r.as_deref().map(Ref::from),
                                 topic: Cow::Borrowed(&topic), event: Cow::Borrowed(&event), payload };
             let mut out = Vec::new();
             match encode_client(vsn, &mut out, &msg) {

@@ -1,13 +1,25 @@
 //! JWT connect tokens, verified with the `jsonwebtoken` crate: HS256 with a
 //! shared secret, RS256 or ES256 with the issuer's public key (PEM).
 //!
-//! Claims: `sub` is the user id (a string, or a number written as one);
-//! `exp` is required and honoured with no leeway; `nbf`, when present, and
-//! `iat` may be at most [`CLOCK_SKEW`] in the future; an optional
-//! `channels` claim (a list of topic patterns, as in `[[topics]]`) limits
-//! what the socket may join. The algorithm is fixed by the configuration,
-//! never taken from the token's header (no `alg: none`, no HS256 signed
-//! with a public key).
+//! Claims (the README's table says the same):
+//! - `sub`: the user id, a non-empty string or an integer (written in
+//!   decimal); any other value (a fraction such as `4.2`, a list) is refused;
+//! - `exp`: required, a number of seconds (integer or fraction, as standard
+//!   libraries emit); refused from that instant on, with no leeway;
+//! - `nbf`, `iat`: optional numbers; refused more than [`CLOCK_SKEW`] in the
+//!   future (the clock skew between the signer and this server). `iat` is
+//!   the signing time that revocations compare with;
+//! - `aud`, `iss`: checked only when configured (`jwt_audience`,
+//!   `jwt_issuer`), then required: `aud` a string or a list holding the
+//!   audience, `iss` the issuer. The `jsonwebtoken` crate checks these two;
+//! - `channels`: optional list of topic patterns (as in `[[topics]]`)
+//!   limiting what the socket may join;
+//! - anything else is ignored.
+//!
+//! The time claims are checked here, not by the crate, which reads them as
+//! whole seconds and refuses a fractional `exp`. The algorithm is fixed by
+//! the configuration, never taken from the token's header (no `alg: none`,
+//! no HS256 signed with a public key).
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
@@ -23,10 +35,26 @@ pub(super) struct Jwt {
 
 #[derive(Deserialize)]
 struct Claims {
-    sub: serde_json::Value,
-    iat: Option<i64>,
+    sub: Option<serde_json::Value>,
+    exp: Option<serde_json::Value>,
+    nbf: Option<serde_json::Value>,
+    iat: Option<serde_json::Value>,
     #[serde(default)]
     channels: Option<Vec<String>>,
+}
+
+/// A time claim (seconds since the epoch, whole or fractional) in ms.
+fn time_ms(claim: &'static str, v: Option<&serde_json::Value>) -> Result<Option<i64>, Refusal> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            // `as` saturates: a date past the range is forever.
+            Some(s) if s.is_finite() => Ok(Some((s * 1000.0).trunc() as i64)),
+            _ => Err(Refusal::Invalid(format!(
+                "{claim} is not a number of seconds"
+            ))),
+        },
+    }
 }
 
 impl Jwt {
@@ -92,31 +120,61 @@ impl Jwt {
                 ))
             }
         };
+        // exp, nbf and iat are checked in `verify`; aud and iss by the crate.
         let mut validation = Validation::new(alg);
         validation.leeway = 0;
-        validation.validate_nbf = true;
-        validation.validate_aud = false;
-        validation.set_required_spec_claims(&["exp"]);
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        let mut required = Vec::new();
+        match &config.jwt_audience {
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
+            None => validation.validate_aud = false,
+        }
+        if let Some(iss) = &config.jwt_issuer {
+            validation.set_issuer(&[iss]);
+            required.push("iss");
+        }
+        validation.set_required_spec_claims(&required);
         Ok(Jwt { key, validation })
     }
 
     pub fn verify(&self, token: &str, now_ms: i64) -> Result<Verified, Refusal> {
         let data =
             decode::<Claims>(token, &self.key, &self.validation).map_err(|e| match e.kind() {
-                ErrorKind::ExpiredSignature => Refusal::Expired,
-                ErrorKind::ImmatureSignature => Refusal::SignedInFuture,
+                ErrorKind::InvalidAudience => Refusal::Invalid("aud is not this server's".into()),
+                ErrorKind::InvalidIssuer => Refusal::Invalid("iss is not the issuer".into()),
+                ErrorKind::MissingRequiredClaim(c) => Refusal::Invalid(format!("no {c} claim")),
                 other => Refusal::Invalid(format!("{other:?}")),
             })?;
         let claims = data.claims;
-        let id = match claims.sub {
-            serde_json::Value::String(s) if !s.is_empty() => s,
-            serde_json::Value::Number(n) => n.to_string(),
-            _ => return Err(Refusal::Invalid("sub is not a user id".into())),
+        let Some(exp) = time_ms("exp", claims.exp.as_ref())? else {
+            return Err(Refusal::Invalid("no exp claim".into()));
         };
-        let signed_at_ms = claims.iat.map(|s| s.saturating_mul(1000));
-        if signed_at_ms.is_some_and(|t| t > now_ms + CLOCK_SKEW.as_millis() as i64) {
+        if now_ms >= exp {
+            return Err(Refusal::Expired);
+        }
+        let ahead = now_ms.saturating_add(CLOCK_SKEW.as_millis() as i64);
+        if time_ms("nbf", claims.nbf.as_ref())?.is_some_and(|t| t > ahead) {
             return Err(Refusal::SignedInFuture);
         }
+        let signed_at_ms = time_ms("iat", claims.iat.as_ref())?;
+        if signed_at_ms.is_some_and(|t| t > ahead) {
+            return Err(Refusal::SignedInFuture);
+        }
+        // An integer, not a fraction: 4.2 is nobody's id (and would not be
+        // the string "4.2" an app compares with).
+        let id = match claims.sub {
+            Some(serde_json::Value::String(s)) if !s.is_empty() => s,
+            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            _ => {
+                return Err(Refusal::Invalid(
+                    "sub is not a user id (a non-empty string or an integer)".into(),
+                ))
+            }
+        };
         Ok(Verified {
             user: User {
                 id,
@@ -203,6 +261,11 @@ mod tests {
             v.verify(&nbf, now_ms()).unwrap_err(),
             Refusal::SignedInFuture
         );
+        // nbf and iat within the 60 s allowance are accepted.
+        let soon = hs(
+            json!({"sub": "u1", "exp": now_s() + 9999, "nbf": now_s() + 30, "iat": now_s() + 30}),
+        );
+        assert!(v.verify(&soon, now_ms()).is_ok());
         let other_key = encode(
             &Header::new(Algorithm::HS256),
             &json!({"sub": "u1", "exp": now_s() + 60}),
@@ -275,5 +338,71 @@ mod tests {
         assert!(Jwt::new(&c).is_err());
         c.jwt_algorithm = Some("none".into());
         assert!(Jwt::new(&c).is_err());
+    }
+
+    #[test]
+    fn time_claims_may_be_fractional_and_sub_must_be_an_integer_or_a_string() {
+        let v = Jwt::new(&cfg(Some("shh"), None)).unwrap();
+        let now = now_ms();
+        let t = now as f64 / 1000.0;
+        let float = hs(json!({"sub": "u", "exp": t + 60.5, "iat": t - 0.25, "nbf": t}));
+        let ok = v.verify(&float, now).unwrap();
+        assert_eq!(ok.signed_at_ms, Some(((t - 0.25) * 1000.0).trunc() as i64));
+        // exp is exclusive: the token is dead from that instant.
+        let exp = hs(json!({"sub": "u", "exp": 1_700_000_000.5}));
+        assert!(v.verify(&exp, 1_700_000_000_499).is_ok());
+        assert_eq!(
+            v.verify(&exp, 1_700_000_000_500).unwrap_err(),
+            Refusal::Expired
+        );
+        for bad in [
+            json!({"sub": 4.2, "exp": t + 60.0}),
+            json!({"sub": "", "exp": t + 60.0}),
+            json!({"sub": ["u"], "exp": t + 60.0}),
+            json!({"sub": "u", "exp": "tomorrow"}),
+            json!({"sub": "u", "exp": t + 60.0, "iat": "now"}),
+        ] {
+            assert!(
+                matches!(v.verify(&hs(bad.clone()), now), Err(Refusal::Invalid(_))),
+                "{bad}"
+            );
+        }
+        let big = hs(json!({"sub": 18_446_744_073_709_551_615u64, "exp": t + 60.0}));
+        assert_eq!(v.verify(&big, now).unwrap().user.id, "18446744073709551615");
+    }
+
+    #[test]
+    fn audience_and_issuer_are_required_when_configured() {
+        let mut c = cfg(Some("shh"), None);
+        let exp = now_s() + 60;
+        let open = Jwt::new(&c).unwrap();
+        let any = hs(json!({"sub": "u", "exp": exp, "aud": "someone else", "iss": "x"}));
+        assert!(
+            open.verify(&any, now_ms()).is_ok(),
+            "not checked unless configured"
+        );
+        c.jwt_audience = Some("throng".into());
+        c.jwt_issuer = Some("https://auth.example".into());
+        let v = Jwt::new(&c).unwrap();
+        for good in [
+            json!({"sub": "u", "exp": exp, "aud": "throng", "iss": "https://auth.example"}),
+            json!({"sub": "u", "exp": exp, "aud": ["api", "throng"], "iss": "https://auth.example"}),
+        ] {
+            assert!(v.verify(&hs(good.clone()), now_ms()).is_ok(), "{good}");
+        }
+        for bad in [
+            json!({"sub": "u", "exp": exp, "iss": "https://auth.example"}),
+            json!({"sub": "u", "exp": exp, "aud": "api", "iss": "https://auth.example"}),
+            json!({"sub": "u", "exp": exp, "aud": "throng"}),
+            json!({"sub": "u", "exp": exp, "aud": "throng", "iss": "https://evil.example"}),
+        ] {
+            assert!(
+                matches!(
+                    v.verify(&hs(bad.clone()), now_ms()),
+                    Err(Refusal::Invalid(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 }

@@ -18,6 +18,8 @@
 //! - `rules.rs`: `[[topics]]` rules: who may join which topic and push
 //!   which events, and the JWT `channels` claim.
 //! - `rate.rs`: the per-socket push budget, 4 bytes in the connection.
+//! - [`mint`]: test tokens (`throng token`), signed with the same settings
+//!   and checked by [`Auth::authenticate`] before they are handed out.
 //!
 //! Revocations are kept in memory on every node (a `disconnect` with
 //! `revoke` from the server API reaches every node through the backplane):
@@ -28,6 +30,7 @@
 //! forgets them when it restarts.
 
 mod jwt;
+pub mod mint;
 pub(crate) mod origin;
 mod phoenix_token;
 pub(crate) mod rate;
@@ -78,6 +81,17 @@ pub enum Mode {
     Jwt,
 }
 
+impl Mode {
+    /// As written in the flag and the file: `none`, `phoenix_token`, `jwt`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::None => "none",
+            Mode::PhoenixToken => "phoenix_token",
+            Mode::Jwt => "jwt",
+        }
+    }
+}
+
 /// The `[auth]` settings, as configured.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -89,9 +103,10 @@ pub struct AuthConfig {
     /// Phoenix.Token: the salt given to `Phoenix.Token.sign/4` [default: "user socket"].
     pub salt: Option<String>,
     /// Phoenix.Token: refuse tokens older than this many seconds (the
-    /// `max_age` of `Phoenix.Token.verify/4`); default: the age signed in
-    /// the token (86400 unless the app chose another).
-    pub max_age: Option<u64>,
+    /// `max_age` of `Phoenix.Token.verify/4`, a whole or fractional number);
+    /// default: the age signed in the token (86400 unless the app chose
+    /// another).
+    pub max_age: Option<MaxAge>,
     /// JWT: the HS256 secret.
     pub jwt_secret: Option<String>,
     /// JWT: a PEM public key (RSA for RS256, EC P-256 for ES256).
@@ -100,6 +115,68 @@ pub struct AuthConfig {
     pub jwt_public_key_file: Option<std::path::PathBuf>,
     /// JWT: HS256, RS256 or ES256 [default: from the key].
     pub jwt_algorithm: Option<String>,
+    /// JWT: when set, the `aud` claim is required and must name it.
+    pub jwt_audience: Option<String>,
+    /// JWT: when set, the `iss` claim is required and must be it.
+    pub jwt_issuer: Option<String>,
+}
+
+/// A max age in seconds, whole or fractional (`86400`, `86400.0`, `0.5`), as
+/// Plug.Crypto takes it: `trunc(max_age * 1000)` milliseconds
+/// (`lib/plug/crypto.ex`, `expired?/2`). Kept in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "f64", into = "f64")]
+pub struct MaxAge {
+    ms: u64,
+}
+
+impl MaxAge {
+    /// The max age in milliseconds.
+    pub fn as_millis(self) -> u64 {
+        self.ms
+    }
+}
+
+impl TryFrom<f64> for MaxAge {
+    type Error = String;
+    fn try_from(secs: f64) -> Result<MaxAge, String> {
+        if !secs.is_finite() || secs < 0.0 {
+            return Err(format!(
+                "max age {secs}: give a number of seconds, 0 or more (e.g. 86400)"
+            ));
+        }
+        // `as` saturates: a max age past u64 milliseconds is forever.
+        Ok(MaxAge {
+            ms: (secs * 1000.0).trunc() as u64,
+        })
+    }
+}
+
+impl From<MaxAge> for f64 {
+    fn from(m: MaxAge) -> f64 {
+        m.ms as f64 / 1000.0
+    }
+}
+
+impl std::str::FromStr for MaxAge {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MaxAge, String> {
+        let secs: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("max age {s:?}: give a number of seconds (e.g. 86400)"))?;
+        MaxAge::try_from(secs)
+    }
+}
+
+/// Seconds, as `--auth-max-age` reads them back (the workers' command line).
+impl std::fmt::Display for MaxAge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.ms % 1000 {
+            0 => write!(f, "{}", self.ms / 1000),
+            frac => write!(f, "{}.{frac:03}", self.ms / 1000),
+        }
+    }
 }
 
 /// An authenticated user.
@@ -168,10 +245,8 @@ impl Auth {
             }
             Mode::Jwt => Verifier::Jwt(Box::new(jwt::Jwt::new(config)?)),
         };
-        let ttl = REVOCATION_TTL
-            .as_secs()
-            .max(config.max_age.unwrap_or(0))
-            .saturating_mul(1000);
+        let ttl =
+            (REVOCATION_TTL.as_millis() as u64).max(config.max_age.map_or(0, MaxAge::as_millis));
         Ok(Auth {
             verifier,
             revoked: Mutex::new(HashMap::new()),
@@ -221,8 +296,13 @@ impl Auth {
         Duration::from_millis(self.revocation_ttl_ms.max(0) as u64)
     }
 
-    /// Refuses `user`'s tokens signed up to `at_ms` (Unix ms) from now on.
+    /// Refuses `user`'s tokens signed up to `at_ms` (Unix ms) plus
+    /// [`CLOCK_SKEW`] from now on: a token may say it was signed up to that
+    /// far ahead and still be accepted, so one minted just before the
+    /// revocation by an app whose clock runs ahead must be refused too.
+    /// (The app's new tokens are accepted once that allowance has passed.)
     pub fn revoke(&self, user: &str, at_ms: i64) {
+        let at_ms = at_ms.saturating_add(CLOCK_SKEW.as_millis() as i64);
         let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
         // Expired ones go each time the map reaches a power of two: amortized
         // O(1), so the revocations a node reads from Redis at start (one call
@@ -291,24 +371,37 @@ mod tests {
         };
         let auth = Auth::new(&cfg).unwrap();
         let now = now_ms();
+        let skew = CLOCK_SKEW.as_millis() as i64;
         let old =
             phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now - 1000, 86400);
-        let new = phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now + 10, 86400);
+        // Signed ahead, within the clock-skew allowance: revoked too.
+        let ahead =
+            phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now + skew, 86400);
+        let new = phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now, 86400);
         let other =
             phoenix_token::tests::sign_binary(&secret, "user socket", b"8", now - 1000, 86400);
         assert_eq!(
             auth.authenticate(Some(&connect(&old))).unwrap().unwrap().id,
             "7"
         );
-        auth.revoke("7", now);
+        assert!(auth.authenticate(Some(&connect(&ahead))).is_ok());
+        auth.revoke("7", now - skew - 10);
         assert_eq!(
             auth.authenticate(Some(&connect(&old))),
             Err(Refusal::Revoked)
         );
+        // Signed after the revocation and its allowance.
         assert_eq!(
             auth.authenticate(Some(&connect(&new))).unwrap().unwrap().id,
             "7"
         );
+        auth.revoke("7", now);
+        for revoked in [&old, &new, &ahead] {
+            assert_eq!(
+                auth.authenticate_at(Some(&connect(revoked)), now),
+                Err(Refusal::Revoked)
+            );
+        }
         assert_eq!(
             auth.authenticate(Some(&connect(&other)))
                 .unwrap()

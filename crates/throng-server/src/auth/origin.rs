@@ -110,7 +110,8 @@ impl CheckOrigin {
         }
         // A browser's origin is `scheme://host[:port]`, or `null` (no host:
         // refused). Tsung sends the bare host (`Origin: 127.0.0.1`, no
-        // scheme); the seed's own load test must connect, and a client that
+        // scheme); the Tsung load test of the Phoenix team's 2M-connection
+        // benchmark must connect, and a client that
         // is not a browser can send any Origin anyway, so a bare host is
         // compared as a host.
         let origin = origin.trim();

@@ -8,11 +8,16 @@
 //!   bytes), derived once at start;
 //! - token = `base64url("HS256") . base64url(payload) . base64url(HMAC-SHA256(key, first two parts))`,
 //!   unpadded (`SFMyNTY.<payload>.<mac>`), compared in constant time;
-//! - payload = `:erlang.term_to_binary({data, signed_at_ms, max_age_s})`
-//!   (`{data, signed_at_ms}` from Plug.Crypto 1.1 means a max age of 86400);
-//! - expired when `signed_at + max_age * 1000 < now` (the configured max age
-//!   overrides the token's, as `verify/4`'s `:max_age` option does; a max
-//!   age of 0 or less is always expired, `:infinity` never).
+//! - payload = `:erlang.term_to_binary({data, signed_at_ms, max_age_s})`;
+//!   the older shapes mean a max age of 86400, as Plug.Crypto's `decode/2`
+//!   reads them: `{data, signed_at_ms}` (Plug.Crypto 1.1) and the map
+//!   `%{data: data, signed: signed_at_ms}` that Phoenix 1.3/1.4's
+//!   `Phoenix.Token.sign` wrote (apps upgrading in place still hold them);
+//! - expired when `signed_at + trunc(max_age * 1000) < now` (the configured
+//!   max age overrides the token's, as `verify/4`'s `:max_age` option does;
+//!   a max age may be an integer or a float, as `Phoenix.Token.sign(..,
+//!   max_age: 86400.0)` writes it; 0 or less is always expired, `:infinity`
+//!   never). Plug.Crypto's `lib/plug/crypto.ex` (`decode/2`, `expired?/2`).
 //!
 //! Plug.Crypto accepts a token signed in the future; we refuse one signed
 //! more than [`CLOCK_SKEW`] ahead (a clock that far off, or a forged clock,
@@ -29,24 +34,24 @@ use eetf::Term;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::{Refusal, User, Verified, CLOCK_SKEW};
+use super::{MaxAge, Refusal, User, Verified, CLOCK_SKEW};
 
 /// `Base.url_encode64("HS256", padding: false)`.
-const PROTECTED: &str = "SFMyNTY";
+pub(super) const PROTECTED: &str = "SFMyNTY";
 /// Plug.Crypto's defaults: `:key_iterations`, `:key_length`.
 const ITERATIONS: u32 = 1000;
 const KEY_LEN: usize = 32;
-/// The max age Plug.Crypto assumes for a token that does not carry one.
-const DEFAULT_MAX_AGE: i64 = 86_400;
+/// The max age (ms) Plug.Crypto assumes for a token that does not carry one.
+const DEFAULT_MAX_AGE_MS: i64 = 86_400_000;
 
 /// A verifier for one secret_key_base and salt.
 pub(super) struct PhoenixToken {
     key: [u8; KEY_LEN],
-    max_age: Option<u64>,
+    max_age: Option<MaxAge>,
 }
 
 impl PhoenixToken {
-    pub fn new(secret_key_base: &[u8], salt: &[u8], max_age: Option<u64>) -> PhoenixToken {
+    pub fn new(secret_key_base: &[u8], salt: &[u8], max_age: Option<MaxAge>) -> PhoenixToken {
         PhoenixToken {
             key: derive_key(secret_key_base, salt),
             max_age,
@@ -77,27 +82,36 @@ impl PhoenixToken {
             .map_err(|_| invalid("payload is not base64url"))?;
         let term =
             Term::decode(payload.as_slice()).map_err(|_| invalid("payload is not a term"))?;
-        let (data, signed_at, max_age) = match term {
+        // max_age in ms; None: :infinity.
+        let (data, signed, max_age) = match term {
             Term::Tuple(t) if t.elements.len() == 3 || t.elements.len() == 2 => {
                 let mut e = t.elements.into_iter();
                 let data = e.next().expect("length checked");
                 let signed = e.next().expect("length checked");
                 let max_age = match e.next() {
-                    None => Some(DEFAULT_MAX_AGE),
+                    None => Some(DEFAULT_MAX_AGE_MS),
                     Some(Term::Atom(a)) if a.name == "infinity" => None,
-                    Some(other) => Some(integer(&other).ok_or_else(|| invalid("bad max_age"))?),
+                    Some(other) => Some(max_age_ms(&other).ok_or_else(|| invalid("bad max_age"))?),
                 };
-                let signed = integer(&signed).ok_or_else(|| invalid("bad signed_at"))?;
                 (data, signed, max_age)
+            }
+            // Phoenix 1.3/1.4: %{data: data, signed: signed_at_ms}.
+            Term::Map(mut m) if m.map.len() == 2 => {
+                let mut take = |k: &str| m.map.remove(&Term::Atom(eetf::Atom::from(k)));
+                match (take("data"), take("signed")) {
+                    (Some(data), Some(signed)) => (data, signed, Some(DEFAULT_MAX_AGE_MS)),
+                    _ => return Err(invalid("payload is not %{data, signed}")),
+                }
             }
             _ => return Err(invalid("payload is not {data, signed_at, max_age}")),
         };
+        let signed_at = integer(&signed).ok_or_else(|| invalid("bad signed_at"))?;
         let max_age = match self.max_age {
-            Some(configured) => Some(configured.min(i64::MAX as u64 / 1000) as i64),
+            Some(configured) => Some(configured.as_millis().min(i64::MAX as u64) as i64),
             None => max_age,
         };
         if let Some(age) = max_age {
-            if age <= 0 || signed_at.saturating_add(age.saturating_mul(1000)) < now_ms {
+            if age <= 0 || signed_at.saturating_add(age) < now_ms {
                 return Err(Refusal::Expired);
             }
         }
@@ -113,10 +127,19 @@ impl PhoenixToken {
 }
 
 /// `Plug.Crypto.KeyGenerator.generate(secret, salt, 1000, 32, :sha256)`.
-fn derive_key(secret_key_base: &[u8], salt: &[u8]) -> [u8; KEY_LEN] {
+pub(super) fn derive_key(secret_key_base: &[u8], salt: &[u8]) -> [u8; KEY_LEN] {
     let mut key = [0u8; KEY_LEN];
     pbkdf2::pbkdf2_hmac::<Sha256>(secret_key_base, salt, ITERATIONS, &mut key);
     key
+}
+
+/// A token's max age in ms: whole or fractional seconds, `trunc(s * 1000)`.
+fn max_age_ms(t: &Term) -> Option<i64> {
+    match t {
+        // `as` saturates, and a NaN (not writable by term_to_binary) is 0.
+        Term::Float(f) => Some((f.value * 1000.0).trunc() as i64),
+        other => integer(other).map(|s| s.saturating_mul(1000)),
+    }
 }
 
 fn integer(t: &Term) -> Option<i64> {
@@ -224,7 +247,90 @@ pub(super) mod tests {
     }
 
     fn verifier(max_age: Option<u64>) -> PhoenixToken {
+        let max_age = max_age.map(|s| MaxAge::try_from(s as f64).unwrap());
         PhoenixToken::new(SECRET.as_bytes(), SALT.as_bytes(), max_age)
+    }
+
+    /// `%{data: "<data>", signed: signed_at}`, as Phoenix 1.3/1.4's
+    /// `Phoenix.Token.sign` wrote it: MAP_EXT with atom keys.
+    fn legacy_payload(data: &[u8], signed_at: i64) -> Vec<u8> {
+        let mut p = vec![131, 116, 0, 0, 0, 2];
+        p.extend([119, 4]);
+        p.extend(b"data");
+        p.extend(binary_ext(data));
+        p.extend([119, 6]);
+        p.extend(b"signed");
+        ext_integer(&mut p, signed_at);
+        p
+    }
+
+    #[test]
+    fn phoenix_1_3_map_tokens_verify_with_the_configured_max_age() {
+        let t = sign_payload(SECRET, SALT, &legacy_payload(b"alice", SIGNED_AT));
+        let day = 86_400_000;
+        let v = verifier(None).verify(&t, SIGNED_AT + day).unwrap();
+        assert_eq!(v.user.id, "alice");
+        assert_eq!(v.signed_at_ms, Some(SIGNED_AT));
+        // No max age inside: a day, as Plug.Crypto; or the configured one.
+        assert_eq!(
+            verifier(None).verify(&t, SIGNED_AT + day + 1).unwrap_err(),
+            Refusal::Expired
+        );
+        assert!(verifier(Some(2 * 86_400))
+            .verify(&t, SIGNED_AT + 2 * day)
+            .is_ok());
+        assert_eq!(
+            verifier(Some(60))
+                .verify(&t, SIGNED_AT + 60_001)
+                .unwrap_err(),
+            Refusal::Expired
+        );
+        // As OTP before 26 wrote it: ATOM_EXT (latin-1) keys.
+        let mut old = vec![131, 116, 0, 0, 0, 2, 100, 0, 4];
+        old.extend(b"data");
+        old.extend(binary_ext(b"bob"));
+        old.extend([100, 0, 6]);
+        old.extend(b"signed");
+        ext_integer(&mut old, SIGNED_AT);
+        let t = sign_payload(SECRET, SALT, &old);
+        assert_eq!(verifier(None).verify(&t, SIGNED_AT).unwrap().user.id, "bob");
+        // A map without both keys is not a token payload.
+        let mut p = vec![131, 116, 0, 0, 0, 2, 119, 4];
+        p.extend(b"data");
+        p.extend(binary_ext(b"alice"));
+        p.extend([119, 4]);
+        p.extend(b"sign");
+        ext_integer(&mut p, SIGNED_AT);
+        let bad = sign_payload(SECRET, SALT, &p);
+        assert!(matches!(
+            verifier(None).verify(&bad, SIGNED_AT),
+            Err(Refusal::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_float_max_age_is_seconds() {
+        // Phoenix.Token.sign(.., max_age: 1.5): NEW_FLOAT_EXT.
+        let mut p = vec![131, 104, 3];
+        p.extend(binary_ext(b"u"));
+        ext_integer(&mut p, SIGNED_AT);
+        p.push(70);
+        p.extend(1.5f64.to_be_bytes());
+        let t = sign_payload(SECRET, SALT, &p);
+        assert!(verifier(None).verify(&t, SIGNED_AT + 1_500).is_ok());
+        assert_eq!(
+            verifier(None).verify(&t, SIGNED_AT + 1_501).unwrap_err(),
+            Refusal::Expired
+        );
+        // The configured max age may be fractional too.
+        let half: MaxAge = "0.5".parse().unwrap();
+        let v = PhoenixToken::new(SECRET.as_bytes(), SALT.as_bytes(), Some(half));
+        assert!(v.verify(&t, SIGNED_AT + 500).is_ok());
+        assert_eq!(v.verify(&t, SIGNED_AT + 501).unwrap_err(), Refusal::Expired);
+        assert_eq!(half.to_string(), "0.500");
+        assert_eq!("86400.0".parse::<MaxAge>().unwrap().to_string(), "86400");
+        assert!("-1".parse::<MaxAge>().is_err());
+        assert!("inf".parse::<MaxAge>().is_err());
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The config file's shape (`FileConfig`): the TOML twin of the flags, read
 //! by [`ServeArgs::resolve`](super::ServeArgs::resolve) under the flags.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -15,7 +14,8 @@ use crate::presence::RuleFile;
 #[serde(deny_unknown_fields)]
 pub(super) struct FileConfig {
     pub(super) port: Option<u16>,
-    pub(super) bind: Option<IpAddr>,
+    /// An IP address or a host name (`localhost`).
+    pub(super) bind: Option<String>,
     pub(super) shards: Option<usize>,
     pub(super) idle_timeout: Option<u64>,
     pub(super) max_message_bytes: Option<usize>,
@@ -29,6 +29,7 @@ pub(super) struct FileConfig {
     pub(super) log_requests: Option<bool>,
     pub(super) redis: Option<String>,
     pub(super) redis_ca_file: Option<PathBuf>,
+    pub(super) reuse_port: Option<bool>,
     pub(super) workers: Option<usize>,
     pub(super) auth: Option<AuthConfig>,
     pub(super) check_origin: Option<auth::origin::CheckOriginToml>,
@@ -45,4 +46,30 @@ pub(super) struct FileConfig {
     pub(super) presence_timeout: Option<u64>,
     pub(super) max_presence_bytes: Option<usize>,
     pub(super) hooks: Option<crate::hooks::HookArgs>,
+}
+
+/// The `[auth]` keys, which the `--auth-*` flags set.
+const AUTH_KEYS: &[&str] = &[
+    "mode",
+    "secret_key_base",
+    "salt",
+    "max_age",
+    "jwt_secret",
+    "jwt_public_key",
+    "jwt_public_key_file",
+    "jwt_algorithm",
+];
+
+/// For a file refused by serde: if a top-level key is an `--auth-*` flag
+/// spelt with underscores (`auth_jwt_secret`), how to write it instead.
+pub(super) fn table_key_hint(text: &str) -> Option<String> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    table.keys().find_map(|key| {
+        let inner = key.strip_prefix("auth_")?;
+        AUTH_KEYS.contains(&inner).then(|| {
+            format!(
+                "\nhint: `{key}` belongs in the [auth] table, as `{inner}`:\n    [auth]\n    {inner} = ..."
+            )
+        })
+    })
 }

@@ -18,7 +18,7 @@ use crate::presence::PresenceRule;
 use crate::Error;
 
 use file::FileConfig;
-pub use flags::ServeArgs;
+pub use flags::{parse_bind, whole, ServeArgs};
 
 /// Resolved settings.
 #[derive(Clone, Debug)]
@@ -43,6 +43,9 @@ pub struct Config {
     pub redis: Option<String>,
     /// CA certificates to trust for `rediss://`; `None`: the system's.
     pub redis_ca_file: Option<PathBuf>,
+    /// Share the public port with other processes (`--reuse-port`)
+    /// instead of refusing to start when it is held.
+    pub reuse_port: bool,
     /// Worker processes; above 1 this process only supervises them.
     pub workers: usize,
     /// `Some(i)` in a worker process started by the supervisor.
@@ -100,6 +103,7 @@ impl Default for Config {
             log_requests: false,
             redis: None,
             redis_ca_file: None,
+            reuse_port: false,
             workers: 1,
             worker_index: None,
             auth: AuthConfig::default(),
@@ -128,14 +132,20 @@ impl ServeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-                toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
+                toml::from_str::<FileConfig>(&text).map_err(|e| {
+                    let hint = file::table_key_hint(&text).unwrap_or_default();
+                    Error::Config(format!("{}: {e}{hint}", path.display()))
+                })?
             }
             None => FileConfig::default(),
         };
         let d = Config::default();
         let port = self.port.or(file.port).unwrap_or(d.addr.port());
-        let bind = self.bind.or(file.bind).unwrap_or(d.addr.ip());
+        let file_bind = match file.bind.as_deref() {
+            Some(b) => Some(parse_bind(b).map_err(|e| Error::Config(format!("bind: {e}")))?),
+            None => None,
+        };
+        let bind = self.bind.or(file_bind).unwrap_or(d.addr.ip());
         let workers = self.workers.or(file.workers).unwrap_or(d.workers);
         if workers == 0 || workers > MAX_WORKERS {
             return Err(Error::Config(format!(
@@ -147,6 +157,15 @@ impl ServeArgs {
             .clone()
             .or(file.redis)
             .filter(|url| !url.is_empty());
+        if let Some(url) = &redis {
+            let schemes = ["redis://", "rediss://", "redis+unix://", "unix://"];
+            if !schemes.iter().any(|s| url.starts_with(s)) {
+                return Err(Error::Config(format!(
+                    "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
+                     redis://USER:PASSWORD@HOST:PORT with a password)"
+                )));
+            }
+        }
         if workers > 1 && redis.is_none() {
             return Err(Error::Config(format!(
                 "--workers {workers} needs --redis URL: each worker is a separate node, \
@@ -209,14 +228,34 @@ impl ServeArgs {
                 "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
             )));
         }
+        let api_key = self.api_key.or(file.api_key);
+        if api_key.as_deref() == Some("") {
+            return Err(Error::Config(
+                "api_key is empty, which would let anyone call the server API: give a key \
+                 (e.g. `--api-key $(openssl rand -hex 32)`), or leave --api-key out for no key"
+                    .into(),
+            ));
+        }
         let api_bind = match self.api_bind.or(file.api_bind).as_deref() {
             // `--port 0` (tests, the bench) picks a free API port too.
             None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
             None => d.api_bind,
             Some("none" | "off" | "") => None,
-            Some(a) => Some(a.parse().map_err(|e| {
-                Error::Config(format!("api_bind {a:?}: {e} (want IP:PORT or none)"))
-            })?),
+            // IP:PORT, or HOST:PORT resolved (localhost:4001).
+            Some(a) => Some(
+                a.parse()
+                    .ok()
+                    .or_else(|| {
+                        std::net::ToSocketAddrs::to_socket_addrs(a)
+                            .ok()
+                            .and_then(|mut addrs| addrs.next())
+                    })
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "api_bind {a:?}: want IP:PORT or HOST:PORT (127.0.0.1:4001), or none"
+                        ))
+                    })?,
+            ),
         };
         let presence = if self.presence.is_empty() {
             let rules = file.presence.unwrap_or_default();
@@ -265,7 +304,7 @@ impl ServeArgs {
                 .or(file.push_strikes)
                 .unwrap_or(d.push_strikes),
             api_bind,
-            api_key: self.api_key.or(file.api_key).filter(|k| !k.is_empty()),
+            api_key,
             public_metrics: self.public_metrics || file.public_metrics.unwrap_or(false),
             addr: SocketAddr::new(bind, port),
             shards,
@@ -289,6 +328,7 @@ impl ServeArgs {
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
             redis_ca_file: self.redis_ca_file.or(file.redis_ca_file),
+            reuse_port: self.reuse_port || file.reuse_port.unwrap_or(false),
             workers,
             worker_index: self.worker_index,
             presence,
@@ -324,10 +364,32 @@ fn merge_auth(args: &ServeArgs, file: AuthConfig) -> AuthConfig {
             .clone()
             .or(file.jwt_public_key_file),
         jwt_algorithm: args.auth_jwt_algorithm.clone().or(file.jwt_algorithm),
+        jwt_audience: args.auth_jwt_audience.clone().or(file.jwt_audience),
+        jwt_issuer: args.auth_jwt_issuer.clone().or(file.jwt_issuer),
     }
 }
 
 impl Config {
+    /// Whether the public port may be held already: `--reuse-port`, or a
+    /// worker of `--workers`, whose supervisor claimed it.
+    pub fn public_share(&self) -> crate::bind::Share {
+        if self.reuse_port || self.worker_index.is_some() {
+            crate::bind::Share::Shared
+        } else {
+            crate::bind::Share::Exclusive
+        }
+    }
+
+    /// Whether the API port may be held already: only in a worker (its
+    /// supervisor claimed it; its replacement binds it while it drains).
+    pub fn api_share(&self) -> crate::bind::Share {
+        if self.worker_index.is_some() {
+            crate::bind::Share::Shared
+        } else {
+            crate::bind::Share::Exclusive
+        }
+    }
+
     /// How to reach the Redis of `--redis`, beyond its URL.
     pub fn redis_options(&self) -> throng_pubsub::RedisOptions {
         throng_pubsub::RedisOptions {
@@ -383,6 +445,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.workers, 2);
         assert!(c.shards >= 1);
+        let err = ServeArgs {
+            redis: Some("127.0.0.1:6379".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(err.to_string().contains("redis://127.0.0.1:6379"), "{err}");
     }
 
     #[test]
@@ -497,5 +566,48 @@ mod tests {
         .unwrap_err();
         std::fs::remove_file(&dir).unwrap();
         assert!(err.to_string().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn a_flag_spelt_as_a_top_level_key_gets_its_table() {
+        let path = std::env::temp_dir().join(format!("throng-cfg-auth-{}", std::process::id()));
+        std::fs::write(&path, "auth_jwt_secret = \"s\"\nbind = \"localhost\"\n").unwrap();
+        let err = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            err.contains("[auth]") && err.contains("jwt_secret ="),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bind_takes_a_host_name() {
+        let path = std::env::temp_dir().join(format!("throng-cfg-bind-{}", std::process::id()));
+        std::fs::write(&path, "bind = \"localhost\"\n").unwrap();
+        let c = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(c.addr.ip().is_loopback(), "{}", c.addr);
+        assert!(parse_bind("localhost").unwrap().is_loopback());
+        let api = ServeArgs {
+            api_bind: Some("localhost:4001".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap()
+        .api_bind
+        .unwrap();
+        assert!(api.ip().is_loopback() && api.port() == 4001, "{api}");
+        assert!(whole::<u64>("-5").unwrap_err().contains("0 or more"));
     }
 }

@@ -118,6 +118,12 @@ impl Config {
         if let Some(alg) = &a.jwt_algorithm {
             args.extend(["--auth-jwt-algorithm".into(), alg.clone()]);
         }
+        if let Some(aud) = &a.jwt_audience {
+            args.extend(["--auth-jwt-audience".into(), aud.clone()]);
+        }
+        if let Some(iss) = &a.jwt_issuer {
+            args.extend(["--auth-jwt-issuer".into(), iss.clone()]);
+        }
         if let Some(path) = &a.jwt_public_key_file {
             args.extend([
                 "--auth-jwt-public-key-file".into(),
@@ -180,6 +186,9 @@ mod tests {
                 max_in_flight_per_socket: Some(3),
                 ..Default::default()
             },
+            auth_max_age: Some("0.25".parse().unwrap()),
+            auth_jwt_audience: Some("throng".into()),
+            auth_jwt_issuer: Some("https://auth.example".into()),
             ..Default::default()
         }
         .resolve()
@@ -213,5 +222,7 @@ mod tests {
         let mut hooks = w.hooks.clone();
         hooks.secret = c.hooks.secret.clone();
         assert_eq!(hooks, c.hooks);
+        assert_eq!(w.auth, c.auth);
+        assert_eq!(w.auth.max_age.map(|m| m.as_millis()), Some(250));
     }
 }

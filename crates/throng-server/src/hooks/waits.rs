@@ -14,14 +14,14 @@ use std::sync::Arc;
 pub(crate) enum Waiting {
     /// A join held open until the backend decides.
     Join {
-        join_ref: Option<Box<str>>,
-        msg_ref: Option<Box<str>>,
+        join_ref: Option<throng_protocol::RefBuf>,
+        msg_ref: Option<throng_protocol::RefBuf>,
         /// The presence key of a `--presence` rule, taken at the join.
         presence_key: Option<String>,
     },
     Push {
-        join_ref: Option<Box<str>>,
-        msg_ref: Option<Box<str>>,
+        join_ref: Option<throng_protocol::RefBuf>,
+        msg_ref: Option<throng_protocol::RefBuf>,
     },
     /// A WebSocket upgrade held until the backend accepts the socket.
     Connect(Box<HeldUpgrade>),

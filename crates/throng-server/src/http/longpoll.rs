@@ -228,6 +228,10 @@ mod tests {
         let (_, first) = longpoll_of("GET /socket/longpoll?token=app&vsn=2.0.0& HTTP/1.1\r\n\r\n");
         assert_eq!(first.token, None);
         assert_eq!(first.connect.unwrap().param("token"), Some("app"));
+        // a repeated app token: the last, as on the WebSocket (Plug's rule)
+        let (_, twice) =
+            longpoll_of("GET /socket/longpoll?token=a&token=b&vsn=2.0.0 HTTP/1.1\r\n\r\n");
+        assert_eq!(twice.connect.unwrap().param("token"), Some("b"));
         assert!(lp.keep_alive && lp.body.is_empty());
         let (_, plain) = longpoll_of("GET /socket/longpoll HTTP/1.1\r\n\r\n");
         assert_eq!(

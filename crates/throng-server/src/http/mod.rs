@@ -146,7 +146,7 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
     let target = req.path.unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if config.log_requests {
-        tracing::info!("{method} {target}");
+        tracing::info!("{method} {}", redact(target));
     }
     let header = |name: &str| {
         req.headers
@@ -209,13 +209,63 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
     (head_len, action)
 }
 
-/// The query's `vsn`, and its other params in order.
+/// Query params whose values are secrets: never written to the log.
+const SECRET_PARAMS: [&str; 9] = [
+    "token",
+    "auth_token",
+    "authtoken",
+    "access_token",
+    "jwt",
+    "api_key",
+    "apikey",
+    "secret",
+    "password",
+];
+
+/// A request target fit for the log: the value of every param named in
+/// [`SECRET_PARAMS`] (any case, percent-encoded or not) replaced by
+/// `[REDACTED]`; the rest as it came.
+fn redact(target: &str) -> std::borrow::Cow<'_, str> {
+    let Some((path, query)) = target.split_once('?') else {
+        return target.into();
+    };
+    let secret = |pair: &str| {
+        let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+        let key: String = form_urlencoded::parse(key.as_bytes())
+            .next()
+            .map(|(k, _)| k.to_ascii_lowercase())
+            .unwrap_or_default();
+        SECRET_PARAMS.contains(&key.as_str())
+    };
+    if !query.split('&').any(secret) {
+        return target.into();
+    }
+    let mut out = String::with_capacity(target.len());
+    out.push_str(path);
+    out.push('?');
+    for (i, pair) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        match pair.split_once('=') {
+            Some((k, _)) if secret(pair) => {
+                out.push_str(k);
+                out.push_str("=[REDACTED]");
+            }
+            _ => out.push_str(pair),
+        }
+    }
+    out.into()
+}
+
+/// The query's `vsn`, and its other params in order. A repeated `vsn` is
+/// its last value, as Plug decodes a query (a later key wins).
 pub(super) fn query_params(query: &str) -> (Option<String>, Vec<(String, String)>) {
     let mut params: Vec<(String, String)> = Vec::new();
     let mut vsn = None;
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         if k == "vsn" {
-            vsn.get_or_insert(v.into_owned());
+            vsn = Some(v.into_owned());
         } else {
             params.push((k.into_owned(), v.into_owned()));
         }
@@ -350,6 +400,31 @@ mod tests {
         let e = error_of(&ws("/socket/websocket?vsn=3.0.0", ""));
         assert_eq!(e.status, 403);
         assert!(e.body.contains("3.0.0"), "{}", e.body);
+    }
+
+    #[test]
+    fn secrets_are_redacted_from_logged_targets() {
+        assert_eq!(redact("/socket/websocket"), "/socket/websocket");
+        assert_eq!(
+            redact("/socket/websocket?vsn=2.0.0&user=a"),
+            "/socket/websocket?vsn=2.0.0&user=a"
+        );
+        assert_eq!(
+            redact("/socket/websocket?token=SFMyNTY.abc&vsn=2.0.0&TOKEN=x&%74oken=y&api_key=k&tokens=ok"),
+            "/socket/websocket?token=[REDACTED]&vsn=2.0.0&TOKEN=[REDACTED]&%74oken=[REDACTED]&api_key=[REDACTED]&tokens=ok"
+        );
+        // A bare key has no value to hide.
+        assert_eq!(redact("/x?token&a=1"), "/x?token&a=1");
+    }
+
+    #[test]
+    fn a_repeated_param_is_its_last_value_as_plug() {
+        let u = upgrade_of(&ws(
+            "/socket/websocket?token=first&vsn=1.0.0&token=last&vsn=2.0.0",
+            "",
+        ));
+        assert_eq!(u.vsn, Vsn::V2);
+        assert_eq!(u.connect.expect("params").param("token"), Some("last"));
     }
 
     #[test]

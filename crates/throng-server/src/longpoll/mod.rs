@@ -50,9 +50,13 @@
 //!   next poll gets 410 and rejoins, instead of growing without limit.
 //! - A second poll answers the one it replaces at once (204), instead of
 //!   leaving it waiting out its window.
-//! - A poll whose connection closes is taken back from its session (when
-//!   both are on one shard), so messages arriving meanwhile wait for the
-//!   next poll instead of being handed to no one.
+//! - A poll whose connection closes is taken back from its session, so
+//!   messages arriving meanwhile wait for the next poll instead of being
+//!   handed to no one: on the same shard at once; on another shard or node
+//!   (with `serve --workers`) by an [`Ask::Cancel`] to the session. An
+//!   answer that still finds its connection gone (it crossed the cancel)
+//!   goes back to the session ([`Ask::Return`]), whose next poll gets its
+//!   messages. Phoenix loses them.
 
 pub(crate) mod token;
 pub(crate) mod wire;
@@ -95,6 +99,15 @@ pub(crate) enum Item {
 }
 
 impl Item {
+    /// The bytes of an owned message (a shared broadcast's are counted
+    /// where it is buffered, by serializer).
+    pub fn owned_len(&self) -> usize {
+        match self {
+            Item::Shared(_) => 0,
+            Item::Owned(v, _) => v.len(),
+        }
+    }
+
     /// The message as `vsn` encodes it, and whether it is binary.
     fn body(&self, vsn: Vsn) -> (&[u8], bool) {
         match self {
@@ -132,6 +145,13 @@ pub(crate) struct Session {
     pub dead: bool,
     /// The push budget (as `Conn::push_tat`, `auth::rate`).
     pub push_tat: u32,
+    /// The control budget (as `Conn::control_tat`).
+    pub control_tat: u32,
+    /// The address it was admitted from, when addresses are counted
+    /// (`--max-connections-per-ip`), to give back when it ends.
+    pub ip: Option<std::net::IpAddr>,
+    /// Counted by the node's admission (given back when it ends).
+    pub admitted: bool,
     /// The authenticated user: an index into the shard's users (as
     /// `Conn::user`).
     pub user: u32,
@@ -151,6 +171,9 @@ impl Session {
             ready: false,
             dead: false,
             push_tat: 0,
+            control_tat: 0,
+            ip: None,
+            admitted: false,
             user: crate::transport::users::NO_USER,
         }
     }
@@ -188,6 +211,34 @@ pub(crate) struct Waiting {
     /// The session's key when it is on this shard: a poll whose connection
     /// closes is taken back, so its messages wait for the next poll.
     pub local: Option<usize>,
+    /// The session's token when it is on another shard or node: a poll
+    /// whose connection closes is taken back there ([`Ask::Cancel`]).
+    pub remote: Option<Token>,
+}
+
+/// A poll's answer as [`poll_body`] wrote it: what a returned answer holds.
+#[derive(serde::Deserialize)]
+struct PollBody {
+    token: Option<String>,
+    #[serde(default)]
+    messages: Vec<String>,
+}
+
+/// The session token and messages of an answer's body, if it hands over
+/// any messages (a 204, 410 or POST answer does not).
+pub(crate) fn returned_messages(body: &[u8]) -> Option<(Token, Vec<Item>)> {
+    let b: PollBody = serde_json::from_slice(body).ok()?;
+    if b.messages.is_empty() {
+        return None;
+    }
+    let token = Token::parse(b.token.as_deref()?)?;
+    let items = b
+        .messages
+        .iter()
+        .filter_map(|m| post_message(m.as_bytes()))
+        .map(|(op, bytes)| Item::Owned(bytes, op == throng_protocol::frame::Opcode::Binary))
+        .collect();
+    Some((token, items))
 }
 
 /// One shard's long-poll state: the sessions it owns, and the requests its
@@ -210,7 +261,19 @@ pub(crate) struct State {
     pub window_ms: u64,
     /// Milliseconds since the shard started, at this loop turn.
     pub now_ms: u64,
+    /// New sessions by address (`--longpoll-session-rate`): each
+    /// address's budget as one timestamp (`auth::rate`); addresses whose
+    /// budget is full again are dropped by the sweep.
+    pub starts: HashMap<std::net::IpAddr, u32>,
+    /// Expired sessions the last sweep left for the next turn: a sweep ends
+    /// at most [`EXPIRE_PER_TURN`] so that it never holds the shard.
+    pub behind: bool,
 }
+
+/// Sessions one turn of the sweep ends at most. Ending 6.4 million at once
+/// (a flood of session starts, all expiring together) held a shard for
+/// 674 ms; each end unsubscribes the session's joins.
+pub(crate) const EXPIRE_PER_TURN: usize = 1024;
 
 impl State {
     pub fn new(node_id: u64, window_ms: u64) -> State {
@@ -224,6 +287,8 @@ impl State {
             node_id,
             window_ms,
             now_ms: 0,
+            starts: HashMap::new(),
+            behind: false,
         }
     }
 
@@ -373,6 +438,36 @@ mod tests {
             r#"{"event":"e","payload":{"a":"\u00e9"},"ref":null,"topic":"t"}"#
         );
         assert_eq!(status_body(403), br#"{"status":403}"#);
+    }
+
+    #[test]
+    fn an_answer_that_found_no_connection_gives_back_its_messages() {
+        let items = [
+            Item::Owned(br#"[null,null,"t","e",{"a":"\u00e9"}]"#.to_vec(), false),
+            Item::Owned(vec![0, 1, 255], true),
+        ];
+        let body = poll_body(200, &token(), Vsn::V2, &items);
+        let (t, back) = returned_messages(&body).expect("messages");
+        assert_eq!(t, token());
+        let back: Vec<(Vec<u8>, bool)> = back
+            .into_iter()
+            .map(|i| match i {
+                Item::Owned(v, b) => (v, b),
+                Item::Shared(_) => panic!("owned"),
+            })
+            .collect();
+        assert_eq!(
+            back,
+            vec![
+                (br#"[null,null,"t","e",{"a":"\u00e9"}]"#.to_vec(), false),
+                (vec![0, 1, 255], true)
+            ]
+        );
+        // Answers that hand over nothing: nothing to give back.
+        assert!(returned_messages(&poll_body(204, &token(), Vsn::V2, &[])).is_none());
+        assert!(returned_messages(&status_body(410)).is_none());
+        assert!(returned_messages(br#"{"status":200}"#).is_none());
+        assert!(returned_messages(b"not json").is_none());
     }
 
     #[test]

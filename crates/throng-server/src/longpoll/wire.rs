@@ -12,7 +12,7 @@
 //! | 1 | kind: 1 request, 2 answer |
 //! | 8 + 2 + 4 + 4 | reply to: node, shard, connection key, request number |
 //! | request: 8 + 2 + 4 + 16 | token: node, shard, session key, secret |
-//! | request: 1 | ask: 0 poll, 1 post (one JSON message), 2 post (ndjson) |
+//! | request: 1 | ask: 0 poll, 1 post (one JSON message), 2 post (ndjson), 3 cancel (the poll's connection closed), 4 return (an answer's body that found no connection) |
 //! | 4 + n | body length, body (a request's POST body; an answer's JSON) |
 //!
 //! Nothing may follow. Decoding checks every length and never panics.
@@ -42,6 +42,13 @@ pub(crate) enum Ask {
     Poll,
     /// POST: messages from the client; `ndjson`: one per line.
     Post { body: Vec<u8>, ndjson: bool },
+    /// The connection of the poll `reply` names closed before its answer:
+    /// the session takes the poll back, so messages wait for the next one.
+    Cancel,
+    /// The body of a poll's answer that found its connection gone (closed,
+    /// or waiting on another request): its messages go back to the front
+    /// of the session's buffer instead of being lost.
+    Return { body: Vec<u8> },
 }
 
 /// A long-poll request for the shard that holds its session.
@@ -86,6 +93,8 @@ impl Forward {
                         ndjson: false,
                     } => (1, body),
                     Ask::Post { body, ndjson: true } => (2, body),
+                    Ask::Cancel => (3, &[]),
+                    Ask::Return { body } => (4, body),
                 };
                 out.push(ask);
                 put_bytes(&mut out, body);
@@ -133,6 +142,8 @@ impl Forward {
                         ndjson: false,
                     },
                     2 => Ask::Post { body, ndjson: true },
+                    3 if body.is_empty() => Ask::Cancel,
+                    4 => Ask::Return { body },
                     _ => return None,
                 };
                 Forward::Request(Request { token, ask, reply })
@@ -245,6 +256,18 @@ mod tests {
             Forward::Answer(Answer {
                 reply: reply(),
                 body: br#"{"status":204}"#.to_vec(),
+            }),
+            Forward::Request(Request {
+                token: token(),
+                ask: Ask::Cancel,
+                reply: reply(),
+            }),
+            Forward::Request(Request {
+                token: token(),
+                ask: Ask::Return {
+                    body: br#"{"status":200,"messages":["[]"]}"#.to_vec(),
+                },
+                reply: reply(),
             }),
         ];
         for f in all {

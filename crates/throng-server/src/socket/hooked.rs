@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
-use throng_protocol::{OwnedPayload, Payload};
+use throng_protocol::{OwnedPayload, Payload, Ref, RefBuf};
 
 use super::{Join, Mux, Transport};
 use crate::hooks::{Failure, Hook, JoinRequest, Outcome, PushRequest, TopicHook, Waiting};
@@ -35,8 +35,8 @@ impl<T: Transport> Mux<'_, T> {
     /// Sends a join to the backend; the client is answered when it answers.
     pub(super) fn hook_join(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         payload: Payload<'_>,
         presence_key: Option<String>,
@@ -56,8 +56,8 @@ impl<T: Transport> Mux<'_, T> {
         })
         .unwrap_or_default();
         let wait = Waiting::Join {
-            join_ref: join_ref.map(Box::from),
-            msg_ref: msg_ref.map(Box::from),
+            join_ref: join_ref.map(RefBuf::from),
+            msg_ref: msg_ref.map(RefBuf::from),
             presence_key,
         };
         if let Err(f) = self.t.hook_call(Hook::Join, topic, body, wait) {
@@ -67,8 +67,8 @@ impl<T: Transport> Mux<'_, T> {
 
     fn hook_refused(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         f: Failure,
     ) {
@@ -86,7 +86,11 @@ impl<T: Transport> Mux<'_, T> {
         else {
             return;
         };
-        let (join_ref, msg_ref) = (join_ref.as_deref(), msg_ref.as_deref());
+        let (join_ref, msg_ref) = (
+            join_ref.as_ref().map(RefBuf::to_ref),
+            msg_ref.as_ref().map(RefBuf::to_ref),
+        );
+        let (join_ref, msg_ref) = (join_ref.as_ref(), msg_ref.as_ref());
         if self.joined(topic).is_some() {
             // Joined since by a way that did not cancel this one.
             return;
@@ -110,7 +114,7 @@ impl<T: Transport> Mux<'_, T> {
             .map(|a| Box::new(HookAssigns(a)) as Box<dyn std::any::Any + Send>);
         self.joins.push(Join {
             slot,
-            join_ref: join_ref.map(Box::from),
+            join_ref: join_ref.map(RefBuf::from),
             assigns,
         });
         let stats = self.t.stats();
@@ -129,7 +133,7 @@ impl<T: Transport> Mux<'_, T> {
         &mut self,
         i: usize,
         ev: &str,
-        msg_ref: Option<&str>,
+        msg_ref: Option<&Ref<'_>>,
         payload: Payload<'_>,
     ) {
         let Some(topic) = self.t.topic_name(self.joins[i].slot.topic) else {
@@ -138,7 +142,8 @@ impl<T: Transport> Mux<'_, T> {
         let join_ref = self.joins[i].join_ref.clone();
         let Payload::Json(json) = payload else {
             let refused = Err(Payload::Json(Failure::Binary.reply()));
-            return self.reply(join_ref.as_deref(), msg_ref, &topic, refused);
+            let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
+            return self.reply(join_ref.as_ref(), msg_ref, &topic, refused);
         };
         let assigns = self.joins[i]
             .assigns
@@ -153,17 +158,18 @@ impl<T: Transport> Mux<'_, T> {
             user: self.cx.who.user,
             socket_id: &socket_id,
             assigns: raw(assigns),
-            msg_ref,
+            msg_ref: msg_ref.map(|r| &**r),
             at: crate::hooks::now_ms(),
         })
         .unwrap_or_default();
         let wait = Waiting::Push {
             join_ref: join_ref.clone(),
-            msg_ref: msg_ref.map(Box::from),
+            msg_ref: msg_ref.map(RefBuf::from),
         };
         if let Err(f) = self.t.hook_call(Hook::Push, &topic, body, wait) {
             let refused = Err(Payload::Json(f.reply()));
-            self.reply(join_ref.as_deref(), msg_ref, &topic, refused);
+            let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
+            self.reply(join_ref.as_ref(), msg_ref, &topic, refused);
         }
     }
 
@@ -180,7 +186,11 @@ impl<T: Transport> Mux<'_, T> {
         if self.joins[i].join_ref != join_ref {
             return;
         }
-        let (join_ref, msg_ref) = (join_ref.as_deref(), msg_ref.as_deref());
+        let (join_ref, msg_ref) = (
+            join_ref.as_ref().map(RefBuf::to_ref),
+            msg_ref.as_ref().map(RefBuf::to_ref),
+        );
+        let (join_ref, msg_ref) = (join_ref.as_ref(), msg_ref.as_ref());
         let answer = match outcome {
             Outcome::Failed(f) => {
                 return self.reply(join_ref, msg_ref, topic, Err(Payload::Json(f.reply())))

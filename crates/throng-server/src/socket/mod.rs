@@ -20,8 +20,8 @@ mod presence;
 use std::sync::Arc;
 
 use throng_protocol::frame::{close_code, Opcode};
-use throng_protocol::serializer::{encode_message, encode_reply};
-use throng_protocol::{event, Message, OwnedPayload, Payload, Vsn};
+use throng_protocol::serializer::{encode_message_refs, encode_reply_refs};
+use throng_protocol::{event, Message, OwnedPayload, Payload, Ref, RefBuf, Vsn};
 use throng_pubsub::{Slot, Tracker};
 
 use crate::auth::rate::Verdict;
@@ -38,8 +38,8 @@ pub(crate) struct Join {
     /// Where the connection sits in the shard's registry.
     pub slot: Slot,
     /// The client's join_ref (v2; v1 clients send none): every message of
-    /// this channel carries it.
-    pub join_ref: Option<Box<str>>,
+    /// this channel carries it, as the JSON value it came as.
+    pub join_ref: Option<RefBuf>,
     /// The channel's state between callbacks.
     pub assigns: Assigns,
 }
@@ -72,6 +72,12 @@ pub(crate) trait Transport {
     /// Spends one push of this connection's budget (`auth::rate`). A
     /// transport with no budget allows every push.
     fn allow_push(&mut self) -> Verdict {
+        Verdict::Allow
+    }
+    /// Spends one control message (heartbeat, join, leave) of this
+    /// connection's control budget (`--control-rate`). A transport with no
+    /// budget allows every one.
+    fn allow_control(&mut self) -> Verdict {
         Verdict::Allow
     }
     /// Asks for the connection to be closed with `code` once this call is
@@ -139,6 +145,8 @@ pub(crate) struct Cx<'a> {
     pub presence: &'a [PresenceRule],
     /// `--max-presence-bytes`: a presence's key and meta together.
     pub max_presence_bytes: usize,
+    /// `--max-json-depth`: arrays and objects nested in a payload.
+    pub max_json_depth: usize,
 }
 
 /// The reply of a join over the cap, as Phoenix 1.8's socket answers it
@@ -150,6 +158,12 @@ const OVER_BUDGET: &str = r#"{"reason":"socket memory budget exceeded"}"#;
 const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
 /// The reply to a push over the socket's budget.
 const RATE_LIMITED: &str = r#"{"reason":"rate limited"}"#;
+/// A payload nested deeper than `--max-json-depth`: relayed, it would
+/// break receivers (serde_json stops at 128 levels, Python's json at ~1,000).
+const TOO_DEEP: &str = r#"{"reason":"payload nested too deeply"}"#;
+/// A push of an event phoenix.js treats as channel control (`phx_reply`,
+/// `phx_close`, `phx_error`...): the server's alone.
+const RESERVED_EVENT: &str = r#"{"reason":"reserved event"}"#;
 /// A join whose presence key (from `--presence`) is over `--max-presence-bytes`.
 const KEY_TOO_LONG: &str = r#"{"reason":"presence key too long"}"#;
 /// Infos one callback chain may trigger (an info that sends itself another
@@ -168,10 +182,23 @@ impl<'a, T: Transport> Mux<'a, T> {
     /// A message from the client.
     pub fn handle_in(&mut self, msg: Message<'_>) {
         let topic: &str = &msg.topic;
-        let msg_ref = msg.msg_ref.as_deref();
+        let msg_ref = msg.msg_ref.as_ref();
+        let control = matches!(msg.event.as_ref(), event::JOIN | event::LEAVE)
+            || (topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT);
+        if control && !self.control_allowed(msg.join_ref.as_ref(), msg_ref, topic) {
+            return;
+        }
         if topic == event::HEARTBEAT_TOPIC && msg.event == event::HEARTBEAT {
             self.reply(None, msg_ref, topic, Ok(Payload::EMPTY));
             return;
+        }
+        if let Payload::Json(json) = msg.payload {
+            if crate::limits::json_too_deep(json.as_bytes(), self.cx.max_json_depth) {
+                ShardStats::add(&self.t.stats().payload_refusals, 1);
+                let join_ref = msg.join_ref.as_ref();
+                self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_DEEP)));
+                return;
+            }
         }
         let joined = self.joined(topic);
         match msg.event.as_ref() {
@@ -180,15 +207,16 @@ impl<'a, T: Transport> Mux<'a, T> {
                 // join first and sends the old one's phx_close after it
                 // (through the socket's mailbox); we keep that order.
                 let replaced = joined.map(|i| self.leave(i, Terminate::DuplicateJoin));
-                self.join(msg.join_ref.as_deref(), msg_ref, topic, msg.payload);
+                self.join(msg.join_ref.as_ref(), msg_ref, topic, msg.payload);
                 if let Some(old) = replaced {
-                    let old = old.as_deref();
+                    let old = old.as_ref().map(RefBuf::to_ref);
+                    let old = old.as_ref();
                     self.message(old, old, topic, event::CLOSE, Payload::EMPTY);
                 }
             }
             event::LEAVE => match joined {
                 Some(i) => {
-                    let stored = self.joins[i].join_ref.as_deref();
+                    let stored = self.joins[i].join_ref.as_ref().map(RefBuf::text);
                     if let (Some(sent), Some(stored)) = (msg.join_ref.as_deref(), stored) {
                         if sent != stored {
                             // The client raced a close we already sent.
@@ -196,7 +224,9 @@ impl<'a, T: Transport> Mux<'a, T> {
                         }
                     }
                     let old = self.leave(i, Terminate::Leave);
-                    self.reply(old.as_deref(), msg_ref, topic, Ok(Payload::EMPTY));
+                    let old = old.as_ref().map(RefBuf::to_ref);
+                    let old = old.as_ref();
+                    self.reply(old, msg_ref, topic, Ok(Payload::EMPTY));
                     // The ok reply already ends the channel in the client. A
                     // v1 phx_close carries no join_ref, so phoenix.js would
                     // route it to a channel the client has joined on the same
@@ -205,23 +235,30 @@ impl<'a, T: Transport> Mux<'a, T> {
                     // send none. On v2 the join_ref makes it harmless, and
                     // Phoenix sends it.
                     if self.cx.vsn == Vsn::V2 {
-                        let old = old.as_deref();
                         self.message(old, old, topic, event::CLOSE, Payload::EMPTY);
                     }
                 }
                 None => {
                     // A join held open for the app backend ends here.
                     self.t.hook_cancel_join(topic);
-                    self.reply(msg.join_ref.as_deref(), msg_ref, topic, Ok(Payload::EMPTY))
+                    self.reply(msg.join_ref.as_ref(), msg_ref, topic, Ok(Payload::EMPTY))
                 }
             },
+            ev if ev.starts_with("phx_") => {
+                ShardStats::add(&self.t.stats().payload_refusals, 1);
+                let join_ref = joined.and_then(|i| self.joins[i].join_ref.clone());
+                let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
+                let refused = Err(Payload::Json(RESERVED_EVENT));
+                self.reply(join_ref.as_ref(), msg_ref, topic, refused);
+            }
             ev => {
                 let verdict = self.t.allow_push();
                 if verdict != Verdict::Allow {
                     ShardStats::add(&self.t.stats().rate_limited, 1);
                     let join_ref = joined.and_then(|i| self.joins[i].join_ref.clone());
+                    let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
                     let limited = Err(Payload::Json(RATE_LIMITED));
-                    self.reply(join_ref.as_deref(), msg_ref, topic, limited);
+                    self.reply(join_ref.as_ref(), msg_ref, topic, limited);
                     if verdict == Verdict::Abuse {
                         ShardStats::add(&self.t.stats().rate_limit_closes, 1);
                         self.t.close(close_code::POLICY_VIOLATION, "rate limited");
@@ -232,14 +269,41 @@ impl<'a, T: Transport> Mux<'a, T> {
                     Some(i) if !self.cx.policy.may_push(topic, ev, self.cx.who) => {
                         ShardStats::add(&self.t.stats().policy_refusals, 1);
                         let join_ref = self.joins[i].join_ref.clone();
+                        let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
                         let refused = Err(Payload::Json(UNAUTHORIZED));
-                        self.reply(join_ref.as_deref(), msg_ref, topic, refused);
+                        self.reply(join_ref.as_ref(), msg_ref, topic, refused);
                     }
                     Some(i) => self.push_in(i, ev, msg_ref, msg.payload),
                     None => self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED))),
                 }
             }
         }
+    }
+
+    /// Spends one control message of the budget; when it is spent, answers
+    /// `{"reason":"rate limited"}` (and asks for a close with 1008 when the
+    /// client kept on) and returns false. Heartbeats, joins and leaves are
+    /// outside the push budget, and a client that reads its replies is never
+    /// a slow reader: without this, a client sending them as fast as the
+    /// shard answers held a core (phoenix.js sends a heartbeat every 30 s).
+    fn control_allowed(
+        &mut self,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
+        topic: &str,
+    ) -> bool {
+        let verdict = self.t.allow_control();
+        if verdict == Verdict::Allow {
+            return true;
+        }
+        ShardStats::add(&self.t.stats().control_limited, 1);
+        self.reply(join_ref, msg_ref, topic, Err(Payload::Json(RATE_LIMITED)));
+        if verdict == Verdict::Abuse {
+            ShardStats::add(&self.t.stats().control_limit_closes, 1);
+            self.t
+                .close(close_code::POLICY_VIOLATION, "too many control messages");
+        }
+        false
     }
 
     /// A message for the channel joined on the registry's topic `index`
@@ -264,8 +328,8 @@ impl<'a, T: Transport> Mux<'a, T> {
 
     fn join(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         payload: Payload<'_>,
     ) {
@@ -274,7 +338,11 @@ impl<'a, T: Transport> Mux<'a, T> {
         let route = (!is_reserved(topic)).then(|| router.route(topic)).flatten();
         let Some(channel) = route else {
             ShardStats::add(&self.t.stats().refused_joins, 1);
-            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
+            // A null join_ref, as Phoenix: a join no channel routes is
+            // answered by `encode_ignore/2`, whose `%Reply{}` sets `ref` and
+            // `topic` only (phoenixframework/phoenix, `lib/phoenix/socket.ex`).
+            // No client we tried needs the join_ref echoed.
+            self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
             return;
         };
         if !self.cx.policy.may_join(topic, self.cx.who) {
@@ -290,18 +358,19 @@ impl<'a, T: Transport> Mux<'a, T> {
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_MANY)));
             return;
         }
-        let cost = |join_ref: Option<&str>, topic: usize| {
-            std::mem::size_of::<Join>() + join_ref.map_or(0, str::len) + topic
+        let cost = |join_ref: Option<usize>, topic: usize| {
+            std::mem::size_of::<Join>() + join_ref.unwrap_or(0) + topic
         };
         let held: usize = self
             .joins
             .iter()
             .map(|j| {
                 let topic = self.t.topic_name(j.slot.topic).map_or(0, |t| t.len());
-                cost(j.join_ref.as_deref(), topic)
+                cost(j.join_ref.as_ref().map(RefBuf::len), topic)
             })
             .sum();
-        if held + cost(join_ref, topic.len()) > self.cx.max_join_bytes {
+        let stored = join_ref.map(RefBuf::from);
+        if held + cost(stored.as_ref().map(RefBuf::len), topic.len()) > self.cx.max_join_bytes {
             ShardStats::add(&self.t.stats().refused_joins, 1);
             ShardStats::add(&self.t.stats().socket_budget_refusals, 1);
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(OVER_BUDGET)));
@@ -332,7 +401,7 @@ impl<'a, T: Transport> Mux<'a, T> {
             payload,
             &mut Socket {
                 topic,
-                join_ref,
+                join_ref: join_ref.map(Ref::text),
                 who: self.cx.who,
                 assigns: &mut assigns,
                 effects: &mut effects,
@@ -354,7 +423,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                 }
                 self.joins.push(Join {
                     slot,
-                    join_ref: join_ref.map(Box::from),
+                    join_ref: stored,
                     assigns,
                 });
                 let stats = self.t.stats();
@@ -382,7 +451,7 @@ impl<'a, T: Transport> Mux<'a, T> {
     }
 
     /// `event` pushed by the client on join `i`.
-    fn push_in(&mut self, i: usize, ev: &str, msg_ref: Option<&str>, payload: Payload<'_>) {
+    fn push_in(&mut self, i: usize, ev: &str, msg_ref: Option<&Ref<'_>>, payload: Payload<'_>) {
         let Some((channel, topic)) = self.channel_of(i) else {
             return;
         };
@@ -397,7 +466,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                 payload,
                 &mut Socket {
                     topic: &topic,
-                    join_ref: join.join_ref.as_deref(),
+                    join_ref: join.join_ref.as_ref().map(RefBuf::text),
                     who: self.cx.who,
                     assigns: &mut join.assigns,
                     effects: &mut effects,
@@ -408,7 +477,8 @@ impl<'a, T: Transport> Mux<'a, T> {
         self.apply(i, &mut effects);
         if let Some(reply) = reply {
             let join_ref = self.joins[i].join_ref.clone();
-            self.reply(join_ref.as_deref(), msg_ref, &topic, payload_of(&reply));
+            let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
+            self.reply(join_ref.as_ref(), msg_ref, &topic, payload_of(&reply));
         }
         let infos = std::mem::take(&mut effects.infos);
         self.scratch.effects = effects;
@@ -439,7 +509,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     &info,
                     &mut Socket {
                         topic: &topic,
-                        join_ref: join.join_ref.as_deref(),
+                        join_ref: join.join_ref.as_ref().map(RefBuf::text),
                         who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
@@ -462,14 +532,14 @@ impl<'a, T: Transport> Mux<'a, T> {
     }
 
     /// Removes join `i`; returns its join_ref.
-    fn leave(&mut self, i: usize, reason: Terminate) -> Option<Box<str>> {
+    fn leave(&mut self, i: usize, reason: Terminate) -> Option<RefBuf> {
         let join = self.joins.swap_remove(i);
         self.end_join(join, reason)
     }
 
     /// Ends a join already taken off the connection: unsubscribes it and
     /// tells the channel. Returns its join_ref.
-    fn end_join(&mut self, mut join: Join, reason: Terminate) -> Option<Box<str>> {
+    fn end_join(&mut self, mut join: Join, reason: Terminate) -> Option<RefBuf> {
         let name = self.t.topic_name(join.slot.topic);
         if let Some(topic) = &name {
             self.untrack_all(join.slot.topic, topic);
@@ -484,7 +554,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     reason,
                     &mut Socket {
                         topic: &topic,
-                        join_ref: join.join_ref.as_deref(),
+                        join_ref: join.join_ref.as_ref().map(RefBuf::text),
                         who: self.cx.who,
                         assigns: &mut join.assigns,
                         effects: &mut effects,
@@ -518,8 +588,9 @@ impl<'a, T: Transport> Mux<'a, T> {
             return;
         };
         let join_ref = self.joins[i].join_ref.clone();
+        let join_ref = join_ref.as_ref().map(RefBuf::to_ref);
         for (ev, payload) in effects.pushes.drain(..) {
-            self.message(join_ref.as_deref(), None, &topic, &ev, payload.as_payload());
+            self.message(join_ref.as_ref(), None, &topic, &ev, payload.as_payload());
         }
         for (ev, payload, include_self) in effects.broadcasts.drain(..) {
             self.t.broadcast(topic.clone(), ev, payload, include_self);
@@ -528,8 +599,8 @@ impl<'a, T: Transport> Mux<'a, T> {
 
     fn reply(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         reply: Result<Payload<'_>, Payload<'_>>,
     ) {
@@ -539,7 +610,7 @@ impl<'a, T: Transport> Mux<'a, T> {
         };
         let body = &mut self.scratch.body;
         body.clear();
-        match encode_reply(
+        match encode_reply_refs(
             self.cx.vsn,
             body,
             join_ref,
@@ -555,15 +626,15 @@ impl<'a, T: Transport> Mux<'a, T> {
 
     fn message(
         &mut self,
-        join_ref: Option<&str>,
-        msg_ref: Option<&str>,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
         topic: &str,
         ev: &str,
         payload: Payload<'_>,
     ) {
         let body = &mut self.scratch.body;
         body.clear();
-        match encode_message(self.cx.vsn, body, join_ref, msg_ref, topic, ev, payload) {
+        match encode_message_refs(self.cx.vsn, body, join_ref, msg_ref, topic, ev, payload) {
             Ok(op) => self.t.send(op, body),
             Err(e) => tracing::warn!("push not encodable: {e}"),
         }

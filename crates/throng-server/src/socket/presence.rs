@@ -118,12 +118,13 @@ impl<T: Transport> Mux<'_, T> {
             self.t.presence_started();
         }
         let join_ref = self.joins[i].join_ref.clone();
+        let join_ref = join_ref.as_ref().map(throng_protocol::RefBuf::to_ref);
         let body = &mut self.scratch.body;
         body.clear();
         let at = encode_message_around(
             self.cx.vsn,
             body,
-            join_ref.as_deref(),
+            join_ref.as_ref(),
             None,
             topic,
             state.event,

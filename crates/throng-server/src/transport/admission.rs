@@ -19,6 +19,7 @@ use super::Conns;
 use crate::limits::Refusal;
 use crate::metrics::ShardStats;
 use crate::node::Node;
+use crate::refusals::Reason;
 
 /// The answer to a request whose head took too long.
 const TIMEOUT_RESPONSE: &[u8] =
@@ -46,10 +47,14 @@ impl Conns {
             }
             Err(refusal) => {
                 let counter = match refusal {
-                    Refusal::Total => &self.stats.refused_total_cap,
+                    Refusal::Total | Refusal::Sessions => &self.stats.refused_total_cap,
                     Refusal::PerIp => &self.stats.refused_per_ip,
                 };
                 ShardStats::add(counter, 1);
+                let text = String::from_utf8_lossy(refusal.response());
+                let body = text.rsplit("\r\n").next().unwrap_or_default();
+                node.refusals
+                    .note(Reason::Capacity, "connection refused (503)", &body);
                 // One write to a fresh socket fits its buffer. Reading what
                 // the client already sent keeps the close a FIN, not a reset
                 // that could destroy the 503 before the client reads it.

@@ -188,7 +188,7 @@ impl Conns {
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
         if !self.lp.waiting.is_empty() {
-            self.lp_conn_closed(key);
+            self.lp_conn_closed(node, key);
         }
         self.hook_waits.forget(key);
         if let Some(socket) = conn.take_socket() {

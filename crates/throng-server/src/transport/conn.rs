@@ -109,6 +109,10 @@ pub(crate) struct Conn {
     /// The push budget: when its next push is due, in ms of the shard's
     /// clock (`auth::rate`); 4 bytes, no timer.
     pub push_tat: u32,
+    /// The control budget (heartbeats, joins, leaves, control frames, tiny
+    /// fragments; `--control-rate`): as `push_tat`, in the room the
+    /// struct's alignment left, so an idle socket costs no more.
+    pub control_tat: u32,
     /// Marked for closing at the end of this loop turn.
     pub dead: bool,
     pub extra: Option<Box<Extra>>,
@@ -151,6 +155,7 @@ impl Conn {
             kind: Kind::Http,
             last_active: now,
             push_tat: 0,
+            control_tat: 0,
             dead: false,
             extra: None,
             joins: Vec::new(),
@@ -182,7 +187,8 @@ impl Conn {
 /// What an idle connection costs in user space (tests keep it honest).
 pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
 
-// Checked at compile time: socket, kind, last activity, push budget, the
+// Checked at compile time: socket, kind, last activity, push and control
+// budgets, the
 // optional box, the joins vector, the optional connect info, the user. Not
 // with debug assertions (dev builds, the fuzzer's), where mio keeps a
 // selector id in each socket: 12 bytes more.

@@ -4,9 +4,11 @@
 //! 1. accepts what is already queued on its listener and closes the
 //!    listener, so the kernel sends new connections to the other processes
 //!    on the port (`SO_REUSEPORT`);
-//! 2. closes its WebSockets in batches spread evenly over `--drain-seconds`
-//!    (a step every [`STEP`], each closing its share of what is still open
-//!    for the time left), each with close code 1012 (Service Restart) after
+//! 2. closes its WebSockets in batches spread evenly over the drain window
+//!    ([`Node::drain_window`](crate::Node::drain_window): one second per
+//!    thousand sockets open on the node, at most `--drain-seconds`, so a
+//!    few sockets close at once; a step every [`STEP`], each closing its
+//!    share of what is still open for the time left), each with close code 1012 (Service Restart) after
 //!    whatever was queued for it, so phoenix.js reconnects (elsewhere) a
 //!    few at a time instead of all at once, and every client keeps getting
 //!    broadcasts until its own turn;
@@ -63,7 +65,7 @@ impl Shard {
         }
         let step = now.duration_since(d.last_step);
         d.last_step = now;
-        let window = self.node.config.limits.drain;
+        let window = self.node.drain_window();
         let elapsed = now.duration_since(d.started);
         let open = self
             .conns

@@ -10,14 +10,41 @@ use throng_protocol::frame::{self, close_code, decode_frame, Opcode, Role};
 
 use super::conn::Kind;
 use super::{authenticated, CloseReason, Shard};
+use crate::auth::rate::Verdict;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
 use crate::ws::{self, FrameAction};
 
+/// Reads of [`super::READ_BUF`] one connection gets per loop turn, as
+/// libuv's `uv__read` stops after 32 ("prevent loop starvation when the
+/// data comes in as fast as (or faster than) we can read it",
+/// `src/unix/stream.c`); ours are 64 KiB each.
+const READS_PER_TURN: usize = 4;
+/// WebSocket frames or HTTP requests one connection gets handled per loop
+/// turn. What is read past it waits in the connection's input for the next
+/// turn: a client that sends faster than the shard answers shares the shard
+/// with every other connection instead of holding it (empty continuation
+/// frames, heartbeats read back, pipelined requests).
+pub(super) const MESSAGES_PER_TURN: u32 = 64;
+/// A fragment smaller than this is charged to the control budget: a
+/// message sent a few bytes at a time costs the shard a frame each.
+const TINY_FRAGMENT: usize = 1024;
+
 impl Shard {
+    /// Reads a readable socket, for at most one turn's budget; a connection
+    /// with more to read goes to the ready list (epoll is edge-triggered and
+    /// will not report it again) and is read again next turn.
     pub(super) fn on_readable(&mut self, key: usize) {
+        self.turn = 0;
+        self.yielded = false;
         let mut rbuf = std::mem::take(&mut self.rbuf);
+        let mut reads = 0;
         while let Some(conn) = self.conns.slab.get_mut(key).filter(|c| !c.dead) {
+            if reads == READS_PER_TURN {
+                self.yielded = true;
+                break;
+            }
+            reads += 1;
             let n = match conn.sock.read(&mut rbuf) {
                 Ok(0) => {
                     self.conns.doom(key, CloseReason::Normal);
@@ -40,11 +67,41 @@ impl Shard {
             self.input(key, &mut rbuf[..n]);
             self.conns.flush_reply(key);
             // A short read drained the socket; edge-triggered epoll reports new data.
-            if n < rbuf.len() {
+            if n < rbuf.len() || self.yielded {
                 break;
             }
         }
         self.rbuf = rbuf;
+        self.requeue(key);
+    }
+
+    /// A connection from the ready list: what it read and was not handled
+    /// last turn first, then its socket.
+    pub(super) fn on_ready(&mut self, key: usize) {
+        let pending = self
+            .conns
+            .slab
+            .get(key)
+            .is_some_and(|c| !c.dead && c.extra.as_ref().is_some_and(|e| !e.input.is_empty()));
+        if pending {
+            self.turn = 0;
+            self.yielded = false;
+            self.input(key, &mut []);
+            self.conns.flush_reply(key);
+            if self.yielded {
+                self.requeue(key);
+                return;
+            }
+        }
+        self.on_readable(key);
+    }
+
+    /// Puts `key` on the ready list if its turn ended with more to do.
+    pub(super) fn requeue(&mut self, key: usize) {
+        if std::mem::take(&mut self.yielded) && self.conns.slab.get(key).is_some_and(|c| !c.dead) {
+            ShardStats::add(&self.conns.stats.read_yields, 1);
+            self.ready.push(key);
+        }
     }
 
     /// Processes newly read bytes, with any incomplete bytes kept from before.
@@ -89,6 +146,10 @@ impl Shard {
             if conn.dead {
                 return data.len();
             }
+            if self.turn >= MESSAGES_PER_TURN && !matches!(conn.kind, Kind::Closing { .. }) {
+                self.yielded = true;
+                return pos;
+            }
             match conn.kind {
                 // Responses go out in request order: the next request
                 // waits for the long-poll answer before it (as much of it as
@@ -108,6 +169,7 @@ impl Shard {
                 Kind::Http => match http::handle(&data[pos..], &self.node.config) {
                     (_, Action::Incomplete) => return pos,
                     (used, action) => {
+                        self.turn += 1;
                         ShardStats::add(&self.conns.stats.http_requests, 1);
                         pos += used;
                         self.http(key, action);
@@ -128,6 +190,13 @@ impl Shard {
                         Ok(Some(f)) => {
                             let payload = pos + f.payload.start..pos + f.payload.end;
                             pos += f.consumed;
+                            self.turn += 1;
+                            let tiny = f.payload.len() < TINY_FRAGMENT
+                                && (!f.fin || f.opcode == Opcode::Continuation);
+                            let control = matches!(f.opcode, Opcode::Ping | Opcode::Pong);
+                            if (tiny || control) && !self.control_frame(key) {
+                                return data.len();
+                            }
                             let conn = &mut self.conns.slab[key];
                             let action =
                                 ws::on_frame(&mut conn.extra, f.fin, f.opcode, &data[payload], max);
@@ -164,6 +233,37 @@ impl Shard {
         pos
     }
 
+    /// Charges a ping, a pong or a tiny fragment to the connection's
+    /// control budget; past its strikes, fails the connection with 1008 and
+    /// returns false. Over the budget but within the strikes, the frame is
+    /// still handled (a frame has no reply to refuse it with).
+    fn control_frame(&mut self, key: usize) -> bool {
+        let limit = &self.node.control_limit;
+        if limit.is_unlimited() {
+            return true;
+        }
+        let conn = &mut self.conns.slab[key];
+        match limit.check(&mut conn.control_tat, self.conns.now_ms) {
+            Verdict::Allow => true,
+            Verdict::Limited => {
+                ShardStats::add(&self.conns.stats.control_limited, 1);
+                true
+            }
+            Verdict::Abuse => {
+                ShardStats::add(&self.conns.stats.control_limited, 1);
+                ShardStats::add(&self.conns.stats.control_limit_closes, 1);
+                self.conns.fail(
+                    &self.node,
+                    &mut self.scratch,
+                    key,
+                    close_code::POLICY_VIOLATION,
+                    "too many control frames",
+                );
+                false
+            }
+        }
+    }
+
     /// Does what an HTTP request asked for.
     fn http(&mut self, key: usize, action: Action) {
         let node = &*self.node;
@@ -174,6 +274,17 @@ impl Shard {
                 ShardStats::add(&conns.stats.http_errors, 1);
                 if e.origin_refused {
                     ShardStats::add(&conns.stats.origin_refusals, 1);
+                    node.refusals.note(
+                        crate::refusals::Reason::Origin,
+                        "connect refused (403)",
+                        &e.body,
+                    );
+                } else if e.status == 403 {
+                    node.refusals.note(
+                        crate::refusals::Reason::Vsn,
+                        "connect refused (403)",
+                        &e.body,
+                    );
                 }
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
@@ -191,7 +302,8 @@ impl Shard {
                         Ok(Some(found)) => user = Some(authenticated(&mut connect, found)),
                         Err(refusal) => {
                             ShardStats::add(&conns.stats.auth_refusals, 1);
-                            tracing::debug!(key, "connect refused: {refusal}");
+                            let why = (&refusal).into();
+                            node.refusals.note(why, "connect refused (403)", &refusal);
                             let resp = crate::page::error_response(
                                 403,
                                 "Forbidden",
@@ -286,13 +398,8 @@ impl Shard {
                 }
                 ShardStats::add(&self.conns.stats.messages_in, 1);
                 if echo {
-                    // Test only, behind a hidden flag (limits.rs): a panic
-                    // on a shard thread, to test that it ends the process.
-                    if let Some(m) = &self.node.config.limits.test_panic_message {
-                        if m.as_bytes() == &data[..] {
-                            panic!("--test-panic-message received on /echo");
-                        }
-                    }
+                    #[cfg(feature = "test-hooks")]
+                    crate::echo::test_panic(&self.node, &data);
                     frame::encode_frame(&mut self.conns.reply, opcode, &data, None);
                     self.conns.msgs_out += 1;
                     return;

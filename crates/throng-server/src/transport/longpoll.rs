@@ -17,13 +17,16 @@ use throng_pubsub::Broadcast;
 
 use super::conn::Ended;
 use super::Conns;
+use crate::auth::rate::Verdict;
 use crate::http::{LongPoll, LongPollMethod};
+use crate::limits::Refusal;
 use crate::longpoll::{
     self, poll_body, status_body, Answer, Ask, End, Item, Parked, ReplyTo, Request, Secret,
     Session, Token, Waiting, FORWARD_GRACE_MS, SESSION_BIT,
 };
 use crate::metrics::ShardStats;
 use crate::node::Node;
+use crate::refusals::Reason;
 use crate::socket::Scratch;
 
 impl Conns {
@@ -33,6 +36,9 @@ impl Conns {
         if req.origin_refused {
             // Phoenix's long-poll answers a refused origin with status 403.
             ShardStats::add(&self.stats.origin_refusals, 1);
+            let what = "long-poll refused (403)";
+            node.refusals
+                .note(Reason::Origin, what, &"origin not allowed");
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         }
         let token = match (req.method, req.token) {
@@ -69,6 +75,7 @@ impl Conns {
                 deadline,
                 keep_alive,
                 local: here.then_some(token.key as usize),
+                remote: (!here).then_some(token),
             },
         );
         let request = Request { token, ask, reply };
@@ -89,8 +96,38 @@ impl Conns {
         let keep_alive = req.keep_alive;
         let Some(vsn) = req.vsn else {
             ShardStats::add(&self.stats.longpoll_refused, 1);
+            let what = "long-poll refused (403)";
+            node.refusals.note(Reason::Vsn, what, &"unsupported vsn");
             return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
         };
+        // A session is a connection: counted in the connection caps and its
+        // own, and started at a bounded rate per address. Without this one
+        // client started 300,000 a second over keep-alive (`{"status":503}`:
+        // phoenix.js retries with backoff).
+        let ip = self
+            .slab
+            .get(key)
+            .and_then(|c| c.sock.peer_addr().ok())
+            .map(|a| a.ip());
+        if let Some(ip) = ip {
+            if !node.session_limit.is_unlimited() {
+                let tat = self.lp.starts.entry(ip).or_insert(0);
+                if node.session_limit.check(tat, self.now_ms) != Verdict::Allow {
+                    ShardStats::add(&self.stats.longpoll_rate_limited, 1);
+                    return self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
+                }
+            }
+            if let Err(refusal) = node.admission.admit_session(ip) {
+                let counter = match refusal {
+                    Refusal::Total => &self.stats.refused_total_cap,
+                    Refusal::PerIp => &self.stats.refused_per_ip,
+                    Refusal::Sessions => &self.stats.longpoll_cap_refusals,
+                };
+                ShardStats::add(counter, 1);
+                return self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
+            }
+        }
+        let admitted = ip.map(|ip| node.admission.per_ip().then_some(ip));
         let mut connect = req.connect;
         let mut user = None;
         match node.auth.authenticate(connect.as_ref()) {
@@ -99,7 +136,12 @@ impl Conns {
             Ok(Some(found)) => user = Some(super::authenticated(&mut connect, found)),
             Err(refusal) => {
                 ShardStats::add(&self.stats.auth_refusals, 1);
-                tracing::debug!(key, "long-poll connect refused: {refusal}");
+                let why = (&refusal).into();
+                node.refusals
+                    .note(why, "long-poll connect refused (403)", &refusal);
+                if let Some(ip) = admitted {
+                    node.admission.release_session(ip);
+                }
                 return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
             }
         }
@@ -107,15 +149,23 @@ impl Conns {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!("no random secret for a long-poll session: {e}");
+                if let Some(ip) = admitted {
+                    node.admission.release_session(ip);
+                }
                 return self.lp_respond(node, scratch, key, &status_body(500), keep_alive);
             }
         };
         let entry = self.lp.sessions.vacant_entry();
         let idx = entry.key();
         if idx >= SESSION_BIT {
+            if let Some(ip) = admitted {
+                node.admission.release_session(ip);
+            }
             return self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
         }
         let session = entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
+        session.ip = admitted.flatten();
+        session.admitted = admitted.is_some();
         if let Some(user) = user {
             // In the shard's users, so that a `disconnect` ends the session.
             session.user = self.users.add(&user, (SESSION_BIT | idx) as u32);
@@ -154,7 +204,41 @@ impl Conns {
             Ask::Post { body, ndjson } => {
                 self.lp_post(node, scratch, idx, &body, ndjson, req.reply)
             }
+            Ask::Cancel => self.lp_unpark(idx, req.reply),
+            Ask::Return { body } => self.lp_returned(idx, &body),
         }
+    }
+
+    /// Takes back session `idx`'s parked poll if it is the one `reply`
+    /// names (its connection closed): messages then wait for the next poll.
+    fn lp_unpark(&mut self, idx: usize, reply: ReplyTo) {
+        let now = self.lp.now_ms;
+        let Some(s) = self.lp.sessions.get_mut(idx) else {
+            return;
+        };
+        if s.parked.as_ref().is_some_and(|p| p.reply == reply) {
+            s.parked = None;
+            s.last_poll = now;
+            ShardStats::sub(&self.stats.longpoll_parked, 1);
+        }
+    }
+
+    /// An answer of session `idx` that found its connection gone: its
+    /// messages go back to the front of the buffer (they are older than
+    /// anything buffered since: an answer empties the buffer), for the
+    /// next poll.
+    fn lp_returned(&mut self, idx: usize, body: &[u8]) {
+        let Some((_, items)) = longpoll::returned_messages(body) else {
+            return;
+        };
+        let Some(s) = self.lp.sessions.get_mut(idx).filter(|s| !s.dead) else {
+            return;
+        };
+        ShardStats::add(&self.stats.longpoll_returned, items.len() as u64);
+        let len: usize = items.iter().map(Item::owned_len).sum();
+        s.buffer.splice(0..0, items);
+        // lp_push with nothing more: the bound, and a parked poll answered.
+        self.lp_push_len(idx, len);
     }
 
     /// A poll: the waiting messages now, or parked until some arrive.
@@ -241,11 +325,20 @@ impl Conns {
 
     /// A message the session's socket sends (reply, push): buffered.
     pub fn lp_push(&mut self, idx: usize, item: Item, len: usize) {
-        let max = self.max_outbound;
         let Some(s) = self.lp.sessions.get_mut(idx).filter(|s| !s.dead) else {
             return;
         };
         s.buffer.push(item);
+        self.lp_push_len(idx, len);
+    }
+
+    /// `len` more bytes in session `idx`'s buffer: past the bound the
+    /// session ends; a parked poll is answered at the end of the turn.
+    fn lp_push_len(&mut self, idx: usize, len: usize) {
+        let max = self.max_outbound;
+        let Some(s) = self.lp.sessions.get_mut(idx).filter(|s| !s.dead) else {
+            return;
+        };
         s.buffered += len;
         if s.buffered > max {
             return self.lp_doom(idx, End::Overflow);
@@ -288,6 +381,9 @@ impl Conns {
             return;
         };
         ShardStats::sub(&self.stats.longpoll_sessions, 1);
+        if s.admitted {
+            node.admission.release_session(s.ip);
+        }
         match end {
             End::Expired => ShardStats::add(&self.stats.longpoll_expired, 1),
             End::Overflow => ShardStats::add(&self.stats.longpoll_overflows, 1),
@@ -371,6 +467,18 @@ impl Conns {
                 self.lp_answer(node, scratch, reply, &status_body(410));
             }
         }
+        // Addresses whose start budget is full again need no entry.
+        if !self.lp.starts.is_empty() {
+            let now = now as u32;
+            self.lp
+                .starts
+                .retain(|_, tat| (tat.wrapping_sub(now) as i32) > 0);
+            if self.lp.starts.capacity() > 64
+                && self.lp.starts.len() < self.lp.starts.capacity() / 4
+            {
+                self.lp.starts.shrink_to_fit();
+            }
+        }
         let mut answers = Vec::new();
         let mut expired = Vec::new();
         for (idx, s) in self.lp.sessions.iter_mut() {
@@ -398,20 +506,42 @@ impl Conns {
         for (reply, body) in answers {
             self.lp_reply(node, scratch, reply, body);
         }
-        for idx in expired {
+        // At most a turn's worth: the rest next turn (the shard's loop
+        // runs the sweep again at once while it is behind).
+        self.lp.behind = expired.len() > longpoll::EXPIRE_PER_TURN;
+        for idx in expired.into_iter().take(longpoll::EXPIRE_PER_TURN) {
             self.lp_end(node, scratch, idx, End::Expired);
+        }
+        // Memory back once sessions are gone: the slab's vacant tail.
+        let lp = &mut self.lp.sessions;
+        if lp.capacity() > 1024 && lp.len() < lp.capacity() / 4 {
+            lp.shrink_to_fit();
         }
     }
 
     /// Connection `key`, waiting on a request, closes: the answer will find
-    /// no one. A poll parked on a session of this shard is taken back, so
-    /// the messages that come meanwhile wait for the next poll (for a
-    /// session elsewhere, the answer is dropped when it comes, as Phoenix's
-    /// is when the listening process is gone).
-    pub fn lp_conn_closed(&mut self, key: usize) {
+    /// no one. A poll parked on its session is taken back, so the messages
+    /// that come meanwhile wait for the next poll: here at once, elsewhere
+    /// by a cancel sent to the session's shard or node (an answer crossing
+    /// it goes back to the session: `lp_answer`).
+    pub fn lp_conn_closed(&mut self, node: &Node, key: usize) {
         let Some(w) = self.lp.waiting.remove(&key) else {
             return;
         };
+        if let Some(token) = w.remote {
+            let reply = ReplyTo {
+                node: self.lp.node_id,
+                shard: self.id as u16,
+                conn: key as u32,
+                req: w.req,
+            };
+            node.forward_request(Request {
+                token,
+                ask: Ask::Cancel,
+                reply,
+            });
+            return;
+        }
         let Some(s) = w.local.and_then(|idx| self.lp.sessions.get_mut(idx)) else {
             return;
         };
@@ -436,13 +566,29 @@ impl Conns {
         }
     }
 
-    /// The answer to a request a connection of this shard waits on; dropped
-    /// if that connection is gone or waits on another request now.
+    /// The answer to a request a connection of this shard waits on. If that
+    /// connection is gone or waits on another request now, an answer that
+    /// hands over messages goes back to its session, whose next poll gets
+    /// them; any other is dropped.
     pub fn lp_answer(&mut self, node: &Node, scratch: &mut Scratch, reply: ReplyTo, body: &[u8]) {
         let key = reply.conn as usize;
         match self.lp.waiting.get(&key) {
             Some(w) if w.req == reply.req => {}
-            _ => return,
+            _ => {
+                if let Some((token, _)) = longpoll::returned_messages(body) {
+                    let ask = Ask::Return {
+                        body: body.to_vec(),
+                    };
+                    let here = token.node == self.lp.node_id && token.shard as usize == self.id;
+                    let request = Request { token, ask, reply };
+                    if here {
+                        self.lp_request(node, scratch, request);
+                    } else {
+                        node.forward_request(request);
+                    }
+                }
+                return;
+            }
         }
         let Some(w) = self.lp.waiting.remove(&key) else {
             return;

@@ -6,7 +6,11 @@
 //!
 //! - this file: the loop, accepting, the inbox, and the once-a-second sweep
 //!   (idle timeouts, lingering closes) that replaces a timer per connection;
-//! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling;
+//! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling,
+//!   a bounded turn per connection (reads and messages; one with more to do
+//!   waits on the shard's ready list for the next turn, so a client that
+//!   sends faster than the shard answers never holds it), and the control
+//!   budget of frames;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
 //! - `closing.rs`: close frames, half-close, cutting backed-up sockets,
@@ -125,6 +129,15 @@ pub(crate) struct Shard {
     scratch: Scratch,
     /// The one read buffer of the shard.
     rbuf: Vec<u8>,
+    /// Connections that used their turn's budget with more to read
+    /// (`input.rs`): read again next turn, as epoll (edge-triggered) will
+    /// not report them again. A key may be stale (closed and reused since):
+    /// reading it again costs one `WouldBlock`.
+    ready: Vec<usize>,
+    /// Messages handled in the current connection's turn.
+    turn: u32,
+    /// The current connection's turn ended with more to do.
+    yielded: bool,
     started: Instant,
     last_sweep: u32,
     accept_retry: bool,
@@ -182,6 +195,9 @@ impl Shard {
             conns,
             scratch: Scratch::default(),
             rbuf: vec![0; READ_BUF],
+            ready: Vec::new(),
+            turn: 0,
+            yielded: false,
             started: Instant::now(),
             last_sweep: 0,
             accept_retry: false,
@@ -195,8 +211,11 @@ impl Shard {
     /// Runs the loop until a drain ends it.
     pub(crate) fn run(mut self) {
         let mut events = Events::with_capacity(1024);
+        let mut ready = Vec::new();
         loop {
-            let timeout = if self.accept_retry {
+            let timeout = if !self.ready.is_empty() || self.conns.lp.behind {
+                Duration::ZERO
+            } else if self.accept_retry {
                 Duration::from_millis(20)
             } else if self.draining.is_some() {
                 drain::STEP
@@ -216,6 +235,9 @@ impl Shard {
                 continue;
             }
             self.tick();
+            // Those that yielded last turn get theirs after this turn's
+            // events, once each; those yielding now wait for the next.
+            std::mem::swap(&mut ready, &mut self.ready);
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => self.accept(),
@@ -232,6 +254,13 @@ impl Shard {
                 self.conns.close_doomed(&self.node, &mut self.scratch);
                 self.tick();
             }
+            ready.sort_unstable();
+            ready.dedup();
+            for key in ready.drain(..) {
+                self.on_ready(key);
+                self.conns.close_doomed(&self.node, &mut self.scratch);
+                self.tick();
+            }
             if self.accept_retry {
                 self.accept_retry = false;
                 self.accept();
@@ -244,6 +273,10 @@ impl Shard {
             if self.conns.now != self.last_sweep {
                 self.last_sweep = self.conns.now;
                 self.sweep();
+            } else if self.conns.lp.behind {
+                // Expired long-poll sessions left by the last sweep.
+                self.conns.lp_sweep(&self.node, &mut self.scratch);
+                self.conns.close_doomed(&self.node, &mut self.scratch);
             }
             let done = self.drain_turn();
             self.conns.close_doomed(&self.node, &mut self.scratch);
@@ -381,8 +414,11 @@ impl Shard {
         self.conns.lp_flush(&self.node, &mut self.scratch);
         while let Some(key) = self.conns.lp.resume.pop() {
             if self.conns.slab.get(key).is_some_and(|c| !c.dead) {
+                self.turn = 0;
+                self.yielded = false;
                 self.input(key, &mut []);
                 self.conns.flush_reply(key);
+                self.requeue(key);
             }
         }
         self.conns.close_doomed(&self.node, &mut self.scratch);

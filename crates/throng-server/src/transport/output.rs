@@ -151,8 +151,13 @@ impl Conns {
             return;
         }
         // This reader is behind and the process holds more output than
-        // its budget: it goes, not the readers that keep up.
-        if !closing && super::budget::outbound_memory() > self.max_outbound_total {
+        // its budget: it goes, not the readers that keep up. Behind: more
+        // waits than the frame being written and this chunk. A reader that
+        // reads each message as it comes holds those two at most when a
+        // message is larger than its kernel buffers (16 KiB after `throng
+        // tune --apply`): such a reader is not behind.
+        let behind = extra.out_bytes.saturating_sub(front + len) > 0;
+        if !closing && behind && super::budget::outbound_memory() > self.max_outbound_total {
             self.doom(key, CloseReason::OutboundBudget);
             return;
         }

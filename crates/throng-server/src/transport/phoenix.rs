@@ -253,6 +253,7 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
         max_join_bytes: node.config.limits.join_bytes(node.config.max_message_bytes),
         presence: &node.config.presence,
         max_presence_bytes: node.config.max_presence_bytes,
+        max_json_depth: node.config.limits.max_json_depth,
     }
 }
 
@@ -348,6 +349,27 @@ impl Transport for ShardTransport<'_> {
             s.map(|s| &mut s.push_tat)
         } else {
             self.conns.slab.get_mut(self.key).map(|c| &mut c.push_tat)
+        };
+        match tat {
+            Some(tat) => limit.check(tat, now),
+            None => Verdict::Allow,
+        }
+    }
+
+    fn allow_control(&mut self) -> Verdict {
+        let limit = &self.node.control_limit;
+        if limit.is_unlimited() {
+            return Verdict::Allow;
+        }
+        let now = self.conns.now_ms;
+        let tat = if is_session(self.key) {
+            let s = self.conns.lp.sessions.get_mut(self.key & !SESSION_BIT);
+            s.map(|s| &mut s.control_tat)
+        } else {
+            self.conns
+                .slab
+                .get_mut(self.key)
+                .map(|c| &mut c.control_tat)
         };
         match tat {
             Some(tat) => limit.check(tat, now),

@@ -35,8 +35,15 @@ impl Server {
 
     /// Starts the server with its stderr sent to `stderr`.
     pub fn start_with(args: &[&str], stderr: Stdio) -> Server {
+        let mut all = vec!["--port", "0", "--bind", "127.0.0.1"];
+        all.extend_from_slice(args);
+        Server::start_exact(&all, stderr)
+    }
+
+    /// `throng serve ARGS`, without the `--port 0 --bind 127.0.0.1` of [`Server::start`].
+    pub fn start_exact(args: &[&str], stderr: Stdio) -> Server {
         let mut child = Command::new(throng_bin())
-            .args(["serve", "--port", "0", "--bind", "127.0.0.1"])
+            .arg("serve")
             .args(args)
             .stdout(Stdio::piped())
             .stderr(stderr)

@@ -21,7 +21,7 @@ fn join_refused_join_and_unmatched_topic() {
     assert_eq!(
         h.input(r#"["3","3","nowhere","phx_join",{}]"#),
         vec![
-            r#"["3","3","nowhere","phx_reply",{"response":{"reason":"unmatched topic"},"status":"error"}]"#
+            r#"[null,"3","nowhere","phx_reply",{"response":{"reason":"unmatched topic"},"status":"error"}]"#
         ]
     );
     assert_eq!(h.joins.len(), 1);
@@ -30,6 +30,49 @@ fn join_refused_join_and_unmatched_topic() {
     assert_eq!(h.t.stats.joins.load(Relaxed), 1);
     assert_eq!(h.t.stats.refused_joins.load(Relaxed), 2);
     assert_eq!(h.t.stats.channels.load(Relaxed), 1);
+}
+
+/// Refs keep their JSON type, as Phoenix's serializers pass them through:
+/// numbers come back as numbers in replies, pushes and `phx_close`, strings
+/// as strings, on both serializers.
+#[test]
+fn numeric_refs_come_back_as_numbers() {
+    let mut h = Harness::new(Vsn::V2);
+    assert_eq!(
+        h.input(r#"[1,1,"room:a","phx_join",{}]"#),
+        vec![r#"[1,1,"room:a","phx_reply",{"response":{},"status":"ok"}]"#]
+    );
+    assert_eq!(
+        h.input(r#"[null,2,"phoenix","heartbeat",{}]"#),
+        vec![r#"[null,2,"phoenix","phx_reply",{"response":{},"status":"ok"}]"#]
+    );
+    assert_eq!(
+        h.input(r#"[5,"5","room:a","phx_join",{}]"#),
+        vec![
+            r#"[5,"5","room:a","phx_reply",{"response":{},"status":"ok"}]"#,
+            r#"[1,1,"room:a","phx_close",{}]"#,
+        ]
+    );
+    assert_eq!(
+        h.input(r#"[9,9,"nowhere","phx_join",{}]"#),
+        vec![
+            r#"[null,9,"nowhere","phx_reply",{"response":{"reason":"unmatched topic"},"status":"error"}]"#
+        ]
+    );
+    assert_eq!(
+        h.input(r#"[5,10,"room:a","phx_leave",{}]"#),
+        vec![
+            r#"[5,10,"room:a","phx_reply",{"response":{},"status":"ok"}]"#,
+            r#"[5,5,"room:a","phx_close",{}]"#,
+        ]
+    );
+    let mut h = Harness::new(Vsn::V1);
+    assert_eq!(
+        h.input(r#"{"topic":"room:a","event":"phx_join","payload":{},"ref":3}"#),
+        vec![
+            r#"{"event":"phx_reply","payload":{"response":{},"status":"ok"},"ref":3,"topic":"room:a"}"#
+        ]
+    );
 }
 
 #[test]
@@ -44,7 +87,7 @@ fn duplicate_join_answers_the_new_join_then_closes_the_old() {
         ]
     );
     assert_eq!(h.joins.len(), 1);
-    assert_eq!(h.joins[0].join_ref.as_deref(), Some("5"));
+    assert_eq!(h.joins[0].join_ref.as_ref().map(|r| r.text()), Some("5"));
     assert_eq!(
         h.t.registry.topics[h.joins[0].slot.topic as usize]
             .subs
@@ -61,9 +104,10 @@ fn duplicate_join_answers_the_new_join_then_closes_the_old() {
 fn joins_past_the_socket_budget_are_refused() {
     let mut h = Harness::new(Vsn::V2);
     let per_join = std::mem::size_of::<Join>();
-    // room for two joins with 1-byte join_refs and 300-byte topics, and
-    // one with a short topic
-    h.max_join_bytes = 2 * (per_join + 1 + 300) + per_join + 20;
+    // room for two joins with 1-byte join_refs (2 bytes kept, with the
+    // byte that tells a number from a string) and 300-byte topics, and one
+    // with a short topic
+    h.max_join_bytes = 2 * (per_join + 2 + 300) + per_join + 20;
     let topic = |c: char| format!("room:{}", c.to_string().repeat(295));
     for (i, c) in ['a', 'b'].into_iter().enumerate() {
         let out = h.input(&format!(r#"["{i}","{i}","{}","phx_join",{{}}]"#, topic(c)));

@@ -256,6 +256,7 @@ impl Harness {
                 max_join_bytes: self.max_join_bytes,
                 presence: &self.presence,
                 max_presence_bytes: 64,
+                max_json_depth: 128,
             },
             t: &mut self.t,
             joins: &mut self.joins,

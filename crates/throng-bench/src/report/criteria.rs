@@ -1,0 +1,63 @@
+//! A run's own success criteria, so a CI job can gate on `throng bench`'s
+//! exit status: every user the scenario starts joined, no error of any
+//! kind (a refused join too: the run did not do what it was set to), and
+//! every broadcast the publishers were to send was sent.
+
+use super::Report;
+
+impl Report {
+    /// The criteria this run failed, one plain line each (empty: passed).
+    pub fn failed_criteria(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        let c = &self.connections;
+        if c.joined < c.target {
+            failed.push(format!("{} of {} users joined", c.joined, c.target));
+        }
+        if self.errors.total > 0 {
+            let kinds: Vec<String> = self
+                .errors
+                .by_kind
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            failed.push(format!(
+                "{} error(s) ({})",
+                self.errors.total,
+                kinds.join(", ")
+            ));
+        }
+        let b = &self.broadcast;
+        if b.sent < b.expected_sent {
+            failed.push(format!("{} of {} broadcasts sent", b.sent, b.expected_sent));
+        }
+        failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Report;
+
+    #[test]
+    fn a_clean_run_passes_and_each_shortfall_is_named() {
+        let mut r = Report::default();
+        r.connections.target = 10;
+        r.connections.joined = 10;
+        r.broadcast.expected_sent = 3;
+        r.broadcast.sent = 3;
+        assert!(r.failed_criteria().is_empty());
+        r.connections.joined = 0;
+        r.errors.total = 10;
+        r.errors.by_kind.insert("refused".into(), 10);
+        r.broadcast.sent = 0;
+        assert_eq!(
+            r.failed_criteria(),
+            vec![
+                "0 of 10 users joined".to_string(),
+                "10 error(s) (refused 10)".into(),
+                "0 of 3 broadcasts sent".into()
+            ]
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! What a new user meets first on the command line (issue 27, items 6, 7
+//! and 13): `serve --help` grouped under headings with one help per flag,
+//! clear errors for negative numbers and a Redis address without its
+//! scheme, `--bind` taking a host name, and a start-up that prints the page
+//! to open with no Rust debug formatting in the log.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::throng_bin;
+
+fn throng(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(throng_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run throng");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn serve_help_is_grouped_and_each_flag_has_its_own_text() {
+    let (ok, help, _) = throng(&["serve", "--help"]);
+    assert!(ok);
+    for heading in [
+        "Listening:",
+        "Connections and messages:",
+        "Limits:",
+        "Cluster (Redis):",
+        "Presence:",
+        "Authentication:",
+        "Server API:",
+    ] {
+        assert!(help.contains(heading), "no heading {heading}");
+    }
+    // One help text per flag: the first line under each flag, all different.
+    let lines: Vec<&str> = help.lines().collect();
+    let mut texts = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("--") && i + 1 < lines.len() {
+            texts.push(lines[i + 1].trim());
+        }
+    }
+    let mut unique = texts.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), texts.len(), "a help text is repeated");
+    assert!(!help.contains("Serve a WebSocket echo endpoint at /echo\n"));
+    assert!(
+        help.contains("[auth] table"),
+        "--config names the [auth] table"
+    );
+}
+
+#[test]
+fn bad_values_get_clear_errors() {
+    let (ok, _, err) = throng(&["serve", "--idle-timeout", "-5"]);
+    assert!(!ok);
+    assert!(
+        err.contains("'-5'") && err.contains("must be 0 or more"),
+        "{err}"
+    );
+    let (ok, _, err) = throng(&["serve", "--port", "0", "--redis", "127.0.0.1:6379"]);
+    assert!(!ok);
+    assert!(err.contains("redis://127.0.0.1:6379"), "{err}");
+    assert_eq!(err.matches("error").count(), 1, "printed once: {err}");
+}
+
+#[test]
+fn bind_takes_a_host_name_and_start_up_prints_a_url() {
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = Command::new(throng_bin())
+        .args(["serve", "--bind", "localhost", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start throng");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("listening on ").map(str::to_string))
+        .expect("a listening line");
+    let addr: std::net::SocketAddr = listening.parse().unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
+    let open = lines.next().expect("a line after listening").unwrap();
+    let url = format!("http://{addr}/");
+    assert!(open.starts_with(&format!("open {url} ")), "{open}");
+    #[allow(unsafe_code)]
+    // SAFETY: kill(2) on the child this test started and has not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        log.contains("api=") && !log.contains("Some("),
+        "debug formatting: {log}"
+    );
+}

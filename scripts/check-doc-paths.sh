@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Every file path the docs name exists: README.md, BENCHMARKS.md, the
+# crates' READMEs and every module doc (`//!`). A path is a backquoted word
+# with a slash and a file extension or a trailing slash (`socket/tests.rs`,
+# `crates/throng/tests/`), read from the repository root, from the doc's
+# own folder, or, for a module doc, from its crate's src/ and its own
+# folder. Globs and placeholders are skipped. Exits 1 listing the stale ones.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 - <<'PY'
+import os, re, subprocess, sys
+files = subprocess.run(["git", "ls-files"], capture_output=True, text=True, check=True).stdout.split()
+tracked = set(files)
+dirs = {os.path.dirname(f) for f in files}
+while True:
+    more = {os.path.dirname(d) for d in dirs} - dirs
+    if not more: break
+    dirs |= more
+suffixes = set()
+for f in list(tracked) + list(dirs):
+    parts = f.split("/")
+    for i in range(1, len(parts)):
+        suffixes.add("/".join(parts[i:]))
+def exists(p):
+    p = os.path.normpath(p)
+    return p in tracked or p in dirs or p in suffixes or os.path.exists(p)
+# backquoted, with a slash, ending in .ext or /; no spaces, globs or placeholders
+PATH = re.compile(r"`([A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+(?:\.[a-z]{1,5}|/))`")
+# other projects' files (Phoenix's Elixir, Go, C), cited as references
+SKIP = re.compile(r"(://|^/|^\.\./\.\./|\*|<|\{|^[a-z]+/[a-z]+$|\.(ex|exs|go|h|c|cc|erl)$)")
+docs = [f for f in files if f.endswith(".md") and not f.startswith(("node_modules/", "fuzz/corpus"))]
+bad = []
+def check(doc, text, roots):
+    for m in PATH.finditer(text):
+        p = m.group(1)
+        if SKIP.search(p): continue
+        if not any(exists(os.path.join(r, p)) for r in roots):
+            bad.append(f"{doc}: `{p}`")
+for doc in docs:
+    if doc.startswith("crates/throng-bench/runs/"): continue
+    check(doc, open(doc).read(), ["", os.path.dirname(doc)])
+for src in files:
+    if not src.endswith(".rs"): continue
+    lines = [l[3:] for l in open(src).read().splitlines() if l.startswith("//!")]
+    if not lines: continue
+    parts = src.split("/")
+    crate_src = "/".join(parts[:parts.index("src") + 1]) if "src" in parts else os.path.dirname(src)
+    crate_dir = os.path.dirname(crate_src)
+    here = os.path.dirname(src)
+    roots = ["", crate_src, crate_dir, here, os.path.join(crate_src, "transport"), os.path.dirname(here)]
+    check(src, "\n".join(lines), roots)
+if bad:
+    print("stale paths in docs (no such file or folder):")
+    print("\n".join("  " + b for b in bad))
+    sys.exit(1)
+print(f"doc paths: all exist ({len(docs)} markdown files and the module docs)")
+PY
