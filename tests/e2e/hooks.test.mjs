@@ -6,44 +6,17 @@
 // opens, clients get errors, nothing crashes) and started again (recovery).
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
-import {spawn} from "node:child_process"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {fileURLToPath} from "node:url"
 import {LongPoll} from "phoenix"
 import {startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout} from "./helpers.mjs"
+import {startBackend} from "./hook_helpers.mjs"
 
 const SECRET = "hook-test-secret"
-const BACKEND = path.join(path.dirname(fileURLToPath(import.meta.url)), "hook_backend.mjs")
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-"))
 let backend, server
 const sockets = []
-
-async function startBackend(port = 0){
-  const proc = spawn(process.execPath, [BACKEND, String(port), SECRET], {stdio: ["ignore", "pipe", "inherit"]})
-  const exited = new Promise(resolve => proc.once("exit", resolve))
-  const listening = new Promise((resolve, reject) => {
-    let out = ""
-    proc.stdout.setEncoding("utf8")
-    proc.stdout.on("data", chunk => {
-      out += chunk
-      const m = out.match(/backend listening on (\d+)/)
-      if(m){ resolve(Number(m[1])) }
-    })
-    exited.then(code => reject(new Error(`backend exited (${code}) before listening`)))
-  })
-  const boundPort = await withTimeout(listening, 5000, "the backend to listen")
-  return {
-    proc,
-    port: boundPort,
-    stats: async () => (await fetch(`http://127.0.0.1:${boundPort}/stats`)).json(),
-    kill: async () => {
-      if(proc.exitCode === null && proc.signalCode === null){ proc.kill("SIGKILL") }
-      await exited
-    },
-  }
-}
 
 async function metric(name, labels = ""){
   const text = await (await fetch(`${server.apiUrl}/metrics`)).text()
@@ -76,7 +49,7 @@ async function joined(topic, payload = {}, opts = {}){
 }
 
 before(async () => {
-  backend = await startBackend()
+  backend = await startBackend(SECRET)
   const config = path.join(dir, "hooks.toml")
   writeFileSync(config, `
 [hooks]
@@ -235,7 +208,7 @@ test("backend killed: errors, the circuit opens, nothing crashes; it recovers wh
   const socket = await client()
   assert.deepEqual(await joinResult(socket.channel("rooms:down")), {status: "error", response: {reason: "backend unavailable"}})
   assert.ok(server.alive())
-  backend = await startBackend(port)
+  backend = await startBackend(SECRET, port)
   // The circuit probes once a second: push until the backend answers.
   const recovered = await withTimeout((async () => {
     for(;;){

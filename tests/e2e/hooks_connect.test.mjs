@@ -5,41 +5,16 @@
 // upgrade; a failing or slow backend gives 503, which phoenix.js retries.
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
-import {spawn} from "node:child_process"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {fileURLToPath} from "node:url"
 import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout} from "./helpers.mjs"
+import {startBackend} from "./hook_helpers.mjs"
 
 const SECRET = "connect-test-secret"
-const BACKEND = path.join(path.dirname(fileURLToPath(import.meta.url)), "hook_backend.mjs")
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-connect-"))
 let backend, server
 const sockets = []
-
-async function startBackend(){
-  const proc = spawn(process.execPath, [BACKEND, "0", SECRET], {stdio: ["ignore", "pipe", "inherit"]})
-  const exited = new Promise(resolve => proc.once("exit", resolve))
-  const port = await withTimeout(new Promise((resolve, reject) => {
-    let out = ""
-    proc.stdout.setEncoding("utf8")
-    proc.stdout.on("data", chunk => {
-      out += chunk
-      const m = out.match(/backend listening on (\d+)/)
-      if(m){ resolve(Number(m[1])) }
-    })
-    exited.then(code => reject(new Error(`backend exited (${code}) before listening`)))
-  }), 5000, "the backend to listen")
-  return {
-    port,
-    stats: async () => (await fetch(`http://127.0.0.1:${port}/stats`)).json(),
-    kill: async () => {
-      if(proc.exitCode === null && proc.signalCode === null){ proc.kill("SIGKILL") }
-      await exited
-    },
-  }
-}
 
 const upgrade = token => httpRequest(server.port, "GET", `/socket/websocket?vsn=2.0.0&token=${token}`, {
   headers: {
@@ -54,7 +29,7 @@ const upgrade = token => httpRequest(server.port, "GET", `/socket/websocket?vsn=
 })
 
 before(async () => {
-  backend = await startBackend()
+  backend = await startBackend(SECRET)
   const config = path.join(dir, "connect.toml")
   writeFileSync(config, `
 longpoll_window = 0
