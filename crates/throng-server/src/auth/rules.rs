@@ -72,6 +72,8 @@ fn any_event() -> Vec<String> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
     pub rules: Vec<TopicRule>,
+    /// Some rule lists hooks: without, joins and pushes skip the lookup.
+    any_hooks: bool,
 }
 
 /// The reply to a join or push the rules refuse.
@@ -79,7 +81,8 @@ pub const UNAUTHORIZED: &str = r#"{"reason":"unauthorized"}"#;
 
 impl Policy {
     pub fn new(rules: Vec<TopicRule>) -> Policy {
-        Policy { rules }
+        let any_hooks = rules.iter().any(|r| !r.hooks.is_empty());
+        Policy { rules, any_hooks }
     }
 
     fn rule(&self, topic: &str, user: Option<&str>) -> Option<&TopicRule> {
@@ -122,8 +125,10 @@ impl Policy {
 
     /// Whether the rule of `topic` sends `hook` to the app backend.
     pub fn hooked(&self, topic: &str, user: Option<&str>, hook: crate::hooks::TopicHook) -> bool {
-        self.rule(topic, user)
-            .is_some_and(|r| r.hooks.contains(&hook))
+        self.any_hooks
+            && self
+                .rule(topic, user)
+                .is_some_and(|r| r.hooks.contains(&hook))
     }
 
     /// The router patterns (`prefix*` or exact) of the rules' topics.
@@ -289,5 +294,31 @@ mod tests {
         assert!(!p.may_join("rooms:other", w(&limited)));
         let nothing = who(Some("u"), Some(&[]));
         assert!(!p.may_join("rooms:lobby", w(&nothing)));
+    }
+
+    #[test]
+    fn hooks_per_rule() {
+        use crate::hooks::TopicHook;
+        let rules: Vec<TopicRule> = serde_json::from_str(
+            r#"[{"pattern":"rooms:*","hooks":["join","push"]},{"pattern":"plain:*"},{"pattern":"j:*","hooks":["join"]}]"#,
+        )
+        .unwrap();
+        let p = Policy::new(rules.clone());
+        assert!(p.hooked("rooms:1", None, TopicHook::Join));
+        assert!(p.hooked("rooms:1", None, TopicHook::Push));
+        assert!(p.hooked("j:1", None, TopicHook::Join));
+        assert!(!p.hooked("j:1", None, TopicHook::Push));
+        assert!(!p.hooked("plain:1", None, TopicHook::Join));
+        assert!(!Policy::new(rules[1..2].to_vec()).hooked("plain:1", None, TopicHook::Join));
+        // Workers get the rules as JSON: the hooks go with them.
+        let json = serde_json::to_string(&rules).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Vec<TopicRule>>(&json).unwrap(),
+            rules
+        );
+        assert!(
+            serde_json::from_str::<Vec<TopicRule>>(r#"[{"pattern":"a","hooks":["connect"]}]"#)
+                .is_err()
+        );
     }
 }
