@@ -108,6 +108,19 @@ impl<T: Transport> Mux<'_, T> {
             self.reply(join_ref, msg_ref, topic, Err(Payload::Json(error.get())));
             return;
         }
+        // Other joins may have completed while this one waited.
+        if self.joins.len() >= self.cx.max_channels {
+            let stats = self.t.stats();
+            ShardStats::add(&stats.refused_joins, 1);
+            ShardStats::add(&stats.channel_limit_refusals, 1);
+            self.reply(
+                join_ref,
+                msg_ref,
+                topic,
+                Err(Payload::Json(super::TOO_MANY)),
+            );
+            return;
+        }
         let slot = self.t.subscribe(topic);
         let assigns = answer
             .assigns
