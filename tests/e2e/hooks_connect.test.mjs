@@ -1,6 +1,6 @@
-// The connect hook, end to end: the real server with [hooks] connect = true
-// and a real backend process (hook_backend.mjs) that decides by the
-// `token` param. An accepted socket gets the backend's user (seen by the
+// The connect hook, end to end, over WebSocket and long-poll: the real
+// server with [hooks] connect = true and a real backend process
+// (hook_backend.mjs) that decides by the `token` param. An accepted socket gets the backend's user (seen by the
 // join hook, and by /api/disconnect); a refused one gets 403 before the
 // upgrade; a failing or slow backend gives 503, which phoenix.js retries.
 import {test, before, after} from "node:test"
@@ -8,6 +8,7 @@ import assert from "node:assert/strict"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
+import {LongPoll} from "phoenix"
 import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
@@ -32,8 +33,6 @@ before(async () => {
   backend = await startBackend(SECRET)
   const config = path.join(dir, "connect.toml")
   writeFileSync(config, `
-longpoll_window = 0
-
 [hooks]
 url = "http://127.0.0.1:${backend.port}/throng"
 connect = true
@@ -101,4 +100,23 @@ test("refused sockets get 403 before the upgrade; a failing or slow backend 503"
   sockets.push(socket)
   assert.deepEqual(await joinResult(socket.channel("rooms:vip")), {status: "error", response: {reason: "unauthorized"}})
   assert.ok(server.alive())
+})
+
+test("long-poll: an accepted session is the backend's user; refused and failing ones get 403 and 503", async () => {
+  const socket = await connectPhoenix(server.wsUrl, "2.0.0", {params: {token: "good"}, transport: LongPoll})
+  sockets.push(socket)
+  const joined = await joinResult(socket.channel("rooms:lp"))
+  assert.equal(joined.status, "ok", JSON.stringify(joined))
+  assert.equal(joined.response.user, "42")
+  const stats = await backend.stats()
+  assert.equal(stats.connects.at(-1).transport, "longpoll")
+  assert.deepEqual(stats.joinRequests.at(-1).assigns, {plan: "gold"})
+  const poll = async token => JSON.parse((await httpRequest(server.port, "GET", `/socket/longpoll?vsn=2.0.0&token=${token}`, {headers: {"User-Agent": "lp-test"}})).body.toString())
+  assert.equal((await poll("error")).status, 403)
+  assert.equal((await poll("forbidden")).status, 403)
+  assert.equal((await poll("down")).status, 503)
+  const anon = await poll("anon")
+  assert.equal(anon.status, 410, "a new session's token")
+  assert.ok(anon.token)
+  assert.deepEqual((await backend.stats()).connects.at(-1).headers, {"user-agent": "lp-test"})
 })

@@ -204,14 +204,6 @@ impl ServeArgs {
             .hooks
             .resolve(file.hooks.as_ref())
             .map_err(Error::Config)?;
-        if hooks.connect && window > 0 {
-            return Err(Error::Config(
-                "hooks connect covers WebSocket connections only in this version: \
-                 turn long-poll off (longpoll_window = 0, --longpoll-window 0) so no socket \
-                 bypasses the connect hook"
-                    .into(),
-            ));
-        }
         let check_origin = match (&self.check_origin, file.check_origin) {
             (Some(flag), _) => flag.parse().map_err(Error::Config)?,
             (None, Some(t)) => t.try_into().map_err(Error::Config)?,
@@ -528,30 +520,6 @@ mod tests {
         }
         .resolve()
         .is_err());
-    }
-
-    #[test]
-    fn the_connect_hook_needs_long_poll_off() {
-        let hooks = crate::hooks::HookArgs {
-            url: Some("http://127.0.0.1:8000/throng".into()),
-            connect: true,
-            ..Default::default()
-        };
-        let err = ServeArgs {
-            hooks: hooks.clone(),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap_err();
-        assert!(err.to_string().contains("longpoll_window"), "{err}");
-        let c = ServeArgs {
-            hooks,
-            longpoll_window: Some(0),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap();
-        assert!(c.hooks.connect);
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub use client::{HookAnswer, HookClient, Outcome};
 pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
 pub use settings::{HookArgs, HooksConfig};
-pub(crate) use waits::{HeldUpgrade, Wait, Waiting, Waits};
+pub(crate) use waits::{HeldSession, HeldUpgrade, Wait, Waiting, Waits};
 
 /// What a `[[topics]]` rule's `hooks` may list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]

@@ -15,7 +15,7 @@ pub struct HookArgs {
     /// The app backend's base URL: throng POSTs to URL/connect, URL/join and URL/push (http:// only) [default: none, no hooks]
     #[arg(long = "hook-url", value_name = "URL", env = "THRONG_HOOK_URL")]
     pub url: Option<String>,
-    /// Ask URL/connect whether to accept every new WebSocket (the 101 waits for its answer; needs --longpoll-window 0 in this version) [default: off]
+    /// Ask URL/connect whether to accept every new socket, WebSocket (the 101 waits for the answer) and long-poll (its first poll waits) [default: off]
     #[arg(long = "hook-connect", env = "THRONG_HOOK_CONNECT")]
     #[serde(default)]
     pub connect: bool,

@@ -25,6 +25,19 @@ pub(crate) enum Waiting {
     },
     /// A WebSocket upgrade held until the backend accepts the socket.
     Connect(Box<HeldUpgrade>),
+    /// A long-poll session's first request, held the same way.
+    LongPollConnect(Box<HeldSession>),
+}
+
+/// A new long-poll session waiting for the connect hook.
+#[derive(Debug)]
+pub(crate) struct HeldSession {
+    pub vsn: throng_protocol::Vsn,
+    pub connect: Option<crate::channel::ConnectInfo>,
+    pub user: Option<String>,
+    /// Its admission (`limits::Admission`), given back if refused.
+    pub admitted: Option<Option<std::net::IpAddr>>,
+    pub keep_alive: bool,
 }
 
 /// A WebSocket upgrade waiting for the connect hook.

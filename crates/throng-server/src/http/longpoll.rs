@@ -47,6 +47,8 @@ pub(crate) struct LongPoll {
     pub request_headers: String,
     /// Refused by `check_origin` (answered 403, counted).
     pub origin_refused: bool,
+    /// With the connect hook, for a new session: the headers it is sent.
+    pub hook_headers: Vec<(&'static str, String)>,
 }
 
 /// Reads a long-poll request: its query, headers and whole body.
@@ -128,6 +130,11 @@ pub(super) fn request(
         keep_alive,
         request_headers,
         origin_refused,
+        hook_headers: if config.hooks.connect && token.is_none() {
+            crate::hooks::connect_headers(req.headers)
+        } else {
+            Vec::new()
+        },
     };
     (end, Action::LongPoll(Box::new(lp)))
 }

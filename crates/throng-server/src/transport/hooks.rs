@@ -10,7 +10,7 @@ use throng_protocol::Vsn;
 use super::conn::Kind;
 use super::Conns;
 use crate::hooks::{
-    ConnectRequest, Failure, HeldUpgrade, Hook, HookAnswer, Outcome, Wait, Waiting,
+    ConnectRequest, Failure, HeldSession, HeldUpgrade, Hook, HookAnswer, Outcome, Wait, Waiting,
 };
 use crate::longpoll::{is_session, SESSION_BIT};
 use crate::metrics::ShardStats;
@@ -95,6 +95,61 @@ impl Conns {
         }
     }
 
+    /// The connect hook's request for connection `key`.
+    fn connect_body(
+        &self,
+        key: usize,
+        transport: &str,
+        vsn: Vsn,
+        connect: Option<&crate::channel::ConnectInfo>,
+        headers: &[(&'static str, String)],
+    ) -> Vec<u8> {
+        let remote_addr = self
+            .slab
+            .get(key)
+            .and_then(|c| c.sock.peer_addr().ok())
+            .map_or_else(String::new, |a| a.to_string());
+        let params = connect
+            .iter()
+            .flat_map(|c| c.params.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        serde_json::to_vec(&ConnectRequest {
+            transport,
+            vsn: match vsn {
+                Vsn::V1 => "1.0.0",
+                Vsn::V2 => "2.0.0",
+            },
+            params,
+            headers: headers.iter().map(|(k, v)| (*k, v.as_str())).collect(),
+            remote_addr,
+            at: crate::hooks::now_ms(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Sends a connect hook call of connection `key`; `Err`: refused at once.
+    fn connect_call(
+        &mut self,
+        node: &Node,
+        key: usize,
+        body: Vec<u8>,
+        what: Waiting,
+    ) -> Result<(), (Failure, Waiting)> {
+        let Some(client) = node.hooks.clone() else {
+            return Err((Failure::Unavailable, what));
+        };
+        let id = self.hook_waits.next_id();
+        match client.call(Hook::Connect, self.id, id, body) {
+            Ok(()) => {
+                let topic = Arc::from("");
+                self.hook_waits.start(id, Wait { key, topic, what });
+                Ok(())
+            }
+            Err(f) => Err((f, what)),
+        }
+    }
+
     /// Holds WebSocket upgrade `held` of connection `key` until the connect
     /// hook answers; a call refused at once is answered 503 now.
     pub(super) fn hook_connect(
@@ -105,44 +160,75 @@ impl Conns {
         held: HeldUpgrade,
         headers: &[(&'static str, String)],
     ) {
-        let Some(client) = node.hooks.clone() else {
-            return self.refuse_upgrade(node, scratch, key, Outcome::Failed(Failure::Unavailable));
-        };
-        let remote_addr = self
+        let body = self.connect_body(key, "websocket", held.vsn, held.connect.as_ref(), headers);
+        if let Err((f, _)) = self.connect_call(node, key, body, Waiting::Connect(Box::new(held))) {
+            self.refuse_upgrade(node, scratch, key, Outcome::Failed(f));
+        }
+    }
+
+    /// Holds a new long-poll session of connection `key` until the connect
+    /// hook answers; a call refused at once is answered `{"status":503}`.
+    pub(super) fn hook_connect_session(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldSession,
+        headers: &[(&'static str, String)],
+    ) {
+        let body = self.connect_body(key, "longpoll", held.vsn, held.connect.as_ref(), headers);
+        let what = Waiting::LongPollConnect(Box::new(held));
+        if let Err((_, Waiting::LongPollConnect(held))) = self.connect_call(node, key, body, what) {
+            self.lp_refuse_held(node, scratch, key, 503, &held);
+        }
+    }
+
+    /// The connect hook's answer to a held long-poll session: it opens
+    /// (with the backend's user and assigns), or `{"status":403}` (refused)
+    /// or `{"status":503}` (backend unavailable, slow or wrong).
+    fn finish_session(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldSession,
+        outcome: Outcome,
+    ) {
+        let waiting = self
             .slab
             .get(key)
-            .and_then(|c| c.sock.peer_addr().ok())
-            .map_or_else(String::new, |a| a.to_string());
-        let params = held
-            .connect
-            .iter()
-            .flat_map(|c| c.params.iter())
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let body = serde_json::to_vec(&ConnectRequest {
-            transport: "websocket",
-            vsn: match held.vsn {
-                Vsn::V1 => "1.0.0",
-                Vsn::V2 => "2.0.0",
-            },
-            params,
-            headers: headers.iter().map(|(k, v)| (*k, v.as_str())).collect(),
-            remote_addr,
-            at: crate::hooks::now_ms(),
-        })
-        .unwrap_or_default();
-        let id = self.hook_waits.next_id();
-        match client.call(Hook::Connect, self.id, id, body) {
-            Ok(()) => self.hook_waits.start(
-                id,
-                Wait {
-                    key,
-                    topic: Arc::from(""),
-                    what: Waiting::Connect(Box::new(held)),
-                },
-            ),
-            Err(f) => self.refuse_upgrade(node, scratch, key, Outcome::Failed(f)),
+            .is_some_and(|c| !c.dead && matches!(c.kind, Kind::Http));
+        if !waiting {
+            if let Some(ip) = held.admitted {
+                node.admission.release_session(ip);
+            }
+            return;
         }
+        let answer = match outcome {
+            Outcome::Answer(a) if a.error.is_none() => a,
+            Outcome::Failed(_) => return self.lp_refuse_held(node, scratch, key, 503, &held),
+            _ => {
+                ShardStats::add(&self.stats.auth_refusals, 1);
+                return self.lp_refuse_held(node, scratch, key, 403, &held);
+            }
+        };
+        let user = answer
+            .user
+            .map(crate::hooks::UserId::into_string)
+            .or(held.user);
+        let mut connect = held.connect;
+        if let (Some(c), Some(u)) = (connect.as_mut(), &user) {
+            c.user_id = Some(u.clone());
+        }
+        let (vsn, admitted, keep_alive) = (held.vsn, held.admitted, held.keep_alive);
+        let session =
+            self.lp_open_session(node, scratch, key, vsn, connect, user, admitted, keep_alive);
+        if let (Some(session), Some(assigns)) = (session, answer.assigns) {
+            self.hook_waits.assigns.insert(session, assigns);
+        }
+        // The connection's next request is read now.
+        self.lp.resume.push(key);
+        self.flush_reply(key);
     }
 
     /// The connect hook's answer to a held upgrade: the `101`, or a 403
@@ -235,18 +321,23 @@ impl Conns {
     /// Hands `outcome` to the socket of `wait`, and sends what it wrote.
     fn hook_apply(&mut self, node: &Node, scratch: &mut Scratch, wait: Wait, outcome: Outcome) {
         let key = wait.key;
-        if let Waiting::Connect(held) = wait.what {
-            return self.finish_connect(node, scratch, key, *held, outcome);
-        }
+        let what = match wait.what {
+            Waiting::Connect(held) => {
+                return self.finish_connect(node, scratch, key, *held, outcome)
+            }
+            Waiting::LongPollConnect(held) => {
+                return self.finish_session(node, scratch, key, *held, outcome)
+            }
+            what => what,
+        };
         let Some(vsn) = self.vsn_of(key) else {
             return;
         };
         let topic = wait.topic;
-        let what = wait.what;
         let fail = self.with_socket(node, scratch, key, vsn, |mux| match what {
             Waiting::Join { .. } => mux.hook_joined(&topic, what, outcome),
             Waiting::Push { .. } => mux.hook_pushed(&topic, what, outcome),
-            Waiting::Connect(_) => {}
+            Waiting::Connect(_) | Waiting::LongPollConnect(_) => {}
         });
         if is_session(key) {
             if fail.is_some() {

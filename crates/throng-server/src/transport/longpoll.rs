@@ -12,12 +12,15 @@
 
 use std::sync::Arc;
 
+use throng_protocol::Vsn;
+
 use throng_protocol::serializer::{self, Sender};
 use throng_pubsub::Broadcast;
 
 use super::conn::Ended;
 use super::Conns;
 use crate::auth::rate::Verdict;
+use crate::channel::ConnectInfo;
 use crate::http::{LongPoll, LongPollMethod};
 use crate::limits::Refusal;
 use crate::longpoll::{
@@ -145,6 +148,33 @@ impl Conns {
                 return self.lp_respond(node, scratch, key, &status_body(403), keep_alive);
             }
         }
+        if node.config.hooks.connect {
+            let held = crate::hooks::HeldSession {
+                vsn,
+                connect,
+                user,
+                admitted,
+                keep_alive,
+            };
+            return self.hook_connect_session(node, scratch, key, held, &req.hook_headers);
+        }
+        self.lp_open_session(node, scratch, key, vsn, connect, user, admitted, keep_alive);
+    }
+
+    /// Opens a session for connection `key` (admitted already), and answers
+    /// 410 with its token. Returns its key ([`SESSION_BIT`] set).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn lp_open_session(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        vsn: Vsn,
+        connect: Option<ConnectInfo>,
+        user: Option<String>,
+        admitted: Option<Option<std::net::IpAddr>>,
+        keep_alive: bool,
+    ) -> Option<usize> {
         let secret = match Secret::random() {
             Ok(s) => s,
             Err(e) => {
@@ -152,7 +182,8 @@ impl Conns {
                 if let Some(ip) = admitted {
                     node.admission.release_session(ip);
                 }
-                return self.lp_respond(node, scratch, key, &status_body(500), keep_alive);
+                self.lp_respond(node, scratch, key, &status_body(500), keep_alive);
+                return None;
             }
         };
         let entry = self.lp.sessions.vacant_entry();
@@ -161,7 +192,8 @@ impl Conns {
             if let Some(ip) = admitted {
                 node.admission.release_session(ip);
             }
-            return self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
+            self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
+            return None;
         }
         let session = entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
         session.ip = admitted.flatten();
@@ -174,6 +206,23 @@ impl Conns {
         let token = self.lp_token(idx, secret);
         let body = poll_body(410, &token, vsn, &[]);
         self.lp_respond(node, scratch, key, &body, keep_alive);
+        Some(SESSION_BIT | idx)
+    }
+
+    /// Answers a long-poll request held for the connect hook with
+    /// `{"status": status}`, giving back its admission.
+    pub(super) fn lp_refuse_held(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        status: u16,
+        held: &crate::hooks::HeldSession,
+    ) {
+        if let Some(ip) = held.admitted {
+            node.admission.release_session(ip);
+        }
+        self.lp_respond(node, scratch, key, &status_body(status), held.keep_alive);
     }
 
     fn lp_token(&self, idx: usize, secret: Secret) -> Token {
