@@ -4,7 +4,10 @@
 // test what it saw on GET /stats. Run as its own process, so that a test
 // can kill it and start it again on the same port:
 //   node hook_backend.mjs PORT SECRET   (prints "backend listening on PORT")
+// With HOOK_TLS_CERT and HOOK_TLS_KEY (PEM files) it serves HTTPS.
 import http from "node:http"
+import https from "node:https"
+import {readFileSync} from "node:fs"
 import {createHmac, timingSafeEqual} from "node:crypto"
 
 const [port = "0", secret = ""] = process.argv.slice(2)
@@ -61,7 +64,10 @@ async function push(req){
   }
 }
 
-const server = http.createServer((request, response) => {
+const tls = process.env.HOOK_TLS_CERT
+  ? {cert: readFileSync(process.env.HOOK_TLS_CERT), key: readFileSync(process.env.HOOK_TLS_KEY)}
+  : null
+const handler = (request, response) => {
   const chunks = []
   request.on("data", c => chunks.push(c))
   request.on("end", async () => {
@@ -88,7 +94,8 @@ const server = http.createServer((request, response) => {
     response.writeHead(200, {"content-type": "application/json"})
     response.end(typeof answer === "string" ? answer : JSON.stringify(answer))
   })
-})
+}
+const server = tls ? https.createServer(tls, handler) : http.createServer(handler)
 server.keepAliveTimeout = 60000
 server.listen(Number(port), "127.0.0.1", () => {
   console.log(`backend listening on ${server.address().port}`)

@@ -7,9 +7,12 @@ import {withTimeout} from "./helpers.mjs"
 
 const BACKEND = path.join(path.dirname(fileURLToPath(import.meta.url)), "hook_backend.mjs")
 
-/** Starts the backend on `port` (0: any) checking signatures with `secret`. */
-export async function startBackend(secret, port = 0){
-  const proc = spawn(process.execPath, [BACKEND, String(port), secret], {stdio: ["ignore", "pipe", "inherit"]})
+/**
+ * Starts the backend on `port` (0: any) checking signatures with `secret`;
+ * `env` HOOK_TLS_CERT and HOOK_TLS_KEY make it HTTPS (`stats()` is for HTTP).
+ */
+export async function startBackend(secret, port = 0, env = {}){
+  const proc = spawn(process.execPath, [BACKEND, String(port), secret], {stdio: ["ignore", "pipe", "inherit"], env: {...process.env, ...env}})
   const exited = new Promise(resolve => proc.once("exit", resolve))
   const listening = new Promise((resolve, reject) => {
     let out = ""

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -43,7 +44,7 @@ pub struct HookClient {
     config: HooksConfig,
     /// `{url}/join`, `{url}/push`, `{url}/connect`, by [`Hook`] index.
     uris: [hyper::Uri; 3],
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     runtime: tokio::runtime::Handle,
     in_flight: AtomicUsize,
     breaker: Breaker,
@@ -91,9 +92,15 @@ impl HookClient {
         let runtime = rx
             .recv()
             .map_err(|_| io::Error::other("the hook thread did not start"))??;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(config.timeout));
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.timeout));
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(super::tls::client_config(config.ca_file.as_deref())?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(POOL_IDLE)

@@ -28,7 +28,8 @@
 //! - `request.rs`: the signed request bodies;
 //! - `answer.rs`: the answers, checked;
 //! - `waits.rs`: a shard's joins and pushes waiting for the backend;
-//! - `stats.rs`: the counters and latency histograms of `/metrics`.
+//! - `stats.rs`: the counters and latency histograms of `/metrics`;
+//! - `tls.rs`: the roots an https:// backend is checked against.
 
 mod answer;
 mod breaker;
@@ -36,6 +37,7 @@ mod client;
 mod request;
 mod settings;
 mod stats;
+mod tls;
 mod waits;
 
 use serde::{Deserialize, Serialize};

@@ -3,6 +3,7 @@
 //! file's `[hooks]` table, so the two cannot drift; resolved into
 //! [`HooksConfig`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -12,7 +13,7 @@ use serde::Deserialize;
 #[derive(clap::Args, Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct HookArgs {
-    /// The app backend's base URL: throng POSTs to URL/connect, URL/join and URL/push (http:// only) [default: none, no hooks]
+    /// The app backend's base URL: throng POSTs to URL/connect, URL/join and URL/push (http:// or https://) [default: none, no hooks]
     #[arg(long = "hook-url", value_name = "URL", env = "THRONG_HOOK_URL")]
     pub url: Option<String>,
     /// Ask URL/connect whether to accept every new socket, WebSocket (the 101 waits for the answer) and long-poll (its first poll waits) [default: off]
@@ -31,6 +32,13 @@ pub struct HookArgs {
         hide_env_values = true
     )]
     pub secret: Option<String>,
+    /// PEM file of the certificate authorities to trust for an https:// backend (a private CA) [default: the system's roots]
+    #[arg(
+        long = "hook-ca-file",
+        value_name = "FILE",
+        env = "THRONG_HOOK_CA_FILE"
+    )]
+    pub ca_file: Option<PathBuf>,
     /// Milliseconds the backend has to answer a hook request; then the client gets {"reason":"backend timeout"} [default: 3000]
     #[arg(
         long = "hook-timeout-ms",
@@ -76,6 +84,8 @@ pub struct HooksConfig {
     pub connect: bool,
     pub events: bool,
     pub secret: Option<String>,
+    /// CA certificates for an https:// backend; `None`: the system's.
+    pub ca_file: Option<PathBuf>,
     pub timeout: Duration,
     pub max_in_flight: usize,
     pub max_in_flight_per_socket: usize,
@@ -90,6 +100,7 @@ impl Default for HooksConfig {
             connect: false,
             events: false,
             secret: None,
+            ca_file: None,
             timeout: Duration::from_millis(3000),
             max_in_flight: 1024,
             max_in_flight_per_socket: 16,
@@ -115,10 +126,9 @@ impl HookArgs {
             let uri: hyper::Uri = u
                 .parse()
                 .map_err(|e| format!("hooks url {u:?}: {e} (want http://HOST:PORT/PATH)"))?;
-            if uri.scheme_str() != Some("http") || uri.host().is_none() {
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
                 return Err(format!(
-                    "hooks url {u:?}: only http://HOST[:PORT][/PATH] backends are supported \
-                     (put HTTPS in front of the backend on its side, or reach it over a private network)"
+                    "hooks url {u:?}: want http://HOST[:PORT][/PATH] or https://HOST[:PORT][/PATH]"
                 ));
             }
         }
@@ -153,6 +163,7 @@ impl HookArgs {
                 .clone()
                 .or_else(|| f.secret.clone())
                 .filter(|s| !s.is_empty()),
+            ca_file: self.ca_file.clone().or_else(|| f.ca_file.clone()),
             timeout: Duration::from_millis(timeout_ms),
             max_in_flight: pick(self.max_in_flight, f.max_in_flight, d.max_in_flight),
             max_in_flight_per_socket: pick(
@@ -184,6 +195,9 @@ impl HooksConfig {
         }
         if self.connect {
             args.push("--hook-connect".into());
+        }
+        if let Some(ca) = &self.ca_file {
+            args.extend(["--hook-ca-file".into(), ca.display().to_string()]);
         }
         args.extend([
             "--hook-timeout-ms".into(),
@@ -239,7 +253,7 @@ mod tests {
     fn bad_settings_are_refused() {
         let bad = |a: HookArgs| a.resolve(None).unwrap_err();
         assert!(bad(HookArgs {
-            url: Some("https://x".into()),
+            url: Some("ftp://x".into()),
             ..Default::default()
         })
         .contains("http://"));
