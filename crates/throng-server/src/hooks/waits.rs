@@ -173,20 +173,23 @@ impl Waits {
         }
     }
 
-    /// Socket `key` is gone: everything it waited for is forgotten.
-    pub fn forget(&mut self, key: usize) {
+    /// Socket `key` is gone: everything it waited for is forgotten (and
+    /// returned, for what it holds: a held session's admission).
+    pub fn forget(&mut self, key: usize) -> Vec<Wait> {
+        let mut gone = Vec::new();
         // Every close passes here: nothing to hash without hooks in use.
         if self.per_socket.is_empty() && self.assigns.is_empty() {
-            return;
+            return gone;
         }
         if !self.assigns.is_empty() {
             self.assigns.remove(&key);
         }
         if self.per_socket.remove(&key).is_none() {
-            return;
+            return gone;
         }
-        self.calls.retain(|_, w| w.key != key);
+        gone.extend(self.calls.extract_if(|_, w| w.key == key).map(|(_, w)| w));
         self.queues.retain(|(k, _), _| *k != key);
+        gone
     }
 }
 

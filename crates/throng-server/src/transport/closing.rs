@@ -190,7 +190,7 @@ impl Conns {
         if !self.lp.waiting.is_empty() {
             self.lp_conn_closed(node, key);
         }
-        self.hook_waits.forget(key);
+        self.hook_forget(node, key);
         if let Some(socket) = conn.take_socket() {
             ShardStats::sub(&self.stats.websockets, 1);
             self.end_socket(node, scratch, key, socket);

@@ -55,6 +55,18 @@ impl Conns {
         Ok(())
     }
 
+    /// Connection or session `key` is gone: its hook waits are forgotten,
+    /// and a session held for the connect hook gives its admission back.
+    pub(super) fn hook_forget(&mut self, node: &Node, key: usize) {
+        for wait in self.hook_waits.forget(key) {
+            if let Waiting::LongPollConnect(held) = wait.what {
+                if let Some(ip) = held.admitted {
+                    node.admission.release_session(ip);
+                }
+            }
+        }
+    }
+
     /// The id of connection `key` in hook requests: unique among the
     /// node's open sockets.
     pub(super) fn socket_id(&self, node: &Node, key: usize) -> String {

@@ -149,7 +149,7 @@ impl Conns {
         key: usize,
         mut s: Ended,
     ) {
-        self.hook_waits.forget(key);
+        self.hook_forget(node, key);
         let id = self.users.id(s.user).cloned();
         let mut t = ShardTransport {
             conns: self,
