@@ -13,8 +13,8 @@
 //!   budget of frames;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
-//! - `closing.rs`: close frames, half-close, cutting backed-up sockets,
-//!   removing connections;
+//! - `closing.rs`: the one way a connection ends ([`Conns::close`] with a
+//!   reason from `crate::close`'s table), the half-close, removing connections;
 //! - `admission.rs`: connection caps at accept, the HTTP head deadline;
 //! - `budget.rs`: the process's outbound memory budget;
 //! - `drain.rs`: the graceful drain (stop accepting, 1012 in batches, end);
@@ -25,7 +25,8 @@
 //!   (`crate::longpoll`), which run the same Phoenix socket.
 //!
 //! Invariant: a connection is only removed from the slab between events
-//! (in [`Conns::close`], called from the event dispatch or the sweep), never
+//! (by [`Conns::close`] for a reason whose output is not flushed, called
+//! from the event dispatch or the sweep), never
 //! while its input is being processed; deliveries that must end a
 //! connection mark it `dead` and queue it in `doomed`.
 
@@ -49,9 +50,9 @@ use crossbeam_channel::Receiver;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
-use throng_protocol::frame::{self, close_code};
 use throng_pubsub::Registry;
 
+use crate::close::CloseReason;
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
 use crate::socket::{Scratch, Tracked};
@@ -68,16 +69,6 @@ const ACCEPTS_PER_TURN: usize = 1024;
 /// Seconds a closing connection may linger for the peer's FIN.
 const CLOSE_LINGER: u32 = 3;
 
-/// Why a connection is being closed, for metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CloseReason {
-    Normal,
-    Idle,
-    SlowReader,
-    /// The process's outbound memory is over `--max-outbound-total-bytes`.
-    OutboundBudget,
-}
-
 /// A shard's connections and everything their handling writes: the slab,
 /// the registry of their subscriptions, the frames gathered for the
 /// connection being processed, counters. Separate from [`Shard`] so that
@@ -93,7 +84,8 @@ pub(crate) struct Conns {
     pub users: users::Users,
     /// Frames for the connection being processed, written in one syscall.
     pub reply: Vec<u8>,
-    pub doomed: Vec<(usize, CloseReason)>,
+    /// Connections to close at the end of this event ([`Conns::doom`]).
+    pub doomed: Vec<(usize, CloseReason<'static>)>,
     /// Seconds since the shard started.
     pub now: u32,
     /// Milliseconds since the shard started (wrapping), for push budgets.
@@ -442,23 +434,25 @@ impl Shard {
         for (key, conn) in self.conns.slab.iter() {
             let quiet = now.saturating_sub(conn.last_active);
             let over = match conn.kind {
-                Kind::Ws { .. } => idle.is_some_and(|t| quiet >= t),
+                Kind::Ws { .. } => idle
+                    .is_some_and(|t| quiet >= t)
+                    .then_some(CloseReason::Idle),
                 Kind::Http => {
                     // A long-poll waiting for its answer is not slow.
                     if quiet >= handshake && !self.conns.lp.is_waiting(key) {
                         http.push((key, quiet));
                     }
-                    false
+                    None
                 }
-                Kind::Closing { .. } => quiet >= CLOSE_LINGER,
+                Kind::Closing { .. } => (quiet >= CLOSE_LINGER).then_some(CloseReason::Lingered),
             };
-            if over {
-                expired.push((key, matches!(conn.kind, Kind::Ws { .. })));
+            if let Some(reason) = over {
+                expired.push((key, reason));
             }
         }
         for (key, quiet) in http {
             if self.conns.handshake_expired(key, quiet, handshake) {
-                expired.push((key, false));
+                expired.push((key, CloseReason::HandshakeTimeout));
             }
         }
         if expired.is_empty() {
@@ -476,10 +470,9 @@ impl Shard {
         let t = idle.unwrap_or(0);
         let mut quiet = Vec::new();
         let (mut unread, mut heard) = (0u64, 0u64);
-        for (key, ws) in expired {
-            if !ws {
-                self.conns
-                    .close(&self.node, &mut self.scratch, key, CloseReason::Normal);
+        for (key, reason) in expired {
+            if reason != CloseReason::Idle {
+                self.conns.close(&self.node, &mut self.scratch, key, reason);
                 continue;
             }
             self.on_readable(key);
@@ -499,26 +492,7 @@ impl Shard {
             }
         }
         let idle_closed = quiet.len();
-        // The same close frame for every idle socket of this sweep.
-        let mut bye = Vec::with_capacity(32);
-        frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
         for key in quiet {
-            if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
-                // Output is waiting: the close frame goes after the
-                // frame being written, not into the middle of it.
-                ShardStats::add(&self.conns.stats.idle_timeout_closes, 1);
-                self.conns.cut(
-                    &self.node,
-                    &mut self.scratch,
-                    key,
-                    close_code::GOING_AWAY,
-                    "idle timeout",
-                );
-                continue;
-            }
-            if let Some(conn) = self.conns.slab.get_mut(key) {
-                let _ = output::write_some(&mut conn.sock, &bye);
-            }
             self.conns
                 .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
         }
