@@ -49,6 +49,9 @@ pub(crate) enum CloseReason<'a> {
     /// A frame or message that breaks the protocol, with the code and text
     /// that say how (a long-poll session: a POST that is not a message).
     Protocol { code: u16, text: &'a str },
+    /// A `join_ref` or `ref` over `--max-ref-bytes` (which of them, in the
+    /// text): an error reply would echo it.
+    RefTooLong(&'a str),
     /// Past the control budget's strikes with frames (pings, pongs, tiny
     /// fragments; `--control-rate`).
     ControlFrames,
@@ -140,6 +143,12 @@ impl<'a> CloseReason<'a> {
                     Some(code),
                     text,
                     Some(("throng_protocol_errors_total", |s| &s.protocol_errors)),
+                    After,
+                ),
+                R::RefTooLong(text) => (
+                    Some(close_code::POLICY_VIOLATION),
+                    text,
+                    Some(("throng_ref_too_long_closes_total", |s| &s.ref_refusals)),
                     After,
                 ),
                 R::ControlFrames => (
@@ -246,6 +255,7 @@ mod tests {
             code: close_code::TOO_BIG,
             text: "message too big",
         },
+        CloseReason::RefTooLong("ref too long"),
         CloseReason::ControlFrames,
         CloseReason::ControlMessages,
         CloseReason::RateLimited,
@@ -272,6 +282,7 @@ mod tests {
                 | CloseReason::HandshakeTimeout
                 | CloseReason::Pipelined
                 | CloseReason::Protocol { .. }
+                | CloseReason::RefTooLong(_)
                 | CloseReason::ControlFrames
                 | CloseReason::ControlMessages
                 | CloseReason::RateLimited
@@ -285,7 +296,7 @@ mod tests {
                 | CloseReason::SessionOverflow => {}
             }
         }
-        assert_eq!(ALL.len(), 18);
+        assert_eq!(ALL.len(), 19);
     }
 
     /// Every close the server decides is counted, every close frame has a

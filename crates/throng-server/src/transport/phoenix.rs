@@ -47,13 +47,8 @@ impl Conns {
                 return;
             }
         };
-        if let Err(reason) = crate::limits::check_refs(&msg, node.config.limits.max_ref_bytes) {
-            ShardStats::add(&self.stats.ref_refusals, 1);
-            let reason = CloseReason::Protocol {
-                code: close_code::POLICY_VIOLATION,
-                text: reason,
-            };
-            self.close(node, scratch, key, reason);
+        if let Err(text) = crate::limits::check_refs(&msg, node.config.limits.max_ref_bytes) {
+            self.close(node, scratch, key, CloseReason::RefTooLong(text));
             return;
         }
         let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
