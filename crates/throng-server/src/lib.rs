@@ -72,6 +72,7 @@ pub mod auth;
 pub mod bind;
 pub mod channel;
 pub mod chat;
+mod close;
 pub mod config;
 pub mod control;
 pub mod echo;

@@ -115,7 +115,7 @@ impl ShardStats {
 
 /// One `/metrics` line per (name, type, help, which counter) of [`ShardStats`].
 type Counter = fn(&ShardStats) -> &AtomicU64;
-const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
+pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
     (
         "throng_connections",
         "gauge",
