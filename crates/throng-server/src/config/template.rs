@@ -1,9 +1,10 @@
 //! The config file's keys, read off `throng serve`'s own flag definitions
 //! ([`ServeArgs`]'s clap command), and `throng gen-config`: a complete,
 //! commented TOML file with every key and its default. One definition per
-//! setting, as ripgrep's `crates/core/flags/defs.rs` generates its help and
-//! man page from one list: a new flag appears here by itself, with the help
-//! and `[default: ...]` that `--help` shows, so the two cannot drift.
+//! setting, as ripgrep generates its help and man page from one list of
+//! flag definitions (its crates/core/flags/defs.rs): a new flag appears
+//! here by itself, with the help and `[default: ...]` that `--help` shows,
+//! so the two cannot drift.
 //!
 //! A flag's key is its long name with underscores (`--idle-timeout` is
 //! `idle_timeout`), except the `--auth-*` flags, which are keys of the
