@@ -38,6 +38,7 @@
 //! - [`bind`]: binding the listeners, and refusing a port another process
 //!   holds (`--reuse-port` to share it); [`refusals`]: the rate-limited log
 //!   lines of refused clients.
+//! - [`health`]: `GET /healthz` and `GET /readyz`, on both listeners.
 //! - [`api`]: the server API for app backends (broadcast, disconnect,
 //!   topics, stats, `/metrics`) on its own listener; [`control`]: the
 //!   nodes' own requests to each other over the backplane.
@@ -78,6 +79,7 @@ pub mod control;
 pub mod echo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
+pub mod health;
 mod http;
 pub mod limits;
 mod longpoll;
@@ -206,6 +208,7 @@ impl Server {
             fd_limit,
             admission: limits::Admission::new(&config_limits),
             drain: Default::default(),
+            listening: Default::default(),
             auth,
             policy,
             push_limit,
@@ -258,6 +261,8 @@ impl Server {
             "open-files limit {fd_limit} allows about {} connections in this process",
             fd_limit.saturating_sub(FD_MARGIN)
         );
+        node.listening
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(Server {
             addr,
             api_addr,

@@ -440,6 +440,20 @@ pub fn render(node: &Node) -> String {
     );
     write_metric(
         &mut out,
+        "throng_ready",
+        "gauge",
+        "1 while GET /readyz answers 200, else 0 (starting, draining, or Redis lost past --ready-redis-grace).",
+        crate::health::readiness(node).is_ok() as u64,
+    );
+    write_metric(
+        &mut out,
+        "throng_draining",
+        "gauge",
+        "1 once a drain (SIGTERM) has begun, else 0.",
+        node.drain_started().is_some() as u64,
+    );
+    write_metric(
+        &mut out,
         "throng_max_connections",
         "gauge",
         "Connections the open-files limit allows.",

@@ -328,6 +328,10 @@ impl Shard {
                     Page::AppJs => conns.send(key, pages.app_js.bytes(head_only)),
                     Page::AppCss => conns.send(key, pages.app_css.bytes(head_only)),
                     Page::NotFound => conns.send(key, pages.not_found.bytes(head_only)),
+                    Page::Healthz => conns.send(key, pages.healthz.bytes(head_only)),
+                    Page::Readyz => {
+                        conns.send(key, &crate::health::readyz_response(node, head_only));
+                    }
                     Page::Metrics => {
                         let body = crate::metrics::render(node);
                         let r = crate::page::Response::new(
