@@ -15,6 +15,8 @@
 //!   node's copy when it has subscribers of the topic, else read from the
 //!   presence store (Redis keeps every node's presences), `Endpoint::presence`.
 //! - `GET /metrics`: this node's Prometheus text (no key needed).
+//! - `GET /healthz`, `GET /readyz`: liveness and readiness, as on the
+//!   public port (`crate::health`; no key needed).
 //!
 //! - `GET /`: these routes, as JSON.
 //!
@@ -368,6 +370,31 @@ async fn metrics(State(api): State<Api>) -> Response {
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
+async fn healthz() -> Response {
+    (
+        [
+            ("content-type", "application/json"),
+            ("cache-control", "no-store"),
+        ],
+        crate::health::ALIVE,
+    )
+        .into_response()
+}
+
+async fn readyz(State(api): State<Api>) -> Response {
+    let (status, body) = crate::health::readyz(api.endpoint.node());
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    (
+        status,
+        [
+            ("content-type", "application/json"),
+            ("cache-control", "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such API route")
 }
@@ -380,6 +407,8 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/api/stats", "this node's counters and the cluster's sums"),
     ("GET", "/api/presence?topic=T", "who is on a topic, cluster-wide (presence_state JSON)"),
     ("GET", "/metrics", "this node's Prometheus text (no key needed)"),
+    ("GET", "/healthz", "200 while the process is alive (no key needed)"),
+    ("GET", "/readyz", "200 when this node should get new clients; 503 {reason} while starting, draining or cut off from Redis (no key needed)"),
 ];
 
 /// `GET /`: the routes, so a curl at the API's address shows what it has.
@@ -445,6 +474,8 @@ fn router(api: Api) -> Router {
         .route("/api/stats", get(stats))
         .route("/api/presence", get(presence))
         .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::map_response(end_with_newline))

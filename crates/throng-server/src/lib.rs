@@ -38,6 +38,7 @@
 //! - [`bind`]: binding the listeners, and refusing a port another process
 //!   holds (`--reuse-port` to share it); [`refusals`]: the rate-limited log
 //!   lines of refused clients.
+//! - [`health`]: `GET /healthz` and `GET /readyz`, on both listeners.
 //! - [`api`]: the server API for app backends (broadcast, disconnect,
 //!   topics, stats, `/metrics`) on its own listener; [`control`]: the
 //!   nodes' own requests to each other over the backplane.
@@ -72,11 +73,13 @@ pub mod auth;
 pub mod bind;
 pub mod channel;
 pub mod chat;
+mod close;
 pub mod config;
 pub mod control;
 pub mod echo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
+pub mod health;
 pub mod hooks;
 mod http;
 pub mod limits;
@@ -207,6 +210,7 @@ impl Server {
             fd_limit,
             admission: limits::Admission::new(&config_limits),
             drain: Default::default(),
+            listening: Default::default(),
             auth,
             policy,
             push_limit,
@@ -263,6 +267,8 @@ impl Server {
             "open-files limit {fd_limit} allows about {} connections in this process",
             fd_limit.saturating_sub(FD_MARGIN)
         );
+        node.listening
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(Server {
             addr,
             api_addr,

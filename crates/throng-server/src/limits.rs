@@ -93,6 +93,9 @@ pub struct LimitArgs {
     /// Arrays and objects a JSON payload may nest, from clients and from the server API; deeper is refused with {"reason":"payload nested too deeply"} (serde_json's default limit is 128) [default: 128]
     #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
     pub max_json_depth: Option<usize>,
+    /// With --redis: seconds the connection to Redis may stay lost before GET /readyz answers 503 (a load balancer then stops sending new clients to this node, whose broadcasts no longer reach the cluster) [default: 10]
+    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_READY_REDIS_GRACE")]
+    pub ready_redis_grace: Option<u64>,
     /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
     #[arg(long, hide = true)]
     #[serde(skip)]
@@ -124,6 +127,8 @@ pub struct Limits {
     pub longpoll_session_rate: f64,
     /// Arrays and objects a payload may nest.
     pub max_json_depth: usize,
+    /// How long the backplane may be down before `/readyz` says 503.
+    pub ready_redis_grace: Duration,
     /// Test only (hidden flag): see [`LimitArgs::test_panic_message`].
     pub test_panic_message: Option<String>,
 }
@@ -152,6 +157,7 @@ impl Limits {
             max_longpoll_sessions: 100_000,
             longpoll_session_rate: 5.0,
             max_json_depth: 128,
+            ready_redis_grace: Duration::from_secs(10),
             test_panic_message: None,
         }
     }
@@ -198,6 +204,8 @@ impl Limits {
             self.longpoll_session_rate.to_string(),
             "--max-json-depth".into(),
             self.max_json_depth.to_string(),
+            "--ready-redis-grace".into(),
+            self.ready_redis_grace.as_secs().to_string(),
         ];
         if let Some(m) = &self.test_panic_message {
             args.extend(["--test-panic-message".into(), m.clone()]);
@@ -277,6 +285,11 @@ impl LimitArgs {
                 .max_json_depth
                 .or(file.max_json_depth)
                 .unwrap_or(d.max_json_depth),
+            ready_redis_grace: secs(
+                self.ready_redis_grace,
+                file.ready_redis_grace,
+                d.ready_redis_grace,
+            ),
             test_panic_message: self.test_panic_message.clone(),
         };
         if cfg!(not(feature = "test-hooks")) && limits.test_panic_message.is_some() {

@@ -115,7 +115,7 @@ impl ShardStats {
 
 /// One `/metrics` line per (name, type, help, which counter) of [`ShardStats`].
 type Counter = fn(&ShardStats) -> &AtomicU64;
-const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
+pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
     (
         "throng_connections",
         "gauge",
@@ -437,6 +437,20 @@ pub fn render(node: &Node) -> String {
         "gauge",
         "Topics with at least one local subscriber.",
         node.topics.len(),
+    );
+    write_metric(
+        &mut out,
+        "throng_ready",
+        "gauge",
+        "1 while GET /readyz answers 200, else 0 (starting, draining, or Redis lost past --ready-redis-grace).",
+        crate::health::readiness(node).is_ok() as u64,
+    );
+    write_metric(
+        &mut out,
+        "throng_draining",
+        "gauge",
+        "1 once a drain (SIGTERM) has begun, else 0.",
+        node.drain_started().is_some() as u64,
     );
     write_metric(
         &mut out,

@@ -159,6 +159,9 @@ pub struct Node {
     /// The log lines of refused clients, one per reason per interval.
     pub refusals: crate::refusals::RefusalLog,
     pub(crate) drain: OnceLock<(Instant, Duration)>,
+    /// Every listener is up and the start logged (`Server::start`): until
+    /// then `/readyz` answers 503 (`crate::health`).
+    pub(crate) listening: AtomicBool,
     /// Connect authentication and revocations.
     pub auth: Auth,
     /// `[[topics]]` rules.

@@ -71,6 +71,8 @@ pub(crate) struct Pages {
     pub index: Response,
     pub app_js: Response,
     pub app_css: Response,
+    /// `/healthz` (`crate::health`).
+    pub healthz: Response,
     pub not_found: Response,
 }
 
@@ -82,6 +84,12 @@ impl Pages {
             index: Response::new("200 OK", "text/html; charset=utf-8", "", html.as_bytes()),
             app_js: Response::new("200 OK", "application/javascript", cache, APP_JS.as_bytes()),
             app_css: Response::new("200 OK", "text/css", cache, APP_CSS.as_bytes()),
+            healthz: Response::new(
+                "200 OK",
+                "application/json",
+                "Cache-Control: no-store\r\n",
+                crate::health::ALIVE.as_bytes(),
+            ),
             not_found: Response::new("404 Not Found", "text/plain", "", b"404 Not Found\n"),
         }
     }

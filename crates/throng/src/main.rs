@@ -7,7 +7,7 @@ mod serve;
 mod supervisor;
 mod token;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -31,8 +31,23 @@ enum Command {
     Agent(throng_bench::AgentArgs),
     /// Print the OS settings a planned run needs and the limits that cap it; --apply raises what it lacks (saving the old values), --revert restores them.
     Tune(throng_bench::TuneArgs),
+    /// Check a config file as `serve` would read it (with any serve flags and THRONG_* variables): unknown keys with the nearest known one, the effective settings and where each came from, the warnings a start would log; exits 1 when serve would refuse it (for CI).
+    #[command(name = "check-config", allow_negative_numbers = true)]
+    CheckConfig(Box<CheckArgs>),
+    /// Print a complete commented config file: every key of `serve --config`, its help and its default (generated from serve's flags, so it matches `serve --help`).
+    #[command(name = "gen-config")]
+    GenConfig,
     /// Mint a connect token for testing (Phoenix.Token or JWT) with the server's [auth] settings.
     Token(token::TokenArgs),
+}
+
+/// `throng check-config FILE [serve flags]`.
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// The TOML file to check (what `serve --config FILE` would read)
+    file: std::path::PathBuf,
+    #[command(flatten)]
+    serve: throng_server::config::ServeArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -71,7 +86,20 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match Cli::parse().command {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match cli.command {
+        Command::CheckConfig(args) => {
+            let sub = matches
+                .subcommand_matches("check-config")
+                .expect("the check-config subcommand's matches");
+            let checked = throng_server::config::check_config(&args.file, args.serve, sub);
+            print!("{}", checked.report);
+            if !checked.ok {
+                std::process::exit(1);
+            }
+        }
+        Command::GenConfig => print!("{}", throng_server::config::gen_config()),
         Command::Serve(args) => serve::serve((*args).resolve()?)?,
         Command::Bench(args) => throng_bench::run_bench(*args).map_err(|e| anyhow::anyhow!(e))?,
         Command::Agent(args) => throng_bench::run_agent(args).map_err(|e| anyhow::anyhow!(e))?,

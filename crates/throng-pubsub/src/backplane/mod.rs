@@ -85,6 +85,12 @@ pub trait Backplane: Send + Sync + 'static {
     fn is_connected(&self) -> bool {
         true
     }
+    /// How long broadcasts have not flowed, while they do not
+    /// (`/readyz` turns 503 past a bound). An engine that does not keep the
+    /// time says [`Duration::MAX`] when disconnected.
+    fn disconnected_for(&self) -> Option<Duration> {
+        (!self.is_connected()).then_some(Duration::MAX)
+    }
     /// This node's id among the nodes of the cluster, the address of
     /// [`Route::Node`]. A single node's is 0.
     fn node_id(&self) -> u64 {

@@ -123,6 +123,25 @@ pub struct Health {
     pub connected: AtomicBool,
     /// Sessions rebuilt after a lost one.
     pub reconnects: AtomicU64,
+    /// When the session in progress was lost, while it is being rebuilt
+    /// (for `/readyz`, which turns 503 once this is old enough). Written
+    /// only when the link goes down or comes back.
+    pub down_since: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Health {
+    /// How long the link has been down, if it is.
+    pub fn down_for(&self) -> Option<Duration> {
+        if self.connected.load(Relaxed) {
+            return None;
+        }
+        let since = *self.down_since.lock().unwrap_or_else(|e| e.into_inner());
+        Some(since.map_or(Duration::ZERO, |t| t.elapsed()))
+    }
+
+    fn set_down(&self, down: Option<Instant>) {
+        *self.down_since.lock().unwrap_or_else(|e| e.into_inner()) = down;
+    }
 }
 
 /// Why [`Worker::serve`] returned.
@@ -241,10 +260,11 @@ async fn run<W: Worker>(
             End::Stop => return,
             End::Lost(e) => e,
         };
+        let down_at = Instant::now();
+        worker.health().set_down(Some(down_at));
         worker.health().connected.store(false, Relaxed);
         drop(session);
         drop(link);
-        let down_at = Instant::now();
         tracing::error!(
             "{}: lost the connection to Redis at {url}: {err}; reconnecting with backoff \
              ({BACKOFF_MIN:?} doubling to {BACKOFF_MAX:?}). Meanwhile {}",
@@ -257,6 +277,7 @@ async fn run<W: Worker>(
         };
         worker.health().reconnects.fetch_add(1, Relaxed);
         worker.health().connected.store(true, Relaxed);
+        worker.health().set_down(None);
         tracing::info!(
             down_ms = down_at.elapsed().as_millis() as u64,
             "{}: reconnected to Redis at {url}; {}",

@@ -2,10 +2,14 @@
 //! optional TOML file, over defaults. `throng serve --help` documents each.
 //! This file owns the resolved [`Config`] and the merge; the flags
 //! (`flags.rs`), the file's shape (`file.rs`) and the worker command line
-//! (`workers.rs`) live beside it.
+//! (`workers.rs`) live beside it, and so do `throng gen-config`
+//! (`template.rs`: the keys, read off the flags' definitions) and
+//! `throng check-config` (`check.rs`).
 
+mod check;
 mod file;
 mod flags;
+mod template;
 mod workers;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -17,8 +21,10 @@ use crate::limits::Limits;
 use crate::presence::PresenceRule;
 use crate::Error;
 
+pub use check::{check_config, Checked};
 use file::FileConfig;
 pub use flags::{parse_bind, whole, ServeArgs};
+pub use template::{file_keys, gen_config, serve_command, FileKey};
 
 /// Resolved settings.
 #[derive(Clone, Debug)]

@@ -13,6 +13,7 @@
 //!   GET, POST with a body, and OPTIONS (CORS preflight), read by
 //!   `longpoll.rs` with the same connect info as an upgrade.
 //! - `/echo` upgrades to a WebSocket echo (Autobahn), with `--echo`.
+//! - `/healthz`, `/readyz`: liveness and readiness (`crate::health`).
 //! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text, only
 //!   with `--public-metrics` (it lives on the API listener).
 //! - An upgrade from a browser page of another site is refused with 403
@@ -49,6 +50,8 @@ pub(crate) enum Page {
     AppJs,
     AppCss,
     Metrics,
+    Healthz,
+    Readyz,
     NotFound,
 }
 
@@ -199,6 +202,8 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
         "/assets/app.js" => Page::AppJs,
         "/assets/app.css" => Page::AppCss,
         "/metrics" if config.public_metrics => Page::Metrics,
+        "/healthz" => Page::Healthz,
+        "/readyz" => Page::Readyz,
         _ => Page::NotFound,
     };
     let action = Action::Page {
@@ -517,6 +522,8 @@ mod tests {
             ("/", Page::Index),
             ("/assets/app.js", Page::AppJs),
             ("/metrics", Page::Metrics),
+            ("/healthz", Page::Healthz),
+            ("/readyz?verbose", Page::Readyz),
             ("/nope", Page::NotFound),
         ] {
             match handle(get(path).as_bytes(), &cfg()) {

@@ -187,20 +187,6 @@ impl Session {
     }
 }
 
-/// Why a session ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum End {
-    /// 1.5x the window without a poll.
-    Expired,
-    /// Its buffer passed `--max-outbound-bytes`.
-    Overflow,
-    /// It POSTed something that is not a Phoenix message.
-    ProtocolError,
-    /// Its socket was closed (a user `disconnect`, the push budget),
-    /// counted where that was decided.
-    Closed,
-}
-
 /// A long-poll request waiting for its answer on the shard that holds its
 /// HTTP connection.
 pub(crate) struct Waiting {
@@ -251,7 +237,7 @@ pub(crate) struct State {
     /// the loop turn, so a burst goes out in one answer.
     pub ready: Vec<usize>,
     /// Sessions to end at the end of this loop turn.
-    pub doomed: Vec<(usize, End)>,
+    pub doomed: Vec<(usize, crate::close::CloseReason<'static>)>,
     /// Connections whose answer went out with more requests read behind it.
     pub resume: Vec<usize>,
     next_req: u32,

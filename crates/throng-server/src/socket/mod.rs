@@ -19,7 +19,7 @@ mod presence;
 
 use std::sync::Arc;
 
-use throng_protocol::frame::{close_code, Opcode};
+use throng_protocol::frame::Opcode;
 use throng_protocol::serializer::{encode_message_refs, encode_reply_refs};
 use throng_protocol::{event, Message, OwnedPayload, Payload, Ref, RefBuf, Vsn};
 use throng_pubsub::{Slot, Tracker};
@@ -28,6 +28,7 @@ use crate::auth::rate::Verdict;
 use crate::auth::rules::UNAUTHORIZED;
 use crate::auth::{is_reserved, Policy};
 use crate::channel::{Assigns, Channel, Effects, Info, Reply, Router, Socket, Terminate, Who};
+use crate::close::CloseReason;
 use crate::metrics::ShardStats;
 use crate::presence::PresenceRule;
 
@@ -80,9 +81,10 @@ pub(crate) trait Transport {
     fn allow_control(&mut self) -> Verdict {
         Verdict::Allow
     }
-    /// Asks for the connection to be closed with `code` once this call is
-    /// done (a WebSocket close frame; long-poll ends the session).
-    fn close(&mut self, _code: u16, _reason: &'static str) {}
+    /// Asks for the connection to be closed for `reason` once this call is
+    /// done (a WebSocket close frame; long-poll ends the session), counted
+    /// by the close (`crate::close`).
+    fn close(&mut self, _reason: CloseReason<'static>) {}
     /// The node's presence.
     fn tracker(&self) -> &Tracker;
     /// This connection's presences on the registry's topic `index`.
@@ -260,8 +262,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     let limited = Err(Payload::Json(RATE_LIMITED));
                     self.reply(join_ref.as_ref(), msg_ref, topic, limited);
                     if verdict == Verdict::Abuse {
-                        ShardStats::add(&self.t.stats().rate_limit_closes, 1);
-                        self.t.close(close_code::POLICY_VIOLATION, "rate limited");
+                        self.t.close(CloseReason::RateLimited);
                     }
                     return;
                 }
@@ -299,9 +300,7 @@ impl<'a, T: Transport> Mux<'a, T> {
         ShardStats::add(&self.t.stats().control_limited, 1);
         self.reply(join_ref, msg_ref, topic, Err(Payload::Json(RATE_LIMITED)));
         if verdict == Verdict::Abuse {
-            ShardStats::add(&self.t.stats().control_limit_closes, 1);
-            self.t
-                .close(close_code::POLICY_VIOLATION, "too many control messages");
+            self.t.close(CloseReason::ControlMessages);
         }
         false
     }

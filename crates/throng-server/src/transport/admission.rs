@@ -88,7 +88,7 @@ impl Conns {
         if started && !conn.queued() {
             let _ = super::output::write_some(&mut conn.sock, TIMEOUT_RESPONSE);
         }
-        ShardStats::add(&self.stats.handshake_timeouts, 1);
+        // Counted by the close (`CloseReason::HandshakeTimeout`).
         true
     }
 }

@@ -1,51 +1,99 @@
-//! Closing: failing a connection with a close frame, the half-close once
-//! the last bytes are out, and removing a connection (its channels end,
-//! its socket closes). Connections that must end while another is being
-//! processed are marked `dead` and queued in `doomed`, then removed between
-//! events.
+//! Closing: the one way a connection ends ([`Conns::close`], with a
+//! [`CloseReason`] whose row in `crate::close` says the close frame, the
+//! counter and what happens to queued output), the half-close once the last
+//! bytes are out, and removing a connection (its channels end, its socket
+//! closes). Connections that must end while another is being processed are
+//! marked `dead` and queued in `doomed` ([`Conns::doom`]), then closed
+//! between events.
 
-use throng_protocol::frame;
+use throng_protocol::frame::{self, Opcode};
 
 use super::conn::Kind;
-use super::{CloseReason, Conns};
+use super::Conns;
+use crate::close::{CloseReason, Flush};
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::Scratch;
 
-/// RFC 6455's registry: the server is overloaded, the client may retry.
-const TRY_AGAIN_LATER: u16 = 1013;
-
 impl Conns {
-    /// Fails the connection: a close frame with `code`, then closing.
-    pub fn fail(
-        &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
-        key: usize,
-        code: u16,
-        reason: &str,
-    ) {
-        ShardStats::add(&self.stats.protocol_errors, 1);
-        self.close_with(node, scratch, key, code, reason);
+    /// Ends connection `key` for `reason`: the one way a connection ends.
+    /// Counts it and treats its output as the reason's row says
+    /// ([`CloseReason::row`]). While the connection's input is processed,
+    /// the close frame goes after the replies gathered for it; a
+    /// connection is removed from the slab only between events (an
+    /// [`Flush::Abort`] or [`Flush::Now`] reason comes from the sweep or
+    /// [`Conns::close_doomed`]).
+    pub fn close(&mut self, node: &Node, scratch: &mut Scratch, key: usize, reason: CloseReason) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        let row = reason.row();
+        let ws = matches!(conn.kind, Kind::Ws { .. });
+        if conn.dead {
+            // Doomed during this event: it ends for that reason, next.
+            return;
+        }
+        if matches!(conn.kind, Kind::Closing { .. }) && row.flush != Flush::Abort {
+            // Closing already: its close is under way.
+            return;
+        }
+        tracing::debug!(key, ?reason, "closing");
+        reason.count(&self.stats);
+        let queued = conn.queued();
+        match row.flush {
+            Flush::Abort => self.remove(node, scratch, key),
+            Flush::Drop | Flush::Now if !ws => self.remove(node, scratch, key),
+            Flush::Now if !queued => {
+                if let Some(code) = row.code {
+                    let at = self.reply.len();
+                    frame::encode_close(&mut self.reply, code, row.text, None);
+                    let _ = super::output::write_some(&mut conn.sock, &self.reply[at..]);
+                    self.reply.truncate(at);
+                }
+                self.remove(node, scratch, key);
+            }
+            Flush::Drop | Flush::Now => {
+                if let Some(e) = conn.extra.as_mut() {
+                    let keep = e.out.front().is_some_and(|c| c.started());
+                    e.out.truncate(keep as usize);
+                    e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
+                }
+                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text);
+            }
+            Flush::After => {
+                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text);
+            }
+        }
     }
 
-    /// A close frame with `code`, then closing (counted by the caller).
-    pub fn close_with(
+    /// Closing, with the close frame (a WebSocket's, when the reason has
+    /// one) after the frames gathered for the connection and everything
+    /// queued before them; then the half-close once the queue drains. The
+    /// frame goes into the gathered frames: no allocation.
+    fn close_frame_after_output(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
         key: usize,
-        code: u16,
-        reason: &str,
+        ws: bool,
+        code: Option<u16>,
+        text: &str,
     ) {
-        tracing::debug!(key, code, "closing: {reason}");
-        frame::encode_close(&mut self.reply, code, reason, None);
+        if ws {
+            match code {
+                Some(code) => frame::encode_close(&mut self.reply, code, text, None),
+                // The peer's close without a code is echoed without one.
+                None => frame::encode_frame(&mut self.reply, Opcode::Close, &[], None),
+            }
+        }
+        // Closing first: the frame is then queued past the output bounds.
         self.start_closing(node, scratch, key);
+        self.flush_reply(key);
     }
 
     /// Sends what is gathered, then half-closes once the queue drains. The
     /// channels end now; the socket lingers only to deliver the close.
-    pub fn start_closing(&mut self, node: &Node, scratch: &mut Scratch, key: usize) {
+    fn start_closing(&mut self, node: &Node, scratch: &mut Scratch, key: usize) {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
@@ -78,12 +126,13 @@ impl Conns {
         }
     }
 
-    /// Marks `key` for removal at the end of this turn.
-    pub fn doom(&mut self, key: usize, reason: CloseReason) {
+    /// Marks `key` for closing at the end of this event: for a connection
+    /// that must end while another is being handled.
+    pub fn doom(&mut self, key: usize, reason: CloseReason<'static>) {
         if let Some(conn) = self.slab.get_mut(key) {
             // A closing connection that backs up is dropped, not cut again.
             let reason = match conn.kind {
-                Kind::Closing { .. } => CloseReason::Normal,
+                Kind::Closing { .. } => CloseReason::Gone,
                 _ => reason,
             };
             if !conn.dead {
@@ -93,98 +142,25 @@ impl Conns {
         }
     }
 
+    /// Closes the connections and sessions doomed during the last event.
     pub fn close_doomed(&mut self, node: &Node, scratch: &mut Scratch) {
         while let Some((key, reason)) = self.doomed.pop() {
-            let ws = self
-                .slab
-                .get(key)
-                .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }));
-            if reason == CloseReason::SlowReader && ws {
-                // A slow reader is told why, after the frame it is reading.
-                ShardStats::add(&self.stats.slow_reader_closes, 1);
-                self.cut(
-                    node,
-                    scratch,
-                    key,
-                    frame::close_code::POLICY_VIOLATION,
-                    "slow reader",
-                );
-                continue;
-            }
-            if reason == CloseReason::OutboundBudget {
-                ShardStats::add(&self.stats.outbound_budget_closes, 1);
-                if ws {
-                    self.cut(
-                        node,
-                        scratch,
-                        key,
-                        TRY_AGAIN_LATER,
-                        "server outbound memory full",
-                    );
-                    continue;
-                }
+            if let Some(conn) = self.slab.get_mut(key) {
+                conn.dead = false;
             }
             self.close(node, scratch, key, reason);
         }
-        while let Some((idx, end)) = self.lp.doomed.pop() {
-            self.lp_end(node, scratch, idx, end);
+        while let Some((idx, reason)) = self.lp.doomed.pop() {
+            self.lp_end(node, scratch, idx, reason);
         }
-    }
-
-    /// Ends a WebSocket with a close frame (`code`, `reason`) sent after
-    /// everything already queued for it; then it lingers as any closing
-    /// connection does (the peer's FIN, at most `CLOSE_LINGER` seconds).
-    /// For use between events (the drain, the sweep, cut readers), when no
-    /// frames are being gathered for the connection; while its input is
-    /// processed, [`Conns::close_with`] keeps the order of gathered replies.
-    pub fn close_after_output(
-        &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
-        key: usize,
-        code: u16,
-        reason: &str,
-    ) {
-        let mut bye = Vec::with_capacity(32);
-        frame::encode_close(&mut bye, code, reason, None);
-        // Closing first: the frame is then queued past the output bounds.
-        self.start_closing(node, scratch, key);
-        self.send(key, &bye);
-        self.try_shutdown(key);
-    }
-
-    /// Ends a WebSocket whose output is backed up: its queue is dropped
-    /// (but for the rest of a frame already partly written, so the stream
-    /// stays well framed), then [`Conns::close_after_output`]. Frees the
-    /// queue now instead of after the reader catches up.
-    pub fn cut(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16, reason: &str) {
-        let Some(conn) = self.slab.get_mut(key) else {
-            return;
-        };
-        conn.dead = false;
-        if let Some(e) = conn.extra.as_mut() {
-            let keep = e.out.front().is_some_and(|c| c.started());
-            e.out.truncate(keep as usize);
-            e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
-        }
-        self.close_after_output(node, scratch, key, code, reason);
     }
 
     /// Removes a connection: its channels end, its socket closes.
-    pub fn close(&mut self, node: &Node, scratch: &mut Scratch, key: usize, reason: CloseReason) {
+    fn remove(&mut self, node: &Node, scratch: &mut Scratch, key: usize) {
         let Some(mut conn) = self.slab.try_remove(key) else {
             return;
         };
         self.release(node, key);
-        match reason {
-            // A WebSocket's is counted when it is cut (`close_doomed`).
-            CloseReason::SlowReader if !matches!(conn.kind, Kind::Ws { .. }) => {
-                ShardStats::add(&self.stats.slow_reader_closes, 1)
-            }
-            CloseReason::SlowReader | CloseReason::OutboundBudget => {}
-            CloseReason::Idle => ShardStats::add(&self.stats.idle_timeout_closes, 1),
-            CloseReason::Normal => {}
-        }
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
         if !self.lp.waiting.is_empty() {

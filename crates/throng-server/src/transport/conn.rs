@@ -21,14 +21,17 @@ use throng_pubsub::Broadcast;
 use crate::channel::ConnectInfo;
 use crate::socket::Join;
 
-/// What a connection is doing.
+/// What a connection is doing: its lifecycle is handshake ([`Kind::Http`]),
+/// open ([`Kind::Ws`]), closing ([`Kind::Closing`]), closed (removed from
+/// the slab); every cause enters `Conns::close` (`crate::close`'s table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// Reading HTTP requests.
+    /// Handshake: reading HTTP requests (pages, long-poll, an upgrade).
     Http,
-    /// Upgraded: a Phoenix socket speaking `vsn`, or the echo endpoint.
+    /// Open: upgraded, a Phoenix socket speaking `vsn`, or the echo endpoint.
     Ws { vsn: Vsn, echo: bool },
-    /// Our last bytes are queued or sent; waiting to shut down and for the peer's FIN.
+    /// Closing while output flushes: our last bytes are queued or sent;
+    /// waiting to shut down and for the peer's FIN.
     Closing { shut: bool },
 }
 

@@ -23,11 +23,9 @@
 
 use std::time::{Duration, Instant};
 
-use throng_protocol::frame::close_code;
-
 use super::conn::Kind;
 use super::{Shard, CLOSE_LINGER};
-use crate::metrics::ShardStats;
+use crate::close::CloseReason;
 
 /// How often a draining shard closes a batch.
 pub(super) const STEP: Duration = Duration::from_millis(100);
@@ -118,18 +116,12 @@ impl Shard {
         }
         let node = &*self.node;
         for key in ws {
-            ShardStats::add(&self.conns.stats.drain_closes, 1);
-            self.conns.close_after_output(
-                node,
-                &mut self.scratch,
-                key,
-                close_code::SERVICE_RESTART,
-                "server restart",
-            );
+            self.conns
+                .close(node, &mut self.scratch, key, CloseReason::Drain);
         }
         for key in http {
-            self.conns.start_closing(node, &mut self.scratch, key);
-            self.conns.try_shutdown(key);
+            self.conns
+                .close(node, &mut self.scratch, key, CloseReason::Shutdown);
         }
     }
 }

@@ -9,6 +9,7 @@ use throng_protocol::Vsn;
 
 use super::conn::Kind;
 use super::Conns;
+use crate::close::CloseReason;
 use crate::hooks::{
     ConnectRequest, Failure, HeldSession, HeldUpgrade, Hook, HookAnswer, Outcome, Wait, Waiting,
 };
@@ -318,8 +319,7 @@ impl Conns {
             }
         };
         self.send(key, &resp);
-        self.start_closing(node, scratch, key);
-        self.flush_reply(key);
+        self.close(node, scratch, key, CloseReason::Finished);
     }
 
     /// What the connect hook gave socket `key` as its assigns.
@@ -352,13 +352,13 @@ impl Conns {
             Waiting::Connect(_) | Waiting::LongPollConnect(_) => {}
         });
         if is_session(key) {
-            if fail.is_some() {
-                self.lp_doom(key & !SESSION_BIT, crate::longpoll::End::Closed);
+            if let Some(reason) = fail {
+                self.lp_doom(key & !SESSION_BIT, reason);
             }
             return;
         }
-        if let Some((code, reason)) = fail {
-            self.close_with(node, scratch, key, code, reason);
+        if let Some(reason) = fail {
+            self.close(node, scratch, key, reason);
         }
         self.flush_reply(key);
     }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use throng_protocol::frame::{self, close_code, decode_frame, Opcode, Role};
 
 use super::conn::Kind;
-use super::{authenticated, CloseReason, Shard};
+use super::{authenticated, Shard};
 use crate::auth::rate::Verdict;
+use crate::close::CloseReason;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
 use crate::ws::{self, FrameAction};
@@ -47,14 +48,14 @@ impl Shard {
             reads += 1;
             let n = match conn.sock.read(&mut rbuf) {
                 Ok(0) => {
-                    self.conns.doom(key, CloseReason::Normal);
+                    self.conns.doom(key, CloseReason::Gone);
                     break;
                 }
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.conns.doom(key, CloseReason::Normal);
+                    self.conns.doom(key, CloseReason::Gone);
                     break;
                 }
             };
@@ -157,7 +158,7 @@ impl Shard {
                 Kind::Http if self.conns.lp.is_waiting(key) => {
                     let most = http::MAX_REQUEST_HEAD + self.node.config.max_message_bytes;
                     if data.len() - pos > most {
-                        self.conns.doom(key, CloseReason::Normal);
+                        self.conns.doom(key, CloseReason::Pipelined);
                         return data.len();
                     }
                     return pos;
@@ -204,25 +205,22 @@ impl Shard {
                         }
                         Ok(None) => {
                             if data.len() - pos > frame_max + frame::MAX_HEADER_LEN {
-                                self.conns.fail(
-                                    &self.node,
-                                    &mut self.scratch,
-                                    key,
-                                    close_code::TOO_BIG,
-                                    "message too big",
-                                );
+                                let reason = CloseReason::Protocol {
+                                    code: close_code::TOO_BIG,
+                                    text: "message too big",
+                                };
+                                self.conns.close(&self.node, &mut self.scratch, key, reason);
                                 return data.len();
                             }
                             return pos;
                         }
                         Err(e) => {
-                            self.conns.fail(
-                                &self.node,
-                                &mut self.scratch,
-                                key,
-                                e.close_code(),
-                                &e.to_string(),
-                            );
+                            let text = e.to_string();
+                            let reason = CloseReason::Protocol {
+                                code: e.close_code(),
+                                text: &text,
+                            };
+                            self.conns.close(&self.node, &mut self.scratch, key, reason);
                             return data.len();
                         }
                     }
@@ -251,14 +249,8 @@ impl Shard {
             }
             Verdict::Abuse => {
                 ShardStats::add(&self.conns.stats.control_limited, 1);
-                ShardStats::add(&self.conns.stats.control_limit_closes, 1);
-                self.conns.fail(
-                    &self.node,
-                    &mut self.scratch,
-                    key,
-                    close_code::POLICY_VIOLATION,
-                    "too many control frames",
-                );
+                let reason = CloseReason::ControlFrames;
+                self.conns.close(&self.node, &mut self.scratch, key, reason);
                 false
             }
         }
@@ -289,7 +281,7 @@ impl Shard {
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
                 conns.send(key, &resp);
-                conns.start_closing(node, &mut self.scratch, key);
+                conns.close(node, &mut self.scratch, key, CloseReason::Finished);
             }
             Action::LongPoll(lp) => conns.lp_http(node, &mut self.scratch, key, *lp),
             Action::Upgrade(u) => {
@@ -311,7 +303,7 @@ impl Shard {
                                 &format!("{refusal}\n"),
                             );
                             conns.send(key, &resp);
-                            conns.start_closing(node, &mut self.scratch, key);
+                            conns.close(node, &mut self.scratch, key, CloseReason::Finished);
                             return;
                         }
                     }
@@ -350,6 +342,10 @@ impl Shard {
                     Page::AppJs => conns.send(key, pages.app_js.bytes(head_only)),
                     Page::AppCss => conns.send(key, pages.app_css.bytes(head_only)),
                     Page::NotFound => conns.send(key, pages.not_found.bytes(head_only)),
+                    Page::Healthz => conns.send(key, pages.healthz.bytes(head_only)),
+                    Page::Readyz => {
+                        conns.send(key, &crate::health::readyz_response(node, head_only));
+                    }
                     Page::Metrics => {
                         let body = crate::metrics::render(node);
                         let r = crate::page::Response::new(
@@ -367,7 +363,7 @@ impl Shard {
                         conn.last_active = conns.now;
                     }
                 } else {
-                    conns.start_closing(node, &mut self.scratch, key);
+                    conns.close(node, &mut self.scratch, key, CloseReason::Finished);
                 }
             }
         }
@@ -382,15 +378,12 @@ impl Shard {
                 self.conns.msgs_out += 1;
             }
             FrameAction::Close(code) => {
-                match code {
-                    Some(code) => frame::encode_close(&mut self.conns.reply, code, "", None),
-                    None => frame::encode_frame(&mut self.conns.reply, Opcode::Close, &[], None),
-                }
-                self.conns.start_closing(&self.node, &mut self.scratch, key);
+                let reason = CloseReason::PeerClosed(code);
+                self.conns.close(&self.node, &mut self.scratch, key, reason);
             }
-            FrameAction::Fail(code, reason) => {
-                self.conns
-                    .fail(&self.node, &mut self.scratch, key, code, reason)
+            FrameAction::Fail(code, text) => {
+                let reason = CloseReason::Protocol { code, text };
+                self.conns.close(&self.node, &mut self.scratch, key, reason);
             }
             FrameAction::Message(opcode, data) => {
                 if let Some(conn) = self.conns.slab.get_mut(key) {

@@ -12,20 +12,21 @@
 
 use std::sync::Arc;
 
-use throng_protocol::Vsn;
-
+use throng_protocol::frame::close_code;
 use throng_protocol::serializer::{self, Sender};
+use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
 use super::conn::Ended;
 use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::ConnectInfo;
+use crate::close::CloseReason;
 use crate::http::{LongPoll, LongPollMethod};
 use crate::limits::Refusal;
 use crate::longpoll::{
-    self, poll_body, status_body, Answer, Ask, End, Item, Parked, ReplyTo, Request, Secret,
-    Session, Token, Waiting, FORWARD_GRACE_MS, SESSION_BIT,
+    self, poll_body, status_body, Answer, Ask, Item, Parked, ReplyTo, Request, Secret, Session,
+    Token, Waiting, FORWARD_GRACE_MS, SESSION_BIT,
 };
 use crate::metrics::ShardStats;
 use crate::node::Node;
@@ -354,16 +355,22 @@ impl Conns {
                     session = idx,
                     "long-poll POST with a message that is not one"
                 );
-                self.lp_doom(idx, End::ProtocolError);
+                self.lp_doom(
+                    idx,
+                    CloseReason::Protocol {
+                        code: close_code::INVALID_PAYLOAD,
+                        text: "not a Phoenix message",
+                    },
+                );
                 return self.lp_reply(node, scratch, reply, status_body(400));
             };
             ShardStats::add(&self.stats.messages_in, 1);
             let fail = self.with_socket(node, scratch, SESSION_BIT | idx, vsn, |mux| {
                 mux.handle_in(msg)
             });
-            if fail.is_some() {
+            if let Some(reason) = fail {
                 // The socket asked to close (past its push budget).
-                self.lp_doom(idx, End::Closed);
+                self.lp_doom(idx, reason);
             }
             if !matches!(self.lp.sessions.get(idx), Some(s) if !s.dead) {
                 return self.lp_reply(node, scratch, reply, status_body(410));
@@ -390,7 +397,7 @@ impl Conns {
         };
         s.buffered += len;
         if s.buffered > max {
-            return self.lp_doom(idx, End::Overflow);
+            return self.lp_doom(idx, CloseReason::SessionOverflow);
         }
         if s.parked.is_some() && !s.ready {
             s.ready = true;
@@ -414,18 +421,24 @@ impl Conns {
     }
 
     /// Marks session `idx` for ending at the end of this loop turn.
-    pub fn lp_doom(&mut self, idx: usize, end: End) {
+    pub fn lp_doom(&mut self, idx: usize, reason: CloseReason<'static>) {
         if let Some(s) = self.lp.sessions.get_mut(idx) {
             if !s.dead {
                 s.dead = true;
-                self.lp.doomed.push((idx, end));
+                self.lp.doomed.push((idx, reason));
             }
         }
     }
 
     /// Ends session `idx`: its channels terminate, a parked poll gets 410,
     /// what it buffered is dropped.
-    pub fn lp_end(&mut self, node: &Node, scratch: &mut Scratch, idx: usize, end: End) {
+    pub fn lp_end(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        idx: usize,
+        reason: CloseReason<'static>,
+    ) {
         let Some(mut s) = self.lp.sessions.try_remove(idx) else {
             return;
         };
@@ -433,13 +446,10 @@ impl Conns {
         if s.admitted {
             node.admission.release_session(s.ip);
         }
-        match end {
-            End::Expired => ShardStats::add(&self.stats.longpoll_expired, 1),
-            End::Overflow => ShardStats::add(&self.stats.longpoll_overflows, 1),
-            End::ProtocolError => ShardStats::add(&self.stats.protocol_errors, 1),
-            End::Closed => {}
-        }
-        tracing::debug!(session = idx, ?end, "long-poll session ended");
+        // A session has no close frame and no output queue: whatever the
+        // reason's flush rule, what it buffered is dropped.
+        reason.count(&self.stats);
+        tracing::debug!(session = idx, ?reason, "long-poll session ended");
         if let Some(p) = s.parked.take() {
             ShardStats::sub(&self.stats.longpoll_parked, 1);
             self.lp_reply(node, scratch, p.reply, status_body(410));
@@ -559,7 +569,7 @@ impl Conns {
         // runs the sweep again at once while it is behind).
         self.lp.behind = expired.len() > longpoll::EXPIRE_PER_TURN;
         for idx in expired.into_iter().take(longpoll::EXPIRE_PER_TURN) {
-            self.lp_end(node, scratch, idx, End::Expired);
+            self.lp_end(node, scratch, idx, CloseReason::SessionExpired);
         }
         // Memory back once sessions are gone: the slab's vacant tail.
         let lp = &mut self.lp.sessions;
@@ -676,8 +686,7 @@ impl Conns {
     ) {
         self.send(key, resp);
         if !keep_alive {
-            self.start_closing(node, scratch, key);
-            self.try_shutdown(key);
+            self.close(node, scratch, key, CloseReason::Finished);
         } else if let Some(conn) = self.slab.get_mut(key) {
             // The next request's head deadline (--handshake-timeout) starts now.
             conn.last_active = self.now;

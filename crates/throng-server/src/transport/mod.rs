@@ -4,8 +4,9 @@
 //! through [`Node`] (read-only config, atomics, and a channel per shard for
 //! broadcasts and infos).
 //!
-//! - this file: the loop, accepting, the inbox, and the once-a-second sweep
-//!   (idle timeouts, lingering closes) that replaces a timer per connection;
+//! - this file: the loop, accepting, the inbox;
+//! - `sweep.rs`: the once-a-second sweep (idle timeouts, head deadlines,
+//!   lingering closes) that replaces a timer per connection;
 //! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling,
 //!   a bounded turn per connection (reads and messages; one with more to do
 //!   waits on the shard's ready list for the next turn, so a client that
@@ -13,8 +14,8 @@
 //!   budget of frames;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
-//! - `closing.rs`: close frames, half-close, cutting backed-up sockets,
-//!   removing connections;
+//! - `closing.rs`: the one way a connection ends ([`Conns::close`] with a
+//!   reason from `crate::close`'s table), the half-close, removing connections;
 //! - `admission.rs`: connection caps at accept, the HTTP head deadline;
 //! - `budget.rs`: the process's outbound memory budget;
 //! - `drain.rs`: the graceful drain (stop accepting, 1012 in batches, end);
@@ -25,7 +26,8 @@
 //!   (`crate::longpoll`), which run the same Phoenix socket.
 //!
 //! Invariant: a connection is only removed from the slab between events
-//! (in [`Conns::close`], called from the event dispatch or the sweep), never
+//! (by [`Conns::close`] for a reason whose output is not flushed, called
+//! from the event dispatch or the sweep), never
 //! while its input is being processed; deliveries that must end a
 //! connection mark it `dead` and queue it in `doomed`.
 
@@ -39,6 +41,7 @@ mod input;
 mod longpoll;
 mod output;
 mod phoenix;
+mod sweep;
 pub(crate) mod users;
 
 use std::collections::HashMap;
@@ -50,13 +53,13 @@ use crossbeam_channel::Receiver;
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
-use throng_protocol::frame::{self, close_code};
 use throng_pubsub::Registry;
 
+use crate::close::CloseReason;
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
 use crate::socket::{Scratch, Tracked};
-use conn::{Conn, Kind};
+use conn::Conn;
 
 pub(crate) use budget::outbound_memory;
 pub(crate) use conn::CONN_SIZE;
@@ -68,16 +71,6 @@ const READ_BUF: usize = 64 * 1024;
 const ACCEPTS_PER_TURN: usize = 1024;
 /// Seconds a closing connection may linger for the peer's FIN.
 const CLOSE_LINGER: u32 = 3;
-
-/// Why a connection is being closed, for metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CloseReason {
-    Normal,
-    Idle,
-    SlowReader,
-    /// The process's outbound memory is over `--max-outbound-total-bytes`.
-    OutboundBudget,
-}
 
 /// A shard's connections and everything their handling writes: the slab,
 /// the registry of their subscriptions, the frames gathered for the
@@ -94,7 +87,8 @@ pub(crate) struct Conns {
     pub users: users::Users,
     /// Frames for the connection being processed, written in one syscall.
     pub reply: Vec<u8>,
-    pub doomed: Vec<(usize, CloseReason)>,
+    /// Connections to close at the end of this event ([`Conns::doom`]).
+    pub doomed: Vec<(usize, CloseReason<'static>)>,
     /// Seconds since the shard started.
     pub now: u32,
     /// Milliseconds since the shard started (wrapping), for push budgets.
@@ -422,122 +416,6 @@ impl Shard {
             }
         }
         self.conns.close_doomed(&self.node, &mut self.scratch);
-    }
-
-    /// Once a second: closes idle sockets and finishes lingering closes;
-    /// long-poll windows and expiries.
-    fn sweep(&mut self) {
-        self.conns.lp_sweep(&self.node, &mut self.scratch);
-        self.conns.close_doomed(&self.node, &mut self.scratch);
-        let now = self.conns.now;
-        let idle = self
-            .node
-            .config
-            .idle_timeout
-            .map(|d| d.as_secs().min(u32::MAX as u64) as u32);
-        let handshake = self
-            .node
-            .config
-            .limits
-            .handshake_timeout
-            .as_secs()
-            .min(u32::MAX as u64) as u32;
-        let mut expired = Vec::new();
-        let mut http = Vec::new();
-        for (key, conn) in self.conns.slab.iter() {
-            let quiet = now.saturating_sub(conn.last_active);
-            let over = match conn.kind {
-                Kind::Ws { .. } => idle.is_some_and(|t| quiet >= t),
-                Kind::Http => {
-                    // A long-poll waiting for its answer is not slow.
-                    if quiet >= handshake && !self.conns.lp.is_waiting(key) {
-                        http.push((key, quiet));
-                    }
-                    false
-                }
-                Kind::Closing { .. } => quiet >= CLOSE_LINGER,
-            };
-            if over {
-                expired.push((key, matches!(conn.kind, Kind::Ws { .. })));
-            }
-        }
-        for (key, quiet) in http {
-            if self.conns.handshake_expired(key, quiet, handshake) {
-                expired.push((key, false));
-            }
-        }
-        if expired.is_empty() {
-            return;
-        }
-        // Quiet as far as this loop has read, but a client may have spoken:
-        // a turn reads the sockets of at most one batch of events, and a
-        // worker starved of CPU falls behind, with heartbeats unread in the
-        // kernel. Read first; then ask the kernel when it last received
-        // data on the socket (its clock, not this loop's): a socket is idle
-        // only when neither this loop nor the kernel got a byte from it for
-        // the timeout. (Phoenix's transport gets the first from its
-        // mailbox: data that came before the timeout message is handled
-        // first; `lib/phoenix/transports/websocket.ex`.)
-        let t = idle.unwrap_or(0);
-        let mut quiet = Vec::new();
-        let (mut unread, mut heard) = (0u64, 0u64);
-        for (key, ws) in expired {
-            if !ws {
-                self.conns
-                    .close(&self.node, &mut self.scratch, key, CloseReason::Normal);
-                continue;
-            }
-            self.on_readable(key);
-            let Some(c) = self.conns.slab.get_mut(key).filter(|c| !c.dead) else {
-                continue;
-            };
-            if now.saturating_sub(c.last_active) < t {
-                unread += 1;
-                continue;
-            }
-            match crate::sys::tcp_last_data_recv_ms(&c.sock) {
-                Some(ms) if ms / 1000 < t => {
-                    c.last_active = now.saturating_sub(ms / 1000);
-                    heard += 1;
-                }
-                _ => quiet.push(key),
-            }
-        }
-        let idle_closed = quiet.len();
-        // The same close frame for every idle socket of this sweep.
-        let mut bye = Vec::with_capacity(32);
-        frame::encode_close(&mut bye, close_code::GOING_AWAY, "idle timeout", None);
-        for key in quiet {
-            if self.conns.slab.get(key).is_some_and(|c| c.queued()) {
-                // Output is waiting: the close frame goes after the
-                // frame being written, not into the middle of it.
-                ShardStats::add(&self.conns.stats.idle_timeout_closes, 1);
-                self.conns.cut(
-                    &self.node,
-                    &mut self.scratch,
-                    key,
-                    close_code::GOING_AWAY,
-                    "idle timeout",
-                );
-                continue;
-            }
-            if let Some(conn) = self.conns.slab.get_mut(key) {
-                let _ = output::write_some(&mut conn.sock, &bye);
-            }
-            self.conns
-                .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
-        }
-        if unread + heard > 0 {
-            tracing::info!(
-                shard = self.id,
-                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001); the loop is behind: {unread} had sent what it had not read yet, {heard} had been heard by the kernel within {t} s"
-            );
-        } else if idle_closed > 0 {
-            tracing::info!(
-                shard = self.id,
-                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001)"
-            );
-        }
     }
 }
 

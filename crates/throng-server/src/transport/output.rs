@@ -16,7 +16,8 @@ use throng_pubsub::Broadcast;
 use throng_pubsub::presence::encode::{COUNT as PRESENCE_COUNT, DIFF as PRESENCE_DIFF};
 
 use super::conn::{Chunk, Kind};
-use super::{CloseReason, Conns};
+use super::Conns;
+use crate::close::CloseReason;
 use crate::longpoll::{is_session, SESSION_BIT};
 use crate::metrics::ShardStats;
 
@@ -57,7 +58,7 @@ impl Conns {
             match write_some(&mut conn.sock, bytes) {
                 Ok(n) => written = n,
                 Err(_) => {
-                    self.doom(key, CloseReason::Normal);
+                    self.doom(key, CloseReason::Gone);
                     return;
                 }
             }
@@ -107,7 +108,7 @@ impl Conns {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => {
-                        self.doom(key, CloseReason::Normal);
+                        self.doom(key, CloseReason::Gone);
                         return;
                     }
                 }
@@ -212,7 +213,7 @@ impl Conns {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.doom(key, CloseReason::Normal);
+                    self.doom(key, CloseReason::Gone);
                     return;
                 }
             }
@@ -276,7 +277,7 @@ impl Conns {
                         self.enqueue(key, Chunk::Shared(b.clone(), vsn, n));
                     }
                 }
-                Err(_) => self.doom(key, CloseReason::Normal),
+                Err(_) => self.doom(key, CloseReason::Gone),
             }
         }
         self.registry.topics[idx as usize].subs = subs;

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use throng_protocol::frame::{self, close_code, Opcode};
+use throng_protocol::frame::{close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot, Tracker};
@@ -18,7 +18,8 @@ use super::users::NO_USER;
 use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::{Info, Who};
-use crate::longpoll::{is_session, End, Item, SESSION_BIT};
+use crate::close::CloseReason;
+use crate::longpoll::{is_session, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
@@ -37,24 +38,22 @@ impl Conns {
         let msg = match serializer::decode(vsn, opcode, data, Sender::Client) {
             Ok(m) => m,
             Err(e) => {
-                self.fail(
-                    node,
-                    scratch,
-                    key,
-                    close_code::INVALID_PAYLOAD,
-                    &e.to_string(),
-                );
+                let text = e.to_string();
+                let reason = CloseReason::Protocol {
+                    code: close_code::INVALID_PAYLOAD,
+                    text: &text,
+                };
+                self.close(node, scratch, key, reason);
                 return;
             }
         };
-        if let Err(reason) = crate::limits::check_refs(&msg, node.config.limits.max_ref_bytes) {
-            ShardStats::add(&self.stats.ref_refusals, 1);
-            self.fail(node, scratch, key, close_code::POLICY_VIOLATION, reason);
+        if let Err(text) = crate::limits::check_refs(&msg, node.config.limits.max_ref_bytes) {
+            self.close(node, scratch, key, CloseReason::RefTooLong(text));
             return;
         }
         let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
-        if let Some((code, reason)) = fail {
-            self.close_with(node, scratch, key, code, reason);
+        if let Some(reason) = fail {
+            self.close(node, scratch, key, reason);
         }
     }
 
@@ -67,20 +66,14 @@ impl Conns {
             if is_session(key) {
                 // A long-poll session ends; its next poll gets 410.
                 let idx = key & !SESSION_BIT;
-                if self.lp.sessions.get(idx).is_some_and(|s| !s.dead) {
-                    ShardStats::add(&self.stats.user_disconnects, 1);
-                    self.lp_doom(idx, End::Closed);
-                }
+                self.lp_doom(idx, CloseReason::UserDisconnect);
                 continue;
             }
             if self.slab.get(key).is_none_or(|c| c.dead) {
                 continue;
             }
-            ShardStats::add(&self.stats.user_disconnects, 1);
             self.reply.clear();
-            frame::encode_close(&mut self.reply, close_code::GOING_AWAY, "disconnect", None);
-            self.start_closing(node, scratch, key);
-            self.flush_reply(key);
+            self.close(node, scratch, key, CloseReason::UserDisconnect);
         }
     }
 
@@ -120,8 +113,8 @@ impl Conns {
                 };
                 let fail =
                     self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
-                if fail.is_some() {
-                    self.lp_doom(key & !SESSION_BIT, End::Closed);
+                if let Some(reason) = fail {
+                    self.lp_doom(key & !SESSION_BIT, reason);
                 }
                 continue;
             }
@@ -132,8 +125,8 @@ impl Conns {
                 continue;
             };
             let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
-            if let Some((code, reason)) = fail {
-                self.close_with(node, scratch, key, code, reason);
+            if let Some(reason) = fail {
+                self.close(node, scratch, key, reason);
             }
             self.flush_reply(key);
         }
@@ -183,7 +176,7 @@ impl Conns {
         key: usize,
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
-    ) -> Option<(u16, &'static str)> {
+    ) -> Option<CloseReason<'static>> {
         let (mut joins, connect, user) = if is_session(key) {
             let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
             (std::mem::take(&mut s.joins), s.connect.take(), s.user)
@@ -263,7 +256,7 @@ pub(crate) struct ShardTransport<'a> {
     node: &'a Node,
     key: usize,
     /// A close the socket asked for, done after the call.
-    fail: Option<(u16, &'static str)>,
+    fail: Option<CloseReason<'static>>,
 }
 
 impl Transport for ShardTransport<'_> {
@@ -377,8 +370,8 @@ impl Transport for ShardTransport<'_> {
         }
     }
 
-    fn close(&mut self, code: u16, reason: &'static str) {
-        self.fail.get_or_insert((code, reason));
+    fn close(&mut self, reason: CloseReason<'static>) {
+        self.fail.get_or_insert(reason);
     }
 
     fn tracker(&self) -> &Tracker {

@@ -356,6 +356,10 @@ impl Backplane for RedisBackplane {
         self.stats.link.connected.load(Relaxed)
     }
 
+    fn disconnected_for(&self) -> Option<Duration> {
+        self.stats.link.down_for()
+    }
+
     fn render_metrics(&self, out: &mut String) {
         render_metrics(&self.stats, out)
     }

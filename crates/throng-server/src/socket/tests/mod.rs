@@ -98,8 +98,10 @@ impl Transport for Fake {
             self.verdicts.remove(0)
         }
     }
-    fn close(&mut self, code: u16, _reason: &'static str) {
-        self.closed = Some(code);
+    fn close(&mut self, reason: crate::close::CloseReason<'static>) {
+        // As the shard's close: counted once, the reason's code sent.
+        reason.count(&self.stats);
+        self.closed = reason.row().code;
     }
     fn tracker(&self) -> &Tracker {
         &self.tracker
