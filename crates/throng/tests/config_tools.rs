@@ -61,6 +61,7 @@ fn gen_config_has_every_flag_and_passes_check_config() {
     let flags = help_flags();
     assert!(flags.len() > 40, "flags read off --help: {flags:?}");
     let auth_at = text.find("\n[auth]\n").expect("an [auth] table");
+    let hooks_at = text.find("\n[hooks]\n").expect("a [hooks] table");
     for flag in &flags {
         if flag == "--help" || flag == "--config" {
             continue;
@@ -69,8 +70,10 @@ fn gen_config_has_every_flag_and_passes_check_config() {
         let at = text
             .find(&marker)
             .unwrap_or_else(|| panic!("{flag} is missing from gen-config"));
-        if flag == "--auth" || flag.starts_with("--auth-") {
-            assert!(at > auth_at, "{flag} belongs under [auth]");
+        if flag.starts_with("--hook-") {
+            assert!(at > hooks_at, "{flag} belongs under [hooks]");
+        } else if flag == "--auth" || flag.starts_with("--auth-") {
+            assert!(at > auth_at && at < hooks_at, "{flag} belongs under [auth]");
         } else {
             assert!(at < auth_at, "{flag} is a top-level key");
         }

@@ -9,7 +9,8 @@
 //! A flag's key is its long name with underscores (`--idle-timeout` is
 //! `idle_timeout`), except the `--auth-*` flags, which are keys of the
 //! `[auth]` table (`--auth-jwt-secret` is `jwt_secret`, `--auth` is
-//! `mode`). Flags that are not file keys: `--config` itself and hidden ones
+//! `mode`), and the `--hook-*` flags, keys of the `[hooks]` table
+//! (`--hook-timeout-ms` is `timeout_ms`). Flags that are not file keys: `--config` itself and hidden ones
 //! (test and worker plumbing). Keys with no flag (`[[topics]]`,
 //! `[[presence]]` tables) are [`TABLE_ONLY`].
 
@@ -19,7 +20,7 @@ use super::ServeArgs;
 
 /// A flag whose key lives in a table instead of the top level: the flag's
 /// prefix, the table, and the key the bare prefix flag sets.
-const TABLES: &[(&str, &str, &str)] = &[("auth", "auth", "mode")];
+const TABLES: &[(&str, &str, &str)] = &[("auth", "auth", "mode"), ("hook", "hooks", "url")];
 
 /// Flags that are no file keys.
 const NOT_KEYS: &[&str] = &["config"];
