@@ -3,7 +3,7 @@
 //!
 //! Subscribers are sharded by connection: each event-loop shard owns the
 //! connections it accepted and one registry of their subscriptions, so join
-//! and leave touch only shard-local data (no lock). This is the seed's fix at
+//! and leave touch only shard-local data (no lock). This is the Phoenix team's 2M-connection benchmark's fix at
 //! 1.3M subscribers (a pool of pubsub servers, one table each, sharded by
 //! subscriber) without the servers. Topics sit in a slab so a connection
 //! refers to a topic by a 4-byte index, and knows its position in the

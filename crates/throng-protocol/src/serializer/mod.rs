@@ -51,7 +51,7 @@ pub enum Sender {
 /// V1 reads JSON from text and binary frames alike, as Phoenix's
 /// `Phoenix.Socket.V1.JSONSerializer.decode!/2` does (it ignores the opcode;
 /// `lib/phoenix/socket/serializers/v1_json_serializer.ex`). Tsung's
-/// `<websocket type="message">` sends binary frames, so the seed's own load
+/// `<websocket type="message">` sends binary frames, so the Phoenix team's 2M-connection benchmark's own load
 /// test depends on it. V2 reads its binary layouts from binary frames.
 pub fn decode<'a>(
     vsn: Vsn,
