@@ -35,9 +35,23 @@ fn serve_help_is_grouped_and_each_flag_has_its_own_text() {
         "Presence:",
         "Authentication:",
         "Server API:",
+        "App backend hooks:",
     ] {
         assert!(help.contains(heading), "no heading {heading}");
     }
+    // Every flag sits under a heading of its own group, none under clap's
+    // catch-all "Options:" (which keeps only --help).
+    let ungrouped: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Options:")
+        .skip(1)
+        .take_while(|l| l.starts_with(' ') || l.is_empty())
+        .filter(|l| l.trim_start().starts_with("--") && !l.contains("--help"))
+        .collect();
+    assert!(
+        ungrouped.is_empty(),
+        "flags without a heading: {ungrouped:?}"
+    );
     // One help text per flag: the first line under each flag, all different.
     let lines: Vec<&str> = help.lines().collect();
     let mut texts = Vec::new();

@@ -71,7 +71,7 @@ pub struct ServeArgs {
     #[arg(long, help_heading = "Connections and messages", value_parser = whole::<usize>, value_name = "N", env = "THRONG_MAX_CHANNELS_PER_SOCKET")]
     pub max_channels_per_socket: Option<usize>,
     /// The app backend's hooks ([hooks] in the file; crate::hooks).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "App backend hooks")]
     pub hooks: crate::hooks::HookArgs,
     /// The other bounds (limits.rs): handshake deadline, connection caps, socket memory, drain, queues.
     #[command(flatten, next_help_heading = "Limits")]
