@@ -196,6 +196,14 @@ impl Conns {
         }
     }
 
+    /// Whether connection `key` still waits for its connect hook (it may
+    /// have closed, or been reused, while the backend decided).
+    fn still_held(&self, key: usize) -> bool {
+        self.slab
+            .get(key)
+            .is_some_and(|c| !c.dead && matches!(c.kind, Kind::Http))
+    }
+
     /// The connect hook's answer to a held long-poll session: it opens
     /// (with the backend's user and assigns), or `{"status":403}` (refused)
     /// or `{"status":503}` (backend unavailable, slow or wrong).
@@ -207,11 +215,7 @@ impl Conns {
         held: HeldSession,
         outcome: Outcome,
     ) {
-        let waiting = self
-            .slab
-            .get(key)
-            .is_some_and(|c| !c.dead && matches!(c.kind, Kind::Http));
-        if !waiting {
+        if !self.still_held(key) {
             if let Some(ip) = held.admitted {
                 node.admission.release_session(ip);
             }
@@ -225,14 +229,8 @@ impl Conns {
                 return self.lp_refuse_held(node, scratch, key, 403, &held);
             }
         };
-        let user = answer
-            .user
-            .map(crate::hooks::UserId::into_string)
-            .or(held.user);
         let mut connect = held.connect;
-        if let (Some(c), Some(u)) = (connect.as_mut(), &user) {
-            c.user_id = Some(u.clone());
-        }
+        let user = accepted_user(answer.user, held.user, &mut connect);
         let (vsn, admitted, keep_alive) = (held.vsn, held.admitted, held.keep_alive);
         let session =
             self.lp_open_session(node, scratch, key, vsn, connect, user, admitted, keep_alive);
@@ -255,25 +253,15 @@ impl Conns {
         held: HeldUpgrade,
         outcome: Outcome,
     ) {
-        let waiting = self
-            .slab
-            .get(key)
-            .is_some_and(|c| !c.dead && matches!(c.kind, Kind::Http));
-        if !waiting {
+        if !self.still_held(key) {
             return;
         }
         let answer = match outcome {
             Outcome::Answer(a) if a.error.is_none() => a,
             refused => return self.refuse_upgrade(node, scratch, key, refused),
         };
-        let user = answer
-            .user
-            .map(crate::hooks::UserId::into_string)
-            .or(held.user);
         let mut connect = held.connect;
-        if let (Some(c), Some(u)) = (connect.as_mut(), &user) {
-            c.user_id = Some(u.clone());
-        }
+        let user = accepted_user(answer.user, held.user, &mut connect);
         if let Some(assigns) = answer.assigns {
             self.hook_waits.assigns.insert(key, assigns);
         }
@@ -374,4 +362,19 @@ impl Conns {
             _ => None,
         }
     }
+}
+
+/// The user an accepted connect hook leaves the socket with: the backend's,
+/// else the one a token authenticated; written into what the socket
+/// connected with, so channels see it too.
+fn accepted_user(
+    backend: Option<crate::hooks::UserId>,
+    token: Option<String>,
+    connect: &mut Option<crate::channel::ConnectInfo>,
+) -> Option<String> {
+    let user = backend.map(crate::hooks::UserId::into_string).or(token);
+    if let (Some(c), Some(u)) = (connect.as_mut(), &user) {
+        c.user_id = Some(u.clone());
+    }
+    user
 }
