@@ -249,16 +249,6 @@ fn pushes_too_deep_or_of_phx_events_get_an_error_reply() {
     assert_eq!(event, "new:msg");
 }
 
-/// The server's resident memory in KiB, from /proc.
-fn rss_kib(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn wrong_keys_with_big_bodies_pin_no_memory() {
     // 200 connections at once, each with a wrong key and a whole 1 MiB body
@@ -268,7 +258,7 @@ fn wrong_keys_with_big_bodies_pin_no_memory() {
     // are never buffered: the server grew by 0.4 MB here, against 19 MB
     // for the build that read bodies first.
     let server = api_server(&["--max-api-connections", "1000"]);
-    let before = rss_kib(&server);
+    let before = server.rss_kib();
     let body = vec![b' '; 1 << 20];
     let mut conns = Vec::new();
     for _ in 0..200 {
@@ -287,7 +277,7 @@ fn wrong_keys_with_big_bodies_pin_no_memory() {
         }
         conns.push(s);
     }
-    let during = rss_kib(&server);
+    let during = server.rss_kib();
     // Every one of them was answered 401.
     for s in &mut conns {
         s.set_nonblocking(false).unwrap();

@@ -115,16 +115,6 @@ fn sessions_start_at_a_bounded_rate_per_address() {
     assert_eq!(refused as usize, 80 - made);
 }
 
-/// The server's resident memory, from /proc.
-fn rss_kib(server: &Server) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn memory_comes_back_after_a_flood_of_sessions_expires() {
     let server = Server::start(&[
@@ -135,7 +125,7 @@ fn memory_comes_back_after_a_flood_of_sessions_expires() {
         "--longpoll-window",
         "1",
     ]);
-    let start = rss_kib(&server);
+    let start = server.rss_kib();
     // Pipelined, as the flood that found it: 50,000 session starts, 500 at a
     // time; each batch's answers are read before the next is sent, so the
     // test does not depend on the socket buffers holding a whole flood's
@@ -159,16 +149,16 @@ fn memory_comes_back_after_a_flood_of_sessions_expires() {
             tail.drain(..tail.len() - keep);
         }
     }
-    let peak = rss_kib(&server);
+    let peak = server.rss_kib();
     assert_eq!(server.metric("throng_longpoll_sessions"), n as u64);
     server.await_metric("throng_longpoll_sessions", 30, |s| s == 0);
     // The sweep that ends the last ones shrinks the table: await it.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut after = rss_kib(&server);
+    let mut after = server.rss_kib();
     while after.saturating_sub(start) >= (peak - start) / 2 && std::time::Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(50));
-        after = rss_kib(&server);
+        after = server.rss_kib();
     }
     eprintln!(
         "RSS: {start} KiB at start, {peak} KiB with {n} sessions, {after} KiB after they expired"

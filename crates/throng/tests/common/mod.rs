@@ -101,6 +101,17 @@ impl Server {
         self.child.id() as i32
     }
 
+    /// The server's resident memory in KiB, from /proc.
+    #[allow(dead_code)]
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
     /// Sends `sig` to the server.
     #[allow(dead_code)]
     pub fn signal(&self, sig: i32) {
