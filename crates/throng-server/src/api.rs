@@ -135,6 +135,17 @@ async fn bytes_of(api: &Api, headers: &HeaderMap, body: Body) -> Result<Bytes, A
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        // Answered at once. What the client still sends of the body is read
+        // and thrown away (for at most --api-timeout): a connection closed
+        // with unread input is reset by the kernel, and a client still
+        // sending its body would see the reset instead of this 413.
+        let limit = api.timeout;
+        tokio::spawn(async move {
+            use http_body_util::BodyExt;
+            let mut body = body;
+            let drain = async { while let Some(Ok(_)) = body.frame().await {} };
+            let _ = tokio::time::timeout(limit, drain).await;
+        });
         return Err(too_large());
     }
     let read = axum::body::to_bytes(body, MAX_BODY);
