@@ -92,7 +92,20 @@ function start(){
     let synced = false
     presence.onSync(() => { synced = true; renderOnline(byId("online"), presence) })
     channel.join()
-      .receive("ok", () => {
+      .receive("ok", reply => {
+        // With an app backend behind throng (examples/backend), the join
+        // reply carries who the backend says this socket is, and the
+        // room's last messages: shown in place of what the list held, so a
+        // rejoin after a reconnect does not repeat them.
+        if(reply && typeof reply.user === "string"){
+          userInput.value = reply.user
+          userInput.readOnly = true
+          joinedAs = reply.user
+        }
+        if(reply && Array.isArray(reply.messages)){
+          list.replaceChildren()
+          reply.messages.forEach(m => renderMessage(list, m))
+        }
         setStatus(status, "joined")
         // Without presence on the server, say how to turn it on.
         setTimeout(() => { byId("presence-off").hidden = synced || room.channel !== channel }, 2000)
@@ -115,7 +128,12 @@ function start(){
     event.preventDefault()
     const body = messageInput.value.trim()
     if(!body){ return }
-    room.channel.push("new:msg", {user: userName(), body})
+    // A refused push (a backend's error, a rate limit) says why in the status.
+    const channel = room.channel
+    channel.push("new:msg", {user: userName(), body})
+      .receive("ok", () => { if(status.dataset.state === "error" && channel.state === "joined"){ setStatus(status, "joined") } })
+      .receive("error", ({reason} = {}) => setStatus(status, "error", `message not sent: ${reason || "unknown"}`))
+      .receive("timeout", () => setStatus(status, "error", "message not sent: no answer"))
     messageInput.value = ""
     messageInput.focus()
   })
