@@ -19,6 +19,9 @@ command -v node >/dev/null || missing+=(nodejs npm)
 command -v python3 >/dev/null || missing+=(python3)
 python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
 command -v curl >/dev/null || missing+=(curl)
+# examples/backend's better-sqlite3 compiles SQLite (node-gyp) where no prebuilt binary can be fetched
+command -v make >/dev/null || missing+=(make)
+command -v g++ >/dev/null || missing+=(g++)
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing ${missing[*]} (apt-get)"
   as_root apt-get update -q
@@ -31,6 +34,18 @@ fi
 
 stage "npm ci"
 npm ci --no-audit --no-fund --loglevel=error
+# The example chat backend's own dependencies (examples/backend: express,
+# better-sqlite3), installed while cargo builds, and only when its
+# package-lock.json or the Node version changed since the last install.
+backend_stamp=examples/backend/node_modules/.installed-by-test-sh
+backend_want() { cat examples/backend/package-lock.json; node --version; }
+backend_log=$(mktemp)
+if backend_want | cmp -s - "$backend_stamp" 2>/dev/null; then
+  backend_npm=""
+else
+  ( npm ci --prefix examples/backend --no-audit --no-fund --loglevel=error && backend_want > "$backend_stamp" ) >"$backend_log" 2>&1 &
+  backend_npm=$!
+fi
 
 # One build profile for everything (Cargo.toml's `ci`: release speed, no LTO).
 # The test hooks (`--test-panic-message`) are a feature, compiled out of
@@ -45,7 +60,13 @@ cargo test --profile ci --workspace --features throng/test-hooks
 stage "docs name only paths that exist"
 scripts/check-doc-paths.sh
 
-stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium"
+if [ -n "$backend_npm" ]; then
+  stage "npm ci --prefix examples/backend (started with the cargo build)"
+  wait "$backend_npm" || { cat "$backend_log" >&2; echo "npm ci --prefix examples/backend failed" >&2; exit 1; }
+fi
+rm -f "$backend_log"
+
+stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium, the example backend"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
 
 stage "compatibility: real Tsung 1.7 runs scenarios/phoenix.xml, the Phoenix team's 2M-connection benchmark's config (4,000 users)"

@@ -3,15 +3,18 @@
 // `curl` broadcast reaching two joined clients with the online list on, the
 // API's route list, the Server API section's curl block, and the
 // Authentication section's `throng token` lines against a server running
-// examples/jwt.toml. Only the ports differ: THRONG_PORT=0 in the
+// examples/jwt.toml, and the two commands of The chat app with a backend.
+// Only the ports differ: THRONG_PORT=0 in the
 // environment (the README's commands pass no --port) and the API address
 // the server printed in place of localhost:4001.
 import {test} from "node:test"
 import assert from "node:assert/strict"
 import {spawn, execFileSync} from "node:child_process"
-import {readFileSync} from "node:fs"
+import {readFileSync, mkdtempSync, rmSync} from "node:fs"
 import path from "node:path"
+import {tmpdir} from "node:os"
 import {REPO_ROOT, THRONG_BIN, withTimeout, connectPhoenix, closePhoenix, joinResult, nextEvent, startServer} from "./helpers.mjs"
+import {startExampleBackend, login, connectWithCookie} from "./example_backend.mjs"
 
 const README = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8")
 
@@ -34,8 +37,8 @@ function words(line){
 }
 
 /** Runs `throng ARGS` (the README's words after `throng`); resolves with its stdout lines once `listening on` and the URL line are out. */
-function serveVerbatim(args){
-  const proc = spawn(THRONG_BIN, args, {cwd: REPO_ROOT, env: {...process.env, THRONG_PORT: "0"}, stdio: ["ignore", "pipe", "pipe"]})
+function serveVerbatim(args, env = {}){
+  const proc = spawn(THRONG_BIN, args, {cwd: REPO_ROOT, env: {...process.env, THRONG_PORT: "0", ...env}, stdio: ["ignore", "pipe", "pipe"]})
   let out = ""
   let err = ""
   proc.stderr.on("data", c => { err += c })
@@ -130,5 +133,46 @@ test("Authentication: throng token's lines mint tokens examples/jwt.toml accepts
   } finally {
     await Promise.all(sockets.map(s => closePhoenix(s)))
     await server.stop()
+  }
+})
+
+test("The chat app with a backend: its two commands run as written, and a logged-in user chats", {timeout: 30000}, async () => {
+  const [block] = blocks("## The chat app with a backend")
+  const [backendLine, serveLine, ...rest] = block.trim().split("\n")
+  assert.deepEqual(rest, [], "two commands")
+  // The install half is scripts/test.sh's (it runs before the tests); the
+  // rest runs verbatim, with PORT=0 and throng told the backend's port.
+  const [install, run] = backendLine.split(" && ")
+  assert.equal(install, "npm ci --prefix examples/backend")
+  assert.match(readFileSync(path.join(REPO_ROOT, "scripts/test.sh"), "utf8"), /npm ci --prefix examples\/backend /)
+  const dir = mkdtempSync(path.join(tmpdir(), "throng-readme-backend-"))
+  const backend = await startExampleBackend({PORT: "0", CHAT_DB: path.join(dir, "chat.db")}, words(run).slice(1))
+  const server = serveVerbatim(words(serveLine).slice(1), {THRONG_HOOK_URL: `${backend.url}/throng`})
+  const sockets = []
+  try {
+    const lines = await server.ready
+    const port = Number(lines.find(l => l.startsWith("listening on")).split(":").pop())
+    // Logged in, the browser is sent to throng's page on the same host.
+    const alice = await login(backend.url, "alice")
+    assert.equal(alice.location, "http://127.0.0.1:4000/")
+    const channels = []
+    for(const {cookie} of [alice, await login(backend.url, "bob")]){
+      const socket = await connectWithCookie(`ws://127.0.0.1:${port}`, cookie)
+      sockets.push(socket)
+      const channel = socket.channel("rooms:lobby", {})
+      const joined = await joinResult(channel)
+      assert.equal(joined.status, "ok", JSON.stringify(joined))
+      channels.push(channel)
+    }
+    const seen = nextEvent(channels[1], "new:msg")
+    channels[0].push("new:msg", {body: "hello from the README"})
+    const msg = await seen
+    assert.equal(msg.user, "alice")
+    assert.equal(msg.body, "hello from the README")
+  } finally {
+    await Promise.all(sockets.map(s => closePhoenix(s)))
+    await server.stop()
+    await backend.stop()
+    rmSync(dir, {recursive: true, force: true})
   }
 })
