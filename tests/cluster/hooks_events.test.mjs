@@ -8,13 +8,14 @@ import assert from "node:assert/strict"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {startRedis, startThrong, waitFor, sleep} from "./helpers.mjs"
+import {startRedis, startThrong, waitFor, sleep, lobbyClient, closeAll, connectionOwners} from "./helpers.mjs"
 import {connectPhoenix, closePhoenix, joinResult} from "../e2e/helpers.mjs"
 import {startBackend} from "../e2e/hook_helpers.mjs"
 
 const SECRET = "cluster-events-secret"
 
-async function setup(t){
+/** A backend, Redis and (with `twoNodes`) two nodes on them. */
+async function setup(t, {twoNodes = true} = {}){
   const backend = await startBackend(SECRET)
   t.after(() => backend.kill())
   const redis = await startRedis()
@@ -35,7 +36,7 @@ join = "anyone"
   // --presence-timeout 2: a dead node's liveness key expires 0.8 s after
   // its last refresh.
   const args = ["--config", config, "--redis", redis.url, "--presence-timeout", "2"]
-  const nodes = [await startThrong(args), await startThrong(args)]
+  const nodes = !twoNodes ? [] : [await startThrong(args), await startThrong(args)]
   for(const n of nodes){ t.after(() => n.stop()) }
   const sockets = []
   t.after(async () => { for(const s of sockets){ await closePhoenix(s) } })
@@ -47,7 +48,7 @@ join = "anyone"
   const transitions = async topic => (await backend.stats()).events
     .filter(e => !e.failed && e.topic === topic && ["occupied", "vacated"].includes(e.type))
     .map(e => e.type)
-  return {backend, nodes, connect, transitions}
+  return {backend, redis, config, nodes, connect, transitions}
 }
 
 async function join(socket, topic){
@@ -91,4 +92,24 @@ test("a node killed without a goodbye: its topics are vacated once, by a live no
   assert.deepEqual(await transitions("room:only-b"), ["occupied", "vacated"])
   // Node A still has a subscriber of room:shared: not vacated.
   assert.deepEqual(await transitions("room:shared"), ["occupied"])
+})
+
+test("--workers 2: clients on both workers, one occupied, one vacated", {timeout: 30000}, async t => {
+  const {redis, config, transitions} = await setup(t, {twoNodes: false})
+  const server = await startThrong(["--config", config, "--workers", "2", "--redis", redis.url])
+  t.after(() => server.stop())
+  const clients = []
+  t.after(() => closeAll(clients))
+  const pids = [...server.workers().values()]
+  // Clients until both workers hold some (the kernel spreads them).
+  await waitFor(async () => {
+    clients.push(await lobbyClient(server.wsUrl, `c${clients.length}`))
+    const owners = connectionOwners(server.port, pids)
+    return clients.length >= 4 && new Set(clients.map(c => owners.get(c.localPort()))).size === 2
+  }, 10000, "clients on both workers")
+  await waitFor(async () => (await transitions("rooms:lobby")).length >= 1, 5000, "rooms:lobby occupied")
+  await closeAll(clients)
+  await waitFor(async () => (await transitions("rooms:lobby")).length >= 2, 5000, "rooms:lobby vacated")
+  await sleep(400)
+  assert.deepEqual(await transitions("rooms:lobby"), ["occupied", "vacated"])
 })

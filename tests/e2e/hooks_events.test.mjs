@@ -12,6 +12,7 @@ import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import net from "node:net"
 import path from "node:path"
+import {LongPoll} from "phoenix"
 import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
@@ -41,8 +42,8 @@ async function waitEvents(pick, what, ms = 8000){
   }
 }
 
-async function client(params = {}){
-  const socket = await connectPhoenix(server.wsUrl, "2.0.0", {params})
+async function client(params = {}, opts = {}){
+  const socket = await connectPhoenix(server.wsUrl, "2.0.0", {params, ...opts})
   sockets.push(socket)
   return socket
 }
@@ -121,6 +122,16 @@ test("a socket's life reaches the backend: connect, occupied, presence, vacated,
   const next = await waitEvents(es => es.filter(e => e.type === "connect").at(-1)?.socket_id !== sid && es.filter(e => e.type === "connect").at(-1), "second connect")
   assert.notEqual(next.socket_id, sid)
   await closePhoenix(again)
+})
+
+test("a long-poll session's life reaches the backend too", async () => {
+  const socket = await client({}, {transport: LongPoll})
+  const connect = await waitEvents(es => es.find(e => e.type === "connect" && e.transport === "longpoll"), "long-poll connect")
+  const channel = await join(socket, "life:lp", {name: "lin"})
+  const pj = await waitEvents(es => es.find(e => e.type === "presence_join" && e.topic === "life:lp"), "presence_join")
+  assert.equal(pj.socket_id, connect.socket_id)
+  await leave(channel)
+  await waitEvents(es => es.find(e => e.type === "vacated" && e.topic === "life:lp"), "vacated")
 })
 
 test("many joins arrive in few POSTs", async () => {
