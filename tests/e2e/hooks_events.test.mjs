@@ -118,8 +118,9 @@ test("a socket's life reaches the backend: connect, occupied, presence, vacated,
   assert.equal(new Set(ids).size, ids.length, "no id twice")
 
   // The next socket, perhaps on the same slot, gets a new socket_id.
+  const earlier = events.filter(e => !e.failed && e.type === "connect").length
   const again = await client()
-  const next = await waitEvents(es => es.filter(e => e.type === "connect").at(-1)?.socket_id !== sid && es.filter(e => e.type === "connect").at(-1), "second connect")
+  const next = await waitEvents(es => es.filter(e => e.type === "connect")[earlier], "second connect")
   assert.notEqual(next.socket_id, sid)
   await closePhoenix(again)
 })
@@ -206,5 +207,37 @@ join = "anyone"
     assert.equal(warnings.length, 1, `one warning per episode: ${warnings.join("\n")}`)
   } finally {
     await down.stop()
+  }
+})
+
+test("a draining server's last sockets still get their disconnect to the backend", async () => {
+  const config = path.join(dir, "drain.toml")
+  writeFileSync(config, `
+[hooks]
+url = "http://127.0.0.1:${backend.port}/throng"
+secret = "${SECRET}"
+events = true
+
+[[topics]]
+pattern = "*"
+join = "anyone"
+`)
+  const draining = await startServer(["--config", config])
+  const connects = es => es.filter(e => e.type === "connect")
+  const earlier = connects((await backend.stats()).events.filter(e => !e.failed)).length
+  const socket = await connectPhoenix(draining.wsUrl, "2.0.0")
+  try {
+    await join(socket, "drain:1")
+    const connect = await waitEvents(es => connects(es)[earlier], "connect")
+    await waitEvents(es => es.find(e => e.type === "occupied" && e.topic === "drain:1"), "occupied")
+    const exit = await draining.stop()
+    assert.equal(exit.code, 0, "drained and exited by itself")
+    const stats = await backend.stats()
+    const gone = stats.events.find(e => !e.failed && e.type === "disconnect" && e.socket_id === connect.socket_id)
+    assert.ok(gone, "the disconnect reached the backend before the exit")
+    assert.equal(gone.code, 1012, "the drain's close code")
+    assert.ok(stats.events.find(e => !e.failed && e.type === "vacated" && e.topic === "drain:1"))
+  } finally {
+    await closePhoenix(socket)
   }
 })

@@ -46,6 +46,11 @@
 //! occupied is reported `occupied` again (at least once: backends keep a
 //! topic's state by its last event).
 //!
+//! A script whose reply is lost with the connection (it ran, the node
+//! never heard) changed Redis but reported nothing: that transition's
+//! event is lost (the re-assertion finds the membership already written).
+//! Events are at least once only from the moment a node decided one.
+//!
 //! Without Redis one node decides alone (the server's local occupancy).
 
 use std::collections::HashSet;

@@ -314,6 +314,17 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
+        // The sockets' disconnects (and their presences' leaves) are
+        // queued: give them a bounded time to reach the app backend.
+        if let Some(events) = self.node.hooks.as_ref().and_then(|h| h.events()) {
+            let limit = hooks::FLUSH_AT_EXIT;
+            if !events.flush(limit) {
+                tracing::warn!(
+                    queued = events.queued(),
+                    "lifecycle events: the app backend did not take every event within {limit:?} of the drain's end; the rest are lost"
+                );
+            }
+        }
     }
 }
 

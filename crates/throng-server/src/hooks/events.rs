@@ -119,6 +119,10 @@ struct Wire<'a> {
     transport: Option<&'static str>,
 }
 
+/// How long a draining process waits, after its shards are done, for the
+/// events they queued (their sockets' disconnects) to reach the backend.
+pub const FLUSH_AT_EXIT: Duration = Duration::from_secs(5);
+
 /// The counters of `/metrics`.
 #[derive(Default)]
 pub struct EventStats {
@@ -139,6 +143,8 @@ pub struct Events {
     pub stats: EventStats,
     /// The "queue full" warning was logged (until the queue drains).
     full_logged: AtomicBool,
+    /// A batch is being sent (or sent again).
+    sending: AtomicBool,
 }
 
 /// Where batches go, and how.
@@ -163,6 +169,7 @@ impl Events {
             capacity: queue.max(1),
             stats: EventStats::default(),
             full_logged: AtomicBool::new(false),
+            sending: AtomicBool::new(false),
         });
         runtime.spawn(send_loop(rx, events.clone(), target));
         events
@@ -188,6 +195,21 @@ impl Events {
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.stats.dropped.fetch_add(1, Relaxed);
             }
+        }
+    }
+
+    /// Waits (blocking this thread) until every queued event reached the
+    /// backend, at most `limit`; whether they all did.
+    pub fn flush(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if self.queued() == 0 && !self.sending.load(Relaxed) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -265,6 +287,7 @@ async fn send_loop(mut rx: mpsc::Receiver<Event>, events: Arc<Events>, target: T
     let mut down_logged = false;
     let mut batch: Vec<(String, Event)> = Vec::new();
     while let Some(first) = rx.recv().await {
+        events.sending.store(true, Relaxed);
         let deadline = tokio::time::Instant::now() + LINGER;
         let mut next = Some(first);
         while let Some(e) = next {
@@ -312,6 +335,7 @@ async fn send_loop(mut rx: mpsc::Receiver<Event>, events: Arc<Events>, target: T
         if rx.is_empty() {
             events.full_logged.store(false, Relaxed);
         }
+        events.sending.store(false, Relaxed);
     }
 }
 

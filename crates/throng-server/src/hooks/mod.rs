@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 pub use answer::{Answer, BroadcastAnswer, UserId};
 pub use client::{HookAnswer, HookClient, Outcome};
-pub use events::{Event, EventType, Events};
+pub use events::{Event, EventType, Events, FLUSH_AT_EXIT};
 pub use occupancy::Occupancy;
 pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
