@@ -1,7 +1,10 @@
 // A small app backend for the hooks tests (node:http, no framework): it
 // answers throng's POST /throng/join and /throng/push as the README's hooks
 // contract says, checks every request's x-throng-signature, and tells the
-// test what it saw on GET /stats. Run as its own process, so that a test
+// test what it saw on GET /stats. It takes lifecycle events on POST
+// /throng/events (a JSON array; `events` lists every event received, a
+// retried one again, with the POST it came in) and answers 500 to the next
+// N of them after GET /control?events_fail=N. Run as its own process, so that a test
 // can kill it and start it again on the same port:
 //   node hook_backend.mjs PORT SECRET   (prints "backend listening on PORT")
 // With HOOK_TLS_CERT and HOOK_TLS_KEY (PEM files) it serves HTTPS.
@@ -11,7 +14,8 @@ import {readFileSync} from "node:fs"
 import {createHmac, timingSafeEqual} from "node:crypto"
 
 const [port = "0", secret = ""] = process.argv.slice(2)
-const stats = {verified: 0, forged: 0, joins: [], joinRequests: [], pushes: [], answeredJoins: 0, connects: []}
+const stats = {verified: 0, forged: 0, joins: [], joinRequests: [], pushes: [], answeredJoins: 0, connects: [], events: [], eventPosts: 0, eventFailures: 0}
+let failEvents = 0
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
 function signed(body, header){
@@ -75,6 +79,12 @@ const handler = (request, response) => {
       response.writeHead(200, {"content-type": "application/json"})
       return response.end(JSON.stringify(stats))
     }
+    if(request.method === "GET" && request.url.startsWith("/control?")){
+      const q = new URLSearchParams(request.url.slice("/control?".length))
+      failEvents = Number(q.get("events_fail") || 0)
+      response.writeHead(204)
+      return response.end()
+    }
     const body = Buffer.concat(chunks)
     if(!signed(body, request.headers["x-throng-signature"])){
       stats.forged++
@@ -86,6 +96,15 @@ const handler = (request, response) => {
     let answer
     if(request.url === "/throng/join"){ answer = await join(req) }
     else if(request.url === "/throng/push"){ answer = await push(req) }
+    else if(request.url === "/throng/events"){
+      const post = ++stats.eventPosts
+      const failed = failEvents > 0
+      if(failed){ failEvents--; stats.eventFailures++ }
+      if(!Array.isArray(req)){ response.writeHead(400); return response.end("not an array") }
+      for(const e of req){ stats.events.push({...e, post, failed}) }
+      response.writeHead(failed ? 500 : 204)
+      return response.end()
+    }
     else if(request.url === "/throng/connect"){
       answer = await connect(req, response)
       if(answer === undefined){ return }

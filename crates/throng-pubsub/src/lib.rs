@@ -35,6 +35,10 @@
 //!   [`MemoryPresence`] and [`RedisPresence`], and their conformance suite
 //!   (`tests/presence_stores.rs`); its module docs give the design and the
 //!   consistency.
+//! - [`occupancy`]: which topics have a subscriber anywhere in the
+//!   cluster, decided in Redis so that a topic's first subscriber and its
+//!   last one gone are each reported by exactly one node
+//!   ([`RedisOccupancy`]; the app backend's `occupied`/`vacated` events).
 //! - [`metrics::write_metric`]: the one writer of Prometheus lines.
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.
@@ -116,6 +120,7 @@ pub mod conformance;
 mod fields;
 pub mod link;
 pub mod metrics;
+pub mod occupancy;
 pub mod presence;
 mod registry;
 mod shards;
@@ -125,6 +130,7 @@ pub use backplane::{
 };
 pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
 pub use link::RedisOptions;
+pub use occupancy::{OccupancySink, RedisOccupancy};
 pub use presence::{
     LocalPresence, MemoryPresence, MemoryPresenceBus, PresenceSink, PresenceStore, RedisPresence,
     Tracker,

@@ -122,6 +122,19 @@ pub(crate) struct Row<'a> {
 }
 
 impl<'a> CloseReason<'a> {
+    /// The close code a `disconnect` lifecycle event reports: the close
+    /// frame's; 1005 (no status) for a peer's close without a code; 1000
+    /// for an end with nothing wrong; 1006 (abnormal: no close frame) for
+    /// a lost or cut connection, or a long-poll session that expired.
+    pub(crate) fn event_code(self) -> u16 {
+        match (self, self.row().code) {
+            (_, Some(code)) => code,
+            (CloseReason::PeerClosed(None), None) => 1005,
+            (CloseReason::Finished | CloseReason::Shutdown, None) => close_code::NORMAL,
+            _ => 1006,
+        }
+    }
+
     /// The table: reason -> close code, reason text, counter, flush rule.
     pub(crate) fn row(self) -> Row<'a> {
         use CloseReason as R;

@@ -97,7 +97,7 @@ mod transport;
 mod ws;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use mio::{Poll, Waker};
@@ -220,12 +220,33 @@ impl Server {
             api_requests: Default::default(),
             api_refusals: Default::default(),
             hooks,
+            occupancy: OnceLock::new(),
             api_timeouts: Default::default(),
             api_busy: Default::default(),
             refusals: Default::default(),
         });
         if let Some(h) = &node.hooks {
             h.attach(Arc::downgrade(&node));
+        }
+        if node.config.hooks.events {
+            let occupancy = match &node.config.redis {
+                Some(url) => {
+                    let sink: std::sync::Weak<dyn throng_pubsub::OccupancySink> =
+                        Arc::downgrade(&node) as _;
+                    // A dead node's topics are vacated after the presence
+                    // timeout, as its presences leave.
+                    let redis = throng_pubsub::RedisOccupancy::connect_with(
+                        url,
+                        node.config.presence_timeout * 4 / 10,
+                        &node.config.redis_options(),
+                        sink,
+                    )
+                    .map_err(|e| Error::Config(format!("hooks events: {e}")))?;
+                    hooks::Occupancy::Redis(redis)
+                }
+                None => hooks::Occupancy::Local(Default::default()),
+            };
+            let _ = node.occupancy.set(occupancy);
         }
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
@@ -292,6 +313,17 @@ impl Server {
     pub fn wait(self) {
         for t in self.threads {
             let _ = t.join();
+        }
+        // The sockets' disconnects (and their presences' leaves) are
+        // queued: give them a bounded time to reach the app backend.
+        if let Some(events) = self.node.hooks.as_ref().and_then(|h| h.events()) {
+            let limit = hooks::FLUSH_AT_EXIT;
+            if !events.flush(limit) {
+                tracing::warn!(
+                    queued = events.queued(),
+                    "lifecycle events: the app backend did not take every event within {limit:?} of the drain's end; the rest are lost"
+                );
+            }
         }
     }
 }

@@ -179,6 +179,8 @@ pub struct Node {
     pub api_refusals: std::sync::atomic::AtomicU64,
     /// The app backend's client, when `[hooks]` has a url.
     pub hooks: Option<Arc<crate::hooks::HookClient>>,
+    /// Who decides `occupied`/`vacated` events, with `[hooks] events`.
+    pub occupancy: OnceLock<crate::hooks::Occupancy>,
     /// API connections closed for a head or body later than `--api-timeout`.
     pub api_timeouts: std::sync::atomic::AtomicU64,
     /// API connections refused (503) past `--max-api-connections`.

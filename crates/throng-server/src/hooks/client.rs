@@ -19,6 +19,7 @@ use hyper_util::rt::TokioExecutor;
 
 use super::answer::Answer;
 use super::breaker::Breaker;
+use super::events::Events;
 use super::request::signature;
 use super::stats::{self, HookStats};
 use super::{Failure, Hook, HooksConfig};
@@ -55,6 +56,8 @@ pub struct HookClient {
     down_logged: AtomicBool,
     /// A bad answer was logged (once per episode: until a good one).
     bad_logged: AtomicBool,
+    /// The lifecycle events' queue, with `events = true`.
+    events: Option<Arc<Events>>,
 }
 
 /// Idle keep-alive connections kept to the backend.
@@ -105,6 +108,19 @@ impl HookClient {
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(POOL_IDLE)
             .build(connector);
+        let events = config.events.then(|| -> io::Result<Arc<Events>> {
+            let target = super::events::Target {
+                client: client.clone(),
+                uri: format!("{url}/events")
+                    .parse()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+                secret: config.secret.clone(),
+                timeout: config.timeout,
+                batch: config.events_batch,
+            };
+            Ok(Events::start(&runtime, config.events_queue, target))
+        });
+        let events = events.transpose()?;
         Ok(Some(Arc::new(HookClient {
             config: config.clone(),
             uris,
@@ -116,12 +132,18 @@ impl HookClient {
             node: OnceLock::new(),
             down_logged: AtomicBool::new(false),
             bad_logged: AtomicBool::new(false),
+            events,
         })))
     }
 
     /// Answers go to this node's shards.
     pub(crate) fn attach(&self, node: Weak<Node>) {
         let _ = self.node.set(node);
+    }
+
+    /// The lifecycle events' queue, when `events = true`.
+    pub fn events(&self) -> Option<&Events> {
+        self.events.as_deref()
     }
 
     /// The settings it runs with.
@@ -299,5 +321,8 @@ impl HookClient {
             self.breaker.state() as u8,
             self.in_flight.load(Relaxed),
         );
+        if let Some(events) = &self.events {
+            events.render_metrics(out);
+        }
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! ```toml
 //! [hooks]
-//! url = "http://127.0.0.1:8000/throng"  # POST {url}/join, {url}/push
+//! url = "http://127.0.0.1:8000/throng"  # POST {url}/connect, /join, /push, /events
+//! events = true                         # lifecycle events, batched (`events.rs`)
 //! secret = "..."                        # x-throng-signature: sha256=<hex HMAC-SHA256(secret, body)>
 //! timeout_ms = 3000
 //!
@@ -28,12 +29,18 @@
 //! - `request.rs`: the signed request bodies;
 //! - `answer.rs`: the answers, checked;
 //! - `waits.rs`: a shard's joins and pushes waiting for the backend;
+//! - `events.rs`: the lifecycle events' queue and sender (batches, ids,
+//!   retries);
+//! - `occupancy.rs`: which topics have a subscriber in the cluster
+//!   (`occupied`/`vacated`), decided by this node alone or in Redis;
 //! - `stats.rs`: the counters and latency histograms of `/metrics`;
 //! - `tls.rs`: the roots an https:// backend is checked against.
 
 mod answer;
 mod breaker;
 mod client;
+mod events;
+mod occupancy;
 mod request;
 mod settings;
 mod stats;
@@ -44,6 +51,8 @@ use serde::{Deserialize, Serialize};
 
 pub use answer::{Answer, BroadcastAnswer, UserId};
 pub use client::{HookAnswer, HookClient, Outcome};
+pub use events::{Event, EventType, Events, FLUSH_AT_EXIT};
+pub use occupancy::Occupancy;
 pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
 pub use settings::{HookArgs, HooksConfig};

@@ -7,6 +7,7 @@ use hmac::{Hmac, Mac};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use sha2::Sha256;
+use throng_protocol::Ref;
 
 /// `POST {url}/join`.
 #[derive(Serialize)]
@@ -28,9 +29,24 @@ pub(crate) struct PushRequest<'a> {
     pub user: Option<&'a str>,
     pub socket_id: &'a str,
     pub assigns: &'a RawValue,
-    #[serde(rename = "ref")]
-    pub msg_ref: Option<&'a str>,
+    /// The push's ref as the client sent it: a number stays a number, a
+    /// string a string, none (or null) is null.
+    #[serde(rename = "ref", serialize_with = "json_ref")]
+    pub msg_ref: Option<&'a Ref<'a>>,
     pub at: u64,
+}
+
+/// Writes a ref as the JSON value it came as (see [`Ref`]).
+fn json_ref<S: serde::Serializer>(r: &Option<&Ref<'_>>, s: S) -> Result<S::Ok, S::Error> {
+    match r {
+        None => s.serialize_none(),
+        // A number ref's text was checked as a JSON number when decoded.
+        Some(r) if r.is_number() => match serde_json::from_str::<&RawValue>(r.text()) {
+            Ok(raw) => raw.serialize(s),
+            Err(_) => s.serialize_str(r.text()),
+        },
+        Some(r) => s.serialize_str(r.text()),
+    }
 }
 
 /// `POST {url}/connect`.
@@ -144,7 +160,7 @@ mod tests {
             user: None,
             socket_id: "s",
             assigns,
-            msg_ref: Some("3"),
+            msg_ref: Some(&Ref::string("3")),
             at: 1,
         })
         .unwrap();
@@ -156,5 +172,27 @@ mod tests {
         );
         assert_eq!(body["ref"], "3");
         assert_eq!(body["payload"]["x-evil"], 1);
+    }
+
+    #[test]
+    fn push_ref_keeps_its_json_type() {
+        let payload: &RawValue = serde_json::from_str("{}").unwrap();
+        let body = |msg_ref: Option<&Ref<'_>>| {
+            let json = serde_json::to_string(&PushRequest {
+                topic: "t",
+                event: "e",
+                payload,
+                user: None,
+                socket_id: "s",
+                assigns: payload,
+                msg_ref,
+                at: 1,
+            })
+            .unwrap();
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()["ref"].clone()
+        };
+        assert_eq!(body(Ref::number("7").as_ref()), serde_json::json!(7));
+        assert_eq!(body(Some(&Ref::string("7"))), serde_json::json!("7"));
+        assert_eq!(body(None), serde_json::Value::Null);
     }
 }

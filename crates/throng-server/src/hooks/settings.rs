@@ -13,14 +13,14 @@ use serde::Deserialize;
 #[derive(clap::Args, Deserialize, Debug, Default, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct HookArgs {
-    /// The app backend's base URL: throng POSTs to URL/connect, URL/join and URL/push (http:// or https://) [default: none, no hooks]
+    /// The app backend's base URL: throng POSTs to URL/connect, URL/join, URL/push and URL/events (http:// or https://) [default: none, no hooks]
     #[arg(long = "hook-url", value_name = "URL", env = "THRONG_HOOK_URL")]
     pub url: Option<String>,
     /// Ask URL/connect whether to accept every new socket, WebSocket (the 101 waits for the answer) and long-poll (its first poll waits) [default: off]
     #[arg(long = "hook-connect", env = "THRONG_HOOK_CONNECT")]
     #[serde(default)]
     pub connect: bool,
-    /// Send lifecycle events to URL/events (not available yet: refused at start) [default: off]
+    /// Send lifecycle events (connect, disconnect, occupied, vacated, presence_join, presence_leave) to URL/events, in batched POSTs of a JSON array, retried until taken [default: off]
     #[arg(long = "hook-events", env = "THRONG_HOOK_EVENTS")]
     #[serde(default)]
     pub events: bool,
@@ -67,6 +67,20 @@ pub struct HookArgs {
         env = "THRONG_HOOK_MAX_ANSWER_BYTES"
     )]
     pub max_answer_bytes: Option<usize>,
+    /// Lifecycle events waiting for the backend at most; past it new events are dropped and counted (throng_hook_events_dropped_total) [default: 10000]
+    #[arg(
+        long = "hook-events-queue",
+        value_name = "N",
+        env = "THRONG_HOOK_EVENTS_QUEUE"
+    )]
+    pub events_queue: Option<usize>,
+    /// Lifecycle events in one POST to URL/events at most (a batch also goes out 100 ms after its first event) [default: 500]
+    #[arg(
+        long = "hook-events-batch",
+        value_name = "N",
+        env = "THRONG_HOOK_EVENTS_BATCH"
+    )]
+    pub events_batch: Option<usize>,
     /// Consecutive failures (unreachable, timeout, 5xx) after which the circuit opens: hooks are answered {"reason":"backend unavailable"} at once, and one request a second probes the backend until it answers [default: 5]
     #[arg(
         long = "hook-breaker-failures",
@@ -91,6 +105,10 @@ pub struct HooksConfig {
     pub max_in_flight_per_socket: usize,
     pub max_answer_bytes: usize,
     pub breaker_failures: u32,
+    /// Lifecycle events queued at most (`--hook-events-queue`).
+    pub events_queue: usize,
+    /// Lifecycle events per POST at most (`--hook-events-batch`).
+    pub events_batch: usize,
 }
 
 impl Default for HooksConfig {
@@ -106,6 +124,8 @@ impl Default for HooksConfig {
             max_in_flight_per_socket: 16,
             max_answer_bytes: 64 << 10,
             breaker_failures: 5,
+            events_queue: 10_000,
+            events_batch: 500,
         }
     }
 }
@@ -136,13 +156,6 @@ impl HookArgs {
         let events = self.events || f.events;
         if (connect || events) && url.is_none() {
             return Err("hooks connect/events need a url: set [hooks] url or --hook-url".into());
-        }
-        if events {
-            return Err(
-                "hooks events (lifecycle POSTs to URL/events) are not available in this version: \
-                 remove [hooks] events / --hook-events"
-                    .into(),
-            );
         }
         let timeout_ms = self
             .timeout_ms
@@ -181,6 +194,8 @@ impl HookArgs {
                 .or(f.breaker_failures)
                 .unwrap_or(d.breaker_failures)
                 .max(1),
+            events_queue: pick(self.events_queue, f.events_queue, d.events_queue),
+            events_batch: pick(self.events_batch, f.events_batch, d.events_batch),
         })
     }
 }
@@ -196,6 +211,9 @@ impl HooksConfig {
         if self.connect {
             args.push("--hook-connect".into());
         }
+        if self.events {
+            args.push("--hook-events".into());
+        }
         if let Some(ca) = &self.ca_file {
             args.extend(["--hook-ca-file".into(), ca.display().to_string()]);
         }
@@ -210,6 +228,10 @@ impl HooksConfig {
             self.max_answer_bytes.to_string(),
             "--hook-breaker-failures".into(),
             self.breaker_failures.to_string(),
+            "--hook-events-queue".into(),
+            self.events_queue.to_string(),
+            "--hook-events-batch".into(),
+            self.events_batch.to_string(),
         ]);
         args
     }
@@ -237,12 +259,14 @@ mod tests {
         let c = flags.resolve(Some(&file)).unwrap();
         assert_eq!(c.url.as_deref(), Some("http://127.0.0.1:8000/throng"));
         assert!(c.connect && !c.events);
-        // Events are refused until they exist.
         let events = HookArgs {
             events: true,
+            events_batch: Some(7),
             ..file
         };
-        assert!(flags.resolve(Some(&events)).unwrap_err().contains("events"));
+        let e = flags.resolve(Some(&events)).unwrap();
+        assert!(e.events && e.events_batch == 7 && e.events_queue == 10_000);
+        assert!(e.worker_args().contains(&"--hook-events".to_string()));
         assert_eq!(c.secret.as_deref(), Some("s"));
         assert_eq!(c.timeout, Duration::from_millis(70));
         assert_eq!(c.max_in_flight_per_socket, 16);

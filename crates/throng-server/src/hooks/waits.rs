@@ -75,12 +75,30 @@ pub(crate) struct Waits {
     /// What the connect hook answered as each socket's `assigns`: sent
     /// with its join requests. Empty without a connect hook.
     pub assigns: HashMap<usize, Box<serde_json::value::RawValue>>,
+    /// Each socket's number in its `socket_id`, given the first time a hook
+    /// request or an event names it and forgotten when it closes: a slab
+    /// key is reused, this number never is (a 64-bit count per shard). Kept
+    /// here rather than in the connection so that an idle socket no hook
+    /// names costs nothing; one that is named costs an entry of this map
+    /// (16 bytes and the map's slack).
+    socket_ids: HashMap<usize, u64>,
+    next_socket: u64,
 }
 
 impl Waits {
     pub fn next_id(&mut self) -> u64 {
         self.next += 1;
         self.next
+    }
+
+    /// The number of socket `key` in its `socket_id`: new for each socket,
+    /// the same for the socket's life.
+    pub fn socket_number(&mut self, key: usize) -> u64 {
+        let next = &mut self.next_socket;
+        *self.socket_ids.entry(key).or_insert_with(|| {
+            *next += 1;
+            *next
+        })
     }
 
     /// What socket `key` has waiting.
@@ -178,8 +196,11 @@ impl Waits {
     pub fn forget(&mut self, key: usize) -> Vec<Wait> {
         let mut gone = Vec::new();
         // Every close passes here: nothing to hash without hooks in use.
-        if self.per_socket.is_empty() && self.assigns.is_empty() {
+        if self.per_socket.is_empty() && self.assigns.is_empty() && self.socket_ids.is_empty() {
             return gone;
+        }
+        if !self.socket_ids.is_empty() {
+            self.socket_ids.remove(&key);
         }
         if !self.assigns.is_empty() {
             self.assigns.remove(&key);
@@ -228,6 +249,17 @@ mod tests {
         assert!(w.next_push(1, &t).is_none());
         assert!(!w.push_busy(1, "t"));
         assert_eq!(w.held(1), 0);
+    }
+
+    #[test]
+    fn a_socket_number_is_never_reused() {
+        let mut w = Waits::default();
+        let a = w.socket_number(7);
+        assert_eq!(w.socket_number(7), a, "stable for the socket's life");
+        w.forget(7);
+        let b = w.socket_number(7);
+        assert_ne!(a, b, "the next socket on the same key gets a new one");
+        assert_ne!(w.socket_number(8), b);
     }
 
     #[test]

@@ -171,7 +171,7 @@ impl<T: Transport> Mux<'_, T> {
             user: self.cx.who.user,
             socket_id: &socket_id,
             assigns: raw(assigns),
-            msg_ref: msg_ref.map(|r| &**r),
+            msg_ref,
             at: crate::hooks::now_ms(),
         })
         .unwrap_or_default();

@@ -118,8 +118,19 @@ pub(crate) trait Transport {
     fn hook_assigns(&self) -> Option<String> {
         None
     }
+    /// A `presence_join` or `presence_leave` lifecycle event of this
+    /// connection's presence `key` on `topic` (nothing without `[hooks]
+    /// events`).
+    fn presence_event(
+        &mut self,
+        _kind: crate::hooks::EventType,
+        _topic: &str,
+        _key: &Arc<str>,
+        _user: Option<&str>,
+    ) {
+    }
     /// This connection's id in hook requests.
-    fn socket_id(&self) -> String {
+    fn socket_id(&mut self) -> String {
         String::new()
     }
 }

@@ -12,6 +12,7 @@ use throng_protocol::serializer::encode_message_around;
 
 use super::{Mux, Transport};
 use crate::channel::PresenceOp;
+use crate::hooks::EventType;
 use crate::metrics::ShardStats;
 use crate::presence::mode_for;
 
@@ -52,6 +53,9 @@ impl<T: Transport> Mux<'_, T> {
                         self.refused(&topic, "key already tracked by this join");
                     } else {
                         let (seq, new) = self.t.tracker().track(&topic, mode, key.clone(), fields);
+                        let user = self.cx.who.user;
+                        self.t
+                            .presence_event(EventType::PresenceJoin, &topic, &key, user);
                         self.t.tracked(slot.topic).push((key, seq));
                         if new {
                             self.t.presence_started();
@@ -96,6 +100,9 @@ impl<T: Transport> Mux<'_, T> {
                         Some(at) => {
                             let (key, seq) = tracked.remove(at);
                             self.t.tracker().untrack(&topic, &key, seq);
+                            let user = self.cx.who.user;
+                            self.t
+                                .presence_event(EventType::PresenceLeave, &topic, &key, user);
                         }
                         None => self.refused(&topic, "untrack of a key this join does not track"),
                     }
@@ -143,6 +150,9 @@ impl<T: Transport> Mux<'_, T> {
     pub(super) fn untrack_all(&mut self, index: u32, topic: &str) {
         for (key, seq) in self.t.take_tracked(index) {
             self.t.tracker().untrack(topic, &key, seq);
+            let user = self.cx.who.user;
+            self.t
+                .presence_event(EventType::PresenceLeave, topic, &key, user);
         }
     }
 }

@@ -39,10 +39,11 @@ impl Conns {
         }
         tracing::debug!(key, ?reason, "closing");
         reason.count(&self.stats);
+        let code = reason.event_code();
         let queued = conn.queued();
         match row.flush {
-            Flush::Abort => self.remove(node, scratch, key),
-            Flush::Drop | Flush::Now if !ws => self.remove(node, scratch, key),
+            Flush::Abort => self.remove(node, scratch, key, code),
+            Flush::Drop | Flush::Now if !ws => self.remove(node, scratch, key, code),
             Flush::Now if !queued => {
                 if let Some(code) = row.code {
                     let at = self.reply.len();
@@ -50,7 +51,7 @@ impl Conns {
                     let _ = super::output::write_some(&mut conn.sock, &self.reply[at..]);
                     self.reply.truncate(at);
                 }
-                self.remove(node, scratch, key);
+                self.remove(node, scratch, key, code);
             }
             Flush::Drop | Flush::Now => {
                 if let Some(e) = conn.extra.as_mut() {
@@ -58,10 +59,10 @@ impl Conns {
                     e.out.truncate(keep as usize);
                     e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
                 }
-                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text);
+                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text, code);
             }
             Flush::After => {
-                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text);
+                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text, code);
             }
         }
     }
@@ -70,6 +71,7 @@ impl Conns {
     /// one) after the frames gathered for the connection and everything
     /// queued before them; then the half-close once the queue drains. The
     /// frame goes into the gathered frames: no allocation.
+    #[allow(clippy::too_many_arguments)]
     fn close_frame_after_output(
         &mut self,
         node: &Node,
@@ -78,6 +80,7 @@ impl Conns {
         ws: bool,
         code: Option<u16>,
         text: &str,
+        event_code: u16,
     ) {
         if ws {
             match code {
@@ -87,13 +90,13 @@ impl Conns {
             }
         }
         // Closing first: the frame is then queued past the output bounds.
-        self.start_closing(node, scratch, key);
+        self.start_closing(node, scratch, key, event_code);
         self.flush_reply(key);
     }
 
     /// Sends what is gathered, then half-closes once the queue drains. The
     /// channels end now; the socket lingers only to deliver the close.
-    fn start_closing(&mut self, node: &Node, scratch: &mut Scratch, key: usize) {
+    fn start_closing(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16) {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
@@ -108,7 +111,7 @@ impl Conns {
             e.frag = None;
         }
         if let Some(socket) = socket {
-            self.end_socket(node, scratch, key, socket);
+            self.end_socket(node, scratch, key, socket, code);
             ShardStats::sub(&self.stats.websockets, 1);
         }
     }
@@ -155,8 +158,9 @@ impl Conns {
         }
     }
 
-    /// Removes a connection: its channels end, its socket closes.
-    fn remove(&mut self, node: &Node, scratch: &mut Scratch, key: usize) {
+    /// Removes a connection: its channels end (a `disconnect` event with
+    /// `code`), its socket closes.
+    fn remove(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16) {
         let Some(mut conn) = self.slab.try_remove(key) else {
             return;
         };
@@ -166,11 +170,12 @@ impl Conns {
         if !self.lp.waiting.is_empty() {
             self.lp_conn_closed(node, key);
         }
-        self.hook_forget(node, key);
         if let Some(socket) = conn.take_socket() {
             ShardStats::sub(&self.stats.websockets, 1);
-            self.end_socket(node, scratch, key, socket);
+            self.end_socket(node, scratch, key, socket, code);
         }
+        // After the socket's end, whose events name it.
+        self.hook_forget(node, key);
         // Dropping the stream closes the descriptor, which also leaves epoll.
     }
 }

@@ -11,7 +11,8 @@ use super::conn::Kind;
 use super::Conns;
 use crate::close::CloseReason;
 use crate::hooks::{
-    ConnectRequest, Failure, HeldSession, HeldUpgrade, Hook, HookAnswer, Outcome, Wait, Waiting,
+    ConnectRequest, Event, EventType, Failure, HeldSession, HeldUpgrade, Hook, HookAnswer, Outcome,
+    Wait, Waiting,
 };
 use crate::longpoll::{is_session, SESSION_BIT};
 use crate::metrics::ShardStats;
@@ -68,10 +69,46 @@ impl Conns {
         }
     }
 
-    /// The id of connection `key` in hook requests: unique among the
-    /// node's open sockets.
-    pub(super) fn socket_id(&self, node: &Node, key: usize) -> String {
-        format!("{}.{}.{key}", node.control.node_id, self.id)
+    /// The id of connection (or session) `key` in hook requests and
+    /// events: the node's random id, the shard, and a number this shard
+    /// never gives twice, so no two sockets share one across nodes,
+    /// restarts and reused slots.
+    pub(super) fn socket_id(&mut self, node: &Node, key: usize) -> String {
+        let n = self.hook_waits.socket_number(key);
+        format!("{}.{}.{n}", node.control.node_id, self.id)
+    }
+
+    /// Queues lifecycle event `kind` of socket `key` (of `user`), with what
+    /// `fill` adds, when `[hooks] events` is on; nothing otherwise.
+    pub(super) fn socket_event(
+        &mut self,
+        node: &Node,
+        key: usize,
+        kind: EventType,
+        user: Option<&str>,
+        fill: impl FnOnce(&mut Event),
+    ) {
+        let Some(events) = node.hooks.as_ref().and_then(|h| h.events()) else {
+            return;
+        };
+        let mut e = Event::new(kind);
+        e.socket_id = Some(self.socket_id(node, key));
+        e.user = user.map(Into::into);
+        fill(&mut e);
+        events.push(e);
+    }
+
+    /// Socket `key` is open (`transport`: `websocket` or `longpoll`).
+    pub(super) fn connect_event(
+        &mut self,
+        node: &Node,
+        key: usize,
+        transport: &'static str,
+        user: Option<&str>,
+    ) {
+        self.socket_event(node, key, EventType::Connect, user, |e| {
+            e.transport = Some(transport)
+        });
     }
 
     /// The answer to a hook call of this shard.
@@ -277,6 +314,7 @@ impl Conns {
         };
         conn.connect = connect.map(Arc::new);
         ShardStats::add(&self.stats.websockets, 1);
+        self.connect_event(node, key, "websocket", user.as_deref());
         if let Some(user) = user {
             self.slab[key].user = self.users.add(&user, key as u32);
         }

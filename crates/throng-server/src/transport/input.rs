@@ -327,6 +327,7 @@ impl Shard {
                 };
                 conn.connect = connect.map(Arc::new);
                 ShardStats::add(&conns.stats.websockets, 1);
+                conns.connect_event(node, key, "websocket", user.as_deref());
                 if let Some(user) = user {
                     conns.slab[key].user = conns.users.add(&user, key as u32);
                 }

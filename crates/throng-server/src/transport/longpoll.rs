@@ -199,10 +199,11 @@ impl Conns {
         let session = entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
         session.ip = admitted.flatten();
         session.admitted = admitted.is_some();
-        if let Some(user) = user {
+        if let Some(user) = &user {
             // In the shard's users, so that a `disconnect` ends the session.
-            session.user = self.users.add(&user, (SESSION_BIT | idx) as u32);
+            session.user = self.users.add(user, (SESSION_BIT | idx) as u32);
         }
+        self.connect_event(node, SESSION_BIT | idx, "longpoll", user.as_deref());
         ShardStats::add(&self.stats.longpoll_sessions, 1);
         let token = self.lp_token(idx, secret);
         let body = poll_body(410, &token, vsn, &[]);
@@ -460,7 +461,7 @@ impl Conns {
             connect: s.connect.take(),
             user: s.user,
         };
-        self.end_socket(node, scratch, SESSION_BIT | idx, ended);
+        self.end_socket(node, scratch, SESSION_BIT | idx, ended, reason.event_code());
     }
 
     /// End of a loop turn: every parked poll whose session got messages

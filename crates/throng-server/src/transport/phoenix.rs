@@ -19,6 +19,7 @@ use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::{Info, Who};
 use crate::close::CloseReason;
+use crate::hooks::EventType;
 use crate::longpoll::{is_session, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
@@ -82,6 +83,9 @@ impl Conns {
         if let Some(name) = self.registry.name(idx) {
             if node.topics.add(name, self.id) {
                 node.backplane.subscribe(name);
+                if let Some(o) = node.occupancy.get() {
+                    o.changed(node, name);
+                }
             }
         }
     }
@@ -90,6 +94,9 @@ impl Conns {
         ShardStats::sub(&self.stats.topics, 1);
         if node.topics.remove(name, self.id) {
             node.backplane.unsubscribe(name);
+            if let Some(o) = node.occupancy.get() {
+                o.changed(node, &Arc::from(name));
+            }
             let presence = &node.presence;
             if presence.is_active() {
                 let topics = &node.topics;
@@ -133,16 +140,17 @@ impl Conns {
     }
 
     /// Ends the Phoenix socket of a connection that is closing (or of a
-    /// long-poll session that ends): every channel terminates, and the user
-    /// forgets this socket.
+    /// long-poll session that ends): every channel terminates (their
+    /// presences leave), the `disconnect` event goes out with `code`, and
+    /// the user and the hooks forget this socket.
     pub(super) fn end_socket(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
         key: usize,
         mut s: Ended,
+        code: u16,
     ) {
-        self.hook_forget(node, key);
         let id = self.users.id(s.user).cloned();
         let mut t = ShardTransport {
             conns: self,
@@ -161,6 +169,10 @@ impl Conns {
             scratch,
         }
         .close();
+        self.socket_event(node, key, EventType::Disconnect, id.as_deref(), |e| {
+            e.code = Some(code)
+        });
+        self.hook_forget(node, key);
         if s.user != NO_USER {
             self.users.remove(s.user, key as u32);
         }
@@ -435,7 +447,17 @@ impl Transport for ShardTransport<'_> {
         self.conns.hook_assigns(self.key).map(str::to_owned)
     }
 
-    fn socket_id(&self) -> String {
+    fn socket_id(&mut self) -> String {
         self.conns.socket_id(self.node, self.key)
+    }
+
+    fn presence_event(&mut self, kind: EventType, topic: &str, key: &Arc<str>, user: Option<&str>) {
+        let topic = Arc::from(topic);
+        let key = key.clone();
+        self.conns
+            .socket_event(self.node, self.key, kind, user, move |e| {
+                e.topic = Some(topic);
+                e.key = Some(key);
+            });
     }
 }

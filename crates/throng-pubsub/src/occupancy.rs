@@ -1,0 +1,464 @@
+//! [`RedisOccupancy`]: which topics have a subscriber anywhere in the
+//! cluster, so that a topic's first subscriber on any node and its last one
+//! gone everywhere are each noticed by exactly one node (the server turns
+//! them into `occupied` and `vacated` events for the app backend).
+//!
+//! Redis decides, one Lua script per change, atomically: the nodes with
+//! subscribers of a topic are a set; a node adds itself when it gains its
+//! first local subscriber and removes itself when it loses its last one.
+//! The script that finds the set empty before an add reports `occupied`,
+//! the one that leaves it empty reports `vacated`: whatever the nodes do at
+//! the same time, one script sees each transition.
+//!
+//! Keys (`O` = `throng:o:`, `N` a node id in 16 hex digits, `T` a topic):
+//! - `O t:T`: the nodes with subscribers of T (a set);
+//! - `O n:N`: the topics N is in (a set, to clean up after N);
+//! - `O a:N`: N is alive (a string with a TTL it refreshes);
+//! - `O nodes`: every node that wrote here (a set).
+//!
+//! ## Order
+//! The shards tell the thread "`T` changed" (an unbounded queue, as the
+//! backplane's topic changes: one message per node-wide first or last
+//! subscriber); the thread compares what the node has now
+//! ([`OccupancySink::has_topic`]) with what it last wrote, so two shards'
+//! notices arriving out of order cannot leave a wrong membership.
+//!
+//! ## A node that dies
+//! Each node refreshes `O a:N` (TTL `ttl`) every `ttl / 3` and checks the
+//! other nodes' keys as often; a node whose key expired is dead: one
+//! script (that checks the key is still gone) takes it out of every
+//! topic's set and reports the topics it left empty, so the checking node
+//! sends their `vacated` (once: the script runs atomically, the next
+//! checker finds nothing left). A node checks others only once its own
+//! session is `ttl` old, so nodes coming back after a Redis restart are
+//! not buried before they re-assert.
+//!
+//! ## Redis reconnect
+//! On every new session (the [link](crate::link)'s, with its backoff) the
+//! node re-asserts its whole membership in one script: it adds itself to
+//! the set of every topic it has now (reporting `occupied` where the set
+//! was empty: after a Redis restart that lost the data, or after the
+//! others buried this node while it was away), and removes itself from the
+//! topics it no longer has (reporting `vacated` where it was the last).
+//! Changes made while Redis was away are not replayed one by one: the
+//! re-assertion supersedes them. So a flap during an outage is not
+//! reported, and after a Redis restart that lost the data a topic still
+//! occupied is reported `occupied` again (at least once: backends keep a
+//! topic's state by its last event).
+//!
+//! A script whose reply is lost with the connection (it ran, the node
+//! never heard) changed Redis but reported nothing: that transition's
+//! event is lost (the re-assertion finds the membership already written).
+//! Events are at least once only from the moment a node decided one.
+//!
+//! Without Redis one node decides alone (the server's local occupancy).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use ::redis::Value;
+use tokio::sync::mpsc;
+
+use crate::link::{client_for, random_node_id, redact, timed, End, Health, Link, RResult, Worker};
+use crate::metrics::write_metric;
+use crate::Error;
+
+/// Prefix of every occupancy key.
+pub const PREFIX: &str = "throng:o:";
+
+/// What the node tells, and asks, the occupancy thread.
+pub trait OccupancySink: Send + Sync {
+    /// Whether the node has a subscriber of `topic` now.
+    fn has_topic(&self, topic: &str) -> bool;
+    /// Every topic the node has a subscriber of (for re-asserting).
+    fn topics(&self) -> Vec<Arc<str>>;
+    /// `topic` got its first subscriber in the cluster.
+    fn occupied(&self, topic: &str);
+    /// `topic` lost its last subscriber in the cluster.
+    fn vacated(&self, topic: &str);
+}
+
+/// One change of this node's membership. KEYS: `a:N`, `t:T`, `n:N`.
+/// ARGV: N, T, 1 to add or 0 to remove. Returns 1 on a cluster-wide
+/// transition, 0 otherwise, -1 (changing nothing) when N's liveness key is
+/// gone: the others may have buried N, which re-asserts everything.
+const CHANGE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[3] == '1' then
+  local before = redis.call('SCARD', KEYS[2])
+  if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
+    redis.call('SADD', KEYS[3], ARGV[2])
+    if before == 0 then return 1 end
+  end
+else
+  if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then
+    redis.call('SREM', KEYS[3], ARGV[2])
+    if redis.call('SCARD', KEYS[2]) == 0 then return 1 end
+  end
+end
+return 0
+"#;
+
+/// This node's whole membership, re-asserted. KEYS: `a:N`, `n:N`, `nodes`.
+/// ARGV: N, TTL ms, prefix, then the topics N has. Returns the topics it
+/// occupied and those it vacated.
+const RESYNC: &str = r#"
+local node, prefix = ARGV[1], ARGV[3]
+local occ, vac, keep = {}, {}, {}
+for i = 4, #ARGV do
+  local topic = ARGV[i]
+  keep[topic] = true
+  local t = prefix .. 't:' .. topic
+  local before = redis.call('SCARD', t)
+  if redis.call('SADD', t, node) == 1 and before == 0 then occ[#occ + 1] = topic end
+  redis.call('SADD', KEYS[2], topic)
+end
+for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if not keep[topic] then
+    redis.call('SREM', KEYS[2], topic)
+    local t = prefix .. 't:' .. topic
+    if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then
+      vac[#vac + 1] = topic
+    end
+  end
+end
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+redis.call('SADD', KEYS[3], node)
+return {occ, vac}
+"#;
+
+/// Buries dead node D if its liveness key is still gone. KEYS: `a:D`,
+/// `n:D`, `nodes`. ARGV: D, prefix. Returns the topics it left empty.
+const CLEAN: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then return {} end
+local node, prefix = ARGV[1], ARGV[2]
+local vac = {}
+for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local t = prefix .. 't:' .. topic
+  if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then
+    vac[#vac + 1] = topic
+  end
+end
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[3], node)
+return vac
+"#;
+
+/// Counters for `/metrics`.
+#[derive(Default, Debug)]
+pub struct Stats {
+    pub link: Health,
+    /// Membership changes written (scripts run).
+    pub changes: AtomicU64,
+    /// Transitions this node reported (occupied and vacated).
+    pub transitions: AtomicU64,
+    /// Whole-membership re-assertions.
+    pub resyncs: AtomicU64,
+    /// Dead nodes this node buried.
+    pub nodes_down: AtomicU64,
+}
+
+/// The Redis occupancy. Build it with [`RedisOccupancy::connect_with`].
+pub struct RedisOccupancy {
+    tx: mpsc::UnboundedSender<Arc<str>>,
+    stats: Arc<Stats>,
+}
+
+impl RedisOccupancy {
+    /// Connects to Redis at `url` and starts the `throng-occupancy` thread,
+    /// which reports transitions to `sink`; a node whose liveness key is
+    /// gone for `ttl` is dead. Fails, naming the URL, when Redis cannot be
+    /// reached now.
+    pub fn connect_with(
+        url: &str,
+        ttl: Duration,
+        options: &crate::RedisOptions,
+        sink: Weak<dyn OccupancySink>,
+    ) -> Result<RedisOccupancy, Error> {
+        let shown = redact(url);
+        let client = client_for(url, &shown, options)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(Stats::default());
+        let task = Task {
+            me: format!("{:016x}", random_node_id()),
+            ttl: ttl.max(Duration::from_millis(300)),
+            sink,
+            rx,
+            asserted: HashSet::new(),
+            stats: stats.clone(),
+        };
+        crate::link::start("throng-occupancy", &shown, client, task)?;
+        Ok(RedisOccupancy { tx, stats })
+    }
+
+    /// The node gained its first or lost its last subscriber of `topic`.
+    /// Never blocks.
+    pub fn changed(&self, topic: &Arc<str>) {
+        let _ = self.tx.send(topic.clone());
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The occupancy metrics.
+    pub fn render_metrics(&self, out: &mut String) {
+        let s = &self.stats;
+        let lines: [(&str, &str, &str, u64); 4] = [
+            (
+                "throng_hook_occupancy_connected",
+                "gauge",
+                "1 while the topic occupancy (occupied/vacated events) is connected to Redis, else 0.",
+                s.link.connected.load(Relaxed) as u64,
+            ),
+            (
+                "throng_hook_occupancy_transitions_total",
+                "counter",
+                "Cluster-wide occupied and vacated transitions this node decided.",
+                s.transitions.load(Relaxed),
+            ),
+            (
+                "throng_hook_occupancy_resyncs_total",
+                "counter",
+                "Times this node re-asserted its topics in Redis (each new Redis session).",
+                s.resyncs.load(Relaxed),
+            ),
+            (
+                "throng_hook_occupancy_nodes_down_total",
+                "counter",
+                "Dead nodes whose topics this node vacated.",
+                s.nodes_down.load(Relaxed),
+            ),
+        ];
+        for (name, kind, help, value) in lines {
+            write_metric(out, name, kind, help, value);
+        }
+    }
+}
+
+/// The thread's state.
+struct Task {
+    me: String,
+    ttl: Duration,
+    sink: Weak<dyn OccupancySink>,
+    rx: mpsc::UnboundedReceiver<Arc<str>>,
+    /// The topics this node is in, as last written to Redis.
+    asserted: HashSet<Arc<str>>,
+    stats: Arc<Stats>,
+}
+
+/// A session's script hashes and start.
+struct Session {
+    change: String,
+    resync: String,
+    clean: String,
+    started: Instant,
+}
+
+impl Worker for Task {
+    type Session = Session;
+    const WHAT: &'static str = "topic occupancy";
+    const MEANWHILE: &'static str =
+        "occupied/vacated events wait; this node re-asserts its topics when Redis is back";
+
+    fn health(&self) -> &Health {
+        &self.stats.link
+    }
+
+    async fn setup(&mut self, link: &mut Link) -> RResult<Session> {
+        let load = |src: &'static str| {
+            let mut c = ::redis::cmd("SCRIPT");
+            c.arg("LOAD").arg(src);
+            c
+        };
+        let change: String = timed(load(CHANGE).query_async(&mut link.cmd)).await?;
+        let resync: String = timed(load(RESYNC).query_async(&mut link.cmd)).await?;
+        let clean: String = timed(load(CLEAN).query_async(&mut link.cmd)).await?;
+        let s = Session {
+            change,
+            resync,
+            clean,
+            started: Instant::now(),
+        };
+        // Changes noticed so far are in what the re-assertion writes.
+        while self.rx.try_recv().is_ok() {}
+        self.resync(link, &s).await?;
+        Ok(s)
+    }
+
+    async fn serve(&mut self, link: &mut Link, s: &mut Session) -> End {
+        let mut tick = tokio::time::interval(self.ttl / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            let step = tokio::select! {
+                topic = self.rx.recv() => match topic {
+                    Some(topic) => self.change(link, s, topic).await,
+                    None => return End::Stop,
+                },
+                _ = tick.tick() => self.keep_alive(link, s).await,
+            };
+            if let Err(e) = step {
+                return End::Lost(e);
+            }
+        }
+    }
+
+    fn idle(&mut self) -> bool {
+        self.sink.strong_count() > 0
+    }
+
+    fn back(&self, _s: &Session) -> String {
+        format!("re-asserted this node's {} topics", self.asserted.len())
+    }
+}
+
+impl Task {
+    fn sink(&self) -> Option<Arc<dyn OccupancySink>> {
+        self.sink.upgrade()
+    }
+
+    fn report(&self, occupied: &[String], vacated: &[String]) {
+        let Some(sink) = self.sink() else { return };
+        for t in occupied {
+            sink.occupied(t);
+        }
+        for t in vacated {
+            sink.vacated(t);
+        }
+        let n = (occupied.len() + vacated.len()) as u64;
+        self.stats.transitions.fetch_add(n, Relaxed);
+    }
+
+    /// Writes `topic`'s membership as the node has it now.
+    async fn change(&mut self, link: &mut Link, s: &Session, topic: Arc<str>) -> RResult<()> {
+        let Some(sink) = self.sink() else {
+            return Ok(());
+        };
+        let has = sink.has_topic(&topic);
+        if has == self.asserted.contains(&topic) {
+            return Ok(());
+        }
+        let me = &self.me;
+        let r: i64 = timed(
+            ::redis::cmd("EVALSHA")
+                .arg(&s.change)
+                .arg(3)
+                .arg(format!("{PREFIX}a:{me}"))
+                .arg(format!("{PREFIX}t:{topic}"))
+                .arg(format!("{PREFIX}n:{me}"))
+                .arg(me)
+                .arg(&*topic)
+                .arg(if has { "1" } else { "0" })
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        self.stats.changes.fetch_add(1, Relaxed);
+        if r < 0 {
+            tracing::warn!("topic occupancy: this node's liveness key was gone (it was too slow or away); re-asserting its topics");
+            return self.resync(link, s).await;
+        }
+        if has {
+            self.asserted.insert(topic.clone());
+        } else {
+            self.asserted.remove(&topic);
+        }
+        if r == 1 {
+            let t = [topic.to_string()];
+            if has {
+                self.report(&t, &[]);
+            } else {
+                self.report(&[], &t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-asserts the node's whole membership and liveness (one script).
+    async fn resync(&mut self, link: &mut Link, s: &Session) -> RResult<()> {
+        let topics = self.sink().map(|k| k.topics()).unwrap_or_default();
+        let me = &self.me;
+        let mut c = ::redis::cmd("EVALSHA");
+        c.arg(&s.resync)
+            .arg(3)
+            .arg(format!("{PREFIX}a:{me}"))
+            .arg(format!("{PREFIX}n:{me}"))
+            .arg(format!("{PREFIX}nodes"))
+            .arg(me)
+            .arg(self.ttl.as_millis() as u64)
+            .arg(PREFIX);
+        for t in &topics {
+            c.arg(&**t);
+        }
+        let (occ, vac): (Vec<String>, Vec<String>) = timed(c.query_async(&mut link.cmd)).await?;
+        self.asserted = topics.into_iter().collect();
+        self.stats.resyncs.fetch_add(1, Relaxed);
+        self.report(&occ, &vac);
+        Ok(())
+    }
+
+    /// Refreshes this node's liveness key and buries the nodes whose key
+    /// expired.
+    async fn keep_alive(&mut self, link: &mut Link, s: &Session) -> RResult<()> {
+        let me = self.me.clone();
+        let alive: Value = timed(
+            ::redis::cmd("SET")
+                .arg(format!("{PREFIX}a:{me}"))
+                .arg("1")
+                .arg("PX")
+                .arg(self.ttl.as_millis() as u64)
+                .arg("XX")
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        if alive == Value::Nil {
+            // Expired while this node was slow: the others may have buried it.
+            tracing::warn!(
+                "topic occupancy: this node's liveness key had expired; re-asserting its topics"
+            );
+            return self.resync(link, s).await;
+        }
+        if s.started.elapsed() < self.ttl {
+            return Ok(());
+        }
+        let nodes: Vec<String> = timed(
+            ::redis::cmd("SMEMBERS")
+                .arg(format!("{PREFIX}nodes"))
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        for d in nodes.iter().filter(|d| **d != me) {
+            let alive: bool = timed(
+                ::redis::cmd("EXISTS")
+                    .arg(format!("{PREFIX}a:{d}"))
+                    .query_async(&mut link.cmd),
+            )
+            .await?;
+            if alive {
+                continue;
+            }
+            let vac: Vec<String> = timed(
+                ::redis::cmd("EVALSHA")
+                    .arg(&s.clean)
+                    .arg(3)
+                    .arg(format!("{PREFIX}a:{d}"))
+                    .arg(format!("{PREFIX}n:{d}"))
+                    .arg(format!("{PREFIX}nodes"))
+                    .arg(d)
+                    .arg(PREFIX)
+                    .query_async(&mut link.cmd),
+            )
+            .await?;
+            self.stats.nodes_down.fetch_add(1, Relaxed);
+            tracing::info!(
+                node = %d,
+                vacated = vac.len(),
+                "topic occupancy: node {d} is gone (its liveness key expired); its topics left"
+            );
+            self.report(&[], &vac);
+        }
+        Ok(())
+    }
+}

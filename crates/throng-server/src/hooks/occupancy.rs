@@ -1,0 +1,99 @@
+//! Which topics have a subscriber in the cluster, for the `occupied` and
+//! `vacated` events: exactly one event per transition, cluster-wide.
+//!
+//! A shard tells [`Occupancy::changed`] when the node gains its first or
+//! loses its last subscriber of a topic (`NodeTopics` says which, under its
+//! lock). Then:
+//! - one node (no `--redis`): this node decides alone, under a mutex taken
+//!   only on those first and last subscribers: it compares what the node
+//!   has now with what it reported last, so two shards' notices racing
+//!   each other still give one `occupied`, then one `vacated`, in order;
+//! - a cluster (`--redis`, `--workers`): Redis decides, atomically, which
+//!   node saw the topic's set of nodes go from empty or become empty
+//!   (`throng_pubsub::occupancy`: the scripts, a dead node's topics, and
+//!   what a Redis reconnect does: the node re-asserts its membership).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use throng_pubsub::RedisOccupancy;
+
+use super::{Event, EventType};
+use crate::node::Node;
+
+pub enum Occupancy {
+    /// This node alone: the topics it reported occupied.
+    Local(Mutex<HashSet<Arc<str>>>),
+    /// The cluster, through Redis.
+    Redis(RedisOccupancy),
+}
+
+impl Occupancy {
+    /// The node gained its first or lost its last subscriber of `topic`.
+    /// Never blocks on I/O.
+    pub fn changed(&self, node: &Node, topic: &Arc<str>) {
+        match self {
+            Occupancy::Local(reported) => {
+                let mut reported = reported.lock().unwrap_or_else(|e| e.into_inner());
+                // Read under this lock, and the event queued under it too:
+                // the decisions and their order are one.
+                let has = node.topics.contains(topic);
+                let kind = match (has, reported.contains(topic)) {
+                    (true, false) => {
+                        reported.insert(topic.clone());
+                        EventType::Occupied
+                    }
+                    (false, true) => {
+                        reported.remove(topic);
+                        EventType::Vacated
+                    }
+                    _ => return,
+                };
+                node.topic_event(kind, topic);
+            }
+            Occupancy::Redis(r) => r.changed(topic),
+        }
+    }
+
+    pub fn render_metrics(&self, out: &mut String) {
+        if let Occupancy::Redis(r) = self {
+            r.render_metrics(out);
+        }
+    }
+}
+
+impl Node {
+    /// Queues an `occupied` or `vacated` event for `topic`.
+    pub(crate) fn topic_event(&self, kind: EventType, topic: &str) {
+        if let Some(events) = self.hooks.as_ref().and_then(|h| h.events()) {
+            let mut e = Event::new(kind);
+            e.topic = Some(Arc::from(topic));
+            events.push(e);
+        }
+    }
+}
+
+impl throng_pubsub::OccupancySink for Node {
+    fn has_topic(&self, topic: &str) -> bool {
+        self.topics.contains(topic)
+    }
+
+    fn topics(&self) -> Vec<Arc<str>> {
+        self.topics.names()
+    }
+
+    fn occupied(&self, topic: &str) {
+        self.topic_event(EventType::Occupied, topic);
+    }
+
+    fn vacated(&self, topic: &str) {
+        self.topic_event(EventType::Vacated, topic);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // The decisions are exercised end to end, with real processes:
+    // tests/e2e/hooks_events.test.mjs (one node) and
+    // tests/cluster/hooks_events.test.mjs (two nodes on Redis).
+}
