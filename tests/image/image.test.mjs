@@ -12,9 +12,10 @@
 // - The container: the Containerfile's lines from `FROM scratch` on,
 //   verbatim, built on a first stage that holds this binary (so nothing is
 //   downloaded: the Containerfile's own first stage compiles in Alpine's
-//   Rust image, which this suite does not pull); run with podman, the same
-//   checks plus the chat page in Chromium, the image's user, stop signal and
-//   size, and `podman stop` draining it.
+//   Rust image, which this suite does not pull); run with podman by the
+//   README's run command (adapted to this sandbox: see readmeRun), the
+//   same checks plus the chat page in Chromium, the image's user, stop
+//   signal and size, and `podman stop` draining it.
 //
 // Where podman is missing or cannot start a container, the container test
 // says why and is skipped (THRONG_REQUIRE_PODMAN=1 makes that a failure);
@@ -96,7 +97,7 @@ async function launch(cmd, args, options, ms = 20000){
 }
 
 /** What a user of the image does first: the chat page, phoenix.js joins and a push, the API's broadcast, readiness. */
-async function serves(port, apiPort){
+async function serves(port, apiPort, key = KEY){
   const page = await httpRequest(port, "GET", "/")
   assert.equal(page.status, 200)
   assert.match(page.headers["content-type"], /^text\/html/)
@@ -127,7 +128,7 @@ async function serves(port, apiPort){
   const fromBot = joined.map(c => nextEvent(c, "new:msg", 5000, m => m.user === "bot"))
   const res = await withTimeout(fetch(`http://127.0.0.1:${apiPort}/api/broadcast`, {
     method: "POST",
-    headers: {"X-API-Key": KEY, "Content-Type": "application/json"},
+    headers: {"X-API-Key": key, "Content-Type": "application/json"},
     body: JSON.stringify({topic: "rooms:lobby", event: "new:msg", payload: {user: "bot", body: "hi"}}),
   }).then(r => r.text()), 5000, "the API's broadcast answer")
   assert.equal(res, "{\"ok\":true}\n")
@@ -213,6 +214,33 @@ function buildContext(dir){
   writeFileSync(path.join(dir, "Containerfile"), `${lines.join("\n")}\n\n${stage}`)
 }
 
+/**
+ * The README's `podman run` line (section Container image) as this sandbox
+ * can run it: its options but `-p` (the host's network instead, with free
+ * ports through THRONG_PORT and THRONG_API_BIND) and an open-files limit
+ * within this machine's hard limit; `--name` added, the test's tag for the
+ * image name. Returns {options, key}, the key being the README's
+ * THRONG_API_KEY.
+ */
+function readmeRun(name, nofileLimit){
+  const readme = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8")
+  const section = readme.slice(readme.indexOf("\n### Container image\n"))
+  const run = section.match(/```sh\n[^\n]*\n(podman run [^\n]*)\n```/)
+  assert.ok(run, "README, Container image: a podman run line after the build line")
+  const words = run[1].split(/\s+/).slice(2, -1)
+  const options = ["--name", name, "--network", "host"]
+  let key
+  for(let i = 0; i < words.length; i++){
+    const [w, v] = [words[i], words[i + 1]]
+    if(w === "-p"){ i++; continue }
+    if(w === "--ulimit" && v.startsWith("nofile=")){ options.push(w, `nofile=${nofileLimit}:${nofileLimit}`); i++; continue }
+    if(w === "-e" && v.startsWith("THRONG_API_KEY=")){ key = v.slice("THRONG_API_KEY=".length) }
+    options.push(w)
+  }
+  assert.ok(key, "the README's run sets THRONG_API_KEY")
+  return {options, key}
+}
+
 /** The open-files limit to give the container: the runtime's default exceeds this machine's hard limit. */
 function nofile(){
   const hard = spawnSync("sh", ["-c", "ulimit -Hn"], {encoding: "utf8"}).stdout.trim()
@@ -237,6 +265,12 @@ test("the FROM scratch image: chat page in Chromium, phoenix.js, API; non-root, 
   const tag = `localhost/throng-image-test:${process.pid}-${randomBytes(3).toString("hex")}`
   const name = `throng-image-test-${process.pid}`
   const dir = mkdtempSync(path.join(os.tmpdir(), "throng-image-"))
+  // A runner that ends this process early (its timeout) leaves no container behind.
+  const cleanup = () => {
+    podman(["rm", "--force", "--ignore", "--time", "0", name], 30000)
+    podman(["rmi", "--force", tag], 30000)
+  }
+  process.once("exit", cleanup)
   let server
   let browser
   let sockets = []
@@ -262,21 +296,23 @@ test("the FROM scratch image: chat page in Chromium, phoenix.js, API; non-root, 
     assert.equal(probe.status, 0, `the image's /throng --version:\n${probe.stdout}\n${probe.stderr}`)
     assert.match(probe.stdout, /^throng \d+\.\d+\.\d+/)
 
-    // The host's network (this sandbox has no other): ports chosen free
-    // here. As deploy/kubernetes.yaml runs it: a read-only root file
-    // system, no capabilities, no privilege escalation.
+    // The README's run command, on the host's network (this sandbox has no
+    // other) with ports chosen free here; as deploy/kubernetes.yaml runs
+    // it: a read-only root file system, no capabilities, no privilege
+    // escalation.
     const port = await freePort()
     const apiPort = await freePort()
-    server = await launch("podman", [...PODMAN, "run", "--rm", "--name", name, "--network", "host", ...limits,
+    const readme = readmeRun(name, nofile())
+    server = await launch("podman", [...PODMAN, "run", ...readme.options, "--ulimit", "nproc=4096:4096",
       "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-      "-e", `THRONG_PORT=${port}`, "-e", `THRONG_API_BIND=0.0.0.0:${apiPort}`, "-e", `THRONG_API_KEY=${KEY}`, tag], {}, 60000)
+      "-e", `THRONG_PORT=${port}`, "-e", `THRONG_API_BIND=0.0.0.0:${apiPort}`, tag], {}, 60000)
     assert.deepEqual([server.port, server.apiPort], [port, apiPort])
 
     const pid = podman(["inspect", "--format", "{{.State.Pid}}", name]).stdout.trim()
     const uid = readFileSync(`/proc/${pid}/status`, "utf8").match(/^Uid:\s+(\d+)/m)[1]
     assert.equal(uid, "65534", "the server runs as user 65534")
 
-    const joined = await serves(port, apiPort)
+    const joined = await serves(port, apiPort, readme.key)
     sockets = joined.sockets
 
     // The chat page, in a browser, talks with the phoenix.js clients.
@@ -311,8 +347,8 @@ test("the FROM scratch image: chat page in Chromium, phoenix.js, API; non-root, 
     await browser?.close().catch(() => {})
     await Promise.all(sockets.map(s => closePhoenix(s)))
     server?.kill()
-    podman(["rm", "--force", "--ignore", name], 30000)
-    podman(["rmi", "--force", tag], 30000)
+    cleanup()
+    process.off("exit", cleanup)
     rmSync(dir, {recursive: true, force: true})
   }
 })
