@@ -124,7 +124,7 @@ test("compose: Redis and two nodes of the README's image; commands pass check-co
   assert.equal(new Set(hostPorts).size, hostPorts.length, `host ports ${hostPorts}`)
 })
 
-test("systemd: ExecStart with gen-config's file passes check-config; files and stop limits", {timeout: 20000}, () => {
+test("systemd: ExecStart with gen-config's file passes check-config; limits; systemd-analyze verify is silent", {timeout: 20000}, t => {
   const text = read("deploy/throng.service")
   const exec = text.match(/^ExecStart=(\S+) (.*)$/m)[2].split(/\s+/)
   assert.equal(exec[0], "serve")
@@ -138,6 +138,17 @@ test("systemd: ExecStart with gen-config's file passes check-config; files and s
   assert.ok(Number(text.match(/^LimitNOFILE=(\d+)$/m)[1]) >= 65536)
   assert.match(text, /^KillSignal=SIGTERM$/m)
   assert.ok(Number(text.match(/^TimeoutStopSec=(\d+)$/m)[1]) > 10 + LINGER)
+  // systemd's own reading of the unit (with the binary under test in place
+  // of /usr/local/bin/throng): it prints every setting it ignores.
+  const unit = path.join(dir, "throng.service")
+  writeFileSync(unit, text.replaceAll("/usr/local/bin/throng", THRONG_BIN))
+  const verify = spawnSync("systemd-analyze", ["verify", unit], {encoding: "utf8", timeout: 15000})
+  if(verify.error?.code === "ENOENT"){
+    t.diagnostic("systemd-analyze not found: the unit's syntax was not checked by systemd")
+  } else {
+    assert.equal(verify.status, 0, verify.stderr)
+    assert.equal(`${verify.stdout}${verify.stderr}`, "", "systemd-analyze verify")
+  }
 })
 
 test("Containerfile: non-root, SIGTERM, exposed ports, and its THRONG_* variables are settings serve reads", {timeout: 20000}, () => {
