@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Every test of throng, on a fresh Debian machine: installs what is missing
-# (apt: redis-server, chromium, tsung; npm ci; cargo builds), then runs the
-# Rust unit/property/integration tests, the end-to-end suites and the
-# third-party client compatibility test (real Tsung) against the real binary.
+# (apt: redis-server, chromium, tsung, musl-tools, podman; npm ci; cargo
+# builds), then runs the Rust unit/property/integration tests, the
+# end-to-end suites, the container image's (static binary, FROM scratch
+# image in podman) and the third-party client compatibility test (real
+# Tsung) against the real binary.
 # Each suite is bounded; the whole run takes a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,10 @@ command -v curl >/dev/null || missing+=(curl)
 # examples/backend's better-sqlite3 compiles SQLite (node-gyp) where no prebuilt binary can be fetched
 command -v make >/dev/null || missing+=(make)
 command -v g++ >/dev/null || missing+=(g++)
+# the static (musl) binary of the container image: ring's C code needs musl-gcc
+command -v musl-gcc >/dev/null || missing+=(musl-tools)
+# tests/e2e/deploy_examples.test.mjs reads deploy/'s YAML with PyYAML
+python3 -c "import yaml" 2>/dev/null || missing+=(python3-yaml)
 if [ ${#missing[@]} -gt 0 ]; then
   stage "installing ${missing[*]} (apt-get)"
   as_root apt-get update -q
@@ -30,6 +36,21 @@ fi
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust (stable) from https://rustup.rs, then re-run" >&2
   exit 1
+fi
+# podman runs the image's test; where it cannot be installed (or cannot
+# start containers) that test says so and skips the container part only.
+if ! command -v podman >/dev/null; then
+  stage "installing podman runc (apt-get), for the container image test"
+  { as_root apt-get update -q && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q podman runc; } \
+    || echo "podman could not be installed: the container image will not be built or run"
+fi
+MUSL=x86_64-unknown-linux-musl
+if ! rustup target list --installed 2>/dev/null | grep -qx "$MUSL"; then
+  stage "rustup target add $MUSL"
+  rustup target add "$MUSL" || {
+    echo "the Rust target $MUSL is missing and rustup could not add it: install Rust with https://rustup.rs, then re-run" >&2
+    exit 1
+  }
 fi
 
 stage "npm ci"
@@ -68,6 +89,14 @@ rm -f "$backend_log"
 
 stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium, the example backend"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
+
+# The container image's binary, built as the Containerfile builds it (static,
+# musl; the `ci` profile rather than `release`, to build faster), then
+# tests/image: it is static, it serves as the image runs it, and the
+# Containerfile's FROM scratch stage built around it runs in podman.
+stage "container image: static (musl) binary, then the FROM scratch image in podman"
+cargo build --profile ci -p throng --target "$MUSL" --quiet
+THRONG_BIN="$PWD/target/$MUSL/ci/throng" node --test --test-concurrency=1 --test-timeout=200000 tests/image/
 
 stage "compatibility: real Tsung 1.7 runs scenarios/phoenix.xml, the Phoenix team's 2M-connection benchmark's config (4,000 users)"
 node --test --test-concurrency=1 --test-timeout=120000 tests/compat/

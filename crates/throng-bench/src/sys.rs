@@ -337,9 +337,13 @@ pub fn trim_heap() {
 /// finish writing a broadcast, then read many sockets per wakeup.
 #[allow(unsafe_code)]
 pub fn set_batch_scheduling() -> bool {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler reads the struct we pass; pid 0 is this process.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0 }
+    // SAFETY: sched_param is plain integers (priority 0, and on musl its
+    // unused sporadic-server fields), so all-zero is a valid value;
+    // sched_setscheduler reads the struct we pass; pid 0 is this process.
+    unsafe {
+        let param: libc::sched_param = std::mem::zeroed();
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0
+    }
 }
 
 /// Moves this thread into a new network namespace (`unshare(CLONE_NEWNET)`).
@@ -370,11 +374,13 @@ pub fn loopback_up() -> std::io::Result<()> {
         for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
             *d = *s as libc::c_char;
         }
-        let r = if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+        // The request's type differs between C libraries (c_ulong in
+        // glibc, c_int in musl, the static build's): `as libc::Ioctl`.
+        let r = if libc::ioctl(fd, libc::SIOCGIFFLAGS as libc::Ioctl, &mut ifr) != 0 {
             Err(err("SIOCGIFFLAGS"))
         } else {
             ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr) != 0 {
+            if libc::ioctl(fd, libc::SIOCSIFFLAGS as libc::Ioctl, &ifr) != 0 {
                 Err(err("SIOCSIFFLAGS"))
             } else {
                 Ok(())
