@@ -10,7 +10,6 @@
 // in-flight bounds are hooks.test.mjs's, against its scripted backend.)
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
-import {execFileSync} from "node:child_process"
 import {mkdtempSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
@@ -23,11 +22,6 @@ import {sign} from "../../examples/backend/signature.js"
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-backend-chat-"))
 const DB = path.join(dir, "chat.db")
-// Lifecycle events are refused at start by a throng without them.
-// TODO(lead): make unconditional after merge (and uncomment `events = true`
-// in examples/backend/throng.toml, dropping --hook-events below and the
-// README's "Lifecycle events need a throng that has them").
-const EVENTS = !/not available yet/.test(execFileSync(THRONG_BIN, ["serve", "--help"], {encoding: "utf8"}))
 
 let backend, server, browser, backendPort, Database
 const sockets = []
@@ -78,7 +72,6 @@ before(async () => {
     "--hook-secret", BACKEND_SECRET,
     "--hook-breaker-failures", "3",
     "--presence-interval", "100",
-    ...(EVENTS ? ["--hook-events"] : []),
   ])
   backend = await startExampleBackend(backendEnv())
   const {chromium} = await import("playwright-core")
@@ -282,11 +275,7 @@ test("the events handler keeps who is online per room and applies each event id 
   assert.equal(forged.status, 401)
 })
 
-test("throng's lifecycle events reach the backend: who is online per room follows joins and leaves", {timeout: 20000}, async t => {
-  if(!EVENTS){
-    t.skip("this throng has no lifecycle events yet (`throng serve --help` says --hook-events is not available)")
-    return
-  }
+test("throng's lifecycle events reach the backend: who is online per room follows joins and leaves", {timeout: 20000}, async () => {
   const topic = "rooms:online"
   const online = async () => (await (await fetch(`${backend.url}/rooms/${topic}/online`)).json()).users.map(u => u.user)
   const until = async (want, label) => withTimeout((async () => {
