@@ -113,3 +113,29 @@ test("--workers 2: clients on both workers, one occupied, one vacated", {timeout
   await sleep(400)
   assert.deepEqual(await transitions("rooms:lobby"), ["occupied", "vacated"])
 })
+
+test("Redis restarted without its data: the node re-asserts its topics and reports what changed meanwhile", {timeout: 40000}, async t => {
+  const {redis, config, transitions} = await setup(t, {twoNodes: false})
+  const node = await startThrong(["--config", config, "--redis", redis.url])
+  t.after(() => node.stop())
+  const socket = await connectPhoenix(node.wsUrl, "2.0.0", {reconnectAfterMs: () => 100})
+  t.after(() => closePhoenix(socket))
+  const gone = await join(socket, "room:gone")
+  await join(socket, "room:kept")
+  await waitFor(async () => (await transitions("room:gone")).length === 1 && (await transitions("room:kept")).length === 1,
+    5000, "both occupied")
+  await redis.stop()
+  // While Redis is away: one topic empties, another fills.
+  await leave(gone)
+  await join(socket, "room:new")
+  const again = await startRedis(redis.port)
+  t.after(() => again.stop())
+  await waitFor(async () => (await transitions("room:gone")).length === 2 && (await transitions("room:new")).length === 1,
+    15000, "room:gone vacated and room:new occupied after the reconnect")
+  assert.deepEqual(await transitions("room:gone"), ["occupied", "vacated"])
+  assert.deepEqual(await transitions("room:new"), ["occupied"])
+  // Redis lost room:kept's membership: re-asserted, it is reported again
+  // (at least once), never vacated.
+  await waitFor(async () => (await transitions("room:kept")).length === 2, 5000, "room:kept re-asserted")
+  assert.deepEqual(await transitions("room:kept"), ["occupied", "occupied"])
+})

@@ -10,7 +10,7 @@ import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
 import {LongPoll} from "phoenix"
-import {startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout} from "./helpers.mjs"
+import {startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout, RawPhx} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
 const SECRET = "hook-test-secret"
@@ -221,4 +221,21 @@ test("backend killed: errors, the circuit opens, nothing crashes; it recovers wh
   assert.equal(recovered.response.saved, true)
   assert.equal(await metric("throng_hook_circuit_state"), 0)
   assert.equal((await joinResult(socket.channel("rooms:back"))).status, "ok")
+})
+
+test("a push's ref reaches the backend as the JSON value the client sent", async () => {
+  const c = await RawPhx.connect(server.port, "2.0.0")
+  try {
+    const {join_ref, reply} = await c.join("rooms:refs")
+    assert.equal(reply.payload.status, "ok")
+    const cases = [[7, "number"], ["8", "string"], [null, "null"]]
+    for(const [ref] of cases){
+      c.send({join_ref, ref, topic: "rooms:refs", event: "refcheck", payload: {n: ref === null ? "null" : ref}})
+      await c.nextMatching(m => m.event === "phx_reply" && m.ref === ref, 5000, `the reply to ref ${JSON.stringify(ref)}`)
+    }
+    const seen = (await backend.stats()).pushes.filter(p => p.event === "refcheck")
+    assert.deepEqual(seen.map(p => p.ref), [7, "8", null])
+  } finally {
+    c.destroy()
+  }
 })

@@ -14,7 +14,20 @@
 //! - `O t:T`: the nodes with subscribers of T (a set);
 //! - `O n:N`: the topics N is in (a set, to clean up after N);
 //! - `O a:N`: N is alive (a string with a TTL it refreshes);
+//! - `O q:N`: N's outbox: the transitions its scripts decided, `o:T` or
+//!   `v:T`, until N has handed them to its event queue (a list);
 //! - `O nodes`: every node that wrote here (a set).
+//!
+//! ## The outbox
+//! A script does not return its transitions: it appends them to the
+//! node's outbox in the same atomic step. The node reads the outbox,
+//! queues the events, then trims what it read. A reply lost with the
+//! connection loses nothing: the next session reads the outbox first. A
+//! node that dies with transitions in its outbox has them moved to the
+//! outbox of the node that buries it, which reports them. So each
+//! transition is reported at least once, and more than once only when a
+//! node fails between queueing events and trimming (the backend keeps a
+//! topic's state by its last event, and de-duplicates by id otherwise).
 //!
 //! ## Order
 //! The shards tell the thread "`T` changed" (an unbounded queue, as the
@@ -39,17 +52,15 @@
 //! the set of every topic it has now (reporting `occupied` where the set
 //! was empty: after a Redis restart that lost the data, or after the
 //! others buried this node while it was away), and removes itself from the
-//! topics it no longer has (reporting `vacated` where it was the last).
-//! Changes made while Redis was away are not replayed one by one: the
-//! re-assertion supersedes them. So a flap during an outage is not
-//! reported, and after a Redis restart that lost the data a topic still
-//! occupied is reported `occupied` again (at least once: backends keep a
-//! topic's state by its last event).
-//!
-//! A script whose reply is lost with the connection (it ran, the node
-//! never heard) changed Redis but reported nothing: that transition's
-//! event is lost (the re-assertion finds the membership already written).
-//! Events are at least once only from the moment a node decided one.
+//! topics it no longer has: those Redis lists for it, and those it last
+//! wrote it had (Redis may have lost them), reporting `vacated` where the
+//! topic's set is left empty. Changes made while Redis was away are not
+//! replayed one by one: the re-assertion supersedes them. So a flap during
+//! an outage is not reported; after a Redis restart that lost the data a
+//! topic still occupied is reported `occupied` again, and one that emptied
+//! during the outage `vacated` (perhaps before another node re-asserts it
+//! `occupied`); a topic a burying node vacated may be vacated again. At
+//! least once, then: backends keep a topic's state by its last event.
 //!
 //! Without Redis one node decides alone (the server's local occupancy).
 
@@ -80,39 +91,56 @@ pub trait OccupancySink: Send + Sync {
     fn vacated(&self, topic: &str);
 }
 
-/// One change of this node's membership. KEYS: `a:N`, `t:T`, `n:N`.
-/// ARGV: N, T, 1 to add or 0 to remove. Returns 1 on a cluster-wide
-/// transition, 0 otherwise, -1 (changing nothing) when N's liveness key is
-/// gone: the others may have buried N, which re-asserts everything.
+/// One change of this node's membership. KEYS: `a:N`, `t:T`, `n:N`,
+/// `q:N`. ARGV: N, T, 1 to add or 0 to remove. A cluster-wide transition
+/// goes to N's outbox. Returns 1, or -1 (changing nothing) when N's
+/// liveness key is gone: the others may have buried N, which re-asserts
+/// everything.
 const CHANGE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[3] == '1' then
   local before = redis.call('SCARD', KEYS[2])
   if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
     redis.call('SADD', KEYS[3], ARGV[2])
-    if before == 0 then return 1 end
+    if before == 0 then redis.call('RPUSH', KEYS[4], 'o:' .. ARGV[2]) end
   end
 else
   if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('SREM', KEYS[3], ARGV[2])
-    if redis.call('SCARD', KEYS[2]) == 0 then return 1 end
+    if redis.call('SCARD', KEYS[2]) == 0 then redis.call('RPUSH', KEYS[4], 'v:' .. ARGV[2]) end
   end
 end
-return 0
+return 1
 "#;
 
-/// This node's whole membership, re-asserted. KEYS: `a:N`, `n:N`, `nodes`.
-/// ARGV: N, TTL ms, prefix, then the topics N has. Returns the topics it
-/// occupied and those it vacated.
+/// This node's whole membership, re-asserted, and its liveness key set.
+/// KEYS: `a:N`, `n:N`, `nodes`, `q:N`. ARGV: N, TTL ms, prefix, the number
+/// of topics N has, those topics, then the topics N last wrote it had and
+/// has no more. The transitions go to N's outbox. A topic N no longer has
+/// whose set is empty is vacated even when N was not in it: Redis lost
+/// its data (a restart), or a node that buried N reported it already (a
+/// duplicate, where the alternative is a topic occupied forever).
 const RESYNC: &str = r#"
 local node, prefix = ARGV[1], ARGV[3]
-local occ, vac, keep = {}, {}, {}
-for i = 4, #ARGV do
+local have = 4 + tonumber(ARGV[4])
+local keep = {}
+for i = have + 1, #ARGV do
+  local topic = ARGV[i]
+  local t = prefix .. 't:' .. topic
+  redis.call('SREM', t, node)
+  redis.call('SREM', KEYS[2], topic)
+  if redis.call('SCARD', t) == 0 then
+    redis.call('RPUSH', KEYS[4], 'v:' .. topic)
+  end
+end
+for i = 5, have do
   local topic = ARGV[i]
   keep[topic] = true
   local t = prefix .. 't:' .. topic
   local before = redis.call('SCARD', t)
-  if redis.call('SADD', t, node) == 1 and before == 0 then occ[#occ + 1] = topic end
+  if redis.call('SADD', t, node) == 1 and before == 0 then
+    redis.call('RPUSH', KEYS[4], 'o:' .. topic)
+  end
   redis.call('SADD', KEYS[2], topic)
 end
 for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
@@ -120,30 +148,35 @@ for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     redis.call('SREM', KEYS[2], topic)
     local t = prefix .. 't:' .. topic
     if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then
-      vac[#vac + 1] = topic
+      redis.call('RPUSH', KEYS[4], 'v:' .. topic)
     end
   end
 end
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], node)
-return {occ, vac}
+return 1
 "#;
 
-/// Buries dead node D if its liveness key is still gone. KEYS: `a:D`,
-/// `n:D`, `nodes`. ARGV: D, prefix. Returns the topics it left empty.
+/// Buries dead node D if its liveness key is still gone: its outbox and
+/// the topics it leaves empty go to the outbox of the burying node M.
+/// KEYS: `a:D`, `n:D`, `nodes`, `q:D`, `q:M`. ARGV: D, prefix. Returns 1
+/// if it buried D.
 const CLEAN: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then return {} end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local node, prefix = ARGV[1], ARGV[2]
-local vac = {}
+for _, item in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
+  redis.call('RPUSH', KEYS[5], item)
+end
+redis.call('DEL', KEYS[4])
 for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local t = prefix .. 't:' .. topic
   if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then
-    vac[#vac + 1] = topic
+    redis.call('RPUSH', KEYS[5], 'v:' .. topic)
   end
 end
 redis.call('DEL', KEYS[2])
 redis.call('SREM', KEYS[3], node)
-return vac
+return 1
 "#;
 
 /// Counters for `/metrics`.
@@ -282,8 +315,10 @@ impl Worker for Task {
             clean,
             started: Instant::now(),
         };
-        // Changes noticed so far are in what the re-assertion writes.
+        // Changes noticed so far are in what the re-assertion writes. What
+        // the last session decided and never reported is reported first.
         while self.rx.try_recv().is_ok() {}
+        self.drain_outbox(link).await?;
         self.resync(link, &s).await?;
         Ok(s)
     }
@@ -320,16 +355,43 @@ impl Task {
         self.sink.upgrade()
     }
 
-    fn report(&self, occupied: &[String], vacated: &[String]) {
-        let Some(sink) = self.sink() else { return };
-        for t in occupied {
-            sink.occupied(t);
+    /// Hands the transitions in this node's outbox to the node (its event
+    /// queue), then trims them off: a reply lost before the trim reports
+    /// them again next time (at least once).
+    async fn drain_outbox(&mut self, link: &mut Link) -> RResult<()> {
+        let outbox = format!("{PREFIX}q:{}", self.me);
+        let items: Vec<String> = timed(
+            ::redis::cmd("LRANGE")
+                .arg(&outbox)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        if items.is_empty() {
+            return Ok(());
         }
-        for t in vacated {
-            sink.vacated(t);
+        if let Some(sink) = self.sink() {
+            for item in &items {
+                match item.split_at_checked(2) {
+                    Some(("o:", topic)) => sink.occupied(topic),
+                    Some(("v:", topic)) => sink.vacated(topic),
+                    _ => {}
+                }
+            }
         }
-        let n = (occupied.len() + vacated.len()) as u64;
-        self.stats.transitions.fetch_add(n, Relaxed);
+        self.stats
+            .transitions
+            .fetch_add(items.len() as u64, Relaxed);
+        let _: () = timed(
+            ::redis::cmd("LTRIM")
+                .arg(&outbox)
+                .arg(items.len())
+                .arg(-1)
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Writes `topic`'s membership as the node has it now.
@@ -345,10 +407,11 @@ impl Task {
         let r: i64 = timed(
             ::redis::cmd("EVALSHA")
                 .arg(&s.change)
-                .arg(3)
+                .arg(4)
                 .arg(format!("{PREFIX}a:{me}"))
                 .arg(format!("{PREFIX}t:{topic}"))
                 .arg(format!("{PREFIX}n:{me}"))
+                .arg(format!("{PREFIX}q:{me}"))
                 .arg(me)
                 .arg(&*topic)
                 .arg(if has { "1" } else { "0" })
@@ -365,38 +428,33 @@ impl Task {
         } else {
             self.asserted.remove(&topic);
         }
-        if r == 1 {
-            let t = [topic.to_string()];
-            if has {
-                self.report(&t, &[]);
-            } else {
-                self.report(&[], &t);
-            }
-        }
-        Ok(())
+        self.drain_outbox(link).await
     }
 
     /// Re-asserts the node's whole membership and liveness (one script).
     async fn resync(&mut self, link: &mut Link, s: &Session) -> RResult<()> {
         let topics = self.sink().map(|k| k.topics()).unwrap_or_default();
+        let now: HashSet<Arc<str>> = topics.iter().cloned().collect();
+        let gone: Vec<Arc<str>> = self.asserted.difference(&now).cloned().collect();
         let me = &self.me;
         let mut c = ::redis::cmd("EVALSHA");
         c.arg(&s.resync)
-            .arg(3)
+            .arg(4)
             .arg(format!("{PREFIX}a:{me}"))
             .arg(format!("{PREFIX}n:{me}"))
             .arg(format!("{PREFIX}nodes"))
+            .arg(format!("{PREFIX}q:{me}"))
             .arg(me)
             .arg(self.ttl.as_millis() as u64)
-            .arg(PREFIX);
-        for t in &topics {
+            .arg(PREFIX)
+            .arg(topics.len());
+        for t in topics.iter().chain(&gone) {
             c.arg(&**t);
         }
-        let (occ, vac): (Vec<String>, Vec<String>) = timed(c.query_async(&mut link.cmd)).await?;
-        self.asserted = topics.into_iter().collect();
+        let _: i64 = timed(c.query_async(&mut link.cmd)).await?;
+        self.asserted = now;
         self.stats.resyncs.fetch_add(1, Relaxed);
-        self.report(&occ, &vac);
-        Ok(())
+        self.drain_outbox(link).await
     }
 
     /// Refreshes this node's liveness key and buries the nodes whose key
@@ -439,25 +497,28 @@ impl Task {
             if alive {
                 continue;
             }
-            let vac: Vec<String> = timed(
+            let buried: i64 = timed(
                 ::redis::cmd("EVALSHA")
                     .arg(&s.clean)
-                    .arg(3)
+                    .arg(5)
                     .arg(format!("{PREFIX}a:{d}"))
                     .arg(format!("{PREFIX}n:{d}"))
                     .arg(format!("{PREFIX}nodes"))
+                    .arg(format!("{PREFIX}q:{d}"))
+                    .arg(format!("{PREFIX}q:{me}"))
                     .arg(d)
                     .arg(PREFIX)
                     .query_async(&mut link.cmd),
             )
             .await?;
-            self.stats.nodes_down.fetch_add(1, Relaxed);
-            tracing::info!(
-                node = %d,
-                vacated = vac.len(),
-                "topic occupancy: node {d} is gone (its liveness key expired); its topics left"
-            );
-            self.report(&[], &vac);
+            if buried == 1 {
+                self.stats.nodes_down.fetch_add(1, Relaxed);
+                tracing::info!(
+                    node = %d,
+                    "topic occupancy: node {d} is gone (its liveness key expired); its topics left"
+                );
+                self.drain_outbox(link).await?;
+            }
         }
         Ok(())
     }

@@ -12,6 +12,10 @@
 //!   node saw the topic's set of nodes go from empty or become empty
 //!   (`throng_pubsub::occupancy`: the scripts, a dead node's topics, and
 //!   what a Redis reconnect does: the node re-asserts its membership).
+//!
+//! Tested with real processes: `tests/e2e/hooks_events.test.mjs` (one
+//! node) and `tests/cluster/hooks_events.test.mjs` (two nodes and
+//! `--workers 2` on one redis-server, and a node killed).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -89,11 +93,4 @@ impl throng_pubsub::OccupancySink for Node {
     fn vacated(&self, topic: &str) {
         self.topic_event(EventType::Vacated, topic);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    // The decisions are exercised end to end, with real processes:
-    // tests/e2e/hooks_events.test.mjs (one node) and
-    // tests/cluster/hooks_events.test.mjs (two nodes on Redis).
 }

@@ -452,6 +452,9 @@ impl Transport for ShardTransport<'_> {
     }
 
     fn presence_event(&mut self, kind: EventType, topic: &str, key: &Arc<str>, user: Option<&str>) {
+        if self.node.hooks.as_ref().and_then(|h| h.events()).is_none() {
+            return;
+        }
         let topic = Arc::from(topic);
         let key = key.clone();
         self.conns
