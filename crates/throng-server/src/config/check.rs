@@ -264,7 +264,10 @@ pub fn warnings(config: &Config) -> Vec<String> {
         let cap = config.limits.max_connections as u64;
         if cap > room {
             out.push(format!(
-                "max_connections ({cap}) is above what the open-files limit here ({limit})                  allows (about {room} connections per process): raise the limit (ulimit -n,                  LimitNOFILE= in systemd) where the server runs, or lower max_connections"
+                "max_connections ({cap}) is above what the open-files limit here ({limit}) \
+                 allows (about {room} connections per process): raise the limit (ulimit -n, \
+                 LimitNOFILE= in systemd, --ulimit nofile=N:N for a container) where the \
+                 server runs, or lower max_connections"
             ));
         }
     }
