@@ -76,6 +76,7 @@ pub mod chat;
 mod close;
 pub mod config;
 pub mod control;
+pub mod dashboard;
 pub mod echo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
@@ -222,6 +223,8 @@ impl Server {
             hooks,
             api_timeouts: Default::default(),
             api_busy: Default::default(),
+            dashboard_streams: Default::default(),
+            dashboard_refused: Default::default(),
             refusals: Default::default(),
         });
         if let Some(h) = &node.hooks {
