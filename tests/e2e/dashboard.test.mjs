@@ -7,8 +7,10 @@
 // stream outlives --api-timeout and is capped by --max-dashboard-streams.
 //
 // THRONG_DASHBOARD_SCREENSHOT=PATH saves the page under load there (default
-// /tmp/throng-dashboard.png); docs/dashboard.png is made so, with
-// THRONG_DASHBOARD_HOLD_S=40 for some history in the charts.
+// /tmp/throng-dashboard.png); docs/dashboard.png is made so, with some
+// history in the charts:
+//   THRONG_DASHBOARD_SCREENSHOT=$PWD/docs/dashboard.png THRONG_DASHBOARD_HOLD_S=50 \
+//   THRONG_BIN=$PWD/target/ci/throng node --test --test-timeout=120000 tests/e2e/dashboard.test.mjs
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
 import {existsSync, mkdtempSync, writeFileSync} from "node:fs"
@@ -129,7 +131,7 @@ after(async () => {
 }, {timeout: 20000})
 
 async function openDashboard(){
-  const context = await browser.newContext({viewport: {width: 1280, height: 1100}})
+  const context = await browser.newContext({viewport: {width: 1280, height: 800}})
   const page = await context.newPage()
   const errors = []
   page.on("pageerror", err => errors.push(err.message))

@@ -365,8 +365,8 @@ mod tests {
         assert_eq!(picked.len(), 2, "{picked:?}");
     }
 
-    /// Every limit counter the page lists is a line of `/metrics` (which
-    /// the metrics test checks against the README).
+    /// Every limit counter the page lists is a line of `/metrics`, so a
+    /// renamed metric cannot silently drop off the page.
     #[test]
     fn limit_counters_are_metrics() {
         let mut names: Vec<&str> = crate::metrics::SHARD_METRICS
