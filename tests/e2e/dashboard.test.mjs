@@ -17,6 +17,7 @@ import {existsSync, mkdtempSync, writeFileSync} from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout} from "./helpers.mjs"
+import {startBackend} from "./hook_helpers.mjs"
 
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 const SCREENSHOT = process.env.THRONG_DASHBOARD_SCREENSHOT || "/tmp/throng-dashboard.png"
@@ -28,6 +29,7 @@ const SOCKETS = 8
 const TOPICS = {"live:alpha": 8, "live:beta": 5, "live:gamma": 2}
 
 let server
+let backend
 let browser
 const sockets = []
 let broadcasting = null
@@ -94,9 +96,23 @@ function startBroadcasts(){
 
 before(async () => {
   if(!haveChromium){ return }
-  // live:* topics: joined by anyone, served by the relay channel.
+  // live:* topics: joined by anyone, served by the relay channel; hooked:*
+  // joins are asked of an app backend (the page shows the hook's latency).
+  backend = await startBackend("dashboard-hook-secret")
   const config = path.join(mkdtempSync(path.join(os.tmpdir(), "throng-dashboard-")), "throng.toml")
-  writeFileSync(config, '[[topics]]\npattern = "live:*"\njoin = "anyone"\n')
+  writeFileSync(config, `[hooks]
+url = "http://127.0.0.1:${backend.port}/throng"
+secret = "dashboard-hook-secret"
+
+[[topics]]
+pattern = "live:*"
+join = "anyone"
+
+[[topics]]
+pattern = "hooked:*"
+join = "anyone"
+hooks = ["join"]
+`)
   server = await startServer([
     "--config", config, "--api-key", KEY, "--api-timeout", "2", "--max-dashboard-streams", "2",
     "--presence", "live:*=param:user",
@@ -110,6 +126,8 @@ before(async () => {
       assert.equal(joined.status, "ok", `join ${topic}`)
     }
   }
+  const hooked = await joinResult(sockets[0].channel("hooked:room", {}))
+  assert.equal(hooked.status, "ok", "join through the hook")
   broadcasting = startBroadcasts()
   const {chromium} = await import("playwright-core")
   browser = await chromium.launch({
@@ -128,6 +146,7 @@ after(async () => {
   await Promise.all(sockets.map(s => closePhoenix(s)))
   await browser?.close().catch(() => {})
   await server?.stop()
+  await backend?.kill()
 }, {timeout: 20000})
 
 async function openDashboard(){
@@ -168,18 +187,21 @@ test("the page shows what /api/stats and /api/topics say, live", {timeout: 60000
       channels: c.channels_joined, topics: c.topics, users: c.users,
     })
     assert.equal(shown.connections, SOCKETS)
-    assert.equal(shown.channels, Object.values(TOPICS).reduce((a, b) => a + b))
+    assert.equal(shown.channels, Object.values(TOPICS).reduce((a, b) => a + b) + 1)
 
     // Top topics, the most subscribed first, with their presence counts.
     const rows = await page.locator("#topics tbody tr").evaluateAll(trs => trs.map(tr => ({
-      topic: tr.dataset.topic, subscribers: Number(tr.dataset.subscribers), presence: Number(tr.dataset.presence),
+      topic: tr.dataset.topic, subscribers: Number(tr.dataset.subscribers), presence: tr.dataset.presence,
     })))
     const expected = []
-    for(const [topic, subscribers] of Object.entries(topics.topics).sort((a, b) => b[1] - a[1])){
-      expected.push({topic, subscribers, presence: (await api(`/api/presence?topic=${encodeURIComponent(topic)}`)).count})
+    for(const [topic, subscribers] of Object.entries(topics.topics).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))){
+      // Presence is on for live:* only; the page says "off" for the others.
+      const presence = topic.startsWith("live:")
+        ? String((await api(`/api/presence?topic=${encodeURIComponent(topic)}`)).count) : ""
+      expected.push({topic, subscribers, presence})
     }
     assert.deepEqual(rows, expected)
-    assert.deepEqual(rows.map(r => r.presence), Object.values(TOPICS))
+    assert.deepEqual(rows.filter(r => r.topic.startsWith("live:")).map(r => Number(r.presence)), Object.values(TOPICS))
 
     // This node's row: its connections as /api/stats says, and its RSS.
     const node = await page.locator(`#nodes tbody tr[data-node="${stats.node.node}"]`)
@@ -199,6 +221,15 @@ test("the page shows what /api/stats and /api/topics say, live", {timeout: 60000
     assert.ok(Number(await row.getAttribute("data-total")) >= 1)
     assert.ok(Number(await row.getAttribute("data-total")) <= refusals)
     assert.match(await page.locator("#backplane-off").textContent(), /--redis/)
+
+    // The join hook: its requests and mean latency, as /metrics counts them.
+    const hook = page.locator('#hooks tbody tr[data-hook="join"]')
+    await hook.waitFor({timeout: 5000})
+    const latencyMs = Number(await hook.locator("td").nth(3).getAttribute("data-value"))
+    const sum = await metric('throng_hook_duration_seconds_sum{hook="join"}')
+    const count = await metric('throng_hook_duration_seconds_count{hook="join"}')
+    assert.equal(count, 1)
+    assert.ok(Math.abs(latencyMs - sum * 1000) < 0.01, `mean latency shown ${latencyMs} ms, /metrics ${sum * 1000} ms`)
 
     if(HOLD_S > 0){
       // Some history for the charts: a burst of joins, a pause in broadcasts.

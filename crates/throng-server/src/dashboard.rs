@@ -215,13 +215,19 @@ impl Dashboard {
         if node.dashboard_streams.fetch_add(1, Relaxed) >= max {
             node.dashboard_streams.fetch_sub(1, Relaxed);
             node.dashboard_refused.fetch_add(1, Relaxed);
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too_many_dashboards",
+            let message = if max == 0 {
+                "the dashboard is off on this node (--max-dashboard-streams 0): set it to 1 or more"
+                    .to_string()
+            } else {
                 format!(
                     "{max} dashboard streams are open already (--max-dashboard-streams): \
                      close a dashboard tab, or raise the flag"
-                ),
+                )
+            };
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_dashboards",
+                message,
             ));
         }
         let guard = Open(node);
