@@ -316,8 +316,8 @@ test("streams outlive --api-timeout and are capped by --max-dashboard-streams", 
     assert.match(body.error.message, /--max-dashboard-streams/)
     assert.equal(await metric("throng_dashboard_streams"), 2)
     assert.equal(await metric("throng_dashboard_streams_refused_total"), refusedBefore + 1)
-    // A sample a second: four of them span more than --api-timeout (2 s).
-    await withTimeout(readSamples(first.res, 4), 15000, "four samples")
+    // A sample a second: five of them span more than --api-timeout (2 s).
+    await withTimeout(readSamples(first.res, 5), 15000, "five samples")
   } finally {
     first.close()
     second.close()

@@ -335,13 +335,16 @@ async fn take(endpoint: &Endpoint) -> String {
     serde_json::to_string(&sample).unwrap_or_default()
 }
 
-/// The page and its assets, as responses.
+/// The page and its assets, as responses. Each closes its connection: a
+/// browser would otherwise keep it idle until `--api-timeout` closes it,
+/// counted in `throng_api_timeouts_total`, which the page itself lists.
 pub(crate) fn page(path: &str) -> Response {
     match asset(path) {
         Some((content_type, body)) => (
             [
                 ("content-type", content_type),
                 ("cache-control", "no-cache"),
+                ("connection", "close"),
             ],
             body,
         )
