@@ -17,9 +17,9 @@
 //! - `GET /metrics`: this node's Prometheus text (no key needed).
 //! - `GET /healthz`, `GET /readyz`: liveness and readiness, as on the
 //!   public port (`crate::health`; no key needed).
-//!
 //! - `GET /dashboard`: the live dashboard page; `GET /api/dashboard`: its
 //!   figures, a sample a second (`crate::dashboard`).
+//!
 //! - `GET /`: these routes, as JSON.
 //!
 //! JSON in and out, each answer ending with a newline; errors (405 for a
@@ -435,9 +435,9 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/api/presence?topic=T", "who is on a topic, cluster-wide (presence_state JSON)"),
     ("GET", "/metrics", "this node's Prometheus text (no key needed)"),
     ("GET", "/healthz", "200 while the process is alive (no key needed)"),
+    ("GET", "/readyz", "200 when this node should get new clients; 503 {reason} while starting, draining or cut off from Redis (no key needed)"),
     ("GET", "/dashboard", "the live dashboard page, for a browser (its figures need the key)"),
     ("GET", "/api/dashboard", "the dashboard's figures, a sample a second (Server-Sent Events)"),
-    ("GET", "/readyz", "200 when this node should get new clients; 503 {reason} while starting, draining or cut off from Redis (no key needed)"),
 ];
 
 /// `GET /`: the routes, so a curl at the API's address shows what it has.
