@@ -238,10 +238,15 @@ impl Dashboard {
         }
         self.sample(endpoint.clone());
         let events = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
-            rx.changed().await.ok()?;
-            let json = rx.borrow_and_update().clone()?;
-            let event = Event::default().event("sample").data(&*json);
-            Some((Ok::<_, std::convert::Infallible>(event), (rx, guard)))
+            loop {
+                rx.changed().await.ok()?;
+                // `None`: the sampler stopped (no stream was left) before this one came.
+                let latest = rx.borrow_and_update().clone();
+                if let Some(json) = latest {
+                    let event = Event::default().event("sample").data(&*json);
+                    return Some((Ok::<_, std::convert::Infallible>(event), (rx, guard)));
+                }
+            }
         });
         Ok(Sse::new(events).into_response())
     }
