@@ -1,7 +1,7 @@
 // The live dashboard (GET /dashboard on the server API listener) in headless
 // Chromium, against the real binary under load: phoenix.js clients joined to
-// three topics with presence, and a stream of broadcasts through the server
-// API. The figures the page shows (read from its ids and data-* attributes)
+// three topics with presence (WebSockets and a long-poll), a join through an
+// app backend hook, and a stream of broadcasts through the server API. The figures the page shows (read from its ids and data-* attributes)
 // must be those GET /api/stats, /api/topics and /api/presence give at the
 // same time, once the load is steady; a wrong key gets a clear message; the
 // stream outlives --api-timeout and is capped by --max-dashboard-streams.
@@ -18,15 +18,19 @@ import os from "node:os"
 import path from "node:path"
 import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
+import {LongPoll} from "phoenix"
 
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 const SCREENSHOT = process.env.THRONG_DASHBOARD_SCREENSHOT || "/tmp/throng-dashboard.png"
 const HOLD_S = Number(process.env.THRONG_DASHBOARD_HOLD_S || 0)
 const haveChromium = existsSync(CHROMIUM)
 const KEY = "dashboard-test-key"
-// Users per topic: every socket joins alpha, the first 5 beta, the first 2 gamma.
+// Users per topic: every WebSocket joins alpha, the first 5 beta, the first
+// 2 gamma; and a long-poll client joins gamma (no broadcasts there, so its
+// poll waits out the window on one connection: the counts stay steady).
 const SOCKETS = 8
 const TOPICS = {"live:alpha": 8, "live:beta": 5, "live:gamma": 2}
+const PRESENCE = [8, 5, 3]
 
 let server
 let backend
@@ -126,6 +130,9 @@ hooks = ["join"]
       assert.equal(joined.status, "ok", `join ${topic}`)
     }
   }
+  const longpoll = await connectPhoenix(server.wsUrl, "2.0.0", {transport: LongPoll})
+  sockets.push(longpoll)
+  assert.equal((await joinResult(longpoll.channel("live:gamma", {user: "lp"}))).status, "ok", "long-poll join")
   const hooked = await joinResult(sockets[0].channel("hooked:room", {}))
   assert.equal(hooked.status, "ok", "join through the hook")
   broadcasting = startBroadcasts()
@@ -173,21 +180,33 @@ test("the page shows what /api/stats and /api/topics say, live", {timeout: 60000
     await page.click("#use-key")
     await page.locator('#status[data-state="live"]').waitFor({timeout: 10000})
     // Steady: every socket counted and a rate known (two samples).
-    await page.waitForFunction(n => document.getElementById("fig-connections").dataset.value === String(n) &&
+    await page.waitForFunction(n => document.getElementById("fig-websockets").dataset.value === String(n) &&
+      document.getElementById("fig-longpoll").dataset.value === "1" &&
       Number(document.body.dataset.samples) >= 3, SOCKETS, {timeout: 15000})
 
-    const shown = {}
-    for(const id of ["connections", "websockets", "longpoll", "channels", "topics", "users"]){
-      shown[id] = await figure(page, "fig-" + id)
-    }
-    const [stats, topics] = await Promise.all([api("/api/stats"), api("/api/topics")])
-    const c = stats.cluster
-    assert.deepEqual(shown, {
+    // The API's figures before and after a sample the page took between
+    // the two: when they agree (steady), the page must show them.
+    const figures = c => ({
       connections: c.connections, websockets: c.websockets, longpoll: c.longpoll_sessions,
       channels: c.channels_joined, topics: c.topics, users: c.users,
     })
-    assert.equal(shown.connections, SOCKETS)
-    assert.equal(shown.channels, Object.values(TOPICS).reduce((a, b) => a + b) + 1)
+    let shown, stats, topics
+    for(let attempt = 0; ; attempt++){
+      const asked = Date.now()
+      const before = figures((await api("/api/stats")).cluster)
+      await page.waitForFunction(t => Number(document.body.dataset.sampleAt) > t, asked, {timeout: 5000})
+      shown = {}
+      for(const id of ["connections", "websockets", "longpoll", "channels", "topics", "users"]){
+        shown[id] = await figure(page, "fig-" + id)
+      }
+      ;[stats, topics] = await Promise.all([api("/api/stats"), api("/api/topics")])
+      if(JSON.stringify(figures(stats.cluster)) === JSON.stringify(before)){ break }
+      assert.ok(attempt < 5, `the load never held still: ${JSON.stringify(before)} then ${JSON.stringify(figures(stats.cluster))}`)
+    }
+    assert.deepEqual(shown, figures(stats.cluster))
+    assert.equal(shown.websockets, SOCKETS)
+    assert.equal(shown.longpoll, 1)
+    assert.equal(shown.channels, Object.values(TOPICS).reduce((a, b) => a + b) + 2)
 
     // Top topics, the most subscribed first, with their presence counts.
     const rows = await page.locator("#topics tbody tr").evaluateAll(trs => trs.map(tr => ({
@@ -201,7 +220,7 @@ test("the page shows what /api/stats and /api/topics say, live", {timeout: 60000
       expected.push({topic, subscribers, presence})
     }
     assert.deepEqual(rows, expected)
-    assert.deepEqual(rows.filter(r => r.topic.startsWith("live:")).map(r => Number(r.presence)), Object.values(TOPICS))
+    assert.deepEqual(rows.filter(r => r.topic.startsWith("live:")).map(r => Number(r.presence)), PRESENCE)
 
     // This node's row: its connections as /api/stats says, and its RSS.
     const node = await page.locator(`#nodes tbody tr[data-node="${stats.node.node}"]`)
