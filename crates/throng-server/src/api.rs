@@ -17,6 +17,8 @@
 //! - `GET /metrics`: this node's Prometheus text (no key needed).
 //! - `GET /healthz`, `GET /readyz`: liveness and readiness, as on the
 //!   public port (`crate::health`; no key needed).
+//! - `GET /dashboard`: the live dashboard page; `GET /api/dashboard`: its
+//!   figures, a sample a second (`crate::dashboard`).
 //!
 //! - `GET /`: these routes, as JSON.
 //!
@@ -71,7 +73,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
         ApiError {
             status,
             code,
@@ -93,6 +99,7 @@ struct Api {
     key: Option<String>,
     /// `--api-timeout`: for a request's body.
     timeout: Duration,
+    dashboard: Arc<crate::dashboard::Dashboard>,
 }
 
 impl Api {
@@ -314,7 +321,7 @@ async fn stats(
 }
 
 /// The sum of the nodes' counters.
-fn cluster(reports: &[NodeReport]) -> serde_json::Value {
+pub(crate) fn cluster(reports: &[NodeReport]) -> serde_json::Value {
     let mut total = serde_json::Map::new();
     for r in reports {
         if let Ok(serde_json::Value::Object(stats)) =
@@ -406,6 +413,15 @@ async fn readyz(State(api): State<Api>) -> Response {
         .into_response()
 }
 
+/// `GET /api/dashboard`: the dashboard's live figures (`crate::dashboard`).
+async fn dashboard_stream(
+    State(api): State<Api>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    api.check(&headers)?;
+    api.dashboard.open(&api.endpoint)
+}
+
 async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such API route")
 }
@@ -420,6 +436,8 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/metrics", "this node's Prometheus text (no key needed)"),
     ("GET", "/healthz", "200 while the process is alive (no key needed)"),
     ("GET", "/readyz", "200 when this node should get new clients; 503 {reason} while starting, draining or cut off from Redis (no key needed)"),
+    ("GET", "/dashboard", "the live dashboard page, for a browser (its figures need the key)"),
+    ("GET", "/api/dashboard", "the dashboard's figures, a sample a second (Server-Sent Events)"),
 ];
 
 /// `GET /`: the routes, so a curl at the API's address shows what it has.
@@ -487,6 +505,19 @@ fn router(api: Api) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/api/dashboard", get(dashboard_stream))
+        .route(
+            "/dashboard",
+            get(|| async { crate::dashboard::page("/dashboard") }),
+        )
+        .route(
+            "/dashboard/app.js",
+            get(|| async { crate::dashboard::page("/dashboard/app.js") }),
+        )
+        .route(
+            "/dashboard/app.css",
+            get(|| async { crate::dashboard::page("/dashboard/app.css") }),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::map_response(end_with_newline))
@@ -525,6 +556,7 @@ pub(crate) fn start(
                     endpoint,
                     key,
                     timeout: limits.api_timeout,
+                    dashboard: Default::default(),
                 });
                 serve(listener, app, &limits, node).await;
             })

@@ -48,10 +48,18 @@ pub struct NodeReport {
     /// user with sockets on two shards of the node counts twice).
     pub users: u64,
     pub stats: StatsSummary,
+    /// The node's limit counters, and its hooks' and backplane's figures,
+    /// named (and labelled) as in its `/metrics` (`crate::dashboard::counters`).
+    /// Empty from a node built before it was added.
+    #[serde(default)]
+    pub counters: BTreeMap<String, f64>,
 }
 
-/// A node's counters, for `GET /api/stats`.
+/// A node's counters, for `GET /api/stats`. Every field is a whole number
+/// (the cluster's figure is the nodes' sum); a field a node built before it
+/// was added does not send reads 0.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StatsSummary {
     pub connections: u64,
     pub websockets: u64,
@@ -67,10 +75,20 @@ pub struct StatsSummary {
     pub rate_limited: u64,
     pub rate_limit_closes: u64,
     pub user_disconnects: u64,
+    pub longpoll_sessions: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// The process's resident memory.
+    pub rss_bytes: u64,
+    /// The process's user and system CPU time, in milliseconds.
+    pub cpu_ms: u64,
+    /// Bytes of broadcasts waiting in the shards' inboxes.
+    pub shard_inbox_bytes: u64,
 }
 
 impl StatsSummary {
-    pub fn of(stats: &[Arc<ShardStats>]) -> StatsSummary {
+    pub fn of(node: &crate::node::Node) -> StatsSummary {
+        let stats: &[Arc<ShardStats>] = &node.stats;
         let sum = |f: fn(&ShardStats) -> &std::sync::atomic::AtomicU64| -> u64 {
             stats.iter().map(|s| f(s).load(Relaxed)).sum()
         };
@@ -89,6 +107,16 @@ impl StatsSummary {
             rate_limited: sum(|s| &s.rate_limited),
             rate_limit_closes: sum(|s| &s.rate_limit_closes),
             user_disconnects: sum(|s| &s.user_disconnects),
+            longpoll_sessions: sum(|s| &s.longpoll_sessions),
+            bytes_in: sum(|s| &s.bytes_in),
+            bytes_out: sum(|s| &s.bytes_out),
+            rss_bytes: crate::sys::rss_bytes().unwrap_or(0),
+            cpu_ms: (crate::sys::cpu_seconds().unwrap_or(0.0) * 1000.0) as u64,
+            shard_inbox_bytes: node
+                .peers
+                .iter()
+                .map(|p| p.queued.load(Relaxed) as u64)
+                .sum(),
         }
     }
 }
@@ -137,7 +165,7 @@ pub enum Request {
     /// Report to the sender with `id`.
     Gather { id: u64 },
     /// A node's answer to the gather `id`.
-    Report { id: u64, report: NodeReport },
+    Report { id: u64, report: Box<NodeReport> },
     /// Refuse `user`'s tokens signed up to `at` (Unix ms).
     Revoke { user: String, at: i64 },
     /// Close every socket of `user` (after a revoke, if any: same order).
@@ -254,7 +282,7 @@ mod tests {
         ));
         let report = Message::Request(Request::Report {
             id: 3,
-            report: NodeReport::default(),
+            report: Box::default(),
         });
         assert!(matches!(
             Message::decode(&report.encode()),

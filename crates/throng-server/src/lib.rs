@@ -76,6 +76,7 @@ pub mod chat;
 mod close;
 pub mod config;
 pub mod control;
+pub mod dashboard;
 pub mod echo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
@@ -223,6 +224,8 @@ impl Server {
             occupancy: OnceLock::new(),
             api_timeouts: Default::default(),
             api_busy: Default::default(),
+            dashboard_streams: Default::default(),
+            dashboard_refused: Default::default(),
             refusals: Default::default(),
         });
         if let Some(h) = &node.hooks {

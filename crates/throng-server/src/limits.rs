@@ -84,6 +84,9 @@ pub struct LimitArgs {
     /// Open connections to the server API; past it a new one gets 503 and is closed [default: 256]
     #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
     pub max_api_connections: Option<usize>,
+    /// Live streams of the dashboard page (GET /dashboard) open at once; each is also one of --max-api-connections; past it a new one gets 503; 0 = the dashboard's figures are off [default: 8]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_DASHBOARD_STREAMS")]
+    pub max_dashboard_streams: Option<usize>,
     /// Long-poll sessions this process keeps at once (each is also a connection for --max-connections and --max-connections-per-ip); past it a new session gets {"status":503} [default: 100000]
     #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
     pub max_longpoll_sessions: Option<usize>,
@@ -122,6 +125,8 @@ pub struct Limits {
     /// The server API's head and body deadlines, and its connection cap.
     pub api_timeout: Duration,
     pub max_api_connections: usize,
+    /// Dashboard streams open at once (0: none).
+    pub max_dashboard_streams: usize,
     /// Long-poll sessions at once, and new ones a second per address.
     pub max_longpoll_sessions: usize,
     pub longpoll_session_rate: f64,
@@ -154,6 +159,7 @@ impl Limits {
             control_burst: 250,
             api_timeout: Duration::from_secs(10),
             max_api_connections: 256,
+            max_dashboard_streams: 8,
             max_longpoll_sessions: 100_000,
             longpoll_session_rate: 5.0,
             max_json_depth: 128,
@@ -198,6 +204,8 @@ impl Limits {
             self.api_timeout.as_secs().to_string(),
             "--max-api-connections".into(),
             self.max_api_connections.to_string(),
+            "--max-dashboard-streams".into(),
+            self.max_dashboard_streams.to_string(),
             "--max-longpoll-sessions".into(),
             self.max_longpoll_sessions.to_string(),
             "--longpoll-session-rate".into(),
@@ -273,6 +281,10 @@ impl LimitArgs {
                 .max_api_connections
                 .or(file.max_api_connections)
                 .unwrap_or(d.max_api_connections),
+            max_dashboard_streams: self
+                .max_dashboard_streams
+                .or(file.max_dashboard_streams)
+                .unwrap_or(d.max_dashboard_streams),
             max_longpoll_sessions: self
                 .max_longpoll_sessions
                 .or(file.max_longpoll_sessions)

@@ -527,6 +527,20 @@ pub fn render(node: &Node) -> String {
         "Server API connections refused (503) past --max-api-connections.",
         node.api_busy.load(Relaxed),
     );
+    write_metric(
+        &mut out,
+        "throng_dashboard_streams",
+        "gauge",
+        "Live streams of the dashboard page open (bound: --max-dashboard-streams).",
+        node.dashboard_streams.load(Relaxed),
+    );
+    write_metric(
+        &mut out,
+        "throng_dashboard_streams_refused_total",
+        "counter",
+        "Dashboard streams refused (503) past --max-dashboard-streams.",
+        node.dashboard_refused.load(Relaxed),
+    );
     node.backplane.render_metrics(&mut out);
     node.presence.render_metrics(&mut out);
     if let Some(hooks) = &node.hooks {

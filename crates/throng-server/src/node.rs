@@ -185,6 +185,10 @@ pub struct Node {
     pub api_timeouts: std::sync::atomic::AtomicU64,
     /// API connections refused (503) past `--max-api-connections`.
     pub api_busy: std::sync::atomic::AtomicU64,
+    /// Dashboard streams open, and those refused past
+    /// `--max-dashboard-streams` (`crate::dashboard`).
+    pub dashboard_streams: std::sync::atomic::AtomicU64,
+    pub dashboard_refused: std::sync::atomic::AtomicU64,
 }
 
 impl Node {
@@ -231,7 +235,8 @@ impl Node {
     pub fn report(&self, done: impl FnOnce(NodeReport) + Send + 'static) {
         let report = NodeReport {
             node: self.control.node_id.clone(),
-            stats: StatsSummary::of(&self.stats),
+            stats: StatsSummary::of(self),
+            counters: crate::dashboard::counters(self),
             ..Default::default()
         };
         let c = Collector::new(self.peers.len(), report, Box::new(done));
@@ -246,11 +251,12 @@ impl Node {
             Request::Gather { id } => {
                 let backplane = self.backplane.clone();
                 self.report(move |report| {
+                    let report = Box::new(report);
                     let msg = Message::Request(Request::Report { id, report });
                     backplane.send_control(Route::Node(from), msg.encode());
                 });
             }
-            Request::Report { id, report } => self.control.on_report(id, report),
+            Request::Report { id, report } => self.control.on_report(id, *report),
             Request::Revoke { user, at } => self.auth.revoke(&user, at),
             Request::Disconnect { user } => self.disconnect_local(&user),
         }
@@ -468,7 +474,19 @@ impl Endpoint {
     /// Asks every node for its report; the reports that arrive within
     /// [`control::GATHER_WAIT`] (this node's always).
     pub async fn gather(&self) -> Vec<NodeReport> {
+        self.gather_timed()
+            .await
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    /// [`Endpoint::gather`], each report with the time it took to arrive
+    /// from the question (for another node: a round trip over the
+    /// backplane's control lane and its shards' counting).
+    pub async fn gather_timed(&self) -> Vec<(NodeReport, Duration)> {
         let node = &self.node;
+        let asked = tokio::time::Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let id = node.control.expect(tx.clone());
         let local = tx.clone();
@@ -478,12 +496,12 @@ impl Endpoint {
         let mut out = Vec::new();
         let ask = Message::Request(Request::Gather { id });
         if node.backplane.send_control(Route::Cluster, ask.encode()) {
-            let deadline = tokio::time::Instant::now() + control::GATHER_WAIT;
+            let deadline = asked + control::GATHER_WAIT;
             while let Ok(Some(r)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-                out.push(r);
+                out.push((r, asked.elapsed()));
             }
         } else if let Ok(Some(r)) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
-            out.push(r);
+            out.push((r, asked.elapsed()));
         }
         node.control.forget(id);
         out
