@@ -13,13 +13,12 @@ import assert from "node:assert/strict"
 import {mkdtempSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {THRONG_BIN, startServer, closePhoenix, joinResult, nextEvent, withTimeout, httpRequest} from "./helpers.mjs"
+import {THRONG_BIN, startServer, closePhoenix, joinResult, nextEvent, withTimeout, httpRequest, launchChromium} from "./helpers.mjs"
 import {
   BACKEND_SECRET, freePort, requireBackendDeps, startExampleBackend, login, connectWithCookie,
 } from "./example_backend.mjs"
 import {sign} from "../../examples/backend/signature.js"
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-backend-chat-"))
 const DB = path.join(dir, "chat.db")
 
@@ -74,16 +73,7 @@ before(async () => {
     "--presence-interval", "100",
   ])
   backend = await startExampleBackend(backendEnv())
-  const {chromium} = await import("playwright-core")
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    timeout: 15000,
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  })
+  browser = await launchChromium()
 }, {timeout: 30000})
 
 after(async () => {

@@ -7,10 +7,9 @@ import {existsSync, mkdtempSync, readFileSync, rmSync} from "node:fs"
 import {spawn} from "node:child_process"
 import os from "node:os"
 import path from "node:path"
-import {REPO_ROOT, THRONG_BIN} from "./helpers.mjs"
+import {REPO_ROOT, THRONG_BIN, CHROMIUM, launchChromium} from "./helpers.mjs"
 
 const BIN = THRONG_BIN || path.join(REPO_ROOT, "target/release/throng")
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 
 function run(args, ms){
   return new Promise((resolve, reject) => {
@@ -36,10 +35,7 @@ test("bench report: a real run's report opens offline in Chromium without errors
   assert.equal(results.errors.total, 0)
   assert.equal(results.broadcast.receivers, 800)
 
-  const {chromium} = await import("playwright-core")
-  const browser = await chromium.launch({executablePath: CHROMIUM, headless: true, timeout: 15000,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"]})
+  const browser = await launchChromium()
   t.after(() => browser.close().catch(() => {}))
   const page = await browser.newPage()
   const errors = [], requests = []

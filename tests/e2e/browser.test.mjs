@@ -4,9 +4,8 @@
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
 import {existsSync} from "node:fs"
-import {startServer} from "./helpers.mjs"
+import {startServer, CHROMIUM, launchChromium} from "./helpers.mjs"
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 const SCREENSHOT = process.env.THRONG_SCREENSHOT || "/tmp/throng-chat.png"
 const haveChromium = existsSync(CHROMIUM)
 
@@ -16,16 +15,7 @@ let browser
 before(async () => {
   if(!haveChromium){ return }
   server = await startServer()
-  const {chromium} = await import("playwright-core")
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    timeout: 15000,
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  })
+  browser = await launchChromium()
 }, {timeout: 20000})
 
 after(async () => {

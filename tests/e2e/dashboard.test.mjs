@@ -16,11 +16,10 @@ import assert from "node:assert/strict"
 import {existsSync, mkdtempSync, writeFileSync} from "node:fs"
 import os from "node:os"
 import path from "node:path"
-import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout} from "./helpers.mjs"
+import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, CHROMIUM, launchChromium} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 import {LongPoll} from "phoenix"
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 const SCREENSHOT = process.env.THRONG_DASHBOARD_SCREENSHOT || "/tmp/throng-dashboard.png"
 const HOLD_S = Number(process.env.THRONG_DASHBOARD_HOLD_S || 0)
 const haveChromium = existsSync(CHROMIUM)
@@ -136,16 +135,7 @@ hooks = ["join"]
   const hooked = await joinResult(sockets[0].channel("hooked:room", {}))
   assert.equal(hooked.status, "ok", "join through the hook")
   broadcasting = startBroadcasts()
-  const {chromium} = await import("playwright-core")
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    timeout: 15000,
-    args: [
-      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    ],
-  })
+  browser = await launchChromium()
 }, {timeout: 30000})
 
 after(async () => {

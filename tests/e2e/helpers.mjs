@@ -15,6 +15,27 @@ export const THRONG_BIN = process.env.THRONG_BIN
   ? path.resolve(REPO_ROOT, process.env.THRONG_BIN)
   : path.join(REPO_ROOT, "target/release/throng")
 
+/** Debian's Chromium (or CHROMIUM_PATH), for the browser tests. */
+export const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
+
+/**
+ * Headless Chromium through playwright-core, with the flags this machine's
+ * closed network needs (no background fetches, no QUIC, no sync): without
+ * them Chromium keeps trying Google's hosts and gets refused.
+ */
+export async function launchChromium(){
+  const {chromium} = await import("playwright-core")
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    timeout: 15000,
+    args: [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+  })
+}
+
 export const WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 // ---------------------------------------------------------------------------

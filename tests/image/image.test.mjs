@@ -29,11 +29,10 @@ import os from "node:os"
 import path from "node:path"
 import {randomBytes} from "node:crypto"
 import {
-  REPO_ROOT, THRONG_BIN, withTimeout, httpRequest, connectPhoenix, closePhoenix, joinResult, nextEvent,
+  REPO_ROOT, THRONG_BIN, withTimeout, httpRequest, connectPhoenix, closePhoenix, joinResult, nextEvent, CHROMIUM, launchChromium
 } from "../e2e/helpers.mjs"
 
 const KEY = randomBytes(16).toString("hex")
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium"
 const REQUIRE_PODMAN = process.env.THRONG_REQUIRE_PODMAN === "1"
 
 /** The ELF program header types of `file` (PT_INTERP = 3 names the dynamic loader). */
@@ -317,9 +316,7 @@ test("the FROM scratch image: chat page in Chromium, phoenix.js, API; non-root, 
 
     // The chat page, in a browser, talks with the phoenix.js clients.
     if(existsSync(CHROMIUM)){
-      const {chromium} = await import("playwright-core")
-      browser = await chromium.launch({executablePath: CHROMIUM, headless: true, timeout: 15000,
-        args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]})
+      browser = await launchChromium()
       const page = await browser.newPage()
       const errors = []
       page.on("pageerror", e => errors.push(e.message))
