@@ -35,6 +35,8 @@
 //!   [`MemoryPresence`] and [`RedisPresence`], and their conformance suite
 //!   (`tests/presence_stores.rs`); its module docs give the design and the
 //!   consistency.
+//! - [`history`]: the last messages of a topic with their positions, for
+//!   recovery on rejoin ([`MemoryHistory`], one process).
 //! - [`metrics::write_metric`]: the one writer of Prometheus lines.
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.
@@ -114,6 +116,7 @@ pub mod backplane;
 mod broadcast;
 pub mod conformance;
 mod fields;
+pub mod history;
 pub mod link;
 pub mod metrics;
 pub mod presence;
@@ -124,6 +127,7 @@ pub use backplane::{
     Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, Route,
 };
 pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
+pub use history::{MemoryHistory, Position, Replay};
 pub use link::RedisOptions;
 pub use presence::{
     LocalPresence, MemoryPresence, MemoryPresenceBus, PresenceSink, PresenceStore, RedisPresence,

@@ -183,6 +183,8 @@ pub struct Node {
     pub api_timeouts: std::sync::atomic::AtomicU64,
     /// API connections refused (503) past `--max-api-connections`.
     pub api_busy: std::sync::atomic::AtomicU64,
+    /// Topic history, when some `[[topics]]` rule keeps it (`crate::history`).
+    pub history: Option<Arc<throng_pubsub::MemoryHistory>>,
 }
 
 impl Node {
@@ -222,6 +224,39 @@ impl Node {
     pub(crate) fn broadcast(&self, from_shard: Option<usize>, b: Arc<Broadcast>) {
         self.backplane.publish(&b);
         self.fan_out(from_shard, b);
+    }
+
+    /// A broadcast on a topic that keeps history (`rule`): the history
+    /// store gives it its position, the message's `ref` in its one
+    /// encoding, and, under the topic's lock, it goes to the other nodes
+    /// and to every shard with subscribers, the origin's too: each shard
+    /// then gets the topic's messages in offset order. Returns the ref.
+    pub(crate) fn publish_history(
+        &self,
+        rule: crate::auth::HistoryRule,
+        topic: Arc<str>,
+        event: String,
+        payload: OwnedPayload,
+        exclude: Option<throng_pubsub::Exclude>,
+    ) -> Option<String> {
+        let Some(store) = &self.history else {
+            let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
+            self.broadcast(None, b);
+            return None;
+        };
+        // What the history keeps: a copy, once per broadcast.
+        let (name, kept) = (event.clone(), payload.clone());
+        let now = Instant::now();
+        let (size, ttl) = (rule.size, rule.ttl);
+        Some(
+            store.publish(&topic.clone(), size, ttl, &name, kept, now, |at| {
+                let msg_ref = at.to_ref();
+                let position = Some((msg_ref.as_str(), at.offset));
+                let b = Broadcast::positioned(topic, event, payload, exclude, position);
+                self.broadcast(None, Arc::new(b));
+                msg_ref
+            }),
+        )
     }
 
     /// Counts this node's subscribers (each shard its own) and hands the
@@ -410,9 +445,17 @@ impl Endpoint {
     /// Broadcasts `event` on `topic` to every subscriber, on this node and,
     /// through the backplane, on the others (Phoenix's
     /// `Endpoint.broadcast/3`). Encoded once per serializer.
-    pub fn broadcast(&self, topic: &str, event: &str, payload: OwnedPayload) {
+    ///
+    /// On a topic that keeps history (`[[topics]] history_size`), returns
+    /// the message's ref, its position in the topic's history.
+    pub fn broadcast(&self, topic: &str, event: &str, payload: OwnedPayload) -> Option<String> {
+        if let Some(rule) = self.node.policy.history(topic) {
+            let (topic, event) = (topic.into(), event.into());
+            return self.node.publish_history(rule, topic, event, payload, None);
+        }
         let b = Arc::new(Broadcast::new(topic.into(), event.into(), payload, None));
         self.node.broadcast(None, b);
+        None
     }
 
     /// Hands `info` to [`Channel::handle_info`](crate::Channel::handle_info)

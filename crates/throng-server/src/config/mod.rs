@@ -222,6 +222,15 @@ impl ServeArgs {
         };
         for rule in &topics {
             rule.check_history().map_err(Error::Config)?;
+            if redis.is_some() && rule.history_size.is_some() {
+                // Each node would number the topic's messages on its own.
+                return Err(Error::Config(format!(
+                    "[[topics]] pattern = {:?}: history_size is not available with --redis yet \
+                     (history is kept in one process); remove history_size, or run one node \
+                     without --redis",
+                    rule.pattern
+                )));
+            }
         }
         let push_rate = self.push_rate.or(file.push_rate).unwrap_or(d.push_rate);
         if !(0.0..=1000.0).contains(&push_rate) {
@@ -517,7 +526,10 @@ mod tests {
             ("history_size = 0", "history_size must be 1..=10000"),
             ("history_size = 10001", "history_size must be 1..=10000"),
             ("history_ttl = 5", "history_ttl needs history_size"),
-            ("history_size = 1\nhistory_ttl = 0", "history_ttl must be 1..=86400"),
+            (
+                "history_size = 1\nhistory_ttl = 0",
+                "history_ttl must be 1..=86400",
+            ),
             ("history_size = -1", "history_size"),
         ] {
             let err = resolve(&format!("[[topics]]\npattern = \"f:*\"\n{bad}\n")).unwrap_err();

@@ -108,6 +108,11 @@ pub(crate) struct Conns {
     /// Presences of this shard's joins, by (connection key, registry topic
     /// index); empty unless presence is in use.
     pub tracked: HashMap<(usize, u32), Tracked>,
+    /// Joins that recovered history: by (connection key, registry topic
+    /// index), the newest offset their replay held, so the live copies of
+    /// those messages still in this shard's inbox are skipped
+    /// (`crate::history`). Empty but for the moment after such a join.
+    pub replayed: HashMap<(usize, u32), u64>,
     /// Joins and pushes waiting for the app backend (`crate::hooks`).
     pub hook_waits: crate::hooks::Waits,
 }
@@ -178,6 +183,7 @@ impl Shard {
                     .map_or(0, |w| w.as_millis() as u64),
             ),
             tracked: HashMap::new(),
+            replayed: HashMap::new(),
             hook_waits: Default::default(),
         };
         Ok(Shard {

@@ -1,0 +1,270 @@
+// Topic history and recovery on rejoin with the official phoenix client:
+// the README's snippet (join params as a function, the message's ref as
+// `since`), once per serializer and over long-poll; clients whose
+// connections are cut again and again (POST /api/disconnect, the client's
+// own socket closed) while the server API publishes numbered messages, each
+// seeing every number exactly once, in order; malformed, forged and future
+// positions; GET /api/history.
+import {test, describe, before, after} from "node:test"
+import assert from "node:assert/strict"
+import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
+import {tmpdir} from "node:os"
+import path from "node:path"
+import {LongPoll} from "phoenix"
+import {
+  startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, deferred, SERIALIZERS,
+} from "./helpers.mjs"
+import {phoenixToken} from "./tokens.mjs"
+
+const T = {timeout: 30000}
+const SECRET = "a-phoenix-secret-key-base-of-at-least-sixty-four-bytes-0123456789"
+const SALT = "user socket"
+const dir = mkdtempSync(path.join(tmpdir(), "throng-history-"))
+const configFile = path.join(dir, "history.toml")
+writeFileSync(configFile, `
+[auth]
+mode = "phoenix_token"
+secret_key_base = "${SECRET}"
+salt = "${SALT}"
+[[topics]]
+pattern = "feed:*"
+history_size = 1000
+history_ttl = 600
+[[topics]]
+pattern = "small:*"
+history_size = 3
+[[topics]]
+pattern = "plain:*"
+`)
+
+let server
+before(async () => { server = await startServer(["--config", configFile]) }, {timeout: 20000})
+after(async () => { await server?.stop(); rmSync(dir, {recursive: true, force: true}) }, {timeout: 20000})
+
+const sockets = []
+after(() => Promise.all(sockets.map(s => closePhoenix(s))))
+
+let users = 0
+/** A phoenix socket of a fresh user that reconnects and rejoins at once. */
+async function client(vsn = "2.0.0", opts = {}){
+  const user = `u${++users}`
+  const socket = await connectPhoenix(server.wsUrl, vsn, {
+    params: {token: phoenixToken(SECRET, SALT, user)},
+    reconnectAfterMs: () => 20 + Math.floor(Math.random() * 60),
+    rejoinAfterMs: () => 50,
+    ...opts,
+  })
+  sockets.push(socket)
+  return {socket, user}
+}
+
+async function api(method, route, body){
+  const res = await fetch(`${server.apiUrl}${route}`, {
+    method,
+    headers: {"content-type": "application/json"},
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  return {status: res.status, body: await res.json()}
+}
+
+const publish = async (topic, event, payload) => {
+  const res = await api("POST", "/api/broadcast", {topic, event, payload})
+  assert.equal(res.status, 200, JSON.stringify(res.body))
+  return res.body.ref
+}
+
+/**
+ * The issue's snippet: a channel whose join params are a function of the
+ * last ref seen, with every join's reply and every message recorded.
+ * `until(check)` resolves once check() holds, checked on every message
+ * and join reply.
+ */
+function feed(socket, topic, event = "new:msg"){
+  let since = null
+  const ch = socket.channel(topic, () => (since ? {since} : {}))
+  const got = []
+  const joins = []
+  let waiters = []
+  const wake = () => { waiters = waiters.filter(w => !w()) }
+  ch.on(event, (msg, ref) => { since = ref; got.push({msg, ref}); wake() })
+  ch.join().receive("ok", resp => { joins.push(resp); wake() })
+  const until = (check, ms, label) => {
+    if(check()){ return Promise.resolve() }
+    const done = deferred()
+    waiters.push(() => check() && (done.resolve(), true))
+    return withTimeout(done.promise, ms, label)
+  }
+  return {ch, got, joins, since: () => since, until}
+}
+
+/** The messages of `event` a channel gets, with `until` as in feed(). */
+function collect(ch, event){
+  const got = []
+  let waiters = []
+  ch.on(event, msg => { got.push(msg); waiters = waiters.filter(w => !w()) })
+  const until = (check, ms, label) => {
+    if(check()){ return Promise.resolve() }
+    const done = deferred()
+    waiters.push(() => check() && (done.resolve(), true))
+    return withTimeout(done.promise, ms, label)
+  }
+  return {got, until}
+}
+
+for(const vsn of SERIALIZERS){
+  describe(`phoenix.js, serializer ${vsn}`, () => {
+    test("a rejoin with since gets what it missed, in order, then live messages", T, async () => {
+      const topic = `feed:snippet-${vsn}`
+      const {socket} = await client(vsn)
+      const f = feed(socket, topic)
+      await f.until(() => f.joins.length === 1, 5000, "the join")
+      assert.deepEqual(f.joins[0], {}, "a join without since has no recovered key")
+      const refs = []
+      for(const n of [1, 2, 3]){ refs.push(await publish(topic, "new:msg", {n})) }
+      await f.until(() => f.got.length === 3, 5000, "messages 1-3")
+      assert.deepEqual(f.got.map(m => m.ref), refs, "each message's ref is the one the API answered")
+      assert.match(refs[0], /^[0-9a-f]{16}\.1$/)
+      assert.equal(f.since(), refs[2])
+
+      await new Promise(resolve => socket.disconnect(resolve))
+      for(const n of [4, 5, 6]){ refs.push(await publish(topic, "new:msg", {n})) }
+      socket.connect()
+      await f.until(() => f.got.length === 6, 5000, "the replay of 4-6")
+      assert.deepEqual(f.joins[1], {recovered: true})
+      await publish(topic, "new:msg", {n: 7})
+      await f.until(() => f.got.length === 7, 5000, "live message 7")
+      assert.deepEqual(f.got.map(m => m.msg.n), [1, 2, 3, 4, 5, 6, 7])
+      assert.deepEqual(f.got.slice(0, 6).map(m => m.ref), refs)
+    })
+  })
+}
+
+test("long-poll: a rejoin with since recovers too", T, async () => {
+  const topic = "feed:longpoll"
+  const {socket} = await client("2.0.0", {transport: LongPoll, longPollFallbackMs: null})
+  const f = feed(socket, topic)
+  await f.until(() => f.joins.length === 1, 5000, "the join")
+  for(const n of [1, 2]){ await publish(topic, "new:msg", {n}) }
+  await f.until(() => f.got.length === 2, 5000, "messages 1-2")
+  await new Promise(resolve => socket.disconnect(resolve))
+  for(const n of [3, 4, 5]){ await publish(topic, "new:msg", {n}) }
+  socket.connect()
+  await f.until(() => f.got.length === 5, 8000, "the replay of 3-5")
+  assert.deepEqual(f.joins[1], {recovered: true})
+  await publish(topic, "new:msg", {n: 6})
+  await f.until(() => f.got.length === 6, 8000, "live message 6")
+  assert.deepEqual(f.got.map(m => m.msg.n), [1, 2, 3, 4, 5, 6])
+})
+
+test("cut again and again while the API publishes: every number once, in order", {timeout: 60000}, async () => {
+  const topic = "feed:zero-loss"
+  const CLIENTS = 6
+  const TOTAL = 600
+  const clients = []
+  for(let i = 0; i < CLIENTS; i++){
+    const {socket, user} = await client(i % 2 ? "1.0.0" : "2.0.0")
+    const f = feed(socket, topic, "n")
+    clients.push({socket, user, f, cuts: 0})
+  }
+  await Promise.all(clients.map(c => c.f.until(() => c.f.joins.length === 1, 5000, "the join")))
+
+  // Each client is cut 3 times, at random moments after the first messages:
+  // by the server (POST /api/disconnect) or by itself (its WebSocket closed).
+  const cuts = []
+  for(const c of clients){
+    for(let k = 0; k < 3; k++){
+      const at = 300 + Math.floor(Math.random() * 2200)
+      cuts.push(new Promise(resolve => setTimeout(async () => {
+        if((k + c.user.length) % 2){
+          await api("POST", "/api/disconnect", {user: c.user})
+        } else {
+          c.socket.conn?.close()
+        }
+        c.cuts++
+        resolve()
+      }, at)))
+    }
+  }
+  // ~200 a second.
+  const started = Date.now()
+  for(let n = 1; n <= TOTAL; n++){
+    await publish(topic, "n", {n})
+    const ahead = n * 5 - (Date.now() - started)
+    if(ahead > 0){ await new Promise(resolve => setTimeout(resolve, ahead)) }
+  }
+  await Promise.all(cuts)
+  // One more after the cuts: once it is in, so is everything before it
+  // (a duplicate would show as a longer list).
+  await publish(topic, "n", {n: TOTAL + 1})
+  await Promise.all(clients.map(c => c.f.until(
+    () => c.f.got.at(-1)?.msg.n === TOTAL + 1, 20000, `all ${TOTAL + 1} messages (got ${c.f.got.length})`)))
+  const want = Array.from({length: TOTAL + 1}, (_, i) => i + 1)
+  for(const c of clients){
+    assert.equal(c.cuts, 3)
+    assert.deepEqual(c.f.got.map(m => m.msg.n), want, `client ${c.user}`)
+    assert.ok(c.f.joins.length >= 2, `client ${c.user} rejoined (${c.f.joins.length} joins)`)
+    for(const j of c.f.joins.slice(1)){ assert.deepEqual(j, {recovered: true}) }
+  }
+})
+
+test("a malformed, forged or future since gets recovered: false and nothing else", T, async () => {
+  const topic = "feed:bad-since"
+  const good = []
+  for(const n of [1, 2]){ good.push(await publish(topic, "new:msg", {n})) }
+  const other = await publish("feed:bad-since-other", "new:msg", {secret: true})
+  const [epoch] = good[0].split(".")
+  const {socket} = await client()
+  for(const since of ["garbage", 42, {x: 1}, "1", `${epoch}.99`, `${epoch}.-1`, other, `${"0".repeat(16)}.1`, "ż".repeat(40)]){
+    const ch = socket.channel(topic, {since})
+    const c = collect(ch, "new:msg")
+    const res = await joinResult(ch)
+    assert.deepEqual(res, {status: "ok", response: {recovered: false}}, `since ${JSON.stringify(since)}`)
+    await publish(topic, "new:msg", {n: "live"})
+    await c.until(() => c.got.length >= 1, 5000, "the live message")
+    assert.deepEqual(c.got, [{n: "live"}], `since ${JSON.stringify(since)}: nothing replayed`)
+    await new Promise(resolve => ch.leave().receive("ok", resolve))
+  }
+  // A topic without history answers recovered: false too.
+  const plain = socket.channel("plain:1", {since: good[0]})
+  assert.deepEqual(await joinResult(plain), {status: "ok", response: {recovered: false}})
+  // Older than what is kept (history_size = 3).
+  const small = []
+  for(let n = 1; n <= 5; n++){ small.push(await publish("small:1", "new:msg", {n})) }
+  const old = socket.channel("small:1", {since: small[0]})
+  assert.deepEqual(await joinResult(old), {status: "ok", response: {recovered: false}})
+  const recent = socket.channel("small:2", {since: small[1]})
+  assert.deepEqual(await joinResult(recent), {status: "ok", response: {recovered: false}}, "another topic")
+  assert.ok(server.alive())
+})
+
+test("GET /api/history: the messages after a position, and whether none was lost", T, async () => {
+  const topic = "small:api"
+  const refs = []
+  for(let n = 1; n <= 5; n++){ refs.push(await publish(topic, "e", {n})) }
+  let res = await api("GET", `/api/history?topic=${topic}&since=${refs[2]}`)
+  assert.equal(res.status, 200)
+  assert.deepEqual(res.body, {
+    recovered: true,
+    messages: [{ref: refs[3], event: "e", payload: {n: 4}}, {ref: refs[4], event: "e", payload: {n: 5}}],
+  })
+  res = await api("GET", `/api/history?topic=${topic}&since=${refs[2]}&limit=1`)
+  assert.deepEqual(res.body.messages.map(m => m.payload.n), [4])
+  res = await api("GET", `/api/history?topic=${topic}&since=${refs[0]}`)
+  assert.deepEqual(res.body, {recovered: false, messages: []}, "1 was trimmed (history_size = 3)")
+  res = await api("GET", `/api/history?topic=${topic}&limit=2`)
+  assert.deepEqual(res.body.messages.map(m => m.payload.n), [4, 5])
+  assert.equal(res.body.recovered, false)
+  res = await api("GET", "/api/history?topic=plain:1")
+  assert.equal(res.status, 404)
+  assert.equal(res.body.error.code, "no_history")
+  res = await api("GET", `/api/history?topic=${topic}&limit=0`)
+  assert.equal(res.status, 400)
+  res = await api("GET", "/api/history")
+  assert.equal(res.status, 400)
+  const plain = await api("POST", "/api/broadcast", {topic: "plain:1", event: "e", payload: {}})
+  assert.deepEqual(plain.body, {ok: true}, "no ref on a topic without history")
+  const metrics = await (await fetch(`${server.apiUrl}/metrics`)).text()
+  for(const name of ["throng_history_bytes", "throng_history_recoveries_total", "throng_history_evicted_total"]){
+    assert.match(metrics, new RegExp(`^${name} \\d+$`, "m"))
+  }
+})
