@@ -158,8 +158,9 @@ test("long-poll: a rejoin with since recovers too", T, async () => {
 
 test("cut again and again while the API publishes: every number once, in order", {timeout: 60000}, async () => {
   const topic = "feed:zero-loss"
-  const CLIENTS = 6
+  const CLIENTS = 10
   const TOTAL = 600
+  const CUTS = 5
   const clients = []
   for(let i = 0; i < CLIENTS; i++){
     const {socket, user} = await client(i % 2 ? "1.0.0" : "2.0.0")
@@ -168,11 +169,11 @@ test("cut again and again while the API publishes: every number once, in order",
   }
   await Promise.all(clients.map(c => c.f.until(() => c.f.joins.length === 1, 5000, "the join")))
 
-  // Each client is cut 3 times, at random moments after the first messages:
+  // Each client is cut CUTS times, at random moments after the first messages:
   // by the server (POST /api/disconnect) or by itself (its WebSocket closed).
   const cuts = []
   for(const c of clients){
-    for(let k = 0; k < 3; k++){
+    for(let k = 0; k < CUTS; k++){
       const at = 300 + Math.floor(Math.random() * 2200)
       cuts.push(new Promise(resolve => setTimeout(async () => {
         if((k + c.user.length) % 2){
@@ -200,7 +201,7 @@ test("cut again and again while the API publishes: every number once, in order",
     () => c.f.got.at(-1)?.msg.n === TOTAL + 1, 20000, `all ${TOTAL + 1} messages (got ${c.f.got.length})`)))
   const want = Array.from({length: TOTAL + 1}, (_, i) => i + 1)
   for(const c of clients){
-    assert.equal(c.cuts, 3)
+    assert.equal(c.cuts, CUTS)
     assert.deepEqual(c.f.got.map(m => m.msg.n), want, `client ${c.user}`)
     assert.ok(c.f.joins.length >= 2, `client ${c.user} rejoined (${c.f.joins.length} joins)`)
     for(const j of c.f.joins.slice(1)){ assert.deepEqual(j, {recovered: true}) }
