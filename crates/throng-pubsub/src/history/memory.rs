@@ -21,7 +21,7 @@
 //! answers `recovered: false`, never a gap).
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -86,9 +86,12 @@ impl Ring {
     }
 }
 
+/// The topics of one stripe, by name.
+type Topics = HashMap<Arc<str>, Ring>;
+
 /// Every topic's history, in this process.
 pub struct MemoryHistory {
-    stripes: Box<[Mutex<HashMap<Arc<str>, Ring>>]>,
+    stripes: Box<[Mutex<Topics>]>,
     budget: usize,
     /// Epochs are this, mixed with a count: random per process, never the
     /// same twice in it.
@@ -119,20 +122,17 @@ impl MemoryHistory {
         self.budget
     }
 
-    fn stripe(&self, topic: &str) -> MutexGuard<'_, HashMap<Arc<str>, Ring>> {
-        let mut h = self.seed.build_hasher();
-        topic.hash(&mut h);
-        let i = h.finish() as usize % STRIPES;
+    fn stripe(&self, topic: &str) -> MutexGuard<'_, Topics> {
+        let i = self.seed.hash_one(topic) as usize % STRIPES;
         // A panic under the lock leaves nothing half-done that a reader
         // could not use: go on with the data.
         self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn new_epoch(&self) -> u64 {
-        let mut h = self.seed.build_hasher();
-        self.epochs.fetch_add(1, Relaxed).hash(&mut h);
         // Never 0, which means "no history" in a Replay.
-        h.finish().max(1)
+        let n = self.epochs.fetch_add(1, Relaxed);
+        self.seed.hash_one(n).max(1)
     }
 
     /// Gives the next message of `topic` its position and keeps `payload` (at

@@ -46,8 +46,9 @@ pub(crate) fn since_of(payload: Payload<'_>) -> Option<Option<String>> {
     let Payload::Json(json) = payload else {
         return None;
     };
-    // Most joins have no `since`: no parse for them.
-    if !json.contains("\"since\"") {
+    // Most joins have no `since`: no parse for them. Only an object has
+    // keys (serde would read a struct from an array too).
+    if !json.contains("\"since\"") || !json.trim_start().starts_with('{') {
         return None;
     }
     #[derive(Deserialize)]
@@ -60,7 +61,7 @@ pub(crate) fn since_of(payload: Payload<'_>) -> Option<Option<String>> {
         Ok(Since {
             since: Some(serde_json::Value::String(s)),
         }) => Some(Some(s)),
-        // A number, an object... or a payload that is not an object.
+        // A number, an object, a repeated key...
         _ => Some(None),
     }
 }
@@ -144,7 +145,8 @@ mod tests {
         assert_eq!(j(r#"{"since":"ab.1","x":[1]}"#), Some(Some("ab.1".into())));
         assert_eq!(j(r#"{"since":"a\"b"}"#), Some(Some("a\"b".into())));
         assert_eq!(j(r#"{"since":12}"#), Some(None));
-        assert_eq!(j(r#"["since"]"#), Some(None));
+        assert_eq!(j(r#"{"since":{"a":1}}"#), Some(None));
+        assert_eq!(j(r#"["since"]"#), None);
         assert_eq!(since_of(Payload::Binary(b"\"since\"")), None);
     }
 
