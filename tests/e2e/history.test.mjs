@@ -22,6 +22,7 @@ const SALT = "user socket"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-history-"))
 const configFile = path.join(dir, "history.toml")
 writeFileSync(configFile, `
+max_outbound_bytes = 65536
 [auth]
 mode = "phoenix_token"
 secret_key_base = "${SECRET}"
@@ -236,6 +237,25 @@ test("a malformed, forged or future since gets recovered: false and nothing else
   const recent = socket.channel("small:2", {since: small[1]})
   assert.deepEqual(await joinResult(recent), {status: "ok", response: {recovered: false}}, "another topic")
   assert.ok(server.alive())
+})
+
+test("a replay over half of --max-outbound-bytes is recovered: false, not a slow-reader close", T, async () => {
+  const topic = "feed:big"
+  const refs = []
+  const text = "x".repeat(2000)
+  for(let n = 1; n <= 40; n++){ refs.push(await publish(topic, "new:msg", {n, text})) }
+  const {socket} = await client()
+  const all = socket.channel(topic, {since: refs[0]})
+  const c = collect(all, "new:msg")
+  assert.deepEqual(await joinResult(all), {status: "ok", response: {recovered: false}}, "39 x 2 KB > 32 KiB")
+  await new Promise(resolve => all.leave().receive("ok", resolve))
+  const recent = socket.channel(topic, {since: refs[34]})
+  const r = collect(recent, "new:msg")
+  assert.deepEqual(await joinResult(recent), {status: "ok", response: {recovered: true}})
+  await r.until(() => r.got.length === 5, 5000, "the replay of 36-40")
+  assert.deepEqual(r.got.map(m => m.n), [36, 37, 38, 39, 40])
+  assert.equal(c.got.length, 0)
+  assert.ok(socket.isConnected())
 })
 
 test("GET /api/history: the messages after a position, and whether none was lost", T, async () => {

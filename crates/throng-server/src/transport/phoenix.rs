@@ -455,10 +455,19 @@ impl Transport for ShardTransport<'_> {
         let replayed = &mut self.conns.replayed;
         let key = self.key;
         let now = std::time::Instant::now();
+        // A replay must fit the socket's outbound bound with room to spare:
+        // over it, the socket would be closed as a slow reader, rejoin
+        // with the same `since`, and again.
+        let max = self.node.config.max_outbound_bytes / 2;
         // Under the topic's lock: every message after `last` is queued for
         // this shard after this read, every one up to it may be in its
         // inbox already and is skipped for this socket.
-        Some(store.read(topic, since, usize::MAX, now, |found| {
+        Some(store.read(topic, since, usize::MAX, now, |mut found| {
+            let bytes: usize = found.messages.iter().map(|e| e.bytes()).sum();
+            if bytes > max {
+                found.recovered = false;
+                found.messages.clear();
+            }
             if found.recovered && found.last > 0 {
                 replayed.insert((key, index), found.last);
             }
