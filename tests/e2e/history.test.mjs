@@ -209,6 +209,54 @@ test("cut again and again while the API publishes: every number once, in order",
   }
 })
 
+test("a shard that drops a history message for a full inbox closes its subscribers, which recover it", {timeout: 60000}, async () => {
+  // Its own server: a shard inbox bound of 1 byte drops most of a burst.
+  const tight = await startServer(["--config", configFile, "--max-shard-inbox-bytes", "1", "--shards", "2"])
+  const mine = []
+  try {
+    const topic = "feed:dropped"
+    for(let i = 0; i < 4; i++){
+      const user = `tight${i}`
+      const socket = await connectPhoenix(tight.wsUrl, "2.0.0", {
+        params: {token: phoenixToken(SECRET, SALT, user)},
+        reconnectAfterMs: () => 20, rejoinAfterMs: () => 50,
+      })
+      mine.push(socket)
+      sockets.push(socket)
+    }
+    const feeds = mine.map(socket => feed(socket, topic, "n"))
+    await Promise.all(feeds.map(f => f.until(() => f.joins.length === 1, 5000, "the join")))
+    const post = async n => {
+      const res = await fetch(`${tight.apiUrl}/api/broadcast`, {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({topic, event: "n", payload: {n}}),
+      })
+      return (await res.json()).ref
+    }
+    // Bursts of 20 at once: the order is the refs' (the history's), not n's.
+    const TOTAL = 400
+    const offsetOf = {}
+    for(let n = 1; n <= TOTAL; n += 20){
+      const batch = Array.from({length: 20}, (_, i) => n + i)
+      const refs = await Promise.all(batch.map(post))
+      batch.forEach((k, i) => { offsetOf[k] = Number(refs[i].split(".")[1]) })
+    }
+    const last = await post(TOTAL + 1)
+    offsetOf[TOTAL + 1] = Number(last.split(".")[1])
+    const want = Object.keys(offsetOf).map(Number).sort((a, b) => offsetOf[a] - offsetOf[b])
+    await Promise.all(feeds.map(f => f.until(() => f.got.at(-1)?.msg.n === TOTAL + 1, 30000,
+      `the last message (got ${f.got.length})`)))
+    for(const f of feeds){ assert.deepEqual(f.got.map(m => m.msg.n), want) }
+    const metrics = await (await fetch(`${tight.apiUrl}/metrics`)).text()
+    const dropped = Number(metrics.match(/^throng_shard_inbox_dropped_total (\d+)$/m)[1])
+    assert.ok(dropped > 0, "the bursts overflowed an inbox")
+    assert.ok(feeds.some(f => f.joins.length > 1), "a subscriber was closed and rejoined")
+  } finally {
+    await Promise.all(mine.map(s => closePhoenix(s)))
+    await tight.stop()
+  }
+})
+
 test("a malformed, forged or future since gets recovered: false and nothing else", T, async () => {
   const topic = "feed:bad-since"
   const good = []

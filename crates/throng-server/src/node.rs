@@ -49,6 +49,11 @@ pub(crate) enum ShardMsg {
     Disconnect(Arc<str>),
     /// The app backend's answer to a hook call of this shard.
     Hook(Box<crate::hooks::HookAnswer>),
+    /// A broadcast of this topic's history was dropped for this shard (its
+    /// inbox was full): its subscribers here are closed, so that they
+    /// rejoin with `since` and get it back instead of skipping it
+    /// (`crate::history`).
+    HistoryLost(Arc<str>),
 }
 
 impl ShardMsg {
@@ -58,7 +63,7 @@ impl ShardMsg {
     fn cost(&self) -> usize {
         match self {
             ShardMsg::Broadcast(b) => b.held(),
-            ShardMsg::Info(topic, _) => 64 + topic.len(),
+            ShardMsg::Info(topic, _) | ShardMsg::HistoryLost(topic) => 64 + topic.len(),
             _ => 256,
         }
     }
@@ -117,6 +122,11 @@ impl Peer {
                      (counted in throng_shard_inbox_dropped_total)",
                     self.shard,
                 );
+            }
+            if let ShardMsg::Broadcast(b) = &msg {
+                if b.offset != 0 {
+                    self.send(ShardMsg::HistoryLost(b.topic.clone()));
+                }
             }
             return;
         }
@@ -628,6 +638,26 @@ mod tests {
             tiny.dropped.load(Relaxed),
             0,
             "one message larger than the bound"
+        );
+        // A history broadcast dropped leaves a mark in its place.
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let peer = Peer::new(0, tx, peer.waker.clone(), 1);
+        let positioned = |offset| {
+            let payload = OwnedPayload::empty();
+            let at = Some(("e.1", offset));
+            ShardMsg::Broadcast(Arc::new(Broadcast::positioned(
+                "h".into(),
+                "e".into(),
+                payload,
+                None,
+                at,
+            )))
+        };
+        peer.send(positioned(1));
+        peer.send(positioned(2));
+        let got: Vec<_> = rx.try_iter().collect();
+        assert!(
+            matches!(&got[..], [ShardMsg::Broadcast(_), ShardMsg::HistoryLost(t)] if &**t == "h")
         );
     }
 }

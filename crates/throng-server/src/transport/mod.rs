@@ -399,6 +399,7 @@ impl Shard {
                     self.conns.lp_request(&self.node, &mut self.scratch, *req)
                 }
                 ShardMsg::Hook(a) => self.conns.hook_answer(&self.node, &mut self.scratch, *a),
+                ShardMsg::HistoryLost(topic) => self.conns.history_lost(&topic),
                 ShardMsg::LongPollAnswer(a) => {
                     self.conns
                         .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)

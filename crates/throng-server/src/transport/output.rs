@@ -302,6 +302,25 @@ impl Conns {
         }
     }
 
+    /// A message of `topic`'s history did not reach this shard (its inbox
+    /// was full): its subscribers here would skip it without knowing, so
+    /// they are closed as slow readers before any later message reaches
+    /// them; phoenix.js reconnects and rejoins with `since`, and recovers it.
+    pub fn history_lost(&mut self, topic: &str) {
+        let Some(idx) = self.registry.find(topic) else {
+            return;
+        };
+        let subs = self.registry.topics[idx as usize].subs.clone();
+        for key in subs {
+            let key = key as usize;
+            if is_session(key) {
+                self.lp_doom(key & !SESSION_BIT, CloseReason::SlowReader);
+            } else {
+                self.doom(key, CloseReason::SlowReader);
+            }
+        }
+    }
+
     /// Adds the turn's local counts to the shared counters.
     pub fn flush_counters(&mut self) {
         if self.msgs_out > 0 || self.bytes_out > 0 {
