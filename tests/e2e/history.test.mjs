@@ -15,6 +15,7 @@ import {
   startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, deferred, SERIALIZERS,
 } from "./helpers.mjs"
 import {phoenixToken} from "./tokens.mjs"
+import {startBackend} from "./hook_helpers.mjs"
 
 const T = {timeout: 30000}
 const SECRET = "a-phoenix-secret-key-base-of-at-least-sixty-four-bytes-0123456789"
@@ -251,9 +252,51 @@ test("a shard that drops a history message for a full inbox closes its subscribe
     const dropped = Number(metrics.match(/^throng_shard_inbox_dropped_total (\d+)$/m)[1])
     assert.ok(dropped > 0, "the bursts overflowed an inbox")
     assert.ok(feeds.some(f => f.joins.length > 1), "a subscriber was closed and rejoined")
+  } catch(err){
+    throw new Error(`${err.stack}\ncause: ${err.cause?.stack ?? err.cause}\nserver alive: ${tight.alive()}\nstderr: ${tight.stderr().slice(-2000)}`)
   } finally {
     await Promise.all(mine.map(s => closePhoenix(s)))
     await tight.stop()
+  }
+})
+
+test("a join the app backend decides recovers once it accepts", T, async () => {
+  const backend = await startBackend("history-hook-secret")
+  const hooked = path.join(dir, "hooked.toml")
+  writeFileSync(hooked, `
+[hooks]
+url = "http://127.0.0.1:${backend.port}/throng"
+secret = "history-hook-secret"
+timeout_ms = 10000
+[[topics]]
+pattern = "hooked:*"
+hooks = ["join"]
+history_size = 10
+`)
+  const srv = await startServer(["--config", hooked])
+  let socket
+  try {
+    const refs = []
+    for(const n of [1, 2, 3]){
+      const res = await fetch(`${srv.apiUrl}/api/broadcast`, {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({topic: "hooked:1", event: "new:msg", payload: {n}}),
+      })
+      refs.push((await res.json()).ref)
+    }
+    socket = await connectPhoenix(srv.wsUrl, "2.0.0", {}, 10000)
+    const ch = socket.channel("hooked:1", {since: refs[0]})
+    const c = collect(ch, "new:msg")
+    const res = await joinResult(ch, 12000)
+    assert.equal(res.status, "ok", JSON.stringify(res))
+    assert.equal(res.response.recovered, true)
+    assert.equal(res.response.welcome, "hooked:1", "the backend's reply, with recovered added")
+    await c.until(() => c.got.length === 2, 5000, "the replay of 2-3")
+    assert.deepEqual(c.got.map(m => m.n), [2, 3])
+  } finally {
+    if(socket){ await closePhoenix(socket) }
+    await srv.stop()
+    await backend.kill()
   }
 })
 
