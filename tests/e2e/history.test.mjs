@@ -300,6 +300,34 @@ history_size = 10
   }
 })
 
+test("a relay push on a history topic has a position; binary ones are replayed without", T, async () => {
+  const topic = "feed:relay"
+  const {socket: pusher} = await client()
+  const pch = pusher.channel(topic, {})
+  assert.equal((await joinResult(pch)).status, "ok")
+  const r1 = await publish(topic, "new:msg", {n: 1})
+  // A client's push, broadcast to the topic by the relay channel.
+  const seen = collect(pch, "new:msg")
+  await new Promise(resolve => pch.push("new:msg", {n: 2}).receive("ok", resolve))
+  await seen.until(() => seen.got.length === 2, 5000, "the relayed push")
+  await new Promise(resolve => pch.push("bin", new Uint8Array([1, 2, 3]).buffer).receive("ok", resolve))
+  await publish(topic, "new:msg", {n: 4})
+  const {socket} = await client()
+  const ch = socket.channel(topic, {since: r1})
+  const got = []
+  const done = deferred()
+  const add = g => { got.push(g); if(got.length === 3){ done.resolve() } }
+  ch.on("new:msg", (msg, ref) => add({n: msg.n, ref}))
+  ch.on("bin", (msg, ref) => add({bin: [...new Uint8Array(msg)], ref}))
+  const res = await joinResult(ch)
+  assert.deepEqual(res.response, {recovered: true})
+  await withTimeout(done.promise, 5000, "the replay")
+  assert.deepEqual(got.map(g => g.n ?? g.bin), [2, [1, 2, 3], 4])
+  const [epoch] = r1.split(".")
+  assert.equal(got[0].ref, `${epoch}.2`, "the relayed push has the next position")
+  assert.equal(got[2].ref, `${epoch}.4`)
+})
+
 test("a malformed, forged or future since gets recovered: false and nothing else", T, async () => {
   const topic = "feed:bad-since"
   const good = []

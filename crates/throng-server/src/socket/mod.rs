@@ -483,8 +483,12 @@ impl<'a, T: Transport> Mux<'a, T> {
         let response = answer.as_deref().map_or(response, Payload::Json);
         self.reply(join_ref, msg_ref, topic, Ok(response));
         for entry in &found.messages {
-            let at = Ref::string(found.ref_of(entry));
             let (ev, payload) = (&*entry.event, entry.payload.as_payload());
+            if self.cx.vsn == Vsn::V1 && matches!(payload, Payload::Binary(_)) {
+                // v1 cannot carry it: skipped, as its live broadcast is.
+                continue;
+            }
+            let at = Ref::string(found.ref_of(entry));
             self.message(join_ref, Some(&at), topic, ev, payload);
         }
         let stats = self.t.stats();
