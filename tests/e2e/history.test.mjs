@@ -305,9 +305,9 @@ test("a relay push on a history topic has a position; binary ones are replayed w
   const {socket: pusher} = await client()
   const pch = pusher.channel(topic, {})
   assert.equal((await joinResult(pch)).status, "ok")
+  const seen = collect(pch, "new:msg")
   const r1 = await publish(topic, "new:msg", {n: 1})
   // A client's push, broadcast to the topic by the relay channel.
-  const seen = collect(pch, "new:msg")
   await new Promise(resolve => pch.push("new:msg", {n: 2}).receive("ok", resolve))
   await seen.until(() => seen.got.length === 2, 5000, "the relayed push")
   await new Promise(resolve => pch.push("bin", new Uint8Array([1, 2, 3]).buffer).receive("ok", resolve))
