@@ -111,7 +111,8 @@ pub(crate) struct Conns {
     /// Joins that recovered history: by (connection key, registry topic
     /// index), the newest offset their replay held, so the live copies of
     /// those messages still in this shard's inbox are skipped
-    /// (`crate::history`). Empty but for the moment after such a join.
+    /// (`crate::history`). Emptied whenever the inbox is, so it holds at
+    /// most one turn's joins.
     pub replayed: HashMap<(usize, u32), u64>,
     /// Joins and pushes waiting for the app backend (`crate::hooks`).
     pub hook_waits: crate::hooks::Waits,
@@ -405,6 +406,11 @@ impl Shard {
                         .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
                 }
             }
+        }
+        // Every message queued before a replay's read has been delivered
+        // (or skipped) now: nothing more to skip (`crate::history`).
+        if !self.conns.replayed.is_empty() {
+            self.conns.replayed.clear();
         }
     }
 
