@@ -21,8 +21,8 @@
 //! newest one read is queued for this shard after the read, and reaches
 //! the socket live; the ones up to it that are still in the shard's inbox
 //! were sent in the replay, and the shard skips them for this socket
-//! (`Conns::replayed`, an entry per such join until the first newer message,
-//! nothing per idle socket). So replay and live meet with no gap and no
+//! (`Conns::replayed`, an entry per such join until the shard's inbox is
+//! next empty, nothing per idle socket). So replay and live meet with no gap and no
 //! duplicate. The ok reply gains `"recovered": true|false` (an object
 //! reply; other replies go as they are), then come the messages after
 //! `since`, oldest first, each with the new join's join_ref and its own
