@@ -87,7 +87,8 @@ pub fn join_all(
             Ok(p) => p,
             Err(_) => {
                 all.failed += 1;
-                all.first_error.get_or_insert("a client thread panicked".into());
+                all.first_error
+                    .get_or_insert("a client thread panicked".into());
                 continue;
             }
         };
@@ -96,7 +97,9 @@ pub fn join_all(
         if all.first_error.is_none() {
             all.first_error = part.first_error;
         }
-        all.elapsed = all.elapsed.max(part.last.saturating_duration_since(started));
+        all.elapsed = all
+            .elapsed
+            .max(part.last.saturating_duration_since(started));
         let _ = all.join_us.add(&part.join_us);
         all.sockets.extend(part.sockets);
     }
@@ -193,7 +196,11 @@ async fn join_one(
     src: IpAddr,
     topic: &str,
 ) -> io::Result<(std::net::TcpStream, u64)> {
-    let sock = Socket::new(Domain::IPV4, Type::STREAM.nonblocking(), Some(Protocol::TCP))?;
+    let sock = Socket::new(
+        Domain::IPV4,
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )?;
     sock.set_nodelay(true)?;
     let _ = sys::set_bind_no_port(&sock);
     sock.bind(&SocketAddr::new(src, 0).into())?;

@@ -79,14 +79,17 @@ impl Percentiles {
     }
 }
 
-/// Server RSS per idle joined socket, each on a fresh server: growth of
-/// the resident set from before the sockets to when they are all joined
-/// and idle, over the sockets.
+/// Server RSS per idle joined socket, each on a fresh server: the growth
+/// of the resident set from half the sockets joined to all of them, over
+/// the second half (one-time growth left out); and from none to all over
+/// all (`_with_fixed`).
 #[derive(Serialize, Debug, Clone, Default)]
 pub struct Memory {
     pub sockets: u64,
     pub plain_bytes_per_socket: f64,
     pub hooked_bytes_per_socket: f64,
+    pub plain_bytes_per_socket_with_fixed: f64,
+    pub hooked_bytes_per_socket_with_fixed: f64,
     /// The assigns the backend answered each hooked join with.
     pub assigns_bytes: usize,
 }
@@ -95,6 +98,8 @@ pub struct Memory {
 pub struct Backend {
     pub connect: u64,
     pub join: u64,
+    /// Connections the server opened to the backend.
+    pub connections: u64,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -163,7 +168,7 @@ impl HooksReport {
         ));
         let m = &self.memory;
         o.push_str(&format!(
-            "  server memory per idle joined socket ({} sockets, fresh server each): {:.0} B without hooks, {:.0} B through the join hook with {} B of assigns; goal <= {GOAL_BYTES} B: {}\n",
+            "  server memory per idle joined socket (slope over the second half of {} sockets, a fresh server each): {:.0} B without hooks, {:.0} B through the join hook with {} B of assigns; goal <= {GOAL_BYTES} B: {}\n",
             m.sockets,
             m.plain_bytes_per_socket,
             m.hooked_bytes_per_socket,
@@ -171,9 +176,14 @@ impl HooksReport {
             yes(self.goals.memory_met)
         ));
         o.push_str(&format!(
-            "  backend requests answered: {} join, {} connect; failed joins: {}{}\n",
+            "    with one-time growth (none to all, over all): {:.0} B without hooks, {:.0} B with the hook\n",
+            m.plain_bytes_per_socket_with_fixed, m.hooked_bytes_per_socket_with_fixed
+        ));
+        o.push_str(&format!(
+            "  backend requests answered: {} join, {} connect, on {} connections; failed joins: {}{}\n",
             self.backend_requests.join,
             self.backend_requests.connect,
+            self.backend_requests.connections,
             self.errors,
             self.first_error
                 .as_deref()

@@ -34,6 +34,8 @@ fn connect_answer() -> String {
 /// Requests the responder answered, by hook.
 #[derive(Default, Debug)]
 pub struct Served {
+    /// Connections the server opened to it (its hook client's pool).
+    pub connections: AtomicU64,
     pub connect: AtomicU64,
     pub join: AtomicU64,
     pub push: AtomicU64,
@@ -82,6 +84,7 @@ async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        served.connections.fetch_add(1, Relaxed);
         let (served, answers) = (Arc::clone(&served), Arc::clone(&answers));
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
