@@ -122,14 +122,9 @@ impl<T: Transport> Mux<'_, T> {
             return;
         }
         let slot = self.t.subscribe(topic);
-        // Copied here, not kept as parsed: the answer was parsed on the hook
-        // thread, whose heap is busy with each request's buffers; a copy in
-        // the shard's heap lies with the socket's other allocations
-        // instead of pinning that heap's pages (BENCHMARKS.md, hooks).
-        let assigns = answer.assigns.map(|a| {
-            let copy = RawValue::from_string(a.get().to_owned()).unwrap_or(a);
-            Box::new(HookAssigns(copy)) as Box<dyn std::any::Any + Send>
-        });
+        let assigns = answer
+            .assigns
+            .map(|a| Box::new(HookAssigns(a)) as Box<dyn std::any::Any + Send>);
         super::push_join(
             self.joins,
             Join {
