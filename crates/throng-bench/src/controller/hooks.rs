@@ -17,7 +17,7 @@ use crate::error::BenchError;
 use crate::hist::new_hist;
 use crate::hooks::joiner::{join_all, Joined};
 use crate::hooks::report::{
-    median, Backend, Goals, HooksReport, Latency, Memory, Percentiles, Round, GOAL_BYTES,
+    median, Backend, Goals, HooksReport, Latency, Memory, Round, GOAL_BYTES,
     GOAL_RATIO,
 };
 use crate::hooks::{Responder, ASSIGNS};
@@ -29,6 +29,14 @@ const DEFAULT_SOCKETS: u64 = 5000;
 /// hook's round trip, few enough for the hook client's default bound
 /// (`--hook-max-in-flight` 1024).
 const WINDOW: usize = 64;
+/// Sockets of each phase that times joins one at a time (no queue in
+/// front of the server or the backend: the latency the hook itself adds).
+const ONE_AT_A_TIME: u64 = 500;
+/// Joins in flight while memory is measured: fewer than the warm-up's,
+/// so the hook client's pool (grown to the warm-up's concurrency) opens no
+/// connection to the backend during the measurement (each costs ~34 KB
+/// of buffers and channels, which would read as per-socket memory).
+const MEMORY_WINDOW: usize = 8;
 /// Client threads (the machine's other threads: the server's shards, its
 /// hook thread, the responder).
 const CLIENT_THREADS: usize = 2;
@@ -112,6 +120,11 @@ struct Phases {
 impl Phases {
     /// `n` sockets join `topic` on `server`.
     fn join(&mut self, server: &Server, topic: &str, n: u64) -> Joined {
+        self.join_window(server, topic, n, WINDOW)
+    }
+
+    /// `n` sockets join `topic`, `window` at a time.
+    fn join_window(&mut self, server: &Server, topic: &str, n: u64, window: usize) -> Joined {
         let src = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 2 + self.next % 250));
         self.next = self.next.wrapping_add(1);
         let j = join_all(
@@ -119,8 +132,8 @@ impl Phases {
             src,
             topic,
             n,
-            WINDOW,
-            CLIENT_THREADS,
+            window,
+            CLIENT_THREADS.min(window),
             JOIN_TIMEOUT,
         );
         self.errors += j.failed;
@@ -181,10 +194,10 @@ fn memory(
     let settle = Duration::from_millis(400);
     std::thread::sleep(settle);
     let none = rss(&server);
-    let first = phases.join(&server, topic, n / 2);
+    let first = phases.join_window(&server, topic, n / 2, MEMORY_WINDOW);
     std::thread::sleep(settle);
     let half = rss(&server);
-    let second = phases.join(&server, topic, n - n / 2);
+    let second = phases.join_window(&server, topic, n - n / 2, MEMORY_WINDOW);
     std::thread::sleep(settle);
     let all = rss(&server);
     let slope = all.saturating_sub(half) as f64 / second.ok.max(1) as f64;
@@ -252,16 +265,31 @@ fn measure(
             hooked_first,
         });
     }
+    // The hook's own latency: joins one at a time, no queue anywhere.
+    let (mut plain_1, mut hooked_1) = (new_hist(), new_hist());
+    for r in 0..args.hook_rounds {
+        let order = if r % 2 == 1 {
+            [HOOKED, PLAIN]
+        } else {
+            [PLAIN, HOOKED]
+        };
+        for topic in order {
+            let j = phases.join_window(&server, topic, ONE_AT_A_TIME.min(n), 1);
+            let h = if topic == HOOKED {
+                &mut hooked_1
+            } else {
+                &mut plain_1
+            };
+            let _ = h.add(&j.join_us);
+            drop(j.sockets);
+            until_empty(server.addr)?;
+        }
+    }
     drop(server);
     let ratios: Vec<f64> = rounds.iter().map(|r| r.ratio).collect();
     let ratio = median(&ratios);
-    let (plain, hooked) = (Percentiles::of(&plain_h), Percentiles::of(&hooked_h));
-    let join_latency = Latency {
-        added_p50_us: hooked.p50_us as i64 - plain.p50_us as i64,
-        added_p99_us: hooked.p99_us as i64 - plain.p99_us as i64,
-        plain,
-        hooked,
-    };
+    let join_latency = Latency::of(&plain_h, &hooked_h);
+    let join_latency_one_at_a_time = Latency::of(&plain_1, &hooked_1);
     Ok(HooksReport {
         scenario: "hooks",
         started_unix,
@@ -280,10 +308,23 @@ fn measure(
                 .collect::<Vec<_>>(),
         ),
         ratio,
+        plain_server_cpu_us: median(
+            &rounds
+                .iter()
+                .map(|r| r.plain_server_cpu_us)
+                .collect::<Vec<_>>(),
+        ),
+        hooked_server_cpu_us: median(
+            &rounds
+                .iter()
+                .map(|r| r.hooked_server_cpu_us)
+                .collect::<Vec<_>>(),
+        ),
         ratio_min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
         ratio_max: ratios.iter().copied().fold(0.0, f64::max),
         rounds,
         join_latency,
+        join_latency_one_at_a_time,
         memory: Memory {
             sockets: n,
             plain_bytes_per_socket: plain_mem.0,

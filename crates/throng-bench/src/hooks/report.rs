@@ -27,7 +27,14 @@ pub struct HooksReport {
     pub ratio: f64,
     pub ratio_min: f64,
     pub ratio_max: f64,
+    /// Server CPU per connect+join, µs (medians): steadier than the
+    /// rates on a busy machine.
+    pub plain_server_cpu_us: f64,
+    pub hooked_server_cpu_us: f64,
+    /// Over the rate phases: joins `window` at a time, queueing included.
     pub join_latency: Latency,
+    /// Joins one at a time (no queue): the latency the hook itself adds.
+    pub join_latency_one_at_a_time: Latency,
     pub memory: Memory,
     /// Joins that failed (refused, error reply, timeout), all phases.
     pub errors: u64,
@@ -58,6 +65,18 @@ pub struct Latency {
     /// What the hook adds: hooked minus plain, at each percentile.
     pub added_p50_us: i64,
     pub added_p99_us: i64,
+}
+
+impl Latency {
+    pub fn of(plain: &Histogram<u64>, hooked: &Histogram<u64>) -> Latency {
+        let (plain, hooked) = (Percentiles::of(plain), Percentiles::of(hooked));
+        Latency {
+            added_p50_us: hooked.p50_us as i64 - plain.p50_us as i64,
+            added_p99_us: hooked.p99_us as i64 - plain.p99_us as i64,
+            plain,
+            hooked,
+        }
+    }
 }
 
 #[derive(Serialize, Debug, Clone, Default)]
@@ -152,8 +171,8 @@ impl HooksReport {
             ));
         }
         o.push_str(&format!(
-            "  joins/s (median): {:.0} without hooks, {:.0} through the join hook\n",
-            self.plain_joins_per_sec, self.hooked_joins_per_sec
+            "  joins/s (median): {:.0} without hooks, {:.0} through the join hook; server CPU per join (median) {:.1} us and {:.1} us\n",
+            self.plain_joins_per_sec, self.hooked_joins_per_sec, self.plain_server_cpu_us, self.hooked_server_cpu_us
         ));
         o.push_str(&format!(
             "  ratio: {:.2} (median of rounds; {:.2}-{:.2}); goal >= {GOAL_RATIO}: {}\n",
@@ -162,10 +181,15 @@ impl HooksReport {
             self.ratio_max,
             yes(self.goals.ratio_met)
         ));
-        o.push_str(&format!(
-            "  join latency p50/p99: {} / {} us without hooks, {} / {} us through the hook; the hook adds {} us at p50, {} us at p99\n",
-            l.plain.p50_us, l.plain.p99_us, l.hooked.p50_us, l.hooked.p99_us, l.added_p50_us, l.added_p99_us
-        ));
+        for (what, l) in [
+            ("one at a time", &self.join_latency_one_at_a_time),
+            (&*format!("{} at a time", self.window), l),
+        ] {
+            o.push_str(&format!(
+                "  join latency, {what}, p50/p99: {} / {} us without hooks, {} / {} us through the hook: the hook adds {} us at p50, {} us at p99\n",
+                l.plain.p50_us, l.plain.p99_us, l.hooked.p50_us, l.hooked.p99_us, l.added_p50_us, l.added_p99_us
+            ));
+        }
         let m = &self.memory;
         o.push_str(&format!(
             "  server memory per idle joined socket (slope over the second half of {} sockets, a fresh server each): {:.0} B without hooks, {:.0} B through the join hook with {} B of assigns; goal <= {GOAL_BYTES} B: {}\n",
