@@ -90,11 +90,11 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 8091, value_name = "PORT")]
     pub dashboard_port: u16,
     /// Run the hooks scenario instead of a load: a built-in app backend and
-    /// `throng serve` with a join hook on `hooked:*` and none on `plain:*`;
-    /// rounds of --connections sockets joining each (alternating), reporting
-    /// joins/s through the hook as a ratio to joins without, the latency
-    /// the hook adds, and server memory per idle joined socket (--json for
-    /// the figures).
+    /// `throng serve` with a join hook on `hooked:*` and none on `plain:*`
+    /// (--server-arg adds flags to it); rounds of --connections sockets
+    /// (default 5000) joining each, alternating, reporting joins/s through
+    /// the hook as a ratio to joins without, the latency the hook adds, and
+    /// server memory per idle joined socket (--json for the figures).
     #[arg(long, help_heading = "Hooks scenario")]
     pub hooks: bool,
     /// Rounds of the hooks scenario (each: one phase without hooks, one
