@@ -17,8 +17,7 @@ use crate::error::BenchError;
 use crate::hist::new_hist;
 use crate::hooks::joiner::{join_all, Joined};
 use crate::hooks::report::{
-    median, Backend, Goals, HooksReport, Latency, Memory, Round, GOAL_BYTES,
-    GOAL_RATIO,
+    median, Backend, Goals, HooksReport, Latency, Memory, Round, GOAL_BYTES, GOAL_RATIO,
 };
 use crate::hooks::{Responder, ASSIGNS};
 use crate::{sys, BenchArgs};
@@ -81,9 +80,13 @@ pub(super) fn run(args: &BenchArgs) -> Result<(), BenchError> {
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("throng.toml");
     std::fs::write(&file, config(&responder.url()))?;
+    let drops0 = sys::softnet_dropped();
     let result = measure(args, n, &file, &responder, started_unix);
     let _ = std::fs::remove_dir_all(&dir);
-    let report = result?;
+    let mut report = result?;
+    report.kernel_backlog_drops = drops0
+        .zip(sys::softnet_dropped())
+        .map(|(a, b)| b.saturating_sub(a));
     println!("{}", report.summary());
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
@@ -177,6 +180,11 @@ fn cpu(server: &Server) -> f64 {
     sys::proc_sample(&server.pid().to_string()).map_or(0.0, |s| s.cpu_secs)
 }
 
+/// This process's CPU seconds: the clients, and the backend when hooked.
+fn own_cpu() -> f64 {
+    sys::proc_sample("self").map_or(0.0, |s| s.cpu_secs)
+}
+
 /// Server RSS per idle joined socket on `topic`, on a fresh server: the
 /// slope between two plateaus (half the sockets joined, then all), so
 /// one-time growth (the hook client's keep-alive pool to the backend, up
@@ -233,12 +241,12 @@ fn measure(
         } else {
             [PLAIN, HOOKED]
         };
-        let (mut plain, mut hooked) = ((0.0, 0.0), (0.0, 0.0));
+        let (mut plain, mut hooked) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
         for topic in order {
-            let cpu0 = cpu(&server);
+            let (cpu0, own0) = (cpu(&server), own_cpu());
             let j = phases.join(&server, topic, n);
-            let cpu_us = (cpu(&server) - cpu0) * 1e6 / j.ok.max(1) as f64;
-            let figures = (j.rate(), cpu_us);
+            let per = |secs: f64| secs * 1e6 / j.ok.max(1) as f64;
+            let figures = (j.rate(), per(cpu(&server) - cpu0), per(own_cpu() - own0));
             if topic == HOOKED {
                 hooked = figures;
                 let _ = hooked_h.add(&j.join_us);
@@ -262,6 +270,8 @@ fn measure(
             ratio: hooked.0 / plain.0.max(1e-9),
             plain_server_cpu_us: plain.1,
             hooked_server_cpu_us: hooked.1,
+            plain_bench_cpu_us: plain.2,
+            hooked_bench_cpu_us: hooked.2,
             hooked_first,
         });
     }
@@ -334,6 +344,7 @@ fn measure(
             assigns_bytes: ASSIGNS.len(),
         },
         errors: phases.errors,
+        kernel_backlog_drops: None,
         first_error: phases.first_error,
         backend_requests: Backend {
             connect: responder.served.connect.load(Relaxed),

@@ -39,6 +39,10 @@ pub struct HooksReport {
     /// Joins that failed (refused, error reply, timeout), all phases.
     pub errors: u64,
     pub first_error: Option<String>,
+    /// Loopback segments the kernel dropped during the run (a CPU's input
+    /// backlog full: `net.core.netdev_max_backlog`); TCP resends each
+    /// 200 ms or more later, so a dropped SYN can stall a join for seconds.
+    pub kernel_backlog_drops: Option<u64>,
     /// Requests the built-in backend answered, by hook.
     pub backend_requests: Backend,
     pub goals: Goals,
@@ -53,6 +57,10 @@ pub struct Round {
     /// Server CPU per connect+join, µs.
     pub plain_server_cpu_us: f64,
     pub hooked_server_cpu_us: f64,
+    /// The bench's own CPU per join, µs: the clients, plus the built-in
+    /// backend in the hooked phase (it shares the machine's cores).
+    pub plain_bench_cpu_us: f64,
+    pub hooked_bench_cpu_us: f64,
     /// Which phase ran first (they alternate).
     pub hooked_first: bool,
 }
@@ -157,16 +165,18 @@ impl HooksReport {
             self.window,
             self.rounds.len()
         ));
-        o.push_str("  round   no hooks joins/s   join hook joins/s   ratio   server CPU per join (no hooks / hook)\n");
+        o.push_str("  round   no hooks joins/s   join hook joins/s   ratio   CPU per join, no hooks / hook: server, bench (clients + backend)\n");
         for (i, r) in self.rounds.iter().enumerate() {
             o.push_str(&format!(
-                "  {:>5}   {:>16.0}   {:>17.0}   {:>5.2}   {:.1} us / {:.1} us{}\n",
+                "  {:>5}   {:>16.0}   {:>17.0}   {:>5.2}   {:.1} / {:.1} us, {:.1} / {:.1} us{}\n",
                 i + 1,
                 r.plain_joins_per_sec,
                 r.hooked_joins_per_sec,
                 r.ratio,
                 r.plain_server_cpu_us,
                 r.hooked_server_cpu_us,
+                r.plain_bench_cpu_us,
+                r.hooked_bench_cpu_us,
                 if r.hooked_first { "  (hook first)" } else { "" }
             ));
         }
@@ -204,10 +214,12 @@ impl HooksReport {
             m.plain_bytes_per_socket_with_fixed, m.hooked_bytes_per_socket_with_fixed
         ));
         o.push_str(&format!(
-            "  backend requests answered: {} join, {} connect, on {} connections; failed joins: {}{}\n",
+            "  backend requests answered: {} join, {} connect, on {} connections; kernel backlog drops: {}; failed joins: {}{}\n",
             self.backend_requests.join,
             self.backend_requests.connect,
             self.backend_requests.connections,
+            self.kernel_backlog_drops
+                .map_or("unknown".to_string(), |d| d.to_string()),
             self.errors,
             self.first_error
                 .as_deref()
