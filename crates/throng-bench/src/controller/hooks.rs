@@ -140,6 +140,13 @@ impl Phases {
             JOIN_TIMEOUT,
         );
         self.errors += j.failed;
+        if j.failed > 0 {
+            eprintln!(
+                "{topic}: {} of {n} sockets failed (first: {})",
+                j.failed,
+                j.first_error.as_deref().unwrap_or("?")
+            );
+        }
         if self.first_error.is_none() {
             self.first_error = j.first_error.clone();
         }

@@ -139,7 +139,9 @@ async fn thread_joins(
                 sockets: Vec::new(),
             };
             while next.fetch_add(1, Relaxed) < n {
-                match tokio::time::timeout(timeout, join_one(target, src, &topic)).await {
+                let mut stage = Stage::Connect;
+                let one = join_one(target, src, &topic, &mut stage);
+                match tokio::time::timeout(timeout, one).await {
                     Ok(Ok((sock, us))) => {
                         part.ok += 1;
                         part.last = Instant::now();
@@ -147,7 +149,7 @@ async fn thread_joins(
                         part.sockets.push(sock);
                     }
                     Ok(Err(e)) => part.fail(e.to_string()),
-                    Err(_) => part.fail(format!("no join reply within {timeout:?}")),
+                    Err(_) => part.fail(format!("{} within {timeout:?}", stage.missing())),
                 }
             }
             part
@@ -189,12 +191,31 @@ impl Part {
     }
 }
 
+/// How far a socket got, for the error of one that timed out.
+#[derive(Clone, Copy)]
+enum Stage {
+    Connect,
+    Upgrade,
+    Join,
+}
+
+impl Stage {
+    fn missing(self) -> &'static str {
+        match self {
+            Stage::Connect => "TCP connect not done",
+            Stage::Upgrade => "no 101 to the upgrade request",
+            Stage::Join => "no reply to phx_join",
+        }
+    }
+}
+
 /// One socket: TCP connect from `src`, the upgrade, `phx_join` to `topic`
 /// and its `ok` reply. Returns the socket and the join's latency in µs.
 async fn join_one(
     target: SocketAddr,
     src: IpAddr,
     topic: &str,
+    stage: &mut Stage,
 ) -> io::Result<(std::net::TcpStream, u64)> {
     let sock = Socket::new(
         Domain::IPV4,
@@ -214,6 +235,7 @@ async fn join_one(
     if let Some(e) = stream.take_error()? {
         return Err(e);
     }
+    *stage = Stage::Upgrade;
     let mut out = Vec::with_capacity(256);
     let host = target.to_string();
     let accept = write_client_request(&mut out, &host, "/socket/websocket?vsn=2.0.0", [7; 16]);
@@ -234,6 +256,7 @@ async fn join_one(
     out.clear();
     encode_frame(&mut out, Opcode::Text, join.as_bytes(), Some([1, 2, 3, 4]));
     let sent = Instant::now();
+    *stage = Stage::Join;
     write_all(&stream, &out).await?;
     loop {
         while let Some(f) = decode_frame(&mut buf, Role::Client, 1 << 20)
