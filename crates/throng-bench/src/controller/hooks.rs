@@ -17,7 +17,7 @@ use crate::error::BenchError;
 use crate::hist::new_hist;
 use crate::hooks::joiner::{join_all, Joined};
 use crate::hooks::report::{
-    median, Backend, Goals, HooksReport, Latency, Memory, Round, GOAL_BYTES, GOAL_RATIO,
+    median, Backend, Conntrack, Goals, HooksReport, Latency, Memory, Round, GOAL_BYTES, GOAL_RATIO,
 };
 use crate::hooks::{Responder, ASSIGNS};
 use crate::{sys, BenchArgs};
@@ -81,12 +81,21 @@ pub(super) fn run(args: &BenchArgs) -> Result<(), BenchError> {
     let file = dir.join("throng.toml");
     std::fs::write(&file, config(&responder.url()))?;
     let drops0 = sys::softnet_dropped();
+    let conntrack = |name: &str| {
+        sys::sysctl_read(&format!("net.netfilter.{name}")).and_then(|v| v.trim().parse().ok())
+    };
+    let conntrack_at_start = conntrack("nf_conntrack_count");
     let result = measure(args, n, &file, &responder, started_unix);
     let _ = std::fs::remove_dir_all(&dir);
     let mut report = result?;
     report.kernel_backlog_drops = drops0
         .zip(sys::softnet_dropped())
         .map(|(a, b)| b.saturating_sub(a));
+    report.conntrack = Conntrack {
+        at_start: conntrack_at_start,
+        at_end: conntrack("nf_conntrack_count"),
+        max: conntrack("nf_conntrack_max"),
+    };
     println!("{}", report.summary());
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
@@ -352,6 +361,7 @@ fn measure(
         },
         errors: phases.errors,
         kernel_backlog_drops: None,
+        conntrack: Conntrack::default(),
         first_error: phases.first_error,
         backend_requests: Backend {
             connect: responder.served.connect.load(Relaxed),

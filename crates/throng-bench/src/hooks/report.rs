@@ -43,6 +43,11 @@ pub struct HooksReport {
     /// backlog full: `net.core.netdev_max_backlog`); TCP resends each
     /// 200 ms or more later, so a dropped SYN can stall a join for seconds.
     pub kernel_backlog_drops: Option<u64>,
+    /// The kernel's connection tracking table: each connection of a run
+    /// stays in it for minutes after it closes, and once it is full the
+    /// kernel drops new connections' SYNs (a join then times out at its
+    /// TCP connect, whatever the server does).
+    pub conntrack: Conntrack,
     /// Requests the built-in backend answered, by hook.
     pub backend_requests: Backend,
     pub goals: Goals,
@@ -127,6 +132,13 @@ pub struct Backend {
     pub join: u64,
     /// Connections the server opened to the backend.
     pub connections: u64,
+}
+
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct Conntrack {
+    pub at_start: Option<u64>,
+    pub at_end: Option<u64>,
+    pub max: Option<u64>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -226,6 +238,14 @@ impl HooksReport {
                 .map(|e| format!(" (first: {e})"))
                 .unwrap_or_default()
         ));
+        let c = &self.conntrack;
+        if let (Some(end), Some(max)) = (c.at_end.max(c.at_start), c.max) {
+            if end * 10 >= max * 9 {
+                o.push_str(&format!(
+                    "  note: the kernel's connection tracking table held {end} of {max} entries: when full it drops new connections (TCP connect timeouts); wait for closed connections to age out, or raise net.netfilter.nf_conntrack_max (throng tune)\n"
+                ));
+            }
+        }
         o
     }
 }
