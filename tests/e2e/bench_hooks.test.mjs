@@ -63,8 +63,14 @@ test("bench --hooks: a tiny run reports joins/s both ways, the ratio, the hook's
   assert.match(r.out, /server memory per idle joined socket/)
 })
 
-test("bench --hooks refuses a --target with what to do instead", {timeout: 20000}, async () => {
-  const r = await run(["bench", "--hooks", "--target", "127.0.0.1:9"], 15000)
+test("bench --hooks refuses a --target, no rounds and no sockets, saying what to do instead", {timeout: 30000}, async () => {
+  let r = await run(["bench", "--hooks", "--target", "127.0.0.1:9"], 15000)
   assert.notEqual(r.code, 0)
   assert.match(r.err, /--hooks starts its own server and backend/)
+  r = await run(["bench", "--hooks", "--hook-rounds", "0"], 15000)
+  assert.notEqual(r.code, 0)
+  assert.match(r.err, /--hook-rounds 0: 1 to 100 rounds/)
+  r = await run(["bench", "--hooks", "--connections", "0"], 15000)
+  assert.notEqual(r.code, 0)
+  assert.match(r.err, /--connections 0: .* 1 to \d+/)
 })
