@@ -127,11 +127,14 @@ impl<T: Transport> Mux<'_, T> {
         let assigns = answer
             .assigns
             .map(|a| Box::new(HookAssigns(a)) as Box<dyn std::any::Any + Send>);
-        self.joins.push(Join {
-            slot,
-            join_ref: join_ref.map(RefBuf::from),
-            assigns,
-        });
+        super::push_join(
+            self.joins,
+            Join {
+                slot,
+                join_ref: join_ref.map(RefBuf::from),
+                assigns,
+            },
+        );
         let stats = self.t.stats();
         ShardStats::add(&stats.channels, 1);
         ShardStats::add(&stats.joins, 1);

@@ -45,6 +45,17 @@ pub(crate) struct Join {
     pub assigns: Assigns,
 }
 
+/// Adds a join to a socket's joins. A Vec's first push allocates room for
+/// four; most sockets join one topic, so grow one at a time while small:
+/// an idle socket's joins then cost one 40-byte allocation.
+pub(crate) fn push_join(joins: &mut Vec<Join>, join: Join) {
+    if joins.len() == joins.capacity() {
+        let more = if joins.len() < 4 { 1 } else { joins.len() };
+        joins.reserve_exact(more);
+    }
+    joins.push(join);
+}
+
 /// What the socket needs from the transport that carries it.
 pub(crate) trait Transport {
     /// Subscribes this connection to `topic`.
@@ -426,22 +437,14 @@ impl<'a, T: Transport> Mux<'a, T> {
         match result {
             Ok(response) => {
                 let slot = self.t.subscribe(topic);
-                // A Vec's first push allocates room for four; most sockets
-                // join one topic, so grow one at a time while small: an
-                // idle socket's joins then cost one 40-byte allocation.
-                if self.joins.len() == self.joins.capacity() {
-                    let more = if self.joins.len() < 4 {
-                        1
-                    } else {
-                        self.joins.len()
-                    };
-                    self.joins.reserve_exact(more);
-                }
-                self.joins.push(Join {
-                    slot,
-                    join_ref: stored,
-                    assigns,
-                });
+                push_join(
+                    self.joins,
+                    Join {
+                        slot,
+                        join_ref: stored,
+                        assigns,
+                    },
+                );
                 let stats = self.t.stats();
                 ShardStats::add(&stats.channels, 1);
                 ShardStats::add(&stats.joins, 1);
