@@ -89,6 +89,23 @@ pub struct BenchArgs {
     /// the run until Enter is pressed.
     #[arg(long, default_value_t = 8091, value_name = "PORT")]
     pub dashboard_port: u16,
+    /// Run the hooks scenario instead of a load: a built-in app backend and
+    /// `throng serve` with a join hook on `hooked:*` and none on `plain:*`
+    /// (--server-arg adds flags to it); rounds of --connections sockets
+    /// (default 5000) joining each, alternating, reporting joins/s through
+    /// the hook as a ratio to joins without, the latency the hook adds, and
+    /// server memory per idle joined socket (--json for the figures).
+    #[arg(long, help_heading = "Hooks scenario")]
+    pub hooks: bool,
+    /// Rounds of the hooks scenario (each: one phase without hooks, one
+    /// through the join hook); the report gives medians and the spread.
+    #[arg(
+        long,
+        default_value_t = 3,
+        value_name = "COUNT",
+        help_heading = "Hooks scenario"
+    )]
+    pub hook_rounds: u32,
     /// What the users do (last: clap keeps a flattened struct's help
     /// heading for the flags after it): the scenario and its size, schedule and
     /// heartbeats ([`LoadArgs::load`] turns them into the scenario).

@@ -24,6 +24,8 @@
 //!   broadcast receipts; [`slots`]: events per 100 ms; [`presence`]: the
 //!   presence rule a run turns on, presence traffic and the time until a
 //!   join is visible to every subscriber.
+//! - [`hooks`]: the hooks scenario (`--hooks`): joins through an app
+//!   backend's join hook against joins without, its built-in backend.
 //! - [`report`]: the typed [`report::Report`], its JSON, terminal summary
 //!   and offline HTML; [`dashboard`]: the live page on port 8091.
 //! - [`tune`]: OS settings and the limits that cap a run; [`netns`]: a
@@ -61,6 +63,7 @@ pub mod engine;
 pub mod error;
 pub mod floor;
 pub mod hist;
+pub mod hooks;
 pub mod netns;
 pub mod plan;
 pub mod presence;

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use throng_protocol::frame::{encode_header, Opcode};
-use throng_protocol::serializer::encode_broadcast;
-use throng_protocol::{OwnedPayload, Vsn};
+use throng_protocol::serializer::{encode_broadcast, encode_message};
+use throng_protocol::{OwnedPayload, Payload, Vsn};
 
 /// A subscriber that must not receive a broadcast (`broadcast_from`): the
 /// shard and the connection key there.
@@ -46,6 +46,9 @@ pub struct Broadcast {
     pub exclude: Option<Exclude>,
     /// What it counts in [`live_bytes`], fixed at creation.
     held: usize,
+    /// Its offset in the topic's history (`crate::history`), carried in
+    /// its frames as the message's `ref`; 0 on a topic without history.
+    pub offset: u64,
 }
 
 impl Broadcast {
@@ -56,14 +59,33 @@ impl Broadcast {
         payload: OwnedPayload,
         exclude: Option<Exclude>,
     ) -> Broadcast {
+        Broadcast::positioned(topic, event, payload, exclude, None)
+    }
+
+    /// Encodes `event`/`payload` once per serializer, with the position
+    /// `(ref, offset)` in the topic's history as the message's ref (a JSON
+    /// message's `ref`; the v2 binary broadcast layout has no ref, so a
+    /// binary payload goes without it).
+    pub fn positioned(
+        topic: Arc<str>,
+        event: String,
+        payload: OwnedPayload,
+        exclude: Option<Exclude>,
+        position: Option<(&str, u64)>,
+    ) -> Broadcast {
         let mut frames: [Option<Box<[u8]>>; 2] = [None, None];
         let mut body_at = [0u8; 2];
         let mut body = Vec::with_capacity(128);
+        let msg_ref = position.map(|(r, _)| r);
         for vsn in Vsn::ALL {
             body.clear();
-            if let Ok(opcode) =
-                encode_broadcast(vsn, &mut body, &topic, &event, payload.as_payload())
-            {
+            let encoded = match (msg_ref, payload.as_payload()) {
+                (Some(r), p @ Payload::Json(_)) => {
+                    encode_message(vsn, &mut body, None, Some(r), &topic, &event, p)
+                }
+                (_, p) => encode_broadcast(vsn, &mut body, &topic, &event, p),
+            };
+            if let Ok(opcode) = encoded {
                 let frame = frame_of(opcode, &body);
                 body_at[vsn.index()] = (frame.len() - body.len()) as u8;
                 frames[vsn.index()] = Some(frame);
@@ -83,6 +105,7 @@ impl Broadcast {
             body_at,
             exclude,
             held,
+            offset: position.map_or(0, |(_, o)| o),
         }
     }
 
@@ -158,6 +181,21 @@ mod tests {
         assert!(bin.body(Vsn::V1).is_none());
         assert_eq!(bin.frame(Vsn::V2).unwrap()[0], 0x82);
         assert!(bin.is_binary(Vsn::V2) && !b.is_binary(Vsn::V2) && !b.is_binary(Vsn::V1));
+    }
+
+    #[test]
+    fn a_position_is_the_ref_of_the_one_encoding() {
+        let json = OwnedPayload::Json("{}".into());
+        let b = Broadcast::positioned("t".into(), "e".into(), json, None, Some(("ab.7", 7)));
+        assert_eq!(b.offset, 7);
+        assert_eq!(b.body(Vsn::V2).unwrap(), br#"[null,"ab.7","t","e",{}]"#);
+        assert_eq!(
+            b.body(Vsn::V1).unwrap(),
+            br#"{"event":"e","payload":{},"ref":"ab.7","topic":"t"}"#
+        );
+        let bin = OwnedPayload::Binary(vec![1]);
+        let b = Broadcast::positioned("t".into(), "e".into(), bin, None, Some(("ab.8", 8)));
+        assert!(b.is_binary(Vsn::V2) && b.offset == 8);
     }
 
     #[test]

@@ -39,6 +39,8 @@
 //!   cluster, decided in Redis so that a topic's first subscriber and its
 //!   last one gone are each reported by exactly one node
 //!   ([`RedisOccupancy`]; the app backend's `occupied`/`vacated` events).
+//! - [`history`]: the last messages of a topic with their positions, for
+//!   recovery on rejoin ([`MemoryHistory`], one process).
 //! - [`metrics::write_metric`]: the one writer of Prometheus lines.
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.
@@ -118,6 +120,7 @@ pub mod backplane;
 mod broadcast;
 pub mod conformance;
 mod fields;
+pub mod history;
 pub mod link;
 pub mod metrics;
 pub mod occupancy;
@@ -129,6 +132,7 @@ pub use backplane::{
     Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, Route,
 };
 pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
+pub use history::{MemoryHistory, Position, Replay};
 pub use link::RedisOptions;
 pub use occupancy::{OccupancySink, RedisOccupancy};
 pub use presence::{

@@ -14,6 +14,9 @@
 //!   `presence_state` JSON (`state`) and its distinct keys (`count`): this
 //!   node's copy when it has subscribers of the topic, else read from the
 //!   presence store (Redis keeps every node's presences), `Endpoint::presence`.
+//! - `GET /api/history?topic=T&since=REF&limit=N`: a history topic's
+//!   messages after a position (`crate::history::api`); `POST
+//!   /api/broadcast` on such a topic answers the message's `ref` too.
 //! - `GET /metrics`: this node's Prometheus text (no key needed).
 //! - `GET /healthz`, `GET /readyz`: liveness and readiness, as on the
 //!   public port (`crate::health`; no key needed).
@@ -261,8 +264,11 @@ async fn broadcast(
         Some(raw) => OwnedPayload::Json(raw.get().to_string()),
         None => OwnedPayload::empty(),
     };
-    api.endpoint.broadcast(&req.topic, &req.event, payload);
-    Ok(Json(json!({"ok": true})))
+    match api.endpoint.broadcast(&req.topic, &req.event, payload) {
+        // A topic with history: the message's position (`crate::history`).
+        Some(msg_ref) => Ok(Json(json!({"ok": true, "ref": msg_ref}))),
+        None => Ok(Json(json!({"ok": true}))),
+    }
 }
 
 #[derive(Deserialize, Debug)]
@@ -383,6 +389,35 @@ async fn presence(
     Ok(([("content-type", "application/json")], body).into_response())
 }
 
+/// `GET /api/history?topic=T&since=REF&limit=N` (`crate::history::api`).
+async fn history(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    query: Result<
+        Query<crate::history::api::HistoryQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    api.check(&headers)?;
+    let Query(q) =
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text()))?;
+    let Some(topic) = q.topic.as_deref() else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_topic",
+            "the topic query parameter is missing (GET /api/history?topic=feed:1&since=REF)",
+        ));
+    };
+    topic_ok(topic)?;
+    let status = |code| match code {
+        "no_history" => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    crate::history::api::answer(&api.endpoint, topic, &q)
+        .map(Json)
+        .map_err(|e| ApiError::new(status(e.code), e.code, e.message))
+}
+
 async fn metrics(State(api): State<Api>) -> Response {
     let body = crate::metrics::render(api.endpoint.node());
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
@@ -433,6 +468,7 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/api/topics", "topics and their subscriber counts, cluster-wide"),
     ("GET", "/api/stats", "this node's counters and the cluster's sums"),
     ("GET", "/api/presence?topic=T", "who is on a topic, cluster-wide (presence_state JSON)"),
+    ("GET", "/api/history?topic=T&since=REF&limit=N", "a history topic's messages after a position, and whether none was lost"),
     ("GET", "/metrics", "this node's Prometheus text (no key needed)"),
     ("GET", "/healthz", "200 while the process is alive (no key needed)"),
     ("GET", "/readyz", "200 when this node should get new clients; 503 {reason} while starting, draining or cut off from Redis (no key needed)"),
@@ -502,6 +538,7 @@ fn router(api: Api) -> Router {
         .route("/api/topics", get(topics))
         .route("/api/stats", get(stats))
         .route("/api/presence", get(presence))
+        .route("/api/history", get(history))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

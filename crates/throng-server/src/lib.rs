@@ -81,6 +81,7 @@ pub mod echo;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod health;
+pub mod history;
 pub mod hooks;
 mod http;
 pub mod limits;
@@ -168,6 +169,7 @@ impl Server {
         sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;
         let policy = auth::Policy::new(config.topics.clone());
+        let policy_history = policy.any_history();
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
         let control_limit = auth::PushLimit::new(
@@ -227,6 +229,11 @@ impl Server {
             dashboard_streams: Default::default(),
             dashboard_refused: Default::default(),
             refusals: Default::default(),
+            history: policy_history.then(|| {
+                Arc::new(throng_pubsub::MemoryHistory::new(
+                    config_limits.max_history_bytes,
+                ))
+            }),
         });
         if let Some(h) = &node.hooks {
             h.attach(Arc::downgrade(&node));

@@ -69,6 +69,9 @@ pub struct LimitArgs {
     /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted [default: 67108864]
     #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
     pub max_shard_inbox_bytes: Option<usize>,
+    /// Bytes the history of every topic may hold together ([[topics]] history_size); past it a topic's oldest messages are dropped and a rejoin from before them gets recovered: false [default: 67108864]
+    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_HISTORY_BYTES")]
+    pub max_history_bytes: Option<usize>,
     /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted [default: 67108864]
     #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
     pub redis_queue_bytes: Option<usize>,
@@ -119,6 +122,8 @@ pub struct Limits {
     pub max_outbound_total_bytes: usize,
     pub max_shard_inbox_bytes: usize,
     pub redis_queue_bytes: usize,
+    /// Bytes of topic history kept in this process.
+    pub max_history_bytes: usize,
     /// Control messages a second per socket (0 = no limit), and the burst.
     pub control_rate: f64,
     pub control_burst: u32,
@@ -155,6 +160,7 @@ impl Limits {
             max_outbound_total_bytes: 1 << 30,
             max_shard_inbox_bytes: 64 << 20,
             redis_queue_bytes: 64 << 20,
+            max_history_bytes: 64 << 20,
             control_rate: 10.0,
             control_burst: 250,
             api_timeout: Duration::from_secs(10),
@@ -196,6 +202,8 @@ impl Limits {
             self.max_shard_inbox_bytes.to_string(),
             "--redis-queue-bytes".into(),
             self.redis_queue_bytes.to_string(),
+            "--max-history-bytes".into(),
+            self.max_history_bytes.to_string(),
             "--control-rate".into(),
             self.control_rate.to_string(),
             "--control-burst".into(),
@@ -268,6 +276,10 @@ impl LimitArgs {
                 .redis_queue_bytes
                 .or(file.redis_queue_bytes)
                 .unwrap_or(d.redis_queue_bytes),
+            max_history_bytes: self
+                .max_history_bytes
+                .or(file.max_history_bytes)
+                .unwrap_or(d.max_history_bytes),
             control_rate: self
                 .control_rate
                 .or(file.control_rate)

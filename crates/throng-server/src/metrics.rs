@@ -98,6 +98,11 @@ pub struct ShardStats {
     pub presence_diff_bytes_out: AtomicU64,
     /// Presence calls refused (see `crate::channel::Presence`).
     pub presence_refused: AtomicU64,
+    /// Joins with `since` that recovered, that could not, and the messages
+    /// their replays sent (`crate::history`).
+    pub history_recoveries: AtomicU64,
+    pub history_misses: AtomicU64,
+    pub history_replayed: AtomicU64,
 }
 
 impl ShardStats {
@@ -422,6 +427,24 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "Presence refused: a join whose key is over --max-presence-bytes, a track or update over it, a key tracked twice by a join, an update or untrack of a key not tracked.",
         |s| &s.presence_refused,
     ),
+    (
+        "throng_history_recoveries_total",
+        "counter",
+        "Joins with since that got every message they missed (recovered: true).",
+        |s| &s.history_recoveries,
+    ),
+    (
+        "throng_history_misses_total",
+        "counter",
+        "Joins with since that could not recover (recovered: false): a position too old, of another epoch, malformed, or a topic without history.",
+        |s| &s.history_misses,
+    ),
+    (
+        "throng_history_replayed_total",
+        "counter",
+        "Messages sent to joins from topic history.",
+        |s| &s.history_replayed,
+    ),
 ];
 
 /// The `/metrics` page of `node`, Prometheus text format.
@@ -541,6 +564,9 @@ pub fn render(node: &Node) -> String {
         "Dashboard streams refused (503) past --max-dashboard-streams.",
         node.dashboard_refused.load(Relaxed),
     );
+    if let Some(history) = &node.history {
+        crate::history::render_metrics(history, &mut out);
+    }
     node.backplane.render_metrics(&mut out);
     node.presence.render_metrics(&mut out);
     if let Some(hooks) = &node.hooks {

@@ -49,6 +49,11 @@ pub(crate) enum ShardMsg {
     Disconnect(Arc<str>),
     /// The app backend's answer to a hook call of this shard.
     Hook(Box<crate::hooks::HookAnswer>),
+    /// A broadcast of this topic's history was dropped for this shard (its
+    /// inbox was full): its subscribers here are closed, so that they
+    /// rejoin with `since` and get it back instead of skipping it
+    /// (`crate::history`).
+    HistoryLost(Arc<str>),
 }
 
 impl ShardMsg {
@@ -58,7 +63,7 @@ impl ShardMsg {
     fn cost(&self) -> usize {
         match self {
             ShardMsg::Broadcast(b) => b.held(),
-            ShardMsg::Info(topic, _) => 64 + topic.len(),
+            ShardMsg::Info(topic, _) | ShardMsg::HistoryLost(topic) => 64 + topic.len(),
             _ => 256,
         }
     }
@@ -117,6 +122,11 @@ impl Peer {
                      (counted in throng_shard_inbox_dropped_total)",
                     self.shard,
                 );
+            }
+            if let ShardMsg::Broadcast(b) = &msg {
+                if b.offset != 0 {
+                    self.send(ShardMsg::HistoryLost(b.topic.clone()));
+                }
             }
             return;
         }
@@ -189,6 +199,8 @@ pub struct Node {
     /// `--max-dashboard-streams` (`crate::dashboard`).
     pub dashboard_streams: std::sync::atomic::AtomicU64,
     pub dashboard_refused: std::sync::atomic::AtomicU64,
+    /// Topic history, when some `[[topics]]` rule keeps it (`crate::history`).
+    pub history: Option<Arc<throng_pubsub::MemoryHistory>>,
 }
 
 impl Node {
@@ -228,6 +240,39 @@ impl Node {
     pub(crate) fn broadcast(&self, from_shard: Option<usize>, b: Arc<Broadcast>) {
         self.backplane.publish(&b);
         self.fan_out(from_shard, b);
+    }
+
+    /// A broadcast on a topic that keeps history (`rule`): the history
+    /// store gives it its position, the message's `ref` in its one
+    /// encoding, and, under the topic's lock, it goes to the other nodes
+    /// and to every shard with subscribers, the origin's too: each shard
+    /// then gets the topic's messages in offset order. Returns the ref.
+    pub(crate) fn publish_history(
+        &self,
+        rule: crate::auth::HistoryRule,
+        topic: Arc<str>,
+        event: String,
+        payload: OwnedPayload,
+        exclude: Option<throng_pubsub::Exclude>,
+    ) -> Option<String> {
+        let Some(store) = &self.history else {
+            let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
+            self.broadcast(None, b);
+            return None;
+        };
+        // What the history keeps: a copy, once per broadcast.
+        let (name, kept) = (event.clone(), payload.clone());
+        let now = Instant::now();
+        let (size, ttl) = (rule.size, rule.ttl);
+        Some(
+            store.publish(&topic.clone(), size, ttl, &name, kept, now, |at| {
+                let msg_ref = at.to_ref();
+                let position = Some((msg_ref.as_str(), at.offset));
+                let b = Broadcast::positioned(topic, event, payload, exclude, position);
+                self.broadcast(None, Arc::new(b));
+                msg_ref
+            }),
+        )
     }
 
     /// Counts this node's subscribers (each shard its own) and hands the
@@ -418,9 +463,17 @@ impl Endpoint {
     /// Broadcasts `event` on `topic` to every subscriber, on this node and,
     /// through the backplane, on the others (Phoenix's
     /// `Endpoint.broadcast/3`). Encoded once per serializer.
-    pub fn broadcast(&self, topic: &str, event: &str, payload: OwnedPayload) {
+    ///
+    /// On a topic that keeps history (`[[topics]] history_size`), returns
+    /// the message's ref, its position in the topic's history.
+    pub fn broadcast(&self, topic: &str, event: &str, payload: OwnedPayload) -> Option<String> {
+        if let Some(rule) = self.node.policy.history(topic) {
+            let (topic, event) = (topic.into(), event.into());
+            return self.node.publish_history(rule, topic, event, payload, None);
+        }
         let b = Arc::new(Broadcast::new(topic.into(), event.into(), payload, None));
         self.node.broadcast(None, b);
+        None
     }
 
     /// Hands `info` to [`Channel::handle_info`](crate::Channel::handle_info)
@@ -605,6 +658,26 @@ mod tests {
             tiny.dropped.load(Relaxed),
             0,
             "one message larger than the bound"
+        );
+        // A history broadcast dropped leaves a mark in its place.
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let peer = Peer::new(0, tx, peer.waker.clone(), 1);
+        let positioned = |offset| {
+            let payload = OwnedPayload::empty();
+            let at = Some(("e.1", offset));
+            ShardMsg::Broadcast(Arc::new(Broadcast::positioned(
+                "h".into(),
+                "e".into(),
+                payload,
+                None,
+                at,
+            )))
+        };
+        peer.send(positioned(1));
+        peer.send(positioned(2));
+        let got: Vec<_> = rx.try_iter().collect();
+        assert!(
+            matches!(&got[..], [ShardMsg::Broadcast(_), ShardMsg::HistoryLost(t)] if &**t == "h")
         );
     }
 }

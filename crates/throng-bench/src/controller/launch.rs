@@ -134,7 +134,7 @@ pub(super) struct Server {
 impl Server {
     /// Starts `throng serve` on a free loopback port and waits for the
     /// address it prints.
-    fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
+    pub(super) fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
         // /metrics lives on the server API listener; the probe reads the
         // public port, so the bench's own server keeps it there.
         let mut cmd = throng(&[

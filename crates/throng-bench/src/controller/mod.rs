@@ -16,7 +16,8 @@
 //! rate control; `timeline` the per-second samples and the progress line;
 //! `cpu` the CPU trace and the bottleneck verdict; `outcome` turns the
 //! phases' measurements into the [`Report`](crate::report::Report),
-//! `presence` its presence part.
+//! `presence` its presence part; `hooks` is the hooks scenario's run
+//! (`--hooks`, [`crate::hooks`]).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
 //! forwards its lines over a channel; the dashboard thread only reads the
@@ -27,6 +28,7 @@ mod arrival;
 mod children;
 mod cpu;
 mod floor;
+mod hooks;
 mod launch;
 mod outcome;
 mod presence;
@@ -89,6 +91,9 @@ fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
 /// own success criteria (so a CI job can gate on the exit status).
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     children::kill_on_signal()?;
+    if args.hooks {
+        return hooks::run(&args);
+    }
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
     let Load {

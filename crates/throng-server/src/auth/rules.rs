@@ -62,6 +62,60 @@ pub struct TopicRule {
     /// `"join"`, `"push"` [default: none].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<crate::hooks::TopicHook>,
+    /// Messages of history kept per topic, for recovery on rejoin
+    /// (`crate::history`) [default: none].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_size: Option<usize>,
+    /// Seconds a topic's history is kept after its last message
+    /// [default: [`DEFAULT_HISTORY_TTL`] with `history_size`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_ttl: Option<u64>,
+}
+
+/// `history_ttl` when a rule gives `history_size` alone.
+pub const DEFAULT_HISTORY_TTL: u64 = 600;
+/// The largest `history_size`: a replay is at most this many messages.
+pub const MAX_HISTORY_SIZE: usize = 10_000;
+/// The largest `history_ttl`: a day.
+pub const MAX_HISTORY_TTL: u64 = 86_400;
+
+/// What a rule keeps of its topics' history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryRule {
+    /// Messages kept.
+    pub size: usize,
+    /// Kept this long after the topic's last message.
+    pub ttl: std::time::Duration,
+}
+
+impl TopicRule {
+    /// Checks the history keys: a clear error naming the rule, with a fix.
+    pub fn check_history(&self) -> Result<(), String> {
+        let p = &self.pattern;
+        match (self.history_size, self.history_ttl) {
+            (None, Some(_)) => Err(format!(
+                "[[topics]] pattern = {p:?}: history_ttl needs history_size (the messages to \
+                 keep): add history_size = 100, or remove history_ttl"
+            )),
+            (Some(n), _) if n == 0 || n > MAX_HISTORY_SIZE => Err(format!(
+                "[[topics]] pattern = {p:?}: history_size must be 1..={MAX_HISTORY_SIZE} \
+                 messages, got {n} (leave it out for no history)"
+            )),
+            (Some(_), Some(t)) if t == 0 || t > MAX_HISTORY_TTL => Err(format!(
+                "[[topics]] pattern = {p:?}: history_ttl must be 1..={MAX_HISTORY_TTL} \
+                 seconds, got {t}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The history this rule keeps, if any.
+    pub fn history(&self) -> Option<HistoryRule> {
+        Some(HistoryRule {
+            size: self.history_size?,
+            ttl: std::time::Duration::from_secs(self.history_ttl.unwrap_or(DEFAULT_HISTORY_TTL)),
+        })
+    }
 }
 
 fn any_event() -> Vec<String> {
@@ -74,6 +128,9 @@ pub struct Policy {
     pub rules: Vec<TopicRule>,
     /// Some rule lists hooks: without, joins and pushes skip the lookup.
     any_hooks: bool,
+    /// When some rule keeps history: every rule's pattern with `{user}`
+    /// as `*`, and its history (empty otherwise, so broadcasts skip it).
+    history: Vec<(String, Option<HistoryRule>)>,
 }
 
 /// The reply to a join or push the rules refuse.
@@ -82,7 +139,30 @@ pub const UNAUTHORIZED: &str = r#"{"reason":"unauthorized"}"#;
 impl Policy {
     pub fn new(rules: Vec<TopicRule>) -> Policy {
         let any_hooks = rules.iter().any(|r| !r.hooks.is_empty());
-        Policy { rules, any_hooks }
+        let history = if rules.iter().any(|r| r.history_size.is_some()) {
+            let rule = |r: &TopicRule| (r.pattern.replace(USER, "*"), r.history());
+            rules.iter().map(rule).collect()
+        } else {
+            Vec::new()
+        };
+        Policy {
+            rules,
+            any_hooks,
+            history,
+        }
+    }
+
+    /// Whether some rule keeps history.
+    pub fn any_history(&self) -> bool {
+        !self.history.is_empty()
+    }
+
+    /// The history kept for `topic`: that of the first rule whose pattern
+    /// matches it, with `{user}` matching any user (a broadcast has no
+    /// socket, and the topic names the user already).
+    pub fn history(&self, topic: &str) -> Option<HistoryRule> {
+        let found = self.history.iter().find(|(p, _)| matches(p, topic, None));
+        found.and_then(|(_, h)| *h)
     }
 
     fn rule(&self, topic: &str, user: Option<&str>) -> Option<&TopicRule> {

@@ -220,6 +220,18 @@ impl ServeArgs {
                 .map_err(|e| Error::Config(format!("topic rules: {e}")))?,
             None => file.topics.unwrap_or_default(),
         };
+        for rule in &topics {
+            rule.check_history().map_err(Error::Config)?;
+            if redis.is_some() && rule.history_size.is_some() {
+                // Each node would number the topic's messages on its own.
+                return Err(Error::Config(format!(
+                    "[[topics]] pattern = {:?}: history_size is not available with --redis yet \
+                     (history is kept in one process); remove history_size, or run one node \
+                     without --redis",
+                    rule.pattern
+                )));
+            }
+        }
         let push_rate = self.push_rate.or(file.push_rate).unwrap_or(d.push_rate);
         if !(0.0..=1000.0).contains(&push_rate) {
             return Err(Error::Config(format!(
@@ -476,6 +488,53 @@ mod tests {
         assert!(c
             .worker_args(1, 4000)
             .contains(&"127.0.0.1:4002".to_string()));
+    }
+
+    #[test]
+    fn history_keys_of_topic_rules() {
+        let resolve = |toml: &str| {
+            let path = std::env::temp_dir().join(format!(
+                "throng-cfg-hist-{}-{}",
+                std::process::id(),
+                toml.len()
+            ));
+            std::fs::write(&path, toml).unwrap();
+            let c = ServeArgs {
+                config: Some(path.clone()),
+                ..Default::default()
+            }
+            .resolve();
+            std::fs::remove_file(&path).unwrap();
+            c
+        };
+        let c = resolve(
+            "[[topics]]\npattern = \"feed:*\"\nhistory_size = 100\nhistory_ttl = 60\n\
+             [[topics]]\npattern = \"inbox:{user}\"\nhistory_size = 5\n\
+             [[topics]]\npattern = \"*\"\n",
+        )
+        .unwrap();
+        let p = crate::auth::Policy::new(c.topics.clone());
+        let h = p.history("feed:1").unwrap();
+        assert_eq!((h.size, h.ttl), (100, Duration::from_secs(60)));
+        let h = p.history("inbox:u1").unwrap();
+        assert_eq!((h.size, h.ttl.as_secs()), (5, 600));
+        assert!(p.history("rooms:1").is_none());
+        // Workers get the rules as JSON, history included.
+        let json = serde_json::to_string(&c.topics).unwrap();
+        assert!(json.contains("\"history_size\":100"), "{json}");
+        for (bad, says) in [
+            ("history_size = 0", "history_size must be 1..=10000"),
+            ("history_size = 10001", "history_size must be 1..=10000"),
+            ("history_ttl = 5", "history_ttl needs history_size"),
+            (
+                "history_size = 1\nhistory_ttl = 0",
+                "history_ttl must be 1..=86400",
+            ),
+            ("history_size = -1", "history_size"),
+        ] {
+            let err = resolve(&format!("[[topics]]\npattern = \"f:*\"\n{bad}\n")).unwrap_err();
+            assert!(err.to_string().contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

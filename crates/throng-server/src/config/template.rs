@@ -33,7 +33,9 @@ pub const TABLE_ONLY: &[(&str, &str)] = &[
          # [[topics]]\n\
          # pattern = \"rooms:*\"\n\
          # join = \"anyone\"\n\
-         # push = [\"new:msg\"]\n",
+         # push = [\"new:msg\"]\n\
+         # history_size = 100   # messages kept for recovery on rejoin (README: History)\n\
+         # history_ttl = 600    # seconds kept after the topic's last message\n",
     ),
     (
         "presence",

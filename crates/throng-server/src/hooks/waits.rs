@@ -18,6 +18,8 @@ pub(crate) enum Waiting {
         msg_ref: Option<throng_protocol::RefBuf>,
         /// The presence key of a `--presence` rule, taken at the join.
         presence_key: Option<String>,
+        /// The join's `since` (`crate::history::since_of`).
+        since: Option<Option<String>>,
     },
     Push {
         join_ref: Option<throng_protocol::RefBuf>,
@@ -275,6 +277,7 @@ mod tests {
                     join_ref: None,
                     msg_ref: None,
                     presence_key: None,
+                    since: None,
                 },
             },
         );
@@ -295,6 +298,7 @@ mod tests {
                     join_ref: None,
                     msg_ref: None,
                     presence_key: None,
+                    since: None,
                 },
             },
         );

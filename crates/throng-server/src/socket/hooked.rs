@@ -59,6 +59,7 @@ impl<T: Transport> Mux<'_, T> {
             join_ref: join_ref.map(RefBuf::from),
             msg_ref: msg_ref.map(RefBuf::from),
             presence_key,
+            since: crate::history::since_of(payload),
         };
         if let Err(f) = self.t.hook_call(Hook::Join, topic, body, wait) {
             self.hook_refused(join_ref, msg_ref, topic, f);
@@ -82,6 +83,7 @@ impl<T: Transport> Mux<'_, T> {
             join_ref,
             msg_ref,
             presence_key,
+            since,
         } = what
         else {
             return;
@@ -125,16 +127,23 @@ impl<T: Transport> Mux<'_, T> {
         let assigns = answer
             .assigns
             .map(|a| Box::new(HookAssigns(a)) as Box<dyn std::any::Any + Send>);
-        self.joins.push(Join {
-            slot,
-            join_ref: join_ref.map(RefBuf::from),
-            assigns,
-        });
+        super::push_join(
+            self.joins,
+            Join {
+                slot,
+                join_ref: join_ref.map(RefBuf::from),
+                assigns,
+            },
+        );
         let stats = self.t.stats();
         ShardStats::add(&stats.channels, 1);
         ShardStats::add(&stats.joins, 1);
         let reply = answer.reply.as_deref().map_or("{}", RawValue::get);
-        self.reply(join_ref, msg_ref, topic, Ok(Payload::Json(reply)));
+        match since {
+            None => self.reply(join_ref, msg_ref, topic, Ok(Payload::Json(reply))),
+            // Subscribed above: the replay joins the live messages exactly.
+            Some(since) => self.join_since(join_ref, msg_ref, topic, since, Payload::Json(reply)),
+        }
         let i = self.joins.len() - 1;
         if self.cx.presence.iter().any(|r| r.matches(topic)) {
             self.auto_presence(i, presence_key);

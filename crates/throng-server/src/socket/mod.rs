@@ -45,6 +45,17 @@ pub(crate) struct Join {
     pub assigns: Assigns,
 }
 
+/// Adds a join to a socket's joins. A Vec's first push allocates room for
+/// four; most sockets join one topic, so grow one at a time while small:
+/// an idle socket's joins then cost one 40-byte allocation.
+pub(crate) fn push_join(joins: &mut Vec<Join>, join: Join) {
+    if joins.len() == joins.capacity() {
+        let more = if joins.len() < 4 { 1 } else { joins.len() };
+        joins.reserve_exact(more);
+    }
+    joins.push(join);
+}
+
 /// What the socket needs from the transport that carries it.
 pub(crate) trait Transport {
     /// Subscribes this connection to `topic`.
@@ -132,6 +143,12 @@ pub(crate) trait Transport {
     /// This connection's id in hook requests.
     fn socket_id(&mut self) -> String {
         String::new()
+    }
+    /// For a join on `topic` (subscribed already) with a `since` position:
+    /// what the topic's history holds after it (`crate::history`); `None`
+    /// when the topic keeps no history.
+    fn recover(&mut self, _topic: &str, _since: Option<&str>) -> Option<throng_pubsub::Replay> {
+        None
     }
 }
 
@@ -420,26 +437,23 @@ impl<'a, T: Transport> Mux<'a, T> {
         match result {
             Ok(response) => {
                 let slot = self.t.subscribe(topic);
-                // A Vec's first push allocates room for four; most sockets
-                // join one topic, so grow one at a time while small: an
-                // idle socket's joins then cost one 40-byte allocation.
-                if self.joins.len() == self.joins.capacity() {
-                    let more = if self.joins.len() < 4 {
-                        1
-                    } else {
-                        self.joins.len()
-                    };
-                    self.joins.reserve_exact(more);
-                }
-                self.joins.push(Join {
-                    slot,
-                    join_ref: stored,
-                    assigns,
-                });
+                push_join(
+                    self.joins,
+                    Join {
+                        slot,
+                        join_ref: stored,
+                        assigns,
+                    },
+                );
                 let stats = self.t.stats();
                 ShardStats::add(&stats.channels, 1);
                 ShardStats::add(&stats.joins, 1);
-                self.reply(join_ref, msg_ref, topic, Ok(response.as_payload()));
+                match crate::history::since_of(payload) {
+                    None => self.reply(join_ref, msg_ref, topic, Ok(response.as_payload())),
+                    Some(since) => {
+                        self.join_since(join_ref, msg_ref, topic, since, response.as_payload())
+                    }
+                }
                 let i = self.joins.len() - 1;
                 self.apply(i, &mut effects);
                 if rule.is_some() {
@@ -458,6 +472,43 @@ impl<'a, T: Transport> Mux<'a, T> {
                 self.scratch.effects = effects;
             }
         }
+    }
+
+    /// The ok reply of a join that asked for the messages after `since`
+    /// (`None`: a `since` that is no string), with `"recovered"` in an
+    /// object reply, then those messages with the join's join_ref, oldest
+    /// first; the live ones follow (`crate::history`).
+    fn join_since(
+        &mut self,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
+        topic: &str,
+        since: Option<String>,
+        response: Payload<'_>,
+    ) {
+        let found = since
+            .as_deref()
+            .and_then(|s| self.t.recover(topic, Some(s)))
+            .unwrap_or_default();
+        let answer = match response {
+            Payload::Json(json) => crate::history::with_recovered(json, found.recovered),
+            Payload::Binary(_) => None,
+        };
+        let response = answer.as_deref().map_or(response, Payload::Json);
+        self.reply(join_ref, msg_ref, topic, Ok(response));
+        for entry in &found.messages {
+            let (ev, payload) = (&*entry.event, entry.payload.as_payload());
+            if self.cx.vsn == Vsn::V1 && matches!(payload, Payload::Binary(_)) {
+                // v1 cannot carry it: skipped, as its live broadcast is.
+                continue;
+            }
+            let at = Ref::string(found.ref_of(entry));
+            self.message(join_ref, Some(&at), topic, ev, payload);
+        }
+        let stats = self.t.stats();
+        ShardStats::add(&stats.history_recoveries, u64::from(found.recovered));
+        ShardStats::add(&stats.history_misses, u64::from(!found.recovered));
+        ShardStats::add(&stats.history_replayed, found.messages.len() as u64);
     }
 
     /// `event` pushed by the client on join `i`.

@@ -413,6 +413,7 @@ impl Conns {
             .lp
             .sessions
             .get(idx)
+            .filter(|s| !s.dead)
             .and_then(|s| b.body(s.vsn))
             .map(|body| body.len())
         else {

@@ -108,6 +108,12 @@ pub(crate) struct Conns {
     /// Presences of this shard's joins, by (connection key, registry topic
     /// index); empty unless presence is in use.
     pub tracked: HashMap<(usize, u32), Tracked>,
+    /// Joins that recovered history: by (connection key, registry topic
+    /// index), the newest offset their replay held, so the live copies of
+    /// those messages still in this shard's inbox are skipped
+    /// (`crate::history`). Emptied whenever the inbox is, so it holds at
+    /// most one turn's joins.
+    pub replayed: HashMap<(usize, u32), u64>,
     /// Joins and pushes waiting for the app backend (`crate::hooks`).
     pub hook_waits: crate::hooks::Waits,
 }
@@ -178,6 +184,7 @@ impl Shard {
                     .map_or(0, |w| w.as_millis() as u64),
             ),
             tracked: HashMap::new(),
+            replayed: HashMap::new(),
             hook_waits: Default::default(),
         };
         Ok(Shard {
@@ -393,11 +400,17 @@ impl Shard {
                     self.conns.lp_request(&self.node, &mut self.scratch, *req)
                 }
                 ShardMsg::Hook(a) => self.conns.hook_answer(&self.node, &mut self.scratch, *a),
+                ShardMsg::HistoryLost(topic) => self.conns.history_lost(&topic),
                 ShardMsg::LongPollAnswer(a) => {
                     self.conns
                         .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
                 }
             }
+        }
+        // Every message queued before a replay's read has been delivered
+        // (or skipped) now: nothing more to skip (`crate::history`).
+        if !self.conns.replayed.is_empty() {
+            self.conns.replayed.clear();
         }
     }
 

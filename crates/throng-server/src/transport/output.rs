@@ -243,9 +243,19 @@ impl Conns {
         let subs = std::mem::take(&mut self.registry.topics[idx as usize].subs);
         let sent_before = self.msgs_out;
         let mut frame_bytes = 0u64;
+        // Sockets that just got this message in a history replay.
+        let replayed = b.offset != 0 && !self.replayed.is_empty();
         for &key in &subs {
             let key = key as usize;
             if Some(key) == exclude {
+                continue;
+            }
+            if replayed
+                && self
+                    .replayed
+                    .get(&(key, idx))
+                    .is_some_and(|&w| b.offset <= w)
+            {
                 continue;
             }
             if is_session(key) {
@@ -281,9 +291,33 @@ impl Conns {
             }
         }
         self.registry.topics[idx as usize].subs = subs;
+        if replayed {
+            // Past a replay's last message, live messages are new to it.
+            let offset = b.offset;
+            self.replayed.retain(|&(_, t), w| t != idx || *w > offset);
+        }
         if b.event == PRESENCE_DIFF || b.event == PRESENCE_COUNT {
             ShardStats::add(&self.stats.presence_diffs_out, self.msgs_out - sent_before);
             ShardStats::add(&self.stats.presence_diff_bytes_out, frame_bytes);
+        }
+    }
+
+    /// A message of `topic`'s history did not reach this shard (its inbox
+    /// was full): its subscribers here would skip it without knowing, so
+    /// they are closed as slow readers before any later message reaches
+    /// them; phoenix.js reconnects and rejoins with `since`, and recovers it.
+    pub fn history_lost(&mut self, topic: &str) {
+        let Some(idx) = self.registry.find(topic) else {
+            return;
+        };
+        let subs = self.registry.topics[idx as usize].subs.clone();
+        for key in subs {
+            let key = key as usize;
+            if is_session(key) {
+                self.lp_doom(key & !SESSION_BIT, CloseReason::SlowReader);
+            } else {
+                self.doom(key, CloseReason::SlowReader);
+            }
         }
     }
 

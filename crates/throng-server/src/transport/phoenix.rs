@@ -283,6 +283,9 @@ impl Transport for ShardTransport<'_> {
 
     fn unsubscribe(&mut self, slot: Slot) {
         let c = &mut *self.conns;
+        if !c.replayed.is_empty() {
+            c.replayed.remove(&(self.key, slot.topic));
+        }
         let (moved, gone) = c.registry.unsubscribe(slot);
         if let Some(moved) = moved {
             // The subscriber that took this one's place learns its position.
@@ -328,6 +331,12 @@ impl Transport for ShardTransport<'_> {
             self.conns.flush_reply(self.key);
         }
         let exclude = (!include_self).then_some((self.conns.id, self.key));
+        if let Some(rule) = self.node.policy.history(&topic) {
+            // Through this shard's inbox too, in the topic's offset order.
+            self.node
+                .publish_history(rule, topic, event, payload, exclude);
+            return;
+        }
         let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
         // The other shards and nodes first, then this shard's subscribers:
         // delivering here first (thousands of writes) kept every other
@@ -462,5 +471,32 @@ impl Transport for ShardTransport<'_> {
                 e.topic = Some(topic);
                 e.key = Some(key);
             });
+    }
+
+    fn recover(&mut self, topic: &str, since: Option<&str>) -> Option<throng_pubsub::Replay> {
+        let store = self.node.history.as_ref()?;
+        self.node.policy.history(topic)?;
+        let index = self.conns.registry.find(topic)?;
+        let replayed = &mut self.conns.replayed;
+        let key = self.key;
+        let now = std::time::Instant::now();
+        // A replay must fit the socket's outbound bound with room to spare:
+        // over it, the socket would be closed as a slow reader, rejoin
+        // with the same `since`, and again.
+        let max = self.node.config.max_outbound_bytes / 2;
+        // Under the topic's lock: every message after `last` is queued for
+        // this shard after this read, every one up to it may be in its
+        // inbox already and is skipped for this socket.
+        Some(store.read(topic, since, usize::MAX, now, |mut found| {
+            let bytes: usize = found.messages.iter().map(|e| e.bytes()).sum();
+            if bytes > max {
+                found.recovered = false;
+                found.messages.clear();
+            }
+            if found.recovered && found.last > 0 {
+                replayed.insert((key, index), found.last);
+            }
+            found
+        }))
     }
 }

@@ -179,6 +179,8 @@ fn topic_rules_and_reserved_topics() {
         join: crate::auth::JoinRule::Users,
         push: vec!["shout".into()],
         anonymous_push: None,
+        history_size: None,
+        history_ttl: None,
     }]);
     h.connect = Some(ConnectInfo {
         user_id: Some("u7".into()),

@@ -1,0 +1,140 @@
+//! Topic history: the last messages of a topic, each with its position,
+//! so that a client that lost its connection rejoins "since" the last
+//! message it saw and gets what it missed (recovery), or learns that it
+//! cannot (`recovered: false`) and re-fetches.
+//!
+//! As centrifuge's brokers (`broker_memory.go`, `broker_redis.go`) keep a
+//! stream per channel with an offset and an epoch, a topic's history is a
+//! [`Position`] per message: an offset that grows by one per message and
+//! an epoch that changes whenever the history was lost (a new process, a
+//! topic kept past its ttl), so two positions compare only within one
+//! epoch and a client never skips messages silently.
+//!
+//! The position travels as the message's `ref` ([`Position::to_ref`]),
+//! `<epoch as 16 hex digits>.<offset>`: phoenix.js makes its refs as
+//! decimal integers, so a position can never be taken for the ref of a
+//! reply the client waits for, and phoenix.js hands a broadcast's ref to
+//! `channel.on(event, (payload, ref) => ...)` as is.
+//!
+//! [`MemoryHistory`] keeps each topic's history as a ring in this process,
+//! bounded by the topic rule's size and ttl and a process-wide byte budget.
+
+mod memory;
+
+use std::sync::Arc;
+
+use throng_protocol::OwnedPayload;
+
+pub use memory::{HistoryStats, MemoryHistory};
+
+/// A message's place in its topic's history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    /// Which incarnation of the topic's history.
+    pub epoch: u64,
+    /// 1 for the first message of the epoch, then one more per message.
+    pub offset: u64,
+}
+
+impl Position {
+    /// The ref a message at this position carries.
+    pub fn to_ref(self) -> String {
+        format!("{:016x}.{}", self.epoch, self.offset)
+    }
+
+    /// Reads a ref made by [`Position::to_ref`]; `None` for anything else
+    /// (a client's own ref, a forged or truncated one).
+    pub fn parse(text: &str) -> Option<Position> {
+        let (epoch, offset) = text.split_once('.')?;
+        if epoch.len() != 16 || offset.is_empty() || offset.len() > 20 {
+            return None;
+        }
+        if !offset.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Position {
+            epoch: u64::from_str_radix(epoch, 16).ok()?,
+            offset: offset.parse().ok()?,
+        })
+    }
+}
+
+/// One message kept in a topic's history.
+#[derive(Debug)]
+pub struct Entry {
+    pub offset: u64,
+    pub event: Box<str>,
+    pub payload: OwnedPayload,
+}
+
+impl Entry {
+    /// What it counts against the byte budget: its text and its place in
+    /// the ring.
+    pub fn bytes(&self) -> usize {
+        let payload = match &self.payload {
+            OwnedPayload::Json(s) => s.len(),
+            OwnedPayload::Binary(b) => b.len(),
+        };
+        ENTRY_OVERHEAD + self.event.len() + payload
+    }
+}
+
+/// Bytes an entry costs beyond its event and payload (the `Arc`, the
+/// entry, the ring's slot), as counted against the byte budget.
+pub const ENTRY_OVERHEAD: usize = 80;
+
+/// What a read of a topic's history found.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Every message after the position asked for is here (or, with a
+    /// limit, the first of them): none was lost.
+    pub recovered: bool,
+    /// The epoch of the topic's history now (0: the topic has none).
+    pub epoch: u64,
+    /// The messages after the position, oldest first.
+    pub messages: Vec<Arc<Entry>>,
+    /// The offset of the topic's newest message (0: none): a subscriber
+    /// that got `messages` must skip the live messages up to it.
+    pub last: u64,
+}
+
+impl Replay {
+    /// The ref of `entry`, in this read's epoch.
+    pub fn ref_of(&self, entry: &Entry) -> String {
+        Position {
+            epoch: self.epoch,
+            offset: entry.offset,
+        }
+        .to_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_round_trip_and_never_look_like_phoenix_js_refs() {
+        let p = Position {
+            epoch: 0xdead_beef_0000_0001,
+            offset: 42,
+        };
+        assert_eq!(p.to_ref(), "deadbeef00000001.42");
+        assert_eq!(Position::parse(&p.to_ref()), Some(p));
+        for bad in [
+            "",
+            "1",
+            "42",
+            ".",
+            "deadbeef00000001.",
+            "deadbeef00000001.-1",
+            "deadbeef00000001.+1",
+            "deadbeef0000001.1",
+            "xeadbeef00000001.1",
+            "deadbeef00000001.1.2",
+            "deadbeef00000001.99999999999999999999999",
+        ] {
+            assert_eq!(Position::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Topic history and recovery on rejoin, on the server's side: which
+//! broadcasts get a position (a topic whose `[[topics]]` rule has
+//! `history_size`), how a join asks for what it missed, and the server
+//! API's `GET /api/history` ([`api`]). The store itself is
+//! [`throng_pubsub::MemoryHistory`].
+//!
+//! ## A broadcast
+//! Every broadcast on a history topic (a channel's, a relay push, the
+//! server API's, the app backend's) goes through `Node::publish_history`:
+//! the store gives it the next offset and keeps it, and, under the topic's
+//! lock, the one encoded broadcast (with `<epoch>.<offset>` as its `ref`)
+//! is queued for every shard with subscribers, the origin shard included.
+//! So each shard gets a topic's messages in offset order.
+//!
+//! ## A join with `since`
+//! phoenix.js re-evaluates join params given as a function on every rejoin,
+//! so an app passes the ref of the last message it saw:
+//! `socket.channel("feed:1", () => (since ? {since} : {}))`. On such a join
+//! the shard subscribes the socket first, then reads the history under the
+//! topic's lock ([`crate::socket`]'s `join_since`): every message after the
+//! newest one read is queued for this shard after the read, and reaches
+//! the socket live; the ones up to it that are still in the shard's inbox
+//! were sent in the replay, and the shard skips them for this socket
+//! (`Conns::replayed`, an entry per such join until the shard's inbox is
+//! next empty, nothing per idle socket). So replay and live meet with no gap and no
+//! duplicate. The ok reply gains `"recovered": true|false` (an object
+//! reply; other replies go as they are), then come the messages after
+//! `since`, oldest first, each with the new join's join_ref and its own
+//! ref. A `since` that is malformed, of another topic or epoch, in the
+//! future or older than what is kept gets `recovered: false` and no
+//! message.
+
+pub mod api;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use serde::Deserialize;
+use throng_protocol::Payload;
+use throng_pubsub::metrics::write_metric;
+use throng_pubsub::MemoryHistory;
+
+/// The `since` of a join's payload: `None` when it has none (or `null`),
+/// `Some(None)` when it has one that is not a string (no position, so
+/// `recovered: false`).
+pub(crate) fn since_of(payload: Payload<'_>) -> Option<Option<String>> {
+    let Payload::Json(json) = payload else {
+        return None;
+    };
+    // Most joins have no `since`: no parse for them. Only an object has
+    // keys (serde would read a struct from an array too).
+    if !json.contains("\"since\"") || !json.trim_start().starts_with('{') {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct Since {
+        #[serde(default)]
+        since: Option<serde_json::Value>,
+    }
+    match serde_json::from_str::<Since>(json) {
+        Ok(Since { since: None }) => None,
+        Ok(Since {
+            since: Some(serde_json::Value::String(s)),
+        }) => Some(Some(s)),
+        // A number, an object, a repeated key...
+        _ => Some(None),
+    }
+}
+
+/// `response` (a join's JSON reply) with `"recovered"` added when it is an
+/// object; `None` leaves it as it is.
+pub(crate) fn with_recovered(response: &str, recovered: bool) -> Option<String> {
+    let body = response.trim_start().strip_prefix('{')?;
+    let sep = if body.trim_start().starts_with('}') {
+        ""
+    } else {
+        ","
+    };
+    Some(format!("{{\"recovered\":{recovered}{sep}{body}"))
+}
+
+/// The store's lines of `/metrics`.
+pub(crate) fn render_metrics(h: &MemoryHistory, out: &mut String) {
+    let s = &h.stats;
+    write_metric(
+        out,
+        "throng_history_bytes",
+        "gauge",
+        "Bytes the topics' history holds, against --max-history-bytes.",
+        s.bytes.load(Relaxed),
+    );
+    write_metric(
+        out,
+        "throng_history_budget_bytes",
+        "gauge",
+        "--max-history-bytes.",
+        h.budget(),
+    );
+    write_metric(
+        out,
+        "throng_history_messages",
+        "gauge",
+        "Messages kept in topic history.",
+        s.messages.load(Relaxed),
+    );
+    write_metric(
+        out,
+        "throng_history_topics",
+        "gauge",
+        "Topics with a history.",
+        s.topics.load(Relaxed),
+    );
+    write_metric(
+        out,
+        "throng_history_published_total",
+        "counter",
+        "Broadcasts given a position in their topic's history.",
+        s.published.load(Relaxed),
+    );
+    write_metric(
+        out,
+        "throng_history_evicted_total",
+        "counter",
+        "Messages dropped from history, or never kept, for --max-history-bytes (a rejoin from before them gets recovered: false).",
+        s.evicted.load(Relaxed),
+    );
+    write_metric(
+        out,
+        "throng_history_expired_total",
+        "counter",
+        "Topic histories forgotten history_ttl after their last message.",
+        s.expired.load(Relaxed),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_in_a_join_payload() {
+        let j = |s: &'static str| since_of(Payload::Json(s));
+        assert_eq!(j("{}"), None);
+        assert_eq!(j(r#"{"user":"since"}"#), None);
+        assert_eq!(j(r#"{"since":null}"#), None);
+        assert_eq!(j(r#"{"since":"ab.1","x":[1]}"#), Some(Some("ab.1".into())));
+        assert_eq!(j(r#"{"since":"a\"b"}"#), Some(Some("a\"b".into())));
+        assert_eq!(j(r#"{"since":12}"#), Some(None));
+        assert_eq!(j(r#"{"since":{"a":1}}"#), Some(None));
+        assert_eq!(j(r#"["since"]"#), None);
+        assert_eq!(since_of(Payload::Binary(b"\"since\"")), None);
+    }
+
+    #[test]
+    fn recovered_goes_into_object_replies() {
+        assert_eq!(with_recovered("{}", true).unwrap(), r#"{"recovered":true}"#);
+        assert_eq!(
+            with_recovered(r#"{"a":1}"#, false).unwrap(),
+            r#"{"recovered":false,"a":1}"#
+        );
+        assert_eq!(with_recovered("[1]", true), None);
+        assert_eq!(with_recovered("null", true), None);
+    }
+}

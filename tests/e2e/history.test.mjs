@@ -1,0 +1,414 @@
+// Topic history and recovery on rejoin with the official phoenix client:
+// the README's snippet (join params as a function, the message's ref as
+// `since`), once per serializer and over long-poll; clients whose
+// connections are cut again and again (POST /api/disconnect, the client's
+// own socket closed) while the server API publishes numbered messages, each
+// seeing every number exactly once, in order; malformed, forged and future
+// positions; GET /api/history.
+import {test, describe, before, after} from "node:test"
+import assert from "node:assert/strict"
+import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
+import {tmpdir} from "node:os"
+import path from "node:path"
+import {LongPoll} from "phoenix"
+import {
+  startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, deferred, SERIALIZERS,
+} from "./helpers.mjs"
+import {phoenixToken} from "./tokens.mjs"
+import {startBackend} from "./hook_helpers.mjs"
+
+const T = {timeout: 30000}
+const SECRET = "a-phoenix-secret-key-base-of-at-least-sixty-four-bytes-0123456789"
+const SALT = "user socket"
+const dir = mkdtempSync(path.join(tmpdir(), "throng-history-"))
+const configFile = path.join(dir, "history.toml")
+writeFileSync(configFile, `
+max_outbound_bytes = 65536
+[auth]
+mode = "phoenix_token"
+secret_key_base = "${SECRET}"
+salt = "${SALT}"
+[[topics]]
+pattern = "feed:*"
+history_size = 1000
+history_ttl = 600
+[[topics]]
+pattern = "small:*"
+history_size = 3
+[[topics]]
+pattern = "plain:*"
+`)
+
+let server
+before(async () => { server = await startServer(["--config", configFile]) }, {timeout: 20000})
+after(async () => { await server?.stop(); rmSync(dir, {recursive: true, force: true}) }, {timeout: 20000})
+
+const sockets = []
+after(() => Promise.all(sockets.map(s => closePhoenix(s))))
+
+let users = 0
+/** A phoenix socket of a fresh user that reconnects and rejoins at once. */
+async function client(vsn = "2.0.0", opts = {}){
+  const user = `u${++users}`
+  const socket = await connectPhoenix(server.wsUrl, vsn, {
+    params: {token: phoenixToken(SECRET, SALT, user)},
+    reconnectAfterMs: () => 20 + Math.floor(Math.random() * 60),
+    rejoinAfterMs: () => 50,
+    ...opts,
+  })
+  sockets.push(socket)
+  return {socket, user}
+}
+
+async function api(method, route, body){
+  const res = await fetch(`${server.apiUrl}${route}`, {
+    method,
+    headers: {"content-type": "application/json"},
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  return {status: res.status, body: await res.json()}
+}
+
+const publish = async (topic, event, payload) => {
+  const res = await api("POST", "/api/broadcast", {topic, event, payload})
+  assert.equal(res.status, 200, JSON.stringify(res.body))
+  return res.body.ref
+}
+
+/**
+ * The issue's snippet: a channel whose join params are a function of the
+ * last ref seen, with every join's reply and every message recorded.
+ * `until(check)` resolves once check() holds, checked on every message
+ * and join reply.
+ */
+function feed(socket, topic, event = "new:msg"){
+  let since = null
+  const ch = socket.channel(topic, () => (since ? {since} : {}))
+  const got = []
+  const joins = []
+  let waiters = []
+  const wake = () => { waiters = waiters.filter(w => !w()) }
+  ch.on(event, (msg, ref) => { since = ref; got.push({msg, ref}); wake() })
+  ch.join().receive("ok", resp => { joins.push(resp); wake() })
+  const until = (check, ms, label) => {
+    if(check()){ return Promise.resolve() }
+    const done = deferred()
+    waiters.push(() => check() && (done.resolve(), true))
+    return withTimeout(done.promise, ms, label)
+  }
+  return {ch, got, joins, since: () => since, until}
+}
+
+/** The messages of `event` a channel gets, with `until` as in feed(). */
+function collect(ch, event){
+  const got = []
+  let waiters = []
+  ch.on(event, msg => { got.push(msg); waiters = waiters.filter(w => !w()) })
+  const until = (check, ms, label) => {
+    if(check()){ return Promise.resolve() }
+    const done = deferred()
+    waiters.push(() => check() && (done.resolve(), true))
+    return withTimeout(done.promise, ms, label)
+  }
+  return {got, until}
+}
+
+for(const vsn of SERIALIZERS){
+  describe(`phoenix.js, serializer ${vsn}`, () => {
+    test("a rejoin with since gets what it missed, in order, then live messages", T, async () => {
+      const topic = `feed:snippet-${vsn}`
+      const {socket} = await client(vsn)
+      const f = feed(socket, topic)
+      await f.until(() => f.joins.length === 1, 5000, "the join")
+      assert.deepEqual(f.joins[0], {}, "a join without since has no recovered key")
+      const refs = []
+      for(const n of [1, 2, 3]){ refs.push(await publish(topic, "new:msg", {n})) }
+      await f.until(() => f.got.length === 3, 5000, "messages 1-3")
+      assert.deepEqual(f.got.map(m => m.ref), refs, "each message's ref is the one the API answered")
+      assert.match(refs[0], /^[0-9a-f]{16}\.1$/)
+      assert.equal(f.since(), refs[2])
+
+      await new Promise(resolve => socket.disconnect(resolve))
+      for(const n of [4, 5, 6]){ refs.push(await publish(topic, "new:msg", {n})) }
+      socket.connect()
+      await f.until(() => f.got.length === 6, 5000, "the replay of 4-6")
+      assert.deepEqual(f.joins[1], {recovered: true})
+      await publish(topic, "new:msg", {n: 7})
+      await f.until(() => f.got.length === 7, 5000, "live message 7")
+      assert.deepEqual(f.got.map(m => m.msg.n), [1, 2, 3, 4, 5, 6, 7])
+      assert.deepEqual(f.got.slice(0, 6).map(m => m.ref), refs)
+    })
+  })
+}
+
+test("long-poll: a rejoin with since recovers too", T, async () => {
+  const topic = "feed:longpoll"
+  const {socket} = await client("2.0.0", {transport: LongPoll, longPollFallbackMs: null})
+  const f = feed(socket, topic)
+  await f.until(() => f.joins.length === 1, 5000, "the join")
+  for(const n of [1, 2]){ await publish(topic, "new:msg", {n}) }
+  await f.until(() => f.got.length === 2, 5000, "messages 1-2")
+  await new Promise(resolve => socket.disconnect(resolve))
+  for(const n of [3, 4, 5]){ await publish(topic, "new:msg", {n}) }
+  socket.connect()
+  await f.until(() => f.got.length === 5, 8000, "the replay of 3-5")
+  assert.deepEqual(f.joins[1], {recovered: true})
+  await publish(topic, "new:msg", {n: 6})
+  await f.until(() => f.got.length === 6, 8000, "live message 6")
+  assert.deepEqual(f.got.map(m => m.msg.n), [1, 2, 3, 4, 5, 6])
+})
+
+test("cut again and again while the API publishes: every number once, in the history's order", {timeout: 60000}, async () => {
+  const topic = "feed:zero-loss"
+  const CLIENTS = 10
+  const TOTAL = 600
+  const CUTS = 5
+  const clients = []
+  for(let i = 0; i < CLIENTS; i++){
+    const {socket, user} = await client(i % 2 ? "1.0.0" : "2.0.0")
+    const f = feed(socket, topic, "n")
+    clients.push({socket, user, f, cuts: 0})
+  }
+  await Promise.all(clients.map(c => c.f.until(() => c.f.joins.length === 1, 5000, "the join")))
+
+  // Each client is cut CUTS times, at random moments after the first messages:
+  // by the server (POST /api/disconnect) or by itself (its WebSocket closed).
+  const cuts = []
+  for(const c of clients){
+    for(let k = 0; k < CUTS; k++){
+      const at = 300 + Math.floor(Math.random() * 2200)
+      cuts.push(new Promise(resolve => setTimeout(async () => {
+        if((k + c.user.length) % 2){
+          await api("POST", "/api/disconnect", {user: c.user})
+        } else {
+          c.socket.conn?.close()
+        }
+        c.cuts++
+        resolve()
+      }, at)))
+    }
+  }
+  // ~200 a second, in bursts of 4 at once (so rejoins meet messages still
+  // queued on their way): the order is then the refs' (the history's).
+  const started = Date.now()
+  const offsetOf = {}
+  const send = async n => { offsetOf[n] = Number((await publish(topic, "n", {n})).split(".")[1]) }
+  for(let n = 1; n <= TOTAL; n += 4){
+    await Promise.all([n, n + 1, n + 2, n + 3].map(send))
+    const ahead = (n + 3) * 5 - (Date.now() - started)
+    if(ahead > 0){ await new Promise(resolve => setTimeout(resolve, ahead)) }
+  }
+  await Promise.all(cuts)
+  // One more after the cuts: once it is in, so is everything before it
+  // (a duplicate would show as a longer list).
+  await send(TOTAL + 1)
+  await Promise.all(clients.map(c => c.f.until(
+    () => c.f.got.at(-1)?.msg.n === TOTAL + 1, 20000, `all ${TOTAL + 1} messages (got ${c.f.got.length})`)))
+  const want = Object.keys(offsetOf).map(Number).sort((a, b) => offsetOf[a] - offsetOf[b])
+  assert.equal(want.length, TOTAL + 1)
+  for(const c of clients){
+    assert.equal(c.cuts, CUTS)
+    assert.deepEqual(c.f.got.map(m => m.msg.n), want, `client ${c.user}`)
+    assert.ok(c.f.joins.length >= 2, `client ${c.user} rejoined (${c.f.joins.length} joins)`)
+    for(const j of c.f.joins.slice(1)){ assert.deepEqual(j, {recovered: true}) }
+  }
+})
+
+test("a shard that drops a history message for a full inbox closes its subscribers, which recover it", {timeout: 60000}, async () => {
+  // Its own server: a shard inbox bound of 1 byte drops most of a burst.
+  const tight = await startServer(["--config", configFile, "--max-shard-inbox-bytes", "1", "--shards", "2"])
+  const mine = []
+  try {
+    const topic = "feed:dropped"
+    for(let i = 0; i < 4; i++){
+      const user = `tight${i}`
+      const socket = await connectPhoenix(tight.wsUrl, "2.0.0", {
+        params: {token: phoenixToken(SECRET, SALT, user)},
+        reconnectAfterMs: () => 20, rejoinAfterMs: () => 50,
+      })
+      mine.push(socket)
+      sockets.push(socket)
+    }
+    const feeds = mine.map(socket => feed(socket, topic, "n"))
+    await Promise.all(feeds.map(f => f.until(() => f.joins.length === 1, 5000, "the join")))
+    const post = async n => {
+      const res = await fetch(`${tight.apiUrl}/api/broadcast`, {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({topic, event: "n", payload: {n}}),
+      })
+      return (await res.json()).ref
+    }
+    // Bursts of 20 at once: the order is the refs' (the history's), not n's.
+    const TOTAL = 400
+    const offsetOf = {}
+    for(let n = 1; n <= TOTAL; n += 20){
+      const batch = Array.from({length: 20}, (_, i) => n + i)
+      const refs = await Promise.all(batch.map(post))
+      batch.forEach((k, i) => { offsetOf[k] = Number(refs[i].split(".")[1]) })
+    }
+    const last = await post(TOTAL + 1)
+    offsetOf[TOTAL + 1] = Number(last.split(".")[1])
+    const want = Object.keys(offsetOf).map(Number).sort((a, b) => offsetOf[a] - offsetOf[b])
+    await Promise.all(feeds.map(f => f.until(() => f.got.at(-1)?.msg.n === TOTAL + 1, 30000,
+      `the last message (got ${f.got.length})`)))
+    for(const f of feeds){ assert.deepEqual(f.got.map(m => m.msg.n), want) }
+    const metrics = await (await fetch(`${tight.apiUrl}/metrics`)).text()
+    const dropped = Number(metrics.match(/^throng_shard_inbox_dropped_total (\d+)$/m)[1])
+    assert.ok(dropped > 0, "the bursts overflowed an inbox")
+    assert.ok(feeds.some(f => f.joins.length > 1), "a subscriber was closed and rejoined")
+  } catch(err){
+    throw new Error(`${err.stack}\ncause: ${err.cause?.stack ?? err.cause}\nserver alive: ${tight.alive()}\nstderr: ${tight.stderr().slice(-2000)}`)
+  } finally {
+    await Promise.all(mine.map(s => closePhoenix(s)))
+    await tight.stop()
+  }
+})
+
+test("a join the app backend decides recovers once it accepts", T, async () => {
+  const backend = await startBackend("history-hook-secret")
+  const hooked = path.join(dir, "hooked.toml")
+  writeFileSync(hooked, `
+[hooks]
+url = "http://127.0.0.1:${backend.port}/throng"
+secret = "history-hook-secret"
+timeout_ms = 10000
+[[topics]]
+pattern = "hooked:*"
+hooks = ["join"]
+history_size = 10
+`)
+  const srv = await startServer(["--config", hooked])
+  let socket
+  try {
+    const refs = []
+    for(const n of [1, 2, 3]){
+      const res = await fetch(`${srv.apiUrl}/api/broadcast`, {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({topic: "hooked:1", event: "new:msg", payload: {n}}),
+      })
+      refs.push((await res.json()).ref)
+    }
+    socket = await connectPhoenix(srv.wsUrl, "2.0.0", {}, 10000)
+    const ch = socket.channel("hooked:1", {since: refs[0]})
+    const c = collect(ch, "new:msg")
+    const res = await joinResult(ch, 12000)
+    assert.equal(res.status, "ok", JSON.stringify(res))
+    assert.equal(res.response.recovered, true)
+    assert.equal(res.response.welcome, "hooked:1", "the backend's reply, with recovered added")
+    await c.until(() => c.got.length === 2, 5000, "the replay of 2-3")
+    assert.deepEqual(c.got.map(m => m.n), [2, 3])
+  } finally {
+    if(socket){ await closePhoenix(socket) }
+    await srv.stop()
+    await backend.kill()
+  }
+})
+
+test("a relay push on a history topic has a position; binary ones are replayed without", T, async () => {
+  const topic = "feed:relay"
+  const {socket: pusher} = await client()
+  const pch = pusher.channel(topic, {})
+  assert.equal((await joinResult(pch)).status, "ok")
+  const seen = collect(pch, "new:msg")
+  const r1 = await publish(topic, "new:msg", {n: 1})
+  // A client's push, broadcast to the topic by the relay channel.
+  await new Promise(resolve => pch.push("new:msg", {n: 2}).receive("ok", resolve))
+  await seen.until(() => seen.got.length === 2, 5000, "the relayed push")
+  await new Promise(resolve => pch.push("bin", new Uint8Array([1, 2, 3]).buffer).receive("ok", resolve))
+  await publish(topic, "new:msg", {n: 4})
+  const {socket} = await client()
+  const ch = socket.channel(topic, {since: r1})
+  const got = []
+  const done = deferred()
+  const add = g => { got.push(g); if(got.length === 3){ done.resolve() } }
+  ch.on("new:msg", (msg, ref) => add({n: msg.n, ref}))
+  ch.on("bin", (msg, ref) => add({bin: [...new Uint8Array(msg)], ref}))
+  const res = await joinResult(ch)
+  assert.deepEqual(res.response, {recovered: true})
+  await withTimeout(done.promise, 5000, "the replay")
+  assert.deepEqual(got.map(g => g.n ?? g.bin), [2, [1, 2, 3], 4])
+  const [epoch] = r1.split(".")
+  assert.equal(got[0].ref, `${epoch}.2`, "the relayed push has the next position")
+  assert.equal(got[2].ref, `${epoch}.4`)
+})
+
+test("a malformed, forged or future since gets recovered: false and nothing else", T, async () => {
+  const topic = "feed:bad-since"
+  const good = []
+  for(const n of [1, 2]){ good.push(await publish(topic, "new:msg", {n})) }
+  const other = await publish("feed:bad-since-other", "new:msg", {secret: true})
+  const [epoch] = good[0].split(".")
+  const {socket} = await client()
+  for(const since of ["garbage", 42, {x: 1}, "1", `${epoch}.99`, `${epoch}.-1`, other, `${"0".repeat(16)}.1`, "ż".repeat(40)]){
+    const ch = socket.channel(topic, {since})
+    const c = collect(ch, "new:msg")
+    const res = await joinResult(ch)
+    assert.deepEqual(res, {status: "ok", response: {recovered: false}}, `since ${JSON.stringify(since)}`)
+    await publish(topic, "new:msg", {n: "live"})
+    await c.until(() => c.got.length >= 1, 5000, "the live message")
+    assert.deepEqual(c.got, [{n: "live"}], `since ${JSON.stringify(since)}: nothing replayed`)
+    await new Promise(resolve => ch.leave().receive("ok", resolve))
+  }
+  // A topic without history answers recovered: false too.
+  const plain = socket.channel("plain:1", {since: good[0]})
+  assert.deepEqual(await joinResult(plain), {status: "ok", response: {recovered: false}})
+  // Older than what is kept (history_size = 3).
+  const small = []
+  for(let n = 1; n <= 5; n++){ small.push(await publish("small:1", "new:msg", {n})) }
+  const old = socket.channel("small:1", {since: small[0]})
+  assert.deepEqual(await joinResult(old), {status: "ok", response: {recovered: false}})
+  const recent = socket.channel("small:2", {since: small[1]})
+  assert.deepEqual(await joinResult(recent), {status: "ok", response: {recovered: false}}, "another topic")
+  assert.ok(server.alive())
+})
+
+test("a replay over half of --max-outbound-bytes is recovered: false, not a slow-reader close", T, async () => {
+  const topic = "feed:big"
+  const refs = []
+  const text = "x".repeat(2000)
+  for(let n = 1; n <= 40; n++){ refs.push(await publish(topic, "new:msg", {n, text})) }
+  const {socket} = await client()
+  const all = socket.channel(topic, {since: refs[0]})
+  const c = collect(all, "new:msg")
+  assert.deepEqual(await joinResult(all), {status: "ok", response: {recovered: false}}, "39 x 2 KB > 32 KiB")
+  await new Promise(resolve => all.leave().receive("ok", resolve))
+  const recent = socket.channel(topic, {since: refs[34]})
+  const r = collect(recent, "new:msg")
+  assert.deepEqual(await joinResult(recent), {status: "ok", response: {recovered: true}})
+  await r.until(() => r.got.length === 5, 5000, "the replay of 36-40")
+  assert.deepEqual(r.got.map(m => m.n), [36, 37, 38, 39, 40])
+  assert.equal(c.got.length, 0)
+  assert.ok(socket.isConnected())
+})
+
+test("GET /api/history: the messages after a position, and whether none was lost", T, async () => {
+  const topic = "small:api"
+  const refs = []
+  for(let n = 1; n <= 5; n++){ refs.push(await publish(topic, "e", {n})) }
+  let res = await api("GET", `/api/history?topic=${topic}&since=${refs[2]}`)
+  assert.equal(res.status, 200)
+  assert.deepEqual(res.body, {
+    recovered: true,
+    messages: [{ref: refs[3], event: "e", payload: {n: 4}}, {ref: refs[4], event: "e", payload: {n: 5}}],
+  })
+  res = await api("GET", `/api/history?topic=${topic}&since=${refs[2]}&limit=1`)
+  assert.deepEqual(res.body.messages.map(m => m.payload.n), [4])
+  res = await api("GET", `/api/history?topic=${topic}&since=${refs[0]}`)
+  assert.deepEqual(res.body, {recovered: false, messages: []}, "1 was trimmed (history_size = 3)")
+  res = await api("GET", `/api/history?topic=${topic}&limit=2`)
+  assert.deepEqual(res.body.messages.map(m => m.payload.n), [4, 5])
+  assert.equal(res.body.recovered, false)
+  res = await api("GET", "/api/history?topic=plain:1")
+  assert.equal(res.status, 404)
+  assert.equal(res.body.error.code, "no_history")
+  res = await api("GET", `/api/history?topic=${topic}&limit=0`)
+  assert.equal(res.status, 400)
+  res = await api("GET", "/api/history")
+  assert.equal(res.status, 400)
+  const plain = await api("POST", "/api/broadcast", {topic: "plain:1", event: "e", payload: {}})
+  assert.deepEqual(plain.body, {ok: true}, "no ref on a topic without history")
+  const metrics = await (await fetch(`${server.apiUrl}/metrics`)).text()
+  for(const name of ["throng_history_bytes", "throng_history_recoveries_total", "throng_history_evicted_total"]){
+    assert.match(metrics, new RegExp(`^${name} \\d+$`, "m"))
+  }
+})
