@@ -2,7 +2,9 @@
 //! and 13): `serve --help` grouped under headings with one help per flag,
 //! clear errors for negative numbers and a Redis address without its
 //! scheme, `--bind` taking a host name, and a start-up that prints the page
-//! to open with no Rust debug formatting in the log.
+//! to open with no Rust debug formatting in the log; and (issue 21, item 4)
+//! the README's Configuration and Limits tables list exactly the flags
+//! `serve --help` lists.
 
 mod common;
 
@@ -121,5 +123,80 @@ fn bind_takes_a_host_name_and_start_up_prints_a_url() {
     assert!(
         log.contains("api=") && !log.contains("Some("),
         "debug formatting: {log}"
+    );
+}
+
+/// The flags in `serve --help` (a line starting `--name`, or `-x, --name`),
+/// without `--help` and `--version`.
+fn help_flags() -> std::collections::BTreeSet<String> {
+    let (ok, help, _) = throng(&["serve", "--help"]);
+    assert!(ok);
+    help.lines()
+        .map(str::trim_start)
+        .filter_map(|l| {
+            let long = match l.split_once(", --") {
+                Some((short, rest)) if short.starts_with('-') && !short.starts_with("--") => rest,
+                _ => l.strip_prefix("--")?,
+            };
+            let name: String = long
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            Some(format!("--{name}"))
+        })
+        .filter(|f| f != "--help" && f != "--version")
+        .collect()
+}
+
+/// The flags a README table's rows start with (the first cell, backquoted),
+/// and every backquoted flag of the "the bounds" row, between `start` and
+/// the next `## ` heading.
+fn readme_table_flags(readme: &str, start: &str) -> std::collections::BTreeSet<String> {
+    let section = readme
+        .split_once(start)
+        .unwrap_or_else(|| panic!("README has no {start:?}"))
+        .1;
+    let section = section.split("\n## ").next().unwrap();
+    let mut flags = std::collections::BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| ")) {
+        let first = row.split('|').nth(1).unwrap_or("");
+        let cells = if first.trim() == "the bounds" {
+            row
+        } else {
+            first
+        };
+        for quoted in cells.split('`').skip(1).step_by(2) {
+            if let Some(name) = quoted.strip_prefix("--") {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                flags.insert(format!("--{name}"));
+            }
+        }
+    }
+    flags
+}
+
+/// The README's Configuration and Limits tables list exactly the flags
+/// `serve --help` lists: a new flag without a README row, or a row for a
+/// flag that is gone, fails here (issue 21, item 4).
+#[test]
+fn readme_tables_list_exactly_the_serve_flags() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("read README.md");
+    let help = help_flags();
+    assert!(help.len() > 40, "too few flags read from --help: {help:?}");
+    let mut listed = readme_table_flags(&readme, "\n## Configuration\n");
+    listed.extend(readme_table_flags(&readme, "\n## Limits and defaults\n"));
+    let missing: Vec<_> = help.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&help).collect();
+    assert!(
+        missing.is_empty(),
+        "flags of serve --help without a row in README's Configuration or Limits table: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "README's Configuration or Limits table lists flags serve --help does not: {stale:?}"
     );
 }
