@@ -9,7 +9,7 @@ import path from "node:path"
 import {randomBytes} from "node:crypto"
 import {
   startServer, phoenixSocket, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout,
-  deferred, RawHttp, handshakeRequest,
+  deferred, RawHttp, handshakeRequest, readMetric
 } from "./helpers.mjs"
 import {phoenixToken, jwtHS256, nowS} from "./tokens.mjs"
 
@@ -58,13 +58,6 @@ async function upgrade(port, target, extraHeaders = []){
   }
 }
 
-async function metric(name, apiPort = server.apiPort){
-  const text = await (await fetch(`http://127.0.0.1:${apiPort}/metrics`)).text()
-  const m = text.match(new RegExp(`^${name} (\\d+)$`, "m"))
-  assert.ok(m, `no ${name} in /metrics`)
-  return Number(m[1])
-}
-
 function api(method, route, body, {key = API_KEY, port = server.apiPort} = {}){
   const headers = {"content-type": "application/json"}
   if(key){ headers["x-api-key"] = key }
@@ -97,7 +90,7 @@ describe("connect authentication (Phoenix.Token)", () => {
   })
 
   test("missing, tampered, expired and future-signed tokens get 403 before the upgrade", T, async () => {
-    const before = await metric("throng_auth_refusals_total")
+    const before = await readMetric(server.apiUrl, "throng_auth_refusals_total")
     const good = token("alice")
     const cases = {
       missing: "/socket/websocket?vsn=2.0.0",
@@ -110,7 +103,7 @@ describe("connect authentication (Phoenix.Token)", () => {
       const res = await upgrade(server.port, target)
       assert.equal(res.status, 403, `${name}: ${res.status} ${res.body}`)
     }
-    assert.equal(await metric("throng_auth_refusals_total"), before + Object.keys(cases).length)
+    assert.equal(await readMetric(server.apiUrl, "throng_auth_refusals_total"), before + Object.keys(cases).length)
   })
 
   test("phoenix.js, refused, backs off between reconnects instead of hammering", T, async () => {
@@ -120,7 +113,7 @@ describe("connect authentication (Phoenix.Token)", () => {
     const errors = []
     const sixth = deferred()
     socket.onError(() => { errors.push(Date.now()); if(errors.length === 6){ sixth.resolve() } })
-    const before = await metric("throng_auth_refusals_total")
+    const before = await readMetric(server.apiUrl, "throng_auth_refusals_total")
     socket.connect()
     try {
       await withTimeout(sixth.promise, 10000, "six refused connects")
@@ -131,7 +124,7 @@ describe("connect authentication (Phoenix.Token)", () => {
     // setTimeout never fires early by more than a tick: these are lower bounds only.
     assert.ok(gaps[4] >= 190, `the 6th attempt waited ${gaps[4]} ms (schedule: 200): ${gaps}`)
     assert.ok(gaps.reduce((a, b) => a + b) >= 480, `6 attempts took ${gaps} ms`)
-    const refused = await metric("throng_auth_refusals_total") - before
+    const refused = await readMetric(server.apiUrl, "throng_auth_refusals_total") - before
     assert.ok(refused >= 6 && refused <= errors.length + 1, `server saw ${refused} attempts for ${errors.length} errors`)
   })
 })
@@ -139,13 +132,13 @@ describe("connect authentication (Phoenix.Token)", () => {
 describe("check_origin", () => {
   test("another site's Origin is refused with 403 and counted; the same host and no Origin pass", T, async () => {
     const target = `/socket/websocket?vsn=2.0.0&token=${token("alice")}`
-    const before = await metric("throng_origin_refusals_total")
+    const before = await readMetric(server.apiUrl, "throng_origin_refusals_total")
     const evil = await upgrade(server.port, target, ["Origin: https://evil.example"])
     assert.equal(evil.status, 403)
     assert.equal((await upgrade(server.port, target, ["Origin: null"])).status, 403)
     assert.equal((await upgrade(server.port, target, [`Origin: http://127.0.0.1:${server.port}`])).status, 101)
     assert.equal((await upgrade(server.port, target)).status, 101)
-    assert.equal(await metric("throng_origin_refusals_total"), before + 2)
+    assert.equal(await readMetric(server.apiUrl, "throng_origin_refusals_total"), before + 2)
   })
 
   test("--check-origin false lets any Origin in; a list allows its hosts and wildcards", T, async () => {
@@ -201,7 +194,7 @@ describe("push budget", () => {
     assert.equal((await joinResult(ch)).status, "ok")
     const closed = deferred()
     socket.onClose(event => closed.resolve(event.code))
-    const limitedBefore = await metric("throng_rate_limited_total")
+    const limitedBefore = await readMetric(server.apiUrl, "throng_rate_limited_total")
     const replies = []
     // burst 5, 5/s: the first 5 pass, then 2 refusals, and the 3rd refusal closes.
     for(let i = 0; i < 8; i++){
@@ -215,8 +208,8 @@ describe("push budget", () => {
     const seen = await Promise.all(replies.slice(0, 8).map(p => withTimeout(p, 10000, "a reply").catch(() => "none")))
     assert.deepEqual(seen.slice(0, 5), ["ok", "ok", "ok", "ok", "ok"])
     assert.ok(seen.slice(5).includes("rate limited"), `replies: ${seen}`)
-    assert.ok(await metric("throng_rate_limited_total") >= limitedBefore + 3)
-    assert.ok(await metric("throng_rate_limit_closes_total") >= 1)
+    assert.ok(await readMetric(server.apiUrl, "throng_rate_limited_total") >= limitedBefore + 3)
+    assert.ok(await readMetric(server.apiUrl, "throng_rate_limit_closes_total") >= 1)
   })
 })
 
@@ -287,7 +280,7 @@ describe("server API", () => {
     const fresh = token("gina", {signedAtMs: revokedAt + 60_000 + 1})
     assert.equal((await upgrade(server.port, `/socket/websocket?vsn=2.0.0&token=${fresh}`)).status, 101)
     assert.equal(otherClosed, false, "another user's socket stays")
-    assert.ok(await metric("throng_user_disconnects_total") >= 2)
+    assert.ok(await readMetric(server.apiUrl, "throng_user_disconnects_total") >= 2)
   })
 })
 

@@ -13,7 +13,7 @@ import assert from "node:assert/strict"
 import {mkdtempSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {THRONG_BIN, startServer, closePhoenix, joinResult, nextEvent, withTimeout, httpRequest, launchChromium} from "./helpers.mjs"
+import {THRONG_BIN, startServer, closePhoenix, joinResult, nextEvent, withTimeout, httpRequest, launchChromium, readMetric, pushResult, blockWebSockets} from "./helpers.mjs"
 import {
   BACKEND_SECRET, freePort, requireBackendDeps, startExampleBackend, login, connectWithCookie,
 } from "./example_backend.mjs"
@@ -32,22 +32,6 @@ const backendEnv = () => ({PORT: String(backendPort), CHAT_DB: DB, THRONG_HOOK_S
 function saved(room){
   const db = new Database(DB, {readonly: true})
   try { return db.prepare("SELECT user, body FROM messages WHERE room = ? ORDER BY id").all(room) } finally { db.close() }
-}
-
-async function metric(name, labels = ""){
-  const text = await (await fetch(`${server.apiUrl}/metrics`)).text()
-  const line = text.split("\n").find(l => l.startsWith(`${name}${labels} `))
-  assert.ok(line, `${name}${labels} not in /metrics`)
-  return Number(line.split(" ").pop())
-}
-
-function pushResult(channel, event, payload, ms = 5000){
-  return withTimeout(new Promise(resolve => {
-    channel.push(event, payload)
-      .receive("ok", response => resolve({status: "ok", response}))
-      .receive("error", response => resolve({status: "error", response}))
-      .receive("timeout", () => resolve({status: "timeout"}))
-  }), ms, `reply to ${event}`)
 }
 
 /** A logged-in phoenix.js client (WebSocket, in node) joined to `topic`. */
@@ -84,26 +68,6 @@ after(async () => {
   await backend?.stop()
   rmSync(dir, {recursive: true, force: true})
 }, {timeout: 20000})
-
-/** Every WebSocket fails to open, as behind a proxy that refuses the upgrade (browser.test.mjs). */
-function blockWebSockets(){
-  class BlockedWebSocket {
-    constructor(url){
-      this.url = url
-      this.readyState = 0
-      this.bufferedAmount = 0
-      setTimeout(() => {
-        this.readyState = 3
-        if(this.onerror){ this.onerror(new Event("error")) }
-        if(this.onclose){ this.onclose(new CloseEvent("close", {code: 1006, reason: "", wasClean: false})) }
-      }, 0)
-    }
-    send(){ throw new DOMException("WebSocket is not open", "InvalidStateError") }
-    close(){ this.readyState = 3 }
-  }
-  Object.assign(BlockedWebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
-  window.WebSocket = BlockedWebSocket
-}
 
 /** A browser that logs `name` in on the backend's page and lands on throng's chat page. */
 async function loggedInPage(name, {blockWs = false, status = "joined"} = {}){
@@ -290,7 +254,7 @@ test("backend killed mid-run: clients get errors, the circuit opens, nothing cra
   for(let i = 0; i < 3; i++){
     assert.deepEqual(await pushResult(hank.channel, "new:msg", {body: "lost"}), {status: "error", response: {reason: "backend unavailable"}})
   }
-  assert.equal(await metric("throng_hook_circuit_state"), 1, "open after 3 failures in a row")
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_circuit_state"), 1, "open after 3 failures in a row")
   // While it is open: joins answered at once, new sockets 503 (phoenix.js retries).
   assert.deepEqual(await joinResult(hank.socket.channel("rooms:other")), {status: "error", response: {reason: "backend unavailable"}})
   await assert.rejects(connectWithCookie(server.wsUrl, cookie, 3000))
@@ -306,7 +270,7 @@ test("backend killed mid-run: clients get errors, the circuit opens, nothing cra
     }
   })(), 15000, "the backend to answer again")
   assert.equal(typeof recovered.response.id, "number")
-  assert.equal(await metric("throng_hook_circuit_state"), 0)
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_circuit_state"), 0)
   assert.deepEqual(saved("rooms:outage"), [{user: "hank", body: "back again"}], "nothing lost was saved, the message after is")
   const ivy = await connectWithCookie(server.wsUrl, cookie)
   sockets.push(ivy)

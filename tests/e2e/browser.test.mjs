@@ -4,7 +4,7 @@
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
 import {existsSync} from "node:fs"
-import {startServer, CHROMIUM, launchChromium} from "./helpers.mjs"
+import {startServer, CHROMIUM, launchChromium, blockWebSockets} from "./helpers.mjs"
 
 const SCREENSHOT = process.env.THRONG_SCREENSHOT || "/tmp/throng-chat.png"
 const haveChromium = existsSync(CHROMIUM)
@@ -22,30 +22,6 @@ after(async () => {
   await browser?.close().catch(() => {})
   await server?.stop()
 }, {timeout: 20000})
-
-/**
- * What a network that blocks WebSockets looks like to the page: every
- * WebSocket fails to open (an error, then a close with 1006), as behind a
- * proxy that refuses the upgrade. Installed before the page's scripts run.
- */
-function blockWebSockets(){
-  class BlockedWebSocket {
-    constructor(url){
-      this.url = url
-      this.readyState = 0
-      this.bufferedAmount = 0
-      setTimeout(() => {
-        this.readyState = 3
-        if(this.onerror){ this.onerror(new Event("error")) }
-        if(this.onclose){ this.onclose(new CloseEvent("close", {code: 1006, reason: "", wasClean: false})) }
-      }, 0)
-    }
-    send(){ throw new DOMException("WebSocket is not open", "InvalidStateError") }
-    close(){ this.readyState = 3 }
-  }
-  Object.assign(BlockedWebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
-  window.WebSocket = BlockedWebSocket
-}
 
 async function openChat(user, {blockWs = false} = {}){
   const context = await browser.newContext({viewport: {width: 720, height: 520}})

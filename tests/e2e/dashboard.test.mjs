@@ -16,7 +16,7 @@ import assert from "node:assert/strict"
 import {existsSync, mkdtempSync, writeFileSync} from "node:fs"
 import os from "node:os"
 import path from "node:path"
-import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, CHROMIUM, launchChromium} from "./helpers.mjs"
+import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, CHROMIUM, launchChromium, readMetric} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 import {LongPoll} from "phoenix"
 
@@ -42,13 +42,6 @@ async function api(route){
   const res = await fetch(server.apiUrl + route, {headers: {"X-API-Key": KEY}})
   assert.equal(res.status, 200, `${route}: ${res.status}`)
   return res.json()
-}
-
-async function metric(name){
-  const text = await (await fetch(server.apiUrl + "/metrics")).text()
-  const line = text.split("\n").find(l => l.startsWith(name + " "))
-  assert.ok(line, `${name} in /metrics`)
-  return Number(line.split(" ")[1])
 }
 
 /** Waits (bounded) until check() is true. */
@@ -224,7 +217,7 @@ test("the page shows what /api/stats and /api/topics say, live", {timeout: 60000
     assert.ok(await figure(page, "fig-bytes-out-rate") > 0)
 
     // The key the page was first opened without is a refusal that moved.
-    const refusals = await metric("throng_api_refusals_total")
+    const refusals = await readMetric(server.apiUrl, "throng_api_refusals_total")
     const row = page.locator('#limits tbody tr[data-counter="throng_api_refusals_total"]')
     await row.waitFor({timeout: 5000})
     assert.ok(Number(await row.getAttribute("data-total")) >= 1)
@@ -235,8 +228,8 @@ test("the page shows what /api/stats and /api/topics say, live", {timeout: 60000
     const hook = page.locator('#hooks tbody tr[data-hook="join"]')
     await hook.waitFor({timeout: 5000})
     const latencyMs = Number(await hook.locator("td").nth(3).getAttribute("data-value"))
-    const sum = await metric('throng_hook_duration_seconds_sum{hook="join"}')
-    const count = await metric('throng_hook_duration_seconds_count{hook="join"}')
+    const sum = await readMetric(server.apiUrl, 'throng_hook_duration_seconds_sum{hook="join"}')
+    const count = await readMetric(server.apiUrl, 'throng_hook_duration_seconds_count{hook="join"}')
     assert.equal(count, 1)
     assert.ok(Math.abs(latencyMs - sum * 1000) < 0.01, `mean latency shown ${latencyMs} ms, /metrics ${sum * 1000} ms`)
 
@@ -310,28 +303,28 @@ async function readSamples(res, n){
 
 test("streams outlive --api-timeout and are capped by --max-dashboard-streams", {timeout: 30000, skip: !haveChromium && "no Chromium"}, async () => {
   // The pages of the tests before have gone (their streams end at the next write).
-  await until(async () => await metric("throng_dashboard_streams") === 0, 5000, "no dashboard stream open")
+  await until(async () => await readMetric(server.apiUrl, "throng_dashboard_streams") === 0, 5000, "no dashboard stream open")
   const first = await openStream()
   const second = await openStream()
   try {
     assert.equal(first.res.status, 200)
     assert.match(first.res.headers.get("content-type"), /^text\/event-stream/)
     assert.equal(second.res.status, 200)
-    const refusedBefore = await metric("throng_dashboard_streams_refused_total")
+    const refusedBefore = await readMetric(server.apiUrl, "throng_dashboard_streams_refused_total")
     const third = await fetch(server.apiUrl + "/api/dashboard", {headers: {"X-API-Key": KEY}})
     assert.equal(third.status, 503)
     const body = await third.json()
     assert.equal(body.error.code, "too_many_dashboards")
     assert.match(body.error.message, /--max-dashboard-streams/)
-    assert.equal(await metric("throng_dashboard_streams"), 2)
-    assert.equal(await metric("throng_dashboard_streams_refused_total"), refusedBefore + 1)
+    assert.equal(await readMetric(server.apiUrl, "throng_dashboard_streams"), 2)
+    assert.equal(await readMetric(server.apiUrl, "throng_dashboard_streams_refused_total"), refusedBefore + 1)
     // A sample a second: five of them span more than --api-timeout (2 s).
     await withTimeout(readSamples(first.res, 5), 15000, "five samples")
   } finally {
     first.close()
     second.close()
   }
-  await until(async () => await metric("throng_dashboard_streams") === 0, 5000, "the closed streams to be let go")
+  await until(async () => await readMetric(server.apiUrl, "throng_dashboard_streams") === 0, 5000, "the closed streams to be let go")
   const again = await openStream()
   assert.equal(again.res.status, 200)
   again.close()

@@ -1,6 +1,7 @@
 // Shared helpers for the end-to-end tests: starting the server, a minimal raw
 // WebSocket client over `net` (own framing, so malformed input can be sent),
 // a raw HTTP client, and Phoenix client glue for node.
+import assert from "node:assert/strict"
 import {spawn} from "node:child_process"
 import {existsSync} from "node:fs"
 import net from "node:net"
@@ -34,6 +35,53 @@ export async function launchChromium(){
       "--disable-background-networking", "--disable-component-update", "--disable-sync",
     ],
   })
+}
+
+/**
+ * The value of one line of a node's /metrics (`name` plus `labels` such as
+ * `{hook="push"}`), at `apiUrl` (a started server's `apiUrl`); fails the
+ * test when the line is missing.
+ */
+export async function readMetric(apiUrl, name, labels = ""){
+  const text = await (await fetch(`${apiUrl}/metrics`)).text()
+  const line = text.split("\n").find(l => l.startsWith(`${name}${labels} `))
+  assert.ok(line, `${name}${labels} not in /metrics`)
+  return Number(line.split(" ").pop())
+}
+
+/** The reply to a phoenix.js push: {status: "ok"|"error", response} or {status: "timeout"}. */
+export function pushResult(channel, event, payload, ms = 5000){
+  return withTimeout(new Promise(resolve => {
+    channel.push(event, payload)
+      .receive("ok", response => resolve({status: "ok", response}))
+      .receive("error", response => resolve({status: "error", response}))
+      .receive("timeout", () => resolve({status: "timeout"}))
+  }), ms, `reply to ${event}`)
+}
+
+/**
+ * What a network that blocks WebSockets looks like to a page: every
+ * WebSocket fails to open (an error, then a close with 1006), as behind a
+ * proxy that refuses the upgrade. Give it to `page.addInitScript`, which
+ * runs it (self-contained, as it is serialized) before the page's scripts.
+ */
+export function blockWebSockets(){
+  class BlockedWebSocket {
+    constructor(url){
+      this.url = url
+      this.readyState = 0
+      this.bufferedAmount = 0
+      setTimeout(() => {
+        this.readyState = 3
+        if(this.onerror){ this.onerror(new Event("error")) }
+        if(this.onclose){ this.onclose(new CloseEvent("close", {code: 1006, reason: "", wasClean: false})) }
+      }, 0)
+    }
+    send(){ throw new DOMException("WebSocket is not open", "InvalidStateError") }
+    close(){ this.readyState = 3 }
+  }
+  Object.assign(BlockedWebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
+  window.WebSocket = BlockedWebSocket
 }
 
 export const WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

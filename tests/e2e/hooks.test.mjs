@@ -10,29 +10,13 @@ import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
 import {LongPoll} from "phoenix"
-import {startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout, RawPhx} from "./helpers.mjs"
+import {startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout, RawPhx, readMetric, pushResult} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
 const SECRET = "hook-test-secret"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-"))
 let backend, server
 const sockets = []
-
-async function metric(name, labels = ""){
-  const text = await (await fetch(`${server.apiUrl}/metrics`)).text()
-  const line = text.split("\n").find(l => l.startsWith(`${name}${labels} `))
-  assert.ok(line, `${name}${labels} not in /metrics`)
-  return Number(line.split(" ").pop())
-}
-
-function pushResult(channel, event, payload, ms = 5000){
-  return withTimeout(new Promise(resolve => {
-    channel.push(event, payload)
-      .receive("ok", response => resolve({status: "ok", response}))
-      .receive("error", response => resolve({status: "error", response}))
-      .receive("timeout", () => resolve({status: "timeout"}))
-  }), ms, `reply to ${event}`)
-}
 
 async function client(opts = {}){
   const socket = await connectPhoenix(server.wsUrl, "2.0.0", opts)
@@ -126,7 +110,7 @@ test("pushes of one socket on one topic are handled in order", async () => {
 
 test("a socket's hook requests are bounded: past the bound, a clear error reply", async () => {
   const {channel} = await joined("rooms:bound")
-  const before = await metric("throng_hook_refused_total", '{hook="push"}')
+  const before = await readMetric(server.apiUrl, "throng_hook_refused_total", '{hook="push"}')
   // 16 (--hook-max-in-flight-per-socket's default) wait, in flight or
   // queued behind the first; the next 4 are refused at once.
   const results = await Promise.all([...Array(20).keys()].map(n => pushResult(channel, "seq", {n, delay_ms: 50})))
@@ -134,15 +118,15 @@ test("a socket's hook requests are bounded: past the bound, a clear error reply"
   assert.equal(refused.length, 4, JSON.stringify(results))
   for(const r of refused){ assert.deepEqual(r.response, {reason: "too many backend requests"}) }
   assert.deepEqual(results.slice(0, 16).map(r => r.response.n), [...Array(16).keys()])
-  assert.equal(await metric("throng_hook_refused_total", '{hook="push"}'), before + 4)
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_refused_total", '{hook="push"}'), before + 4)
 })
 
 test("bad answers get a clear error reply and are counted; the socket keeps working", async () => {
-  const before = await metric("throng_hook_bad_answers_total", '{hook="push"}')
+  const before = await readMetric(server.apiUrl, "throng_hook_bad_answers_total", '{hook="push"}')
   const {channel} = await joined("rooms:bad")
   assert.deepEqual(await pushResult(channel, "garbage", {}), {status: "error", response: {reason: "bad backend answer"}})
   assert.deepEqual(await pushResult(channel, "shape", {}), {status: "error", response: {reason: "bad backend answer"}})
-  assert.equal(await metric("throng_hook_bad_answers_total", '{hook="push"}'), before + 2)
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_bad_answers_total", '{hook="push"}'), before + 2)
   const socket = await client()
   const garbageJoin = await joinResult(socket.channel("rooms:garbage"))
   assert.deepEqual(garbageJoin, {status: "error", response: {reason: "bad backend answer"}})
@@ -150,15 +134,15 @@ test("bad answers get a clear error reply and are counted; the socket keeps work
 })
 
 test("a slow backend gives a timeout error reply", async () => {
-  const before = await metric("throng_hook_timeouts_total", '{hook="push"}')
+  const before = await readMetric(server.apiUrl, "throng_hook_timeouts_total", '{hook="push"}')
   const {channel} = await joined("rooms:slow")
   assert.deepEqual(await pushResult(channel, "slow", {}), {status: "error", response: {reason: "backend timeout"}})
-  assert.equal(await metric("throng_hook_timeouts_total", '{hook="push"}'), before + 1)
-  assert.ok((await metric("throng_hook_duration_seconds_count", '{hook="push"}')) > 0)
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_timeouts_total", '{hook="push"}'), before + 1)
+  assert.ok((await readMetric(server.apiUrl, "throng_hook_duration_seconds_count", '{hook="push"}')) > 0)
 })
 
 test("a join left while the backend decides is dropped", async () => {
-  const channelsBefore = await metric("throng_channels_joined")
+  const channelsBefore = await readMetric(server.apiUrl, "throng_channels_joined")
   const socket = await client()
   const answered = (await backend.stats()).answeredJoins
   const channel = socket.channel("rooms:pending", {delay_ms: 300})
@@ -172,7 +156,7 @@ test("a join left while the backend decides is dropped", async () => {
   })(), 5000, "the backend's answer to the held join")
   const other = socket.channel("plain:after")
   assert.equal((await joinResult(other)).status, "ok")
-  assert.equal(await metric("throng_channels_joined"), channelsBefore + 1, "the dropped join holds no channel")
+  assert.equal(await readMetric(server.apiUrl, "throng_channels_joined"), channelsBefore + 1, "the dropped join holds no channel")
 })
 
 test("long-poll clients join and push through the hooks", async () => {
@@ -201,10 +185,10 @@ test("backend killed: errors, the circuit opens, nothing crashes; it recovers wh
   for(let i = 0; i < 3; i++){
     assert.deepEqual(await pushResult(channel, "new:msg", {body: "lost"}), {status: "error", response: {reason: "backend unavailable"}})
   }
-  assert.equal(await metric("throng_hook_circuit_state"), 1, "open after 3 failures in a row")
-  const refusedBefore = await metric("throng_hook_refused_total", '{hook="push"}')
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_circuit_state"), 1, "open after 3 failures in a row")
+  const refusedBefore = await readMetric(server.apiUrl, "throng_hook_refused_total", '{hook="push"}')
   assert.deepEqual(await pushResult(channel, "new:msg", {body: "lost"}), {status: "error", response: {reason: "backend unavailable"}})
-  assert.equal(await metric("throng_hook_refused_total", '{hook="push"}'), refusedBefore + 1, "answered at once, without a request")
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_refused_total", '{hook="push"}'), refusedBefore + 1, "answered at once, without a request")
   const socket = await client()
   assert.deepEqual(await joinResult(socket.channel("rooms:down")), {status: "error", response: {reason: "backend unavailable"}})
   assert.ok(server.alive())
@@ -219,7 +203,7 @@ test("backend killed: errors, the circuit opens, nothing crashes; it recovers wh
     }
   })(), 10000, "the backend to answer again")
   assert.equal(recovered.response.saved, true)
-  assert.equal(await metric("throng_hook_circuit_state"), 0)
+  assert.equal(await readMetric(server.apiUrl, "throng_hook_circuit_state"), 0)
   assert.equal((await joinResult(socket.channel("rooms:back"))).status, "ok")
 })
 

@@ -9,7 +9,7 @@ import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
 import {LongPoll} from "phoenix"
-import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout, RawHttp} from "./helpers.mjs"
+import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout, RawHttp, readMetric} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
 const SECRET = "connect-test-secret"
@@ -135,10 +135,6 @@ timeout_ms = 10000
 `)
   const small = await startServer(["--config", config])
   try {
-    const metric = async name => {
-      const text = await (await fetch(`${small.apiUrl}/metrics`)).text()
-      return Number(text.split("\n").find(l => l.startsWith(`${name} `)).split(" ").pop())
-    }
     const seen = (await backend.stats()).connects.length
     const held = await RawHttp.connect(small.port)
     held.send(`GET /socket/longpoll?vsn=2.0.0&token=slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`)
@@ -147,7 +143,7 @@ timeout_ms = 10000
     })(), 5000, "the backend to get the held connect")
     held.close()
     await withTimeout((async () => {
-      while(await metric("throng_connections") > 0){ await new Promise(r => setTimeout(r, 20)) }
+      while(await readMetric(small.apiUrl, "throng_connections") > 0){ await new Promise(r => setTimeout(r, 20)) }
     })(), 5000, "the held connection to close")
     const res = await httpRequest(small.port, "GET", "/socket/longpoll?vsn=2.0.0&token=anon")
     assert.equal(JSON.parse(res.body.toString()).status, 410, "a session opens: the held one's place was given back")

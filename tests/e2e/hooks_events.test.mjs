@@ -13,20 +13,13 @@ import {tmpdir} from "node:os"
 import net from "node:net"
 import path from "node:path"
 import {LongPoll} from "phoenix"
-import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout} from "./helpers.mjs"
+import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, readMetric} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
 const SECRET = "events-test-secret"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hook-events-"))
 let backend, server
 const sockets = []
-
-async function metric(srv, name){
-  const text = await (await fetch(`${srv.apiUrl}/metrics`)).text()
-  const line = text.split("\n").find(l => l.startsWith(`${name} `))
-  assert.ok(line, `${name} not in /metrics`)
-  return Number(line.split(" ").pop())
-}
 
 /** Polls the backend until `pick(events)` is truthy; returns it. */
 async function waitEvents(pick, what, ms = 8000){
@@ -152,8 +145,8 @@ test("many joins arrive in few POSTs", async () => {
 })
 
 test("a backend answering 500 gets the same events again, with the same ids", async () => {
-  const sent = await metric(server, "throng_hook_events_sent_total")
-  const retries = await metric(server, "throng_hook_event_retries_total")
+  const sent = await readMetric(server.apiUrl, "throng_hook_events_sent_total")
+  const retries = await readMetric(server.apiUrl, "throng_hook_event_retries_total")
   await fetch(`http://127.0.0.1:${backend.port}/control?events_fail=2`)
   const socket = await client()
   await join(socket, "retry:1")
@@ -164,8 +157,8 @@ test("a backend answering 500 gets the same events again, with the same ids", as
   assert.equal(tries.length, 3, `refused twice, then taken: ${JSON.stringify(tries)}`)
   assert.deepEqual(tries.map(e => e.failed), [true, true, false])
   assert.ok(tries.every(e => e.type === "occupied" && e.topic === "retry:1" && e.at === ok.at))
-  assert.ok(await metric(server, "throng_hook_event_retries_total") >= retries + 2)
-  assert.ok(await metric(server, "throng_hook_events_sent_total") > sent)
+  assert.ok(await readMetric(server.apiUrl, "throng_hook_event_retries_total") >= retries + 2)
+  assert.ok(await readMetric(server.apiUrl, "throng_hook_events_sent_total") > sent)
   await closePhoenix(socket)
 })
 
@@ -195,13 +188,13 @@ join = "anyone"
       assert.equal(result.status, "ok", "joins are served while the backend is down")
     }
     const deadline = Date.now() + 5000
-    while(await metric(down, "throng_hook_events_dropped_total") < 20){
+    while(await readMetric(down.apiUrl, "throng_hook_events_dropped_total") < 20){
       assert.ok(Date.now() < deadline, "drops counted")
       await new Promise(resolve => setTimeout(resolve, 50))
     }
-    assert.ok(await metric(down, "throng_hook_events_queued") <= 5)
-    assert.ok(await metric(down, "throng_hook_event_retries_total") >= 1)
-    assert.equal(await metric(down, "throng_hook_events_sent_total"), 0)
+    assert.ok(await readMetric(down.apiUrl, "throng_hook_events_queued") <= 5)
+    assert.ok(await readMetric(down.apiUrl, "throng_hook_event_retries_total") >= 1)
+    assert.equal(await readMetric(down.apiUrl, "throng_hook_events_sent_total"), 0)
     await closePhoenix(socket)
     const warnings = down.stderr().split("\n").filter(l => l.includes("--hook-events-queue"))
     assert.equal(warnings.length, 1, `one warning per episode: ${warnings.join("\n")}`)

@@ -7,7 +7,7 @@ import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
 import {LongPoll} from "phoenix"
 import {
-  startServer, phoenixSocket, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout, deferred,
+  startServer, phoenixSocket, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout, deferred, readMetric
 } from "./helpers.mjs"
 import {phoenixToken} from "./tokens.mjs"
 
@@ -32,11 +32,6 @@ async function lp(method, query, headers = {}){
   return JSON.parse(res.body.toString("utf8"))
 }
 
-async function metric(name){
-  const text = (await httpRequest(server.apiPort, "GET", "/metrics")).body.toString("utf8")
-  return Number(text.match(new RegExp(`^${name} (\\d+)$`, "m"))[1])
-}
-
 for(const how of ["params", "authToken"]){
   test(`a good token as ${how} starts a session; the app sees the user, not the token`, T, async t => {
     const opts = how === "params" ? {params: {token: token("ivy"), room: "1"}} : {authToken: token("ivy"), params: {room: "1"}}
@@ -51,11 +46,11 @@ for(const how of ["params", "authToken"]){
 }
 
 test("no token, a bad token: {\"status\":403} and no session; counted as auth refusals", T, async () => {
-  const before = await metric("throng_auth_refusals_total")
+  const before = await readMetric(server.apiUrl, "throng_auth_refusals_total")
   assert.deepEqual(await lp("GET", "vsn=2.0.0"), {status: 403})
   assert.deepEqual(await lp("GET", "vsn=2.0.0&token=forged"), {status: 403})
   assert.deepEqual(await lp("GET", "vsn=2.0.0", {"X-Phoenix-AuthToken": token("ivy") + "x"}), {status: 403})
-  assert.equal(await metric("throng_auth_refusals_total"), before + 3)
+  assert.equal(await readMetric(server.apiUrl, "throng_auth_refusals_total"), before + 3)
   // phoenix.js sees the 403 as an error of the transport
   const socket = phoenixSocket(server.wsUrl, "2.0.0", {transport: LongPoll})
   const refused = deferred()
@@ -69,10 +64,10 @@ test("no token, a bad token: {\"status\":403} and no session; counted as auth re
 })
 
 test("another site's Origin is refused with {\"status\":403}, the same host passes", T, async () => {
-  const before = await metric("throng_origin_refusals_total")
+  const before = await readMetric(server.apiUrl, "throng_origin_refusals_total")
   const q = `vsn=2.0.0&token=${encodeURIComponent(token("jo"))}`
   assert.deepEqual(await lp("GET", q, {Origin: "https://evil.example"}), {status: 403})
-  assert.equal(await metric("throng_origin_refusals_total"), before + 1)
+  assert.equal(await readMetric(server.apiUrl, "throng_origin_refusals_total"), before + 1)
   const ok = await lp("GET", q, {Origin: `http://127.0.0.1:${server.port}`})
   assert.equal(ok.status, 410)
 })
@@ -84,7 +79,7 @@ test("a user disconnect ends the user's long-poll sessions; phoenix.js notices",
   const created = await lp("GET", `vsn=2.0.0&token=${encodeURIComponent(token("kim"))}`)
   const closed = deferred()
   socket.onClose(e => closed.resolve(e.code))
-  const before = await metric("throng_user_disconnects_total")
+  const before = await readMetric(server.apiUrl, "throng_user_disconnects_total")
   const res = await fetch(`http://127.0.0.1:${server.apiPort}/api/disconnect`, {
     method: "POST", headers: {"content-type": "application/json", "x-api-key": API_KEY}, body: JSON.stringify({user: "kim"}),
   })
@@ -92,5 +87,5 @@ test("a user disconnect ends the user's long-poll sessions; phoenix.js notices",
   // phoenix.js's next poll gets 410 (session gone) and it closes to reconnect
   assert.equal(await withTimeout(closed.promise, 10000, "the long-poll socket to close"), 3410)
   assert.deepEqual(await lp("GET", `vsn=2.0.0&token=${created.token}`), {status: 410})
-  assert.ok(await metric("throng_user_disconnects_total") >= before + 2)
+  assert.ok(await readMetric(server.apiUrl, "throng_user_disconnects_total") >= before + 2)
 })
