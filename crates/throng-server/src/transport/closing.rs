@@ -130,8 +130,12 @@ impl Conns {
     }
 
     /// Marks `key` for closing at the end of this event: for a connection
-    /// that must end while another is being handled.
+    /// that must end while another is being handled. A long-poll session's
+    /// key (a topic's subscriber may be either) ends that session.
     pub fn doom(&mut self, key: usize, reason: CloseReason<'static>) {
+        if crate::longpoll::is_session(key) {
+            return self.lp_doom(key & !crate::longpoll::SESSION_BIT, reason);
+        }
         if let Some(conn) = self.slab.get_mut(key) {
             // A closing connection that backs up is dropped, not cut again.
             let reason = match conn.kind {

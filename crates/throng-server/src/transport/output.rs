@@ -312,12 +312,7 @@ impl Conns {
         };
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
-            let key = key as usize;
-            if is_session(key) {
-                self.lp_doom(key & !SESSION_BIT, CloseReason::SlowReader);
-            } else {
-                self.doom(key, CloseReason::SlowReader);
-            }
+            self.doom(key as usize, CloseReason::SlowReader);
         }
     }
 
