@@ -49,6 +49,8 @@ pub struct Broadcast {
     /// Its offset in the topic's history (`crate::history`), carried in
     /// its frames as the message's `ref`; 0 on a topic without history.
     pub offset: u64,
+    /// The epoch of that position (0 without one).
+    pub epoch: u64,
 }
 
 impl Broadcast {
@@ -106,6 +108,9 @@ impl Broadcast {
             exclude,
             held,
             offset: position.map_or(0, |(_, o)| o),
+            epoch: position
+                .and_then(|(r, _)| crate::history::Position::parse(r))
+                .map_or(0, |p| p.epoch),
         }
     }
 

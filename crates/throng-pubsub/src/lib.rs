@@ -40,7 +40,9 @@
 //!   last one gone are each reported by exactly one node
 //!   ([`RedisOccupancy`]; the app backend's `occupied`/`vacated` events).
 //! - [`history`]: the last messages of a topic with their positions, for
-//!   recovery on rejoin ([`MemoryHistory`], one process).
+//!   recovery on rejoin ([`MemoryHistory`], one process; [`RedisHistory`],
+//!   Redis Streams, a cluster, whose broadcasts travel as version 2
+//!   envelopes that every node delivers from Redis, the sender too).
 //! - [`metrics::write_metric`]: the one writer of Prometheus lines.
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.
@@ -132,7 +134,7 @@ pub use backplane::{
     Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, Route,
 };
 pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
-pub use history::{MemoryHistory, Position, Replay};
+pub use history::{HistoryStore, MemoryHistory, Position, RedisHistory, Replay};
 pub use link::RedisOptions;
 pub use occupancy::{OccupancySink, RedisOccupancy};
 pub use presence::{

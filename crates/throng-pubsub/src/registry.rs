@@ -21,6 +21,9 @@ pub struct Topic {
     pub name: Arc<str>,
     /// Connection keys, in no particular order.
     pub subs: Vec<u32>,
+    /// The position (epoch, offset) of the last message of the topic's
+    /// history this shard got, to tell a gap (`(0, 0)`: none yet).
+    pub last: (u64, u64),
 }
 
 /// A shard's subscriptions.
@@ -58,6 +61,7 @@ impl Registry {
                 let i = self.topics.insert(Topic {
                     name: name.clone(),
                     subs: Vec::new(),
+                    last: (0, 0),
                 }) as u32;
                 self.index.insert(name, i);
                 (i, true)

@@ -18,6 +18,23 @@
 //! Nothing may follow. A reader drops (and counts) what it cannot read:
 //! an unknown version, a truncated or oversized field, invalid UTF-8.
 //! Decoding never panics on any input.
+//!
+//! ## Version 2: a broadcast with its place in the topic's history
+//! A broadcast on a topic that keeps history in Redis is published by the
+//! history's Lua script (`crate::history::redis`), which gives it its
+//! position atomically with the PUBLISH, so the envelope carries it:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 1 | version, [`VERSION_POSITIONED`] (2) |
+//! | 4 + n | position length, position: the message's ref, `<16 hex epoch>.<offset>` |
+//! | 8 | the subscriber of the sender node that must not receive it (`broadcast_from`): `(shard << 32 \| key) + 1`, 0 for none |
+//! | ... | the version 1 fields after the version byte (node, topic, event, kind, payload) |
+//!
+//! The script prepends the first two fields to what the node wrote, so it
+//! never decodes anything. Every node, the sender included, delivers a
+//! version 2 envelope from Redis: the order of positions is then the order
+//! of delivery everywhere.
 
 use throng_protocol::Payload;
 
@@ -25,6 +42,8 @@ use crate::fields::{put, Reader, Truncated};
 
 /// The envelope version this build writes and reads.
 pub const VERSION: u8 = 1;
+/// The version of a broadcast with its position in the topic's history.
+pub const VERSION_POSITIONED: u8 = 2;
 
 const KIND_JSON: u8 = 0;
 const KIND_BINARY: u8 = 1;
@@ -89,12 +108,50 @@ impl<'a> Envelope<'a> {
         out
     }
 
+    /// What the history script needs to make a version 2 envelope of
+    /// this one: the excluded subscriber (see the module docs), then the
+    /// version 1 fields after the version byte.
+    pub fn positioned_tail(&self, exclude: Option<(usize, usize)>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let exclude = exclude.map_or(0, |(shard, key)| ((shard as u64) << 32 | key as u64) + 1);
+        out.extend_from_slice(&exclude.to_be_bytes());
+        self.encode(&mut out);
+        out.remove(8);
+        out
+    }
+
+    /// Reads an envelope of either version: for a version 2 one, also its
+    /// position (the message's ref, unchecked) and its excluded subscriber.
+    pub fn decode_any(bytes: &'a [u8]) -> Result<(Envelope<'a>, Positioned<'a>), DecodeError> {
+        let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
+        match version {
+            VERSION => Ok((Envelope::decode_fields(rest)?, Positioned::default())),
+            VERSION_POSITIONED => {
+                let mut r = Reader::new(rest);
+                let at = std::str::from_utf8(r.field()?).map_err(|_| DecodeError::Utf8("ref"))?;
+                let exclude = r.u64()?;
+                let exclude = exclude
+                    .checked_sub(1)
+                    .map(|x| ((x >> 32) as usize, (x & 0xffff_ffff) as usize));
+                let env = Envelope::decode_fields(r.rest())?;
+                let at = Some(at);
+                Ok((env, Positioned { at, exclude }))
+            }
+            v => Err(DecodeError::Version(v)),
+        }
+    }
+
     /// Reads an envelope; checks every length against what is there.
     pub fn decode(bytes: &'a [u8]) -> Result<Envelope<'a>, DecodeError> {
         let (&version, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
         if version != VERSION {
             return Err(DecodeError::Version(version));
         }
+        Envelope::decode_fields(rest)
+    }
+
+    /// The version 1 fields after the version byte.
+    fn decode_fields(rest: &'a [u8]) -> Result<Envelope<'a>, DecodeError> {
         let mut r = Reader::new(rest);
         let node = r.u64()?;
         let topic = std::str::from_utf8(r.field()?).map_err(|_| DecodeError::Utf8("topic"))?;
@@ -118,6 +175,15 @@ impl<'a> Envelope<'a> {
             payload,
         })
     }
+}
+
+/// What a version 2 envelope adds.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Positioned<'a> {
+    /// The message's ref (its position), as the script wrote it.
+    pub at: Option<&'a str>,
+    /// The sender node's subscriber that must not receive it.
+    pub exclude: Option<(usize, usize)>,
 }
 
 impl Envelope<'_> {
@@ -226,6 +292,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn version_2_is_what_the_script_makes_of_the_tail() {
+        let e = Envelope {
+            node: 9,
+            topic: "feed:1",
+            event: "new",
+            payload: Payload::Json("{}"),
+        };
+        let tail = e.positioned_tail(Some((1, 7)));
+        let at = "00000000000000ab.3";
+        // As the Lua script does: version, ref length and ref, the tail.
+        let mut bytes = vec![VERSION_POSITIONED, 0, 0, 0, at.len() as u8];
+        bytes.extend_from_slice(at.as_bytes());
+        bytes.extend_from_slice(&tail);
+        let (got, p) = Envelope::decode_any(&bytes).unwrap();
+        assert_eq!(got, e);
+        assert_eq!(p.at, Some(at));
+        assert_eq!(p.exclude, Some((1, 7)));
+        let tail = e.positioned_tail(None);
+        let mut bytes = vec![VERSION_POSITIONED, 0, 0, 0, 0];
+        bytes.extend_from_slice(&tail);
+        assert_eq!(Envelope::decode_any(&bytes).unwrap().1.exclude, None);
+        assert_eq!(
+            Envelope::decode_any(&e.to_vec()).unwrap().1,
+            Positioned::default()
+        );
+        for n in 0..bytes.len() {
+            assert!(Envelope::decode_any(&bytes[..n]).is_err(), "{n}");
+        }
+    }
+
     proptest! {
         #[test]
         fn round_trips(node: u64, topic in ".{0,40}", event in ".{0,20}", json in ".{0,200}",
@@ -242,6 +339,10 @@ mod tests {
             let mut v1 = bytes.clone();
             if !v1.is_empty() { v1[0] = VERSION; }
             let _ = Envelope::decode(&v1);
+            let _ = Envelope::decode_any(&bytes);
+            let mut v2 = bytes.clone();
+            if !v2.is_empty() { v2[0] = VERSION_POSITIONED; }
+            let _ = Envelope::decode_any(&v2);
         }
     }
 }

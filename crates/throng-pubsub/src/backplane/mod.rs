@@ -81,6 +81,15 @@ pub trait Backplane: Send + Sync + 'static {
     fn subscribe(&self, topic: &str);
     /// This node lost its last local subscriber of `topic`.
     fn unsubscribe(&self, topic: &str);
+    /// Calls `then` once this node receives the broadcasts published on
+    /// `topic` from now on (its subscription of the topic, asked for by a
+    /// `subscribe` before this call, is active), or once it knows it
+    /// cannot (disconnected). A history replay reads after it, so no
+    /// message falls between the replay and the live ones. At once for an
+    /// engine whose subscriptions take effect at once.
+    fn when_subscribed(&self, _topic: &str, then: Box<dyn FnOnce() + Send>) {
+        then()
+    }
     /// Whether broadcasts flow to and from the other nodes now.
     fn is_connected(&self) -> bool {
         true

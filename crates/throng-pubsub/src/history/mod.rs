@@ -18,14 +18,107 @@
 //!
 //! [`MemoryHistory`] keeps each topic's history as a ring in this process,
 //! bounded by the topic rule's size and ttl and a process-wide byte budget.
+//! [`RedisHistory`] keeps it in Redis Streams for a cluster (`redis.rs`,
+//! its keys and scripts in `scripts.rs`). Both are a [`HistoryStore`] and
+//! pass one [`conformance`] suite (`tests/history_stores.rs`).
 
+pub mod conformance;
 mod memory;
+pub mod redis;
+mod scripts;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use throng_protocol::OwnedPayload;
 
 pub use memory::{HistoryStats, MemoryHistory};
+pub use redis::RedisHistory;
+
+/// What every history store does, with its answers given to callbacks (a
+/// store in memory answers at once, one in Redis on its thread): what the
+/// [`conformance`] suite checks. The server calls each store's own
+/// methods, which add what only it needs (the lock a memory read runs
+/// under; the subscriber a Redis publish excludes).
+pub trait HistoryStore: Send + Sync {
+    /// Gives the next message of `topic` its position and keeps it (at
+    /// most `size` messages, forgotten `ttl` after the last).
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &self,
+        topic: &Arc<str>,
+        size: usize,
+        ttl: Duration,
+        event: &str,
+        payload: OwnedPayload,
+        done: Box<dyn FnOnce(Result<Position, String>) + Send>,
+    );
+    /// The messages after `since`, at most `limit`, for a rule keeping
+    /// `size` (as [`MemoryHistory::read`]).
+    fn fetch(
+        &self,
+        topic: &str,
+        since: Option<&str>,
+        limit: usize,
+        size: usize,
+        then: Box<dyn FnOnce(Replay) + Send>,
+    );
+}
+
+impl HistoryStore for MemoryHistory {
+    fn append(
+        &self,
+        topic: &Arc<str>,
+        size: usize,
+        ttl: Duration,
+        event: &str,
+        payload: OwnedPayload,
+        done: Box<dyn FnOnce(Result<Position, String>) + Send>,
+    ) {
+        let at = self.publish(topic, size, ttl, event, payload, Instant::now(), |p| p);
+        done(Ok(at))
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        since: Option<&str>,
+        limit: usize,
+        _size: usize,
+        then: Box<dyn FnOnce(Replay) + Send>,
+    ) {
+        then(self.read(topic, since, limit, Instant::now(), |r| r))
+    }
+}
+
+impl HistoryStore for RedisHistory {
+    fn append(
+        &self,
+        topic: &Arc<str>,
+        size: usize,
+        ttl: Duration,
+        event: &str,
+        payload: OwnedPayload,
+        done: Box<dyn FnOnce(Result<Position, String>) + Send>,
+    ) {
+        let done = move |r: Result<String, String>| {
+            done(r.and_then(|at| Position::parse(&at).ok_or_else(|| format!("bad ref {at:?}"))))
+        };
+        let payload = payload.as_payload();
+        self.publish(topic, size, ttl, event, payload, None, Some(Box::new(done)))
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        since: Option<&str>,
+        limit: usize,
+        size: usize,
+        then: Box<dyn FnOnce(Replay) + Send>,
+    ) {
+        self.read(topic, since, limit, size, then)
+    }
+}
 
 /// A message's place in its topic's history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

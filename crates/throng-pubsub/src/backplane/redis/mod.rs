@@ -133,6 +133,9 @@ enum Change {
     /// The node is attached: hand it the retained control messages, then
     /// say so on the sender.
     Attached(std::sync::mpsc::SyncSender<()>),
+    /// Call this once the topic's subscription is active
+    /// ([`Backplane::when_subscribed`]).
+    Subscribed(Arc<str>, Box<dyn FnOnce() + Send>),
 }
 
 /// The Redis backplane. Build it with [`RedisBackplane::connect`] before
@@ -402,6 +405,19 @@ impl Backplane for RedisBackplane {
 
     fn unsubscribe(&self, topic: &str) {
         let _ = self.topic_tx.send(Change::Topic(Arc::from(topic)));
+    }
+
+    fn when_subscribed(&self, topic: &str, then: Box<dyn FnOnce() + Send>) {
+        // Behind the topic's SUBSCRIBE in the same queue; a closed queue
+        // hands the closure back, called at once.
+        if let Err(e) = self
+            .topic_tx
+            .send(Change::Subscribed(Arc::from(topic), then))
+        {
+            if let Change::Subscribed(_, then) = e.0 {
+                then();
+            }
+        }
     }
 }
 

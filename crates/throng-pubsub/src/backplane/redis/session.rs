@@ -204,6 +204,7 @@ impl Task {
     async fn reconcile(&mut self, link: &mut Link, s: &mut Session, first: Change) -> RResult<()> {
         let mut changed = HashSet::new();
         let mut attached = Vec::new();
+        let mut waiting = Vec::new();
         let mut next = Some(first);
         while let Some(change) = next {
             match change {
@@ -211,6 +212,12 @@ impl Task {
                     changed.insert(t);
                 }
                 Change::Attached(done) => attached.push(done),
+                // Reconciled with the rest, whichever shard's change came
+                // first: the subscription is then active.
+                Change::Subscribed(t, then) => {
+                    changed.insert(t);
+                    waiting.push(then);
+                }
             }
             next = self.topic_rx.try_recv().ok();
         }
@@ -221,6 +228,9 @@ impl Task {
             }
         }
         let Some(handler) = self.handler() else {
+            for then in waiting {
+                then();
+            }
             return Ok(());
         };
         let (mut add, mut remove) = (Vec::new(), Vec::new());
@@ -237,6 +247,9 @@ impl Task {
         }
         if !remove.is_empty() {
             set_subscribed(link, s, remove, false).await?;
+        }
+        for then in waiting {
+            then();
         }
         Ok(())
     }
@@ -317,16 +330,24 @@ impl Task {
     /// A message from Redis on `channel`: delivered only if it is a valid
     /// envelope for that channel (see `Envelope::validate`).
     fn deliver(&self, s: &Session, channel: &str, bytes: &[u8]) {
-        let env = match Envelope::decode(bytes).and_then(|env| {
+        let (env, positioned) = match Envelope::decode_any(bytes).and_then(|(env, p)| {
             let topic = channel.strip_prefix(CHANNEL_PREFIX).unwrap_or("");
-            env.validate(topic).map(|()| env)
+            env.validate(topic).map(|()| (env, p))
         }) {
-            Ok(env) => env,
+            Ok(found) => found,
             Err(e) => return self.invalid(&e, channel),
         };
-        if env.node == self.node_id {
+        // A broadcast with a position in its topic's history: every node
+        // delivers it from here, its sender too (`envelope`, version 2).
+        let position = match positioned.at.map(crate::history::Position::parse) {
+            None => None,
+            Some(Some(p)) => Some(p),
+            Some(None) => return self.invalid(&"a malformed history position", channel),
+        };
+        if env.node == self.node_id && position.is_none() {
             return; // ours: the shards delivered it already
         }
+        let exclude = positioned.exclude.filter(|_| env.node == self.node_id);
         let Some(handler) = self.handler() else {
             return;
         };
@@ -336,11 +357,12 @@ impl Task {
             .cloned()
             .unwrap_or_else(|| Arc::from(env.topic));
         self.stats.received.fetch_add(1, Relaxed);
-        handler.deliver(Arc::new(Broadcast::new(
+        handler.deliver(Arc::new(Broadcast::positioned(
             topic,
             env.event.to_owned(),
             env.payload.into(),
-            None,
+            exclude,
+            position.and(positioned.at).zip(position.map(|p| p.offset)),
         )));
     }
 
@@ -367,6 +389,9 @@ impl Task {
             match self.topic_rx.try_recv() {
                 Ok(Change::Attached(done)) => self.attached.push(done),
                 Ok(Change::Topic(_)) => {}
+                // Not subscribed now: the reader finds Redis away too, or
+                // a gap it reports (`crate::history`).
+                Ok(Change::Subscribed(_, then)) => then(),
                 Err(mpsc::error::TryRecvError::Empty) => return true,
                 Err(mpsc::error::TryRecvError::Disconnected) => return false,
             }
