@@ -264,10 +264,21 @@ async fn broadcast(
         Some(raw) => OwnedPayload::Json(raw.get().to_string()),
         None => OwnedPayload::empty(),
     };
-    match api.endpoint.broadcast(&req.topic, &req.event, payload) {
+    match api.endpoint.publish(&req.topic, &req.event, payload).await {
         // A topic with history: the message's position (`crate::history`).
-        Some(msg_ref) => Ok(Json(json!({"ok": true, "ref": msg_ref}))),
-        None => Ok(Json(json!({"ok": true}))),
+        Ok(Some(msg_ref)) => Ok(Json(json!({"ok": true, "ref": msg_ref}))),
+        Ok(None) => Ok(Json(json!({"ok": true}))),
+        // History in Redis, and Redis did not give it a position: not sent.
+        Err(why) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "history_unavailable",
+            format!(
+                "the message was not sent: topic {:?} keeps history in Redis, which did not \
+                 give it a position ({why}); retry once Redis is back \
+                 (throng_history_redis_connected 1 in /metrics)",
+                req.topic
+            ),
+        )),
     }
 }
 
@@ -414,6 +425,7 @@ async fn history(
         _ => StatusCode::BAD_REQUEST,
     };
     crate::history::api::answer(&api.endpoint, topic, &q)
+        .await
         .map(Json)
         .map_err(|e| ApiError::new(status(e.code), e.code, e.message))
 }

@@ -199,6 +199,19 @@ impl Server {
         let config_limits = config.limits.clone();
         let hooks = hooks::HookClient::start(&config.hooks)?;
         let presence = Tracker::with_count_rate(presence, config.presence_count_rate);
+        // With --redis, topic history lives in Redis Streams, shared by
+        // every node (`crate::history`).
+        let history_redis = match (&config.redis, policy_history) {
+            (Some(url), true) => Some(Arc::new(
+                throng_pubsub::RedisHistory::connect_with(
+                    url,
+                    &config.redis_options(),
+                    backplane.node_id(),
+                )
+                .map_err(|e| Error::Config(format!("topic history: {e}")))?,
+            )),
+            _ => None,
+        };
         let node = Arc::new(Node {
             stats: (0..config.shards)
                 .map(|_| Arc::new(metrics::ShardStats::default()))
@@ -229,12 +242,15 @@ impl Server {
             dashboard_streams: Default::default(),
             dashboard_refused: Default::default(),
             refusals: Default::default(),
-            history: policy_history.then(|| {
+            history: (policy_history && history_redis.is_none()).then(|| {
                 Arc::new(throng_pubsub::MemoryHistory::new(
                     config_limits.max_history_bytes,
                 ))
             }),
+            history_redis,
+            this: OnceLock::new(),
         });
+        let _ = node.this.set(Arc::downgrade(&node));
         if let Some(h) = &node.hooks {
             h.attach(Arc::downgrade(&node));
         }

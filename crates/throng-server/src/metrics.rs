@@ -564,6 +564,9 @@ pub fn render(node: &Node) -> String {
         "Dashboard streams refused (503) past --max-dashboard-streams.",
         node.dashboard_refused.load(Relaxed),
     );
+    if let Some(history) = &node.history_redis {
+        throng_pubsub::history::redis::render_metrics(&history.stats, &mut out);
+    }
     if let Some(history) = &node.history {
         crate::history::render_metrics(history, &mut out);
     }

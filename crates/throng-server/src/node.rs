@@ -54,6 +54,8 @@ pub(crate) enum ShardMsg {
     /// rejoin with `since` and get it back instead of skipping it
     /// (`crate::history`).
     HistoryLost(Arc<str>),
+    /// The answer to a history read of a join with `since` (Redis).
+    Replay(Box<crate::history::ReplayAnswer>),
 }
 
 impl ShardMsg {
@@ -199,8 +201,14 @@ pub struct Node {
     /// `--max-dashboard-streams` (`crate::dashboard`).
     pub dashboard_streams: std::sync::atomic::AtomicU64,
     pub dashboard_refused: std::sync::atomic::AtomicU64,
-    /// Topic history, when some `[[topics]]` rule keeps it (`crate::history`).
+    /// Topic history, when some `[[topics]]` rule keeps it (`crate::history`):
+    /// in this process without `--redis`...
     pub history: Option<Arc<throng_pubsub::MemoryHistory>>,
+    /// ...in Redis Streams with it.
+    pub history_redis: Option<Arc<throng_pubsub::RedisHistory>>,
+    /// The node itself, for answers that come back from other threads
+    /// (a history replay read in Redis).
+    pub(crate) this: OnceLock<std::sync::Weak<Node>>,
 }
 
 impl Node {
@@ -255,6 +263,13 @@ impl Node {
         payload: OwnedPayload,
         exclude: Option<throng_pubsub::Exclude>,
     ) -> Option<String> {
+        if let Some(redis) = &self.history_redis {
+            // Redis gives the position and publishes it; every node, this
+            // one too, delivers it from there (`crate::history`).
+            let payload = payload.as_payload();
+            redis.publish(&topic, rule.size, rule.ttl, &event, payload, exclude, None);
+            return None;
+        }
         let Some(store) = &self.history else {
             let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
             self.broadcast(None, b);
@@ -474,6 +489,32 @@ impl Endpoint {
         let b = Arc::new(Broadcast::new(topic.into(), event.into(), payload, None));
         self.node.broadcast(None, b);
         None
+    }
+
+    /// [`Endpoint::broadcast`], waiting, on a topic whose history is in
+    /// Redis, for Redis to give the message its position: the ref, or why
+    /// the message was not sent (Redis away).
+    pub async fn publish(
+        &self,
+        topic: &str,
+        event: &str,
+        payload: OwnedPayload,
+    ) -> Result<Option<String>, String> {
+        let node = &self.node;
+        let (Some(redis), Some(rule)) = (&node.history_redis, node.policy.history(topic)) else {
+            return Ok(self.broadcast(topic, event, payload));
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let done = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        let topic = Arc::from(topic);
+        let payload = payload.as_payload();
+        redis.publish(&topic, rule.size, rule.ttl, event, payload, None, Some(done));
+        match tokio::time::timeout(PRESENCE_READ_WAIT * 2, rx).await {
+            Ok(Ok(r)) => r.map(Some),
+            _ => Err("no answer from Redis in time".into()),
+        }
     }
 
     /// Hands `info` to [`Channel::handle_info`](crate::Channel::handle_info)

@@ -222,15 +222,6 @@ impl ServeArgs {
         };
         for rule in &topics {
             rule.check_history().map_err(Error::Config)?;
-            if redis.is_some() && rule.history_size.is_some() {
-                // Each node would number the topic's messages on its own.
-                return Err(Error::Config(format!(
-                    "[[topics]] pattern = {:?}: history_size is not available with --redis yet \
-                     (history is kept in one process); remove history_size, or run one node \
-                     without --redis",
-                    rule.pattern
-                )));
-            }
         }
         let push_rate = self.push_rate.or(file.push_rate).unwrap_or(d.push_rate);
         if !(0.0..=1000.0).contains(&push_rate) {

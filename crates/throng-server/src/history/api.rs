@@ -36,9 +36,15 @@ pub struct NoHistory {
 }
 
 /// The answer to a query of `topic`'s history.
-pub fn answer(endpoint: &Endpoint, topic: &str, q: &HistoryQuery) -> Result<Value, NoHistory> {
+pub async fn answer(
+    endpoint: &Endpoint,
+    topic: &str,
+    q: &HistoryQuery,
+) -> Result<Value, NoHistory> {
     let node = endpoint.node();
-    let (Some(store), Some(_)) = (&node.history, node.policy.history(topic)) else {
+    let rule = node.policy.history(topic);
+    let kept = node.history.is_some() || node.history_redis.is_some();
+    let (true, Some(rule)) = (kept, rule) else {
         return Err(NoHistory {
             code: "no_history",
             message: format!(
@@ -57,7 +63,19 @@ pub fn answer(endpoint: &Endpoint, topic: &str, q: &HistoryQuery) -> Result<Valu
             ),
         });
     }
-    let found = store.read(topic, q.since.as_deref(), limit, Instant::now(), |r| r);
+    let found = match (&node.history, &node.history_redis) {
+        (Some(store), _) => store.read(topic, q.since.as_deref(), limit, Instant::now(), |r| r),
+        (None, Some(redis)) => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let then = Box::new(move |r| {
+                let _ = tx.send(r);
+            });
+            redis.read(topic, q.since.as_deref(), limit, rule.size, then);
+            // Redis away: answered at once, nothing recovered.
+            rx.await.unwrap_or_default()
+        }
+        (None, None) => Default::default(),
+    };
     let messages: Vec<Value> = found
         .messages
         .iter()

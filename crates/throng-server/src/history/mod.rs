@@ -29,8 +29,55 @@
 //! ref. A `since` that is malformed, of another topic or epoch, in the
 //! future or older than what is kept gets `recovered: false` and no
 //! message.
+//!
+//! ## With `--redis`: history in Redis Streams
+//! The store is [`throng_pubsub::RedisHistory`]: a broadcast of a history
+//! topic is handed to its thread, whose Lua script gives it its offset,
+//! keeps it and PUBLISHes it with its position; every node delivers it
+//! from Redis, this one too, so every subscriber in the cluster sees the
+//! topic's messages in offset order (a channel's broadcast is thus sent a
+//! round trip later than without history). The server API's publish waits
+//! for the script's answer to return the ref (503 when Redis is away).
+//!
+//! A join with `since` is answered later: the socket is subscribed, the
+//! read waits until this node's SUBSCRIBE of the topic is active
+//! (`Backplane::when_subscribed`), then reads the stream in batches, and
+//! the answer comes back through the shard's inbox (`ShardMsg::Replay`),
+//! as a hook's does. Meanwhile the topic's live messages for that socket
+//! are held aside (`Conns::pending`); with the answer go the reply, the
+//! replay, then the held messages after the replay's last, and later live
+//! messages up to it are skipped (`Conns::replayed`, kept until a newer
+//! message passes it). Every message after the read came through the
+//! subscription, so there is no gap and no duplicate.
+//!
+//! A shard also watches each history topic's positions as they arrive
+//! (`Topic::last`): an offset that skips one (the node's Redis connection
+//! was lost meanwhile, or a shard's inbox dropped one) or an epoch that
+//! changes (Redis lost the history) closes the topic's subscribers on the
+//! shard, as slow readers; phoenix.js rejoins with `since` and recovers
+//! what it missed, or gets `recovered: false`. Never a silent gap.
 
 pub mod api;
+
+/// A join with `since` waiting for its history read (in Redis): what its
+/// reply needs.
+pub(crate) struct HeldJoin {
+    pub join_ref: Option<throng_protocol::RefBuf>,
+    pub msg_ref: Option<throng_protocol::RefBuf>,
+    /// The channel's ok reply.
+    pub response: throng_protocol::OwnedPayload,
+}
+
+/// The answer to a history read of a join of connection `key` on `topic`,
+/// back on its shard (`crate::node::ShardMsg::Replay`).
+pub(crate) struct ReplayAnswer {
+    /// The shard's number for the read: a later join of the same socket
+    /// and topic has another.
+    pub id: u64,
+    pub key: usize,
+    pub topic: std::sync::Arc<str>,
+    pub replay: throng_pubsub::Replay,
+}
 
 use std::sync::atomic::Ordering::Relaxed;
 

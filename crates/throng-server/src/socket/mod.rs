@@ -150,6 +150,13 @@ pub(crate) trait Transport {
     fn recover(&mut self, _topic: &str, _since: Option<&str>) -> Option<throng_pubsub::Replay> {
         None
     }
+    /// As [`Transport::recover`], for a history read that answers later
+    /// (in Redis): takes the join's reply to send with the answer
+    /// ([`Mux::since_answered`]) and returns true, or returns false when
+    /// the read is done at once by [`Transport::recover`].
+    fn recover_later(&mut self, _topic: &str, _since: &str, _held: crate::history::HeldJoin) -> bool {
+        false
+    }
 }
 
 /// Buffers a shard lends each call, so that a message costs no allocation.
@@ -486,10 +493,56 @@ impl<'a, T: Transport> Mux<'a, T> {
         since: Option<String>,
         response: Payload<'_>,
     ) {
+        if let Some(s) = since.as_deref() {
+            let held = crate::history::HeldJoin {
+                join_ref: join_ref.map(RefBuf::from),
+                msg_ref: msg_ref.map(RefBuf::from),
+                response: response.into(),
+            };
+            if self.t.recover_later(topic, s, held) {
+                return;
+            }
+        }
         let found = since
             .as_deref()
             .and_then(|s| self.t.recover(topic, Some(s)))
             .unwrap_or_default();
+        self.send_since(join_ref, msg_ref, topic, response, found);
+    }
+
+    /// The answer to a history read [`Transport::recover_later`] started
+    /// for the join of `topic` that `held` replies to: the join's reply and
+    /// the replay, if the socket still holds that join.
+    pub(crate) fn since_answered(
+        &mut self,
+        topic: &str,
+        held: crate::history::HeldJoin,
+        found: throng_pubsub::Replay,
+    ) {
+        let Some(i) = self.joined(topic) else {
+            return;
+        };
+        if self.joins[i].join_ref != held.join_ref {
+            return; // left and joined again meanwhile
+        }
+        let (join_ref, msg_ref) = (
+            held.join_ref.as_ref().map(RefBuf::to_ref),
+            held.msg_ref.as_ref().map(RefBuf::to_ref),
+        );
+        let response = held.response.as_payload();
+        self.send_since(join_ref.as_ref(), msg_ref.as_ref(), topic, response, found);
+    }
+
+    /// The ok reply of a join with `since`, with `"recovered"`, then what
+    /// `found` holds.
+    fn send_since(
+        &mut self,
+        join_ref: Option<&Ref<'_>>,
+        msg_ref: Option<&Ref<'_>>,
+        topic: &str,
+        response: Payload<'_>,
+        found: throng_pubsub::Replay,
+    ) {
         let answer = match response {
             Payload::Json(json) => crate::history::with_recovered(json, found.recovered),
             Payload::Binary(_) => None,

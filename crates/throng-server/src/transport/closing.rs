@@ -180,6 +180,7 @@ impl Conns {
         }
         // After the socket's end, whose events name it.
         self.hook_forget(node, key);
+        self.history_forget(key);
         // Dropping the stream closes the descriptor, which also leaves epoll.
     }
 }

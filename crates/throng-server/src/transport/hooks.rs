@@ -390,7 +390,7 @@ impl Conns {
     }
 
     /// The serializer of a live connection or session.
-    fn vsn_of(&self, key: usize) -> Option<Vsn> {
+    pub(super) fn vsn_of(&self, key: usize) -> Option<Vsn> {
         if is_session(key) {
             let s = self.lp.sessions.get(key & !SESSION_BIT)?;
             return (!s.dead).then_some(s.vsn);

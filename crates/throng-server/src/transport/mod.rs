@@ -36,6 +36,7 @@ mod budget;
 mod closing;
 pub(crate) mod conn;
 mod drain;
+mod history;
 mod hooks;
 mod input;
 mod longpoll;
@@ -114,6 +115,13 @@ pub(crate) struct Conns {
     /// (`crate::history`). Emptied whenever the inbox is, so it holds at
     /// most one turn's joins.
     pub replayed: HashMap<(usize, u32), u64>,
+    /// Joins with `since` waiting for their history read in Redis, by
+    /// (connection key, registry topic index): the read's number, the reply
+    /// to send, and the topic's live messages held aside meanwhile
+    /// (`crate::history`). An entry per such join, for one round trip.
+    pub pending: HashMap<(usize, u32), history::Pending>,
+    /// The number of the next history read.
+    pub next_read: u64,
     /// Joins and pushes waiting for the app backend (`crate::hooks`).
     pub hook_waits: crate::hooks::Waits,
 }
@@ -185,6 +193,8 @@ impl Shard {
             ),
             tracked: HashMap::new(),
             replayed: HashMap::new(),
+            pending: HashMap::new(),
+            next_read: 0,
             hook_waits: Default::default(),
         };
         Ok(Shard {
@@ -401,6 +411,10 @@ impl Shard {
                 }
                 ShardMsg::Hook(a) => self.conns.hook_answer(&self.node, &mut self.scratch, *a),
                 ShardMsg::HistoryLost(topic) => self.conns.history_lost(&topic),
+                ShardMsg::Replay(a) => {
+                    self.conns
+                        .replay_answer(&self.node, &mut self.scratch, *a)
+                }
                 ShardMsg::LongPollAnswer(a) => {
                     self.conns
                         .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
@@ -409,7 +423,9 @@ impl Shard {
         }
         // Every message queued before a replay's read has been delivered
         // (or skipped) now: nothing more to skip (`crate::history`).
-        if !self.conns.replayed.is_empty() {
+        // With history in Redis, a live copy may come after the replay's
+        // answer: the marks stay until a newer message passes them.
+        if !self.conns.replayed.is_empty() && self.node.history_redis.is_none() {
             self.conns.replayed.clear();
         }
     }

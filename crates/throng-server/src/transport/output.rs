@@ -133,7 +133,7 @@ impl Conns {
         }
     }
 
-    fn enqueue(&mut self, key: usize, chunk: Chunk) {
+    pub(super) fn enqueue(&mut self, key: usize, chunk: Chunk) {
         let max = self.max_outbound;
         let conn = &mut self.slab[key];
         let len = chunk.rest().len();
@@ -235,6 +235,9 @@ impl Conns {
         let Some(idx) = self.registry.find(&b.topic) else {
             return;
         };
+        if b.offset != 0 && self.gap(idx, b) {
+            return;
+        }
         ShardStats::add(&self.stats.broadcasts, 1);
         let exclude = b
             .exclude
@@ -245,6 +248,8 @@ impl Conns {
         let mut frame_bytes = 0u64;
         // Sockets that just got this message in a history replay.
         let replayed = b.offset != 0 && !self.replayed.is_empty();
+        // Sockets whose join waits for its history read (Redis).
+        let pending = b.offset != 0 && !self.pending.is_empty();
         for &key in &subs {
             let key = key as usize;
             if Some(key) == exclude {
@@ -256,6 +261,9 @@ impl Conns {
                     .get(&(key, idx))
                     .is_some_and(|&w| b.offset <= w)
             {
+                continue;
+            }
+            if pending && self.hold(key, idx, b) {
                 continue;
             }
             if is_session(key) {
@@ -306,6 +314,25 @@ impl Conns {
     /// was full): its subscribers here would skip it without knowing, so
     /// they are closed as slow readers before any later message reaches
     /// them; phoenix.js reconnects and rejoins with `since`, and recovers it.
+    /// Whether history message `b` of topic `idx` is not the one after
+    /// the last this shard got (an offset skipped, another epoch): then
+    /// the topic's subscribers here are closed, as for a lost message
+    /// ([`Conns::history_lost`]), and rejoin with `since`
+    /// (`crate::history`).
+    fn gap(&mut self, idx: u32, b: &Broadcast) -> bool {
+        let t = &mut self.registry.topics[idx as usize];
+        let (epoch, offset) = t.last;
+        let gap = epoch != 0 && (b.epoch != epoch || b.offset > offset + 1);
+        if epoch == 0 || b.epoch != epoch || b.offset > offset {
+            t.last = (b.epoch, b.offset);
+        }
+        if gap {
+            let topic = t.name.clone();
+            self.history_lost(&topic);
+        }
+        gap
+    }
+
     pub fn history_lost(&mut self, topic: &str) {
         let Some(idx) = self.registry.find(topic) else {
             return;

@@ -173,6 +173,7 @@ impl Conns {
             e.code = Some(code)
         });
         self.hook_forget(node, key);
+        self.history_forget(key);
         if s.user != NO_USER {
             self.users.remove(s.user, key as u32);
         }
@@ -285,6 +286,9 @@ impl Transport for ShardTransport<'_> {
         let c = &mut *self.conns;
         if !c.replayed.is_empty() {
             c.replayed.remove(&(self.key, slot.topic));
+        }
+        if !c.pending.is_empty() {
+            c.pending.remove(&(self.key, slot.topic));
         }
         let (moved, gone) = c.registry.unsubscribe(slot);
         if let Some(moved) = moved {
@@ -471,6 +475,14 @@ impl Transport for ShardTransport<'_> {
                 e.topic = Some(topic);
                 e.key = Some(key);
             });
+    }
+
+    fn recover_later(&mut self, topic: &str, since: &str, held: crate::history::HeldJoin) -> bool {
+        let Some(idx) = self.conns.registry.find(topic) else {
+            return false;
+        };
+        self.conns
+            .read_later(self.node, self.key, idx, topic, since, held)
     }
 
     fn recover(&mut self, topic: &str, since: Option<&str>) -> Option<throng_pubsub::Replay> {
