@@ -510,7 +510,15 @@ impl Endpoint {
         });
         let topic = Arc::from(topic);
         let payload = payload.as_payload();
-        redis.publish(&topic, rule.size, rule.ttl, event, payload, None, Some(done));
+        redis.publish(
+            &topic,
+            rule.size,
+            rule.ttl,
+            event,
+            payload,
+            None,
+            Some(done),
+        );
         match tokio::time::timeout(PRESENCE_READ_WAIT * 2, rx).await {
             Ok(Ok(r)) => r.map(Some),
             _ => Err("no answer from Redis in time".into()),

@@ -154,7 +154,12 @@ pub(crate) trait Transport {
     /// (in Redis): takes the join's reply to send with the answer
     /// ([`Mux::since_answered`]) and returns true, or returns false when
     /// the read is done at once by [`Transport::recover`].
-    fn recover_later(&mut self, _topic: &str, _since: &str, _held: crate::history::HeldJoin) -> bool {
+    fn recover_later(
+        &mut self,
+        _topic: &str,
+        _since: &str,
+        _held: crate::history::HeldJoin,
+    ) -> bool {
         false
     }
 }

@@ -411,10 +411,7 @@ impl Shard {
                 }
                 ShardMsg::Hook(a) => self.conns.hook_answer(&self.node, &mut self.scratch, *a),
                 ShardMsg::HistoryLost(topic) => self.conns.history_lost(&topic),
-                ShardMsg::Replay(a) => {
-                    self.conns
-                        .replay_answer(&self.node, &mut self.scratch, *a)
-                }
+                ShardMsg::Replay(a) => self.conns.replay_answer(&self.node, &mut self.scratch, *a),
                 ShardMsg::LongPollAnswer(a) => {
                     self.conns
                         .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
