@@ -105,3 +105,37 @@ fn redis_cluster_control() {
 fn redis_retained_control() {
     conformance::retained_control(&mut Redis::start());
 }
+
+/// The same suite on a Redis Cluster (3 masters): sharded pub/sub.
+struct Sharded(common::cluster::RedisCluster);
+
+impl Cluster for Sharded {
+    fn backplane(&mut self) -> Arc<dyn Backplane> {
+        Arc::new(RedisBackplane::connect(&self.0.url()).expect("connect to the test's cluster"))
+    }
+    fn outage(&mut self) {
+        self.0.restart();
+    }
+}
+
+/// A cluster, or `None` (the test passes saying so) without Redis 7.
+fn sharded() -> Option<Sharded> {
+    if !common::cluster::RedisCluster::available() {
+        eprintln!("skipped: needs redis-server 7 and redis-cli (sharded pub/sub)");
+        return None;
+    }
+    Some(Sharded(common::cluster::RedisCluster::start()))
+}
+
+#[test]
+fn redis_cluster_conformance() {
+    // One cluster for the whole suite (starting one takes a second or two).
+    let Some(mut c) = sharded() else { return };
+    conformance::exactly_once(&mut c);
+    conformance::own_broadcasts_skipped(&mut c);
+    conformance::only_subscribed_nodes(&mut c);
+    conformance::direct_messages(&mut c);
+    conformance::cluster_control(&mut c);
+    conformance::retained_control(&mut c);
+    conformance::resubscribes_after_outage(&mut c);
+}

@@ -164,11 +164,19 @@ impl ServeArgs {
             .or(file.redis)
             .filter(|url| !url.is_empty());
         if let Some(url) = &redis {
-            let schemes = ["redis://", "rediss://", "redis+unix://", "unix://"];
+            let schemes = [
+                "redis://",
+                "rediss://",
+                "redis+unix://",
+                "unix://",
+                "redis+cluster://",
+                "rediss+cluster://",
+            ];
             if !schemes.iter().any(|s| url.starts_with(s)) {
                 return Err(Error::Config(format!(
                     "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
-                     redis://USER:PASSWORD@HOST:PORT with a password)"
+                     redis://USER:PASSWORD@HOST:PORT with a password, \
+                     redis+cluster://HOST:PORT,HOST:PORT for a Redis Cluster)"
                 )));
             }
         }
