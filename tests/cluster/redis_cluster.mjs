@@ -53,13 +53,13 @@ export function cli(args, ms = 30000){
 }
 
 /**
- * Starts the cluster; returns {nodes, url, masters(), ownerOf(slot), stop()}.
+ * Starts the cluster (3 masters, each with `replicas` replicas); returns {nodes, url, masters(), ownerOf(slot), stop()}.
  * `url` is `redis+cluster://` with every node as a seed.
  */
-export async function startCluster(){
+export async function startCluster({replicas = 1} = {}){
   const dir = mkdtempSync(path.join(tmpdir(), "throng-rcluster-"))
   const ports = []
-  while(ports.length < 6){
+  while(ports.length < 3 * (1 + replicas)){
     const p = await freePort()
     // the cluster bus listens on port + 10000: keep both free of each other
     if(p < 55000 && !ports.includes(p)){ ports.push(p) }
@@ -76,7 +76,7 @@ export async function startCluster(){
         try { return (await redisCommand(n.port, ["PING"], {ms: 500})).startsWith("+PONG") } catch(_e){ return false }
       }, 5000, `redis-server on ${n.port}`)
     }
-    cli(["--cluster", "create", ...ports.map(p => `127.0.0.1:${p}`), "--cluster-replicas", "1", "--cluster-yes"])
+    cli(["--cluster", "create", ...ports.map(p => `127.0.0.1:${p}`), "--cluster-replicas", String(replicas), "--cluster-yes"])
     for(const n of nodes){
       await waitFor(async () => (await clusterInfo(n.port)).cluster_state === "ok", 15000, `cluster_state ok on ${n.port}`, 100)
     }
