@@ -188,4 +188,7 @@ test("a slot migrated during traffic: subscriptions move with it, none is lost",
   await listed(people.slice(1), all)
   sender.send("after")
   await waitFor(() => clients.every(c => c.count("after") === 1), 10000, "a broadcast after the migration")
+  // the publishing worker's SPUBLISH went to the old owner first: MOVED, followed
+  const moved = await workerMetric(server, "throng_redis_cluster_moved_total")
+  assert.ok(moved.some(n => n >= 1), `throng_redis_cluster_moved_total ${moved}`)
 })
