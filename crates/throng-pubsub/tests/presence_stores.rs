@@ -334,7 +334,8 @@ fn redis_cluster_conformance() {
         return;
     }
     // A fresh cluster per case, one case at a time (a cluster is 3 processes).
-    let cases: [(&str, fn(&mut Sharded)); 8] = [
+    type Case = fn(&mut Sharded);
+    let cases: [(&str, Case); 8] = [
         ("replicates", |c| conformance::replicates(c)),
         ("late_watcher_reads_snapshot", |c| {
             conformance::late_watcher_reads_snapshot(c)

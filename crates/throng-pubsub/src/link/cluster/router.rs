@@ -162,13 +162,11 @@ impl Router {
             let mut c = self.conn(&m).await?;
             sha = c.send_packed_command(cmd).await.and_then(server_error)?;
         }
-        if let (Ok(h), Some(src)) = (
+        if let (Ok(h), Some(Arg::Simple(src))) = (
             ::redis::from_redis_value::<String>(&sha),
             cmd.args_iter().nth(2),
         ) {
-            if let Arg::Simple(src) = src {
-                self.scripts.insert(h, src.to_vec());
-            }
+            self.scripts.insert(h, src.to_vec());
         }
         Ok(sha)
     }

@@ -93,13 +93,11 @@ impl Shards {
                         return Ok(m);
                     }
                 }
-                PushKind::Disconnection => {
-                    if self.handle.forget_conn(id) {
-                        STATS.shard_lost.fetch_add(1, Relaxed);
-                        return Err(io_error(
-                            "a Redis Cluster shard's connection closed (failover or restart)",
-                        ));
-                    }
+                PushKind::Disconnection if self.handle.forget_conn(id) => {
+                    STATS.shard_lost.fetch_add(1, Relaxed);
+                    return Err(io_error(
+                        "a Redis Cluster shard's connection closed (failover or restart)",
+                    ));
                 }
                 PushKind::SUnsubscribe => {
                     let Some(channel) = info
