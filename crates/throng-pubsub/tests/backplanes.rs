@@ -139,3 +139,47 @@ fn redis_cluster_conformance() {
     conformance::retained_control(&mut c);
     conformance::resubscribes_after_outage(&mut c);
 }
+
+#[test]
+fn redis_cluster_acl_user() {
+    // An ACL user applies to every node of the cluster; a wrong password is
+    // an error at connect naming the URL with the password masked.
+    let Some(c) = sharded() else { return };
+    for p in &c.0.ports {
+        let out = std::process::Command::new("redis-cli")
+            .args([
+                "-p",
+                &p.to_string(),
+                "ACL",
+                "SETUSER",
+                "throng",
+                "on",
+                ">s3cret",
+            ])
+            .args(["~throng:*", "&throng:*", "+@all"])
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success());
+    }
+    let hosts: Vec<String> = c.0.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let wrong = format!("redis+cluster://throng:nope@{}", hosts.join(","));
+    let err = match RedisBackplane::connect(&wrong) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("connected with a wrong password"),
+    };
+    assert!(
+        err.contains("throng:***@") && !err.contains("nope"),
+        "{err}"
+    );
+    struct Acl(String);
+    impl Cluster for Acl {
+        fn backplane(&mut self) -> Arc<dyn Backplane> {
+            Arc::new(RedisBackplane::connect(&self.0).expect("connect as the ACL user"))
+        }
+        fn outage(&mut self) {}
+    }
+    let mut acl = Acl(format!("redis+cluster://throng:s3cret@{}", hosts.join(",")));
+    conformance::exactly_once(&mut acl);
+    conformance::direct_messages(&mut acl);
+    drop(c);
+}
