@@ -463,6 +463,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.workers, 2);
         assert!(c.shards >= 1);
+        let c = ServeArgs {
+            workers: Some(2),
+            redis: Some("redis+cluster://127.0.0.1:7000,127.0.0.1:7001".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            c.redis.as_deref(),
+            Some("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+        );
         let err = ServeArgs {
             redis: Some("127.0.0.1:6379".into()),
             ..Default::default()
