@@ -78,6 +78,11 @@ use crate::Error;
 
 /// Prefix of every occupancy key.
 pub const PREFIX: &str = "throng:o:";
+/// On a Redis Cluster: the prefix of every occupancy key, one hash tag for
+/// all, so the scripts (which name keys of several topics and nodes) stay
+/// on one slot. Occupancy is light (one script per node-wide first or last
+/// subscriber of a topic), so one shard carries it.
+pub const PREFIX_SHARDED: &str = "throng:o:{o}:";
 
 /// What the node tells, and asks, the occupancy thread.
 pub trait OccupancySink: Send + Sync {
@@ -221,6 +226,7 @@ impl RedisOccupancy {
             rx,
             asserted: HashSet::new(),
             stats: stats.clone(),
+            prefix: PREFIX,
         };
         crate::link::start("throng-occupancy", &shown, client, task)?;
         Ok(RedisOccupancy { tx, stats })
@@ -280,6 +286,8 @@ struct Task {
     /// The topics this node is in, as last written to Redis.
     asserted: HashSet<Arc<str>>,
     stats: Arc<Stats>,
+    /// [`PREFIX`], or [`PREFIX_SHARDED`] on a Redis Cluster.
+    prefix: &'static str,
 }
 
 /// A session's script hashes and start.
@@ -301,6 +309,11 @@ impl Worker for Task {
     }
 
     async fn setup(&mut self, link: &mut Link) -> RResult<Session> {
+        self.prefix = if link.is_cluster() {
+            PREFIX_SHARDED
+        } else {
+            PREFIX
+        };
         let load = |src: &'static str| {
             let mut c = ::redis::cmd("SCRIPT");
             c.arg("LOAD").arg(src);
@@ -359,7 +372,7 @@ impl Task {
     /// queue), then trims them off: a reply lost before the trim reports
     /// them again next time (at least once).
     async fn drain_outbox(&mut self, link: &mut Link) -> RResult<()> {
-        let outbox = format!("{PREFIX}q:{}", self.me);
+        let outbox = format!("{}q:{}", self.prefix, self.me);
         let items: Vec<String> = timed(
             ::redis::cmd("LRANGE")
                 .arg(&outbox)
@@ -408,10 +421,10 @@ impl Task {
             ::redis::cmd("EVALSHA")
                 .arg(&s.change)
                 .arg(4)
-                .arg(format!("{PREFIX}a:{me}"))
-                .arg(format!("{PREFIX}t:{topic}"))
-                .arg(format!("{PREFIX}n:{me}"))
-                .arg(format!("{PREFIX}q:{me}"))
+                .arg(format!("{}a:{me}", self.prefix))
+                .arg(format!("{}t:{topic}", self.prefix))
+                .arg(format!("{}n:{me}", self.prefix))
+                .arg(format!("{}q:{me}", self.prefix))
                 .arg(me)
                 .arg(&*topic)
                 .arg(if has { "1" } else { "0" })
@@ -440,13 +453,13 @@ impl Task {
         let mut c = ::redis::cmd("EVALSHA");
         c.arg(&s.resync)
             .arg(4)
-            .arg(format!("{PREFIX}a:{me}"))
-            .arg(format!("{PREFIX}n:{me}"))
-            .arg(format!("{PREFIX}nodes"))
-            .arg(format!("{PREFIX}q:{me}"))
+            .arg(format!("{}a:{me}", self.prefix))
+            .arg(format!("{}n:{me}", self.prefix))
+            .arg(format!("{}nodes", self.prefix))
+            .arg(format!("{}q:{me}", self.prefix))
             .arg(me)
             .arg(self.ttl.as_millis() as u64)
-            .arg(PREFIX)
+            .arg(self.prefix)
             .arg(topics.len());
         for t in topics.iter().chain(&gone) {
             c.arg(&**t);
@@ -463,7 +476,7 @@ impl Task {
         let me = self.me.clone();
         let alive: Value = timed(
             ::redis::cmd("SET")
-                .arg(format!("{PREFIX}a:{me}"))
+                .arg(format!("{}a:{me}", self.prefix))
                 .arg("1")
                 .arg("PX")
                 .arg(self.ttl.as_millis() as u64)
@@ -483,14 +496,14 @@ impl Task {
         }
         let nodes: Vec<String> = timed(
             ::redis::cmd("SMEMBERS")
-                .arg(format!("{PREFIX}nodes"))
+                .arg(format!("{}nodes", self.prefix))
                 .query_async(&mut link.cmd),
         )
         .await?;
         for d in nodes.iter().filter(|d| **d != me) {
             let alive: bool = timed(
                 ::redis::cmd("EXISTS")
-                    .arg(format!("{PREFIX}a:{d}"))
+                    .arg(format!("{}a:{d}", self.prefix))
                     .query_async(&mut link.cmd),
             )
             .await?;
@@ -501,13 +514,13 @@ impl Task {
                 ::redis::cmd("EVALSHA")
                     .arg(&s.clean)
                     .arg(5)
-                    .arg(format!("{PREFIX}a:{d}"))
-                    .arg(format!("{PREFIX}n:{d}"))
-                    .arg(format!("{PREFIX}nodes"))
-                    .arg(format!("{PREFIX}q:{d}"))
-                    .arg(format!("{PREFIX}q:{me}"))
+                    .arg(format!("{}a:{d}", self.prefix))
+                    .arg(format!("{}n:{d}", self.prefix))
+                    .arg(format!("{}nodes", self.prefix))
+                    .arg(format!("{}q:{d}", self.prefix))
+                    .arg(format!("{}q:{me}", self.prefix))
                     .arg(d)
-                    .arg(PREFIX)
+                    .arg(self.prefix)
                     .query_async(&mut link.cmd),
             )
             .await?;

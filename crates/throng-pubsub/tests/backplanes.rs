@@ -105,3 +105,81 @@ fn redis_cluster_control() {
 fn redis_retained_control() {
     conformance::retained_control(&mut Redis::start());
 }
+
+/// The same suite on a Redis Cluster (3 masters): sharded pub/sub.
+struct Sharded(common::cluster::RedisCluster);
+
+impl Cluster for Sharded {
+    fn backplane(&mut self) -> Arc<dyn Backplane> {
+        Arc::new(RedisBackplane::connect(&self.0.url()).expect("connect to the test's cluster"))
+    }
+    fn outage(&mut self) {
+        self.0.restart();
+    }
+}
+
+/// A cluster, or `None` (the test passes saying so) without Redis 7.
+fn sharded() -> Option<Sharded> {
+    if !common::cluster::RedisCluster::available() {
+        eprintln!("skipped: needs redis-server 7 and redis-cli (sharded pub/sub)");
+        return None;
+    }
+    Some(Sharded(common::cluster::RedisCluster::start()))
+}
+
+#[test]
+fn redis_cluster_conformance() {
+    // One cluster for the whole suite (starting one takes a second or two).
+    let Some(mut c) = sharded() else { return };
+    conformance::exactly_once(&mut c);
+    conformance::own_broadcasts_skipped(&mut c);
+    conformance::only_subscribed_nodes(&mut c);
+    conformance::direct_messages(&mut c);
+    conformance::cluster_control(&mut c);
+    conformance::retained_control(&mut c);
+    conformance::resubscribes_after_outage(&mut c);
+}
+
+#[test]
+fn redis_cluster_acl_user() {
+    // An ACL user applies to every node of the cluster; a wrong password is
+    // an error at connect naming the URL with the password masked.
+    let Some(c) = sharded() else { return };
+    for p in &c.0.ports {
+        let out = std::process::Command::new("redis-cli")
+            .args([
+                "-p",
+                &p.to_string(),
+                "ACL",
+                "SETUSER",
+                "throng",
+                "on",
+                ">s3cret",
+            ])
+            .args(["~throng:*", "&throng:*", "+@all"])
+            .output()
+            .expect("redis-cli");
+        assert!(out.status.success());
+    }
+    let hosts: Vec<String> = c.0.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let wrong = format!("redis+cluster://throng:nope@{}", hosts.join(","));
+    let err = match RedisBackplane::connect(&wrong) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("connected with a wrong password"),
+    };
+    assert!(
+        err.contains("throng:***@") && !err.contains("nope"),
+        "{err}"
+    );
+    struct Acl(String);
+    impl Cluster for Acl {
+        fn backplane(&mut self) -> Arc<dyn Backplane> {
+            Arc::new(RedisBackplane::connect(&self.0).expect("connect as the ACL user"))
+        }
+        fn outage(&mut self) {}
+    }
+    let mut acl = Acl(format!("redis+cluster://throng:s3cret@{}", hosts.join(",")));
+    conformance::exactly_once(&mut acl);
+    conformance::direct_messages(&mut acl);
+    drop(c);
+}

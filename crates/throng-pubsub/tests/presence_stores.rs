@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use throng_pubsub::presence::conformance::{self, Cluster};
 use throng_pubsub::{MemoryPresenceBus, PresenceStore, RedisPresence};
 
@@ -283,4 +285,78 @@ fn redis_fetch_reads_every_node() {
 #[test]
 fn redis_counts_converge() {
     conformance::counts_converge(&mut Redis::start());
+}
+
+/// The same suite on a Redis Cluster (3 masters): hash-tagged keys, one-slot
+/// scripts, sharded pub/sub. No proxy (the cluster hands out its nodes'
+/// own addresses): an outage restarts every node, no store comes back late.
+struct Sharded {
+    cluster: common::cluster::RedisCluster,
+    stores: Vec<Arc<RedisPresence>>,
+}
+
+impl Drop for Sharded {
+    fn drop(&mut self) {
+        for s in &self.stores {
+            s.halt();
+        }
+    }
+}
+
+impl Cluster for Sharded {
+    fn store(&mut self) -> Arc<dyn PresenceStore> {
+        let s = Arc::new(
+            RedisPresence::connect(&self.cluster.url(), REDIS_TIMEOUT)
+                .expect("connect to the test's cluster"),
+        );
+        self.stores.push(s.clone());
+        s
+    }
+    fn kill(&mut self, node_id: u64) {
+        for s in &self.stores {
+            if s.node_id() == node_id {
+                s.halt();
+            }
+        }
+    }
+    fn outage(&mut self, _late: u64) {
+        self.cluster.restart();
+    }
+    fn timeout(&self) -> Duration {
+        REDIS_TIMEOUT
+    }
+}
+
+#[test]
+fn redis_cluster_conformance() {
+    if !common::cluster::RedisCluster::available() {
+        eprintln!("skipped: needs redis-server 7 and redis-cli (sharded pub/sub)");
+        return;
+    }
+    // A fresh cluster per case, one case at a time (a cluster is 3 processes).
+    type Case = fn(&mut Sharded);
+    let cases: [(&str, Case); 8] = [
+        ("replicates", |c| conformance::replicates(c)),
+        ("late_watcher_reads_snapshot", |c| {
+            conformance::late_watcher_reads_snapshot(c)
+        }),
+        ("metas_and_updates", |c| conformance::metas_and_updates(c)),
+        ("dead_node_leaves", |c| conformance::dead_node_leaves(c)),
+        ("restart_without_storm", |c| {
+            conformance::restart_without_storm(c)
+        }),
+        ("survives_outage", |c| conformance::survives_outage(c)),
+        ("fetch_reads_every_node", |c| {
+            conformance::fetch_reads_every_node(c)
+        }),
+        ("counts_converge", |c| conformance::counts_converge(c)),
+    ];
+    for (name, case) in cases {
+        eprintln!("cluster presence conformance: {name}");
+        let mut c = Sharded {
+            cluster: common::cluster::RedisCluster::start(),
+            stores: Vec::new(),
+        };
+        case(&mut c);
+    }
 }

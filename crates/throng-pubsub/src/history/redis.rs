@@ -42,7 +42,6 @@ use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
-use redis::aio::MultiplexedConnection;
 use redis::Value;
 use throng_protocol::{OwnedPayload, Payload};
 use tokio::sync::mpsc;
@@ -68,12 +67,15 @@ pub struct Keys {
     pub offset: String,
 }
 
-/// The keys of `topic`'s history.
+/// The keys of `topic`'s history. The hash tag is the backplane's
+/// (`link::tagged`), so on a Redis Cluster they share a slot with the
+/// topic's channel too and the publish script may SPUBLISH on it.
 pub fn keys(topic: &str) -> Keys {
+    let base = crate::link::tagged("throng:hist:", topic);
     Keys {
-        stream: format!("throng:hist:{{{topic}}}:stream"),
-        epoch: format!("throng:hist:{{{topic}}}:epoch"),
-        offset: format!("throng:hist:{{{topic}}}:offset"),
+        stream: format!("{base}:stream"),
+        epoch: format!("{base}:epoch"),
+        offset: format!("{base}:offset"),
     }
 }
 
@@ -253,6 +255,9 @@ struct Task {
 struct Session {
     publish: String,
     read: String,
+    /// On a Redis Cluster: the topic's channel is hash-tagged and the
+    /// script publishes with SPUBLISH (sharded pub/sub).
+    cluster: bool,
 }
 
 type ReadFuture =
@@ -357,7 +362,11 @@ async fn load(link: &mut Link) -> RResult<Session> {
     };
     let publish: String = timed(load(scripts::PUBLISH).query_async(&mut link.cmd)).await?;
     let read: String = timed(load(scripts::READ).query_async(&mut link.cmd)).await?;
-    Ok(Session { publish, read })
+    Ok(Session {
+        publish,
+        read,
+        cluster: link.is_cluster(),
+    })
 }
 
 impl Task {
@@ -429,8 +438,9 @@ impl Task {
                     .arg(epoch)
                     .arg(*size)
                     .arg(ttl.as_secs().max(1))
-                    .arg(crate::backplane::redis::CHANNEL_PREFIX.to_string() + topic)
-                    .arg(tail);
+                    .arg(crate::backplane::redis::Names { cluster: s.cluster }.topic(topic))
+                    .arg(tail)
+                    .arg(if s.cluster { "SPUBLISH" } else { "PUBLISH" });
             }
         }
         match timed(pipe.query_async::<Vec<String>>(&mut link.cmd)).await {
@@ -466,7 +476,7 @@ impl Task {
 /// Reads `topic`'s history after `since` (see the module docs); returns
 /// the replay and the Redis commands it took.
 async fn read(
-    mut conn: MultiplexedConnection,
+    mut conn: crate::link::Cmd,
     sha: String,
     topic: Arc<str>,
     since: Option<Position>,

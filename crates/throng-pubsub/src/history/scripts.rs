@@ -19,7 +19,9 @@
 ///
 /// KEYS: stream, epoch, offset. ARGV: a new epoch (16 hex digits) in case
 /// the topic has none, the size to keep (MAXLEN ~), the ttl in seconds,
-/// the topic's channel, the envelope's tail (`Envelope::positioned_tail`).
+/// the topic's channel, the envelope's tail (`Envelope::positioned_tail`),
+/// the publishing command (PUBLISH, or SPUBLISH on a Redis Cluster, where
+/// the channel shares the keys' hash tag and so their slot).
 pub const PUBLISH: &str = r#"
 local epoch = redis.call('GET', KEYS[2])
 if (not epoch) or redis.call('EXISTS', KEYS[3]) == 0 then
@@ -34,7 +36,7 @@ redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], string.format('%d-1', offset
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('EXPIRE', KEYS[3], ARGV[3])
-redis.call('PUBLISH', ARGV[4], env)
+redis.call(ARGV[6], ARGV[4], env)
 return at
 "#;
 

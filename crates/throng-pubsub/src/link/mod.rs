@@ -9,6 +9,11 @@
 //!   [`client_for`] and [`check_with`].
 //! - **A session** ([`Link`]): one multiplexed command connection and one
 //!   pub/sub connection, both proven (PING) before the session counts.
+//! - **A Redis Cluster** ([`cluster`]): a `redis+cluster://` URL makes the
+//!   session a router over the masters (MOVED, ASK followed and counted)
+//!   and one sharded subscriber connection per shard; the workers ask
+//!   [`Link::is_cluster`] to hash-tag their keys and channels by topic
+//!   ([`tagged`]) and keep each script to one slot.
 //! - **The policy**, stated once below: how long a connection attempt and
 //!   a reply may take, how often the pub/sub connection is checked, and
 //!   the reconnect backoff. The backplane and the presence store follow the
@@ -25,16 +30,21 @@
 //! (subscribe, rewrite its state), what it serves while connected, and
 //! what it drops while disconnected.
 
+pub mod cluster;
 mod options;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use ::redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
+use std::sync::Arc;
+
+use ::redis::aio::{ConnectionLike, MultiplexedConnection, PubSubSink, PubSubStream};
+use ::redis::{Cmd as RedisCmd, Pipeline, RedisFuture, Value};
 use futures_util::StreamExt;
 
-pub use options::{check, check_with, client_for, random_node_id, redact, RedisOptions};
+pub use cluster::slot::{tagged, topic_after_tag, topic_tag};
+pub use options::{check, check_with, random_node_id, redact, RedisOptions};
 
 use crate::Error;
 
@@ -54,19 +64,129 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 pub(crate) type RResult<T> = ::redis::RedisResult<T>;
 
-/// One session with Redis: a command connection and a pub/sub connection.
+/// Where a link goes: one Redis, or a Redis Cluster.
+pub enum Target {
+    /// One Redis server (`redis://`, `rediss://`, `unix://`).
+    One(::redis::Client),
+    /// A Redis Cluster (`redis+cluster://`, `rediss+cluster://`).
+    Cluster(Arc<cluster::Spec>),
+}
+
+/// The target `url` names (`shown`: masked, for errors), with TLS
+/// settings from `options`.
+pub fn client_for(url: &str, shown: &str, options: &RedisOptions) -> Result<Target, Error> {
+    if cluster::is_cluster_url(url) {
+        return Ok(Target::Cluster(Arc::new(cluster::Spec::parse(
+            url, shown, options,
+        )?)));
+    }
+    options::client_for(url, shown, options).map(Target::One)
+}
+
+/// One session with Redis: a command connection and a pub/sub connection
+/// (on a cluster: a router over one command connection per master, and
+/// one subscribing connection per shard).
 pub struct Link {
     /// Commands, scripts and PUBLISH; multiplexed, in order.
-    pub cmd: MultiplexedConnection,
-    /// SUBSCRIBE and UNSUBSCRIBE.
-    pub sink: PubSubSink,
+    pub cmd: Cmd,
+    /// SUBSCRIBE and UNSUBSCRIBE (SSUBSCRIBE on a cluster).
+    pub sink: Subscriber,
     /// Messages on the subscribed channels.
-    pub stream: PubSubStream,
+    stream: Stream,
+}
+
+/// A session's commands; a clone multiplexes on the same connections.
+#[derive(Clone)]
+pub enum Cmd {
+    One(MultiplexedConnection),
+    Cluster(cluster::Router),
+}
+
+impl ConnectionLike for Cmd {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a RedisCmd) -> RedisFuture<'a, Value> {
+        match self {
+            Cmd::One(c) => c.req_packed_command(cmd),
+            Cmd::Cluster(r) => r.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Cmd::One(c) => c.req_packed_commands(cmd, offset, count),
+            Cmd::Cluster(r) => r.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Cmd::One(c) => c.get_db(),
+            Cmd::Cluster(_) => 0,
+        }
+    }
+}
+
+/// A session's subscribing side; cheap to clone.
+#[derive(Clone)]
+pub enum Subscriber {
+    One(PubSubSink),
+    Cluster(cluster::ShardsHandle),
+}
+
+impl Subscriber {
+    /// SUBSCRIBE (SSUBSCRIBE at the channel's shard on a cluster).
+    pub async fn subscribe(&mut self, channel: impl AsRef<str>) -> RResult<()> {
+        match self {
+            Subscriber::One(s) => s.subscribe(channel.as_ref()).await,
+            Subscriber::Cluster(h) => h.subscribe(channel.as_ref()).await,
+        }
+    }
+
+    /// UNSUBSCRIBE (SUNSUBSCRIBE on a cluster).
+    pub async fn unsubscribe(&mut self, channel: impl AsRef<str>) -> RResult<()> {
+        match self {
+            Subscriber::One(s) => s.unsubscribe(channel.as_ref()).await,
+            Subscriber::Cluster(h) => h.unsubscribe(channel.as_ref()).await,
+        }
+    }
+
+    /// PING (every shard's connection on a cluster).
+    pub async fn ping(&mut self) -> RResult<()> {
+        match self {
+            Subscriber::One(s) => s.ping::<::redis::Value>().await.map(|_| ()),
+            Subscriber::Cluster(h) => h.ping().await,
+        }
+    }
+}
+
+enum Stream {
+    One(PubSubStream),
+    Cluster(cluster::Shards),
 }
 
 impl Link {
-    /// Both connections, each answering, within [`CONNECT_TIMEOUT`].
-    async fn connect(client: &::redis::Client) -> RResult<Link> {
+    /// Both connections, each answering, within [`CONNECT_TIMEOUT`] (on a
+    /// cluster: the topology read and every master answering).
+    async fn connect(target: &Target) -> RResult<Link> {
+        let client = match target {
+            Target::One(client) => client,
+            Target::Cluster(spec) => {
+                let attempt = async {
+                    let router = cluster::Router::connect(spec.clone()).await?;
+                    let shards = cluster::Shards::new(spec.clone(), router.topology());
+                    Ok(Link {
+                        sink: Subscriber::Cluster(shards.handle()),
+                        stream: Stream::Cluster(shards),
+                        cmd: Cmd::Cluster(router),
+                    })
+                };
+                return within(CONNECT_TIMEOUT * 2, "no connection", attempt).await;
+            }
+        };
         let attempt = async {
             let config = ::redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(CONNECT_TIMEOUT)
@@ -79,15 +199,30 @@ impl Link {
             // or a TLS problem shows here, not at the first command.
             ::redis::cmd("PING").query_async::<()>(&mut cmd).await?;
             sink.ping::<::redis::Value>().await?;
-            Ok(Link { cmd, sink, stream })
+            Ok(Link {
+                cmd: Cmd::One(cmd),
+                sink: Subscriber::One(sink),
+                stream: Stream::One(stream),
+            })
         };
         within(CONNECT_TIMEOUT, "no connection", attempt).await
     }
 
+    /// Whether this session is on a Redis Cluster: its workers then name
+    /// keys and channels with hash tags, publish with SPUBLISH and keep
+    /// each Lua script to one topic's slot.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.cmd, Cmd::Cluster(_))
+    }
+
     /// The next message on a subscribed channel; an error once the pub/sub
-    /// connection is closed.
+    /// connection (on a cluster, any shard's) is closed.
     pub async fn next_message(&mut self) -> RResult<::redis::Msg> {
-        match self.stream.next().await {
+        let stream = match &mut self.stream {
+            Stream::One(s) => s,
+            Stream::Cluster(shards) => return shards.next_message().await,
+        };
+        match stream.next().await {
             Some(m) => Ok(m),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
@@ -104,7 +239,11 @@ pub async fn timed<T>(f: impl Future<Output = RResult<T>>) -> RResult<T> {
     within(RESPONSE_TIMEOUT, "Redis did not answer", f).await
 }
 
-async fn within<T>(limit: Duration, what: &str, f: impl Future<Output = RResult<T>>) -> RResult<T> {
+pub(crate) async fn within<T>(
+    limit: Duration,
+    what: &str,
+    f: impl Future<Output = RResult<T>>,
+) -> RResult<T> {
     match tokio::time::timeout(limit, f).await {
         Ok(r) => r,
         Err(_) => Err(std::io::Error::new(
@@ -183,12 +322,7 @@ pub trait Worker: Send + 'static {
 /// Starts thread `thread` for `worker`: makes its first session (link and
 /// setup) and returns once it has, or the reason as
 /// [`Error::RedisConnect`] naming `shown` (the URL, password masked).
-pub fn start<W: Worker>(
-    thread: &str,
-    shown: &str,
-    client: ::redis::Client,
-    worker: W,
-) -> Result<(), Error> {
+pub fn start<W: Worker>(thread: &str, shown: &str, client: Target, worker: W) -> Result<(), Error> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let url = shown.to_string();
     std::thread::Builder::new()
@@ -231,10 +365,7 @@ pub fn start<W: Worker>(
     }
 }
 
-async fn first_session<W: Worker>(
-    client: &::redis::Client,
-    worker: &mut W,
-) -> RResult<(Link, W::Session)> {
+async fn first_session<W: Worker>(client: &Target, worker: &mut W) -> RResult<(Link, W::Session)> {
     let mut link = Link::connect(client).await?;
     // No overall bound: a big setup (many topics) may take longer than a
     // connection; each of its commands is bounded by `timed`.
@@ -244,7 +375,7 @@ async fn first_session<W: Worker>(
 
 /// Serves sessions one after the other until the worker stops.
 async fn run<W: Worker>(
-    client: ::redis::Client,
+    client: Target,
     url: String,
     mut worker: W,
     mut link: Link,
@@ -289,23 +420,20 @@ async fn run<W: Worker>(
 
 /// PINGs the pub/sub connection every [`PING_EVERY`]; returns the error
 /// once one fails or times out.
-async fn keep_checking(mut sink: PubSubSink) -> ::redis::RedisError {
+async fn keep_checking(mut sink: Subscriber) -> ::redis::RedisError {
     let mut tick = tokio::time::interval(PING_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        if let Err(e) = timed(sink.ping::<::redis::Value>()).await {
+        if let Err(e) = timed(sink.ping()).await {
             return e;
         }
     }
 }
 
 /// New sessions with backoff until one is set up, or the worker stops.
-async fn reconnect<W: Worker>(
-    client: &::redis::Client,
-    worker: &mut W,
-) -> Option<(Link, W::Session)> {
+async fn reconnect<W: Worker>(client: &Target, worker: &mut W) -> Option<(Link, W::Session)> {
     let mut delay = BACKOFF_MIN;
     let mut attempt = 0u32;
     loop {

@@ -29,7 +29,7 @@ impl Default for RedisOptions {
 }
 
 /// The redis crate's client for `url`, with TLS settings from `options`.
-pub fn client_for(
+pub(crate) fn client_for(
     url: &str,
     shown: &str,
     options: &RedisOptions,
@@ -76,6 +76,9 @@ pub fn check(url: &str) -> Result<(), Error> {
 /// [`check`] with TLS settings.
 pub fn check_with(url: &str, options: &RedisOptions) -> Result<(), Error> {
     let shown = redact(url);
+    if super::cluster::is_cluster_url(url) {
+        return super::cluster::check(url, &shown, options);
+    }
     let client = client_for(url, &shown, options)?;
     let fail = |e: ::redis::RedisError| Error::RedisConnect {
         url: shown.clone(),

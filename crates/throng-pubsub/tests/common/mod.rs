@@ -2,6 +2,8 @@
 //! extra arguments (a password, ACL users, TLS).
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,5 +90,21 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// PING over a plain connection to 127.0.0.1:`port`.
+pub fn ping(port: u16) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(b"PING\r\n").map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 16];
+    let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+    if buf[..n].starts_with(b"+PONG") {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 }

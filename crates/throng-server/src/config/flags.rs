@@ -88,7 +88,7 @@ pub struct ServeArgs {
     /// Log every HTTP request (off by default: logging halves throughput)
     #[arg(long, help_heading = "Listening", env = "THRONG_LOG_REQUESTS")]
     pub log_requests: bool,
-    /// Join a cluster through this Redis (redis://HOST:PORT): broadcasts reach every node subscribed to the topic [default: none, a single node]
+    /// Join a cluster through this Redis (redis://HOST:PORT), or a Redis Cluster (redis+cluster://HOST:PORT,HOST:PORT: sharded pub/sub): broadcasts reach every node subscribed to the topic [default: none, a single node]
     #[arg(
         long,
         help_heading = "Cluster (Redis)",

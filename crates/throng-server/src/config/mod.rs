@@ -164,11 +164,19 @@ impl ServeArgs {
             .or(file.redis)
             .filter(|url| !url.is_empty());
         if let Some(url) = &redis {
-            let schemes = ["redis://", "rediss://", "redis+unix://", "unix://"];
+            let schemes = [
+                "redis://",
+                "rediss://",
+                "redis+unix://",
+                "unix://",
+                "redis+cluster://",
+                "rediss+cluster://",
+            ];
             if !schemes.iter().any(|s| url.starts_with(s)) {
                 return Err(Error::Config(format!(
                     "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
-                     redis://USER:PASSWORD@HOST:PORT with a password)"
+                     redis://USER:PASSWORD@HOST:PORT with a password, \
+                     redis+cluster://HOST:PORT,HOST:PORT for a Redis Cluster)"
                 )));
             }
         }
@@ -446,6 +454,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.workers, 2);
         assert!(c.shards >= 1);
+        let c = ServeArgs {
+            workers: Some(2),
+            redis: Some("redis+cluster://127.0.0.1:7000,127.0.0.1:7001".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            c.redis.as_deref(),
+            Some("redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+        );
         let err = ServeArgs {
             redis: Some("127.0.0.1:6379".into()),
             ..Default::default()

@@ -24,6 +24,16 @@
 //!   (once attached) reads them back (SCAN) and hands the live ones to the
 //!   node, so a node started later, or back from an outage, knows them.
 //!
+//! On a Redis Cluster (a `redis+cluster://` URL, see the [link](crate::link))
+//! the same lanes run on sharded pub/sub: a topic's channel is
+//! `throng:t:{<topic>}` (hash-tagged, see [`crate::link::tagged`]),
+//! published with SPUBLISH to the shard owning its slot and SSUBSCRIBEd
+//! there, over one subscribing connection per shard; a node's control
+//! channel is `throng:n:{<node id>}` and the cluster's `throng:c:{c}`, so
+//! each lands on one shard, decided by its name alone; retained control
+//! messages are `throng:k:{k}:<key>`, one slot, read back with one SCAN
+//! there.
+//!
 //! When either connection fails, both are dropped and the session is rebuilt
 //! with backoff; see the crate docs for what happens meanwhile.
 //!
@@ -53,7 +63,7 @@ use self::session::Task;
 use super::envelope::Envelope;
 use super::{control, Backplane, Handler, Route};
 pub use crate::link::{check, check_with, random_node_id, redact, RedisOptions};
-use crate::link::{client_for, Health};
+use crate::link::{client_for, Health, Target};
 use crate::metrics::write_metric;
 use crate::{Broadcast, Error};
 
@@ -74,6 +84,10 @@ const MAX_SUBSCRIBE_BATCH: usize = 1024;
 pub const CLUSTER_CHANNEL: &str = "throng:c";
 /// Redis key of a retained control message: this prefix, then its key.
 pub const RETAINED_PREFIX: &str = "throng:k:";
+/// On a Redis Cluster: the cluster's control channel.
+pub const CLUSTER_CHANNEL_SHARDED: &str = "throng:c:{c}";
+/// On a Redis Cluster: the prefix of retained control messages (one slot).
+pub const RETAINED_PREFIX_SHARDED: &str = "throng:k:{k}:";
 /// How long `attach` waits for the retained control messages.
 const ATTACH_WAIT: Duration = Duration::from_secs(5);
 /// Retained control messages read per SCAN step when a session starts.
@@ -154,6 +168,72 @@ pub struct RedisBackplane {
     queue_full_logged: AtomicBool,
     /// [`RedisOptions::queue_bytes`].
     queue_bytes: usize,
+    /// The channel and key names (one Redis or a cluster).
+    names: Names,
+}
+
+/// The backplane's channel and key names, and its publishing command: plain
+/// on one Redis, hash-tagged (and SPUBLISH) on a Redis Cluster.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Names {
+    pub cluster: bool,
+}
+
+impl Names {
+    /// The channel of `topic`.
+    pub fn topic(&self, topic: &str) -> String {
+        if self.cluster {
+            crate::link::tagged(CHANNEL_PREFIX, topic)
+        } else {
+            session::channel_of(topic)
+        }
+    }
+
+    /// The topic of a topic channel.
+    pub fn topic_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        let rest = channel.strip_prefix(CHANNEL_PREFIX)?;
+        if self.cluster {
+            crate::link::topic_after_tag(rest)
+        } else {
+            Some(rest)
+        }
+    }
+
+    /// The control channel of node `id`.
+    pub fn node(&self, id: u64) -> String {
+        if self.cluster {
+            format!("{NODE_CHANNEL_PREFIX}{{{id:016x}}}")
+        } else {
+            node_channel(id)
+        }
+    }
+
+    /// The cluster's control channel.
+    pub fn all(&self) -> &'static str {
+        if self.cluster {
+            CLUSTER_CHANNEL_SHARDED
+        } else {
+            CLUSTER_CHANNEL
+        }
+    }
+
+    /// The prefix of retained control messages.
+    pub fn retained(&self) -> &'static str {
+        if self.cluster {
+            RETAINED_PREFIX_SHARDED
+        } else {
+            RETAINED_PREFIX
+        }
+    }
+
+    /// The publishing command.
+    pub fn publish(&self) -> &'static str {
+        if self.cluster {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
 }
 
 impl RedisBackplane {
@@ -168,6 +248,9 @@ impl RedisBackplane {
     pub fn connect_with(url: &str, options: &RedisOptions) -> Result<RedisBackplane, Error> {
         let shown = redact(url);
         let client = client_for(url, &shown, options)?;
+        let names = Names {
+            cluster: matches!(client, Target::Cluster(_)),
+        };
         let node_id = random_node_id();
         let (publish_tx, publish_rx) = mpsc::channel(PUBLISH_QUEUE);
         let (topic_tx, topic_rx) = mpsc::unbounded_channel();
@@ -175,7 +258,8 @@ impl RedisBackplane {
         let stats = Arc::new(Stats::default());
         let task = Task {
             node_id,
-            node_channel: node_channel(node_id),
+            node_channel: names.node(node_id),
+            names,
             handler: handler.clone(),
             stats: stats.clone(),
             publish_rx,
@@ -193,6 +277,7 @@ impl RedisBackplane {
             stats,
             queue_full_logged: AtomicBool::new(false),
             queue_bytes: options.queue_bytes,
+            names,
         })
     }
 
@@ -260,8 +345,8 @@ impl RedisBackplane {
             return false;
         }
         let channel = match route {
-            Route::Node(id) => node_channel(id),
-            Route::Cluster => CLUSTER_CHANNEL.to_string(),
+            Route::Node(id) => self.names.node(id),
+            Route::Cluster => self.names.all().to_string(),
         };
         self.enqueue(Outgoing {
             channel,
@@ -364,7 +449,8 @@ impl Backplane for RedisBackplane {
     }
 
     fn render_metrics(&self, out: &mut String) {
-        render_metrics(&self.stats, out)
+        render_metrics(&self.stats, out);
+        crate::link::cluster::render_metrics(out);
     }
 
     fn publish(&self, b: &Broadcast) {
@@ -380,7 +466,7 @@ impl Backplane for RedisBackplane {
         }
         .to_vec();
         self.enqueue(Outgoing {
-            channel: session::channel_of(&b.topic),
+            channel: self.names.topic(&b.topic),
             payload: envelope,
             kind: Kind::Broadcast,
         });
@@ -395,7 +481,7 @@ impl Backplane for RedisBackplane {
     }
 
     fn retain_control(&self, key: &str, body: Vec<u8>, ttl: Duration) -> bool {
-        let key = format!("{RETAINED_PREFIX}{key}");
+        let key = format!("{}{key}", self.names.retained());
         self.control(Route::Cluster, body, Kind::Retained { key, ttl })
     }
 
@@ -429,6 +515,11 @@ mod tests {
     fn channel_names() {
         assert_eq!(session::channel_of("rooms:lobby"), "throng:t:rooms:lobby");
         assert_eq!(node_channel(0xab), "throng:n:00000000000000ab");
+        let sharded = Names { cluster: true };
+        assert_eq!(sharded.topic("rooms:1"), "throng:t:{rooms:1}");
+        assert_eq!(sharded.topic_of("throng:t:{rooms:1}"), Some("rooms:1"));
+        assert_eq!(sharded.topic_of(&sharded.topic("a}b")), Some("a}b"));
+        assert_eq!(sharded.node(0xab), "throng:n:{00000000000000ab}");
     }
 
     #[test]

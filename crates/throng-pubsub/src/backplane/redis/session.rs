@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock, Weak};
 use tokio::sync::mpsc;
 
 use super::{
-    Change, Kind, Outgoing, Stats, CHANNEL_PREFIX, CLUSTER_CHANNEL, MAX_BATCH, MAX_BATCH_BYTES,
-    MAX_SUBSCRIBE_BATCH, RETAINED_BATCH, RETAINED_PREFIX,
+    Change, Kind, Names, Outgoing, Stats, CHANNEL_PREFIX, MAX_BATCH, MAX_BATCH_BYTES,
+    MAX_SUBSCRIBE_BATCH, RETAINED_BATCH,
 };
 use crate::backplane::envelope::Envelope;
 use crate::backplane::{control, Handler};
@@ -31,6 +31,8 @@ pub(super) struct Task {
     pub node_id: u64,
     /// This node's control channel.
     pub node_channel: String,
+    /// Channel and key names (one Redis or a cluster).
+    pub names: Names,
     pub handler: Arc<OnceLock<Weak<dyn Handler>>>,
     pub stats: Arc<Stats>,
     pub publish_rx: mpsc::Receiver<Outgoing>,
@@ -52,11 +54,8 @@ impl Worker for Task {
     /// Subscribes the control channels and every local topic, then hands
     /// the node the retained control messages (once attached).
     async fn setup(&mut self, link: &mut Link) -> RResult<Session> {
-        timed(
-            link.sink
-                .subscribe(&[&self.node_channel, CLUSTER_CHANNEL][..]),
-        )
-        .await?;
+        timed(link.sink.subscribe(&self.node_channel)).await?;
+        timed(link.sink.subscribe(self.names.all())).await?;
         // Changes queued from here on are reconciled by `serve`; everything
         // before is in the snapshot.
         self.drain();
@@ -64,7 +63,7 @@ impl Worker for Task {
             subscribed: HashSet::new(),
         };
         let topics = self.handler().map(|h| h.topics()).unwrap_or_default();
-        set_subscribed(link, &mut s, topics, true).await?;
+        set_subscribed(link, &mut s, topics, true, self.names).await?;
         self.replay(link).await?;
         for done in self.attached.drain(..) {
             let _ = done.try_send(());
@@ -115,11 +114,12 @@ async fn set_subscribed(
     s: &mut Session,
     topics: Vec<Arc<str>>,
     on: bool,
+    names: Names,
 ) -> RResult<()> {
     for chunk in topics.chunks(MAX_SUBSCRIBE_BATCH) {
         let requests = chunk.iter().map(|t| {
             let mut sink = link.sink.clone();
-            let channel = channel_of(t);
+            let channel = names.topic(t);
             async move {
                 if on {
                     sink.subscribe(channel).await
@@ -173,7 +173,7 @@ impl Task {
                         .ignore();
                 }
             }
-            pipe.cmd("PUBLISH")
+            pipe.cmd(self.names.publish())
                 .arg(out.channel)
                 .arg(out.payload)
                 .ignore();
@@ -243,10 +243,10 @@ impl Task {
             }
         }
         if !add.is_empty() {
-            set_subscribed(link, s, add, true).await?;
+            set_subscribed(link, s, add, true, self.names).await?;
         }
         if !remove.is_empty() {
-            set_subscribed(link, s, remove, false).await?;
+            set_subscribed(link, s, remove, false, self.names).await?;
         }
         for then in waiting {
             then();
@@ -260,7 +260,7 @@ impl Task {
         if self.handler().is_none() {
             return Ok(());
         }
-        let pattern = format!("{RETAINED_PREFIX}*");
+        let pattern = format!("{}*", self.names.retained());
         let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<String>) = timed(
@@ -290,7 +290,7 @@ impl Task {
 
     /// A message from Redis on `channel`.
     fn on_message(&self, s: &Session, channel: &str, bytes: &[u8]) {
-        if channel == self.node_channel || channel == CLUSTER_CHANNEL {
+        if channel == self.node_channel || channel == self.names.all() {
             self.control(bytes);
         } else {
             self.deliver(s, channel, bytes);
@@ -331,7 +331,7 @@ impl Task {
     /// envelope for that channel (see `Envelope::validate`).
     fn deliver(&self, s: &Session, channel: &str, bytes: &[u8]) {
         let (env, positioned) = match Envelope::decode_any(bytes).and_then(|(env, p)| {
-            let topic = channel.strip_prefix(CHANNEL_PREFIX).unwrap_or("");
+            let topic = self.names.topic_of(channel).unwrap_or("");
             env.validate(topic).map(|()| (env, p))
         }) {
             Ok(found) => found,

@@ -41,6 +41,7 @@
 //! backoff, 0.1 s doubling to 5 s, shared with the backplane) see no leave
 //! storm; with T = 30 s that is 12 s.
 
+mod names;
 mod scripts;
 mod session;
 

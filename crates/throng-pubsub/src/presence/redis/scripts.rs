@@ -10,8 +10,9 @@
 //! Channels: `P T` carries T's changes (`wire.rs` messages).
 //!
 //! The scripts name keys they build from their arguments, which is fine
-//! on one Redis server (not on Redis Cluster, where a topic's keys would
-//! have to share a hash slot).
+//! on one Redis server, not on a Redis Cluster, where a script must touch
+//! one slot: there the `_SHARDED` scripts below do one topic each, on the
+//! hash-tagged names of `names.rs`.
 
 /// A node's changes on one topic, if the node is still alive; returns 0
 /// (and changes nothing) when its liveness key is gone, so the node knows
@@ -104,5 +105,58 @@ for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
 end
 redis.call('DEL', KEYS[2])
 redis.call('SREM', KEYS[3], node)
+return 1
+"#;
+
+/// On a Redis Cluster: a node's changes on one topic (the topic's keys
+/// only, so one slot; the liveness check and the node's topic set are the
+/// caller's, in separate steps). Returns 1 when the node still has
+/// presences there, else 0.
+///
+/// KEYS: `{T}:e:N`, `{T}:n`. ARGV: N, channel, message, number of
+/// (field, value) pairs, the pairs, then the fields to delete.
+pub const FLUSH_SHARDED: &str = r#"
+local last = 4 + 2 * tonumber(ARGV[4])
+local i = 5
+while i <= last do
+  local j = math.min(i + 999, last)
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
+  i = j + 1
+end
+while i <= #ARGV do
+  local j = math.min(i + 999, #ARGV)
+  redis.call('HDEL', KEYS[1], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('SPUBLISH', ARGV[2], ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('SADD', KEYS[2], ARGV[1])
+  return 1
+end
+redis.call('SREM', KEYS[2], ARGV[1])
+return 0
+"#;
+
+/// On a Redis Cluster: a node's whole state on one topic, replaced (its
+/// rewrite is one of these per topic, then its liveness key; burying a
+/// dead node is one per topic with no pairs).
+///
+/// KEYS: `{T}:e:N`, `{T}:n`. ARGV: N, channel, replace message, number of
+/// pairs, the pairs.
+pub const REPLACE_SHARDED: &str = r#"
+redis.call('DEL', KEYS[1])
+local last = 4 + 2 * tonumber(ARGV[4])
+local i = 5
+while i <= last do
+  local j = math.min(i + 999, last)
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
+  i = j + 1
+end
+if tonumber(ARGV[4]) > 0 then
+  redis.call('SADD', KEYS[2], ARGV[1])
+else
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+redis.call('SPUBLISH', ARGV[2], ARGV[3])
 return 1
 "#;

@@ -13,6 +13,7 @@ use std::time::Instant;
 use ::redis::Value;
 use tokio::sync::mpsc;
 
+use super::names::Names;
 use super::{node_hex, scripts, Stats, Timing, PREFIX};
 use crate::link::{timed, End, Health, Link, RResult, Worker};
 use crate::presence::wire::{self, Message};
@@ -27,6 +28,11 @@ pub(super) struct Session {
     flush: String,
     resync: String,
     clean: String,
+    /// Key and channel names (one Redis or a cluster).
+    names: Names,
+    /// On a cluster, the one-topic scripts (`scripts::*_SHARDED`).
+    flush_sharded: String,
+    replace_sharded: String,
     /// Other nodes whose liveness key this session found missing, since when.
     missing: HashMap<u64, Instant>,
 }
@@ -39,21 +45,31 @@ impl Session {
             c.arg("LOAD").arg(src);
             c
         };
-        let flush: String = timed(load(scripts::FLUSH).query_async(&mut link.cmd)).await?;
-        let resync: String = timed(load(scripts::RESYNC).query_async(&mut link.cmd)).await?;
-        let clean: String = timed(load(scripts::CLEAN).query_async(&mut link.cmd)).await?;
-        Ok(Session {
+        let names = Names {
+            cluster: link.is_cluster(),
+        };
+        let mut s = Session {
             subscribed: HashSet::new(),
-            flush,
-            resync,
-            clean,
+            flush: String::new(),
+            resync: String::new(),
+            clean: String::new(),
+            names,
+            flush_sharded: String::new(),
+            replace_sharded: String::new(),
             missing: HashMap::new(),
-        })
+        };
+        if names.cluster {
+            s.flush_sharded =
+                timed(load(scripts::FLUSH_SHARDED).query_async(&mut link.cmd)).await?;
+            s.replace_sharded =
+                timed(load(scripts::REPLACE_SHARDED).query_async(&mut link.cmd)).await?;
+        } else {
+            s.flush = timed(load(scripts::FLUSH).query_async(&mut link.cmd)).await?;
+            s.resync = timed(load(scripts::RESYNC).query_async(&mut link.cmd)).await?;
+            s.clean = timed(load(scripts::CLEAN).query_async(&mut link.cmd)).await?;
+        }
+        Ok(s)
     }
-}
-
-fn channel(topic: &str) -> String {
-    format!("{PREFIX}{topic}")
 }
 
 /// The thread's state.
@@ -130,7 +146,7 @@ impl Task {
             let step: Result<(), End> = tokio::select! {
                 msg = link.next_message() => match msg {
                     Ok(msg) => {
-                        self.on_message(msg.get_channel_name(), msg.get_payload_bytes());
+                        self.on_message(s.names, msg.get_channel_name(), msg.get_payload_bytes());
                         Ok(())
                     }
                     Err(e) => Err(End::Lost(e)),
@@ -144,7 +160,7 @@ impl Task {
                     None => Err(End::Stop),
                 },
                 fetch = self.fetch_rx.recv() => match fetch {
-                    Some((topic, done)) => self.fetch(link, topic, done).await.map_err(End::from),
+                    Some((topic, done)) => self.fetch(link, s.names, topic, done).await.map_err(End::from),
                     None => Err(End::Stop),
                 },
                 _ = tick.tick() => self.keep_alive(link, s).await.map_err(End::from),
@@ -156,8 +172,8 @@ impl Task {
         }
     }
 
-    fn on_message(&self, channel: &str, bytes: &[u8]) {
-        let Some(topic) = channel.strip_prefix(PREFIX) else {
+    fn on_message(&self, names: Names, channel: &str, bytes: &[u8]) {
+        let Some(topic) = names.topic_of(channel) else {
             return;
         };
         let msg = match wire::decode(bytes) {
@@ -200,6 +216,9 @@ impl Task {
         s: &mut Session,
         first: (Arc<str>, Delta),
     ) -> Result<(), End> {
+        if s.names.cluster {
+            return self.publish_sharded(link, s, first).await;
+        }
         let me = node_hex(self.me);
         let mut pipe = ::redis::pipe();
         let mut n = 0u64;
@@ -212,7 +231,7 @@ impl Task {
                 .arg(format!("{PREFIX}t:{me}"));
             c.arg(&me)
                 .arg(&*topic)
-                .arg(channel(&topic))
+                .arg(s.names.channel(&topic))
                 .arg(wire::delta(self.me, &delta))
                 .arg(delta.joins.len());
             for (k, m) in &delta.joins {
@@ -244,9 +263,186 @@ impl Task {
         }
     }
 
+    /// On a cluster: the one-topic change scripts of `first` and whatever
+    /// else is queued (split per shard by the router), then the node's
+    /// topic set. The liveness check is [`Task::keep_alive`]'s (a node found
+    /// buried rewrites everything within `timeout / 10`).
+    async fn publish_sharded(
+        &mut self,
+        link: &mut Link,
+        s: &mut Session,
+        first: (Arc<str>, Delta),
+    ) -> Result<(), End> {
+        let me = node_hex(self.me);
+        let names = s.names;
+        let mut pipe = ::redis::pipe();
+        let mut topics = Vec::new();
+        let mut next = Some(first);
+        while let Some((topic, delta)) = next {
+            let c = pipe.cmd("EVALSHA").arg(&s.flush_sharded).arg(2);
+            c.arg(names.entries(&me, &topic))
+                .arg(names.owners_of(&topic))
+                .arg(&me)
+                .arg(names.channel(&topic))
+                .arg(wire::delta(self.me, &delta))
+                .arg(delta.joins.len());
+            for (k, m) in &delta.joins {
+                c.arg(&wire::field(m)[..]).arg(wire::value(k, m));
+            }
+            for (_, m) in &delta.leaves {
+                c.arg(&wire::field(m)[..]);
+            }
+            topics.push(topic);
+            next = if topics.len() < MAX_BATCH {
+                self.publish_rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        let n = topics.len() as u64;
+        let written = async {
+            let has: Vec<i64> = timed(pipe.query_async(&mut link.cmd)).await?;
+            let mut set = ::redis::pipe();
+            for (topic, has) in topics.iter().zip(has) {
+                let op = if has == 1 { "SADD" } else { "SREM" };
+                set.cmd(op).arg(names.topics_of(&me)).arg(&**topic).ignore();
+            }
+            timed(set.query_async::<()>(&mut link.cmd)).await
+        };
+        match written.await {
+            Ok(()) => {
+                self.stats.published.fetch_add(n, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.dropped.fetch_add(n, Relaxed);
+                self.resync.store(true, Relaxed);
+                Err(End::Lost(e))
+            }
+        }
+    }
+
+    /// On a cluster: this node's whole state, one script per topic (its
+    /// old topics cleared), and only then its topic set and liveness key,
+    /// so an owner seen alive has its presences written.
+    async fn rewrite_sharded(&mut self, link: &mut Link, s: &mut Session) -> RResult<()> {
+        let owned = self.sink().map(|k| k.owned()).unwrap_or_default();
+        let me = node_hex(self.me);
+        let names = s.names;
+        let before: Vec<String> = timed(
+            ::redis::cmd("SMEMBERS")
+                .arg(names.topics_of(&me))
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        let mut pipe = ::redis::pipe();
+        let mut keep = HashSet::new();
+        for (topic, entries) in &owned {
+            let c = pipe.cmd("EVALSHA").arg(&s.replace_sharded).arg(2);
+            c.arg(names.entries(&me, topic))
+                .arg(names.owners_of(topic))
+                .arg(&me)
+                .arg(names.channel(topic))
+                .arg(wire::replace(self.me, entries))
+                .arg(entries.len());
+            for (k, m) in entries {
+                c.arg(&wire::field(m)[..]).arg(wire::value(k, m));
+            }
+            c.ignore();
+            if !entries.is_empty() {
+                keep.insert(&**topic);
+            }
+        }
+        for topic in before.iter().filter(|t| !keep.contains(t.as_str())) {
+            pipe.cmd("EVALSHA")
+                .arg(&s.replace_sharded)
+                .arg(2)
+                .arg(names.entries(&me, topic))
+                .arg(names.owners_of(topic))
+                .arg(&me)
+                .arg(names.channel(topic))
+                .arg(wire::replace(self.me, &[]))
+                .arg(0)
+                .ignore();
+        }
+        if !pipe.is_empty() {
+            timed(pipe.query_async::<()>(&mut link.cmd)).await?;
+        }
+        let mut node = ::redis::pipe();
+        node.cmd("DEL").arg(names.topics_of(&me)).ignore();
+        if !keep.is_empty() {
+            node.cmd("SADD")
+                .arg(names.topics_of(&me))
+                .arg(keep.iter().copied().collect::<Vec<&str>>())
+                .ignore();
+        }
+        node.cmd("SET")
+            .arg(names.alive(&me))
+            .arg(1)
+            .arg("PX")
+            .arg(self.timing.ttl.as_millis() as u64)
+            .ignore();
+        node.cmd("SADD").arg(names.nodes()).arg(&me).ignore();
+        timed(node.query_async::<()>(&mut link.cmd)).await?;
+        self.stats.resyncs.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// On a cluster: buries dead node `d` (its liveness key still gone):
+    /// whoever takes it out of the node set clears its topics, one script
+    /// each. Returns whether this node did.
+    async fn clean_sharded(&mut self, link: &mut Link, s: &Session, d: u64) -> RResult<bool> {
+        let names = s.names;
+        let h = node_hex(d);
+        let alive: i64 = timed(
+            ::redis::cmd("EXISTS")
+                .arg(names.alive(&h))
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        if alive == 1 {
+            return Ok(false);
+        }
+        let claimed: i64 = timed(
+            ::redis::cmd("SREM")
+                .arg(names.nodes())
+                .arg(&h)
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        let topics: Vec<String> = timed(
+            ::redis::cmd("SMEMBERS")
+                .arg(names.topics_of(&h))
+                .query_async(&mut link.cmd),
+        )
+        .await?;
+        if claimed == 0 && topics.is_empty() {
+            return Ok(false);
+        }
+        let mut pipe = ::redis::pipe();
+        for topic in &topics {
+            pipe.cmd("EVALSHA")
+                .arg(&s.replace_sharded)
+                .arg(2)
+                .arg(names.entries(&h, topic))
+                .arg(names.owners_of(topic))
+                .arg(&h)
+                .arg(names.channel(topic))
+                .arg(wire::replace(d, &[]))
+                .arg(0)
+                .ignore();
+        }
+        pipe.cmd("DEL").arg(names.topics_of(&h)).ignore();
+        timed(pipe.query_async::<()>(&mut link.cmd)).await?;
+        Ok(true)
+    }
+
     /// Writes this node's whole state and its liveness key (one script).
     async fn rewrite(&mut self, link: &mut Link, s: &mut Session) -> RResult<()> {
         self.resync.store(false, Relaxed);
+        if s.names.cluster {
+            return self.rewrite_sharded(link, s).await;
+        }
         let owned = self.sink().map(|k| k.owned()).unwrap_or_default();
         let me = node_hex(self.me);
         let mut c = ::redis::cmd("EVALSHA");
@@ -279,7 +475,7 @@ impl Task {
     /// stream and are applied after, so nothing newer is overwritten).
     async fn watch(&mut self, link: &mut Link, s: &mut Session, topic: Arc<str>) -> RResult<()> {
         if !s.subscribed.contains(&topic) {
-            timed(link.sink.subscribe(channel(&topic))).await?;
+            timed(link.sink.subscribe(s.names.channel(&topic))).await?;
             s.subscribed.insert(topic.clone());
         }
         let Some(sink) = self.sink() else {
@@ -287,7 +483,7 @@ impl Task {
         };
         let listed: Vec<String> = timed(
             ::redis::cmd("SMEMBERS")
-                .arg(format!("{PREFIX}n:{topic}"))
+                .arg(s.names.owners_of(&topic))
                 .query_async(&mut link.cmd),
         )
         .await?;
@@ -301,7 +497,7 @@ impl Task {
             return Ok(());
         }
         let owners: Vec<u64> = owners.into_iter().collect();
-        for (o, entries) in self.read_owners(link, &topic, &owners).await? {
+        for (o, entries) in self.read_owners(link, s.names, &topic, &owners).await? {
             sink.replace(&topic, o, entries);
         }
         Ok(())
@@ -313,6 +509,7 @@ impl Task {
     async fn read_owners(
         &self,
         link: &mut Link,
+        names: Names,
         topic: &str,
         owners: &[u64],
     ) -> RResult<Vec<(u64, Entries)>> {
@@ -321,11 +518,16 @@ impl Task {
             return Ok(out);
         }
         let mut pipe = ::redis::pipe();
-        pipe.atomic();
+        // On a cluster the keys span slots: no transaction, but a node's
+        // liveness key is written after all its presences (see
+        // `rewrite_sharded`), so alive still means written.
+        if !names.cluster {
+            pipe.atomic();
+        }
         for o in owners {
             let h = node_hex(*o);
-            pipe.cmd("EXISTS").arg(format!("{PREFIX}a:{h}"));
-            pipe.cmd("HGETALL").arg(format!("{PREFIX}e:{h}:{topic}"));
+            pipe.cmd("EXISTS").arg(names.alive(&h));
+            pipe.cmd("HGETALL").arg(names.entries(&h, topic));
         }
         let replies: Vec<Value> = timed(pipe.query_async(&mut link.cmd)).await?;
         for (o, pair) in owners.iter().zip(replies.chunks(2)) {
@@ -353,11 +555,17 @@ impl Task {
     /// Every live node's presences on `topic` (a topic this node need not
     /// watch), handed to `done`; a Redis error goes to `done` too, and
     /// ends the session.
-    async fn fetch(&mut self, link: &mut Link, topic: Arc<str>, done: FetchReply) -> RResult<()> {
+    async fn fetch(
+        &mut self,
+        link: &mut Link,
+        names: Names,
+        topic: Arc<str>,
+        done: FetchReply,
+    ) -> RResult<()> {
         let read = async {
             let listed: Vec<String> = timed(
                 ::redis::cmd("SMEMBERS")
-                    .arg(format!("{PREFIX}n:{topic}"))
+                    .arg(names.owners_of(&topic))
                     .query_async(&mut link.cmd),
             )
             .await?;
@@ -367,7 +575,7 @@ impl Task {
                 .collect();
             owners.sort_unstable();
             owners.dedup();
-            self.read_owners(link, &topic, &owners).await
+            self.read_owners(link, names, &topic, &owners).await
         };
         match read.await {
             Ok(mut found) => {
@@ -406,7 +614,7 @@ impl Task {
             if wanted && (asked || !s.subscribed.contains(&topic)) {
                 self.watch(link, s, topic).await?;
             } else if !wanted && s.subscribed.contains(&topic) {
-                timed(link.sink.unsubscribe(channel(&topic))).await?;
+                timed(link.sink.unsubscribe(s.names.channel(&topic))).await?;
                 s.subscribed.remove(&topic);
             }
         }
@@ -416,9 +624,10 @@ impl Task {
     /// Refreshes this node's liveness key and checks the others'.
     async fn keep_alive(&mut self, link: &mut Link, s: &mut Session) -> RResult<()> {
         let me = node_hex(self.me);
+        let names = s.names;
         let set: Option<String> = timed(
             ::redis::cmd("SET")
-                .arg(format!("{PREFIX}a:{me}"))
+                .arg(names.alive(&me))
                 .arg(1)
                 .arg("XX")
                 .arg("PX")
@@ -434,7 +643,7 @@ impl Task {
         };
         let listed: Vec<String> = timed(
             ::redis::cmd("SMEMBERS")
-                .arg(format!("{PREFIX}nodes"))
+                .arg(names.nodes())
                 .query_async(&mut link.cmd),
         )
         .await?;
@@ -450,8 +659,7 @@ impl Task {
         let nodes: Vec<u64> = nodes.into_iter().collect();
         let mut pipe = ::redis::pipe();
         for n in &nodes {
-            pipe.cmd("EXISTS")
-                .arg(format!("{PREFIX}a:{}", node_hex(*n)));
+            pipe.cmd("EXISTS").arg(names.alive(&node_hex(*n)));
         }
         let alive: Vec<i64> = timed(pipe.query_async(&mut link.cmd)).await?;
         // A node must be seen missing for `grace` by this session: right
@@ -468,6 +676,15 @@ impl Task {
                 continue;
             }
             let h = node_hex(*n);
+            if names.cluster {
+                s.missing.remove(n);
+                if self.clean_sharded(link, s, *n).await? {
+                    self.stats.owners_down.fetch_add(1, Relaxed);
+                    tracing::info!(node = %h, "presence: node {h} is gone (no sign of life for {:?}); its presences leave", self.timing.grace);
+                    sink.owner_down(*n);
+                }
+                continue;
+            }
             let cleaned: i64 = timed(
                 ::redis::cmd("EVALSHA")
                     .arg(&s.clean)
