@@ -71,6 +71,10 @@
 //! - **Exactly once**: a broadcast reaches each subscriber on each node once.
 //!   The origin delivers locally and skips its own copy from Redis; every
 //!   other subscribed node gets one copy from Redis.
+//!   A broadcast on a topic with history in Redis ([`RedisHistory`]) is the
+//!   exception: the origin delivers its own copy from Redis too, so that
+//!   every node delivers the topic's messages in the order of their
+//!   offsets (one total order per topic, whatever node published).
 //! - **Per-node order**: one publisher connection per node, fed by one FIFO
 //!   queue, so the broadcasts a node makes on a topic reach every subscriber
 //!   in the order that node made them (Redis keeps a connection's order).

@@ -479,8 +479,10 @@ impl Endpoint {
     /// through the backplane, on the others (Phoenix's
     /// `Endpoint.broadcast/3`). Encoded once per serializer.
     ///
-    /// On a topic that keeps history (`[[topics]] history_size`), returns
-    /// the message's ref, its position in the topic's history.
+    /// On a topic that keeps history (`[[topics]] history_size`) in this
+    /// process, returns the message's ref, its position in the topic's
+    /// history; with history in Redis the position comes later: use
+    /// [`Endpoint::publish`] to wait for it.
     pub fn broadcast(&self, topic: &str, event: &str, payload: OwnedPayload) -> Option<String> {
         if let Some(rule) = self.node.policy.history(topic) {
             let (topic, event) = (topic.into(), event.into());
