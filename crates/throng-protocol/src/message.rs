@@ -173,7 +173,10 @@ pub struct RefBuf(Repr);
 /// bytes either way: the inline bytes sit beside the heap pointer's niche.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Repr {
-    Inline { len: u8, bytes: [u8; RefBuf::INLINE] },
+    Inline {
+        len: u8,
+        bytes: [u8; RefBuf::INLINE],
+    },
     Heap(Box<str>),
 }
 
@@ -186,7 +189,9 @@ impl RefBuf {
     fn as_str(&self) -> &str {
         match &self.0 {
             // Copied from a whole `str` (`From<&Ref>`): valid UTF-8.
-            Repr::Inline { len, bytes } => std::str::from_utf8(&bytes[..*len as usize]).unwrap_or("#"),
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..*len as usize]).unwrap_or("#")
+            }
             Repr::Heap(s) => s,
         }
     }
@@ -302,7 +307,15 @@ mod tests {
 
     #[test]
     fn refbuf_keeps_text_and_type_inline_or_not() {
-        for text in ["", "1", "999999", "1000000", "ééé", "éééé", "a longer string ref"] {
+        for text in [
+            "",
+            "1",
+            "999999",
+            "1000000",
+            "ééé",
+            "éééé",
+            "a longer string ref",
+        ] {
             for number in [false, true] {
                 let r = Ref {
                     text: Cow::Borrowed(text),
@@ -312,7 +325,11 @@ mod tests {
                 assert_eq!(kept.to_ref(), r);
                 assert_eq!(kept.text(), text);
                 assert_eq!(kept.len(), text.len() + 1);
-                assert_eq!(kept, RefBuf::from(&kept.to_ref()), "the same ref compares equal");
+                assert_eq!(
+                    kept,
+                    RefBuf::from(&kept.to_ref()),
+                    "the same ref compares equal"
+                );
             }
         }
     }
