@@ -160,33 +160,59 @@ impl<'a> From<Cow<'a, str>> for Ref<'a> {
 }
 
 /// A ref kept for a long time (a join's join_ref, for every message of the
-/// channel), in one allocation: its text after a one-byte tag, `#` for a
-/// number and `"` for a string. The tag costs one byte of the allocation
-/// rather than a field (and its padding) in every join.
+/// channel): its text after a one-byte tag, `#` for a number and `"` for a
+/// string. The tag costs one byte rather than a field (and its padding) in
+/// every join. Up to [`RefBuf::INLINE`] bytes (tag and text: the refs
+/// clients count up, `"1"` to `"999999"`) are kept inline, so an idle
+/// joined socket pays no heap allocation for its join_ref (one was a
+/// 32-byte heap chunk); longer ones in one allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RefBuf(Box<str>);
+pub struct RefBuf(Repr);
+
+/// Inline when it fits (always, so that equal refs compare equal), 16
+/// bytes either way: the inline bytes sit beside the heap pointer's niche.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Repr {
+    Inline {
+        len: u8,
+        bytes: [u8; RefBuf::INLINE],
+    },
+    Heap(Box<str>),
+}
 
 impl RefBuf {
     const NUMBER: char = '#';
     const STRING: char = '"';
+    /// Bytes kept inline, tag included.
+    pub const INLINE: usize = 7;
+
+    fn as_str(&self) -> &str {
+        match &self.0 {
+            // Copied from a whole `str` (`From<&Ref>`): valid UTF-8.
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..*len as usize]).unwrap_or("#")
+            }
+            Repr::Heap(s) => s,
+        }
+    }
 
     /// The ref, borrowed.
     pub fn to_ref(&self) -> Ref<'_> {
-        let number = self.0.starts_with(Self::NUMBER);
+        let s = self.as_str();
         Ref {
-            text: Cow::Borrowed(&self.0[1..]),
-            number,
+            text: Cow::Borrowed(&s[1..]),
+            number: s.starts_with(Self::NUMBER),
         }
     }
 
     /// The ref's text.
     pub fn text(&self) -> &str {
-        &self.0[1..]
+        &self.as_str()[1..]
     }
 
     /// The bytes it holds (text and tag), for memory budgets.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.as_str().len()
     }
 
     /// Never true: the tag is always there (the text may be empty).
@@ -197,14 +223,22 @@ impl RefBuf {
 
 impl From<&Ref<'_>> for RefBuf {
     fn from(r: &Ref<'_>) -> RefBuf {
-        let mut s = String::with_capacity(r.text.len() + 1);
-        s.push(if r.number {
+        let tag = if r.number {
             RefBuf::NUMBER
         } else {
             RefBuf::STRING
-        });
+        };
+        if r.text.len() < RefBuf::INLINE {
+            let mut bytes = [0; RefBuf::INLINE];
+            bytes[0] = tag as u8;
+            bytes[1..=r.text.len()].copy_from_slice(r.text.as_bytes());
+            let len = r.text.len() as u8 + 1;
+            return RefBuf(Repr::Inline { len, bytes });
+        }
+        let mut s = String::with_capacity(r.text.len() + 1);
+        s.push(tag);
         s.push_str(&r.text);
-        RefBuf(s.into_boxed_str())
+        RefBuf(Repr::Heap(s.into_boxed_str()))
     }
 }
 
@@ -264,5 +298,44 @@ impl Vsn {
             Vsn::V1 => 0,
             Vsn::V2 => 1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refbuf_keeps_text_and_type_inline_or_not() {
+        for text in [
+            "",
+            "1",
+            "999999",
+            "1000000",
+            "ééé",
+            "éééé",
+            "a longer string ref",
+        ] {
+            for number in [false, true] {
+                let r = Ref {
+                    text: Cow::Borrowed(text),
+                    number,
+                };
+                let kept = RefBuf::from(&r);
+                assert_eq!(kept.to_ref(), r);
+                assert_eq!(kept.text(), text);
+                assert_eq!(kept.len(), text.len() + 1);
+                assert_eq!(
+                    kept,
+                    RefBuf::from(&kept.to_ref()),
+                    "the same ref compares equal"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn refbuf_is_two_words() {
+        assert_eq!(std::mem::size_of::<RefBuf>(), 16);
     }
 }

@@ -67,6 +67,10 @@ pub fn public_listeners(
         let sock = reuse_port_socket(addr, true)
             .and_then(|s| {
                 s.set_nonblocking(true)?;
+                // Linux copies TCP_NODELAY from the listener to every socket
+                // it accepts (the child is a clone of the listening sock):
+                // set once here, it saves a setsockopt per connection.
+                s.set_nodelay(true)?;
                 s.listen(65535)?;
                 Ok(s)
             })
@@ -204,6 +208,28 @@ mod tests {
 
     fn loopback(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn accepted_sockets_inherit_nodelay() {
+        let l = public_listeners(loopback(0), 1, Share::Exclusive).unwrap();
+        let addr = l[0].local_addr().unwrap();
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        let mut accepted = None;
+        for _ in 0..5000 {
+            match l[0].accept() {
+                Ok((s, _)) => {
+                    accepted = Some(s);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+        let accepted = accepted.expect("the connection within 5 s");
+        assert!(accepted.nodelay().unwrap(), "the accept path relies on it");
     }
 
     #[test]

@@ -170,7 +170,7 @@ pub fn phoenix_socket(data: &[u8]) {
         tracker: Tracker::new(Arc::new(LocalPresence::new())),
         tracked: HashMap::new(),
     };
-    let mut joins: Vec<Join> = Vec::new();
+    let mut joins = crate::socket::Joins::new();
     let mut scratch = Scratch::default();
     let mut extra: Option<Box<Extra>> = None;
     let mut input: Vec<u8> = Vec::new();

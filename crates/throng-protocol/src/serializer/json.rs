@@ -16,6 +16,12 @@ pub(super) fn json_ref(raw: Option<&RawValue>) -> Result<Option<Ref<'_>>, Decode
     let Some(raw) = raw else { return Ok(None) };
     let text = raw.get();
     match text.as_bytes().first() {
+        // The parser checked the string: one without escapes is its text
+        // between the quotes, borrowed (serde's `Cow<str>` always allocates,
+        // two allocations a message for phoenix.js's refs).
+        Some(b'"') if text.len() >= 2 && !text.contains('\\') => {
+            Ok(Some(Ref::string(Cow::Borrowed(&text[1..text.len() - 1]))))
+        }
         Some(b'"') => {
             let s: Cow<'_, str> =
                 serde_json::from_str(text).map_err(|e| DecodeError::Json(e.to_string()))?;

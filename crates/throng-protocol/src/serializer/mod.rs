@@ -413,6 +413,26 @@ mod tests {
         assert_eq!(m.join_ref, None);
     }
 
+    #[test]
+    fn string_refs_are_borrowed_unless_escaped() {
+        let data = br#"[ "1" , "a\"b\u0041", "t", "e", {}]"#;
+        let m = decode(Vsn::V2, Opcode::Text, data, Sender::Client).unwrap();
+        let join_ref = m.join_ref.unwrap();
+        assert_eq!((join_ref.text(), join_ref.is_number()), ("1", false));
+        let at = join_ref.text().as_ptr() as usize - data.as_ptr() as usize;
+        assert_eq!(at, 3, "borrowed from the message");
+        assert_eq!(m.msg_ref.unwrap().text(), "a\"bA");
+        let m = decode(
+            Vsn::V1,
+            Opcode::Text,
+            br#"{"topic":"t","event":"e","payload":{},"ref": "", "join_ref":"12"}"#,
+            Sender::Client,
+        )
+        .unwrap();
+        assert_eq!(m.msg_ref.unwrap().text(), "");
+        assert_eq!(m.join_ref.unwrap().text(), "12");
+    }
+
     /// A ref comes back as the JSON value it came as: number, string or
     /// null, in replies and messages, on both serializers.
     #[test]

@@ -72,7 +72,6 @@ use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
 use crate::channel::ConnectInfo;
-use crate::socket::Join;
 pub(crate) use token::{Secret, Token};
 pub(crate) use wire::{Answer, Ask, ReplyTo, Request};
 
@@ -129,7 +128,7 @@ pub(crate) struct Session {
     pub vsn: Vsn,
     pub secret: Secret,
     /// The socket's channels (as `Conn::joins`).
-    pub joins: Vec<Join>,
+    pub joins: crate::socket::Joins,
     /// What the client connected with (as `Conn::connect`).
     pub connect: Option<Arc<ConnectInfo>>,
     /// Messages waiting for a poll, oldest first.
@@ -162,7 +161,7 @@ impl Session {
         Session {
             vsn,
             secret,
-            joins: Vec::new(),
+            joins: Default::default(),
             connect: connect.map(Arc::new),
             buffer: Vec::new(),
             buffered: 0,

@@ -19,7 +19,7 @@ use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
 use crate::channel::ConnectInfo;
-use crate::socket::Join;
+use crate::socket::Joins;
 
 /// What a connection is doing: its lifecycle is handshake ([`Kind::Http`]),
 /// open ([`Kind::Ws`]), closing ([`Kind::Closing`]), closed (removed from
@@ -120,7 +120,7 @@ pub(crate) struct Conn {
     pub dead: bool,
     pub extra: Option<Box<Extra>>,
     /// The Phoenix socket's channels.
-    pub joins: Vec<Join>,
+    pub joins: Joins,
     /// What the client connected with, when it sent params; `None` for
     /// most clients (a token is verified and not kept).
     pub connect: Option<Arc<ConnectInfo>>,
@@ -132,7 +132,7 @@ pub(crate) struct Conn {
 /// A Phoenix socket's state, taken out of its connection when it ends.
 pub(crate) struct Ended {
     pub vsn: Vsn,
-    pub joins: Vec<Join>,
+    pub joins: Joins,
     pub connect: Option<Arc<ConnectInfo>>,
     pub user: u32,
 }
@@ -161,7 +161,7 @@ impl Conn {
             control_tat: 0,
             dead: false,
             extra: None,
-            joins: Vec::new(),
+            joins: Joins::new(),
             connect: None,
             user: super::users::NO_USER,
         }
@@ -191,9 +191,14 @@ impl Conn {
 pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
 
 // Checked at compile time: socket, kind, last activity, push and control
-// budgets, the
-// optional box, the joins vector, the optional connect info, the user. Not
-// with debug assertions (dev builds, the fuzzer's), where mio keeps a
-// selector id in each socket: 12 bytes more.
+// budgets, the optional box, the joins (the first of them inline: 56 bytes
+// where a vector was 24 plus a 48-byte heap chunk for the one join most
+// sockets have), the optional connect info, the user. Not with debug
+// assertions (dev builds, the fuzzer's), where mio keeps a selector id in
+// each socket: 12 bytes more.
 #[cfg(not(debug_assertions))]
-const _: () = assert!(CONN_SIZE <= 64, "Conn grew past 64 bytes");
+const _: () = assert!(CONN_SIZE <= 96, "Conn grew past 96 bytes");
+const _: () = assert!(
+    std::mem::size_of::<crate::socket::Join>() <= 48,
+    "Join grew past 48 bytes: every joined socket holds one inline"
+);

@@ -327,7 +327,7 @@ impl Shard {
                     if !self.conns.admit(&self.node, &mut sock, addr.ip(), key) {
                         continue;
                     }
-                    let _ = sock.set_nodelay(true);
+                    // TCP_NODELAY comes from the listener (`crate::bind`).
                     let entry = self.conns.slab.vacant_entry();
                     if let Err(e) =
                         self.poll

@@ -23,7 +23,7 @@ use crate::hooks::EventType;
 use crate::longpoll::{is_session, Item, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
+use crate::socket::{Cx, Joins, Mux, Scratch, Tracked, Transport};
 
 impl Conns {
     /// A complete WebSocket message on the Phoenix socket of `key`.
@@ -239,7 +239,7 @@ impl Conns {
     }
 
     /// The joins of connection or session `key`.
-    fn joins_mut(&mut self, key: usize) -> Option<&mut Vec<Join>> {
+    fn joins_mut(&mut self, key: usize) -> Option<&mut Joins> {
         if is_session(key) {
             let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
             Some(&mut s.joins)
