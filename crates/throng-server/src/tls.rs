@@ -197,6 +197,9 @@ impl Tls {
         // reconnecting client needs one.
         config.send_tls13_tickets = 1;
         config.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
+        // After its handshake a connection keeps only its traffic keys
+        // (`transport/tls/records.rs`), taken out as for kTLS.
+        config.enable_secret_extraction = true;
         Ok(Tls {
             certs,
             config: Arc::new(config),

@@ -20,6 +20,10 @@
 //! `Conns::peer_ips`), so [`super::conn::Conn`] keeps its size and a shard
 //! without TLS pays one `None` test per read and write.
 //!
+//! Once a handshake is done, the session keeps only its record layer
+//! (`records.rs`): its keys and sequence numbers, ~1.3 KB, not the
+//! ~4.8 KB a rustls connection holds after its handshake.
+//!
 //! kTLS (the kernel's record layer, `tcp_available_ulp` listing `tls`) is
 //! not used: this project's machines do not offer it; see README, TLS.
 
@@ -33,6 +37,9 @@ use rustls::{HandshakeKind, ServerConfig};
 
 use super::output::write_some;
 use crate::metrics::ShardStats;
+
+mod records;
+use records::Records;
 
 /// Plaintext encrypted by one write: what the kernel refuses of its
 /// ciphertext is kept until the socket has room, so this bounds what a
@@ -59,7 +66,7 @@ pub(crate) struct Tls {
 
 /// One connection's TLS session.
 struct Session {
-    conn: UnbufferedServerConnection,
+    stage: Stage,
     /// The start of a record not complete yet.
     inq: Vec<u8>,
     /// Ciphertext the kernel refused, from `out_at`.
@@ -69,6 +76,15 @@ struct Session {
     open: bool,
     /// Set once the first bytes were looked at.
     started: bool,
+}
+
+/// A session's stage: shaking hands (rustls's connection), then its
+/// record layer alone.
+enum Stage {
+    Handshake(Box<UnbufferedServerConnection>),
+    Records(Records),
+    /// Between the two (only while one becomes the other), or failed.
+    Ended,
 }
 
 /// What a read got.
@@ -101,7 +117,7 @@ impl Tls {
             self.sessions.resize_with(key + 1, || None);
         }
         self.sessions[key] = Some(Box::new(Session {
-            conn,
+            stage: Stage::Handshake(Box::new(conn)),
             inq: Vec::new(),
             outq: Vec::new(),
             out_at: 0,
@@ -163,13 +179,39 @@ impl Tls {
                 }
             }
             self.obuf.clear();
+            let len = kept + n;
+            let conn = match &mut s.stage {
+                Stage::Handshake(conn) => conn,
+                Stage::Records(r) => {
+                    let opened = r
+                        .open(&mut self.cbuf[..len], out)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    if opened.used < len {
+                        s.inq = self.cbuf[opened.used..len].to_vec();
+                    }
+                    if opened.closed && opened.plain == 0 {
+                        return Ok(Got {
+                            plain: 0,
+                            more: false,
+                        });
+                    }
+                    if opened.plain > 0 {
+                        return Ok(Got {
+                            plain: opened.plain,
+                            more,
+                        });
+                    }
+                    continue;
+                }
+                Stage::Ended => return Err(io::ErrorKind::InvalidData.into()),
+            };
             let mut pos = 0;
             let mut plain = 0;
-            let len = kept + n;
             let mut failed = None;
             let mut peer_closed = false;
+            let mut idle = false;
             loop {
-                let status = s.conn.process_tls_records(&mut self.cbuf[pos..len]);
+                let status = conn.process_tls_records(&mut self.cbuf[pos..len]);
                 let discard = status.discard;
                 match status.state {
                     Err(e) => {
@@ -201,7 +243,8 @@ impl Tls {
                         pos += discard;
                         break;
                     }
-                    Ok(_) => {
+                    Ok(state) => {
+                        idle = matches!(state, ConnectionState::WriteTraffic(_));
                         pos += discard;
                         break;
                     }
@@ -211,7 +254,7 @@ impl Tls {
             if let Some(e) = failed {
                 // The fatal alert rustls queued, if any, then the end.
                 if let Ok(ConnectionState::EncodeTlsData(mut e)) =
-                    s.conn.process_tls_records(&mut []).state
+                    conn.process_tls_records(&mut []).state
                 {
                     encode(&mut self.obuf, |b| e.encode(b));
                 }
@@ -223,15 +266,25 @@ impl Tls {
             if pos < len {
                 s.inq = self.cbuf[pos..len].to_vec();
             }
-            if !s.open && !s.conn.is_handshaking() {
+            if !s.open && !conn.is_handshaking() {
                 s.open = true;
                 ShardStats::add(&self.stats.tls_handshakes, 1);
-                if s.conn.handshake_kind() == Some(HandshakeKind::Resumed) {
+                if conn.handshake_kind() == Some(HandshakeKind::Resumed) {
                     ShardStats::add(&self.stats.tls_resumptions, 1);
                 }
             }
             if !self.obuf.is_empty() {
                 s.send(sock, &self.obuf)?;
+            }
+            if s.open && idle && !peer_closed {
+                // Handshake and ticket done, nothing pending: keep only
+                // the record layer (`records.rs`).
+                if let Stage::Handshake(conn) = std::mem::replace(&mut s.stage, Stage::Ended) {
+                    s.stage = Stage::Records(
+                        Records::take(*conn)
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
+                    );
+                }
             }
             if peer_closed && plain == 0 {
                 return Ok(Got {
@@ -281,8 +334,17 @@ impl Tls {
             }
         };
         self.obuf.clear();
+        let conn = match &mut s.stage {
+            Stage::Records(r) => {
+                r.seal(plain, &mut self.obuf).map_err(io::Error::other)?;
+                s.send(sock, &self.obuf)?;
+                return Ok(plain.len());
+            }
+            Stage::Handshake(conn) => conn,
+            Stage::Ended => return Err(io::ErrorKind::InvalidData.into()),
+        };
         loop {
-            match s.conn.process_tls_records(&mut []).state {
+            match conn.process_tls_records(&mut []).state {
                 Ok(ConnectionState::EncodeTlsData(mut e)) => {
                     encode(&mut self.obuf, |b| e.encode(b));
                 }
@@ -330,12 +392,24 @@ impl Tls {
         if !s.open || !s.outq.is_empty() {
             return;
         }
-        if let Ok(ConnectionState::WriteTraffic(mut w)) = s.conn.process_tls_records(&mut []).state
-        {
-            let mut alert = [0u8; 64];
-            if let Ok(n) = w.queue_close_notify(&mut alert) {
-                let _ = write_some(sock, &alert[..n]);
+        match &mut s.stage {
+            Stage::Records(r) => {
+                self.obuf.clear();
+                if r.close_notify(&mut self.obuf).is_ok() {
+                    let _ = write_some(sock, &self.obuf);
+                }
             }
+            Stage::Handshake(conn) => {
+                if let Ok(ConnectionState::WriteTraffic(mut w)) =
+                    conn.process_tls_records(&mut []).state
+                {
+                    let mut alert = [0u8; 64];
+                    if let Ok(n) = w.queue_close_notify(&mut alert) {
+                        let _ = write_some(sock, &alert[..n]);
+                    }
+                }
+            }
+            Stage::Ended => {}
         }
     }
 }
