@@ -124,7 +124,7 @@ test("openssl s_client: TLS 1.2 and 1.3 with ALPN http/1.1; TLS 1.0 refused", T,
     {input: "", encoding: "utf8", timeout: 10000})
   for(const [flag, name] of [["-tls1_2", "TLSv1.2"], ["-tls1_3", "TLSv1.3"]]){
     const out = run([flag, "-alpn", "http/1.1"]).stdout
-    assert.match(out, new RegExp(`Protocol\\s*: ${name.replace(".", "\\.")}`), out)
+    assert.match(out, new RegExp(`New, ${name.replace(".", "\\.")}, Cipher is `), out)
     assert.match(out, /ALPN protocol: http\/1\.1/, out)
   }
   const before = await metric("throng_tls_handshake_failures_total")
@@ -206,4 +206,24 @@ test("Chromium loads the chat page over https:// and joins over wss://", T, asyn
   await page.goto(`https://localhost:${server.port}/`, {waitUntil: "load", timeout: 10000})
   await page.locator("#status").filter({hasText: "joined"}).waitFor({timeout: 8000})
   assert.equal(new URL(page.url()).protocol, "https:")
+})
+
+test("the README's TLS example works as written", T, async t => {
+  const readme = readFileSync(path.join(import.meta.dirname, "../../README.md"), "utf8")
+  const section = readme.slice(readme.indexOf("\n### TLS\n"), readme.indexOf("\n### TLS, behind a terminator\n"))
+  const block = section.match(/```sh\n([\s\S]*?)```/)[1]
+  const lines = block.replace(/\\\n/g, " ").split("\n").filter(l => l && !l.startsWith("#"))
+  const [gen, serve, curl] = lines
+  assert.match(gen, /^openssl req /)
+  assert.match(serve, /^throng serve --tls-cert cert.pem --tls-key key.pem$/)
+  assert.match(curl, /^curl --cacert cert.pem https:\/\/localhost:4000\/healthz$/)
+  const cwd = mkdtempSync(path.join(os.tmpdir(), "throng-readme-tls-"))
+  t.after(() => rmSync(cwd, {recursive: true, force: true}))
+  execFileSync("sh", ["-c", gen], {cwd, stdio: "ignore"})
+  copyFileSync(path.join(cwd, "cert.pem"), file("readme.crt"))
+  copyFileSync(path.join(cwd, "key.pem"), file("readme.key"))
+  const s = await startServer(["--tls-cert", file("readme.crt"), "--tls-key", file("readme.key"), "--api-bind", "none"])
+  t.after(() => s.stop())
+  const out = execFileSync("sh", ["-c", curl.replace("localhost:4000", `localhost:${s.port}`)], {cwd, encoding: "utf8", timeout: 10000})
+  assert.match(out, /alive/)
 })
