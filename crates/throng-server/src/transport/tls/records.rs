@@ -181,3 +181,142 @@ impl Records {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+
+    use rustls::unbuffered::ConnectionState;
+
+    use super::*;
+
+    /// A rustls client and an unbuffered server connection, handshaken in
+    /// memory over `version`.
+    fn handshaken(
+        version: &'static rustls::SupportedProtocolVersion,
+    ) -> (rustls::ClientConnection, UnbufferedServerConnection) {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut sc = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[version])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        sc.enable_secret_extraction = true;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let cc = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[version])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut server = UnbufferedServerConnection::new(Arc::new(sc)).unwrap();
+        let mut client =
+            rustls::ClientConnection::new(Arc::new(cc), "localhost".try_into().unwrap()).unwrap();
+        let mut inbuf = Vec::new();
+        for _ in 0..10 {
+            client.write_tls(&mut inbuf).unwrap();
+            let mut out = Vec::new();
+            loop {
+                let st = server.process_tls_records(&mut inbuf);
+                let used = st.discard;
+                match st.state.unwrap() {
+                    ConnectionState::EncodeTlsData(mut e) => {
+                        let mut b = vec![0; 16384];
+                        let n = e.encode(&mut b).unwrap();
+                        out.extend_from_slice(&b[..n]);
+                    }
+                    ConnectionState::TransmitTlsData(t) => t.done(),
+                    _ => {
+                        inbuf.drain(..used);
+                        break;
+                    }
+                }
+                inbuf.drain(..used);
+            }
+            if !out.is_empty() {
+                client.read_tls(&mut &out[..]).unwrap();
+                client.process_new_packets().unwrap();
+            }
+            if !server.is_handshaking() && !client.is_handshaking() && !client.wants_write() {
+                break;
+            }
+        }
+        assert!(!server.is_handshaking());
+        (client, server)
+    }
+
+    #[test]
+    fn records_carry_data_both_ways_after_the_handshake() {
+        for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+            let (mut client, server) = handshaken(version);
+            let mut records = Records::take(server).unwrap();
+            // Server to client: more than one record.
+            let big: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+            let mut wire = Vec::new();
+            records.seal(&big, &mut wire).unwrap();
+            let mut got = Vec::new();
+            let mut rd = &wire[..];
+            while !rd.is_empty() {
+                client.read_tls(&mut rd).unwrap();
+                client.process_new_packets().unwrap();
+                let _ = client.reader().read_to_end(&mut got);
+            }
+            assert!(
+                got == big,
+                "{version:?}: {} bytes back of {}",
+                got.len(),
+                big.len()
+            );
+            // Client to server, the last record split across two reads.
+            client.writer().write_all(b"hello throng").unwrap();
+            client.writer().write_all(&big).unwrap();
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).unwrap();
+            let mut out = vec![0; wire.len()];
+            let cut = wire.len() - 7;
+            let first = records.open(&mut wire[..cut], &mut out).unwrap();
+            assert!(first.used < cut && !first.closed);
+            let mut rest = wire[first.used..].to_vec();
+            let second = records.open(&mut rest, &mut out[first.plain..]).unwrap();
+            assert_eq!(second.used, rest.len());
+            let plain = &out[..first.plain + second.plain];
+            assert_eq!(&plain[..12], b"hello throng");
+            assert!(plain[12..] == big[..], "{version:?}");
+            // A tampered record is refused.
+            client.writer().write_all(b"x").unwrap();
+            let mut wire = Vec::new();
+            client.write_tls(&mut wire).unwrap();
+            let last = wire.len() - 1;
+            wire[last] ^= 1;
+            assert!(records.open(&mut wire, &mut out).is_err());
+        }
+    }
+
+    #[test]
+    fn close_notify_ends_it() {
+        let (mut client, server) = handshaken(&rustls::version::TLS13);
+        let mut records = Records::take(server).unwrap();
+        client.send_close_notify();
+        let mut wire = Vec::new();
+        client.write_tls(&mut wire).unwrap();
+        let mut out = vec![0; 64];
+        let opened = records.open(&mut wire, &mut out).unwrap();
+        assert!(opened.closed && opened.plain == 0);
+        // Ours reaches the client as its close.
+        let mut wire = Vec::new();
+        records.close_notify(&mut wire).unwrap();
+        client.read_tls(&mut &wire[..]).unwrap();
+        let state = client.process_new_packets().unwrap();
+        assert!(state.peer_has_closed());
+    }
+}
