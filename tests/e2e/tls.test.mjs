@@ -16,7 +16,7 @@ import path from "node:path"
 import WebSocket from "ws"
 import {
   startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, pushResult, withTimeout,
-  CHROMIUM, httpRequest,
+  CHROMIUM, httpRequest, blockWebSockets,
 } from "./helpers.mjs"
 
 const T = {timeout: 20000}
@@ -206,6 +206,15 @@ test("Chromium loads the chat page over https:// and joins over wss://", T, asyn
   await page.goto(`https://localhost:${server.port}/`, {waitUntil: "load", timeout: 10000})
   await page.locator("#status").filter({hasText: "joined"}).waitFor({timeout: 8000})
   assert.equal(new URL(page.url()).protocol, "https:")
+  // WebSockets blocked: phoenix.js falls back to long-poll, over https too.
+  const context = await browser.newContext()
+  await context.addInitScript(blockWebSockets)
+  const lp = await context.newPage()
+  const polls = []
+  lp.on("request", r => { if(r.url().includes("/socket/longpoll")){ polls.push(r.url()) } })
+  await lp.goto(`https://localhost:${server.port}/`, {waitUntil: "load", timeout: 10000})
+  await lp.locator("#status").filter({hasText: "joined"}).waitFor({timeout: 10000})
+  assert.ok(polls.length > 0 && polls.every(u => u.startsWith("https://")), JSON.stringify(polls.slice(0, 3)))
 })
 
 test("the README's TLS example works as written", T, async t => {
