@@ -29,6 +29,16 @@ pub struct BenchArgs {
     /// `throng serve --public-metrics`.
     #[arg(long, value_name = "HOST:PORT")]
     pub target: Option<String>,
+    /// Connect over TLS (wss://). The embedded server gets a fresh ECDSA
+    /// P-256 certificate for 127.0.0.1 that the agents trust; a --target
+    /// needs --tls-ca (its /metrics is then not read: server figures come
+    /// only with the embedded server)
+    #[arg(long)]
+    pub tls: bool,
+    /// With --tls and --target: PEM certificate(s) of the CA to trust for
+    /// the server's certificate, checked against the --target host
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub tls_ca: Option<PathBuf>,
     /// Local agent processes [default: as many as the connections need].
     #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
     pub agents: Option<u32>,

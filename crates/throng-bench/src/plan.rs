@@ -30,4 +30,7 @@ pub struct Plan {
     /// scenario's one phase gives the first rate and the users).
     #[serde(default)]
     pub adaptive: bool,
+    /// `--tls`: connect with TLS, trusting this CA.
+    #[serde(default)]
+    pub tls: Option<crate::engine::tls::TlsPlan>,
 }

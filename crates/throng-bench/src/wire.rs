@@ -387,6 +387,7 @@ mod tests {
             bind_sources: true,
             capacity: 19_000,
             adaptive: false,
+            tls: None,
         }));
         let mut buf = Vec::new();
         send(&mut buf, &plan).unwrap();

@@ -579,6 +579,7 @@ pub(crate) fn start(
     listener: std::net::TcpListener,
     endpoint: Endpoint,
     key: Option<String>,
+    tls: Option<Arc<crate::tls::Tls>>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
     let bound = listener.local_addr()?;
     if key.is_none() && !bound.ip().is_loopback() {
@@ -607,7 +608,8 @@ pub(crate) fn start(
                     timeout: limits.api_timeout,
                     dashboard: Default::default(),
                 });
-                serve(listener, app, &limits, node).await;
+                let tls = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
+                serve(listener, app, &limits, node, tls).await;
             })
         })?;
     Ok((bound, thread))
@@ -626,6 +628,7 @@ async fn serve(
     app: Router,
     limits: &crate::limits::Limits,
     node: Arc<crate::node::Node>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let open = Arc::new(tokio::sync::Semaphore::new(limits.max_api_connections));
@@ -648,12 +651,39 @@ async fn serve(
         let _ = stream.set_nodelay(true);
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let node = node.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(head)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
+            let builder = {
+                let mut b = hyper::server::conn::http1::Builder::new();
+                b.timer(TokioTimer::new()).header_read_timeout(head);
+                b
+            };
+            let served = match tls {
+                None => {
+                    builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                }
+                Some(tls) => {
+                    // The handshake is bounded as a head is.
+                    match tokio::time::timeout(head, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!("server API TLS handshake: {e}");
+                            return;
+                        }
+                        Err(_) => {
+                            node.api_timeouts.fetch_add(1, Relaxed);
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(e) = served {
                 if e.is_timeout() {
                     node.api_timeouts.fetch_add(1, Relaxed);
                 }

@@ -95,6 +95,7 @@ pub mod refusals;
 pub mod relay;
 mod socket;
 pub mod sys;
+pub mod tls;
 mod transport;
 mod ws;
 
@@ -178,6 +179,16 @@ impl Server {
             config.push_strikes,
         );
         let session_limit = auth::PushLimit::new(config.limits.longpoll_session_rate, 50, 0);
+        // Certificates first: a bad file fails the start, before any port is taken.
+        let load = |files: &Option<tls::TlsFiles>| {
+            files
+                .clone()
+                .map(|f| tls::Tls::new(f).map(Arc::new))
+                .transpose()
+                .map_err(Error::Config)
+        };
+        let public_tls = load(&config.tls)?;
+        let api_tls = load(&config.api_tls)?;
         let listeners = bind::public_listeners(config.addr, config.shards, config.public_share())?;
         let addr = listeners[0].local_addr()?;
         let mut polls = Vec::new();
@@ -239,6 +250,8 @@ impl Server {
             occupancy: OnceLock::new(),
             api_timeouts: Default::default(),
             api_busy: Default::default(),
+            tls: public_tls,
+            api_tls,
             dashboard_streams: Default::default(),
             dashboard_refused: Default::default(),
             refusals: Default::default(),
@@ -294,6 +307,7 @@ impl Server {
                     listener,
                     Endpoint::new(node.clone()),
                     node.config.api_key.clone(),
+                    node.api_tls.clone(),
                 )
                 .map_err(|source| Error::Bind { addr: api, source })?;
                 // Not joined by `wait`: it serves until the process ends,

@@ -71,6 +71,15 @@ pub struct ShardStats {
     pub payload_refusals: AtomicU64,
     /// Times a connection used its turn's read budget and yielded.
     pub read_yields: AtomicU64,
+    /// TLS handshakes completed on the public port (`--tls-cert`).
+    pub tls_handshakes: AtomicU64,
+    /// Of those, resumed sessions (a ticket or session ID).
+    pub tls_resumptions: AtomicU64,
+    /// Connections whose TLS handshake failed (a protocol version or
+    /// cipher the server refuses, a bad record, an untrusted certificate).
+    pub tls_handshake_failures: AtomicU64,
+    /// Plaintext requests (or other non-TLS bytes) to the TLS port.
+    pub tls_plaintext_refusals: AtomicU64,
     /// Sockets closed by a `disconnect` to their user's socket id.
     pub user_disconnects: AtomicU64,
     /// Open long-poll sessions (owned by this shard).
@@ -246,6 +255,30 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Times a connection had more to read than one loop turn allows and waited for the next turn.",
         |s| &s.read_yields,
+    ),
+    (
+        "throng_tls_handshakes_total",
+        "counter",
+        "TLS handshakes completed on the public port.",
+        |s| &s.tls_handshakes,
+    ),
+    (
+        "throng_tls_resumptions_total",
+        "counter",
+        "TLS handshakes on the public port that resumed a session (a ticket or session ID): cheaper than a full one.",
+        |s| &s.tls_resumptions,
+    ),
+    (
+        "throng_tls_handshake_failures_total",
+        "counter",
+        "TLS handshakes on the public port that failed (a refused protocol version or cipher, a bad record, a client that does not trust the certificate).",
+        |s| &s.tls_handshake_failures,
+    ),
+    (
+        "throng_tls_plaintext_refusals_total",
+        "counter",
+        "Connections to the TLS port that sent plaintext (http:// or ws://) instead; an HTTP request is answered 400.",
+        |s| &s.tls_plaintext_refusals,
     ),
     (
         "throng_user_disconnects_total",
@@ -543,6 +576,26 @@ pub fn render(node: &Node) -> String {
         "Server API requests whose head or body took longer than --api-timeout.",
         node.api_timeouts.load(Relaxed),
     );
+    for (tls, name) in [(&node.tls, "public port"), (&node.api_tls, "server API")] {
+        let Some(tls) = tls else { continue };
+        let which = if name == "public port" { "" } else { "api_" };
+        write_metric(
+            &mut out,
+            &format!("throng_{which}tls_reloads_total"),
+            "counter",
+            &format!(
+                "Certificate reloads of the {name} (SIGHUP or a changed file) that took effect."
+            ),
+            tls.certs.reloads.load(Relaxed),
+        );
+        write_metric(
+            &mut out,
+            &format!("throng_{which}tls_reload_failures_total"),
+            "counter",
+            &format!("Certificate reloads of the {name} refused (unreadable files, a key not the certificate's); the previous certificate stayed in use."),
+            tls.certs.reload_failures.load(Relaxed),
+        );
+    }
     write_metric(
         &mut out,
         "throng_api_busy_total",

@@ -197,6 +197,9 @@ pub struct Node {
     pub api_timeouts: std::sync::atomic::AtomicU64,
     /// API connections refused (503) past `--max-api-connections`.
     pub api_busy: std::sync::atomic::AtomicU64,
+    /// TLS on the public port and on the server API (`crate::tls`).
+    pub tls: Option<Arc<crate::tls::Tls>>,
+    pub api_tls: Option<Arc<crate::tls::Tls>>,
     /// Dashboard streams open, and those refused past
     /// `--max-dashboard-streams` (`crate::dashboard`).
     pub dashboard_streams: std::sync::atomic::AtomicU64,

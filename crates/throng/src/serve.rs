@@ -5,6 +5,9 @@
 //! and, in a worker, `capacity N`, for the supervisor), then, outside a
 //! worker, the chat page's URL to open.
 //!
+//! With `--tls-cert` (or `--api-tls-cert`), SIGHUP reloads the
+//! certificates (`throng_server::tls`).
+//!
 //! A node drains on SIGTERM or SIGINT (`throng_server::Node::drain`: no
 //! new connections, its sockets closed with 1012 over up to `--drain-seconds`)
 //! and exits 0 when done; a second signal exits at once.
@@ -61,6 +64,13 @@ pub fn serve(config: Config) -> Result<(), Error> {
     }
     let server = Server::start_with_presence(config, router, backplane, presence)?;
     drain_on_signal(server.node.clone())?;
+    // Certificates reload on SIGHUP and when their files change.
+    let certs = [&server.node.tls, &server.node.api_tls]
+        .into_iter()
+        .flatten()
+        .map(|t| t.certs.clone())
+        .collect();
+    throng_server::tls::watch(certs, true)?;
     let mut out = std::io::stdout().lock();
     if let Some(index) = worker {
         // For the supervisor, which sums the workers' capacities.

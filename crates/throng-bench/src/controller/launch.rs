@@ -128,6 +128,9 @@ impl Embedded {
 pub(super) struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// Where its /metrics is read: the public port, or over TLS the
+    /// server API (plain HTTP on loopback).
+    pub metrics: SocketAddr,
     workers: Arc<Mutex<Vec<u32>>>,
 }
 
@@ -137,6 +140,7 @@ impl Server {
     pub(super) fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
         // /metrics lives on the server API listener; the probe reads the
         // public port, so the bench's own server keeps it there.
+        let tls = extra.iter().any(|a| a == "--tls-cert");
         let mut cmd = throng(&[
             "serve",
             "--port",
@@ -145,7 +149,7 @@ impl Server {
             "127.0.0.1",
             "--public-metrics",
             "--api-bind",
-            "none",
+            if tls { "127.0.0.1:0" } else { "none" },
         ])?;
         if let Some(t) = idle_timeout {
             cmd.args(["--idle-timeout", &t.to_string()]);
@@ -172,6 +176,9 @@ impl Server {
                         pids.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
                     }
                 }
+                if let Some(a) = line.trim().strip_prefix("api at ") {
+                    let _ = tx.send(format!("api {}", a.trim()));
+                }
                 if !sent {
                     if let Some(a) = line.trim().strip_prefix("listening on ") {
                         let _ = tx.send(a.trim().to_string());
@@ -180,7 +187,18 @@ impl Server {
                 }
             }
         });
-        match rx.recv_timeout(Duration::from_secs(20)) {
+        let mut api = None;
+        let mut got = rx.recv_timeout(Duration::from_secs(20));
+        while let Ok(a) = &got {
+            match a.strip_prefix("api ") {
+                Some(addr) => {
+                    api = addr.parse().ok();
+                    got = rx.recv_timeout(Duration::from_secs(20));
+                }
+                None => break,
+            }
+        }
+        match got {
             Ok(a) => {
                 let addr = a.parse().map_err(|_| {
                     BenchError::Server(format!("server printed an address I cannot read: {a}"))
@@ -188,6 +206,7 @@ impl Server {
                 Ok(Server {
                     child,
                     addr,
+                    metrics: api.filter(|_| tls).unwrap_or(addr),
                     workers,
                 })
             }

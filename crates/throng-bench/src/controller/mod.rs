@@ -35,6 +35,7 @@ mod presence;
 mod probe;
 mod run;
 mod timeline;
+mod tls;
 mod verdict;
 
 use std::io::Write;
@@ -117,7 +118,9 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     // are not shown inside a private network namespace.
     let os = tune::os_settings(users);
     let tcp = netns::for_run(args.netns, local_only, users)?;
-    let (embedded, target, presence_args) = server_side(&args, &sc, per_process, hard)?;
+    let bench_tls = tls::setup(&args)?;
+    let (embedded, target, presence_args) =
+        server_side(&args, &sc, per_process, hard, &bench_tls.server_args)?;
     // Agents: each holds up to its fd limit less a margin; a Tsung client
     // caps its agent at its maxusers.
     let tsung_caps: Vec<u64> = imported
@@ -155,6 +158,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         bind_sources: true,
         capacity: per_process,
         adaptive,
+        tls: bench_tls.plan.clone(),
     };
     send_plans(&mut agents, plan, &tsung_caps)?;
     let conn_size = agents.await_ready()?;
@@ -215,7 +219,7 @@ fn send_plans(agents: &mut Agents, plan: Plan, tsung_caps: &[u64]) -> Result<(),
 fn probe_of(embedded: Option<&Embedded>, target: SocketAddr) -> ServerProbe {
     match embedded {
         Some(e) => ServerProbe::new(
-            target,
+            e.server.metrics,
             Some(e.server.pid()),
             e.holders(),
             e.workers,
@@ -326,6 +330,7 @@ fn server_side(
     sc: &scenario::Scenario,
     per_process: u64,
     hard: u64,
+    tls_args: &[String],
 ) -> Result<(Option<Embedded>, SocketAddr, Vec<String>), BenchError> {
     if let Some(t) = &args.target {
         if !sc.sends_heartbeats() {
@@ -351,6 +356,7 @@ fn server_side(
     }
     let mut server_args = args.server_arg.clone();
     server_args.extend(presence.iter().cloned());
+    server_args.extend(tls_args.iter().cloned());
     let e = Embedded::start(users, per_process, hard, idle, &server_args)?;
     let addr = e.server.addr;
     Ok((Some(e), addr, presence))

@@ -45,6 +45,7 @@ mod session;
 mod socket;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 mod websocket;
 
 use std::cmp::Reverse;
@@ -126,6 +127,8 @@ pub struct Engine {
     starts: Vec<u64>,
     target: SocketAddr,
     host: String,
+    /// With `--tls`: every connection's TLS session.
+    tls: Option<tls::ClientTls>,
     /// This agent's loopback source addresses (empty: the kernel picks).
     sources: Vec<IpAddr>,
     heartbeat_ms: u32,
@@ -231,6 +234,7 @@ impl Engine {
             wbuf: Vec::with_capacity(4096),
             tbuf: Vec::with_capacity(4096),
             starts: Vec::new(),
+            tls: plan.tls.as_ref().map(tls::ClientTls::new).transpose()?,
             target: plan.target,
             host: plan.host,
             sources,
@@ -388,6 +392,7 @@ impl Engine {
         let Some(mut c) = self.conns.try_remove(token) else {
             return;
         };
+        let mut session = self.tls.as_mut().and_then(|t| t.take(token));
         // A diff it was reading for the agent: the next receiver reads it.
         if let Some(Rx::Large(l)) = c.rx.as_deref() {
             if let Some(head) = l.parsing() {
@@ -406,7 +411,12 @@ impl Engine {
                     self.wbuf.clear();
                     let m = self.mask();
                     encode_close(&mut self.wbuf, 1000, "", Some(m));
-                    let _ = sock.write(&self.wbuf);
+                    match session.as_deref_mut() {
+                        Some(s) => tls::send_last(s, sock, &self.wbuf),
+                        None => {
+                            let _ = sock.write(&self.wbuf);
+                        }
+                    }
                 }
             }
             Cause::Error(kind) => self.count_error(kind),

@@ -138,6 +138,7 @@ fn started_engine(sc: crate::scenario::Scenario, addr: SocketAddr) -> Engine {
         agents: 1,
         capacity: 1000,
         adaptive: false,
+        tls: None,
     })
     .unwrap();
     engine.start();
@@ -247,6 +248,7 @@ fn engine_counts_close_codes() {
         agents: 1,
         capacity: 100,
         adaptive: false,
+        tls: None,
     })
     .unwrap();
     engine.start();

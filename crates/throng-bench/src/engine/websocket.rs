@@ -69,7 +69,7 @@ impl Engine {
             }
             return;
         }
-        if writable && c.tx.is_some() {
+        if writable && (c.tx.is_some() || self.tls.is_some()) {
             self.flush_tx(token);
         }
         if readable || error {
@@ -98,6 +98,12 @@ impl Engine {
         }
         c.state = State::Handshaking;
         let user = c.user;
+        if let Some(tls) = &mut self.tls {
+            if let Err(e) = tls.open(token) {
+                self.drop_conn(token, Cause::Error(classify(&e)));
+                return;
+            }
+        }
         let nonce = self.nonce(user);
         let programs = Rc::clone(&self.programs);
         let path = self.connect_path(&programs, token);
@@ -166,7 +172,11 @@ impl Engine {
                     None => None,
                 };
             };
-            match sock.read(&mut buf[len..]) {
+            let read = match &mut self.tls {
+                Some(tls) if tls.has(token) => tls.read(token, sock, &mut buf[len..]),
+                _ => sock.read(&mut buf[len..]),
+            };
+            match read {
                 Ok(0) => {
                     self.drop_conn(token, Cause::Error(ErrKind::Eof));
                     break;
@@ -191,7 +201,8 @@ impl Engine {
                     // A short read drained the socket: epoll (edge-triggered)
                     // reports the next arrival, so skip the read that would
                     // only say EAGAIN (one syscall less per broadcast receipt).
-                    if end < buf.len() {
+                    // (Not over TLS: rustls may hold more plaintext.)
+                    if end < buf.len() && self.tls.is_none() {
                         break;
                     }
                 }
@@ -376,6 +387,12 @@ impl Engine {
             return;
         }
         let Some(sock) = c.sock.as_mut() else { return };
+        if let Some(tls) = self.tls.as_mut().filter(|t| t.has(token)) {
+            if let Err(e) = tls.write(token, sock, &self.wbuf) {
+                self.drop_conn(token, Cause::Error(classify(&e)));
+            }
+            return;
+        }
         let written = match sys::write_until_blocked(sock, &self.wbuf) {
             Ok(n) => n,
             Err(e) => return self.drop_conn(token, Cause::Error(classify(&e))),
@@ -390,6 +407,13 @@ impl Engine {
         let Some(c) = self.conns.get_mut(token) else {
             return;
         };
+        if let Some(tls) = self.tls.as_mut().filter(|t| t.has(token)) {
+            let Some(sock) = c.sock.as_mut() else { return };
+            if let Err(e) = tls.flush(token, sock) {
+                self.drop_conn(token, Cause::Error(classify(&e)));
+            }
+            return;
+        }
         let (Some(sock), Some(tx)) = (c.sock.as_mut(), c.tx.as_mut()) else {
             return;
         };

@@ -46,6 +46,10 @@ pub(super) struct FileConfig {
     pub(super) presence_timeout: Option<u64>,
     pub(super) max_presence_bytes: Option<usize>,
     pub(super) hooks: Option<crate::hooks::HookArgs>,
+    pub(super) tls_cert: Option<PathBuf>,
+    pub(super) tls_key: Option<PathBuf>,
+    pub(super) api_tls_cert: Option<PathBuf>,
+    pub(super) api_tls_key: Option<PathBuf>,
 }
 
 /// The `[auth]` keys, which the `--auth-*` flags set.

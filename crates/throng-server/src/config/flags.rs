@@ -268,6 +268,38 @@ pub struct ServeArgs {
     /// Also serve /metrics on the public port (it is always on the API listener)
     #[arg(long, help_heading = "Server API", env = "THRONG_PUBLIC_METRICS")]
     pub public_metrics: bool,
+    /// Serve TLS (https://, wss://) on the public port with this PEM certificate chain (the server's certificate first); with --tls-key. Reloaded on SIGHUP and when the file changes [default: none: plain HTTP]
+    #[arg(
+        long,
+        help_heading = "TLS",
+        value_name = "FILE",
+        env = "THRONG_TLS_CERT"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, SEC1 EC or PKCS#1 RSA)
+    #[arg(
+        long,
+        help_heading = "TLS",
+        value_name = "FILE",
+        env = "THRONG_TLS_KEY"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// Serve the server API over TLS (https://) with this PEM certificate chain; with --api-tls-key [default: none: plain HTTP]
+    #[arg(
+        long,
+        help_heading = "TLS",
+        value_name = "FILE",
+        env = "THRONG_API_TLS_CERT"
+    )]
+    pub api_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --api-tls-cert
+    #[arg(
+        long,
+        help_heading = "TLS",
+        value_name = "FILE",
+        env = "THRONG_API_TLS_KEY"
+    )]
+    pub api_tls_key: Option<PathBuf>,
     /// Topic rules as JSON (set by the supervisor for its workers; use [[topics]] in the config file)
     #[arg(long, hide = true, env = "THRONG_TOPIC_RULES_JSON")]
     pub topic_rules_json: Option<String>,

@@ -84,6 +84,10 @@ pub struct Config {
     pub max_presence_bytes: usize,
     /// `[hooks]`: the app backend (`crate::hooks`).
     pub hooks: crate::hooks::HooksConfig,
+    /// TLS on the public port (`--tls-cert`, `--tls-key`).
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// TLS on the server API (`--api-tls-cert`, `--api-tls-key`).
+    pub api_tls: Option<crate::tls::TlsFiles>,
 }
 
 /// The most worker processes `--workers` accepts.
@@ -127,6 +131,8 @@ impl Default for Config {
             presence_timeout: Duration::from_secs(30),
             max_presence_bytes: 1024,
             hooks: Default::default(),
+            tls: None,
+            api_tls: None,
         }
     }
 }
@@ -297,7 +303,21 @@ impl ServeArgs {
                 "presence_timeout must be at least 1 s".into(),
             ));
         }
+        let tls = crate::tls::TlsFiles::pair(
+            self.tls_cert.or(file.tls_cert),
+            self.tls_key.or(file.tls_key),
+            "tls",
+        )
+        .map_err(Error::Config)?;
+        let api_tls = crate::tls::TlsFiles::pair(
+            self.api_tls_cert.or(file.api_tls_cert),
+            self.api_tls_key.or(file.api_tls_key),
+            "api_tls",
+        )
+        .map_err(Error::Config)?;
         Ok(Config {
+            tls,
+            api_tls,
             auth,
             hooks,
             check_origin,

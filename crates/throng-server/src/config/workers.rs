@@ -133,6 +133,23 @@ impl Config {
         if self.public_metrics {
             args.push("--public-metrics".into());
         }
+        // Each worker loads (and reloads) the same files.
+        if let Some(t) = &self.tls {
+            args.extend([
+                "--tls-cert".into(),
+                t.cert.display().to_string(),
+                "--tls-key".into(),
+                t.key.display().to_string(),
+            ]);
+        }
+        if let Some(t) = &self.api_tls {
+            args.extend([
+                "--api-tls-cert".into(),
+                t.cert.display().to_string(),
+                "--api-tls-key".into(),
+                t.key.display().to_string(),
+            ]);
+        }
         args
     }
 }
@@ -189,6 +206,8 @@ mod tests {
             auth_max_age: Some("0.25".parse().unwrap()),
             auth_jwt_audience: Some("throng".into()),
             auth_jwt_issuer: Some("https://auth.example".into()),
+            tls_cert: Some("/etc/throng/cert.pem".into()),
+            tls_key: Some("/etc/throng/key.pem".into()),
             ..Default::default()
         }
         .resolve()
@@ -224,5 +243,7 @@ mod tests {
         assert_eq!(hooks, c.hooks);
         assert_eq!(w.auth, c.auth);
         assert_eq!(w.auth.max_age.map(|m| m.as_millis()), Some(250));
+        assert_eq!(w.tls, c.tls);
+        assert!(w.tls.is_some() && w.api_tls.is_none());
     }
 }

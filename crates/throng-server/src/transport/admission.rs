@@ -86,7 +86,8 @@ impl Conns {
         debug_assert_eq!(conn.kind, Kind::Http);
         let started = conn.extra.as_ref().is_some_and(|e| !e.input.is_empty());
         if started && !conn.queued() {
-            let _ = super::output::write_some(&mut conn.sock, TIMEOUT_RESPONSE);
+            let r = [TIMEOUT_RESPONSE];
+            let _ = super::output::write_plain(&mut self.tls, key, &mut conn.sock, &r);
         }
         // Counted by the close (`CloseReason::HandshakeTimeout`).
         true

@@ -48,7 +48,8 @@ impl Conns {
                 if let Some(code) = row.code {
                     let at = self.reply.len();
                     frame::encode_close(&mut self.reply, code, row.text, None);
-                    let _ = super::output::write_some(&mut conn.sock, &self.reply[at..]);
+                    let bytes = [&self.reply[at..]];
+                    let _ = super::output::write_plain(&mut self.tls, key, &mut conn.sock, &bytes);
                     self.reply.truncate(at);
                 }
                 self.remove(node, scratch, key, code);
@@ -124,6 +125,12 @@ impl Conns {
             return;
         }
         if let Kind::Closing { shut: false } = conn.kind {
+            if let Some(tls) = &mut self.tls {
+                if tls.backlogged(key) {
+                    return;
+                }
+                tls.close_notify(key, &mut conn.sock);
+            }
             let _ = conn.sock.shutdown(std::net::Shutdown::Write);
             conn.kind = Kind::Closing { shut: true };
         }
@@ -169,6 +176,9 @@ impl Conns {
             return;
         };
         self.release(node, key);
+        if let Some(tls) = &mut self.tls {
+            tls.close(key);
+        }
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
         if !self.lp.waiting.is_empty() {

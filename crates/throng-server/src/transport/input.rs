@@ -46,12 +46,21 @@ impl Shard {
                 break;
             }
             reads += 1;
-            let n = match conn.sock.read(&mut rbuf) {
-                Ok(0) => {
+            let read = match &mut self.conns.tls {
+                None => conn.sock.read(&mut rbuf).map(|n| (n, n == rbuf.len())),
+                Some(tls) => {
+                    let got = tls.read(key, &mut conn.sock, &mut rbuf);
+                    self.conns.watch_tls_backlog(key);
+                    got.map(|g| (g.plain, g.more))
+                }
+            };
+            let conn = &mut self.conns.slab[key];
+            let (n, more) = match read {
+                Ok((0, _)) => {
                     self.conns.doom(key, CloseReason::Gone);
                     break;
                 }
-                Ok(n) => n,
+                Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
@@ -68,7 +77,7 @@ impl Shard {
             self.input(key, &mut rbuf[..n]);
             self.conns.flush_reply(key);
             // A short read drained the socket; edge-triggered epoll reports new data.
-            if n < rbuf.len() || self.yielded {
+            if !more || self.yielded {
                 break;
             }
         }

@@ -23,7 +23,8 @@
 //!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
 //!   on this shard;
 //! - `longpoll.rs`: the long-poll transport's requests and sessions
-//!   (`crate::longpoll`), which run the same Phoenix socket.
+//!   (`crate::longpoll`), which run the same Phoenix socket;
+//! - `tls.rs`: TLS sessions below all of it, with `--tls-cert`.
 //!
 //! Invariant: a connection is only removed from the slab between events
 //! (by [`Conns::close`] for a reason whose output is not flushed, called
@@ -43,6 +44,7 @@ mod longpoll;
 mod output;
 mod phoenix;
 mod sweep;
+mod tls;
 pub(crate) mod users;
 
 use std::collections::HashMap;
@@ -124,6 +126,8 @@ pub(crate) struct Conns {
     pub next_read: u64,
     /// Joins and pushes waiting for the app backend (`crate::hooks`).
     pub hook_waits: crate::hooks::Waits,
+    /// With `--tls-cert`: every connection's TLS session (`tls.rs`).
+    pub tls: Option<tls::Tls>,
 }
 
 pub(crate) struct Shard {
@@ -196,6 +200,10 @@ impl Shard {
             pending: HashMap::new(),
             next_read: 0,
             hook_waits: Default::default(),
+            tls: node
+                .tls
+                .clone()
+                .map(|t| tls::Tls::new(t, READ_BUF, node.stats[id].clone())),
         };
         Ok(Shard {
             id,
@@ -337,6 +345,12 @@ impl Shard {
                         tracing::warn!("register failed: {e}");
                         self.conns.release(&self.node, key);
                         continue;
+                    }
+                    if let Some(tls) = &mut self.conns.tls {
+                        if !tls.open(key) {
+                            self.conns.release(&self.node, key);
+                            continue;
+                        }
                     }
                     entry.insert(Conn::new(sock, self.conns.now));
                     ShardStats::add(&self.conns.stats.accepted, 1);

@@ -55,7 +55,7 @@ impl Conns {
         }
         let mut written = 0;
         if !conn.queued() {
-            match write_some(&mut conn.sock, bytes) {
+            match write_plain(&mut self.tls, key, &mut conn.sock, &[bytes]) {
                 Ok(n) => written = n,
                 Err(_) => {
                     self.doom(key, CloseReason::Gone);
@@ -63,6 +63,7 @@ impl Conns {
                 }
             }
             self.bytes_out += written as u64;
+            self.watch_tls_backlog(key);
             if written == bytes.len() {
                 return;
             }
@@ -103,7 +104,11 @@ impl Conns {
         if !conn.queued() {
             let slices = parts.map(IoSlice::new);
             loop {
-                match conn.sock.write_vectored(&slices) {
+                let wrote = match &mut self.tls {
+                    None => conn.sock.write_vectored(&slices),
+                    Some(tls) => tls.write(key, &mut conn.sock, &parts),
+                };
+                match wrote {
                     Ok(n) => written = n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -115,6 +120,7 @@ impl Conns {
                 break;
             }
             self.bytes_out += written as u64;
+            self.watch_tls_backlog(key);
         }
         for (i, part) in parts.iter().enumerate() {
             if written >= part.len() {
@@ -183,6 +189,16 @@ impl Conns {
         let Some(extra) = conn.extra.as_mut() else {
             return;
         };
+        if let Some(tls) = &mut self.tls {
+            match tls.flush(key, &mut conn.sock) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(_) => {
+                    self.doom(key, CloseReason::Gone);
+                    return;
+                }
+            }
+        }
         while !extra.out.is_empty() {
             let slices: Vec<IoSlice<'_>> = extra
                 .out
@@ -190,7 +206,14 @@ impl Conns {
                 .take(64)
                 .map(|c| IoSlice::new(c.rest()))
                 .collect();
-            match conn.sock.write_vectored(&slices) {
+            let wrote = match &mut self.tls {
+                None => conn.sock.write_vectored(&slices),
+                Some(tls) => {
+                    let parts: Vec<&[u8]> = slices.iter().map(|s| &s[..]).collect();
+                    tls.write(key, &mut conn.sock, &parts)
+                }
+            };
+            match wrote {
                 Ok(0) => break,
                 Ok(mut n) => {
                     self.bytes_out += n as u64;
@@ -217,6 +240,10 @@ impl Conns {
                     return;
                 }
             }
+        }
+        if self.tls.as_ref().is_some_and(|t| t.backlogged(key)) {
+            // The last write's ciphertext waits for the next writable event.
+            return;
         }
         extra.want_write = false;
         extra.out.shrink_to_fit();
@@ -288,9 +315,12 @@ impl Conns {
                 self.enqueue(key, Chunk::Shared(b.clone(), vsn, 0));
                 continue;
             }
-            match write_some(&mut conn.sock, bytes) {
+            match write_plain(&mut self.tls, key, &mut conn.sock, &[bytes]) {
                 Ok(n) => {
                     self.bytes_out += n as u64;
+                    if self.tls.is_some() {
+                        self.watch_tls_backlog(key);
+                    }
                     if n < bytes.len() {
                         self.enqueue(key, Chunk::Shared(b.clone(), vsn, n));
                     }
@@ -350,6 +380,46 @@ impl Conns {
             ShardStats::add(&self.stats.bytes_out, self.bytes_out);
             self.msgs_out = 0;
             self.bytes_out = 0;
+        }
+    }
+}
+
+/// One write of plaintext to connection `key`: to its socket, or through
+/// its TLS session (which may take less, at most `tls.rs`'s `WRITE_MAX`);
+/// `WouldBlock` is zero bytes.
+pub(super) fn write_plain(
+    tls: &mut Option<super::tls::Tls>,
+    key: usize,
+    sock: &mut TcpStream,
+    parts: &[&[u8]],
+) -> io::Result<usize> {
+    match tls {
+        None => write_some(sock, parts[0]),
+        Some(tls) => match tls.write(key, sock, parts) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            other => other,
+        },
+    }
+}
+
+impl Conns {
+    /// After a write through TLS: ciphertext the kernel refused waits in
+    /// the session, and the socket is watched for room as for queued output.
+    pub(super) fn watch_tls_backlog(&mut self, key: usize) {
+        if !self.tls.as_ref().is_some_and(|t| t.backlogged(key)) {
+            return;
+        }
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        let extra = conn.extra();
+        if !extra.want_write {
+            extra.want_write = true;
+            let _ = self.poll.reregister(
+                &mut conn.sock,
+                Token(key),
+                Interest::READABLE | Interest::WRITABLE,
+            );
         }
     }
 }
