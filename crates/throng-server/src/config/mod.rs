@@ -43,6 +43,8 @@ pub struct Config {
     pub longpoll_window: Option<Duration>,
     /// Messages one long-poll POST may carry.
     pub max_longpoll_batch: usize,
+    /// permessage-deflate offered to clients (`--no-deflate` turns it off).
+    pub deflate: bool,
     pub echo: bool,
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
@@ -105,6 +107,7 @@ impl Default for Config {
             limits: Limits::defaults(64 << 10),
             longpoll_window: Some(Duration::from_secs(10)),
             max_longpoll_batch: 100,
+            deflate: true,
             echo: false,
             log_requests: false,
             redis: None,
@@ -334,6 +337,7 @@ impl ServeArgs {
                 .max_longpoll_batch
                 .or(file.max_longpoll_batch)
                 .unwrap_or(d.max_longpoll_batch),
+            deflate: !self.no_deflate && file.deflate.unwrap_or(true),
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,

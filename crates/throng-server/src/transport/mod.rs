@@ -14,6 +14,8 @@
 //!   budget of frames;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
+//! - `deflate.rs`: permessage-deflate on the shard (inflating within the
+//!   message bound, compressing one connection's messages);
 //! - `closing.rs`: the one way a connection ends ([`Conns::close`] with a
 //!   reason from `crate::close`'s table), the half-close, removing connections;
 //! - `admission.rs`: connection caps at accept, the HTTP head deadline;
@@ -35,6 +37,7 @@ mod admission;
 mod budget;
 mod closing;
 pub(crate) mod conn;
+mod deflate;
 mod drain;
 mod hooks;
 mod input;
@@ -116,6 +119,8 @@ pub(crate) struct Conns {
     pub replayed: HashMap<(usize, u32), u64>,
     /// Joins and pushes waiting for the app backend (`crate::hooks`).
     pub hook_waits: crate::hooks::Waits,
+    /// permessage-deflate's inflater and buffers, the shard's (`deflate.rs`).
+    pub deflate: deflate::ShardDeflate,
 }
 
 pub(crate) struct Shard {
@@ -186,6 +191,7 @@ impl Shard {
             tracked: HashMap::new(),
             replayed: HashMap::new(),
             hook_waits: Default::default(),
+            deflate: Default::default(),
         };
         Ok(Shard {
             id,

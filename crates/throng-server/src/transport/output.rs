@@ -243,6 +243,8 @@ impl Conns {
         let subs = std::mem::take(&mut self.registry.topics[idx as usize].subs);
         let sent_before = self.msgs_out;
         let mut frame_bytes = 0u64;
+        // Compressed deliveries (permessage-deflate) and the bytes saved.
+        let (mut deflated, mut saved) = (0u64, 0u64);
         // Sockets that just got this message in a history replay.
         let replayed = b.offset != 0 && !self.replayed.is_empty();
         for &key in &subs {
@@ -265,32 +267,51 @@ impl Conns {
             let Some(conn) = self.slab.get_mut(key) else {
                 continue;
             };
-            let Kind::Ws { vsn, .. } = conn.kind else {
+            let Kind::Ws { vsn, deflate, .. } = conn.kind else {
                 continue;
             };
             if conn.dead {
                 continue;
             }
-            let Some(bytes) = b.frame(vsn) else {
-                continue;
+            // A socket that negotiated deflate with the full window gets
+            // the one compressed copy (made once, by the first delivery
+            // that needs it); any other, the plain one.
+            let (bytes, z) = if deflate == 15 {
+                let Some((bytes, z)) = b.frame_deflated(vsn) else {
+                    continue;
+                };
+                if z {
+                    deflated += 1;
+                    saved += b.frame(vsn).map_or(0, |p| p.len() - bytes.len()) as u64;
+                }
+                (bytes, z)
+            } else {
+                let Some(bytes) = b.frame(vsn) else {
+                    continue;
+                };
+                (bytes, false)
             };
             self.msgs_out += 1;
             frame_bytes += bytes.len() as u64;
             if conn.queued() {
-                self.enqueue(key, Chunk::Shared(b.clone(), vsn, 0));
+                self.enqueue(key, Chunk::Shared(b.clone(), vsn, z, 0));
                 continue;
             }
             match write_some(&mut conn.sock, bytes) {
                 Ok(n) => {
                     self.bytes_out += n as u64;
                     if n < bytes.len() {
-                        self.enqueue(key, Chunk::Shared(b.clone(), vsn, n));
+                        self.enqueue(key, Chunk::Shared(b.clone(), vsn, z, n));
                     }
                 }
                 Err(_) => self.doom(key, CloseReason::Gone),
             }
         }
         self.registry.topics[idx as usize].subs = subs;
+        if deflated > 0 {
+            ShardStats::add(&self.stats.deflate_messages_out, deflated);
+            ShardStats::add(&self.stats.deflate_bytes_saved, saved);
+        }
         if replayed {
             // Past a replay's last message, live messages are new to it.
             let offset = b.offset;
