@@ -33,6 +33,10 @@ use crate::frame::{encode_header, Opcode};
 /// The extension's token in `Sec-WebSocket-Extensions`.
 pub const EXTENSION: &str = "permessage-deflate";
 
+/// What a client offers: the extension with `client_max_window_bits` (the
+/// offer of browsers and Node's `ws`).
+pub const CLIENT_OFFER: &str = "permessage-deflate; client_max_window_bits";
+
 /// Messages shorter than this go uncompressed: below it, the deflate block
 /// overhead and the CPU outweigh the few bytes saved.
 pub const MIN_COMPRESS: usize = 256;

@@ -149,6 +149,18 @@ pub fn offered_protocols<'a>(
 /// Client side: appends an upgrade request for `path` (with query) on `host`.
 /// `nonce` is 16 bytes the caller chose; returns the accept value to expect.
 pub fn write_client_request(out: &mut Vec<u8>, host: &str, path: &str, nonce: [u8; 16]) -> String {
+    write_client_request_with(out, host, path, nonce, None)
+}
+
+/// As [`write_client_request`], offering `extensions` in
+/// `Sec-WebSocket-Extensions` (permessage-deflate) if given.
+pub fn write_client_request_with(
+    out: &mut Vec<u8>,
+    host: &str,
+    path: &str,
+    nonce: [u8; 16],
+    extensions: Option<&str>,
+) -> String {
     let key = B64.encode(nonce);
     out.extend_from_slice(b"GET ");
     out.extend_from_slice(path.as_bytes());
@@ -158,6 +170,10 @@ pub fn write_client_request(out: &mut Vec<u8>, host: &str, path: &str, nonce: [u
         b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ",
     );
     out.extend_from_slice(key.as_bytes());
+    if let Some(e) = extensions {
+        out.extend_from_slice(b"\r\nSec-WebSocket-Extensions: ");
+        out.extend_from_slice(e.as_bytes());
+    }
     out.extend_from_slice(b"\r\n\r\n");
     accept_key(key.as_bytes())
 }
