@@ -62,9 +62,7 @@ pub struct Agreement {
 impl Agreement {
     /// The `Sec-WebSocket-Extensions` value to answer with.
     pub fn response(&self) -> String {
-        let mut r = format!(
-            "{EXTENSION}; server_no_context_takeover; client_no_context_takeover"
-        );
+        let mut r = format!("{EXTENSION}; server_no_context_takeover; client_no_context_takeover");
         if self.server_window_named {
             r.push_str(&format!("; server_max_window_bits={}", self.server_window));
         }
@@ -325,8 +323,11 @@ mod tests {
             a.response(),
             "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
         );
-        let a = negotiate(["x-webkit-deflate-frame", "permessage-deflate; server_max_window_bits=10"])
-            .unwrap();
+        let a = negotiate([
+            "x-webkit-deflate-frame",
+            "permessage-deflate; server_max_window_bits=10",
+        ])
+        .unwrap();
         assert_eq!(a.server_window, 10);
         assert!(a.response().ends_with("; server_max_window_bits=10"));
         assert_eq!(negotiate(["foo, bar"]), None);
@@ -359,7 +360,12 @@ mod tests {
         for window in 9..=15 {
             let mut out = vec![1, 2];
             assert!(compress(&body, window, &mut out), "window {window}");
-            assert!(out.len() - 2 < body.len() / 4, "{} of {}", out.len(), body.len());
+            assert!(
+                out.len() - 2 < body.len() / 4,
+                "{} of {}",
+                out.len(),
+                body.len()
+            );
             assert_eq!(inflate_once(&out[2..], 1 << 20).unwrap(), body);
         }
         let mut out = Vec::new();
@@ -402,8 +408,14 @@ mod tests {
         assert_eq!(out, body);
         // Exactly at the bound is fine.
         inf.inflate(&c2, body.len(), &mut out).unwrap();
-        assert_eq!(inf.inflate(&c2, body.len() - 1, &mut out), Err(InflateError::TooBig));
-        assert_eq!(inf.inflate(&[0xff, 0xff, 0xff], 100, &mut out), Err(InflateError::Invalid));
+        assert_eq!(
+            inf.inflate(&c2, body.len() - 1, &mut out),
+            Err(InflateError::TooBig)
+        );
+        assert_eq!(
+            inf.inflate(&[0xff, 0xff, 0xff], 100, &mut out),
+            Err(InflateError::Invalid)
+        );
         // An empty message: the compressed empty block.
         assert_eq!(inflate_once(&[0x02, 0x00], 10).unwrap(), b"");
     }

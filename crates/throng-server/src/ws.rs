@@ -45,7 +45,10 @@ pub(crate) fn on_frame<'a>(
 ) -> FrameAction<'a> {
     let in_progress = extra.as_ref().is_some_and(|e| e.frag.is_some());
     if compressed && opcode == Opcode::Continuation {
-        return FrameAction::Fail(close_code::PROTOCOL_ERROR, "RSV1 set on a continuation frame");
+        return FrameAction::Fail(
+            close_code::PROTOCOL_ERROR,
+            "RSV1 set on a continuation frame",
+        );
     }
     match opcode {
         Opcode::Ping => FrameAction::Ping(payload),
@@ -183,7 +186,14 @@ mod tests {
         let mut extra = None;
         on_frame(&mut extra, false, Opcode::Text, false, &[b'a'; 60], 100);
         assert_eq!(
-            on_frame(&mut extra, true, Opcode::Continuation, false, &[b'a'; 60], 100),
+            on_frame(
+                &mut extra,
+                true,
+                Opcode::Continuation,
+                false,
+                &[b'a'; 60],
+                100
+            ),
             FrameAction::Fail(1009, "message too big")
         );
         let mut extra = None;

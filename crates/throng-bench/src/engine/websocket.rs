@@ -332,7 +332,10 @@ impl Engine {
     fn on_compressed(&mut self, token: usize, opcode: Opcode, fin: bool, payload: &[u8]) {
         let mut out = std::mem::take(&mut self.inflated);
         let inflater = self.inflater.get_or_insert_with(Default::default);
-        let ok = fin && inflater.inflate(payload, MAX_MESSAGE as usize, &mut out).is_ok();
+        let ok = fin
+            && inflater
+                .inflate(payload, MAX_MESSAGE as usize, &mut out)
+                .is_ok();
         if ok {
             self.on_frame(token, opcode, fin, &out);
         } else {

@@ -506,7 +506,8 @@ pub fn pad_publish(sc: &mut Scenario, bytes: usize) {
     if bytes == 0 {
         return;
     }
-    const WORDS: &str = "order shipped to warehouse 17, status in_transit, carrier express, eta tomorrow; ";
+    const WORDS: &str =
+        "order shipped to warehouse 17, status in_transit, carrier express, eta tomorrow; ";
     let pad: String = WORDS.chars().cycle().take(bytes).collect();
     for role in &mut sc.roles {
         for step in &mut role.session {

@@ -182,7 +182,13 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
         }
     }
     if is_ws_path {
-        return match upgrade(&req, path == "/echo", query, config.hooks.connect, config.deflate) {
+        return match upgrade(
+            &req,
+            path == "/echo",
+            query,
+            config.hooks.connect,
+            config.deflate,
+        ) {
             Ok(u) => (head_len, Action::Upgrade(Box::new(u))),
             Err(e) => (data.len(), Action::Error(e)),
         };
