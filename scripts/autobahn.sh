@@ -20,7 +20,7 @@ trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 args=()
 if [ $# -eq 0 ]; then args=(-x '9.*'); else for s in "$@"; do args+=(-i "$s"); done; fi
-timeout 1500 kosoku "${args[@]}" -o "$out" "ws://127.0.0.1:$port/echo" | tail -2
+timeout 1800 kosoku "${args[@]}" -o "$out" "ws://127.0.0.1:$port/echo" | tail -2
 python3 - "$out/index.json" <<'PY'
 import json, sys, collections
 d = json.load(open(sys.argv[1]))
