@@ -442,6 +442,24 @@ mod tests {
     }
 
     #[test]
+    fn deflate_is_on_unless_the_flag_or_the_file_says_off() {
+        assert!(ServeArgs::default().resolve().unwrap().deflate);
+        let off = ServeArgs {
+            no_deflate: true,
+            ..Default::default()
+        };
+        assert!(!off.resolve().unwrap().deflate);
+        let path = std::env::temp_dir().join(format!("throng-deflate-{}", std::process::id()));
+        std::fs::write(&path, "deflate = false\n").unwrap();
+        let file = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        assert!(!file.resolve().unwrap().deflate);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
     fn workers_need_redis() {
         let err = ServeArgs {
             workers: Some(2),

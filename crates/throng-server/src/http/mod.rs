@@ -402,6 +402,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn negotiates_deflate_unless_turned_off() {
+        let offer = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n";
+        let u = upgrade_of(&ws("/socket/websocket?vsn=2.0.0", offer));
+        assert_eq!(u.deflate, 15);
+        let text = String::from_utf8(u.response).unwrap();
+        assert!(
+            text.contains("\r\nSec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n\r\n"),
+            "{text}"
+        );
+        let none = upgrade_of(&ws("/socket/websocket?vsn=2.0.0", ""));
+        assert_eq!(none.deflate, 0);
+        assert!(!String::from_utf8(none.response)
+            .unwrap()
+            .contains("Extensions"));
+        let req = ws("/socket/websocket?vsn=2.0.0", offer);
+        let off = Config {
+            deflate: false,
+            ..cfg()
+        };
+        match handle(req.as_bytes(), &off) {
+            (_, Action::Upgrade(u)) => {
+                assert_eq!(u.deflate, 0);
+                assert!(!String::from_utf8(u.response)
+                    .unwrap()
+                    .contains("Extensions"));
+            }
+            (_, other) => panic!("expected an upgrade, got {other:?}"),
+        }
+    }
+
     fn error_of(req: &str) -> HttpError {
         match handle(req.as_bytes(), &cfg()) {
             (_, Action::Error(e)) => e,
