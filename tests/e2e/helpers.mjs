@@ -432,12 +432,12 @@ export class RawWs {
    * Connects and performs the opening handshake; throws unless the server answers 101
    * with the right Sec-WebSocket-Accept.
    */
-  static async connect(port, {path: target = "/socket/websocket?vsn=2.0.0", host = "127.0.0.1", ms = 5000} = {}){
+  static async connect(port, {path: target = "/socket/websocket?vsn=2.0.0", host = "127.0.0.1", ms = 5000, extraHeaders = []} = {}){
     const sock = await connectTcp(port, host, ms)
     sock.setNoDelay(true)
     const ws = new RawWs(sock)
     const key = randomBytes(16).toString("base64")
-    ws.send(handshakeRequest({port, path: target, key}))
+    ws.send(handshakeRequest({port, path: target, key, extraHeaders}))
     const res = await ws.reader.until(buf => parseHttpResponse(buf, {head: true}), ms, "the handshake response")
     if(!res){
       ws.destroy()

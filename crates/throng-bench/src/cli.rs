@@ -171,6 +171,12 @@ pub struct LoadArgs {
         allow_negative_numbers = true
     )]
     pub broadcast_after: f64,
+    /// Bytes of text each broadcast carries besides its timestamp (built-in
+    /// scenario), as a `"pad"` field of notification-like JSON text: with
+    /// --deflate, what compression does to a notification of that size
+    /// [default: 0]
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    pub broadcast_pad: usize,
     /// New users per second, on a fixed schedule. Without it (and without
     /// --duration) the built-in scenario's users arrive adaptively: the
     /// controller raises the rate while handshakes stay quick and backs off
@@ -202,6 +208,11 @@ pub struct LoadArgs {
     /// Use the v1 serializer (JSON objects) in the built-in scenario.
     #[arg(long)]
     pub v1: bool,
+    /// Every client offers permessage-deflate (WebSocket compression, as
+    /// browsers and Node's ws do) and inflates what arrives compressed; the
+    /// server compresses messages of 256 bytes or more
+    #[arg(long)]
+    pub deflate: bool,
     /// A TOML scenario (see scenarios/README.md).
     #[arg(long, conflicts_with = "tsung", value_name = "FILE")]
     pub scenario: Option<PathBuf>,
@@ -346,6 +357,9 @@ impl LoadArgs {
             }
             scenario.heartbeat = h;
         }
+        if self.deflate {
+            scenario.deflate = true;
+        }
         if let Some(g) = self.heartbeat_grid {
             scenario.heartbeat_grid = g;
             scenario.validate()?;
@@ -450,6 +464,7 @@ impl LoadArgs {
             vsn,
         );
         scenario::delay_publish(&mut sc, self.broadcast_after);
+        scenario::pad_publish(&mut sc, self.broadcast_pad);
         sc
     }
 }

@@ -161,6 +161,7 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
         connect_timeout: 10.0,
         reply_timeout: 10.0,
         presence: None,
+        deflate: false,
         phases,
         roles,
     };

@@ -122,6 +122,9 @@ impl FrameError {
 pub struct RawFrame {
     pub fin: bool,
     pub opcode: Opcode,
+    /// RSV1: the message is compressed (permessage-deflate, only where it
+    /// was negotiated: see [`decode_frame_with`]).
+    pub compressed: bool,
     /// Where the (unmasked) payload sits in the buffer passed to [`decode_frame`].
     pub payload: Range<usize>,
     /// How many bytes of the buffer this frame used.
@@ -137,14 +140,29 @@ pub fn decode_frame(
     role: Role,
     max_payload: u64,
 ) -> Result<Option<RawFrame>, FrameError> {
+    decode_frame_with(buf, role, max_payload, false)
+}
+
+/// As [`decode_frame`], with RSV1 allowed when `deflate` (permessage-deflate
+/// negotiated, RFC 7692 §6): it marks the first frame of a compressed
+/// message. RSV1 on a control frame is still an error; on a continuation
+/// frame the caller refuses it (it knows whether a message is in progress).
+pub fn decode_frame_with(
+    buf: &mut [u8],
+    role: Role,
+    max_payload: u64,
+    deflate: bool,
+) -> Result<Option<RawFrame>, FrameError> {
     if buf.len() < 2 {
         return Ok(None);
     }
     let b0 = buf[0];
     let b1 = buf[1];
-    if b0 & 0x70 != 0 {
+    let reserved = if deflate { 0x30 } else { 0x70 };
+    if b0 & reserved != 0 {
         return Err(FrameError::ReservedBits);
     }
+    let compressed = b0 & 0x40 != 0;
     let fin = b0 & 0x80 != 0;
     let opcode = Opcode::from_bits(b0 & 0x0F).ok_or(FrameError::ReservedOpcode(b0 & 0x0F))?;
     let masked = b1 & 0x80 != 0;
@@ -155,6 +173,9 @@ pub fn decode_frame(
     }
     let len7 = b1 & 0x7F;
     if opcode.is_control() {
+        if compressed {
+            return Err(FrameError::ReservedBits);
+        }
         if !fin {
             return Err(FrameError::FragmentedControl);
         }
@@ -214,6 +235,7 @@ pub fn decode_frame(
     Ok(Some(RawFrame {
         fin,
         opcode,
+        compressed,
         payload,
         consumed: pos + len,
     }))
@@ -376,6 +398,21 @@ mod tests {
         rsv[0] |= 0x40;
         assert_eq!(
             decode_frame(&mut rsv, Role::Server, 100),
+            Err(FrameError::ReservedBits)
+        );
+        let mut rsv1 = masked(Opcode::Text, b"x", true);
+        rsv1[0] |= 0x40;
+        let f = decode_frame_with(&mut rsv1.clone(), Role::Server, 100, true);
+        assert!(f.unwrap().unwrap().compressed);
+        rsv1[0] |= 0x20;
+        assert_eq!(
+            decode_frame_with(&mut rsv1, Role::Server, 100, true),
+            Err(FrameError::ReservedBits)
+        );
+        let mut ping = masked(Opcode::Ping, b"x", true);
+        ping[0] |= 0x40;
+        assert_eq!(
+            decode_frame_with(&mut ping, Role::Server, 100, true),
             Err(FrameError::ReservedBits)
         );
         let mut op = masked(Opcode::Text, b"x", true);

@@ -95,6 +95,17 @@ pub fn write_response(out: &mut Vec<u8>, accept: &str) {
 /// Appends the `101 Switching Protocols` response, selecting `protocol`
 /// (one of the client's `Sec-WebSocket-Protocol` offers) if given.
 pub fn write_response_with_protocol(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>) {
+    write_response_with(out, accept, protocol, None);
+}
+
+/// Appends the `101 Switching Protocols` response with a subprotocol and a
+/// `Sec-WebSocket-Extensions` answer (permessage-deflate), each if given.
+pub fn write_response_with(
+    out: &mut Vec<u8>,
+    accept: &str,
+    protocol: Option<&str>,
+    extensions: Option<&str>,
+) {
     out.extend_from_slice(
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ",
     );
@@ -103,7 +114,22 @@ pub fn write_response_with_protocol(out: &mut Vec<u8>, accept: &str, protocol: O
         out.extend_from_slice(b"\r\nSec-WebSocket-Protocol: ");
         out.extend_from_slice(p.as_bytes());
     }
+    if let Some(e) = extensions {
+        out.extend_from_slice(b"\r\nSec-WebSocket-Extensions: ");
+        out.extend_from_slice(e.as_bytes());
+    }
     out.extend_from_slice(b"\r\n\r\n");
+}
+
+/// The client's `Sec-WebSocket-Extensions` values (each a comma-separated
+/// list of offers), for [`crate::deflate::negotiate`].
+pub fn offered_extensions<'a>(
+    req: &'a httparse::Request<'_, '_>,
+) -> impl Iterator<Item = &'a str> + 'a {
+    req.headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions"))
+        .filter_map(|h| std::str::from_utf8(h.value).ok())
 }
 
 /// The subprotocols a client offers in `Sec-WebSocket-Protocol` (one header
@@ -123,6 +149,18 @@ pub fn offered_protocols<'a>(
 /// Client side: appends an upgrade request for `path` (with query) on `host`.
 /// `nonce` is 16 bytes the caller chose; returns the accept value to expect.
 pub fn write_client_request(out: &mut Vec<u8>, host: &str, path: &str, nonce: [u8; 16]) -> String {
+    write_client_request_with(out, host, path, nonce, None)
+}
+
+/// As [`write_client_request`], offering `extensions` in
+/// `Sec-WebSocket-Extensions` (permessage-deflate) if given.
+pub fn write_client_request_with(
+    out: &mut Vec<u8>,
+    host: &str,
+    path: &str,
+    nonce: [u8; 16],
+    extensions: Option<&str>,
+) -> String {
     let key = B64.encode(nonce);
     out.extend_from_slice(b"GET ");
     out.extend_from_slice(path.as_bytes());
@@ -132,6 +170,10 @@ pub fn write_client_request(out: &mut Vec<u8>, host: &str, path: &str, nonce: [u
         b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ",
     );
     out.extend_from_slice(key.as_bytes());
+    if let Some(e) = extensions {
+        out.extend_from_slice(b"\r\nSec-WebSocket-Extensions: ");
+        out.extend_from_slice(e.as_bytes());
+    }
     out.extend_from_slice(b"\r\n\r\n");
     accept_key(key.as_bytes())
 }

@@ -5,6 +5,8 @@
 //!
 //! - [`frame`]: RFC 6455 frames, decoded in place from a caller's buffer
 //!   (`Ok(None)` = incomplete, `Err` = never valid, with its close code).
+//! - [`deflate`]: permessage-deflate (RFC 7692): negotiation, one
+//!   message compressed or inflated at a time, no state kept between them.
 //! - [`handshake`]: the HTTP upgrade, server and client side.
 //! - [`message`]: Phoenix Channels wire types ([`Message`], [`Payload`],
 //!   [`Ref`], [`Vsn`]).
@@ -17,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod deflate;
 pub mod frame;
 pub mod handshake;
 pub mod message;

@@ -8,7 +8,7 @@
 //! socket is a `write` of bytes that already exist, with no allocation.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use throng_protocol::frame::{encode_header, Opcode};
 use throng_protocol::serializer::{encode_broadcast, encode_message};
@@ -42,6 +42,11 @@ pub struct Broadcast {
     /// Where each frame's message body starts (after the frame header): a
     /// transport that is not WebSocket (long-poll) sends the body alone.
     body_at: [u8; 2],
+    /// The same frames compressed (permessage-deflate, RFC 7692), made once
+    /// by the first shard that delivers to a socket that negotiated it and
+    /// then shared as the plain ones are; `None` inside where the message
+    /// goes plain (short, or not smaller compressed).
+    deflated: [OnceLock<Option<Box<[u8]>>>; 2],
     /// A connection that must not receive it (`broadcast_from`).
     pub exclude: Option<Exclude>,
     /// What it counts in [`live_bytes`], fixed at creation.
@@ -105,6 +110,7 @@ impl Broadcast {
             payload,
             frames,
             body_at,
+            deflated: [OnceLock::new(), OnceLock::new()],
             exclude,
             held,
             offset: position.map_or(0, |(_, o)| o),
@@ -124,6 +130,46 @@ impl Broadcast {
     #[inline]
     pub fn frame(&self, vsn: Vsn) -> Option<&[u8]> {
         self.frames[vsn.index()].as_deref()
+    }
+
+    /// The frame a socket speaking `vsn` that negotiated permessage-deflate
+    /// (with a full 15-bit window) gets, and whether it is the compressed
+    /// one: compressed once, on the first call, for every such socket.
+    #[inline]
+    pub fn frame_deflated(&self, vsn: Vsn) -> Option<(&[u8], bool)> {
+        let plain = self.frame(vsn)?;
+        let compressed = self.deflated[vsn.index()].get_or_init(|| {
+            let at = self.body_at[vsn.index()] as usize;
+            let mut body = Vec::new();
+            if !throng_protocol::deflate::compress(&plain[at..], 15, &mut body) {
+                return None;
+            }
+            let opcode = if plain[0] & 0x0f == 0x2 {
+                Opcode::Binary
+            } else {
+                Opcode::Text
+            };
+            let mut f = Vec::with_capacity(body.len() + 10);
+            throng_protocol::deflate::encode_compressed_header(&mut f, opcode, body.len());
+            f.extend_from_slice(&body);
+            LIVE_BYTES.fetch_add(f.len(), Relaxed);
+            Some(f.into_boxed_slice())
+        });
+        Some(match compressed {
+            Some(c) => (c, true),
+            None => (plain, false),
+        })
+    }
+
+    /// The frame for `vsn`, compressed or plain as [`Broadcast::frame_deflated`]
+    /// chose (for output queues, which hold which one they started).
+    #[inline]
+    pub fn frame_as(&self, vsn: Vsn, compressed: bool) -> Option<&[u8]> {
+        if compressed {
+            self.deflated[vsn.index()].get()?.as_deref()
+        } else {
+            self.frame(vsn)
+        }
     }
 
     /// The message body alone (the frame without its header), for transports
@@ -152,7 +198,12 @@ impl Broadcast {
 
 impl Drop for Broadcast {
     fn drop(&mut self) {
-        LIVE_BYTES.fetch_sub(self.held, Relaxed);
+        let deflated: usize = self
+            .deflated
+            .iter()
+            .filter_map(|d| d.get()?.as_ref().map(|f| f.len()))
+            .sum();
+        LIVE_BYTES.fetch_sub(self.held + deflated, Relaxed);
     }
 }
 
@@ -186,6 +237,24 @@ mod tests {
         assert!(bin.body(Vsn::V1).is_none());
         assert_eq!(bin.frame(Vsn::V2).unwrap()[0], 0x82);
         assert!(bin.is_binary(Vsn::V2) && !b.is_binary(Vsn::V2) && !b.is_binary(Vsn::V1));
+    }
+
+    #[test]
+    fn compresses_once_and_only_what_shrinks() {
+        let json = format!("{{\"body\":\"{}\"}}", "hello ".repeat(200));
+        let b = Broadcast::new("t".into(), "e".into(), OwnedPayload::Json(json), None);
+        let (f, compressed) = b.frame_deflated(Vsn::V2).unwrap();
+        assert!(compressed && f[0] == 0xc1 && f.len() < 200, "{}", f.len());
+        let again = b.frame_deflated(Vsn::V2).unwrap().0;
+        assert!(std::ptr::eq(f, again), "compressed once");
+        assert_eq!(b.frame_as(Vsn::V2, true), Some(f));
+        let body = throng_protocol::deflate::inflate_once(&f[2..], 1 << 20).unwrap();
+        assert_eq!(body, b.body(Vsn::V2).unwrap());
+        let small = Broadcast::new("t".into(), "e".into(), OwnedPayload::empty(), None);
+        assert_eq!(
+            small.frame_deflated(Vsn::V2),
+            Some((small.frame(Vsn::V2).unwrap(), false))
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
+use throng_protocol::frame::{decode_frame, decode_frame_with, encode_frame, Opcode, Role};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Payload, Vsn};
 use throng_pubsub::{Broadcast, LocalPresence, Registry, Slot, Tracker};
@@ -173,6 +173,8 @@ pub fn phoenix_socket(data: &[u8]) {
     let mut joins = crate::socket::Joins::new();
     let mut scratch = Scratch::default();
     let mut extra: Option<Box<Extra>> = None;
+    let mut inflater = throng_protocol::deflate::Inflater::default();
+    let mut inflated = Vec::new();
     let mut input: Vec<u8> = Vec::new();
     for chunk in [&stream[..split], &stream[split..]] {
         input.extend_from_slice(chunk);
@@ -185,14 +187,37 @@ pub fn phoenix_socket(data: &[u8]) {
                 .map_or(0, |(_, f)| f.len());
             assert!(frag <= max_message, "a fragment of {frag} bytes is kept");
             let frame_max = max_message.saturating_sub(frag).max(125);
-            let f = match decode_frame(&mut input[pos..], Role::Server, frame_max as u64) {
+            // As a socket that negotiated permessage-deflate: RSV1 allowed.
+            let f = match decode_frame_with(&mut input[pos..], Role::Server, frame_max as u64, true)
+            {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(_) => return,
             };
             let payload = pos + f.payload.start..pos + f.payload.end;
             pos += f.consumed;
-            match on_frame(&mut extra, f.fin, f.opcode, &input[payload], max_message) {
+            let action = on_frame(
+                &mut extra,
+                f.fin,
+                f.opcode,
+                f.compressed,
+                &input[payload],
+                max_message,
+            );
+            // A compressed message inflates within the bound or closes.
+            let action = match action {
+                FrameAction::Compressed(op, data) => {
+                    match inflater.inflate(&data, max_message, &mut inflated) {
+                        Ok(()) => {
+                            assert!(inflated.len() <= max_message, "inflated past the bound");
+                            crate::ws::checked(op, std::borrow::Cow::Owned(inflated.clone()))
+                        }
+                        Err(_) => return, // closed with 1009 or 1007
+                    }
+                }
+                action => action,
+            };
+            match action {
                 FrameAction::Message(opcode, bytes) => {
                     let Ok(msg) = serializer::decode(vsn, opcode, &bytes, Sender::Client) else {
                         return; // closed with 1007
@@ -229,7 +254,7 @@ pub fn phoenix_socket(data: &[u8]) {
                     assert!(held <= max_join_bytes, "joins hold {held} bytes");
                 }
                 FrameAction::Fail(..) | FrameAction::Close(_) => return,
-                FrameAction::Ping(_) | FrameAction::None => {}
+                FrameAction::Ping(_) | FrameAction::None | FrameAction::Compressed(..) => {}
             }
         }
         input.drain(..pos);

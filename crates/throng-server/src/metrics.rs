@@ -112,6 +112,16 @@ pub struct ShardStats {
     pub history_recoveries: AtomicU64,
     pub history_misses: AtomicU64,
     pub history_replayed: AtomicU64,
+    /// WebSockets that negotiated permessage-deflate.
+    pub deflate_sockets: AtomicU64,
+    /// Messages sent compressed, and the bytes compression saved on them
+    /// (plain frame minus compressed frame).
+    pub deflate_messages_out: AtomicU64,
+    pub deflate_bytes_saved: AtomicU64,
+    /// Compressed messages received (inflated).
+    pub deflate_messages_in: AtomicU64,
+    /// Sockets closed (1009) because a message inflated past `--max-message-bytes`.
+    pub deflate_too_big: AtomicU64,
 }
 
 impl ShardStats {
@@ -477,6 +487,36 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Messages sent to joins from topic history.",
         |s| &s.history_replayed,
+    ),
+    (
+        "throng_deflate_sockets_total",
+        "counter",
+        "WebSockets that negotiated permessage-deflate (compression; off with --no-deflate).",
+        |s| &s.deflate_sockets,
+    ),
+    (
+        "throng_deflate_messages_out_total",
+        "counter",
+        "Messages sent compressed (permessage-deflate); a broadcast counts once per socket it reached compressed.",
+        |s| &s.deflate_messages_out,
+    ),
+    (
+        "throng_deflate_bytes_saved_total",
+        "counter",
+        "Bytes compression saved on those messages (plain frame minus compressed frame).",
+        |s| &s.deflate_bytes_saved,
+    ),
+    (
+        "throng_deflate_messages_in_total",
+        "counter",
+        "Compressed messages received and inflated.",
+        |s| &s.deflate_messages_in,
+    ),
+    (
+        "throng_deflate_too_big_total",
+        "counter",
+        "Sockets closed with 1009 because a compressed message inflated past --max-message-bytes (checked while inflating).",
+        |s| &s.deflate_too_big,
     ),
 ];
 

@@ -155,6 +155,10 @@ pub struct Engine {
     pub floor_bcasts: BcastTable,
     /// Presence diffs, count steps and presence joins' times.
     pub presence: PresenceLog,
+    /// With `--deflate`: the one inflater of this engine's connections,
+    /// reset per message, and its output.
+    inflater: Option<Box<throng_protocol::deflate::Inflater>>,
+    inflated: Vec<u8>,
 }
 
 /// Why a session ends.
@@ -246,6 +250,8 @@ impl Engine {
             bcasts: BcastTable::new(),
             slots: Slots::default(),
             presence: PresenceLog::default(),
+            inflater: None,
+            inflated: Vec::new(),
         })
     }
 

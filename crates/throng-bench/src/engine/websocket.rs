@@ -7,8 +7,10 @@ use std::rc::Rc;
 
 use mio::net::TcpStream;
 use mio::{Interest, Token};
-use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
-use throng_protocol::handshake::{parse_client_response, write_client_request};
+use throng_protocol::frame::{decode_frame_with, encode_frame, Opcode, Role};
+use throng_protocol::handshake::{
+    parse_client_response, write_client_request, write_client_request_with,
+};
 
 use super::conn::{Rx, State};
 use super::large::MAX_MESSAGE;
@@ -108,7 +110,11 @@ impl Engine {
         let programs = Rc::clone(&self.programs);
         let path = self.connect_path(&programs, token);
         self.wbuf.clear();
-        write_client_request(&mut self.wbuf, &self.host, path, nonce);
+        let offer = self
+            .scenario
+            .deflate
+            .then_some(throng_protocol::deflate::CLIENT_OFFER);
+        write_client_request_with(&mut self.wbuf, &self.host, path, nonce, offer);
         self.write_wbuf(token);
     }
 
@@ -259,7 +265,8 @@ impl Engine {
             }
         }
         while pos < data.len() {
-            match decode_frame(&mut data[pos..], Role::Client, MAX_MESSAGE) {
+            let deflate = self.scenario.deflate;
+            match decode_frame_with(&mut data[pos..], Role::Client, MAX_MESSAGE, deflate) {
                 Ok(None) => {
                     // Longer than the buffer: read as it arrives.
                     if let Some(n) = self.begin_large(token, &data[pos..]) {
@@ -273,7 +280,11 @@ impl Engine {
                 Ok(Some(f)) => {
                     let range = pos + f.payload.start..pos + f.payload.end;
                     pos += f.consumed;
-                    self.on_frame(token, f.opcode, f.fin, &data[range]);
+                    if f.compressed {
+                        self.on_compressed(token, f.opcode, f.fin, &data[range]);
+                    } else {
+                        self.on_frame(token, f.opcode, f.fin, &data[range]);
+                    }
                     if !self.conns.contains(token) {
                         return data.len();
                     }
@@ -324,6 +335,24 @@ impl Engine {
         let spread = (self.conns[token].user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
         let first = (1 + ((spread * hb as u64) >> 32) as u32).min(hb);
         self.schedule_heartbeat(token, self.now_ms().wrapping_add(first));
+    }
+
+    /// A compressed message (permessage-deflate, `--deflate`): inflated by
+    /// the engine's one inflater, then handled as a plain one. The server
+    /// never fragments what it sends, so a compressed message is one frame.
+    fn on_compressed(&mut self, token: usize, opcode: Opcode, fin: bool, payload: &[u8]) {
+        let mut out = std::mem::take(&mut self.inflated);
+        let inflater = self.inflater.get_or_insert_with(Default::default);
+        let ok = fin
+            && inflater
+                .inflate(payload, MAX_MESSAGE as usize, &mut out)
+                .is_ok();
+        if ok {
+            self.on_frame(token, opcode, fin, &out);
+        } else {
+            self.drop_conn(token, Cause::Error(ErrKind::Other));
+        }
+        self.inflated = out;
     }
 
     /// One frame: pings answered, a close ends the session, messages go on.

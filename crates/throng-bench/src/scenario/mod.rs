@@ -55,6 +55,11 @@ pub struct Scenario {
     /// [`crate::presence`]). None by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub presence: Option<String>,
+    /// Every connection offers permessage-deflate (RFC 7692), as browsers
+    /// and Node's `ws` do, and inflates the messages that arrive
+    /// compressed (`throng bench --deflate`). Off by default.
+    #[serde(default)]
+    pub deflate: bool,
     /// Arrival phases, run one after the other.
     pub phases: Vec<Phase>,
     /// Roles; each user takes one (see [`Scenario::role_of`]).
@@ -470,6 +475,7 @@ pub fn chat(
         connect_timeout: default_timeout(),
         reply_timeout: default_timeout(),
         presence: None,
+        deflate: false,
         phases: vec![phase],
         roles,
     }
@@ -488,6 +494,26 @@ pub fn delay_publish(sc: &mut Scenario, secs: f64) {
             .position(|s| matches!(s, Step::Publish { .. }))
         {
             role.session.insert(i, Step::Think(secs));
+        }
+    }
+}
+
+/// Adds `bytes` of notification-like JSON text to every publish's payload
+/// (the built-in scenario's `--broadcast-pad`), as a `"pad"` field after
+/// the timestamp: repetitive as real JSON notifications are, so it
+/// compresses about as they do.
+pub fn pad_publish(sc: &mut Scenario, bytes: usize) {
+    if bytes == 0 {
+        return;
+    }
+    const WORDS: &str =
+        "order shipped to warehouse 17, status in_transit, carrier express, eta tomorrow; ";
+    let pad: String = WORDS.chars().cycle().take(bytes).collect();
+    for role in &mut sc.roles {
+        for step in &mut role.session {
+            if let Step::Publish { payload, .. } = step {
+                *payload = format!(r#"{{"user":"%%user_id%%","body":"%%stamp%%","pad":"{pad}"}}"#);
+            }
         }
     }
 }

@@ -134,7 +134,7 @@ fn effective(
             .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
             .unwrap_or_default();
         let value = if k.switch {
-            "true".to_string()
+            (if k.negated { "false" } else { "true" }).to_string()
         } else {
             raw.iter()
                 .map(|r| as_toml(r))

@@ -25,6 +25,8 @@ pub(super) struct FileConfig {
     pub(super) limits: LimitArgs,
     pub(super) longpoll_window: Option<u64>,
     pub(super) max_longpoll_batch: Option<usize>,
+    /// `deflate = false` is `--no-deflate`.
+    pub(super) deflate: Option<bool>,
     pub(super) echo: Option<bool>,
     pub(super) log_requests: Option<bool>,
     pub(super) redis: Option<String>,

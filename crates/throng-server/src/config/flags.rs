@@ -82,6 +82,13 @@ pub struct ServeArgs {
     /// Messages one long-poll POST may carry (phoenix.js sends up to 100); a larger batch is refused with {"status":413} [default: 100]
     #[arg(long, help_heading = "Connections and messages", value_parser = whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_BATCH")]
     pub max_longpoll_batch: Option<usize>,
+    /// Turn permessage-deflate (RFC 7692 WebSocket compression) off; on by default, it compresses messages of 256 bytes or more for clients that offer it (browsers, Node's ws), each broadcast once for all its subscribers
+    #[arg(
+        long,
+        help_heading = "Connections and messages",
+        env = "THRONG_NO_DEFLATE"
+    )]
+    pub no_deflate: bool,
     /// Test-only: serve a WebSocket echo at /echo (for the Autobahn TestSuite) and mount the channel echo:*, whose join replies with the socket's params, authToken and user
     #[arg(long, help_heading = "Testing", env = "THRONG_ECHO")]
     pub echo: bool,

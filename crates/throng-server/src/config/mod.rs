@@ -43,6 +43,8 @@ pub struct Config {
     pub longpoll_window: Option<Duration>,
     /// Messages one long-poll POST may carry.
     pub max_longpoll_batch: usize,
+    /// permessage-deflate offered to clients (`--no-deflate` turns it off).
+    pub deflate: bool,
     pub echo: bool,
     pub log_requests: bool,
     /// The cluster backplane's Redis URL; `None`: a single node.
@@ -109,6 +111,7 @@ impl Default for Config {
             limits: Limits::defaults(64 << 10),
             longpoll_window: Some(Duration::from_secs(10)),
             max_longpoll_batch: 100,
+            deflate: true,
             echo: false,
             log_requests: false,
             redis: None,
@@ -353,6 +356,7 @@ impl ServeArgs {
                 .max_longpoll_batch
                 .or(file.max_longpoll_batch)
                 .unwrap_or(d.max_longpoll_batch),
+            deflate: !self.no_deflate && file.deflate.unwrap_or(true),
             echo: self.echo || file.echo.unwrap_or(false),
             log_requests: self.log_requests || file.log_requests.unwrap_or(false),
             redis,
@@ -454,6 +458,24 @@ mod tests {
         assert_eq!(c.limits.max_connections, 7);
         assert_eq!(c.max_message_bytes, 64 << 10);
         assert!(c.max_message_bytes * 16 <= c.max_outbound_bytes);
+    }
+
+    #[test]
+    fn deflate_is_on_unless_the_flag_or_the_file_says_off() {
+        assert!(ServeArgs::default().resolve().unwrap().deflate);
+        let off = ServeArgs {
+            no_deflate: true,
+            ..Default::default()
+        };
+        assert!(!off.resolve().unwrap().deflate);
+        let path = std::env::temp_dir().join(format!("throng-deflate-{}", std::process::id()));
+        std::fs::write(&path, "deflate = false\n").unwrap();
+        let file = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        assert!(!file.resolve().unwrap().deflate);
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

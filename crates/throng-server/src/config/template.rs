@@ -10,7 +10,8 @@
 //! `idle_timeout`), except the `--auth-*` flags, which are keys of the
 //! `[auth]` table (`--auth-jwt-secret` is `jwt_secret`, `--auth` is
 //! `mode`), and the `--hook-*` flags, keys of the `[hooks]` table
-//! (`--hook-timeout-ms` is `timeout_ms`). Flags that are not file keys: `--config` itself and hidden ones
+//! (`--hook-timeout-ms` is `timeout_ms`), and a `--no-*` switch, whose key
+//! is what it turns off (`--no-deflate` is `deflate = false`). Flags that are not file keys: `--config` itself and hidden ones
 //! (test and worker plumbing). Keys with no flag (`[[topics]]`,
 //! `[[presence]]` tables) are [`TABLE_ONLY`].
 
@@ -65,6 +66,9 @@ pub struct FileKey {
     pub default: Option<String>,
     /// A switch (`--echo`): `false` unless given.
     pub switch: bool,
+    /// A switch that turns something off (`--no-deflate`): its key is the
+    /// thing (`deflate`), `true` unless the flag is given.
+    pub negated: bool,
     pub value_name: Option<String>,
 }
 
@@ -82,7 +86,7 @@ impl FileKey {
     /// rather than given ("number of cores", "none").
     pub fn default_value(&self) -> Option<String> {
         if self.switch {
-            return Some("false".into());
+            return Some((if self.negated { "true" } else { "false" }).into());
         }
         let d = self.default.as_deref()?.trim();
         if d.is_empty() || d == "none" || d.contains(' ') || d.contains(',') || d.starts_with('-') {
@@ -121,6 +125,9 @@ fn file_key(arg: &Arg) -> Option<FileKey> {
         Some((prefix, table, _)) => (Some(*table), long[prefix.len() + 1..].replace('-', "_")),
         None => (None, long.replace('-', "_")),
     };
+    let switch = matches!(arg.get_action(), ArgAction::SetTrue);
+    let negated = switch && key.starts_with("no_");
+    let key = if negated { key[3..].to_string() } else { key };
     let text = arg
         .get_long_help()
         .or(arg.get_help())
@@ -143,7 +150,8 @@ fn file_key(arg: &Arg) -> Option<FileKey> {
         heading: arg.get_help_heading().map(str::to_string),
         help,
         default,
-        switch: matches!(arg.get_action(), ArgAction::SetTrue),
+        switch,
+        negated,
         value_name: arg
             .get_value_names()
             .and_then(|v| v.first())
@@ -248,6 +256,9 @@ mod tests {
             find("echo").unwrap().default_value().as_deref(),
             Some("false")
         );
+        let deflate = find("deflate").expect("deflate");
+        assert_eq!(deflate.flag, "--no-deflate");
+        assert_eq!(deflate.default_value().as_deref(), Some("true"));
         // Described defaults are not values.
         assert_eq!(find("shards").unwrap().default_value(), None);
     }

@@ -81,6 +81,9 @@ impl Config {
         if self.echo {
             args.push("--echo".into());
         }
+        if !self.deflate {
+            args.push("--no-deflate".into());
+        }
         if self.log_requests {
             args.push("--log-requests".into());
         }

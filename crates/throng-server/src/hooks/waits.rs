@@ -48,6 +48,8 @@ pub(crate) struct HeldUpgrade {
     /// The `101` response.
     pub response: Vec<u8>,
     pub vsn: throng_protocol::Vsn,
+    /// permessage-deflate's server window bits, 0 if not negotiated.
+    pub deflate: u8,
     pub connect: Option<crate::channel::ConnectInfo>,
     /// The user a token authenticated, if any (the backend's wins).
     pub user: Option<String>,

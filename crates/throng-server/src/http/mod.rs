@@ -12,6 +12,9 @@
 //! - `/socket/longpoll` is the long-poll transport (`crate::longpoll`):
 //!   GET, POST with a body, and OPTIONS (CORS preflight), read by
 //!   `longpoll.rs` with the same connect info as an upgrade.
+//! - An upgrade negotiates permessage-deflate (RFC 7692) with the client's
+//!   `Sec-WebSocket-Extensions` offers unless `--no-deflate`
+//!   (`throng_protocol::deflate`).
 //! - `/echo` upgrades to a WebSocket echo (Autobahn), with `--echo`.
 //! - `/healthz`, `/readyz`: liveness and readiness (`crate::health`).
 //! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text, only
@@ -62,6 +65,8 @@ pub(crate) struct Upgrade {
     pub response: Vec<u8>,
     pub vsn: Vsn,
     pub echo: bool,
+    /// permessage-deflate's server window bits, 0 if not negotiated.
+    pub deflate: u8,
     /// Params and token, when the client sent any.
     pub connect: Option<ConnectInfo>,
     /// With the connect hook: the request headers it is sent
@@ -177,7 +182,13 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
         }
     }
     if is_ws_path {
-        return match upgrade(&req, path == "/echo", query, config.hooks.connect) {
+        return match upgrade(
+            &req,
+            path == "/echo",
+            query,
+            config.hooks.connect,
+            config.deflate,
+        ) {
             Ok(u) => (head_len, Action::Upgrade(Box::new(u))),
             Err(e) => (data.len(), Action::Error(e)),
         };
@@ -284,6 +295,7 @@ fn upgrade(
     echo: bool,
     query: &str,
     hook_headers: bool,
+    deflate: bool,
 ) -> Result<Upgrade, HttpError> {
     let accept = handshake::check_request(req).map_err(|e| {
         let reason = match e.status() {
@@ -341,8 +353,13 @@ fn upgrade(
         auth_token,
         ..Default::default()
     });
+    // permessage-deflate, with whatever the client offers that we can honour.
+    let agreed = deflate
+        .then(|| throng_protocol::deflate::negotiate(handshake::offered_extensions(req)))
+        .flatten();
+    let extensions = agreed.map(|a| a.response());
     let mut response = Vec::with_capacity(192);
-    handshake::write_response_with_protocol(&mut response, &accept, protocol);
+    handshake::write_response_with(&mut response, &accept, protocol, extensions.as_deref());
     let hook_headers = if hook_headers && !echo {
         crate::hooks::connect_headers(req.headers)
     } else {
@@ -352,6 +369,7 @@ fn upgrade(
         response,
         vsn,
         echo,
+        deflate: agreed.map_or(0, |a| a.server_window),
         connect,
         hook_headers,
     })
@@ -380,6 +398,37 @@ mod tests {
     fn upgrade_of(req: &str) -> Upgrade {
         match handle(req.as_bytes(), &cfg()) {
             (n, Action::Upgrade(u)) if n == req.len() => *u,
+            (_, other) => panic!("expected an upgrade, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn negotiates_deflate_unless_turned_off() {
+        let offer = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n";
+        let u = upgrade_of(&ws("/socket/websocket?vsn=2.0.0", offer));
+        assert_eq!(u.deflate, 15);
+        let text = String::from_utf8(u.response).unwrap();
+        assert!(
+            text.contains("\r\nSec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n\r\n"),
+            "{text}"
+        );
+        let none = upgrade_of(&ws("/socket/websocket?vsn=2.0.0", ""));
+        assert_eq!(none.deflate, 0);
+        assert!(!String::from_utf8(none.response)
+            .unwrap()
+            .contains("Extensions"));
+        let req = ws("/socket/websocket?vsn=2.0.0", offer);
+        let off = Config {
+            deflate: false,
+            ..cfg()
+        };
+        match handle(req.as_bytes(), &off) {
+            (_, Action::Upgrade(u)) => {
+                assert_eq!(u.deflate, 0);
+                assert!(!String::from_utf8(u.response)
+                    .unwrap()
+                    .contains("Extensions"));
+            }
             (_, other) => panic!("expected an upgrade, got {other:?}"),
         }
     }

@@ -28,8 +28,11 @@ use crate::socket::Joins;
 pub(crate) enum Kind {
     /// Handshake: reading HTTP requests (pages, long-poll, an upgrade).
     Http,
-    /// Open: upgraded, a Phoenix socket speaking `vsn`, or the echo endpoint.
-    Ws { vsn: Vsn, echo: bool },
+    /// Open: upgraded, a Phoenix socket speaking `vsn`, or the echo
+    /// endpoint. `deflate`: permessage-deflate's negotiated server window
+    /// bits (9 to 15; 8 means messages go plain), 0 without it; one byte in
+    /// the enum's padding, so a socket with deflate costs nothing more.
+    Ws { vsn: Vsn, echo: bool, deflate: u8 },
     /// Closing while output flushes: our last bytes are queued or sent;
     /// waiting to shut down and for the peer's FIN.
     Closing { shut: bool },
@@ -42,6 +45,8 @@ pub(crate) struct Extra {
     pub input: Vec<u8>,
     /// A fragmented message in progress: its opcode and bytes so far.
     pub frag: Option<(Opcode, Vec<u8>)>,
+    /// The message in progress is compressed (permessage-deflate).
+    pub frag_deflated: bool,
     /// Bytes the kernel has not taken yet.
     pub out: VecDeque<Chunk>,
     pub out_bytes: usize,
@@ -57,8 +62,9 @@ impl Extra {
 
 /// Queued output.
 pub(crate) enum Chunk {
-    /// A broadcast frame shared with every other subscriber, from `offset`.
-    Shared(Arc<Broadcast>, Vsn, usize),
+    /// A broadcast frame shared with every other subscriber, from `offset`;
+    /// the bool: its compressed frame (permessage-deflate).
+    Shared(Arc<Broadcast>, Vsn, bool, usize),
     /// Bytes of this connection alone, from `offset`.
     Owned(Vec<u8>, usize),
     /// Text shared with other connections (a presence state), from `offset`.
@@ -75,7 +81,7 @@ impl Chunk {
 
     pub fn rest(&self) -> &[u8] {
         match self {
-            Chunk::Shared(b, vsn, off) => &b.frame(*vsn).unwrap_or(&[])[*off..],
+            Chunk::Shared(b, vsn, z, off) => &b.frame_as(*vsn, *z).unwrap_or(&[])[*off..],
             Chunk::Owned(v, off) => &v[*off..],
             Chunk::Text(t, off) => &t.as_bytes()[*off..],
         }
@@ -84,13 +90,13 @@ impl Chunk {
     /// Whether part of it was written already.
     pub fn started(&self) -> bool {
         match self {
-            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off > 0,
+            Chunk::Shared(_, _, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off > 0,
         }
     }
 
     pub fn advance(&mut self, n: usize) {
         match self {
-            Chunk::Shared(_, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off += n,
+            Chunk::Shared(_, _, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off += n,
         }
     }
 }

@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use throng_pubsub::Broadcast;
 
-use super::conn::{Chunk, Kind};
-use super::output::write_some;
 use super::Conns;
 use crate::close::CloseReason;
 use crate::history::{HeldJoin, ReplayAnswer};
@@ -141,41 +139,11 @@ impl Conns {
                 continue; // in the replay
             }
             newest = b.offset;
-            self.send_one(key, b);
+            self.send_to(key, b, &mut super::output::Sent::default());
         }
         if recovered && last > newest {
             // Live copies up to `last` may still come: skipped.
             self.replayed.insert(k, last);
-        }
-    }
-
-    /// Delivers `b` to subscriber `key` alone (the loop of `deliver`, for
-    /// one socket; kept apart so that loop stays as it is).
-    fn send_one(&mut self, key: usize, b: &Arc<Broadcast>) {
-        if is_session(key) {
-            return self.lp_deliver(key & !SESSION_BIT, b);
-        }
-        let Some(conn) = self.slab.get_mut(key) else {
-            return;
-        };
-        let Kind::Ws { vsn, .. } = conn.kind else {
-            return;
-        };
-        let Some(bytes) = b.frame(vsn).filter(|_| !conn.dead) else {
-            return;
-        };
-        self.msgs_out += 1;
-        if conn.queued() {
-            return self.enqueue(key, Chunk::Shared(b.clone(), vsn, 0));
-        }
-        match write_some(&mut conn.sock, bytes) {
-            Ok(n) => {
-                self.bytes_out += n as u64;
-                if n < bytes.len() {
-                    self.enqueue(key, Chunk::Shared(b.clone(), vsn, n));
-                }
-            }
-            Err(_) => self.doom(key, CloseReason::Gone),
         }
     }
 

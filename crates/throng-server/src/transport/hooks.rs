@@ -311,6 +311,7 @@ impl Conns {
         conn.kind = Kind::Ws {
             vsn: held.vsn,
             echo: false,
+            deflate: held.deflate,
         };
         conn.connect = connect.map(Arc::new);
         ShardStats::add(&self.stats.websockets, 1);

@@ -6,7 +6,7 @@
 use std::io::{self, Read};
 use std::sync::Arc;
 
-use throng_protocol::frame::{self, close_code, decode_frame, Opcode, Role};
+use throng_protocol::frame::{self, close_code, decode_frame_with, Opcode, Role};
 
 use super::conn::Kind;
 use super::{authenticated, Shard};
@@ -185,7 +185,7 @@ impl Shard {
                         self.http(key, action);
                     }
                 },
-                Kind::Ws { vsn, echo } => {
+                Kind::Ws { vsn, echo, deflate } => {
                     let max = self.node.config.max_message_bytes;
                     // A message in progress is bounded as a whole: kept
                     // fragments plus the frame arriving (refused at its
@@ -196,7 +196,9 @@ impl Shard {
                         .and_then(|e| e.frag.as_ref())
                         .map_or(0, |(_, f)| f.len());
                     let frame_max = max.saturating_sub(frag).max(125);
-                    match decode_frame(&mut data[pos..], Role::Server, frame_max as u64) {
+                    let rsv1 = deflate != 0;
+                    match decode_frame_with(&mut data[pos..], Role::Server, frame_max as u64, rsv1)
+                    {
                         Ok(Some(f)) => {
                             let payload = pos + f.payload.start..pos + f.payload.end;
                             pos += f.consumed;
@@ -208,8 +210,14 @@ impl Shard {
                                 return data.len();
                             }
                             let conn = &mut self.conns.slab[key];
-                            let action =
-                                ws::on_frame(&mut conn.extra, f.fin, f.opcode, &data[payload], max);
+                            let action = ws::on_frame(
+                                &mut conn.extra,
+                                f.fin,
+                                f.opcode,
+                                f.compressed,
+                                &data[payload],
+                                max,
+                            );
                             self.ws(key, vsn, echo, action);
                         }
                         Ok(None) => {
@@ -321,6 +329,7 @@ impl Shard {
                     let held = crate::hooks::HeldUpgrade {
                         response: u.response,
                         vsn: u.vsn,
+                        deflate: u.deflate,
                         connect,
                         user,
                     };
@@ -333,7 +342,11 @@ impl Shard {
                 conn.kind = Kind::Ws {
                     vsn: u.vsn,
                     echo: u.echo,
+                    deflate: u.deflate,
                 };
+                if u.deflate != 0 {
+                    ShardStats::add(&conns.stats.deflate_sockets, 1);
+                }
                 conn.connect = connect.map(Arc::new);
                 ShardStats::add(&conns.stats.websockets, 1);
                 conns.connect_event(node, key, "websocket", user.as_deref());
@@ -380,7 +393,13 @@ impl Shard {
     }
 
     /// Does what a WebSocket frame asked for.
-    fn ws(&mut self, key: usize, vsn: throng_protocol::Vsn, echo: bool, action: FrameAction<'_>) {
+    pub(super) fn ws(
+        &mut self,
+        key: usize,
+        vsn: throng_protocol::Vsn,
+        echo: bool,
+        action: FrameAction<'_>,
+    ) {
         match action {
             FrameAction::None => {}
             FrameAction::Ping(payload) => {
@@ -395,6 +414,12 @@ impl Shard {
                 let reason = CloseReason::Protocol { code, text };
                 self.conns.close(&self.node, &mut self.scratch, key, reason);
             }
+            FrameAction::Compressed(opcode, data) => {
+                if let Some(conn) = self.conns.slab.get_mut(key) {
+                    conn.trim();
+                }
+                self.inflate_message(key, vsn, echo, opcode, &data);
+            }
             FrameAction::Message(opcode, data) => {
                 if let Some(conn) = self.conns.slab.get_mut(key) {
                     conn.trim();
@@ -403,8 +428,8 @@ impl Shard {
                 if echo {
                     #[cfg(feature = "test-hooks")]
                     crate::echo::test_panic(&self.node, &data);
-                    frame::encode_frame(&mut self.conns.reply, opcode, &data, None);
-                    self.conns.msgs_out += 1;
+                    let window = self.conns.deflate_of(key);
+                    self.conns.frame_out_compressed(window, opcode, &data, true);
                     return;
                 }
                 self.conns

@@ -14,6 +14,8 @@
 //!   budget of frames;
 //! - [`conn`]: the connection and what it holds only while busy;
 //! - `output.rs`: writing, the bounded output queue, broadcast delivery;
+//! - `deflate.rs`: permessage-deflate on the shard (inflating within the
+//!   message bound, compressing one connection's messages);
 //! - `closing.rs`: the one way a connection ends ([`Conns::close`] with a
 //!   reason from `crate::close`'s table), the half-close, removing connections;
 //! - `admission.rs`: connection caps at accept, the HTTP head deadline;
@@ -36,6 +38,7 @@ mod admission;
 mod budget;
 mod closing;
 pub(crate) mod conn;
+mod deflate;
 mod drain;
 mod history;
 mod hooks;
@@ -128,6 +131,8 @@ pub(crate) struct Conns {
     pub hook_waits: crate::hooks::Waits,
     /// With `--tls-cert`: every connection's TLS session (`tls.rs`).
     pub tls: Option<tls::Tls>,
+    /// permessage-deflate's inflater and buffers, the shard's (`deflate.rs`).
+    pub deflate: deflate::ShardDeflate,
 }
 
 pub(crate) struct Shard {
@@ -204,6 +209,7 @@ impl Shard {
                 .tls
                 .clone()
                 .map(|t| tls::Tls::new(t, READ_BUF, node.stats[id].clone())),
+            deflate: Default::default(),
         };
         Ok(Shard {
             id,

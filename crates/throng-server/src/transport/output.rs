@@ -272,7 +272,7 @@ impl Conns {
             .map(|(_, key)| key);
         let subs = std::mem::take(&mut self.registry.topics[idx as usize].subs);
         let sent_before = self.msgs_out;
-        let mut frame_bytes = 0u64;
+        let mut sent = Sent::default();
         // Sockets that just got this message in a history replay.
         let replayed = b.offset != 0 && !self.replayed.is_empty();
         // Sockets whose join waits for its history read (Redis).
@@ -293,42 +293,13 @@ impl Conns {
             if pending && self.hold(key, idx, b) {
                 continue;
             }
-            if is_session(key) {
-                self.lp_deliver(key & !SESSION_BIT, b);
-                continue;
-            }
-            let Some(conn) = self.slab.get_mut(key) else {
-                continue;
-            };
-            let Kind::Ws { vsn, .. } = conn.kind else {
-                continue;
-            };
-            if conn.dead {
-                continue;
-            }
-            let Some(bytes) = b.frame(vsn) else {
-                continue;
-            };
-            self.msgs_out += 1;
-            frame_bytes += bytes.len() as u64;
-            if conn.queued() {
-                self.enqueue(key, Chunk::Shared(b.clone(), vsn, 0));
-                continue;
-            }
-            match write_plain(&mut self.tls, key, &mut conn.sock, &[bytes]) {
-                Ok(n) => {
-                    self.bytes_out += n as u64;
-                    if self.tls.is_some() {
-                        self.watch_tls_backlog(key);
-                    }
-                    if n < bytes.len() {
-                        self.enqueue(key, Chunk::Shared(b.clone(), vsn, n));
-                    }
-                }
-                Err(_) => self.doom(key, CloseReason::Gone),
-            }
+            self.send_to(key, b, &mut sent);
         }
         self.registry.topics[idx as usize].subs = subs;
+        if sent.deflated > 0 {
+            ShardStats::add(&self.stats.deflate_messages_out, sent.deflated);
+            ShardStats::add(&self.stats.deflate_bytes_saved, sent.saved);
+        }
         if replayed {
             // Past a replay's last message, live messages are new to it.
             let offset = b.offset;
@@ -336,7 +307,7 @@ impl Conns {
         }
         if b.event == PRESENCE_DIFF || b.event == PRESENCE_COUNT {
             ShardStats::add(&self.stats.presence_diffs_out, self.msgs_out - sent_before);
-            ShardStats::add(&self.stats.presence_diff_bytes_out, frame_bytes);
+            ShardStats::add(&self.stats.presence_diff_bytes_out, sent.frame_bytes);
         }
     }
 
@@ -432,6 +403,72 @@ pub(crate) fn write_some(sock: &mut TcpStream, bytes: &[u8]) -> io::Result<usize
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What one broadcast's deliveries added up to, for its counters.
+#[derive(Default)]
+pub(super) struct Sent {
+    /// Frame bytes handed to sockets (or queued for them).
+    pub frame_bytes: u64,
+    /// Compressed deliveries (permessage-deflate) and the bytes they saved.
+    pub deflated: u64,
+    pub saved: u64,
+}
+
+impl Conns {
+    /// Delivers `b` to subscriber `key`: a long-poll session's copy waits in
+    /// its buffer; a WebSocket gets the compressed copy if it negotiated
+    /// deflate with the full window (made once, by the first delivery that
+    /// needs it), else the plain one, written now (through TLS when on) or
+    /// queued behind what it has queued. The one path every broadcast
+    /// delivery takes (`deliver`'s loop, a history replay's hand-over).
+    #[inline]
+    pub(super) fn send_to(&mut self, key: usize, b: &Arc<Broadcast>, sent: &mut Sent) {
+        if is_session(key) {
+            return self.lp_deliver(key & !SESSION_BIT, b);
+        }
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        let Kind::Ws { vsn, deflate, .. } = conn.kind else {
+            return;
+        };
+        if conn.dead {
+            return;
+        }
+        let (bytes, z) = if deflate == 15 {
+            let Some((bytes, z)) = b.frame_deflated(vsn) else {
+                return;
+            };
+            if z {
+                sent.deflated += 1;
+                sent.saved += b.frame(vsn).map_or(0, |p| p.len() - bytes.len()) as u64;
+            }
+            (bytes, z)
+        } else {
+            let Some(bytes) = b.frame(vsn) else {
+                return;
+            };
+            (bytes, false)
+        };
+        self.msgs_out += 1;
+        sent.frame_bytes += bytes.len() as u64;
+        if conn.queued() {
+            return self.enqueue(key, Chunk::Shared(b.clone(), vsn, z, 0));
+        }
+        match write_plain(&mut self.tls, key, &mut conn.sock, &[bytes]) {
+            Ok(n) => {
+                self.bytes_out += n as u64;
+                if self.tls.is_some() {
+                    self.watch_tls_backlog(key);
+                }
+                if n < bytes.len() {
+                    self.enqueue(key, Chunk::Shared(b.clone(), vsn, z, n));
+                }
+            }
+            Err(_) => self.doom(key, CloseReason::Gone),
         }
     }
 }

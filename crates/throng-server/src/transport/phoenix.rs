@@ -318,7 +318,8 @@ impl Transport for ShardTransport<'_> {
             self.conns
                 .lp_push(self.key & !SESSION_BIT, item, body.len());
         } else {
-            self.conns.frame_out(opcode, body);
+            let window = self.conns.deflate_of(self.key);
+            self.conns.frame_out_deflated(window, opcode, body);
         }
     }
 
