@@ -128,6 +128,9 @@ impl Embedded {
 pub(super) struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// Its server API (`api at ADDR`, worker 0's under `--workers`), when
+    /// started with one ([`Server::spawn_with_api`]).
+    pub api: Option<SocketAddr>,
     workers: Arc<Mutex<Vec<u32>>>,
 }
 
@@ -135,6 +138,15 @@ impl Server {
     /// Starts `throng serve` on a free loopback port and waits for the
     /// address it prints.
     pub(super) fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
+        Server::spawn_with_api(idle_timeout, extra, "none")
+    }
+
+    /// [`Server::spawn`] with the server API on `api_bind` (`none`: none).
+    pub(super) fn spawn_with_api(
+        idle_timeout: Option<u64>,
+        extra: &[String],
+        api_bind: &str,
+    ) -> Result<Server, BenchError> {
         // /metrics lives on the server API listener; the probe reads the
         // public port, so the bench's own server keeps it there.
         let mut cmd = throng(&[
@@ -145,7 +157,7 @@ impl Server {
             "127.0.0.1",
             "--public-metrics",
             "--api-bind",
-            "none",
+            api_bind,
         ])?;
         if let Some(t) = idle_timeout {
             cmd.args(["--idle-timeout", &t.to_string()]);
@@ -158,6 +170,7 @@ impl Server {
         let pids = workers.clone();
         std::thread::spawn(move || {
             let mut sent = false;
+            let mut api = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(pid) = line
@@ -172,22 +185,30 @@ impl Server {
                         pids.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
                     }
                 }
+                if let Some(a) = line.trim().strip_prefix("api at ") {
+                    api.get_or_insert(a.trim().to_string());
+                }
                 if !sent {
                     if let Some(a) = line.trim().strip_prefix("listening on ") {
-                        let _ = tx.send(a.trim().to_string());
+                        let _ = tx.send((a.trim().to_string(), api.clone()));
                         sent = true;
                     }
                 }
             }
         });
         match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(a) => {
-                let addr = a.parse().map_err(|_| {
-                    BenchError::Server(format!("server printed an address I cannot read: {a}"))
-                })?;
+            Ok((a, api)) => {
+                let read = |a: &str| {
+                    a.parse().map_err(|_| {
+                        BenchError::Server(format!("server printed an address I cannot read: {a}"))
+                    })
+                };
+                let addr = read(&a)?;
+                let api = api.as_deref().map(read).transpose()?;
                 Ok(Server {
                     child,
                     addr,
+                    api,
                     workers,
                 })
             }
@@ -206,7 +227,7 @@ impl Server {
 
     /// The processes that hold connections: the `expect` workers, or the
     /// server itself.
-    fn holders(&self, expect: usize) -> Vec<u32> {
+    pub(super) fn holders(&self, expect: usize) -> Vec<u32> {
         if expect <= 1 {
             return vec![self.pid()];
         }
@@ -252,7 +273,7 @@ pub(super) struct Redis {
 
 impl Redis {
     /// Starts `redis-server` on a free loopback port and waits until it accepts.
-    fn spawn() -> Result<Redis, BenchError> {
+    pub(super) fn spawn() -> Result<Redis, BenchError> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = spawn(
             Command::new("redis-server")
