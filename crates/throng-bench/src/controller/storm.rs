@@ -146,6 +146,8 @@ impl Servers {
             holders: Vec::new(),
         };
         if redis {
+            // Two nodes at least: a cluster of one shares nothing.
+            let count = count.max(2);
             let r = Redis::spawn()?;
             args.extend([
                 "--workers".to_string(),
