@@ -114,7 +114,11 @@ pub struct BenchArgs {
     /// the time until all have recovered, replayed messages per second,
     /// broadcast throughput, server bytes per idle joined socket and the
     /// loss each client counted (a gap or a duplicate is an error).
-    #[arg(long, help_heading = "Reconnect storm scenario", conflicts_with = "hooks")]
+    #[arg(
+        long,
+        help_heading = "Reconnect storm scenario",
+        conflicts_with = "hooks"
+    )]
     pub storm: bool,
     /// Topics the storm's clients are spread over (each keeps history).
     #[arg(

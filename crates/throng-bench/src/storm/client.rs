@@ -30,8 +30,12 @@ use super::{topic, Command, Orders, Status, EVENT, STATUS_EVERY};
 use crate::error::BenchError;
 use crate::sys;
 
-/// A connect, upgrade and join that takes longer is retried.
-const JOIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connect, upgrade and join that takes longer is retried. Long: on a
+/// starved machine the servers' queues of joins can take tens of seconds,
+/// and a client that gives up and retries only queues again behind its
+/// own abandoned attempt (with 30 s, a storm's tail once made no progress
+/// for minutes, every attempt timing out).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Wait before retrying a failed connect or join.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// The largest frame a client takes (a replay comes as one frame per message).
@@ -195,16 +199,23 @@ async fn client(sh: Rc<Shared>, i: usize) {
         let jr = join_n.to_string();
         let attempt = tokio::time::timeout(
             JOIN_TIMEOUT,
-            join(target, source(sh.orders.process, round), &topic, &jr, since.as_deref()),
+            join(
+                target,
+                source(sh.orders.process, round),
+                &topic,
+                &jr,
+                since.as_deref(),
+            ),
         );
         let (stream, buf, recovered) = match attempt.await {
             Ok(Ok(j)) => j,
             Ok(Err(Failed::Connect(e))) => {
                 drop(permit);
-                let mut s = sh.status.borrow_mut();
-                s.connect_errors += 1;
-                s.first_error.get_or_insert(format!("connect: {e}"));
-                drop(s);
+                {
+                    let mut s = sh.status.borrow_mut();
+                    s.connect_errors += 1;
+                    s.first_error.get_or_insert(format!("connect: {e}"));
+                }
                 tokio::time::sleep(RETRY_AFTER).await;
                 continue;
             }
@@ -338,7 +349,13 @@ async fn session(
 }
 
 /// Handles one message; `Some` ends the session.
-fn message(sh: &Shared, i: usize, text: &[u8], jr: &str, since: &mut Option<String>) -> Option<End> {
+fn message(
+    sh: &Shared,
+    i: usize,
+    text: &[u8],
+    jr: &str,
+    since: &mut Option<String>,
+) -> Option<End> {
     let Ok(Message(join_ref, r, _topic, event, body)) = serde_json::from_slice::<Message>(text)
     else {
         sh.error(format!(
@@ -443,7 +460,8 @@ async fn join(
             if f.opcode == Opcode::Close {
                 return Err(Failed::Join("the server closed the socket".into()));
             }
-            let Ok(Message(_, r, _, event, body)) = serde_json::from_slice::<Message>(&buf[payload])
+            let Ok(Message(_, r, _, event, body)) =
+                serde_json::from_slice::<Message>(&buf[payload])
             else {
                 continue;
             };
@@ -466,7 +484,11 @@ async fn join(
 
 /// A non-blocking TCP connect from `src` (any port).
 async fn connect(target: SocketAddr, src: IpAddr) -> io::Result<TcpStream> {
-    let sock = Socket::new(Domain::IPV4, Type::STREAM.nonblocking(), Some(Protocol::TCP))?;
+    let sock = Socket::new(
+        Domain::IPV4,
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )?;
     sock.set_nodelay(true)?;
     let _ = sys::set_bind_no_port(&sock);
     sock.bind(&SocketAddr::new(src, 0).into())?;
@@ -518,16 +540,20 @@ mod tests {
     fn reads_messages_replies_and_replays() {
         let m: Message =
             serde_json::from_slice(br#"[null,"00ab.7","storm:3","n",{"n":7}]"#).unwrap();
-        assert_eq!((m.0, m.1, m.2, m.3, m.4.n), (None, Some("00ab.7"), "storm:3", "n", Some(7)));
+        assert_eq!(
+            (m.0, m.1, m.2, m.3, m.4.n),
+            (None, Some("00ab.7"), "storm:3", "n", Some(7))
+        );
         let m: Message = serde_json::from_slice(
             br#"["2","2","storm:3","phx_reply",{"status":"ok","response":{"recovered":true}}]"#,
         )
         .unwrap();
         assert_eq!(m.4.status.as_deref(), Some("ok"));
         assert_eq!(m.4.response.and_then(|r| r.recovered), Some(true));
-        let m: Message =
-            serde_json::from_slice(br#"["1","1","storm:0","phx_reply",{"status":"ok","response":{}}]"#)
-                .unwrap();
+        let m: Message = serde_json::from_slice(
+            br#"["1","1","storm:0","phx_reply",{"status":"ok","response":{}}]"#,
+        )
+        .unwrap();
         assert_eq!(m.4.response.and_then(|r| r.recovered), None);
     }
 

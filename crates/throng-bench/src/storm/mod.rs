@@ -157,7 +157,10 @@ mod tests {
     #[test]
     fn clients_spread_over_topics_and_targets() {
         let o = Orders {
-            targets: vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()],
+            targets: vec![
+                "127.0.0.1:1".parse().unwrap(),
+                "127.0.0.1:2".parse().unwrap(),
+            ],
             topics: 10,
             first: 0,
             count: 40,

@@ -112,7 +112,10 @@ impl Api {
             .map_err(|e| e.to_string())?
             .to_bytes();
         if status != hyper::StatusCode::OK {
-            return Err(format!("{status}: {}", String::from_utf8_lossy(&text).trim()));
+            return Err(format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&text).trim()
+            ));
         }
         Ok(())
     }

@@ -63,7 +63,7 @@ pub struct Burst {
 /// The cut and the rejoins.
 #[derive(Serialize, Debug, Clone, Default)]
 pub struct Storm {
-    /// Every client rejoined within the bench's limit (300 s).
+    /// Every client rejoined within the bench's limit (400 s).
     pub complete: bool,
     /// Messages per second published through the API meanwhile.
     pub publish_rate: f64,
