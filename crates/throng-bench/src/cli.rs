@@ -116,6 +116,68 @@ pub struct BenchArgs {
         help_heading = "Hooks scenario"
     )]
     pub hook_rounds: u32,
+    /// Run the reconnect storm instead of a load: --connections clients
+    /// (default 100000) on --storm-topics topics that keep history, its own
+    /// servers (one per ~19,000 clients, or --storm-redis), numbered
+    /// messages published through the server API; every client's socket is
+    /// cut at once and rejoins with `since` = the last ref it saw. Reports
+    /// the time until all have recovered, replayed messages per second,
+    /// broadcast throughput, server bytes per idle joined socket and the
+    /// loss each client counted (a gap or a duplicate is an error).
+    #[arg(
+        long,
+        help_heading = "Reconnect storm scenario",
+        conflicts_with = "hooks"
+    )]
+    pub storm: bool,
+    /// Topics the storm's clients are spread over (each keeps history).
+    #[arg(
+        long,
+        default_value_t = 10,
+        value_name = "COUNT",
+        help_heading = "Reconnect storm scenario"
+    )]
+    pub storm_topics: u32,
+    /// Messages per second published through the server API (all topics
+    /// together, round robin) from before the cut until after the last
+    /// client recovered.
+    #[arg(
+        long,
+        default_value_t = 2.0,
+        value_name = "PER_SEC",
+        allow_negative_numbers = true,
+        help_heading = "Reconnect storm scenario"
+    )]
+    pub storm_rate: f64,
+    /// Messages per topic published as fast as the API takes them once
+    /// everyone has joined (the broadcast throughput figure; 0: none).
+    #[arg(
+        long,
+        default_value_t = 10,
+        value_name = "COUNT",
+        help_heading = "Reconnect storm scenario"
+    )]
+    pub storm_burst: u32,
+    /// `off`: the same topics without history (no cut: the throughput and
+    /// memory figures to compare with a run with history).
+    #[arg(long, value_enum, default_value_t = StormHistory::On, help_heading = "Reconnect storm scenario")]
+    pub storm_history: StormHistory,
+    /// Seconds the steady publishing goes on before the cut, and after the
+    /// last client recovered.
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        value_name = "SECS",
+        allow_negative_numbers = true,
+        help_heading = "Reconnect storm scenario"
+    )]
+    pub storm_hold: f64,
+    /// Run the storm's server as `throng serve --workers N --redis` on a
+    /// redis-server the bench starts (history in Redis, one API for the
+    /// cluster), and report Redis commands per rejoin from `INFO
+    /// commandstats`.
+    #[arg(long, help_heading = "Reconnect storm scenario")]
+    pub storm_redis: bool,
     /// What the users do (last: clap keeps a flattened struct's help
     /// heading for the flags after it): the scenario and its size, schedule and
     /// heartbeats ([`LoadArgs::load`] turns them into the scenario).
@@ -240,6 +302,15 @@ pub enum NetnsMode {
     Off,
 }
 
+/// `throng bench --storm-history`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StormHistory {
+    /// The topics keep history; the clients are cut and rejoin with `since`.
+    On,
+    /// No history, no cut: the same joins, publishing and burst.
+    Off,
+}
+
 /// `throng bench --floor`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FloorMode {
@@ -255,16 +326,21 @@ pub enum FloorMode {
 #[derive(clap::Args, Debug, Clone)]
 pub struct AgentArgs {
     /// The controller's address (printed by `throng bench --remote-agents N`).
-    #[arg(long)]
-    pub controller: SocketAddr,
+    #[arg(long, required_unless_present = "storm_client")]
+    pub controller: Option<SocketAddr>,
     /// The controller's token (printed by `throng bench --remote-agents N`);
     /// prefer the environment variable, which `ps` does not show.
-    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true)]
-    pub token: String,
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true, required_unless_present = "storm_client")]
+    pub token: Option<String>,
     /// Be a floor writer instead (started by `throng bench` itself; see
     /// the floor measurement in crates/throng-bench/src/floor/).
     #[arg(long, hide = true)]
     pub floor_writer: bool,
+    /// Be a reconnect storm client process instead, its orders (JSON) here
+    /// and its commands on stdin (started by `throng bench --storm` itself;
+    /// see crates/throng-bench/src/storm/).
+    #[arg(long, hide = true, value_name = "ORDERS")]
+    pub storm_client: Option<String>,
 }
 
 /// `throng tune`: print (or apply) OS settings and the limits that cap a run.

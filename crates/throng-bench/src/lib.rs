@@ -26,6 +26,9 @@
 //!   join is visible to every subscriber.
 //! - [`hooks`]: the hooks scenario (`--hooks`): joins through an app
 //!   backend's join hook against joins without, its built-in backend.
+//! - [`storm`]: the reconnect storm (`--storm`): clients on topics that
+//!   keep history cut at once and rejoining with `since`, each counting
+//!   every number once, in order; its client processes and publisher.
 //! - [`report`]: the typed [`report::Report`], its JSON, terminal summary
 //!   and offline HTML; [`dashboard`]: the live page on port 8091.
 //! - [`tune`]: OS settings and the limits that cap a run; [`netns`]: a
@@ -71,13 +74,14 @@ pub mod report;
 pub mod scenario;
 pub mod slots;
 pub mod stats;
+pub mod storm;
 pub mod sys;
 pub mod tsung;
 pub mod tune;
 pub mod wire;
 pub mod writer;
 
-pub use cli::{AgentArgs, BenchArgs, FloorMode, LoadArgs, NetnsMode, TuneArgs};
+pub use cli::{AgentArgs, BenchArgs, FloorMode, LoadArgs, NetnsMode, StormHistory, TuneArgs};
 pub use error::BenchError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -89,10 +93,16 @@ pub fn run_bench(args: BenchArgs) -> Result<(), BoxError> {
 
 /// `throng agent`.
 pub fn run_agent(args: AgentArgs) -> Result<(), BoxError> {
-    if args.floor_writer {
-        return writer::run_writer(args.controller, &args.token).map_err(Into::into);
+    if let Some(orders) = &args.storm_client {
+        return storm::client::run(orders).map_err(Into::into);
     }
-    agent::run(args.controller, &args.token).map_err(Into::into)
+    let (Some(controller), Some(token)) = (args.controller, args.token.as_deref()) else {
+        return Err("throng agent needs --controller and its token (printed by `throng bench --remote-agents N`)".into());
+    };
+    if args.floor_writer {
+        return writer::run_writer(controller, token).map_err(Into::into);
+    }
+    agent::run(controller, token).map_err(Into::into)
 }
 
 /// `throng tune`.

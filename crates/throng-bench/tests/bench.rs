@@ -386,3 +386,91 @@ fn bench_in_a_private_network_namespace() {
     assert_eq!(r["errors"]["total"], 0, "{r}");
     let _ = std::fs::remove_file(json);
 }
+
+/// The reconnect storm at a tiny size (2,000 clients on 4 topics: one
+/// server and one client process), every client cut and rejoining with
+/// `since`, each counting every number once, in order; and without
+/// history, the same joins and burst with no cut.
+#[test]
+fn bench_storm_every_client_recovers_every_number() {
+    let json = tmp("storm.json");
+    let out = run_bench(
+        &[
+            "--storm",
+            "--connections",
+            "2000",
+            "--storm-topics",
+            "4",
+            "--storm-rate",
+            "20",
+            "--storm-hold",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+            "--dashboard-port",
+            "0",
+        ],
+        Duration::from_secs(90),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "throng bench --storm failed\nstdout:\n{}\nstderr:\n{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written"))
+            .expect("valid JSON");
+    let ctx = || serde_json::to_string_pretty(&r).unwrap();
+    assert_eq!(r["clients"], 2000, "{}", ctx());
+    assert_eq!(r["history"], true, "{}", ctx());
+    let storm = &r["storm"];
+    assert_eq!(storm["complete"], true, "{}", ctx());
+    assert_eq!(storm["rejoins"], 2000, "{}", ctx());
+    assert_eq!(storm["recovered"], 2000, "{}", ctx());
+    assert_eq!(r["loss"]["errors"], 0, "{}", ctx());
+    // 4 topics x 10 burst messages each, then 20 a second: every client
+    // holds its topic's last number, past the burst.
+    let last = r["loss"]["last_numbers"].as_array().expect("last numbers");
+    assert_eq!(last.len(), 4, "{}", ctx());
+    assert!(last.iter().all(|n| n.as_u64() > Some(10)), "{}", ctx());
+    assert!(storm["replayed"].as_u64() > Some(0), "{}", ctx());
+    // Every client received every number of its topic exactly once.
+    let received: u64 = last.iter().map(|n| n.as_u64().unwrap() * 500).sum();
+    assert_eq!(r["clients_status"]["received"], received, "{}", ctx());
+    assert!(
+        r["burst"]["deliveries_per_sec"].as_f64() > Some(0.0),
+        "{}",
+        ctx()
+    );
+
+    let off = tmp("storm-off.json");
+    let out = run_bench(
+        &[
+            "--storm",
+            "--storm-history",
+            "off",
+            "--connections",
+            "1000",
+            "--storm-topics",
+            "4",
+            "--json",
+            off.to_str().unwrap(),
+            "--dashboard-port",
+            "0",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&off).expect("json written"))
+            .expect("valid JSON");
+    assert_eq!(r["history"], false);
+    assert!(r["storm"].is_null(), "no cut without history");
+    assert_eq!(r["loss"]["errors"], 0);
+    assert_eq!(r["clients_status"]["received"], 1000 * 10);
+}

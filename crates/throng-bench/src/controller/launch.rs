@@ -128,6 +128,9 @@ impl Embedded {
 pub(super) struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// Its server API (`api at ADDR`, worker 0's under `--workers`), when
+    /// started with one ([`Server::spawn_with_api`]).
+    pub api: Option<SocketAddr>,
     /// Where its /metrics is read: the public port, or over TLS the
     /// server API (plain HTTP on loopback).
     pub metrics: SocketAddr,
@@ -138,9 +141,24 @@ impl Server {
     /// Starts `throng serve` on a free loopback port and waits for the
     /// address it prints.
     pub(super) fn spawn(idle_timeout: Option<u64>, extra: &[String]) -> Result<Server, BenchError> {
+        Server::spawn_with_api(idle_timeout, extra, "none")
+    }
+
+    /// [`Server::spawn`] with the server API on `api_bind` (`none`: none).
+    pub(super) fn spawn_with_api(
+        idle_timeout: Option<u64>,
+        extra: &[String],
+        api_bind: &str,
+    ) -> Result<Server, BenchError> {
         // /metrics lives on the server API listener; the probe reads the
-        // public port, so the bench's own server keeps it there.
+        // public port, so the bench's own server keeps it there (over TLS,
+        // the probe reads the plain API listener instead).
         let tls = extra.iter().any(|a| a == "--tls-cert");
+        let api_bind = if tls && api_bind == "none" {
+            "127.0.0.1:0"
+        } else {
+            api_bind
+        };
         let mut cmd = throng(&[
             "serve",
             "--port",
@@ -149,7 +167,7 @@ impl Server {
             "127.0.0.1",
             "--public-metrics",
             "--api-bind",
-            if tls { "127.0.0.1:0" } else { "none" },
+            api_bind,
         ])?;
         if let Some(t) = idle_timeout {
             cmd.args(["--idle-timeout", &t.to_string()]);
@@ -162,6 +180,7 @@ impl Server {
         let pids = workers.clone();
         std::thread::spawn(move || {
             let mut sent = false;
+            let mut api = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(pid) = line
@@ -177,36 +196,30 @@ impl Server {
                     }
                 }
                 if let Some(a) = line.trim().strip_prefix("api at ") {
-                    let _ = tx.send(format!("api {}", a.trim()));
+                    api.get_or_insert(a.trim().to_string());
                 }
                 if !sent {
                     if let Some(a) = line.trim().strip_prefix("listening on ") {
-                        let _ = tx.send(a.trim().to_string());
+                        let _ = tx.send((a.trim().to_string(), api.clone()));
                         sent = true;
                     }
                 }
             }
         });
-        let mut api = None;
-        let mut got = rx.recv_timeout(Duration::from_secs(20));
-        while let Ok(a) = &got {
-            match a.strip_prefix("api ") {
-                Some(addr) => {
-                    api = addr.parse().ok();
-                    got = rx.recv_timeout(Duration::from_secs(20));
-                }
-                None => break,
-            }
-        }
-        match got {
-            Ok(a) => {
-                let addr = a.parse().map_err(|_| {
-                    BenchError::Server(format!("server printed an address I cannot read: {a}"))
-                })?;
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok((a, api)) => {
+                let read = |a: &str| {
+                    a.parse().map_err(|_| {
+                        BenchError::Server(format!("server printed an address I cannot read: {a}"))
+                    })
+                };
+                let addr = read(&a)?;
+                let api = api.as_deref().map(read).transpose()?;
                 Ok(Server {
                     child,
                     addr,
                     metrics: api.filter(|_| tls).unwrap_or(addr),
+                    api,
                     workers,
                 })
             }
@@ -225,7 +238,7 @@ impl Server {
 
     /// The processes that hold connections: the `expect` workers, or the
     /// server itself.
-    fn holders(&self, expect: usize) -> Vec<u32> {
+    pub(super) fn holders(&self, expect: usize) -> Vec<u32> {
         if expect <= 1 {
             return vec![self.pid()];
         }
@@ -271,7 +284,7 @@ pub(super) struct Redis {
 
 impl Redis {
     /// Starts `redis-server` on a free loopback port and waits until it accepts.
-    fn spawn() -> Result<Redis, BenchError> {
+    pub(super) fn spawn() -> Result<Redis, BenchError> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = spawn(
             Command::new("redis-server")

@@ -17,7 +17,8 @@
 //! `cpu` the CPU trace and the bottleneck verdict; `outcome` turns the
 //! phases' measurements into the [`Report`](crate::report::Report),
 //! `presence` its presence part; `hooks` is the hooks scenario's run
-//! (`--hooks`, [`crate::hooks`]).
+//! (`--hooks`, [`crate::hooks`]); `storm` the reconnect storm's
+//! (`--storm`, [`crate::storm`]).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
 //! forwards its lines over a channel; the dashboard thread only reads the
@@ -34,6 +35,7 @@ mod outcome;
 mod presence;
 mod probe;
 mod run;
+mod storm;
 mod timeline;
 mod tls;
 mod verdict;
@@ -94,6 +96,9 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     children::kill_on_signal()?;
     if args.hooks {
         return hooks::run(&args);
+    }
+    if args.storm {
+        return storm::run(&args);
     }
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
