@@ -39,6 +39,7 @@ mod drain;
 mod hooks;
 mod input;
 mod longpoll;
+pub(crate) mod outlet;
 mod output;
 mod phoenix;
 mod sweep;

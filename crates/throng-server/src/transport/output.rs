@@ -16,9 +16,9 @@ use throng_pubsub::Broadcast;
 use throng_pubsub::presence::encode::{COUNT as PRESENCE_COUNT, DIFF as PRESENCE_DIFF};
 
 use super::conn::{Chunk, Kind};
+use super::outlet::Outlet;
 use super::Conns;
 use crate::close::CloseReason;
-use crate::longpoll::{is_session, SESSION_BIT};
 use crate::metrics::ShardStats;
 
 impl Conns {
@@ -58,7 +58,7 @@ impl Conns {
             match write_some(&mut conn.sock, bytes) {
                 Ok(n) => written = n,
                 Err(_) => {
-                    self.doom(key, CloseReason::Gone);
+                    self.doom(Outlet::Ws(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -108,7 +108,7 @@ impl Conns {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => {
-                        self.doom(key, CloseReason::Gone);
+                        self.doom(Outlet::Ws(key), CloseReason::Gone);
                         return;
                     }
                 }
@@ -148,7 +148,7 @@ impl Conns {
         // a socket with a small receive window) is not a slow reader.
         let front = extra.out.front().map_or(0, |c| c.rest().len());
         if !closing && extra.out_bytes - front > max {
-            self.doom(key, CloseReason::SlowReader);
+            self.doom(Outlet::Ws(key), CloseReason::SlowReader);
             return;
         }
         // This reader is behind and the process holds more output than
@@ -159,7 +159,7 @@ impl Conns {
         // tune --apply`): such a reader is not behind.
         let behind = extra.out_bytes.saturating_sub(front + len) > 0;
         if !closing && behind && super::budget::outbound_memory() > self.max_outbound_total {
-            self.doom(key, CloseReason::OutboundBudget);
+            self.doom(Outlet::Ws(key), CloseReason::OutboundBudget);
             return;
         }
         if !extra.want_write {
@@ -213,7 +213,7 @@ impl Conns {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.doom(key, CloseReason::Gone);
+                    self.doom(Outlet::Ws(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -258,8 +258,8 @@ impl Conns {
             {
                 continue;
             }
-            if is_session(key) {
-                self.lp_deliver(key & !SESSION_BIT, b);
+            if let Outlet::LongPoll(idx) = Outlet::of(key) {
+                self.lp_deliver(idx, b);
                 continue;
             }
             let Some(conn) = self.slab.get_mut(key) else {
@@ -287,7 +287,7 @@ impl Conns {
                         self.enqueue(key, Chunk::Shared(b.clone(), vsn, n));
                     }
                 }
-                Err(_) => self.doom(key, CloseReason::Gone),
+                Err(_) => self.doom(Outlet::Ws(key), CloseReason::Gone),
             }
         }
         self.registry.topics[idx as usize].subs = subs;
@@ -312,7 +312,7 @@ impl Conns {
         };
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
-            self.doom(key as usize, CloseReason::SlowReader);
+            self.doom(Outlet::of(key as usize), CloseReason::SlowReader);
         }
     }
 
