@@ -315,16 +315,6 @@ impl Conns {
             self.doom(Outlet::of(key as usize), CloseReason::SlowReader);
         }
     }
-
-    /// Adds the turn's local counts to the shared counters.
-    pub fn flush_counters(&mut self) {
-        if self.msgs_out > 0 || self.bytes_out > 0 {
-            ShardStats::add(&self.stats.messages_out, self.msgs_out);
-            ShardStats::add(&self.stats.bytes_out, self.bytes_out);
-            self.msgs_out = 0;
-            self.bytes_out = 0;
-        }
-    }
 }
 
 /// One `write`, mapping `WouldBlock` to zero bytes.
