@@ -18,7 +18,7 @@ use throng_protocol::frame::Opcode;
 use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
-use super::outlet::SocketState;
+use super::outlet::{Ended, SocketState};
 
 /// What a connection is doing: its lifecycle is handshake ([`Kind::Http`]),
 /// open ([`Kind::Ws`]), closing ([`Kind::Closing`]), closed (removed from
@@ -117,13 +117,6 @@ pub(crate) struct Conn {
     pub extra: Option<Box<Extra>>,
     /// The Phoenix socket it carries once upgraded (`outlet.rs`): channels,
     /// connect info, user, push budget.
-    pub socket: SocketState,
-}
-
-/// A Phoenix socket's state, taken out of its connection (or session)
-/// when it ends.
-pub(crate) struct Ended {
-    pub vsn: Vsn,
     pub socket: SocketState,
 }
 

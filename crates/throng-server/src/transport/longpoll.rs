@@ -17,7 +17,7 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
-use super::conn::Ended;
+use super::outlet::Ended;
 use super::outlet::Outlet;
 use super::Conns;
 use crate::auth::rate::Verdict;

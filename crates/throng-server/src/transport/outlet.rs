@@ -89,6 +89,40 @@ impl Default for SocketState {
     }
 }
 
+/// A Phoenix socket's state, taken out of its connection (or session)
+/// when it ends.
+pub(crate) struct Ended {
+    pub vsn: Vsn,
+    pub socket: SocketState,
+}
+
+/// What a socket (or long-poll session) keeps of its connect info once
+/// `found` is authenticated; returns the user's id. The verified token is
+/// not kept (it is the largest thing an idle socket would hold), and the
+/// user's id lives in the shard's `Users` table: the connect info stays only
+/// when the client sent other params or the token limits its channels.
+pub(crate) fn authenticated(
+    connect: &mut Option<crate::channel::ConnectInfo>,
+    found: crate::auth::User,
+) -> String {
+    if let Some(c) = connect.as_mut() {
+        c.auth_token = None;
+        c.params.retain(|(k, _)| k != "token");
+    }
+    if found.channels.is_some() {
+        connect.get_or_insert_with(Default::default).channels = found.channels;
+    }
+    if let Some(c) = connect.as_mut() {
+        if c.params.is_empty() && c.channels.is_none() {
+            *connect = None;
+        } else {
+            c.params.shrink_to_fit();
+            c.user_id = Some(found.id.clone());
+        }
+    }
+    found.id
+}
+
 /// The socket of an outlet, lent by [`Conns::socket_mut`].
 pub(crate) struct SocketMut<'a> {
     pub state: &'a mut SocketState,

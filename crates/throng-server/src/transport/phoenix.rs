@@ -15,8 +15,8 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot, Tracker};
 
-use super::conn::{Ended, Kind};
-use super::outlet::Outlet;
+use super::conn::Kind;
+use super::outlet::{Ended, Outlet};
 use super::users::NO_USER;
 use super::Conns;
 use crate::auth::rate::Verdict;
