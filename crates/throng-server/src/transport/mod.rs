@@ -76,35 +76,35 @@ const ACCEPTS_PER_TURN: usize = 1024;
 const CLOSE_LINGER: u32 = 3;
 
 pub(crate) struct Shard {
-    id: usize,
-    poll: Poll,
+    pub(super) id: usize,
+    pub(super) poll: Poll,
     /// `None` once draining: new connections go to the other processes.
-    listener: Option<TcpListener>,
-    inbox: Receiver<ShardMsg>,
-    node: Arc<Node>,
-    conns: Conns,
-    scratch: Scratch,
+    pub(super) listener: Option<TcpListener>,
+    pub(super) inbox: Receiver<ShardMsg>,
+    pub(super) node: Arc<Node>,
+    pub(super) conns: Conns,
+    pub(super) scratch: Scratch,
     /// The one read buffer of the shard.
-    rbuf: Vec<u8>,
+    pub(super) rbuf: Vec<u8>,
     /// Connections that used their turn's budget with more to read
     /// (`input.rs`): read again next turn, as epoll (edge-triggered) will
     /// not report them again. A key may be stale (closed and reused since):
     /// reading it again costs one `WouldBlock`.
-    ready: Vec<usize>,
+    pub(super) ready: Vec<usize>,
     /// Messages handled in the current connection's turn.
-    turn: u32,
+    pub(super) turn: u32,
     /// The current connection's turn ended with more to do.
-    yielded: bool,
-    started: Instant,
-    last_sweep: u32,
-    accept_retry: bool,
-    last_accept_warning: Option<Instant>,
+    pub(super) yielded: bool,
+    pub(super) started: Instant,
+    pub(super) last_sweep: u32,
+    pub(super) accept_retry: bool,
+    pub(super) last_accept_warning: Option<Instant>,
     /// Set once the node drains (`drain.rs`).
-    draining: Option<drain::Draining>,
+    pub(super) draining: Option<drain::Draining>,
     /// When this shard next flushes its share of presence diffs.
-    presence_due: Instant,
+    pub(super) presence_due: Instant,
     /// The diffs of a flush (kept for its capacity).
-    presence_out: Vec<Arc<throng_pubsub::Broadcast>>,
+    pub(super) presence_out: Vec<Arc<throng_pubsub::Broadcast>>,
 }
 
 impl Shard {
@@ -263,7 +263,7 @@ impl Shard {
         self.conns.lp.now_ms = elapsed.as_millis() as u64;
     }
 
-    fn accept(&mut self) {
+    pub(super) fn accept(&mut self) {
         let Some(listener) = &self.listener else {
             return;
         };
