@@ -4,7 +4,10 @@
 //! through [`Node`] (read-only config, atomics, and a channel per shard for
 //! broadcasts and infos).
 //!
-//! - this file: the loop, accepting, the inbox;
+//! - this file: the map below, and re-exports;
+//! - `shard.rs`: [`Shard`], the loop, accepting, the inbox;
+//! - `conns.rs`: [`Conns`], a shard's connections and what their handling
+//!   writes (each file below adds one concept's `impl Conns`);
 //! - `sweep.rs`: the once-a-second sweep (idle timeouts, head deadlines,
 //!   lingering closes) that replaces a timer per connection;
 //! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling,
@@ -23,7 +26,12 @@
 //!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
 //!   on this shard;
 //! - `longpoll.rs`: the long-poll transport's requests and sessions
-//!   (`crate::longpoll`), which run the same Phoenix socket.
+//!   (`crate::longpoll`), which run the same Phoenix socket;
+//! - `outlet.rs`: the Phoenix socket as one entity, whatever carries it
+//!   (an [`Outlet`](outlet::Outlet): a WebSocket connection or a long-poll
+//!   session), and the state every socket holds the same way;
+//! - `hooks.rs`: the app backend's hooks and lifecycle events on a shard;
+//! - `users.rs`: a shard's authenticated users and their sockets.
 //!
 //! Invariant: a connection is only removed from the slab between events
 //! (by [`Conns::close`] for a reason whose output is not flushed, called
