@@ -129,7 +129,7 @@ impl Conn {
         };
         Some(Ended {
             vsn,
-            socket: std::mem::replace(&mut self.socket, SocketState::new()),
+            socket: std::mem::take(&mut self.socket),
         })
     }
 
