@@ -103,7 +103,7 @@ pub fn help(doc: &str, default: Option<String>) -> String {
 #[derive(Debug, Default)]
 pub struct PassOn {
     pub args: Vec<String>,
-    pub env: Vec<(&'static str, String)>,
+    pub env: Vec<(String, String)>,
 }
 
 /// Adds to `out` every field of `group` that is set, as `throng serve`
@@ -139,11 +139,7 @@ pub fn pass_on<A: clap::Args + Serialize>(group: &A, out: &mut PassOn) {
         }
         match arg.get_env().and_then(|e| e.to_str()) {
             Some(var) if arg.is_hide_env_values_set() => {
-                // A `&'static str`: the variable's name is a literal in
-                // the field's definition; leaking it once per worker start
-                // is a few bytes.
-                let var: &'static str = Box::leak(var.to_string().into_boxed_str());
-                out.env.push((var, values.join(" ")));
+                out.env.push((var.to_string(), values.join(" ")));
             }
             _ => {
                 for v in values {

@@ -42,7 +42,7 @@ impl Config {
     /// its command line (where `ps` shows them): every setting whose env
     /// value `--help` hides (the auth secrets, the API and hook keys, the
     /// Redis URL with its password, the `[[topics]]` rules as JSON).
-    pub fn worker_env(&self) -> Vec<(&'static str, String)> {
+    pub fn worker_env(&self) -> Vec<(String, String)> {
         self.worker(0, 0).env
     }
 
@@ -120,9 +120,10 @@ mod tests {
         // The Redis URL (and its password) goes in the environment, not on
         // the command line where `ps` shows it.
         assert!(!c.worker_args(1, 4321).iter().any(|a| a.contains("s3cret")));
-        assert!(c
-            .worker_env()
-            .contains(&("THRONG_REDIS", "redis://:s3cret@127.0.0.1:7000".to_string())));
+        assert!(c.worker_env().contains(&(
+            "THRONG_REDIS".into(),
+            "redis://:s3cret@127.0.0.1:7000".into()
+        )));
         assert!(w.echo && !w.log_requests);
         assert_eq!(w.max_message_bytes, c.max_message_bytes);
         assert_eq!(w.max_channels_per_socket, 7);
@@ -138,7 +139,7 @@ mod tests {
             .any(|a| a.contains("hook-s3cret")));
         assert!(c
             .worker_env()
-            .contains(&("THRONG_HOOK_SECRET", "hook-s3cret".to_string())));
+            .contains(&("THRONG_HOOK_SECRET".into(), "hook-s3cret".into())));
         let mut hooks = w.hooks.clone();
         hooks.secret = c.hooks.secret.clone();
         assert_eq!(hooks, c.hooks);
