@@ -35,77 +35,78 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Deserialize;
 use throng_protocol::Message;
 
+use crate::config::setting::settings;
 use crate::Error;
 
-/// The limit flags, flattened into `throng serve`'s; the same names (with
-/// underscores) are keys of the TOML file. All optional, so that the file
-/// can fill what the command line leaves out.
-#[derive(clap::Args, Deserialize, Debug, Default, Clone)]
-pub struct LimitArgs {
-    /// Seconds a connection has to send a whole HTTP request head (the WebSocket upgrade included), from accept or from the end of its previous request; then it is closed (408 if a head had begun) [default: 10]
-    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
-    pub handshake_timeout: Option<u64>,
-    /// Open connections this process accepts; past it a new one gets 503 and is closed; 0 = no cap [default: 0]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
-    pub max_connections: Option<usize>,
-    /// Open connections from one source IP address; past it a new one gets 503 and is closed; 0 = no cap (behind a load balancer every client has its address) [default: 0]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
-    pub max_connections_per_ip: Option<usize>,
-    /// Longest join_ref or ref a message may carry; a longer one closes the socket with 1008 (phoenix.js sends short counters) [default: 64]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
-    pub max_ref_bytes: Option<usize>,
-    /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
-    pub max_socket_bytes: Option<usize>,
-    /// On SIGTERM or Ctrl-C: stop accepting and close sockets with 1012 (phoenix.js reconnects elsewhere) in batches over one second per 1,000 open sockets, at most this many seconds, then exit [default: 10]
-    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
-    pub drain_seconds: Option<u64>,
-    /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013 [default: 1073741824]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
-    pub max_outbound_total_bytes: Option<usize>,
-    /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted [default: 67108864]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
-    pub max_shard_inbox_bytes: Option<usize>,
-    /// Bytes the history of every topic may hold together ([[topics]] history_size); past it a topic's oldest messages are dropped and a rejoin from before them gets recovered: false [default: 67108864]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_HISTORY_BYTES")]
-    pub max_history_bytes: Option<usize>,
-    /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted [default: 67108864]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
-    pub redis_queue_bytes: Option<usize>,
-    /// Control messages a second a socket may sustain: heartbeats, joins, leaves, ping and pong frames, and fragments under 1 KiB; excess ones get {"reason":"rate limited"} and, --push-strikes past the burst, the socket is closed with 1008; 0 = no limit (phoenix.js sends a heartbeat every 30 s) [default: 10]
-    #[arg(long, value_name = "N", env = "THRONG_CONTROL_RATE")]
-    pub control_rate: Option<f64>,
-    /// Control messages a socket may send at once before --control-rate applies (a reconnect rejoins every channel at once) [default: 250]
-    #[arg(long, value_parser = crate::config::whole::<u32>, value_name = "N", env = "THRONG_CONTROL_BURST")]
-    pub control_burst: Option<u32>,
-    /// Seconds the server API gives a client to send a request's head, and then its body; past it the connection is closed [default: 10]
-    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
-    pub api_timeout: Option<u64>,
-    /// Open connections to the server API; past it a new one gets 503 and is closed [default: 256]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
-    pub max_api_connections: Option<usize>,
-    /// Live streams of the dashboard page (GET /dashboard) open at once; each is also one of --max-api-connections; past it a new one gets 503; 0 = the dashboard's figures are off [default: 8]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_DASHBOARD_STREAMS")]
-    pub max_dashboard_streams: Option<usize>,
-    /// Long-poll sessions this process keeps at once (each is also a connection for --max-connections and --max-connections-per-ip); past it a new session gets {"status":503} [default: 100000]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
-    pub max_longpoll_sessions: Option<usize>,
-    /// New long-poll sessions a second one address may start on one event loop (a burst of 50 first); past it {"status":503}; 0 = no limit [default: 5]
-    #[arg(long, value_name = "N", env = "THRONG_LONGPOLL_SESSION_RATE")]
-    pub longpoll_session_rate: Option<f64>,
-    /// Arrays and objects a JSON payload may nest, from clients and from the server API; deeper is refused with {"reason":"payload nested too deeply"} (serde_json's default limit is 128) [default: 128]
-    #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
-    pub max_json_depth: Option<usize>,
-    /// With --redis: seconds the connection to Redis may stay lost before GET /readyz answers 503 (a load balancer then stops sending new clients to this node, whose broadcasts no longer reach the cluster) [default: 10]
-    #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_READY_REDIS_GRACE")]
-    pub ready_redis_grace: Option<u64>,
-    /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
-    #[arg(long, hide = true)]
-    #[serde(skip)]
-    pub test_panic_message: Option<String>,
+settings! {
+    /// The limit flags, flattened into `throng serve`'s; the same names (with
+    /// underscores) are keys of the TOML file. All optional, so that the file
+    /// can fill what the command line leaves out.
+    pub struct LimitArgs {
+        /// Seconds a connection has to send a whole HTTP request head (the WebSocket upgrade included), from accept or from the end of its previous request; then it is closed (408 if a head had begun)
+        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
+        pub handshake_timeout: Option<u64> = 10,
+        /// Open connections this process accepts; past it a new one gets 503 and is closed; 0 = no cap
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
+        pub max_connections: Option<usize> = 0,
+        /// Open connections from one source IP address; past it a new one gets 503 and is closed; 0 = no cap (behind a load balancer every client has its address)
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
+        pub max_connections_per_ip: Option<usize> = 0,
+        /// Longest join_ref or ref a message may carry; a longer one closes the socket with 1008 (phoenix.js sends short counters)
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
+        pub max_ref_bytes: Option<usize> = 64,
+        /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
+        pub max_socket_bytes: Option<usize>,
+        /// On SIGTERM or Ctrl-C: stop accepting and close sockets with 1012 (phoenix.js reconnects elsewhere) in batches over one second per 1,000 open sockets, at most this many seconds, then exit
+        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
+        pub drain_seconds: Option<u64> = 10,
+        /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
+        pub max_outbound_total_bytes: Option<usize> = 1073741824,
+        /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
+        pub max_shard_inbox_bytes: Option<usize> = 67108864,
+        /// Bytes the history of every topic may hold together ([[topics]] history_size); past it a topic's oldest messages are dropped and a rejoin from before them gets recovered: false
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_HISTORY_BYTES")]
+        pub max_history_bytes: Option<usize> = 67108864,
+        /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
+        pub redis_queue_bytes: Option<usize> = 67108864,
+        /// Control messages a second a socket may sustain: heartbeats, joins, leaves, ping and pong frames, and fragments under 1 KiB; excess ones get {"reason":"rate limited"} and, --push-strikes past the burst, the socket is closed with 1008; 0 = no limit (phoenix.js sends a heartbeat every 30 s)
+        #[arg(long, value_name = "N", env = "THRONG_CONTROL_RATE")]
+        pub control_rate: Option<f64> = 10.0,
+        /// Control messages a socket may send at once before --control-rate applies (a reconnect rejoins every channel at once)
+        #[arg(long, value_parser = crate::config::whole::<u32>, value_name = "N", env = "THRONG_CONTROL_BURST")]
+        pub control_burst: Option<u32> = 250,
+        /// Seconds the server API gives a client to send a request's head, and then its body; past it the connection is closed
+        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
+        pub api_timeout: Option<u64> = 10,
+        /// Open connections to the server API; past it a new one gets 503 and is closed
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
+        pub max_api_connections: Option<usize> = 256,
+        /// Live streams of the dashboard page (GET /dashboard) open at once; each is also one of --max-api-connections; past it a new one gets 503; 0 = the dashboard's figures are off
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_DASHBOARD_STREAMS")]
+        pub max_dashboard_streams: Option<usize> = 8,
+        /// Long-poll sessions this process keeps at once (each is also a connection for --max-connections and --max-connections-per-ip); past it a new session gets {"status":503}
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
+        pub max_longpoll_sessions: Option<usize> = 100000,
+        /// New long-poll sessions a second one address may start on one event loop (a burst of 50 first); past it {"status":503}; 0 = no limit
+        #[arg(long, value_name = "N", env = "THRONG_LONGPOLL_SESSION_RATE")]
+        pub longpoll_session_rate: Option<f64> = 5.0,
+        /// Arrays and objects a JSON payload may nest, from clients and from the server API; deeper is refused with {"reason":"payload nested too deeply"} (serde_json's default limit is 128)
+        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
+        pub max_json_depth: Option<usize> = 128,
+        /// With --redis: seconds the connection to Redis may stay lost before GET /readyz answers 503 (a load balancer then stops sending new clients to this node, whose broadcasts no longer reach the cluster)
+        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_READY_REDIS_GRACE")]
+        pub ready_redis_grace: Option<u64> = 10,
+        /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
+        #[arg(long, hide = true)]
+        #[serde(skip_deserializing)]
+        pub test_panic_message: Option<String>,
+    }
 }
 
 /// Resolved limits. See [`LimitArgs`] for what each means.
@@ -148,30 +149,12 @@ pub struct Limits {
 pub const SOCKET_JOIN_BYTES: usize = 64 << 10;
 
 impl Limits {
-    /// The defaults, for a server whose message limit is `max_message_bytes`.
+    /// The defaults stated in [`LimitArgs`], for a server whose message
+    /// limit is `max_message_bytes`.
     pub fn defaults(max_message_bytes: usize) -> Limits {
-        Limits {
-            handshake_timeout: Duration::from_secs(10),
-            max_connections: 0,
-            max_connections_per_ip: 0,
-            max_ref_bytes: 64,
-            max_socket_bytes: max_message_bytes + SOCKET_JOIN_BYTES,
-            drain: Duration::from_secs(10),
-            max_outbound_total_bytes: 1 << 30,
-            max_shard_inbox_bytes: 64 << 20,
-            redis_queue_bytes: 64 << 20,
-            max_history_bytes: 64 << 20,
-            control_rate: 10.0,
-            control_burst: 250,
-            api_timeout: Duration::from_secs(10),
-            max_api_connections: 256,
-            max_dashboard_streams: 8,
-            max_longpoll_sessions: 100_000,
-            longpoll_session_rate: 5.0,
-            max_json_depth: 128,
-            ready_redis_grace: Duration::from_secs(10),
-            test_panic_message: None,
-        }
+        LimitArgs::default()
+            .resolve(max_message_bytes)
+            .expect("the default limits resolve")
     }
 
     /// What the joins of one socket may store: the socket budget less a
@@ -180,54 +163,6 @@ impl Limits {
         self.max_socket_bytes
             .saturating_sub(max_message_bytes + MESSAGE_SLACK)
     }
-
-    /// The `throng serve` arguments that give a worker these limits.
-    pub fn worker_args(&self) -> Vec<String> {
-        let mut args = vec![
-            "--handshake-timeout".to_string(),
-            self.handshake_timeout.as_secs().to_string(),
-            "--max-connections".into(),
-            self.max_connections.to_string(),
-            "--max-connections-per-ip".into(),
-            self.max_connections_per_ip.to_string(),
-            "--max-ref-bytes".into(),
-            self.max_ref_bytes.to_string(),
-            "--max-socket-bytes".into(),
-            self.max_socket_bytes.to_string(),
-            "--drain-seconds".into(),
-            self.drain.as_secs().to_string(),
-            "--max-outbound-total-bytes".into(),
-            self.max_outbound_total_bytes.to_string(),
-            "--max-shard-inbox-bytes".into(),
-            self.max_shard_inbox_bytes.to_string(),
-            "--redis-queue-bytes".into(),
-            self.redis_queue_bytes.to_string(),
-            "--max-history-bytes".into(),
-            self.max_history_bytes.to_string(),
-            "--control-rate".into(),
-            self.control_rate.to_string(),
-            "--control-burst".into(),
-            self.control_burst.to_string(),
-            "--api-timeout".into(),
-            self.api_timeout.as_secs().to_string(),
-            "--max-api-connections".into(),
-            self.max_api_connections.to_string(),
-            "--max-dashboard-streams".into(),
-            self.max_dashboard_streams.to_string(),
-            "--max-longpoll-sessions".into(),
-            self.max_longpoll_sessions.to_string(),
-            "--longpoll-session-rate".into(),
-            self.longpoll_session_rate.to_string(),
-            "--max-json-depth".into(),
-            self.max_json_depth.to_string(),
-            "--ready-redis-grace".into(),
-            self.ready_redis_grace.as_secs().to_string(),
-        ];
-        if let Some(m) = &self.test_panic_message {
-            args.extend(["--test-panic-message".into(), m.clone()]);
-        }
-        args
-    }
 }
 
 /// Beyond the message itself, what a message in progress may hold: two
@@ -235,85 +170,31 @@ impl Limits {
 pub const MESSAGE_SLACK: usize = 2 * throng_protocol::frame::MAX_HEADER_LEN + 127;
 
 impl LimitArgs {
-    /// Flags over the file's keys over defaults.
-    pub fn resolve(&self, file: &LimitArgs, max_message_bytes: usize) -> Result<Limits, Error> {
-        let d = Limits::defaults(max_message_bytes);
-        let secs = |flag: Option<u64>, key: Option<u64>, default: Duration| {
-            flag.or(key).map_or(default, Duration::from_secs)
-        };
+    /// These settings (flags over the file's keys, merged with
+    /// [`LimitArgs::or`]) over their defaults.
+    pub fn resolve(&self, max_message_bytes: usize) -> Result<Limits, Error> {
         let limits = Limits {
-            handshake_timeout: secs(
-                self.handshake_timeout,
-                file.handshake_timeout,
-                d.handshake_timeout,
-            ),
-            max_connections: self
-                .max_connections
-                .or(file.max_connections)
-                .unwrap_or(d.max_connections),
-            max_connections_per_ip: self
-                .max_connections_per_ip
-                .or(file.max_connections_per_ip)
-                .unwrap_or(d.max_connections_per_ip),
-            max_ref_bytes: self
-                .max_ref_bytes
-                .or(file.max_ref_bytes)
-                .unwrap_or(d.max_ref_bytes),
+            handshake_timeout: Duration::from_secs(self.handshake_timeout()),
+            max_connections: self.max_connections(),
+            max_connections_per_ip: self.max_connections_per_ip(),
+            max_ref_bytes: self.max_ref_bytes(),
             max_socket_bytes: self
                 .max_socket_bytes
-                .or(file.max_socket_bytes)
-                .unwrap_or(d.max_socket_bytes),
-            drain: secs(self.drain_seconds, file.drain_seconds, d.drain),
-            max_outbound_total_bytes: self
-                .max_outbound_total_bytes
-                .or(file.max_outbound_total_bytes)
-                .unwrap_or(d.max_outbound_total_bytes),
-            max_shard_inbox_bytes: self
-                .max_shard_inbox_bytes
-                .or(file.max_shard_inbox_bytes)
-                .unwrap_or(d.max_shard_inbox_bytes),
-            redis_queue_bytes: self
-                .redis_queue_bytes
-                .or(file.redis_queue_bytes)
-                .unwrap_or(d.redis_queue_bytes),
-            max_history_bytes: self
-                .max_history_bytes
-                .or(file.max_history_bytes)
-                .unwrap_or(d.max_history_bytes),
-            control_rate: self
-                .control_rate
-                .or(file.control_rate)
-                .unwrap_or(d.control_rate),
-            control_burst: self
-                .control_burst
-                .or(file.control_burst)
-                .unwrap_or(d.control_burst),
-            api_timeout: secs(self.api_timeout, file.api_timeout, d.api_timeout),
-            max_api_connections: self
-                .max_api_connections
-                .or(file.max_api_connections)
-                .unwrap_or(d.max_api_connections),
-            max_dashboard_streams: self
-                .max_dashboard_streams
-                .or(file.max_dashboard_streams)
-                .unwrap_or(d.max_dashboard_streams),
-            max_longpoll_sessions: self
-                .max_longpoll_sessions
-                .or(file.max_longpoll_sessions)
-                .unwrap_or(d.max_longpoll_sessions),
-            longpoll_session_rate: self
-                .longpoll_session_rate
-                .or(file.longpoll_session_rate)
-                .unwrap_or(d.longpoll_session_rate),
-            max_json_depth: self
-                .max_json_depth
-                .or(file.max_json_depth)
-                .unwrap_or(d.max_json_depth),
-            ready_redis_grace: secs(
-                self.ready_redis_grace,
-                file.ready_redis_grace,
-                d.ready_redis_grace,
-            ),
+                .unwrap_or(max_message_bytes + SOCKET_JOIN_BYTES),
+            drain: Duration::from_secs(self.drain_seconds()),
+            max_outbound_total_bytes: self.max_outbound_total_bytes(),
+            max_shard_inbox_bytes: self.max_shard_inbox_bytes(),
+            redis_queue_bytes: self.redis_queue_bytes(),
+            max_history_bytes: self.max_history_bytes(),
+            control_rate: self.control_rate(),
+            control_burst: self.control_burst(),
+            api_timeout: Duration::from_secs(self.api_timeout()),
+            max_api_connections: self.max_api_connections(),
+            max_dashboard_streams: self.max_dashboard_streams(),
+            max_longpoll_sessions: self.max_longpoll_sessions(),
+            longpoll_session_rate: self.longpoll_session_rate(),
+            max_json_depth: self.max_json_depth(),
+            ready_redis_grace: Duration::from_secs(self.ready_redis_grace()),
             test_panic_message: self.test_panic_message.clone(),
         };
         if cfg!(not(feature = "test-hooks")) && limits.test_panic_message.is_some() {
@@ -626,7 +507,7 @@ mod tests {
             max_socket_bytes: Some(1000),
             ..Default::default()
         };
-        let err = args.resolve(&LimitArgs::default(), 64 << 10).unwrap_err();
+        let err = args.resolve(64 << 10).unwrap_err();
         assert!(err.to_string().contains("max_socket_bytes"), "{err}");
     }
 }

@@ -56,10 +56,13 @@ pub struct TokenArgs {
 pub fn run(args: TokenArgs) -> anyhow::Result<()> {
     let config = ServeArgs {
         config: args.config,
-        auth: args.mode,
-        auth_secret_key_base: args.secret_key_base,
-        auth_salt: args.salt,
-        auth_jwt_secret: args.jwt_secret,
+        auth: throng_server::config::AuthArgs {
+            mode: args.mode,
+            secret_key_base: args.secret_key_base,
+            salt: args.salt,
+            jwt_secret: args.jwt_secret,
+            ..Default::default()
+        },
         ..Default::default()
     }
     .resolve()?;

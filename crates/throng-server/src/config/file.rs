@@ -1,57 +1,47 @@
-//! The config file's shape (`FileConfig`): the TOML twin of the flags, read
-//! by [`ServeArgs::resolve`](super::ServeArgs::resolve) under the flags.
-
-use std::path::PathBuf;
+//! The config file's shape (`FileConfig`): the same [`settings!`](super::setting)
+//! structs as the flags (top-level keys, `[auth]`, `[hooks]`, the limits),
+//! plus `[[topics]]`, which has no flag; read by
+//! [`ServeArgs::resolve`](super::ServeArgs::resolve) under the flags.
 
 use serde::Deserialize;
 
-use crate::auth::{self, AuthConfig, TopicRule};
+use super::auth::AuthArgs;
+use super::ServeArgs;
+use crate::auth::TopicRule;
+use crate::hooks::HookArgs;
 use crate::limits::LimitArgs;
-use crate::presence::RuleFile;
 
 /// The config file's shape: the same settings as the flags.
 #[derive(Deserialize, Default, Debug)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FileConfig {
-    pub(super) port: Option<u16>,
-    /// An IP address or a host name (`localhost`).
-    pub(super) bind: Option<String>,
-    pub(super) shards: Option<usize>,
-    pub(super) idle_timeout: Option<u64>,
-    pub(super) max_message_bytes: Option<usize>,
-    pub(super) max_outbound_bytes: Option<usize>,
-    pub(super) max_channels_per_socket: Option<usize>,
     #[serde(flatten)]
-    pub(super) limits: LimitArgs,
-    pub(super) longpoll_window: Option<u64>,
-    pub(super) max_longpoll_batch: Option<usize>,
-    /// `deflate = false` is `--no-deflate`.
-    pub(super) deflate: Option<bool>,
-    pub(super) echo: Option<bool>,
-    pub(super) log_requests: Option<bool>,
-    pub(super) redis: Option<String>,
-    pub(super) redis_ca_file: Option<PathBuf>,
-    pub(super) reuse_port: Option<bool>,
-    pub(super) workers: Option<usize>,
-    pub(super) auth: Option<AuthConfig>,
-    pub(super) check_origin: Option<auth::origin::CheckOriginToml>,
-    pub(super) push_rate: Option<f64>,
-    pub(super) push_burst: Option<u32>,
-    pub(super) push_strikes: Option<u32>,
-    pub(super) api_bind: Option<String>,
-    pub(super) api_key: Option<String>,
-    pub(super) public_metrics: Option<bool>,
-    pub(super) topics: Option<Vec<TopicRule>>,
-    pub(super) presence: Option<Vec<RuleFile>>,
-    pub(super) presence_interval: Option<u64>,
-    pub(super) presence_count_rate: Option<u64>,
-    pub(super) presence_timeout: Option<u64>,
-    pub(super) max_presence_bytes: Option<usize>,
-    pub(super) hooks: Option<crate::hooks::HookArgs>,
-    pub(super) tls_cert: Option<PathBuf>,
-    pub(super) tls_key: Option<PathBuf>,
-    pub(super) api_tls_cert: Option<PathBuf>,
-    pub(super) api_tls_key: Option<PathBuf>,
+    top: ServeArgs,
+    #[serde(flatten)]
+    limits: LimitArgs,
+    #[serde(default)]
+    auth: AuthArgs,
+    #[serde(default)]
+    hooks: HookArgs,
+    topics: Option<Vec<TopicRule>>,
+}
+
+impl FileConfig {
+    /// The file as one [`ServeArgs`], its tables in their groups and the
+    /// `[[topics]]` as the JSON a worker gets them in.
+    pub(super) fn into_args(self) -> Result<ServeArgs, String> {
+        let topic_rules_json = match self.topics {
+            Some(rules) => Some(serde_json::to_string(&rules).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        Ok(ServeArgs {
+            limits: self.limits,
+            auth: self.auth,
+            hooks: self.hooks,
+            topic_rules_json,
+            ..self.top
+        })
+    }
 }
 
 /// The `[auth]` keys, which the `--auth-*` flags set.

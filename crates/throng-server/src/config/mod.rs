@@ -1,14 +1,57 @@
 //! Settings: command-line flags, each with an environment variable, over an
 //! optional TOML file, over defaults. `throng serve --help` documents each.
-//! This file owns the resolved [`Config`] and the merge; the flags
-//! (`flags.rs`), the file's shape (`file.rs`) and the worker command line
-//! (`workers.rs`) live beside it, and so do `throng gen-config`
-//! (`template.rs`: the keys, read off the flags' definitions) and
-//! `throng check-config` (`check.rs`).
+//!
+//! Each setting is defined once, as one field of a settings group made
+//! with [`settings!`](setting) (`setting.rs` says what a field gives): its
+//! doc comment is the help, its name the flag (`--idle-timeout`) and the
+//! file key (`idle_timeout`), its `#[arg(env = ...)]` the variable, its
+//! `= VALUE` the default shown in `--help`. The groups, one per table of
+//! the file:
+//! - `flags.rs`: [`ServeArgs`], the top-level keys, with the groups below
+//!   flattened into its flags;
+//! - `auth.rs`: [`AuthArgs`], the `[auth]` table and the `--auth-*` flags;
+//! - `crate::hooks` (`hooks/settings.rs`): `HookArgs`, `[hooks]` and `--hook-*`;
+//! - `crate::limits` (`limits.rs`): `LimitArgs`, top-level keys kept beside
+//!   the bounds they set.
+//!
+//! This file owns the resolved [`Config`] and the merge (flags over the
+//! file, field by field, then defaults and checks); the file's shape
+//! (`file.rs`, the same structs plus `[[topics]]`), what a worker of
+//! `--workers` is handed (`workers.rs`: the same struct, passed on),
+//! `throng gen-config` (`template.rs`: the keys, read off the flags'
+//! definitions) and `throng check-config` (`check.rs`) live beside it.
+//!
+//! # Adding a setting
+//! 1. One field in the group it belongs to (say `ServeArgs` in `flags.rs`):
+//!    ```text
+//!    /// What it does, for someone who has never seen the code; what a client sees past it
+//!    #[arg(long, help_heading = "Connections and messages", value_parser = whole::<u64>, value_name = "SECS", env = "THRONG_MY_SETTING")]
+//!    pub my_setting: Option<u64> = 30,
+//!    ```
+//!    A switch is `pub x: bool` (no default: off); a repeatable flag a
+//!    `Vec<String>`; a default described rather than given ("number of
+//!    cores") goes at the end of the doc comment as `[default: ...]`, with
+//!    no `= VALUE`; a secret takes `hide_env_values = true` (workers then
+//!    get it in their environment, not on their command line). The flag,
+//!    `THRONG_MY_SETTING`, the file key `my_setting`, `gen-config`,
+//!    `check-config` and the workers' command line follow from the field.
+//! 2. Read it where [`ServeArgs::resolve`] builds the [`Config`]
+//!    (`s.my_setting()` is the value with its default; check its range
+//!    there, with an error that says the fix), into a `Config` field.
+//! 3. One row in the README's Configuration (or Limits) table: the cli test
+//!    `readme_tables_list_exactly_the_serve_flags` fails until it is there.
+//!
+//! A flag from before this layout (a plain `#[arg]` field with
+//! `[default: X]` in its doc, read as `self.x.or(file.x).unwrap_or(d.x)`)
+//! ports by moving the default to `= X`, dropping its `FileConfig` field
+//! (the file reads the same struct), its `Config::default` line and its
+//! `worker_args` lines (the struct is passed on whole).
 
+mod auth;
 mod check;
 mod file;
 mod flags;
+pub(crate) mod setting;
 mod template;
 mod workers;
 
@@ -21,6 +64,7 @@ use crate::limits::Limits;
 use crate::presence::PresenceRule;
 use crate::Error;
 
+pub use auth::AuthArgs;
 pub use check::{check_config, Checked};
 use file::FileConfig;
 pub use flags::{parse_bind, whole, ServeArgs};
@@ -90,53 +134,24 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsFiles>,
     /// TLS on the server API (`--api-tls-cert`, `--api-tls-key`).
     pub api_tls: Option<crate::tls::TlsFiles>,
+    /// The settings as given (flags over the file), before defaults: what
+    /// the supervisor of `--workers` hands each worker (`workers.rs`).
+    pub settings: ServeArgs,
 }
 
 /// The most worker processes `--workers` accepts.
 pub const MAX_WORKERS: usize = 64;
 
+/// The server API's port when `--api-bind` is not given (as its help says).
+const DEFAULT_API_PORT: u16 = 4001;
+
 impl Default for Config {
+    /// The defaults, as each setting states its own (`flags.rs` and the
+    /// groups it flattens).
     fn default() -> Self {
-        Config {
-            addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 4000),
-            shards: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-            idle_timeout: Some(Duration::from_secs(60)),
-            // As uWebSockets and Centrifugo: a message limit far below the
-            // outbound limit, so no single message makes a reader "slow".
-            max_message_bytes: 64 << 10,
-            max_outbound_bytes: 1 << 20,
-            max_channels_per_socket: 100,
-            limits: Limits::defaults(64 << 10),
-            longpoll_window: Some(Duration::from_secs(10)),
-            max_longpoll_batch: 100,
-            deflate: true,
-            echo: false,
-            log_requests: false,
-            redis: None,
-            redis_ca_file: None,
-            reuse_port: false,
-            workers: 1,
-            worker_index: None,
-            auth: AuthConfig::default(),
-            check_origin: CheckOrigin::default(),
-            topics: Vec::new(),
-            push_rate: 20.0,
-            push_burst: 50,
-            push_strikes: 20,
-            api_bind: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4001)),
-            api_key: None,
-            public_metrics: false,
-            presence: Vec::new(),
-            presence_interval: Duration::from_millis(1000),
-            presence_count_rate: 20_000,
-            presence_timeout: Duration::from_secs(30),
-            max_presence_bytes: 1024,
-            hooks: Default::default(),
-            tls: None,
-            api_tls: None,
-        }
+        ServeArgs::default()
+            .resolve()
+            .expect("the default settings resolve")
     }
 }
 
@@ -147,31 +162,36 @@ impl ServeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| {
-                    let hint = file::table_key_hint(&text).unwrap_or_default();
-                    Error::Config(format!("{}: {e}{hint}", path.display()))
-                })?
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| {
+                        let hint = file::table_key_hint(&text).unwrap_or_default();
+                        format!("{}: {e}{hint}", path.display())
+                    })
+                    .and_then(|f| {
+                        f.into_args()
+                            .map_err(|e| format!("{}: {e}", path.display()))
+                    })
+                    .map_err(Error::Config)?
             }
-            None => FileConfig::default(),
+            None => ServeArgs::default(),
         };
-        let d = Config::default();
-        let port = self.port.or(file.port).unwrap_or(d.addr.port());
-        let file_bind = match file.bind.as_deref() {
-            Some(b) => Some(parse_bind(b).map_err(|e| Error::Config(format!("bind: {e}")))?),
-            None => None,
+        let auth = self.auth.clone().over(file.auth.clone());
+        // Flags over the file, field by field; `settings` is what a worker
+        // of `--workers` is handed (`workers.rs`).
+        let settings = ServeArgs {
+            auth,
+            ..self.or(file)
         };
-        let bind = self.bind.or(file_bind).unwrap_or(d.addr.ip());
-        let workers = self.workers.or(file.workers).unwrap_or(d.workers);
+        let s = &settings;
+        let port = s.port();
+        let bind = s.bind();
+        let workers = s.workers();
         if workers == 0 || workers > MAX_WORKERS {
             return Err(Error::Config(format!(
                 "workers must be 1..={MAX_WORKERS}, got {workers}"
             )));
         }
-        let redis = self
-            .redis
-            .clone()
-            .or(file.redis)
-            .filter(|url| !url.is_empty());
+        let redis = s.redis.clone().filter(|url| !url.is_empty());
         if let Some(url) = &redis {
             let schemes = [
                 "redis://",
@@ -196,57 +216,50 @@ impl ServeArgs {
             )));
         }
         // The cores are shared by the workers: by default each runs its share.
-        let shards = self
-            .shards
-            .or(file.shards)
-            .unwrap_or((d.shards / workers).max(1));
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let shards = s.shards.unwrap_or((cores / workers).max(1));
         if shards == 0 || shards > throng_pubsub::MAX_SHARDS {
             return Err(Error::Config(format!(
                 "shards must be 1..={}, got {shards}",
                 throng_pubsub::MAX_SHARDS
             )));
         }
-        let idle = self.idle_timeout.or(file.idle_timeout).unwrap_or(60);
-        let window = self.longpoll_window.or(file.longpoll_window).unwrap_or(10);
+        let idle = s.idle_timeout();
+        let window = s.longpoll_window();
         if window > 3600 {
             return Err(Error::Config(format!(
                 "longpoll_window must be 0..=3600 seconds, got {window}"
             )));
         }
-        let max_message_bytes = self
-            .max_message_bytes
-            .or(file.max_message_bytes)
-            .unwrap_or(d.max_message_bytes);
+        let max_message_bytes = s.max_message_bytes();
         if max_message_bytes < 125 {
             return Err(Error::Config(
                 "max_message_bytes must be at least 125".into(),
             ));
         }
-        let auth = merge_auth(&self, file.auth.unwrap_or_default());
-        let hooks = self
-            .hooks
-            .resolve(file.hooks.as_ref())
-            .map_err(Error::Config)?;
-        let check_origin = match (&self.check_origin, file.check_origin) {
-            (Some(flag), _) => flag.parse().map_err(Error::Config)?,
-            (None, Some(t)) => t.try_into().map_err(Error::Config)?,
-            (None, None) => CheckOrigin::default(),
+        let auth = s.auth.clone().config();
+        let hooks = s.hooks.resolve().map_err(Error::Config)?;
+        let check_origin = match &s.check_origin {
+            Some(policy) => policy.parse().map_err(Error::Config)?,
+            None => CheckOrigin::default(),
         };
-        let topics = match &self.topic_rules_json {
+        let topics: Vec<TopicRule> = match &s.topic_rules_json {
             Some(json) => serde_json::from_str(json)
                 .map_err(|e| Error::Config(format!("topic rules: {e}")))?,
-            None => file.topics.unwrap_or_default(),
+            None => Vec::new(),
         };
         for rule in &topics {
             rule.check_history().map_err(Error::Config)?;
         }
-        let push_rate = self.push_rate.or(file.push_rate).unwrap_or(d.push_rate);
+        let push_rate = s.push_rate();
         if !(0.0..=1000.0).contains(&push_rate) {
             return Err(Error::Config(format!(
                 "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
             )));
         }
-        let api_key = self.api_key.or(file.api_key);
+        let api_key = s.api_key.clone();
         if api_key.as_deref() == Some("") {
             return Err(Error::Config(
                 "api_key is empty, which would let anyone call the server API: give a key \
@@ -254,10 +267,13 @@ impl ServeArgs {
                     .into(),
             ));
         }
-        let api_bind = match self.api_bind.or(file.api_bind).as_deref() {
+        let api_bind = match s.api_bind.as_deref() {
             // `--port 0` (tests, the bench) picks a free API port too.
             None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
-            None => d.api_bind,
+            None => Some(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                DEFAULT_API_PORT,
+            )),
             Some("none" | "off" | "") => None,
             // IP:PORT, or HOST:PORT resolved (localhost:4001).
             Some(a) => Some(
@@ -275,49 +291,29 @@ impl ServeArgs {
                     })?,
             ),
         };
-        let presence = if self.presence.is_empty() {
-            let rules = file.presence.unwrap_or_default();
-            rules
-                .into_iter()
-                .map(PresenceRule::from_file)
-                .collect::<Result<Vec<_>, _>>()
-        } else {
-            self.presence
-                .iter()
-                .map(|s| PresenceRule::parse(s))
-                .collect()
-        }
-        .map_err(Error::Config)?;
-        let interval = self
-            .presence_interval
-            .or(file.presence_interval)
-            .unwrap_or(d.presence_interval.as_millis() as u64);
+        let presence = s
+            .presence
+            .iter()
+            .map(|spec| PresenceRule::parse(spec))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Config)?;
+        let interval = s.presence_interval();
         if !(10..=60_000).contains(&interval) {
             return Err(Error::Config(format!(
                 "presence_interval must be 10..=60000 ms, got {interval}"
             )));
         }
-        let timeout = self
-            .presence_timeout
-            .or(file.presence_timeout)
-            .unwrap_or(d.presence_timeout.as_secs());
+        let timeout = s.presence_timeout();
         if timeout == 0 {
             return Err(Error::Config(
                 "presence_timeout must be at least 1 s".into(),
             ));
         }
-        let tls = crate::tls::TlsFiles::pair(
-            self.tls_cert.or(file.tls_cert),
-            self.tls_key.or(file.tls_key),
-            "tls",
-        )
-        .map_err(Error::Config)?;
-        let api_tls = crate::tls::TlsFiles::pair(
-            self.api_tls_cert.or(file.api_tls_cert),
-            self.api_tls_key.or(file.api_tls_key),
-            "api_tls",
-        )
-        .map_err(Error::Config)?;
+        let tls = crate::tls::TlsFiles::pair(s.tls_cert.clone(), s.tls_key.clone(), "tls")
+            .map_err(Error::Config)?;
+        let api_tls =
+            crate::tls::TlsFiles::pair(s.api_tls_cert.clone(), s.api_tls_key.clone(), "api_tls")
+                .map_err(Error::Config)?;
         Ok(Config {
             tls,
             api_tls,
@@ -326,79 +322,35 @@ impl ServeArgs {
             check_origin,
             topics,
             push_rate,
-            push_burst: self
-                .push_burst
-                .or(file.push_burst)
-                .unwrap_or(d.push_burst)
-                .max(1),
-            push_strikes: self
-                .push_strikes
-                .or(file.push_strikes)
-                .unwrap_or(d.push_strikes),
+            push_burst: s.push_burst().max(1),
+            push_strikes: s.push_strikes(),
             api_bind,
             api_key,
-            public_metrics: self.public_metrics || file.public_metrics.unwrap_or(false),
+            public_metrics: s.public_metrics,
             addr: SocketAddr::new(bind, port),
             shards,
             idle_timeout: (idle > 0).then(|| Duration::from_secs(idle)),
             max_message_bytes,
-            max_outbound_bytes: self
-                .max_outbound_bytes
-                .or(file.max_outbound_bytes)
-                .unwrap_or(d.max_outbound_bytes),
-            max_channels_per_socket: self
-                .max_channels_per_socket
-                .or(file.max_channels_per_socket)
-                .unwrap_or(d.max_channels_per_socket),
-            limits: self.limits.resolve(&file.limits, max_message_bytes)?,
+            max_outbound_bytes: s.max_outbound_bytes(),
+            max_channels_per_socket: s.max_channels_per_socket(),
+            limits: s.limits.resolve(max_message_bytes)?,
             longpoll_window: (window > 0).then(|| Duration::from_secs(window)),
-            max_longpoll_batch: self
-                .max_longpoll_batch
-                .or(file.max_longpoll_batch)
-                .unwrap_or(d.max_longpoll_batch),
-            deflate: !self.no_deflate && file.deflate.unwrap_or(true),
-            echo: self.echo || file.echo.unwrap_or(false),
-            log_requests: self.log_requests || file.log_requests.unwrap_or(false),
+            max_longpoll_batch: s.max_longpoll_batch(),
+            deflate: !s.no_deflate,
+            echo: s.echo,
+            log_requests: s.log_requests,
             redis,
-            redis_ca_file: self.redis_ca_file.or(file.redis_ca_file),
-            reuse_port: self.reuse_port || file.reuse_port.unwrap_or(false),
+            redis_ca_file: s.redis_ca_file.clone(),
+            reuse_port: s.reuse_port,
             workers,
-            worker_index: self.worker_index,
+            worker_index: s.worker_index,
             presence,
             presence_interval: Duration::from_millis(interval),
-            presence_count_rate: self
-                .presence_count_rate
-                .or(file.presence_count_rate)
-                .unwrap_or(d.presence_count_rate),
+            presence_count_rate: s.presence_count_rate(),
             presence_timeout: Duration::from_secs(timeout),
-            max_presence_bytes: self
-                .max_presence_bytes
-                .or(file.max_presence_bytes)
-                .unwrap_or(d.max_presence_bytes),
+            max_presence_bytes: s.max_presence_bytes(),
+            settings,
         })
-    }
-}
-
-/// The `[auth]` table with the flags over it.
-fn merge_auth(args: &ServeArgs, file: AuthConfig) -> AuthConfig {
-    AuthConfig {
-        mode: args.auth.unwrap_or(file.mode),
-        secret_key_base: args.auth_secret_key_base.clone().or(file.secret_key_base),
-        salt: args.auth_salt.clone().or(file.salt),
-        max_age: args.auth_max_age.or(file.max_age),
-        jwt_secret: args.auth_jwt_secret.clone().or(file.jwt_secret),
-        jwt_public_key: match (&args.auth_jwt_public_key, &args.auth_jwt_public_key_file) {
-            (Some(pem), _) => Some(pem.clone()),
-            (None, Some(_)) => None,
-            (None, None) => file.jwt_public_key,
-        },
-        jwt_public_key_file: args
-            .auth_jwt_public_key_file
-            .clone()
-            .or(file.jwt_public_key_file),
-        jwt_algorithm: args.auth_jwt_algorithm.clone().or(file.jwt_algorithm),
-        jwt_audience: args.auth_jwt_audience.clone().or(file.jwt_audience),
-        jwt_issuer: args.auth_jwt_issuer.clone().or(file.jwt_issuer),
     }
 }
 

@@ -19,9 +19,10 @@
 //!
 //! ## A session is a connection without a socket
 //! A [`Session`] lives on the shard that created it, in its own slab, and
-//! runs the same Phoenix socket (`crate::socket::Mux`) as a WebSocket: it is
-//! subscribed in the shard's registry under its key with [`SESSION_BIT`]
-//! set (so delivery tells it from a socket with one bit test), and what the
+//! runs the same Phoenix socket (`crate::socket::Mux`) as a WebSocket,
+//! holding the same `SocketState`: it is subscribed in the shard's
+//! registry as an `Outlet::LongPoll` (`transport/outlet.rs`; delivery tells
+//! it from a WebSocket with one bit test), and what the
 //! socket sends it (replies, pushes, broadcasts: the shared
 //! [`Broadcast`] itself, not a copy) waits in its buffer until a poll takes
 //! it. A poll that finds nothing is parked and answered at the end of the
@@ -72,19 +73,9 @@ use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
 use crate::channel::ConnectInfo;
+use crate::transport::outlet::SocketState;
 pub(crate) use token::{Secret, Token};
 pub(crate) use wire::{Answer, Ask, ReplyTo, Request};
-
-/// Set in a registry key (and a broadcast's exclude key) that names a
-/// session, not a connection. Connection keys stay far below it (one per
-/// open file).
-pub(crate) const SESSION_BIT: usize = 1 << 31;
-
-/// Whether registry key `key` names a session.
-#[inline]
-pub(crate) fn is_session(key: usize) -> bool {
-    key & SESSION_BIT != 0
-}
 
 /// How long past the window a forwarded request waits for its answer.
 pub(crate) const FORWARD_GRACE_MS: u64 = 5_000;
@@ -127,10 +118,9 @@ pub(crate) struct Parked {
 pub(crate) struct Session {
     pub vsn: Vsn,
     pub secret: Secret,
-    /// The socket's channels (as `Conn::joins`).
-    pub joins: crate::socket::Joins,
-    /// What the client connected with (as `Conn::connect`).
-    pub connect: Option<Arc<ConnectInfo>>,
+    /// The Phoenix socket it carries (as a `Conn` does): channels, connect
+    /// info, user, push budget.
+    pub socket: SocketState,
     /// Messages waiting for a poll, oldest first.
     pub buffer: Vec<Item>,
     /// Their bytes, bounded by `--max-outbound-bytes`.
@@ -142,8 +132,6 @@ pub(crate) struct Session {
     pub ready: bool,
     /// Marked for ending at the end of this loop turn.
     pub dead: bool,
-    /// The push budget (as `Conn::push_tat`, `auth::rate`).
-    pub push_tat: u32,
     /// The control budget (as `Conn::control_tat`).
     pub control_tat: u32,
     /// The address it was admitted from, when addresses are counted
@@ -151,9 +139,6 @@ pub(crate) struct Session {
     pub ip: Option<std::net::IpAddr>,
     /// Counted by the node's admission (given back when it ends).
     pub admitted: bool,
-    /// The authenticated user: an index into the shard's users (as
-    /// `Conn::user`).
-    pub user: u32,
 }
 
 impl Session {
@@ -161,19 +146,19 @@ impl Session {
         Session {
             vsn,
             secret,
-            joins: Default::default(),
-            connect: connect.map(Arc::new),
+            socket: SocketState {
+                connect: connect.map(Arc::new),
+                ..SocketState::new()
+            },
             buffer: Vec::new(),
             buffered: 0,
             parked: None,
             last_poll: now,
             ready: false,
             dead: false,
-            push_tat: 0,
             control_tat: 0,
             ip: None,
             admitted: false,
-            user: crate::transport::users::NO_USER,
         }
     }
 

@@ -9,6 +9,7 @@
 use throng_protocol::frame::{self, Opcode};
 
 use super::conn::Kind;
+use super::outlet::Outlet;
 use super::Conns;
 use crate::close::{CloseReason, Flush};
 use crate::metrics::ShardStats;
@@ -112,7 +113,7 @@ impl Conns {
             e.frag = None;
         }
         if let Some(socket) = socket {
-            self.end_socket(node, scratch, key, socket, code);
+            self.end_socket(node, scratch, Outlet::Ws(key), socket, code);
             ShardStats::sub(&self.stats.websockets, 1);
         }
     }
@@ -136,13 +137,14 @@ impl Conns {
         }
     }
 
-    /// Marks `key` for closing at the end of this event: for a connection
-    /// that must end while another is being handled. A long-poll session's
-    /// key (a topic's subscriber may be either) ends that session.
-    pub fn doom(&mut self, key: usize, reason: CloseReason<'static>) {
-        if crate::longpoll::is_session(key) {
-            return self.lp_doom(key & !crate::longpoll::SESSION_BIT, reason);
-        }
+    /// Marks the socket of `outlet` for closing at the end of this event:
+    /// for a socket that must end while another is being handled (a
+    /// topic's subscriber may be a connection or a long-poll session).
+    pub fn doom(&mut self, outlet: Outlet, reason: CloseReason<'static>) {
+        let key = match outlet {
+            Outlet::Ws(key) => key,
+            Outlet::LongPoll(idx) => return self.lp_doom(idx, reason),
+        };
         if let Some(conn) = self.slab.get_mut(key) {
             // A closing connection that backs up is dropped, not cut again.
             let reason = match conn.kind {
@@ -186,7 +188,7 @@ impl Conns {
         }
         if let Some(socket) = conn.take_socket() {
             ShardStats::sub(&self.stats.websockets, 1);
-            self.end_socket(node, scratch, key, socket, code);
+            self.end_socket(node, scratch, Outlet::Ws(key), socket, code);
         }
         // After the socket's end, whose events name it.
         self.hook_forget(node, key);

@@ -18,8 +18,7 @@ use throng_protocol::frame::Opcode;
 use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
-use crate::channel::ConnectInfo;
-use crate::socket::Joins;
+use super::outlet::{Ended, SocketState};
 
 /// What a connection is doing: its lifecycle is handshake ([`Kind::Http`]),
 /// open ([`Kind::Ws`]), closing ([`Kind::Closing`]), closed (removed from
@@ -115,32 +114,16 @@ pub(crate) struct Conn {
     pub kind: Kind,
     /// Seconds since the shard started, at the last byte received.
     pub last_active: u32,
-    /// The push budget: when its next push is due, in ms of the shard's
-    /// clock (`auth::rate`); 4 bytes, no timer.
-    pub push_tat: u32,
     /// The control budget (heartbeats, joins, leaves, control frames, tiny
-    /// fragments; `--control-rate`): as `push_tat`, in the room the
-    /// struct's alignment left, so an idle socket costs no more.
+    /// fragments; `--control-rate`): as `SocketState::push_tat`, in the
+    /// room the struct's alignment left, so an idle socket costs no more.
     pub control_tat: u32,
     /// Marked for closing at the end of this loop turn.
     pub dead: bool,
     pub extra: Option<Box<Extra>>,
-    /// The Phoenix socket's channels.
-    pub joins: Joins,
-    /// What the client connected with, when it sent params; `None` for
-    /// most clients (a token is verified and not kept).
-    pub connect: Option<Arc<ConnectInfo>>,
-    /// The authenticated user: an index into the shard's `Users` table
-    /// (`users::NO_USER` if anonymous), which holds the id once per user.
-    pub user: u32,
-}
-
-/// A Phoenix socket's state, taken out of its connection when it ends.
-pub(crate) struct Ended {
-    pub vsn: Vsn,
-    pub joins: Joins,
-    pub connect: Option<Arc<ConnectInfo>>,
-    pub user: u32,
+    /// The Phoenix socket it carries once upgraded (`outlet.rs`): channels,
+    /// connect info, user, push budget.
+    pub socket: SocketState,
 }
 
 impl Conn {
@@ -152,9 +135,7 @@ impl Conn {
         };
         Some(Ended {
             vsn,
-            joins: std::mem::take(&mut self.joins),
-            connect: self.connect.take(),
-            user: std::mem::replace(&mut self.user, super::users::NO_USER),
+            socket: std::mem::take(&mut self.socket),
         })
     }
 
@@ -163,13 +144,10 @@ impl Conn {
             sock,
             kind: Kind::Http,
             last_active: now,
-            push_tat: 0,
             control_tat: 0,
             dead: false,
             extra: None,
-            joins: Joins::new(),
-            connect: None,
-            user: super::users::NO_USER,
+            socket: SocketState::new(),
         }
     }
 
@@ -196,12 +174,12 @@ impl Conn {
 /// What an idle connection costs in user space (tests keep it honest).
 pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
 
-// Checked at compile time: socket, kind, last activity, push and control
-// budgets, the optional box, the joins (the first of them inline: 56 bytes
-// where a vector was 24 plus a 48-byte heap chunk for the one join most
-// sockets have), the optional connect info, the user. Not with debug
-// assertions (dev builds, the fuzzer's), where mio keeps a selector id in
-// each socket: 12 bytes more.
+// Checked at compile time: socket, kind, last activity, control budget,
+// the optional box, and the Phoenix socket's state (the joins, the first
+// of them inline: 56 bytes where a vector was 24 plus a 48-byte heap chunk
+// for the one join most sockets have; optional connect info, user, push
+// budget). Not with debug assertions (dev builds, the fuzzer's), where mio
+// keeps a selector id in each socket: 12 bytes more.
 #[cfg(not(debug_assertions))]
 const _: () = assert!(CONN_SIZE <= 96, "Conn grew past 96 bytes");
 const _: () = assert!(

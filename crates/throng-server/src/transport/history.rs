@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use throng_pubsub::Broadcast;
 
+use super::outlet::Outlet;
 use super::Conns;
 use crate::close::CloseReason;
 use crate::history::{HeldJoin, ReplayAnswer};
-use crate::longpoll::{is_session, SESSION_BIT};
 use crate::node::{Node, ShardMsg};
 use crate::socket::Scratch;
 
@@ -86,7 +86,7 @@ impl Conns {
         };
         if p.live.len() >= MAX_HELD {
             self.pending.remove(&(key, idx));
-            self.doom(key, CloseReason::SlowReader);
+            self.doom(Outlet::of(key), CloseReason::SlowReader);
         } else {
             p.live.push(b.clone());
         }
@@ -106,7 +106,7 @@ impl Conns {
         let Some(p) = self.pending.remove(&k) else {
             return;
         };
-        let Some(vsn) = self.vsn_of(a.key) else {
+        let Some(vsn) = self.vsn_of(Outlet::of(a.key)) else {
             return;
         };
         let mut found = a.replay;
@@ -119,19 +119,14 @@ impl Conns {
         }
         let (epoch, last, recovered) = (found.epoch, found.last, found.recovered);
         let key = a.key;
-        let fail = self.with_socket(node, scratch, key, vsn, |mux| {
+        let outlet = Outlet::of(key);
+        let fail = self.with_socket(node, scratch, outlet, vsn, |mux| {
             mux.since_answered(&a.topic, p.held, found)
         });
-        if let Some(reason) = fail {
-            if is_session(key) {
-                self.lp_doom(key & !SESSION_BIT, reason);
-            } else {
-                self.close(node, scratch, key, reason);
-            }
+        let failed = fail.is_some();
+        self.after_socket(node, scratch, outlet, fail);
+        if failed {
             return;
-        }
-        if !is_session(key) {
-            self.flush_reply(key);
         }
         let mut newest = 0;
         for b in &p.live {

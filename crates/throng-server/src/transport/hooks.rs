@@ -8,13 +8,13 @@ use std::sync::Arc;
 use throng_protocol::Vsn;
 
 use super::conn::Kind;
+use super::outlet::Outlet;
 use super::Conns;
 use crate::close::CloseReason;
 use crate::hooks::{
     ConnectRequest, Event, EventType, Failure, HeldSession, HeldUpgrade, Hook, HookAnswer, Outcome,
     Wait, Waiting,
 };
-use crate::longpoll::{is_session, SESSION_BIT};
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::Scratch;
@@ -313,11 +313,11 @@ impl Conns {
             echo: false,
             deflate: held.deflate,
         };
-        conn.connect = connect.map(Arc::new);
+        conn.socket.connect = connect.map(Arc::new);
         ShardStats::add(&self.stats.websockets, 1);
         self.connect_event(node, key, "websocket", user.as_deref());
         if let Some(user) = user {
-            self.slab[key].user = self.users.add(&user, key as u32);
+            self.slab[key].socket.user = self.users.add(&user, key as u32);
         }
         // What the client sent after its upgrade request is read now.
         self.lp.resume.push(key);
@@ -369,37 +369,17 @@ impl Conns {
             }
             what => what,
         };
-        let Some(vsn) = self.vsn_of(key) else {
+        let outlet = Outlet::of(key);
+        let Some(vsn) = self.vsn_of(outlet) else {
             return;
         };
         let topic = wait.topic;
-        let fail = self.with_socket(node, scratch, key, vsn, |mux| match what {
+        let fail = self.with_socket(node, scratch, outlet, vsn, |mux| match what {
             Waiting::Join { .. } => mux.hook_joined(&topic, what, outcome),
             Waiting::Push { .. } => mux.hook_pushed(&topic, what, outcome),
             Waiting::Connect(_) | Waiting::LongPollConnect(_) => {}
         });
-        if is_session(key) {
-            if let Some(reason) = fail {
-                self.lp_doom(key & !SESSION_BIT, reason);
-            }
-            return;
-        }
-        if let Some(reason) = fail {
-            self.close(node, scratch, key, reason);
-        }
-        self.flush_reply(key);
-    }
-
-    /// The serializer of a live connection or session.
-    pub(super) fn vsn_of(&self, key: usize) -> Option<Vsn> {
-        if is_session(key) {
-            let s = self.lp.sessions.get(key & !SESSION_BIT)?;
-            return (!s.dead).then_some(s.vsn);
-        }
-        match self.slab.get(key).filter(|c| !c.dead)?.kind {
-            Kind::Ws { vsn, .. } => Some(vsn),
-            _ => None,
-        }
+        self.after_socket(node, scratch, outlet, fail);
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use throng_protocol::frame::{self, close_code, decode_frame_with, Opcode, Role};
 
 use super::conn::Kind;
+use super::outlet::Outlet;
 use super::{authenticated, Shard};
 use crate::auth::rate::Verdict;
 use crate::close::CloseReason;
@@ -57,14 +58,14 @@ impl Shard {
             let conn = &mut self.conns.slab[key];
             let (n, more) = match read {
                 Ok((0, _)) => {
-                    self.conns.doom(key, CloseReason::Gone);
+                    self.conns.doom(Outlet::Ws(key), CloseReason::Gone);
                     break;
                 }
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.conns.doom(key, CloseReason::Gone);
+                    self.conns.doom(Outlet::Ws(key), CloseReason::Gone);
                     break;
                 }
             };
@@ -167,7 +168,7 @@ impl Shard {
                 Kind::Http if self.conns.lp.is_waiting(key) => {
                     let most = http::MAX_REQUEST_HEAD + self.node.config.max_message_bytes;
                     if data.len() - pos > most {
-                        self.conns.doom(key, CloseReason::Pipelined);
+                        self.conns.doom(Outlet::Ws(key), CloseReason::Pipelined);
                         return data.len();
                     }
                     return pos;
@@ -347,11 +348,11 @@ impl Shard {
                 if u.deflate != 0 {
                     ShardStats::add(&conns.stats.deflate_sockets, 1);
                 }
-                conn.connect = connect.map(Arc::new);
+                conn.socket.connect = connect.map(Arc::new);
                 ShardStats::add(&conns.stats.websockets, 1);
                 conns.connect_event(node, key, "websocket", user.as_deref());
                 if let Some(user) = user {
-                    conns.slab[key].user = conns.users.add(&user, key as u32);
+                    conns.slab[key].socket.user = conns.users.add(&user, key as u32);
                 }
             }
             Action::Page {

@@ -6,9 +6,9 @@
 //! end-of-turn answers and the once-a-second window and expiry checks).
 //!
 //! A session's Phoenix socket is the same `Mux` a WebSocket runs, through
-//! the same `ShardTransport` (`phoenix.rs`): its registry key has
-//! [`SESSION_BIT`] set, and what the socket sends goes to the session's
-//! buffer instead of a socket.
+//! the same `ShardTransport` (`phoenix.rs`): it is an `Outlet::LongPoll`
+//! (`outlet.rs`), and what the socket sends goes to the session's buffer
+//! instead of a socket.
 
 use std::sync::Arc;
 
@@ -17,7 +17,8 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
-use super::conn::Ended;
+use super::outlet::Ended;
+use super::outlet::Outlet;
 use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::ConnectInfo;
@@ -26,7 +27,7 @@ use crate::http::{LongPoll, LongPollMethod};
 use crate::limits::Refusal;
 use crate::longpoll::{
     self, poll_body, status_body, Answer, Ask, Item, Parked, ReplyTo, Request, Secret, Session,
-    Token, Waiting, FORWARD_GRACE_MS, SESSION_BIT,
+    Token, Waiting, FORWARD_GRACE_MS,
 };
 use crate::metrics::ShardStats;
 use crate::node::Node;
@@ -163,7 +164,7 @@ impl Conns {
     }
 
     /// Opens a session for connection `key` (admitted already), and answers
-    /// 410 with its token. Returns its key ([`SESSION_BIT`] set).
+    /// 410 with its token. Returns its registry key (`Outlet::LongPoll`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn lp_open_session(
         &mut self,
@@ -189,26 +190,27 @@ impl Conns {
         };
         let entry = self.lp.sessions.vacant_entry();
         let idx = entry.key();
-        if idx >= SESSION_BIT {
+        if idx >= Outlet::MAX_SESSIONS {
             if let Some(ip) = admitted {
                 node.admission.release_session(ip);
             }
             self.lp_respond(node, scratch, key, &status_body(503), keep_alive);
             return None;
         }
+        let outlet = Outlet::LongPoll(idx);
         let session = entry.insert(Session::new(vsn, secret, connect, self.lp.now_ms));
         session.ip = admitted.flatten();
         session.admitted = admitted.is_some();
         if let Some(user) = &user {
             // In the shard's users, so that a `disconnect` ends the session.
-            session.user = self.users.add(user, (SESSION_BIT | idx) as u32);
+            session.socket.user = self.users.add(user, outlet.key() as u32);
         }
-        self.connect_event(node, SESSION_BIT | idx, "longpoll", user.as_deref());
+        self.connect_event(node, outlet.key(), "longpoll", user.as_deref());
         ShardStats::add(&self.stats.longpoll_sessions, 1);
         let token = self.lp_token(idx, secret);
         let body = poll_body(410, &token, vsn, &[]);
         self.lp_respond(node, scratch, key, &body, keep_alive);
-        Some(SESSION_BIT | idx)
+        Some(outlet.key())
     }
 
     /// Answers a long-poll request held for the connect hook with
@@ -366,7 +368,7 @@ impl Conns {
                 return self.lp_reply(node, scratch, reply, status_body(400));
             };
             ShardStats::add(&self.stats.messages_in, 1);
-            let fail = self.with_socket(node, scratch, SESSION_BIT | idx, vsn, |mux| {
+            let fail = self.with_socket(node, scratch, Outlet::LongPoll(idx), vsn, |mux| {
                 mux.handle_in(msg)
             });
             if let Some(reason) = fail {
@@ -458,11 +460,10 @@ impl Conns {
         }
         let ended = Ended {
             vsn: s.vsn,
-            joins: std::mem::take(&mut s.joins),
-            connect: s.connect.take(),
-            user: s.user,
+            socket: std::mem::take(&mut s.socket),
         };
-        self.end_socket(node, scratch, SESSION_BIT | idx, ended, reason.event_code());
+        let code = reason.event_code();
+        self.end_socket(node, scratch, Outlet::LongPoll(idx), ended, code);
     }
 
     /// End of a loop turn: every parked poll whose session got messages

@@ -4,7 +4,10 @@
 //! through [`Node`] (read-only config, atomics, and a channel per shard for
 //! broadcasts and infos).
 //!
-//! - this file: the loop, accepting, the inbox;
+//! - this file: the map below, and re-exports;
+//! - `shard.rs`: [`Shard`], the loop, accepting, the inbox;
+//! - `conns.rs`: [`Conns`], a shard's connections and what their handling
+//!   writes (each file below adds one concept's `impl Conns`);
 //! - `sweep.rs`: the once-a-second sweep (idle timeouts, head deadlines,
 //!   lingering closes) that replaces a timer per connection;
 //! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling,
@@ -26,6 +29,13 @@
 //!   on this shard;
 //! - `longpoll.rs`: the long-poll transport's requests and sessions
 //!   (`crate::longpoll`), which run the same Phoenix socket;
+//! - `outlet.rs`: the Phoenix socket as one entity, whatever carries it
+//!   (an [`Outlet`](outlet::Outlet): a WebSocket connection or a long-poll
+//!   session), and the state every socket holds the same way;
+//! - `hooks.rs`: the app backend's hooks and lifecycle events on a shard;
+//! - `users.rs`: a shard's authenticated users and their sockets;
+//! - `history.rs`: joins with `since` whose history read (Redis) answers
+//!   later;
 //! - `tls.rs`: TLS sessions below all of it, with `--tls-cert`.
 //!
 //! Invariant: a connection is only removed from the slab between events
@@ -38,37 +48,28 @@ mod admission;
 mod budget;
 mod closing;
 pub(crate) mod conn;
+mod conns;
 mod deflate;
 mod drain;
 mod history;
 mod hooks;
 mod input;
 mod longpoll;
+pub(crate) mod outlet;
 mod output;
 mod phoenix;
+mod shard;
 mod sweep;
 mod tls;
 pub(crate) mod users;
 
-use std::collections::HashMap;
-use std::io;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use crossbeam_channel::Receiver;
-use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token};
-use slab::Slab;
-use throng_pubsub::Registry;
-
-use crate::close::CloseReason;
-use crate::metrics::ShardStats;
-use crate::node::{Node, ShardMsg};
-use crate::socket::{Scratch, Tracked};
-use conn::Conn;
+use mio::Token;
 
 pub(crate) use budget::outbound_memory;
 pub(crate) use conn::CONN_SIZE;
+pub(crate) use conns::Conns;
+pub(crate) use outlet::authenticated;
+pub(crate) use shard::Shard;
 
 pub(crate) const LISTENER: Token = Token(usize::MAX - 1);
 pub(crate) const WAKER: Token = Token(usize::MAX - 2);
@@ -77,417 +78,3 @@ const READ_BUF: usize = 64 * 1024;
 const ACCEPTS_PER_TURN: usize = 1024;
 /// Seconds a closing connection may linger for the peer's FIN.
 const CLOSE_LINGER: u32 = 3;
-
-/// A shard's connections and everything their handling writes: the slab,
-/// the registry of their subscriptions, the frames gathered for the
-/// connection being processed, counters. Separate from [`Shard`] so that
-/// the node (router, config) can be read while this is borrowed mutably.
-pub(crate) struct Conns {
-    pub id: usize,
-    pub slab: Slab<Conn>,
-    pub registry: Registry,
-    /// For (re)registering sockets with the shard's epoll.
-    pub poll: mio::Registry,
-    pub stats: Arc<ShardStats>,
-    /// The authenticated users of this shard's sockets.
-    pub users: users::Users,
-    /// Frames for the connection being processed, written in one syscall.
-    pub reply: Vec<u8>,
-    /// Connections to close at the end of this event ([`Conns::doom`]).
-    pub doomed: Vec<(usize, CloseReason<'static>)>,
-    /// Seconds since the shard started.
-    pub now: u32,
-    /// Milliseconds since the shard started (wrapping), for push budgets.
-    pub now_ms: u32,
-    /// Counted locally, added to `stats` once per loop turn.
-    pub msgs_out: u64,
-    pub bytes_out: u64,
-    /// `--max-outbound-bytes`: a connection with more queued is cut.
-    pub max_outbound: usize,
-    /// `--max-outbound-total-bytes` (`budget.rs`).
-    pub max_outbound_total: usize,
-    /// With `--max-connections-per-ip`: the address of each connection, by
-    /// slab key (see `admission.rs`). Empty otherwise.
-    pub peer_ips: Vec<Option<std::net::IpAddr>>,
-    /// Long-poll sessions owned here and requests waited on here.
-    pub lp: crate::longpoll::State,
-    /// Presences of this shard's joins, by (connection key, registry topic
-    /// index); empty unless presence is in use.
-    pub tracked: HashMap<(usize, u32), Tracked>,
-    /// Joins that recovered history: by (connection key, registry topic
-    /// index), the newest offset their replay held, so the live copies of
-    /// those messages still in this shard's inbox are skipped
-    /// (`crate::history`). Emptied whenever the inbox is, so it holds at
-    /// most one turn's joins.
-    pub replayed: HashMap<(usize, u32), u64>,
-    /// Joins with `since` waiting for their history read in Redis, by
-    /// (connection key, registry topic index): the read's number, the reply
-    /// to send, and the topic's live messages held aside meanwhile
-    /// (`crate::history`). An entry per such join, for one round trip.
-    pub pending: HashMap<(usize, u32), history::Pending>,
-    /// The number of the next history read.
-    pub next_read: u64,
-    /// Joins and pushes waiting for the app backend (`crate::hooks`).
-    pub hook_waits: crate::hooks::Waits,
-    /// With `--tls-cert`: every connection's TLS session (`tls.rs`).
-    pub tls: Option<tls::Tls>,
-    /// permessage-deflate's inflater and buffers, the shard's (`deflate.rs`).
-    pub deflate: deflate::ShardDeflate,
-}
-
-pub(crate) struct Shard {
-    id: usize,
-    poll: Poll,
-    /// `None` once draining: new connections go to the other processes.
-    listener: Option<TcpListener>,
-    inbox: Receiver<ShardMsg>,
-    node: Arc<Node>,
-    conns: Conns,
-    scratch: Scratch,
-    /// The one read buffer of the shard.
-    rbuf: Vec<u8>,
-    /// Connections that used their turn's budget with more to read
-    /// (`input.rs`): read again next turn, as epoll (edge-triggered) will
-    /// not report them again. A key may be stale (closed and reused since):
-    /// reading it again costs one `WouldBlock`.
-    ready: Vec<usize>,
-    /// Messages handled in the current connection's turn.
-    turn: u32,
-    /// The current connection's turn ended with more to do.
-    yielded: bool,
-    started: Instant,
-    last_sweep: u32,
-    accept_retry: bool,
-    last_accept_warning: Option<Instant>,
-    /// Set once the node drains (`drain.rs`).
-    draining: Option<drain::Draining>,
-    /// When this shard next flushes its share of presence diffs.
-    presence_due: Instant,
-    /// The diffs of a flush (kept for its capacity).
-    presence_out: Vec<Arc<throng_pubsub::Broadcast>>,
-}
-
-impl Shard {
-    pub(crate) fn new(
-        id: usize,
-        poll: Poll,
-        mut listener: TcpListener,
-        inbox: Receiver<ShardMsg>,
-        node: Arc<Node>,
-    ) -> io::Result<Shard> {
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let presence_due = Instant::now() + node.config.presence_interval;
-        let conns = Conns {
-            id,
-            slab: Slab::new(),
-            registry: Registry::default(),
-            poll: poll.registry().try_clone()?,
-            stats: node.stats[id].clone(),
-            users: users::Users::default(),
-            reply: Vec::with_capacity(4096),
-            doomed: Vec::new(),
-            now: 0,
-            now_ms: 0,
-            msgs_out: 0,
-            bytes_out: 0,
-            max_outbound: node.config.max_outbound_bytes,
-            max_outbound_total: node.config.limits.max_outbound_total_bytes,
-            peer_ips: Vec::new(),
-            lp: crate::longpoll::State::new(
-                node.backplane.node_id(),
-                node.config
-                    .longpoll_window
-                    .map_or(0, |w| w.as_millis() as u64),
-            ),
-            tracked: HashMap::new(),
-            replayed: HashMap::new(),
-            pending: HashMap::new(),
-            next_read: 0,
-            hook_waits: Default::default(),
-            tls: node
-                .tls
-                .clone()
-                .map(|t| tls::Tls::new(t, READ_BUF, node.stats[id].clone())),
-            deflate: Default::default(),
-        };
-        Ok(Shard {
-            id,
-            poll,
-            listener: Some(listener),
-            inbox,
-            node,
-            conns,
-            scratch: Scratch::default(),
-            rbuf: vec![0; READ_BUF],
-            ready: Vec::new(),
-            turn: 0,
-            yielded: false,
-            started: Instant::now(),
-            last_sweep: 0,
-            accept_retry: false,
-            last_accept_warning: None,
-            draining: None,
-            presence_due,
-            presence_out: Vec::new(),
-        })
-    }
-
-    /// Runs the loop until a drain ends it.
-    pub(crate) fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
-        let mut ready = Vec::new();
-        loop {
-            let timeout = if !self.ready.is_empty() || self.conns.lp.behind {
-                Duration::ZERO
-            } else if self.accept_retry {
-                Duration::from_millis(20)
-            } else if self.draining.is_some() {
-                drain::STEP
-            } else if self.node.presence.is_active() {
-                // Presence diffs are flushed on this loop: no timer per
-                // topic or connection, a poll timeout per shard.
-                self.presence_due
-                    .saturating_duration_since(Instant::now())
-                    .min(Duration::from_millis(1000))
-            } else {
-                Duration::from_millis(1000)
-            };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!(shard = self.id, "poll failed: {e}");
-                }
-                continue;
-            }
-            self.tick();
-            // Those that yielded last turn get theirs after this turn's
-            // events, once each; those yielding now wait for the next.
-            std::mem::swap(&mut ready, &mut self.ready);
-            for ev in events.iter() {
-                match ev.token() {
-                    LISTENER => self.accept(),
-                    WAKER => self.drain_inbox(),
-                    Token(key) => {
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.on_readable(key);
-                        }
-                        if ev.is_writable() {
-                            self.conns.on_writable(key);
-                        }
-                    }
-                }
-                self.conns.close_doomed(&self.node, &mut self.scratch);
-                self.tick();
-            }
-            ready.sort_unstable();
-            ready.dedup();
-            for key in ready.drain(..) {
-                self.on_ready(key);
-                self.conns.close_doomed(&self.node, &mut self.scratch);
-                self.tick();
-            }
-            if self.accept_retry {
-                self.accept_retry = false;
-                self.accept();
-            }
-            // A broadcast may arrive without a wake being seen yet.
-            self.drain_inbox();
-            self.conns.close_doomed(&self.node, &mut self.scratch);
-            self.finish_longpolls();
-            self.tick();
-            if self.conns.now != self.last_sweep {
-                self.last_sweep = self.conns.now;
-                self.sweep();
-            } else if self.conns.lp.behind {
-                // Expired long-poll sessions left by the last sweep.
-                self.conns.lp_sweep(&self.node, &mut self.scratch);
-                self.conns.close_doomed(&self.node, &mut self.scratch);
-            }
-            let done = self.drain_turn();
-            self.conns.close_doomed(&self.node, &mut self.scratch);
-            if self.node.presence.is_active() {
-                self.flush_presence();
-            }
-            self.conns.flush_counters();
-            if done {
-                return;
-            }
-        }
-    }
-
-    /// Sets the shard's clocks. After the wait and after each event, not
-    /// once a turn: on a worker starved of CPU one event (a broadcast's
-    /// delivery) can take tens of seconds, and a socket read after it must
-    /// be stamped with the time of the read. Stamped with the turn's start instead, a
-    /// heartbeat read 31 s into a turn looked 31 s older than it was, and
-    /// the next sweep closed its sender as idle while its next heartbeat
-    /// was 0.6 s away (1,000,000 connections in 52 workers on 2 cores: 38
-    /// to 491 such closes a run). A vDSO clock read, ~20 ns an event.
-    fn tick(&mut self) {
-        let elapsed = self.started.elapsed();
-        self.conns.now = elapsed.as_secs() as u32;
-        self.conns.now_ms = elapsed.as_millis() as u32;
-        self.conns.lp.now_ms = elapsed.as_millis() as u64;
-    }
-
-    fn accept(&mut self) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
-        for _ in 0..ACCEPTS_PER_TURN {
-            match listener.accept() {
-                Ok((mut sock, addr)) => {
-                    let key = self.conns.slab.vacant_key();
-                    if !self.conns.admit(&self.node, &mut sock, addr.ip(), key) {
-                        continue;
-                    }
-                    // TCP_NODELAY comes from the listener (`crate::bind`).
-                    let entry = self.conns.slab.vacant_entry();
-                    if let Err(e) =
-                        self.poll
-                            .registry()
-                            .register(&mut sock, Token(key), Interest::READABLE)
-                    {
-                        tracing::warn!("register failed: {e}");
-                        self.conns.release(&self.node, key);
-                        continue;
-                    }
-                    if let Some(tls) = &mut self.conns.tls {
-                        if !tls.open(key) {
-                            self.conns.release(&self.node, key);
-                            continue;
-                        }
-                    }
-                    entry.insert(Conn::new(sock, self.conns.now));
-                    ShardStats::add(&self.conns.stats.accepted, 1);
-                    ShardStats::add(&self.conns.stats.connections, 1);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    ShardStats::add(&self.conns.stats.accept_errors, 1);
-                    let quiet = self
-                        .last_accept_warning
-                        .is_some_and(|t| t.elapsed() < Duration::from_secs(10));
-                    if !quiet {
-                        self.last_accept_warning = Some(Instant::now());
-                        tracing::warn!(
-                            shard = self.id,
-                            open = self.conns.slab.len(),
-                            fd_limit = self.node.fd_limit,
-                            "accept failed: {e} (raise `ulimit -n`, or run more workers)"
-                        );
-                    }
-                    self.accept_retry = true;
-                    return;
-                }
-            }
-        }
-        self.accept_retry = true;
-    }
-
-    /// When due, flushes this shard's share of the node's presence topics
-    /// and delivers their diffs: to this shard's subscribers, and to the
-    /// other shards with subscribers (never to other nodes: each makes its
-    /// own diffs from its copy).
-    fn flush_presence(&mut self) {
-        let now = Instant::now();
-        if now < self.presence_due {
-            return;
-        }
-        self.presence_due = now + self.node.config.presence_interval;
-        let mut out = std::mem::take(&mut self.presence_out);
-        self.node
-            .presence
-            .flush_shard(self.id, self.node.config.shards, now, &mut out);
-        for b in out.drain(..) {
-            self.conns.deliver(&b);
-            self.node.fan_out(Some(self.id), b);
-        }
-        self.presence_out = out;
-        self.conns.close_doomed(&self.node, &mut self.scratch);
-    }
-
-    fn drain_inbox(&mut self) {
-        while let Ok(msg) = self.inbox.try_recv() {
-            self.node.peers[self.id].received(&msg);
-            match msg {
-                ShardMsg::Broadcast(b) => self.conns.deliver(&b),
-                ShardMsg::Disconnect(user) => {
-                    self.conns
-                        .disconnect_user(&self.node, &mut self.scratch, &user)
-                }
-                ShardMsg::Report(c) => {
-                    let r = &self.conns.registry;
-                    let topics = r.topics.iter().map(|(_, t)| (&*t.name, t.subs.len()));
-                    c.add(self.conns.users.len(), topics);
-                }
-                ShardMsg::Info(topic, info) => {
-                    self.conns
-                        .info(&self.node, &mut self.scratch, &topic, &info)
-                }
-                ShardMsg::LongPoll(req) => {
-                    self.conns.lp_request(&self.node, &mut self.scratch, *req)
-                }
-                ShardMsg::Hook(a) => self.conns.hook_answer(&self.node, &mut self.scratch, *a),
-                ShardMsg::HistoryLost(topic) => self.conns.history_lost(&topic),
-                ShardMsg::Replay(a) => self.conns.replay_answer(&self.node, &mut self.scratch, *a),
-                ShardMsg::LongPollAnswer(a) => {
-                    self.conns
-                        .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
-                }
-            }
-        }
-        // Every message queued before a replay's read has been delivered
-        // (or skipped) now: nothing more to skip (`crate::history`).
-        // With history in Redis, a live copy may come after the replay's
-        // answer: the marks stay until a newer message passes them.
-        if !self.conns.replayed.is_empty() && self.node.history_redis.is_none() {
-            self.conns.replayed.clear();
-        }
-    }
-
-    /// End of a loop turn for long-poll: parked polls that got messages are
-    /// answered, and connections whose answer went out read their next
-    /// request.
-    fn finish_longpolls(&mut self) {
-        self.conns.lp_flush(&self.node, &mut self.scratch);
-        while let Some(key) = self.conns.lp.resume.pop() {
-            if self.conns.slab.get(key).is_some_and(|c| !c.dead) {
-                self.turn = 0;
-                self.yielded = false;
-                self.input(key, &mut []);
-                self.conns.flush_reply(key);
-                self.requeue(key);
-            }
-        }
-        self.conns.close_doomed(&self.node, &mut self.scratch);
-    }
-}
-
-/// What a socket (or long-poll session) keeps of its connect info once
-/// `found` is authenticated; returns the user's id. The verified token is
-/// not kept (it is the largest thing an idle socket would hold), and the
-/// user's id lives in the shard's `Users` table: the connect info stays only
-/// when the client sent other params or the token limits its channels.
-pub(crate) fn authenticated(
-    connect: &mut Option<crate::channel::ConnectInfo>,
-    found: crate::auth::User,
-) -> String {
-    if let Some(c) = connect.as_mut() {
-        c.auth_token = None;
-        c.params.retain(|(k, _)| k != "token");
-    }
-    if found.channels.is_some() {
-        connect.get_or_insert_with(Default::default).channels = found.channels;
-    }
-    if let Some(c) = connect.as_mut() {
-        if c.params.is_empty() && c.channels.is_none() {
-            *connect = None;
-        } else {
-            c.params.shrink_to_fit();
-            c.user_id = Some(found.id.clone());
-        }
-    }
-    found.id
-}

@@ -16,9 +16,9 @@ use throng_pubsub::Broadcast;
 use throng_pubsub::presence::encode::{COUNT as PRESENCE_COUNT, DIFF as PRESENCE_DIFF};
 
 use super::conn::{Chunk, Kind};
+use super::outlet::Outlet;
 use super::Conns;
 use crate::close::CloseReason;
-use crate::longpoll::{is_session, SESSION_BIT};
 use crate::metrics::ShardStats;
 
 impl Conns {
@@ -58,7 +58,7 @@ impl Conns {
             match write_plain(&mut self.tls, key, &mut conn.sock, &[bytes]) {
                 Ok(n) => written = n,
                 Err(_) => {
-                    self.doom(key, CloseReason::Gone);
+                    self.doom(Outlet::Ws(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -113,7 +113,7 @@ impl Conns {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => {
-                        self.doom(key, CloseReason::Gone);
+                        self.doom(Outlet::Ws(key), CloseReason::Gone);
                         return;
                     }
                 }
@@ -154,7 +154,7 @@ impl Conns {
         // a socket with a small receive window) is not a slow reader.
         let front = extra.out.front().map_or(0, |c| c.rest().len());
         if !closing && extra.out_bytes - front > max {
-            self.doom(key, CloseReason::SlowReader);
+            self.doom(Outlet::Ws(key), CloseReason::SlowReader);
             return;
         }
         // This reader is behind and the process holds more output than
@@ -165,7 +165,7 @@ impl Conns {
         // tune --apply`): such a reader is not behind.
         let behind = extra.out_bytes.saturating_sub(front + len) > 0;
         if !closing && behind && super::budget::outbound_memory() > self.max_outbound_total {
-            self.doom(key, CloseReason::OutboundBudget);
+            self.doom(Outlet::Ws(key), CloseReason::OutboundBudget);
             return;
         }
         if !extra.want_write {
@@ -194,7 +194,7 @@ impl Conns {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(_) => {
-                    self.doom(key, CloseReason::Gone);
+                    self.doom(Outlet::Ws(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -236,7 +236,7 @@ impl Conns {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.doom(key, CloseReason::Gone);
+                    self.doom(Outlet::Ws(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -340,17 +340,7 @@ impl Conns {
         };
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
-            self.doom(key as usize, CloseReason::SlowReader);
-        }
-    }
-
-    /// Adds the turn's local counts to the shared counters.
-    pub fn flush_counters(&mut self) {
-        if self.msgs_out > 0 || self.bytes_out > 0 {
-            ShardStats::add(&self.stats.messages_out, self.msgs_out);
-            ShardStats::add(&self.stats.bytes_out, self.bytes_out);
-            self.msgs_out = 0;
-            self.bytes_out = 0;
+            self.doom(Outlet::of(key as usize), CloseReason::SlowReader);
         }
     }
 }
@@ -426,8 +416,8 @@ impl Conns {
     /// delivery takes (`deliver`'s loop, a history replay's hand-over).
     #[inline]
     pub(super) fn send_to(&mut self, key: usize, b: &Arc<Broadcast>, sent: &mut Sent) {
-        if is_session(key) {
-            return self.lp_deliver(key & !SESSION_BIT, b);
+        if let Outlet::LongPoll(idx) = Outlet::of(key) {
+            return self.lp_deliver(idx, b);
         }
         let Some(conn) = self.slab.get_mut(key) else {
             return;
@@ -468,7 +458,7 @@ impl Conns {
                     self.enqueue(key, Chunk::Shared(b.clone(), vsn, z, n));
                 }
             }
-            Err(_) => self.doom(key, CloseReason::Gone),
+            Err(_) => self.doom(Outlet::Ws(key), CloseReason::Gone),
         }
     }
 }

@@ -3,8 +3,10 @@
 //! and handed to the socket state machine ([`crate::socket`]), which answers
 //! through [`ShardTransport`]: the shard's registry for subscriptions, the
 //! connection's gathered frames (or the session's buffer) for replies, the
-//! shard and the node for broadcasts. A key with [`SESSION_BIT`] names a
-//! long-poll session.
+//! shard and the node for broadcasts. The socket is named by its
+//! [`Outlet`] (a WebSocket connection or a long-poll session, `outlet.rs`);
+//! the few things that differ by carrier (where a reply goes, how a
+//! socket that must end is ended) are matched on it.
 
 use std::sync::Arc;
 
@@ -13,17 +15,18 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot, Tracker};
 
-use super::conn::{Ended, Kind};
+use super::conn::Kind;
+use super::outlet::{Ended, Outlet};
 use super::users::NO_USER;
 use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::{Info, Who};
 use crate::close::CloseReason;
 use crate::hooks::EventType;
-use crate::longpoll::{is_session, Item, SESSION_BIT};
+use crate::longpoll::Item;
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::socket::{Cx, Joins, Mux, Scratch, Tracked, Transport};
+use crate::socket::{Cx, Mux, Scratch, Tracked, Transport};
 
 impl Conns {
     /// A complete WebSocket message on the Phoenix socket of `key`.
@@ -52,7 +55,9 @@ impl Conns {
             self.close(node, scratch, key, CloseReason::RefTooLong(text));
             return;
         }
-        let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_in(msg));
+        let fail = self.with_socket(node, scratch, Outlet::Ws(key), vsn, |mux| {
+            mux.handle_in(msg)
+        });
         if let Some(reason) = fail {
             self.close(node, scratch, key, reason);
         }
@@ -63,13 +68,14 @@ impl Conns {
     /// reconnect and authenticate again.
     pub fn disconnect_user(&mut self, node: &Node, scratch: &mut Scratch, user: &str) {
         for key in self.users.sockets(user) {
-            let key = key as usize;
-            if is_session(key) {
+            let key = match Outlet::of(key as usize) {
+                Outlet::Ws(key) => key,
                 // A long-poll session ends; its next poll gets 410.
-                let idx = key & !SESSION_BIT;
-                self.lp_doom(idx, CloseReason::UserDisconnect);
-                continue;
-            }
+                outlet => {
+                    self.doom(outlet, CloseReason::UserDisconnect);
+                    continue;
+                }
+            };
             if self.slab.get(key).is_none_or(|c| c.dead) {
                 continue;
             }
@@ -112,30 +118,13 @@ impl Conns {
         };
         let subs = self.registry.topics[idx as usize].subs.clone();
         for key in subs {
-            let key = key as usize;
-            if is_session(key) {
-                let s = self.lp.sessions.get(key & !SESSION_BIT);
-                let Some(vsn) = s.filter(|s| !s.dead).map(|s| s.vsn) else {
-                    continue;
-                };
-                let fail =
-                    self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
-                if let Some(reason) = fail {
-                    self.lp_doom(key & !SESSION_BIT, reason);
-                }
-                continue;
-            }
-            let Some(conn) = self.slab.get(key).filter(|c| !c.dead) else {
+            let outlet = Outlet::of(key as usize);
+            let Some(vsn) = self.vsn_of(outlet) else {
                 continue;
             };
-            let Kind::Ws { vsn, .. } = conn.kind else {
-                continue;
-            };
-            let fail = self.with_socket(node, scratch, key, vsn, |mux| mux.handle_info(idx, info));
-            if let Some(reason) = fail {
-                self.close(node, scratch, key, reason);
-            }
-            self.flush_reply(key);
+            let fail =
+                self.with_socket(node, scratch, outlet, vsn, |mux| mux.handle_info(idx, info));
+            self.after_socket(node, scratch, outlet, fail);
         }
     }
 
@@ -147,25 +136,27 @@ impl Conns {
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
-        key: usize,
-        mut s: Ended,
+        outlet: Outlet,
+        ended: Ended,
         code: u16,
     ) {
-        let id = self.users.id(s.user).cloned();
+        let Ended { vsn, mut socket } = ended;
+        let key = outlet.key();
+        let id = self.users.id(socket.user).cloned();
         let mut t = ShardTransport {
             conns: self,
             node,
-            key,
+            outlet,
             fail: None,
         };
         let who = Who {
             user: id.as_deref(),
-            connect: s.connect.as_deref(),
+            connect: socket.connect.as_deref(),
         };
         Mux {
-            cx: cx(node, s.vsn, who),
+            cx: cx(node, vsn, who),
             t: &mut t,
-            joins: &mut s.joins,
+            joins: &mut socket.joins,
             scratch,
         }
         .close();
@@ -174,33 +165,53 @@ impl Conns {
         });
         self.hook_forget(node, key);
         self.history_forget(key);
-        if s.user != NO_USER {
-            self.users.remove(s.user, key as u32);
+        if socket.user != NO_USER {
+            self.users.remove(socket.user, key as u32);
         }
     }
 
-    /// Lends the socket state of `key` (a connection, or a session with
-    /// [`SESSION_BIT`]) to `f`, and takes it back. Returns the close the
-    /// socket asked for, if any (done once the state is back).
+    /// After an event on the socket of `outlet`: the close it asked for,
+    /// and, on a WebSocket, its gathered replies out (a session's are in
+    /// its buffer already).
+    pub(super) fn after_socket(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        outlet: Outlet,
+        fail: Option<CloseReason<'static>>,
+    ) {
+        match outlet {
+            Outlet::Ws(key) => {
+                if let Some(reason) = fail {
+                    self.close(node, scratch, key, reason);
+                }
+                self.flush_reply(key);
+            }
+            Outlet::LongPoll(_) => {
+                if let Some(reason) = fail {
+                    self.doom(outlet, reason);
+                }
+            }
+        }
+    }
+
+    /// Lends the socket state of `outlet` to `f`, and takes it back.
+    /// Returns the close the socket asked for, if any (done once the state
+    /// is back).
     pub(super) fn with_socket(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
-        key: usize,
+        outlet: Outlet,
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
     ) -> Option<CloseReason<'static>> {
-        let (mut joins, connect, user) = if is_session(key) {
-            let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
-            (std::mem::take(&mut s.joins), s.connect.take(), s.user)
-        } else {
-            let conn = self.slab.get_mut(key)?;
-            (
-                std::mem::take(&mut conn.joins),
-                conn.connect.take(),
-                conn.user,
-            )
-        };
+        let socket = self.socket_mut(outlet)?.state;
+        let (mut joins, connect, user) = (
+            std::mem::take(&mut socket.joins),
+            socket.connect.take(),
+            socket.user,
+        );
         // Cloned, not borrowed: the table lives in what the call mutates.
         let id = self.users.id(user).cloned();
         let fail;
@@ -208,7 +219,7 @@ impl Conns {
             let mut t = ShardTransport {
                 conns: self,
                 node,
-                key,
+                outlet,
                 fail: None,
             };
             let who = Who {
@@ -226,26 +237,11 @@ impl Conns {
         }
         // Connections and sessions leave their slab only between events,
         // so it is there.
-        if is_session(key) {
-            if let Some(s) = self.lp.sessions.get_mut(key & !SESSION_BIT) {
-                s.joins = joins;
-                s.connect = connect;
-            }
-        } else if let Some(conn) = self.slab.get_mut(key) {
-            conn.joins = joins;
-            conn.connect = connect;
+        if let Some(s) = self.socket_mut(outlet) {
+            s.state.joins = joins;
+            s.state.connect = connect;
         }
         fail
-    }
-
-    /// The joins of connection or session `key`.
-    fn joins_mut(&mut self, key: usize) -> Option<&mut Joins> {
-        if is_session(key) {
-            let s = self.lp.sessions.get_mut(key & !SESSION_BIT)?;
-            Some(&mut s.joins)
-        } else {
-            Some(&mut self.slab.get_mut(key)?.joins)
-        }
     }
 }
 
@@ -263,11 +259,11 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
     }
 }
 
-/// The socket's [`Transport`] for connection (or session) `key` of a shard.
+/// The socket's [`Transport`] for the socket of `outlet` on a shard.
 pub(crate) struct ShardTransport<'a> {
     conns: &'a mut Conns,
     node: &'a Node,
-    key: usize,
+    outlet: Outlet,
     /// A close the socket asked for, done after the call.
     fail: Option<CloseReason<'static>>,
 }
@@ -275,7 +271,7 @@ pub(crate) struct ShardTransport<'a> {
 impl Transport for ShardTransport<'_> {
     fn subscribe(&mut self, topic: &str) -> Slot {
         let c = &mut *self.conns;
-        let (slot, new) = c.registry.subscribe(topic, self.key as u32);
+        let (slot, new) = c.registry.subscribe(topic, self.outlet.key() as u32);
         if new {
             c.topic_added(self.node, slot.topic);
         }
@@ -285,16 +281,21 @@ impl Transport for ShardTransport<'_> {
     fn unsubscribe(&mut self, slot: Slot) {
         let c = &mut *self.conns;
         if !c.replayed.is_empty() {
-            c.replayed.remove(&(self.key, slot.topic));
+            c.replayed.remove(&(self.outlet.key(), slot.topic));
         }
         if !c.pending.is_empty() {
-            c.pending.remove(&(self.key, slot.topic));
+            c.pending.remove(&(self.outlet.key(), slot.topic));
         }
         let (moved, gone) = c.registry.unsubscribe(slot);
         if let Some(moved) = moved {
             // The subscriber that took this one's place learns its position.
-            if let Some(joins) = c.joins_mut(moved as usize) {
-                if let Some(j) = joins.iter_mut().find(|j| j.slot.topic == slot.topic) {
+            if let Some(s) = c.socket_mut(Outlet::of(moved as usize)) {
+                if let Some(j) = s
+                    .state
+                    .joins
+                    .iter_mut()
+                    .find(|j| j.slot.topic == slot.topic)
+                {
                     j.slot.pos = slot.pos;
                 }
             }
@@ -313,13 +314,15 @@ impl Transport for ShardTransport<'_> {
     }
 
     fn send(&mut self, opcode: Opcode, body: &[u8]) {
-        if is_session(self.key) {
-            let item = Item::Owned(body.to_vec(), opcode == Opcode::Binary);
-            self.conns
-                .lp_push(self.key & !SESSION_BIT, item, body.len());
-        } else {
-            let window = self.conns.deflate_of(self.key);
-            self.conns.frame_out_deflated(window, opcode, body);
+        match self.outlet {
+            Outlet::Ws(key) => {
+                let window = self.conns.deflate_of(key);
+                self.conns.frame_out_deflated(window, opcode, body)
+            }
+            Outlet::LongPoll(idx) => {
+                let item = Item::Owned(body.to_vec(), opcode == Opcode::Binary);
+                self.conns.lp_push(idx, item, body.len());
+            }
         }
     }
 
@@ -332,10 +335,10 @@ impl Transport for ShardTransport<'_> {
     ) {
         // Replies so far go out before the broadcast reaches this socket (a
         // session's are in its buffer already).
-        if !is_session(self.key) {
-            self.conns.flush_reply(self.key);
+        if let Outlet::Ws(key) = self.outlet {
+            self.conns.flush_reply(key);
         }
-        let exclude = (!include_self).then_some((self.conns.id, self.key));
+        let exclude = (!include_self).then_some((self.conns.id, self.outlet.key()));
         if let Some(rule) = self.node.policy.history(&topic) {
             // Through this shard's inbox too, in the topic's offset order.
             self.node
@@ -363,13 +366,11 @@ impl Transport for ShardTransport<'_> {
             return Verdict::Allow;
         }
         let now = self.conns.now_ms;
-        let tat = if is_session(self.key) {
-            let s = self.conns.lp.sessions.get_mut(self.key & !SESSION_BIT);
-            s.map(|s| &mut s.push_tat)
-        } else {
-            self.conns.slab.get_mut(self.key).map(|c| &mut c.push_tat)
-        };
-        match tat {
+        match self
+            .conns
+            .socket_mut(self.outlet)
+            .map(|s| &mut s.state.push_tat)
+        {
             Some(tat) => limit.check(tat, now),
             None => Verdict::Allow,
         }
@@ -381,16 +382,7 @@ impl Transport for ShardTransport<'_> {
             return Verdict::Allow;
         }
         let now = self.conns.now_ms;
-        let tat = if is_session(self.key) {
-            let s = self.conns.lp.sessions.get_mut(self.key & !SESSION_BIT);
-            s.map(|s| &mut s.control_tat)
-        } else {
-            self.conns
-                .slab
-                .get_mut(self.key)
-                .map(|c| &mut c.control_tat)
-        };
-        match tat {
+        match self.conns.socket_mut(self.outlet).map(|s| s.control_tat) {
             Some(tat) => limit.check(tat, now),
             None => Verdict::Allow,
         }
@@ -405,7 +397,10 @@ impl Transport for ShardTransport<'_> {
     }
 
     fn tracked(&mut self, index: u32) -> &mut Tracked {
-        self.conns.tracked.entry((self.key, index)).or_default()
+        self.conns
+            .tracked
+            .entry((self.outlet.key(), index))
+            .or_default()
     }
 
     fn take_tracked(&mut self, index: u32) -> Tracked {
@@ -414,17 +409,21 @@ impl Transport for ShardTransport<'_> {
         }
         self.conns
             .tracked
-            .remove(&(self.key, index))
+            .remove(&(self.outlet.key(), index))
             .unwrap_or_default()
     }
 
     fn send_shared(&mut self, opcode: Opcode, head: &[u8], shared: &Arc<str>, tail: &[u8]) {
-        let websocket = self
-            .conns
-            .slab
-            .get(self.key)
-            .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }));
-        if !websocket {
+        let websocket = match self.outlet {
+            Outlet::Ws(key) => self
+                .conns
+                .slab
+                .get(key)
+                .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }))
+                .then_some(key),
+            Outlet::LongPoll(_) => None,
+        };
+        let Some(key) = websocket else {
             // Another transport: one copy of the message.
             let mut body = Vec::with_capacity(head.len() + shared.len() + tail.len());
             body.extend_from_slice(head);
@@ -432,10 +431,10 @@ impl Transport for ShardTransport<'_> {
             body.extend_from_slice(tail);
             self.send(opcode, &body);
             return;
-        }
+        };
         // What the socket gathered (the join's reply) goes first.
-        self.conns.flush_reply(self.key);
-        self.conns.send_shared(self.key, opcode, head, shared, tail);
+        self.conns.flush_reply(key);
+        self.conns.send_shared(key, opcode, head, shared, tail);
     }
 
     fn presence_started(&mut self) {
@@ -450,19 +449,21 @@ impl Transport for ShardTransport<'_> {
         wait: crate::hooks::Waiting,
     ) -> Result<(), crate::hooks::Failure> {
         self.conns
-            .hook_call(self.node, self.key, hook, topic, body, wait)
+            .hook_call(self.node, self.outlet.key(), hook, topic, body, wait)
     }
 
     fn hook_cancel_join(&mut self, topic: &str) {
-        self.conns.hook_waits.cancel_join(self.key, topic);
+        self.conns.hook_waits.cancel_join(self.outlet.key(), topic);
     }
 
     fn hook_assigns(&self) -> Option<String> {
-        self.conns.hook_assigns(self.key).map(str::to_owned)
+        self.conns
+            .hook_assigns(self.outlet.key())
+            .map(str::to_owned)
     }
 
     fn socket_id(&mut self) -> String {
-        self.conns.socket_id(self.node, self.key)
+        self.conns.socket_id(self.node, self.outlet.key())
     }
 
     fn presence_event(&mut self, kind: EventType, topic: &str, key: &Arc<str>, user: Option<&str>) {
@@ -472,7 +473,7 @@ impl Transport for ShardTransport<'_> {
         let topic = Arc::from(topic);
         let key = key.clone();
         self.conns
-            .socket_event(self.node, self.key, kind, user, move |e| {
+            .socket_event(self.node, self.outlet.key(), kind, user, move |e| {
                 e.topic = Some(topic);
                 e.key = Some(key);
             });
@@ -483,7 +484,7 @@ impl Transport for ShardTransport<'_> {
             return false;
         };
         self.conns
-            .read_later(self.node, self.key, idx, topic, since, held)
+            .read_later(self.node, self.outlet.key(), idx, topic, since, held)
     }
 
     fn recover(&mut self, topic: &str, since: Option<&str>) -> Option<throng_pubsub::Replay> {
@@ -491,7 +492,7 @@ impl Transport for ShardTransport<'_> {
         self.node.policy.history(topic)?;
         let index = self.conns.registry.find(topic)?;
         let replayed = &mut self.conns.replayed;
-        let key = self.key;
+        let key = self.outlet.key();
         let now = std::time::Instant::now();
         // A replay must fit the socket's outbound bound with room to spare:
         // over it, the socket would be closed as a slow reader, rejoin

@@ -1,0 +1,87 @@
+//! [`Conns`]: a shard's connections and everything their handling
+//! writes. Its behaviour is split by concept over the files beside this
+//! one, each an `impl Conns` block: `closing.rs` (the one way a connection
+//! ends), `output.rs` (writing, queues, delivering broadcasts),
+//! `phoenix.rs` (the Phoenix socket), `outlet.rs` (which carrier a socket
+//! has), `longpoll.rs`, `hooks.rs`, `admission.rs`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use slab::Slab;
+use throng_pubsub::Registry;
+
+use super::conn::Conn;
+use super::users;
+use crate::close::CloseReason;
+use crate::metrics::ShardStats;
+use crate::socket::Tracked;
+
+/// A shard's connections and everything their handling writes: the slab,
+/// the registry of their subscriptions, the frames gathered for the
+/// connection being processed, counters. Separate from [`Shard`] so that
+/// the node (router, config) can be read while this is borrowed mutably.
+pub(crate) struct Conns {
+    pub id: usize,
+    pub slab: Slab<Conn>,
+    pub registry: Registry,
+    /// For (re)registering sockets with the shard's epoll.
+    pub poll: mio::Registry,
+    pub stats: Arc<ShardStats>,
+    /// The authenticated users of this shard's sockets.
+    pub users: users::Users,
+    /// Frames for the connection being processed, written in one syscall.
+    pub reply: Vec<u8>,
+    /// Connections to close at the end of this event ([`Conns::doom`]).
+    pub doomed: Vec<(usize, CloseReason<'static>)>,
+    /// Seconds since the shard started.
+    pub now: u32,
+    /// Milliseconds since the shard started (wrapping), for push budgets.
+    pub now_ms: u32,
+    /// Counted locally, added to `stats` once per loop turn.
+    pub msgs_out: u64,
+    pub bytes_out: u64,
+    /// `--max-outbound-bytes`: a connection with more queued is cut.
+    pub max_outbound: usize,
+    /// `--max-outbound-total-bytes` (`budget.rs`).
+    pub max_outbound_total: usize,
+    /// With `--max-connections-per-ip`: the address of each connection, by
+    /// slab key (see `admission.rs`). Empty otherwise.
+    pub peer_ips: Vec<Option<std::net::IpAddr>>,
+    /// Long-poll sessions owned here and requests waited on here.
+    pub lp: crate::longpoll::State,
+    /// Presences of this shard's joins, by (connection key, registry topic
+    /// index); empty unless presence is in use.
+    pub tracked: HashMap<(usize, u32), Tracked>,
+    /// Joins that recovered history: by (connection key, registry topic
+    /// index), the newest offset their replay held, so the live copies of
+    /// those messages still in this shard's inbox are skipped
+    /// (`crate::history`). Emptied whenever the inbox is, so it holds at
+    /// most one turn's joins.
+    pub replayed: HashMap<(usize, u32), u64>,
+    /// Joins with `since` waiting for their history read in Redis, by
+    /// (connection key, registry topic index): the read's number, the reply
+    /// to send, and the topic's live messages held aside meanwhile
+    /// (`crate::history`). An entry per such join, for one round trip.
+    pub pending: HashMap<(usize, u32), super::history::Pending>,
+    /// The number of the next history read.
+    pub next_read: u64,
+    /// Joins and pushes waiting for the app backend (`crate::hooks`).
+    pub hook_waits: crate::hooks::Waits,
+    /// With `--tls-cert`: every connection's TLS session (`tls.rs`).
+    pub tls: Option<super::tls::Tls>,
+    /// permessage-deflate's inflater and buffers, the shard's (`deflate.rs`).
+    pub deflate: super::deflate::ShardDeflate,
+}
+
+impl Conns {
+    /// Adds the turn's local counts to the shared counters.
+    pub fn flush_counters(&mut self) {
+        if self.msgs_out > 0 || self.bytes_out > 0 {
+            ShardStats::add(&self.stats.messages_out, self.msgs_out);
+            ShardStats::add(&self.stats.bytes_out, self.bytes_out);
+            self.msgs_out = 0;
+            self.bytes_out = 0;
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The Phoenix socket as one entity, whatever carries it: an [`Outlet`]
+//! names it (a WebSocket connection, or a long-poll session), and
+//! [`SocketState`] is what every Phoenix socket holds the same way (its
+//! channels, what it connected with, its user, its push budget), kept once
+//! in a [`Conn`](super::conn::Conn) or a [`Session`](crate::longpoll::Session)
+//! instead of copied field by field. The dispatch on the carrier lives
+//! here: the rest of the shard asks for the socket of an outlet.
+//!
+//! An outlet is a registry key (a `u32`, what the topic registry and a
+//! broadcast's exclude key hold) with a long-poll session's index above
+//! [`SESSION_BIT`]; the bit is read and written only by [`Outlet::of`] and
+//! [`Outlet::key`]. Connection keys stay far below it (one per open file).
+
+use std::sync::Arc;
+
+use throng_protocol::Vsn;
+
+use super::conn::Kind;
+use super::Conns;
+use crate::channel::ConnectInfo;
+use crate::socket::Joins;
+
+/// Set in a registry key that names a long-poll session.
+const SESSION_BIT: usize = 1 << 31;
+
+/// What carries a Phoenix socket of this shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Outlet {
+    /// A WebSocket connection: its key in the shard's connections.
+    Ws(usize),
+    /// A long-poll session: its index in the shard's sessions.
+    LongPoll(usize),
+}
+
+impl Outlet {
+    /// Sessions a shard may index (their keys must stay below `u32::MAX`).
+    pub const MAX_SESSIONS: usize = SESSION_BIT;
+
+    /// The outlet a registry key names.
+    #[inline]
+    pub fn of(key: usize) -> Outlet {
+        if key & SESSION_BIT != 0 {
+            Outlet::LongPoll(key & !SESSION_BIT)
+        } else {
+            Outlet::Ws(key)
+        }
+    }
+
+    /// Its registry key (what subscriptions, users and hooks hold).
+    #[inline]
+    pub fn key(self) -> usize {
+        match self {
+            Outlet::Ws(key) => key,
+            Outlet::LongPoll(idx) => SESSION_BIT | idx,
+        }
+    }
+}
+
+/// What a Phoenix socket holds whatever carries it. Kept to 40 bytes
+/// (a `Conn` stays within 64: `conn.rs`).
+pub(crate) struct SocketState {
+    /// The socket's channels.
+    pub joins: Joins,
+    /// What the client connected with, when it sent params; `None` for
+    /// most clients (a token is verified and not kept).
+    pub connect: Option<Arc<ConnectInfo>>,
+    /// The authenticated user: an index into the shard's `Users` table
+    /// (`users::NO_USER` if anonymous), which holds the id once per user.
+    pub user: u32,
+    /// The push budget: when its next push is due, in ms of the shard's
+    /// clock (`auth::rate`); 4 bytes, no timer.
+    pub push_tat: u32,
+}
+
+impl SocketState {
+    pub fn new() -> SocketState {
+        SocketState {
+            joins: Joins::new(),
+            connect: None,
+            user: super::users::NO_USER,
+            push_tat: 0,
+        }
+    }
+}
+
+impl Default for SocketState {
+    fn default() -> Self {
+        SocketState::new()
+    }
+}
+
+/// A Phoenix socket's state, taken out of its connection (or session)
+/// when it ends.
+pub(crate) struct Ended {
+    pub vsn: Vsn,
+    pub socket: SocketState,
+}
+
+/// What a socket (or long-poll session) keeps of its connect info once
+/// `found` is authenticated; returns the user's id. The verified token is
+/// not kept (it is the largest thing an idle socket would hold), and the
+/// user's id lives in the shard's `Users` table: the connect info stays only
+/// when the client sent other params or the token limits its channels.
+pub(crate) fn authenticated(
+    connect: &mut Option<crate::channel::ConnectInfo>,
+    found: crate::auth::User,
+) -> String {
+    if let Some(c) = connect.as_mut() {
+        c.auth_token = None;
+        c.params.retain(|(k, _)| k != "token");
+    }
+    if found.channels.is_some() {
+        connect.get_or_insert_with(Default::default).channels = found.channels;
+    }
+    if let Some(c) = connect.as_mut() {
+        if c.params.is_empty() && c.channels.is_none() {
+            *connect = None;
+        } else {
+            c.params.shrink_to_fit();
+            c.user_id = Some(found.id.clone());
+        }
+    }
+    found.id
+}
+
+/// The socket of an outlet, lent by [`Conns::socket_mut`].
+pub(crate) struct SocketMut<'a> {
+    pub state: &'a mut SocketState,
+    /// The control budget (`--control-rate`), kept beside the state by
+    /// each carrier (in a `Conn`, in the room its alignment left).
+    pub control_tat: &'a mut u32,
+}
+
+impl Conns {
+    /// The Phoenix socket state of `outlet`, whatever its stage.
+    pub(super) fn socket_mut(&mut self, outlet: Outlet) -> Option<SocketMut<'_>> {
+        match outlet {
+            Outlet::Ws(key) => {
+                let conn = self.slab.get_mut(key)?;
+                Some(SocketMut {
+                    state: &mut conn.socket,
+                    control_tat: &mut conn.control_tat,
+                })
+            }
+            Outlet::LongPoll(idx) => {
+                let s = self.lp.sessions.get_mut(idx)?;
+                Some(SocketMut {
+                    state: &mut s.socket,
+                    control_tat: &mut s.control_tat,
+                })
+            }
+        }
+    }
+
+    /// The serializer of `outlet` while its socket is live (a connection
+    /// upgraded and not closing, a session not ending).
+    pub(super) fn vsn_of(&self, outlet: Outlet) -> Option<Vsn> {
+        match outlet {
+            Outlet::Ws(key) => match self.slab.get(key).filter(|c| !c.dead)?.kind {
+                Kind::Ws { vsn, .. } => Some(vsn),
+                _ => None,
+            },
+            Outlet::LongPoll(idx) => {
+                let s = self.lp.sessions.get(idx)?;
+                (!s.dead).then_some(s.vsn)
+            }
+        }
+    }
+}
