@@ -5,7 +5,7 @@
 //!
 //! Why hand-driven, with rustls's unbuffered API
 //! (`rustls::server::UnbufferedServerConnection`, the API where the caller
-//! owns every buffer: `rustls/src/conn/unbuffered.rs`) rather than a
+//! owns every buffer: rustls's src/conn/unbuffered.rs) rather than a
 //! `rustls::ServerConnection`: a buffered connection keeps its own
 //! incoming and outgoing buffers for its whole life, 20-40 KB an idle
 //! socket (rustls issue 794), which is 100 times what an idle throng
