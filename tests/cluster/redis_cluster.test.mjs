@@ -188,7 +188,12 @@ test("a slot migrated during traffic: subscriptions move with it, none is lost",
   await listed(people.slice(1), all)
   sender.send("after")
   await waitFor(() => clients.every(c => c.count("after") === 1), 10000, "a broadcast after the migration")
-  // the publishing worker's SPUBLISH went to the old owner first: MOVED, followed
+  // the publishing worker followed the move: its SPUBLISH went to the old
+  // owner first (MOVED, followed), or the topology it shares with its
+  // subscribing side was read again at the sunsubscribe before its next
+  // SPUBLISH (a race either way; both are the move being followed)
   const moved = await workerMetric(server, "throng_redis_cluster_moved_total")
-  assert.ok(moved.some(n => n >= 1), `throng_redis_cluster_moved_total ${moved}`)
+  const reads = await workerMetric(server, "throng_redis_cluster_topology_reads_total")
+  assert.ok(moved.some(n => n >= 1) || reads.every(n => n >= 2),
+    `throng_redis_cluster_moved_total ${moved}, throng_redis_cluster_topology_reads_total ${reads}`)
 })
