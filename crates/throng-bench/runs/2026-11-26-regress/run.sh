@@ -4,7 +4,7 @@
 set -u
 BEFORE=${BEFORE:-/work/wt/regress-before/target/ci/throng}
 AFTER=${AFTER:-/work/wt/regress/target/ci/throng}
-OUT=$(dirname "$0")
+OUT=${OUT:-$(dirname "$0")}
 what=${1:-19k}
 case $what in
 19k)   # the bench's default run at 19,000, 3 broadcasts; rounds ${2:-1 2 3}

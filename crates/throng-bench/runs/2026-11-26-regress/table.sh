@@ -1,6 +1,6 @@
 #!/bin/bash
 # One line per run: the figures BENCHMARKS.md quotes, from each run's terminal output.
-cd "$(dirname "$0")"
+cd "${OUT:-$(dirname "$0")}"
 for f in "$@"; do
   [ -f "$f" ] || continue
   joined=$(grep -m1 '^  joined ' $f | awk '{print $2}')
