@@ -246,6 +246,7 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                     writer.send(ToController::FloorClosed);
                 }
                 Cmd::Msg(ToAgent::Release) => engine.release(),
+                Cmd::Msg(ToAgent::StopArrivals) => engine.stop_arrivals(),
                 Cmd::Msg(ToAgent::Storm) => {
                     engine.storm();
                     writer.send(ToController::StormDone);

@@ -67,6 +67,15 @@ pub struct BenchArgs {
     /// while holding, and a hold that ends with broadcasts still out says so.
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub hold: Option<f64>,
+    /// Stop the ramp-up when the machine's available memory
+    /// (`MemAvailable`) falls under SIZE (bytes, or with KiB, MiB or GiB:
+    /// `1.5GiB`): the users connected so far stay, the broadcasts go to
+    /// them, and the report says where it stopped. The floor's sockets
+    /// are checked too: a floor that would cross it is given up (the run
+    /// goes on without it). For stepping up to the machine's limit
+    /// without exhausting it [default: off]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub min_available: Option<u64>,
     /// The embedded server's idle timeout (default: the server's, or 0 when
     /// the scenario sends no heartbeats).
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
@@ -565,6 +574,31 @@ fn in_file(path: &std::path::Path, e: BenchError) -> BenchError {
     }
 }
 
+/// A size in bytes: a number, optionally fractional, with an optional
+/// `B`, `KiB`, `MiB` or `GiB` (`K`, `M`, `G` the same powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "{s:?}: not a size; write bytes or a number with KiB, MiB or GiB, such as 1.5GiB"
+            ))
+        }
+    };
+    let n: f64 = num.parse().map_err(|_| {
+        format!("{s:?}: not a size; write bytes or a number with KiB, MiB or GiB, such as 1.5GiB")
+    })?;
+    Ok((n * scale as f64).round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -697,5 +731,19 @@ mod tests {
         .unwrap();
         assert_eq!(l.scenario.total_users(), 600);
         assert_eq!(l.scenario.heartbeat, 0.0);
+    }
+
+    #[test]
+    fn memory_floor_sizes_read_as_bytes() {
+        assert_eq!(parse_size("1.5GiB"), Ok(1_610_612_736));
+        assert_eq!(parse_size("1536MiB"), Ok(1_610_612_736));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64 KiB"), Ok(65_536));
+        assert!(parse_size("lots").unwrap_err().contains("1.5GiB"));
+        assert!(parse_size("1.5TB").is_err());
+        let cli = Cli::try_parse_from(["bench", "--min-available", "1.5GiB"]).unwrap();
+        assert_eq!(cli.bench.min_available, Some(1_610_612_736));
+        assert!(Cli::try_parse_from(["bench", "--min-available", "x"]).is_err());
     }
 }

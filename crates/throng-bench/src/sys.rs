@@ -159,6 +159,12 @@ pub fn mem_total() -> Option<u64> {
     meminfo("MemTotal")
 }
 
+/// Memory the kernel estimates can be had without swapping
+/// (`MemAvailable`), bytes.
+pub fn mem_available() -> Option<u64> {
+    meminfo("MemAvailable")
+}
+
 /// Writes as much of `data` as a non-blocking socket takes now (retrying
 /// an interrupted write, stopping at `WouldBlock`): how many bytes it took.
 pub fn write_until_blocked(sock: &mut impl Write, data: &[u8]) -> std::io::Result<usize> {

@@ -99,6 +99,9 @@ pub enum ToAgent {
     },
     /// Reset every floor socket.
     FloorEnd,
+    /// Start no more users: the arrivals are over with those started
+    /// (`--min-available`: the machine's memory ran short).
+    StopArrivals,
     /// To a floor writer: what to accept and write.
     FloorWrite(Box<FloorOrder>),
     /// To a floor writer: write round `round`'s frame, stamped `stamp_ns`,

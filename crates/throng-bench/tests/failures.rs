@@ -107,6 +107,56 @@ fn a_run_that_fails_its_criteria_exits_non_zero() {
     );
 }
 
+/// `--min-available` above anything the machine has: the ramp-up stops at
+/// the first check, the users connected stay and get the broadcast, and
+/// the report says where it stopped (and fails: not everyone joined).
+#[test]
+fn a_ramp_up_stopped_by_min_available_keeps_its_users_and_broadcasts() {
+    let json = tmp("min-available.json");
+    let out = run_bench(
+        &[
+            "--connections",
+            "400",
+            "--arrival-rate",
+            "40",
+            "--heartbeat",
+            "0",
+            "--broadcasts",
+            "1",
+            "--floor",
+            "off",
+            "--min-available",
+            "1000000GiB",
+            "--dashboard-port",
+            "0",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(90),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("under --min-available"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let stop = &r["arrival"]["stopped_by_memory"];
+    let joined = r["connections"]["joined"].as_u64().unwrap();
+    assert!(stop["connected"].as_u64().is_some(), "{stop}");
+    assert!(joined >= 1 && joined < 400, "joined {joined}: {stdout}");
+    assert_eq!(r["errors"]["total"], 0, "{stdout}");
+    assert_eq!(r["broadcast"]["sent"], 1, "{stdout}");
+    assert_eq!(
+        r["broadcast"]["receivers"].as_u64(),
+        Some(joined),
+        "the broadcast reaches everyone who joined: {stdout}"
+    );
+    assert!(
+        stdout.contains("users joined (the ramp-up stopped at"),
+        "{stdout}"
+    );
+}
+
 /// SIGTERM during the hold: the children are gone, and the JSON and HTML
 /// reports hold what was measured so far.
 #[test]

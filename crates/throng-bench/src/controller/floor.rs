@@ -89,6 +89,9 @@ pub(super) struct FloorPhase<'a> {
     pub probe: &'a ServerProbe,
     /// The run's users: one floor socket each.
     pub users: u64,
+    /// `--min-available`: the floor is given up if the machine's available
+    /// memory falls under it while its sockets open.
+    pub min_available: Option<u64>,
 }
 
 impl FloorPhase<'_> {
@@ -156,6 +159,16 @@ impl FloorPhase<'_> {
             let settled = c.floor_open + c.floor_failed >= users && c.floor_connecting == 0;
             if settled && accepted >= c.floor_open {
                 break (c.floor_open, c.floor_failed);
+            }
+            if let Some(min) = self.min_available {
+                if let Some(avail) = sys::mem_available().filter(|a| *a < min) {
+                    return Err(BenchError::Limit(format!(
+                        "the machine's available memory fell to {} MiB, under --min-available ({} MiB), with {} of {users} floor sockets open: the floor's sockets cost the kernel about what the run's do, so the ramp-up will stop near that count too",
+                        avail >> 20,
+                        min >> 20,
+                        c.floor_open
+                    )));
+                }
             }
             if c.floor_open + accepted != last.0 {
                 last = (c.floor_open + accepted, Instant::now());

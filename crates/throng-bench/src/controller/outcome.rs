@@ -96,6 +96,7 @@ impl Run {
                 ramp_secs: ramp.secs,
                 server_cpu_us_per_join,
                 adaptive,
+                stopped_by_memory: ramp.stopped.clone(),
             },
             connect: summarize(&c.hists.connect),
             join: summarize(&c.hists.join),

@@ -72,6 +72,8 @@ pub(super) struct Run {
     pub sc: Scenario,
     /// `--hold`: seconds to hold after the ramp-up, instead of until done.
     pub hold: Option<f64>,
+    /// `--min-available`: the ramp-up stops when `MemAvailable` falls under it.
+    pub min_available: Option<u64>,
     pub probe: ServerProbe,
     pub agents: Agents,
     /// `size_of` the agents' per-connection struct.
@@ -126,6 +128,8 @@ pub(super) struct Ramp {
     pub control: Option<RateControl>,
     /// Seconds until every user had been started.
     pub arrivals_secs: f64,
+    /// `--min-available` stopped it.
+    pub stopped: Option<crate::report::MemoryStop>,
 }
 
 /// Idle connections, once settled.
@@ -211,6 +215,7 @@ impl Run {
         Run {
             sc,
             hold: args.hold,
+            min_available: args.min_available,
             probe,
             agents,
             conn_size,
@@ -328,6 +333,7 @@ impl Run {
             agents: &mut self.agents,
             probe: &self.probe,
             users: self.sc.total_users(),
+            min_available: self.min_available,
         }
         .run(w)
     }
@@ -384,6 +390,7 @@ impl Run {
         let mut next_line = self.start;
         let mut moved = (0, Instant::now());
         let mut arrivals_secs = None;
+        let mut stopped = None;
         loop {
             self.agents.pump(Duration::from_millis(50))?;
             let now = Instant::now();
@@ -406,6 +413,9 @@ impl Run {
             if now >= self.next_trace {
                 self.next_trace += Duration::from_millis(100);
                 self.trace_point();
+                if stopped.is_none() {
+                    stopped = self.memory_stop(total.as_ref())?;
+                }
                 if let (Some(ctl), Some(c)) = (control.as_mut(), &total) {
                     if !c.arrivals_done {
                         let t = now.duration_since(self.start).as_secs_f64();
@@ -452,7 +462,38 @@ impl Run {
             secs,
             control,
             arrivals_secs: arrivals_secs.unwrap_or(secs),
+            stopped,
         })
+    }
+
+    /// `--min-available`: once `MemAvailable` is under it while users are
+    /// still arriving, the agents start no more (those connecting go on).
+    fn memory_stop(
+        &mut self,
+        c: Option<&Counters>,
+    ) -> Result<Option<crate::report::MemoryStop>, BenchError> {
+        let (Some(min), Some(c)) = (self.min_available, c) else {
+            return Ok(None);
+        };
+        if c.arrivals_done {
+            return Ok(None);
+        }
+        let Some(avail) = sys::mem_available().filter(|a| *a < min) else {
+            return Ok(None);
+        };
+        self.agents.send_all(&ToAgent::StopArrivals)?;
+        eprintln!(
+            "\nnote: the machine's available memory is {} MiB, under --min-available ({} MiB): no more users start; {} connected stay, and the run goes on with them",
+            avail >> 20,
+            min >> 20,
+            c.connected
+        );
+        Ok(Some(crate::report::MemoryStop {
+            users_started: c.started,
+            connected: c.connected,
+            mem_available: avail,
+            min_available: min,
+        }))
     }
 
     /// Phase 4: let the server finish its work (with presence, until its

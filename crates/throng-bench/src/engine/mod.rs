@@ -298,6 +298,12 @@ impl Engine {
         self.arrivals.set_rate(Instant::now(), per_sec);
     }
 
+    /// Starts no more users: the arrivals end with those already started.
+    pub fn stop_arrivals(&mut self) {
+        self.arrivals.done = true;
+        self.counters.arrivals_done = true;
+    }
+
     /// Whether the arrivals have started.
     pub fn started(&self) -> bool {
         self.arrivals.started_at.is_some()

@@ -11,7 +11,15 @@ impl Report {
         let mut failed = Vec::new();
         let c = &self.connections;
         if c.joined < c.target {
-            failed.push(format!("{} of {} users joined", c.joined, c.target));
+            let why = match &self.arrival.stopped_by_memory {
+                Some(m) => format!(
+                    " (the ramp-up stopped at {} connected: {} MiB available, under --min-available)",
+                    m.connected,
+                    m.mem_available >> 20
+                ),
+                None => String::new(),
+            };
+            failed.push(format!("{} of {} users joined{why}", c.joined, c.target));
         }
         if self.errors.total > 0 {
             let kinds: Vec<String> = self
@@ -58,6 +66,20 @@ mod tests {
                 "10 error(s) (refused 10)".into(),
                 "0 of 3 broadcasts sent".into()
             ]
+        );
+        // Stopped by --min-available: the line says so.
+        r.errors.total = 0;
+        r.broadcast.sent = 3;
+        r.connections.joined = 7;
+        r.arrival.stopped_by_memory = Some(crate::report::MemoryStop {
+            users_started: 7,
+            connected: 7,
+            mem_available: 1 << 30,
+            min_available: 3 << 29,
+        });
+        assert_eq!(
+            r.failed_criteria(),
+            vec!["7 of 10 users joined (the ramp-up stopped at 7 connected: 1024 MiB available, under --min-available)".to_string()]
         );
     }
 }

@@ -165,6 +165,22 @@ pub struct Arrival {
     pub server_cpu_us_per_join: Option<f64>,
     /// Adaptive arrival: the rates the controller chose (`null`: a fixed schedule).
     pub adaptive: Option<AdaptiveArrival>,
+    /// `--min-available`: where the ramp-up stopped because the machine's
+    /// available memory fell under it (`null`: it did not stop).
+    pub stopped_by_memory: Option<MemoryStop>,
+}
+
+/// The ramp-up stopped by `--min-available`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct MemoryStop {
+    /// Users started when it stopped (those already connecting went on).
+    pub users_started: u64,
+    /// Connections open then.
+    pub connected: u64,
+    /// `MemAvailable` then, and the floor it fell under, bytes.
+    pub mem_available: u64,
+    pub min_available: u64,
 }
 
 /// The rates adaptive arrival chose, and what set them.
