@@ -143,7 +143,7 @@ fn a_ramp_up_stopped_by_min_available_keeps_its_users_and_broadcasts() {
     let stop = &r["arrival"]["stopped_by_memory"];
     let joined = r["connections"]["joined"].as_u64().unwrap();
     assert!(stop["connected"].as_u64().is_some(), "{stop}");
-    assert!(joined >= 1 && joined < 400, "joined {joined}: {stdout}");
+    assert!((1..400).contains(&joined), "joined {joined}: {stdout}");
     assert_eq!(r["errors"]["total"], 0, "{stdout}");
     assert_eq!(r["broadcast"]["sent"], 1, "{stdout}");
     assert_eq!(
