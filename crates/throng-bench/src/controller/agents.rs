@@ -77,6 +77,29 @@ enum Event {
     Gone(usize, String),
 }
 
+/// Reads agent `idx`'s link on a thread of its own, passing each message
+/// on to `tx` until the link ends (closed, a bad line, or LINK_TIMEOUT of
+/// silence), which it passes on too.
+fn spawn_reader(idx: usize, mut input: BufReader<TcpStream>, tx: mpsc::Sender<Event>) {
+    std::thread::spawn(move || loop {
+        match wire::recv::<ToController>(&mut input, wire::MAX_LINE) {
+            Ok(Some(m)) => {
+                if tx.send(Event::Msg(idx, Box::new(m))).is_err() {
+                    break;
+                }
+            }
+            Ok(None) => {
+                let _ = tx.send(Event::Gone(idx, "its link closed".into()));
+                break;
+            }
+            Err(e) => {
+                let _ = tx.send(Event::Gone(idx, format!("its link failed: {e}")));
+                break;
+            }
+        }
+    });
+}
+
 /// Every agent of the run.
 pub(super) struct Agents {
     pub links: Vec<AgentLink>,
@@ -120,7 +143,7 @@ impl Agents {
                     wire::send(&mut l.out, &ToAgent::Ping)?;
                 }
             }
-            while let Ok((peer, (s, mut input, pid))) = auth_rx.try_recv() {
+            while let Ok((peer, (s, input, pid))) = auth_rx.try_recv() {
                 pending -= 1;
                 let pid = match pid {
                     Ok((pid, r)) if r == role => pid,
@@ -133,26 +156,7 @@ impl Agents {
                         continue;
                     }
                 };
-                let idx = links.len();
-                let tx = tx.clone();
-                std::thread::spawn(move || loop {
-                    // A closed link, a bad line, or LINK_TIMEOUT of silence.
-                    match wire::recv::<ToController>(&mut input, wire::MAX_LINE) {
-                        Ok(Some(m)) => {
-                            if tx.send(Event::Msg(idx, Box::new(m))).is_err() {
-                                break;
-                            }
-                        }
-                        Ok(None) => {
-                            let _ = tx.send(Event::Gone(idx, "its link closed".into()));
-                            break;
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Event::Gone(idx, format!("its link failed: {e}")));
-                            break;
-                        }
-                    }
-                });
+                spawn_reader(links.len(), input, tx.clone());
                 links.push(AgentLink {
                     out: s,
                     pid,

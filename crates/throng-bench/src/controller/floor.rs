@@ -118,102 +118,23 @@ impl FloorPhase<'_> {
         }
     }
 
+    /// The floor: the writers listen, the agents open one socket per user
+    /// to them, the rounds alone, then the train when the broadcasts overlap.
     fn measure_floor(&mut self, w: &mut Writers) -> Result<Floor, BenchError> {
         let users = self.users;
-        let n = w.links.len() as u64;
-        for i in 0..w.links.len() {
-            let expect = users / n + u64::from((i as u64) < users % n);
-            let order = FloorOrder {
-                expect,
-                threads: w.threads,
-                frame: w.frame.clone(),
-            };
-            w.links.send(i, &ToAgent::FloorWrite(Box::new(order)))?;
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !w.links.links.iter().all(|l| l.listening.is_some()) {
-            if Instant::now() > deadline {
-                return Err(BenchError::Protocol(
-                    "floor writers did not listen within 20 s".into(),
-                ));
-            }
-            w.links.pump(Duration::from_millis(20))?;
-        }
-        let addrs: Vec<SocketAddr> = w.links.links.iter().filter_map(|l| l.listening).collect();
+        let addrs = order_writers(w, users)?;
         eprintln!(
             "floor: {users} sockets to {} writer(s) of {} thread(s), no server logic",
             addrs.len(),
             w.threads
         );
-        // Open one socket per user; the writers must hold them all before a round.
         let start = Instant::now();
-        self.agents.send_all(&ToAgent::Floor { writers: addrs })?;
-        let mut last = (0, Instant::now());
-        let (sockets, failed) = loop {
-            self.agents.pump(Duration::from_millis(20))?;
-            w.links.pump(Duration::ZERO)?;
-            let Some(c) = self.agents.total() else {
-                continue;
-            };
-            let accepted: u64 = w.links.links.iter().map(|l| l.accepted).sum();
-            let settled = c.floor_open + c.floor_failed >= users && c.floor_connecting == 0;
-            if settled && accepted >= c.floor_open {
-                break (c.floor_open, c.floor_failed);
-            }
-            if let Some(min) = self.min_available {
-                if let Some(avail) = sys::mem_available().filter(|a| *a < min) {
-                    return Err(BenchError::Limit(format!(
-                        "the machine's available memory fell to {} MiB, under --min-available ({} MiB), with {} of {users} floor sockets open: the floor's sockets cost the kernel about what the run's do, so the ramp-up will stop near that count too",
-                        avail >> 20,
-                        min >> 20,
-                        c.floor_open
-                    )));
-                }
-            }
-            if c.floor_open + accepted != last.0 {
-                last = (c.floor_open + accepted, Instant::now());
-            } else if last.1.elapsed() > Duration::from_secs(20) {
-                return Err(BenchError::Protocol(format!(
-                    "floor sockets stalled: {} of {users} open, {accepted} accepted, {} failed",
-                    c.floor_open, c.floor_failed
-                )));
-            }
-        };
+        let (sockets, failed) = self.open_sockets(w, addrs)?;
         let connect_secs = start.elapsed().as_secs_f64();
         let cpu0 = self.floor_cpu(w);
         let (c0, rounds_start) = (self.agents.total().unwrap_or_default(), Instant::now());
-        // Rounds one at a time, each alone on the machine: a broadcast is
-        // compared with them only when it was alone too (see `outcome`).
         let seen = c0.floor_recv;
-        let mut rounds = Vec::new();
-        let mut slowest_ms = 0.0f64;
-        let mut got = seen;
-        for round in 1..=ROUNDS {
-            let stamp_ns = sys::realtime_ns();
-            w.links.send_all(&ToAgent::Fire { round, stamp_ns })?;
-            self.await_rounds(
-                w,
-                round..round + 1,
-                got,
-                sockets,
-                &format!("floor round {round}"),
-            )?;
-            let c = self.agents.total().unwrap_or_default();
-            got = c.floor_recv;
-            let write_secs = write_secs(w, round);
-            let last_ms = c.floor_last_ns.saturating_sub(stamp_ns) as f64 / 1e6;
-            slowest_ms = slowest_ms.max(last_ms);
-            eprintln!(
-                "floor: round {round}: last receipt {last_ms:.0} ms after the stamp (writers {:.0} ms)",
-                write_secs * 1e3
-            );
-            rounds.push(Round {
-                stamp_ns,
-                write_secs,
-            });
-            // The machine settles between rounds.
-            self.agents.pump(Duration::from_millis(300))?;
-        }
+        let (rounds, slowest_ms, got) = self.rounds_alone(w, sockets, seen)?;
         let cpu1 = self.floor_cpu(w);
         let hb1 = self.agents.total().map_or(0, |c| c.floor_hb_sent);
         let rounds_secs = rounds_start.elapsed().as_secs_f64();
@@ -241,6 +162,89 @@ impl FloorPhase<'_> {
             heartbeats: hb1.saturating_sub(c0.floor_hb_sent),
             rounds_secs,
         })
+    }
+
+    /// Has the agents open one socket per user to the writers at `addrs`;
+    /// returns when the writers hold them all: (open, failed).
+    fn open_sockets(
+        &mut self,
+        w: &mut Writers,
+        addrs: Vec<SocketAddr>,
+    ) -> Result<(u64, u64), BenchError> {
+        let users = self.users;
+        self.agents.send_all(&ToAgent::Floor { writers: addrs })?;
+        let mut last = (0, Instant::now());
+        loop {
+            self.agents.pump(Duration::from_millis(20))?;
+            w.links.pump(Duration::ZERO)?;
+            let Some(c) = self.agents.total() else {
+                continue;
+            };
+            let accepted: u64 = w.links.links.iter().map(|l| l.accepted).sum();
+            let settled = c.floor_open + c.floor_failed >= users && c.floor_connecting == 0;
+            if settled && accepted >= c.floor_open {
+                return Ok((c.floor_open, c.floor_failed));
+            }
+            if let Some(min) = self.min_available {
+                if let Some(avail) = sys::mem_available().filter(|a| *a < min) {
+                    return Err(BenchError::Limit(format!(
+                        "the machine's available memory fell to {} MiB, under --min-available ({} MiB), with {} of {users} floor sockets open: the floor's sockets cost the kernel about what the run's do, so the ramp-up will stop near that count too",
+                        avail >> 20,
+                        min >> 20,
+                        c.floor_open
+                    )));
+                }
+            }
+            if c.floor_open + accepted != last.0 {
+                last = (c.floor_open + accepted, Instant::now());
+            } else if last.1.elapsed() > Duration::from_secs(20) {
+                return Err(BenchError::Protocol(format!(
+                    "floor sockets stalled: {} of {users} open, {accepted} accepted, {} failed",
+                    c.floor_open, c.floor_failed
+                )));
+            }
+        }
+    }
+
+    /// The rounds one at a time, each alone on the machine (a broadcast is
+    /// compared with them only when it was alone too: see `outcome`), from
+    /// `got` receipts: the rounds, the slowest's last receipt (ms) and the
+    /// receipts after them.
+    fn rounds_alone(
+        &mut self,
+        w: &mut Writers,
+        sockets: u64,
+        mut got: u64,
+    ) -> Result<(Vec<Round>, f64, u64), BenchError> {
+        let mut rounds = Vec::new();
+        let mut slowest_ms = 0.0f64;
+        for round in 1..=ROUNDS {
+            let stamp_ns = sys::realtime_ns();
+            w.links.send_all(&ToAgent::Fire { round, stamp_ns })?;
+            self.await_rounds(
+                w,
+                round..round + 1,
+                got,
+                sockets,
+                &format!("floor round {round}"),
+            )?;
+            let c = self.agents.total().unwrap_or_default();
+            got = c.floor_recv;
+            let write_secs = write_secs(w, round);
+            let last_ms = c.floor_last_ns.saturating_sub(stamp_ns) as f64 / 1e6;
+            slowest_ms = slowest_ms.max(last_ms);
+            eprintln!(
+                "floor: round {round}: last receipt {last_ms:.0} ms after the stamp (writers {:.0} ms)",
+                write_secs * 1e3
+            );
+            rounds.push(Round {
+                stamp_ns,
+                write_secs,
+            });
+            // The machine settles between rounds.
+            self.agents.pump(Duration::from_millis(300))?;
+        }
+        Ok((rounds, slowest_ms, got))
     }
 
     /// The train: `t.rounds` rounds `t.interval` apart, as the broadcasts
@@ -352,6 +356,31 @@ fn write_secs(w: &Writers, round: u32) -> f64 {
         .iter()
         .flat_map(|l| l.fired.iter().filter(|f| f.0 == round).map(|f| f.1))
         .fold(0.0, f64::max)
+}
+
+/// Orders each writer to expect its share of `users` sockets, and waits
+/// until every one listens: their addresses.
+fn order_writers(w: &mut Writers, users: u64) -> Result<Vec<SocketAddr>, BenchError> {
+    let n = w.links.len() as u64;
+    for i in 0..w.links.len() {
+        let expect = users / n + u64::from((i as u64) < users % n);
+        let order = FloorOrder {
+            expect,
+            threads: w.threads,
+            frame: w.frame.clone(),
+        };
+        w.links.send(i, &ToAgent::FloorWrite(Box::new(order)))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !w.links.links.iter().all(|l| l.listening.is_some()) {
+        if Instant::now() > deadline {
+            return Err(BenchError::Protocol(
+                "floor writers did not listen within 20 s".into(),
+            ));
+        }
+        w.links.pump(Duration::from_millis(20))?;
+    }
+    Ok(w.links.links.iter().filter_map(|l| l.listening).collect())
 }
 
 struct FloorCpu {

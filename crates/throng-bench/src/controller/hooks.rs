@@ -229,6 +229,117 @@ fn memory(
     Ok((slope, overall))
 }
 
+/// Join times of each topic's phases, µs.
+struct JoinTimes {
+    plain: Histogram<u64>,
+    hooked: Histogram<u64>,
+}
+
+impl JoinTimes {
+    fn new() -> JoinTimes {
+        JoinTimes {
+            plain: new_hist(),
+            hooked: new_hist(),
+        }
+    }
+
+    /// The histogram of `topic`'s joins.
+    fn of(&mut self, topic: &str) -> &mut Histogram<u64> {
+        if topic == HOOKED {
+            &mut self.hooked
+        } else {
+            &mut self.plain
+        }
+    }
+
+    /// The latency the hook adds to a join.
+    fn latency(&self) -> Latency {
+        Latency::of(&self.plain, &self.hooked)
+    }
+}
+
+/// Round `r`'s phases in order: without hooks first in even rounds,
+/// through the join hook first in odd ones.
+fn order(r: u32) -> [&'static str; 2] {
+    if r % 2 == 1 {
+        [HOOKED, PLAIN]
+    } else {
+        [PLAIN, HOOKED]
+    }
+}
+
+/// Round `r` of `rounds`: `n` sockets join without hooks and `n` through
+/// the join hook on `server`, in `order(r)`; joins per second and CPU per
+/// join each way.
+fn rate_round(
+    phases: &mut Phases,
+    server: &Server,
+    n: u64,
+    (r, rounds): (u32, u32),
+    times: &mut JoinTimes,
+) -> Result<Round, BenchError> {
+    let (mut plain, mut hooked) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
+    for topic in order(r) {
+        let (cpu0, own0) = (cpu(server), own_cpu());
+        let j = phases.join(server, topic, n);
+        let per = |secs: f64| secs * 1e6 / j.ok.max(1) as f64;
+        let figures = (j.rate(), per(cpu(server) - cpu0), per(own_cpu() - own0));
+        if topic == HOOKED {
+            hooked = figures;
+        } else {
+            plain = figures;
+        }
+        let _ = times.of(topic).add(&j.join_us);
+        drop(j.sockets);
+        until_empty(server.addr)?;
+    }
+    eprintln!(
+        "round {}/{}: {:.0} joins/s without hooks, {:.0} through the join hook",
+        r + 1,
+        rounds,
+        plain.0,
+        hooked.0
+    );
+    Ok(Round {
+        plain_joins_per_sec: plain.0,
+        hooked_joins_per_sec: hooked.0,
+        ratio: hooked.0 / plain.0.max(1e-9),
+        plain_server_cpu_us: plain.1,
+        hooked_server_cpu_us: hooked.1,
+        plain_bench_cpu_us: plain.2,
+        hooked_bench_cpu_us: hooked.2,
+        hooked_first: r % 2 == 1,
+    })
+}
+
+/// The hook's own latency: `rounds` rounds of joins one at a time on
+/// `server`, each way, no queue anywhere.
+fn one_at_a_time(
+    phases: &mut Phases,
+    server: &Server,
+    n: u64,
+    rounds: u32,
+) -> Result<JoinTimes, BenchError> {
+    let mut times = JoinTimes::new();
+    for r in 0..rounds {
+        for topic in order(r) {
+            let j = phases.join_window(server, topic, ONE_AT_A_TIME.min(n), 1);
+            let _ = times.of(topic).add(&j.join_us);
+            drop(j.sockets);
+            until_empty(server.addr)?;
+        }
+    }
+    Ok(times)
+}
+
+/// The median over `rounds` of one figure.
+fn median_of(rounds: &[Round], figure: impl Fn(&Round) -> f64) -> f64 {
+    median(&rounds.iter().map(figure).collect::<Vec<_>>())
+}
+
+/// The hooks scenario: memory per idle joined socket each way (a fresh
+/// server each), then on one server the rounds of joins per second and
+/// the joins one at a time.
 fn measure(
     args: &BenchArgs,
     n: u64,
@@ -248,109 +359,31 @@ fn measure(
     let server = server(file, extra)?;
     phases.warm(&server, PLAIN)?;
     phases.warm(&server, HOOKED)?;
-    let (mut plain_h, mut hooked_h): (Histogram<u64>, Histogram<u64>) = (new_hist(), new_hist());
+    let mut times = JoinTimes::new();
     let mut rounds = Vec::new();
     for r in 0..args.hook_rounds {
-        let hooked_first = r % 2 == 1;
-        let order = if hooked_first {
-            [HOOKED, PLAIN]
-        } else {
-            [PLAIN, HOOKED]
-        };
-        let (mut plain, mut hooked) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
-        for topic in order {
-            let (cpu0, own0) = (cpu(&server), own_cpu());
-            let j = phases.join(&server, topic, n);
-            let per = |secs: f64| secs * 1e6 / j.ok.max(1) as f64;
-            let figures = (j.rate(), per(cpu(&server) - cpu0), per(own_cpu() - own0));
-            if topic == HOOKED {
-                hooked = figures;
-                let _ = hooked_h.add(&j.join_us);
-            } else {
-                plain = figures;
-                let _ = plain_h.add(&j.join_us);
-            }
-            drop(j.sockets);
-            until_empty(server.addr)?;
-        }
-        eprintln!(
-            "round {}/{}: {:.0} joins/s without hooks, {:.0} through the join hook",
-            r + 1,
-            args.hook_rounds,
-            plain.0,
-            hooked.0
-        );
-        rounds.push(Round {
-            plain_joins_per_sec: plain.0,
-            hooked_joins_per_sec: hooked.0,
-            ratio: hooked.0 / plain.0.max(1e-9),
-            plain_server_cpu_us: plain.1,
-            hooked_server_cpu_us: hooked.1,
-            plain_bench_cpu_us: plain.2,
-            hooked_bench_cpu_us: hooked.2,
-            hooked_first,
-        });
+        let round = rate_round(&mut phases, &server, n, (r, args.hook_rounds), &mut times)?;
+        rounds.push(round);
     }
-    // The hook's own latency: joins one at a time, no queue anywhere.
-    let (mut plain_1, mut hooked_1) = (new_hist(), new_hist());
-    for r in 0..args.hook_rounds {
-        let order = if r % 2 == 1 {
-            [HOOKED, PLAIN]
-        } else {
-            [PLAIN, HOOKED]
-        };
-        for topic in order {
-            let j = phases.join_window(&server, topic, ONE_AT_A_TIME.min(n), 1);
-            let h = if topic == HOOKED {
-                &mut hooked_1
-            } else {
-                &mut plain_1
-            };
-            let _ = h.add(&j.join_us);
-            drop(j.sockets);
-            until_empty(server.addr)?;
-        }
-    }
+    let one_at_a_time = one_at_a_time(&mut phases, &server, n, args.hook_rounds)?;
     drop(server);
     let ratios: Vec<f64> = rounds.iter().map(|r| r.ratio).collect();
     let ratio = median(&ratios);
-    let join_latency = Latency::of(&plain_h, &hooked_h);
-    let join_latency_one_at_a_time = Latency::of(&plain_1, &hooked_1);
     Ok(HooksReport {
         scenario: "hooks",
         started_unix,
         sockets_per_phase: n,
         window: WINDOW,
-        plain_joins_per_sec: median(
-            &rounds
-                .iter()
-                .map(|r| r.plain_joins_per_sec)
-                .collect::<Vec<_>>(),
-        ),
-        hooked_joins_per_sec: median(
-            &rounds
-                .iter()
-                .map(|r| r.hooked_joins_per_sec)
-                .collect::<Vec<_>>(),
-        ),
+        plain_joins_per_sec: median_of(&rounds, |r| r.plain_joins_per_sec),
+        hooked_joins_per_sec: median_of(&rounds, |r| r.hooked_joins_per_sec),
         ratio,
-        plain_server_cpu_us: median(
-            &rounds
-                .iter()
-                .map(|r| r.plain_server_cpu_us)
-                .collect::<Vec<_>>(),
-        ),
-        hooked_server_cpu_us: median(
-            &rounds
-                .iter()
-                .map(|r| r.hooked_server_cpu_us)
-                .collect::<Vec<_>>(),
-        ),
+        plain_server_cpu_us: median_of(&rounds, |r| r.plain_server_cpu_us),
+        hooked_server_cpu_us: median_of(&rounds, |r| r.hooked_server_cpu_us),
         ratio_min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
         ratio_max: ratios.iter().copied().fold(0.0, f64::max),
         rounds,
-        join_latency,
-        join_latency_one_at_a_time,
+        join_latency: times.latency(),
+        join_latency_one_at_a_time: one_at_a_time.latency(),
         memory: Memory {
             sockets: n,
             plain_bytes_per_socket: plain_mem.0,

@@ -126,17 +126,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let bench_tls = tls::setup(&args)?;
     let (embedded, target, presence_args) =
         server_side(&args, &sc, per_process, hard, &bench_tls.server_args)?;
-    // Agents: each holds up to its fd limit less a margin; a Tsung client
-    // caps its agent at its maxusers.
-    let tsung_caps: Vec<u64> = imported
-        .as_ref()
-        .map(|i| {
-            i.clients
-                .iter()
-                .map(|c| c.maxusers.unwrap_or(u64::MAX).min(per_process))
-                .collect()
-        })
-        .unwrap_or_default();
+    let tsung_caps = tsung_caps(imported.as_ref(), per_process);
     let local = local_agents(&args, users, per_process, tsung_caps.len());
     if let Some(imp) = &imported {
         let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
@@ -198,6 +188,20 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     drop(embedded);
     let report = result?;
     publish(&run, report, &args, &report_path, dashboard)
+}
+
+/// Each agent's capacity, one per Tsung client (none without `--tsung`):
+/// an agent holds up to its fd limit less a margin (`per_process`), and
+/// a Tsung client caps its agent at its maxusers.
+fn tsung_caps(imported: Option<&crate::tsung::TsungImport>, per_process: u64) -> Vec<u64> {
+    imported
+        .map(|i| {
+            i.clients
+                .iter()
+                .map(|c| c.maxusers.unwrap_or(u64::MAX).min(per_process))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Sends each agent its plan: `plan` with the agent's index, and its

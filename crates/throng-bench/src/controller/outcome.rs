@@ -18,6 +18,16 @@ fn last_ms(b: &BcastSeen) -> f64 {
     b.last_ns.saturating_sub(b.sent_ns) as f64 / 1e6
 }
 
+/// The ramp-up's joins per second (0 with none), and when it ended: the
+/// last join, else the ramp-up's own length (s).
+fn joins_over_ramp(fin: &Counters, ramp: &Ramp) -> (f64, f64) {
+    if fin.last_join_secs > 0.0 {
+        (fin.joined as f64 / fin.last_join_secs, fin.last_join_secs)
+    } else {
+        (0.0, ramp.secs)
+    }
+}
+
 impl Run {
     /// The run's report.
     pub(super) fn report(&self, p: Phases) -> Report {
@@ -31,17 +41,8 @@ impl Run {
             collected: c,
         } = p;
         let fin = &c.counters;
-        let per_sec = if fin.last_join_secs > 0.0 {
-            fin.joined as f64 / fin.last_join_secs
-        } else {
-            0.0
-        };
+        let (per_sec, ramp_until) = joins_over_ramp(fin, &ramp);
         let hold_cpu = self.broadcast_window(&c, &baseline, &hold);
-        let ramp_until = if fin.last_join_secs > 0.0 {
-            fin.last_join_secs
-        } else {
-            ramp.secs
-        };
         let cpu = self.trace.window(0.0, ramp_until);
         let target_rate = self.sc.phases.first().map(|p| p.arrival_rate);
         let behind = target_rate
@@ -85,19 +86,13 @@ impl Run {
             scenario: self.scenario_info(),
             connections: self.connections(fin, &plateau),
             errors: errors(fin, &c.slots, attributed),
-            arrival: report::Arrival {
-                target_per_sec: target_rate,
-                per_sec,
-                // The best second; a ramp-up shorter than a second has none, so its average stands.
-                peak_per_sec: c.slots.peak_joins_per_sec().max(per_sec),
-                peak_connects_per_sec: c.slots.peak_connects_per_sec(),
-                joins_per_100ms: c.slots.joins.clone(),
-                peak_1s_sample_per_sec: self.timeline.peak_rate(),
-                ramp_secs: ramp.secs,
+            arrival: self.arrival(
+                &c.slots,
+                (target_rate, per_sec),
+                &ramp,
                 server_cpu_us_per_join,
                 adaptive,
-                stopped_by_memory: ramp.stopped.clone(),
-            },
+            ),
             connect: summarize(&c.hists.connect),
             join: summarize(&c.hists.join),
             reply: summarize(&c.hists.reply),
@@ -127,6 +122,31 @@ impl Run {
             timeline: self.timeline.samples.clone(),
             status: "done".into(),
             failures: Vec::new(),
+        }
+    }
+
+    /// How fast users arrived and joined: the rate aimed at and the
+    /// average, the peaks, joins per 100 ms, the ramp-up.
+    fn arrival(
+        &self,
+        slots: &Slots,
+        (target_per_sec, per_sec): (Option<f64>, f64),
+        ramp: &Ramp,
+        server_cpu_us_per_join: Option<f64>,
+        adaptive: Option<AdaptiveArrival>,
+    ) -> report::Arrival {
+        report::Arrival {
+            target_per_sec,
+            per_sec,
+            // The best second; a ramp-up shorter than a second has none, so its average stands.
+            peak_per_sec: slots.peak_joins_per_sec().max(per_sec),
+            peak_connects_per_sec: slots.peak_connects_per_sec(),
+            joins_per_100ms: slots.joins.clone(),
+            peak_1s_sample_per_sec: self.timeline.peak_rate(),
+            ramp_secs: ramp.secs,
+            server_cpu_us_per_join,
+            adaptive,
+            stopped_by_memory: ramp.stopped.clone(),
         }
     }
 

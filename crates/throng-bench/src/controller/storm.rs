@@ -209,6 +209,21 @@ impl Servers {
             .ok()?;
         Some(commandstats(&info))
     }
+
+    /// Redis's calls by command now, and when.
+    fn redis_mark(&self) -> RedisMark {
+        let calls = self.redis_calls();
+        RedisMark {
+            calls,
+            at: Instant::now(),
+        }
+    }
+}
+
+/// Redis's calls by command at a moment (`None` without Redis).
+struct RedisMark {
+    calls: Option<std::collections::BTreeMap<String, u64>>,
+    at: Instant,
 }
 
 /// `cmdstat_NAME:calls=N,...` lines as calls by command.
@@ -412,6 +427,8 @@ fn secs_since(t0_ns: u64, t_ns: u64) -> f64 {
     t_ns.saturating_sub(t0_ns) as f64 / 1e9
 }
 
+/// The storm's phases, on servers and clients of its own: everyone joins,
+/// the burst, with history the cut and the rejoins, then the last numbers.
 fn measure(
     args: &BenchArgs,
     n: u64,
@@ -438,6 +455,38 @@ fn measure(
             ", each with its own history; every message published to each"
         }
     );
+    let (mut clients, mut report) = join_everyone(args, n, per_process, &servers, history)?;
+    report.started_unix = started_unix;
+    let stats = Arc::new(Published::default());
+    let mut last = vec![0u64; topics as usize];
+    if args.storm_burst > 0 {
+        report.burst = Some(burst(args, n, &servers, &mut clients, &stats)?);
+        last = vec![u64::from(args.storm_burst); topics as usize];
+    }
+    if history {
+        let steady = Steady::start(&servers.apis, topics, last.clone(), args.storm_rate, &stats);
+        report.storm = Some(cut(args, n, &servers, &mut clients, &steady)?);
+        std::thread::sleep(Duration::from_secs_f64(args.storm_hold));
+        last = steady.stop();
+    }
+    let (at_end, status) = last_numbers(clients, n, &last)?;
+    drop(servers);
+    report.loss = loss(n, last, &at_end, &status);
+    report.clients_status = status;
+    report.publish = publish_counts(&stats);
+    Ok(report)
+}
+
+/// Starts the clients and waits until every one has joined; the report so
+/// far: the joins, and the server memory per idle joined socket.
+fn join_everyone(
+    args: &BenchArgs,
+    n: u64,
+    per_process: u64,
+    servers: &Servers,
+    history: bool,
+) -> Result<(Clients, StormReport), BenchError> {
+    let topics = args.storm_topics;
     std::thread::sleep(Duration::from_millis(500));
     let rss0 = servers.rss();
     let joins_started = Instant::now();
@@ -446,10 +495,8 @@ fn measure(
     let join_secs = joins_started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(1));
     let rss1 = servers.rss();
-    let stats = Arc::new(Published::default());
-    let mut report = StormReport {
+    let report = StormReport {
         scenario: "storm",
-        started_unix,
         clients: n,
         topics,
         history,
@@ -465,95 +512,132 @@ fn measure(
         "  everyone joined in {join_secs:.1} s; server memory per idle joined socket {:.0} B",
         report.server_bytes_per_socket
     );
+    Ok((clients, report))
+}
 
-    let mut last = vec![0u64; topics as usize];
-    if args.storm_burst > 0 {
-        let b = u64::from(args.storm_burst);
-        clients.send(&storm::Command::Target(vec![b; topics as usize]))?;
-        std::thread::sleep(storm::STATUS_EVERY * 2);
-        let (s0, c0) = (servers.cpu(), clients.cpu());
-        let t0 = sys::realtime_ns();
-        let api = publisher::burst(&servers.apis, topics, 0, b, &stats);
-        let s = clients.until("the burst", DELIVERY_LIMIT, |s| s.at_target >= n)?;
-        let delivered = secs_since(t0, s.target_ns);
-        let messages = b * u64::from(topics);
-        report.burst = Some(Burst {
-            messages,
-            api_secs: api.as_secs_f64(),
-            delivered_secs: delivered,
-            api_messages_per_sec: messages as f64 / api.as_secs_f64().max(1e-9),
-            messages_per_sec: messages as f64 / delivered.max(1e-9),
-            deliveries_per_sec: (b * n) as f64 / delivered.max(1e-9),
-            server_cpu_secs: servers.cpu() - s0,
-            client_cpu_secs: clients.cpu() - c0,
-        });
-        last = vec![b; topics as usize];
+/// The burst: `--storm-burst` numbers per topic through the API as fast
+/// as it takes them, timed until every client has its topic's last.
+fn burst(
+    args: &BenchArgs,
+    n: u64,
+    servers: &Servers,
+    clients: &mut Clients,
+    stats: &Arc<Published>,
+) -> Result<Burst, BenchError> {
+    let topics = args.storm_topics;
+    let b = u64::from(args.storm_burst);
+    clients.send(&storm::Command::Target(vec![b; topics as usize]))?;
+    std::thread::sleep(storm::STATUS_EVERY * 2);
+    let (s0, c0) = (servers.cpu(), clients.cpu());
+    let t0 = sys::realtime_ns();
+    let api = publisher::burst(&servers.apis, topics, 0, b, stats);
+    let s = clients.until("the burst", DELIVERY_LIMIT, |s| s.at_target >= n)?;
+    let delivered = secs_since(t0, s.target_ns);
+    let messages = b * u64::from(topics);
+    Ok(Burst {
+        messages,
+        api_secs: api.as_secs_f64(),
+        delivered_secs: delivered,
+        api_messages_per_sec: messages as f64 / api.as_secs_f64().max(1e-9),
+        messages_per_sec: messages as f64 / delivered.max(1e-9),
+        deliveries_per_sec: (b * n) as f64 / delivered.max(1e-9),
+        server_cpu_secs: servers.cpu() - s0,
+        client_cpu_secs: clients.cpu() - c0,
+    })
+}
+
+/// The cut, while `steady` publishes: `--storm-hold` s of publishing,
+/// every client caught up, every socket cut at once, and every client
+/// rejoining with `since` until all have recovered (or the limit).
+fn cut(
+    args: &BenchArgs,
+    n: u64,
+    servers: &Servers,
+    clients: &mut Clients,
+    steady: &Steady,
+) -> Result<Storm, BenchError> {
+    std::thread::sleep(Duration::from_millis(500));
+    let a = servers.redis_mark();
+    std::thread::sleep(Duration::from_secs_f64(args.storm_hold));
+    // Every client current (and so holding a position) before the cut.
+    clients.send(&storm::Command::Target(steady.due()))?;
+    clients.until("catching up before the cut", DELIVERY_LIMIT, |s| {
+        s.at_target >= n
+    })?;
+    let b = servers.redis_mark();
+    let before = clients.sum(Duration::ZERO);
+    let answered0 = before.recovered + before.not_recovered;
+    let replayed0 = before.replayed;
+    let (s0, c0) = (servers.cpu(), clients.cpu());
+    let t_cut = sys::realtime_ns();
+    eprintln!("  the cut: every client closes its socket and rejoins with since");
+    clients.send(&storm::Command::Cut)?;
+    let rejoined = clients.until("rejoining", JOIN_LIMIT, |s| {
+        s.recovered + s.not_recovered >= answered0 + n && s.joined >= n
+    });
+    // A storm that does not end in time is reported as far as it got
+    // (its clients short of the last number count as loss).
+    let s = rejoined.unwrap_or_else(|e| {
+        eprintln!("  {e}");
+        clients.sum(Duration::ZERO)
+    });
+    let c = servers.redis_mark();
+    let all_recovered = secs_since(t_cut, s.last_recovered_ns);
+    let replayed = s.replayed - replayed0;
+    let replay_secs = secs_since(t_cut, s.last_replayed_ns);
+    let mut storm = Storm {
+        complete: s.recovered + s.not_recovered >= answered0 + n,
+        publish_rate: args.storm_rate,
+        all_recovered_secs: all_recovered,
+        rejoins: s.recovered + s.not_recovered - answered0,
+        recovered: s.recovered - before.recovered,
+        not_recovered: s.not_recovered - before.not_recovered,
+        replayed,
+        replayed_per_sec: replayed as f64 / replay_secs.max(1e-9),
+        rejoins_per_sec: (s.recovered + s.not_recovered - answered0) as f64
+            / all_recovered.max(1e-9),
+        server_cpu_secs: servers.cpu() - s0,
+        client_cpu_secs: clients.cpu() - c0,
+        ..Storm::default()
+    };
+    if let Some((per_rejoin, by_command)) = redis_cost(a, b, c, n) {
+        storm.redis_commands_per_rejoin = Some(per_rejoin);
+        storm.redis_calls = by_command;
     }
+    eprintln!(
+        "  {} of {n} rejoined, the last recovered {all_recovered:.2} s after the cut; {replayed} messages replayed",
+        storm.rejoins
+    );
+    Ok(storm)
+}
 
-    if history {
-        let steady = Steady::start(&servers.apis, topics, last.clone(), args.storm_rate, &stats);
-        std::thread::sleep(Duration::from_millis(500));
-        let (redis_a, ta) = (servers.redis_calls(), Instant::now());
-        std::thread::sleep(Duration::from_secs_f64(args.storm_hold));
-        // Every client current (and so holding a position) before the cut.
-        clients.send(&storm::Command::Target(steady.due()))?;
-        clients.until("catching up before the cut", DELIVERY_LIMIT, |s| {
-            s.at_target >= n
-        })?;
-        let (redis_b, tb) = (servers.redis_calls(), Instant::now());
-        let before = clients.sum(Duration::ZERO);
-        let answered0 = before.recovered + before.not_recovered;
-        let replayed0 = before.replayed;
-        let (s0, c0) = (servers.cpu(), clients.cpu());
-        let t_cut = sys::realtime_ns();
-        eprintln!("  the cut: every client closes its socket and rejoins with since");
-        clients.send(&storm::Command::Cut)?;
-        let rejoined = clients.until("rejoining", JOIN_LIMIT, |s| {
-            s.recovered + s.not_recovered >= answered0 + n && s.joined >= n
-        });
-        // A storm that does not end in time is reported as far as it got
-        // (its clients short of the last number count as loss).
-        let s = rejoined.unwrap_or_else(|e| {
-            eprintln!("  {e}");
-            clients.sum(Duration::ZERO)
-        });
-        let (redis_c, tc) = (servers.redis_calls(), Instant::now());
-        let all_recovered = secs_since(t_cut, s.last_recovered_ns);
-        let replayed = s.replayed - replayed0;
-        let replay_secs = secs_since(t_cut, s.last_replayed_ns);
-        let mut storm = Storm {
-            complete: s.recovered + s.not_recovered >= answered0 + n,
-            publish_rate: args.storm_rate,
-            all_recovered_secs: all_recovered,
-            rejoins: s.recovered + s.not_recovered - answered0,
-            recovered: s.recovered - before.recovered,
-            not_recovered: s.not_recovered - before.not_recovered,
-            replayed,
-            replayed_per_sec: replayed as f64 / replay_secs.max(1e-9),
-            rejoins_per_sec: (s.recovered + s.not_recovered - answered0) as f64
-                / all_recovered.max(1e-9),
-            server_cpu_secs: servers.cpu() - s0,
-            client_cpu_secs: clients.cpu() - c0,
-            ..Storm::default()
-        };
-        if let (Some(a), Some(b), Some(c)) = (redis_a, redis_b, redis_c) {
-            let (_, background) = calls_between(&a, &b);
-            let per_sec = background as f64 / tb.duration_since(ta).as_secs_f64().max(1e-9);
-            let (by_command, total) = calls_between(&b, &c);
-            let storm_only = total as f64 - per_sec * tc.duration_since(tb).as_secs_f64();
-            storm.redis_commands_per_rejoin = Some(storm_only.max(0.0) / n as f64);
-            storm.redis_calls = by_command;
-        }
-        eprintln!(
-            "  {} of {n} rejoined, the last recovered {all_recovered:.2} s after the cut; {replayed} messages replayed",
-            storm.rejoins
-        );
-        report.storm = Some(storm);
-        std::thread::sleep(Duration::from_secs_f64(args.storm_hold));
-        last = steady.stop();
-    }
+/// Redis commands per rejoin over the storm (from `b` to `c`), less what
+/// the publishing alone cost over as long (from `a` to `b`), and the
+/// storm's calls by command; `None` without Redis.
+fn redis_cost(
+    a: RedisMark,
+    b: RedisMark,
+    c: RedisMark,
+    n: u64,
+) -> Option<(f64, std::collections::BTreeMap<String, u64>)> {
+    let (Some(ca), Some(cb), Some(cc)) = (a.calls, b.calls, c.calls) else {
+        return None;
+    };
+    let (_, background) = calls_between(&ca, &cb);
+    let per_sec = background as f64 / b.at.duration_since(a.at).as_secs_f64().max(1e-9);
+    let (by_command, total) = calls_between(&cb, &cc);
+    let storm_only = total as f64 - per_sec * c.at.duration_since(b.at).as_secs_f64();
+    Some((storm_only.max(0.0) / n as f64, by_command))
+}
 
-    clients.send(&storm::Command::Target(last.clone()))?;
+/// Every client told its topic's `last` number, waited for (as far as it
+/// got in time), then stopped: the status at the end and the clients' last.
+fn last_numbers(
+    mut clients: Clients,
+    n: u64,
+    last: &[u64],
+) -> Result<(Status, Status), BenchError> {
+    clients.send(&storm::Command::Target(last.to_vec()))?;
     let end = clients.until("the last numbers", DELIVERY_LIMIT, |s| s.at_target >= n);
     let at_end = match end {
         Ok(s) => s,
@@ -562,24 +646,30 @@ fn measure(
             clients.sum(Duration::ZERO)
         }
     };
-    let status = clients.stop();
-    drop(servers);
+    Ok((at_end, clients.stop()))
+}
+
+/// The loss the clients counted against the `last` numbers published.
+fn loss(n: u64, last: Vec<u64>, at_end: &Status, status: &Status) -> Loss {
     // A client that rejoined after the limit was still checked: it must
     // hold its topic's last number (counted as short otherwise), having
     // seen every number once; an answer other than recovered: true is an
     // error whenever it came.
     let not_recovered = status.not_recovered;
     let short = n.saturating_sub(at_end.at_target);
-    report.loss = Loss {
+    Loss {
         last_numbers: last,
         short,
         gaps: status.gaps,
         missing: status.missing,
         duplicates: status.duplicates,
         errors: status.gaps + status.duplicates + short + not_recovered,
-    };
-    report.clients_status = status;
-    report.publish = PublishCounts {
+    }
+}
+
+/// What the publishers counted: published, retried, lost, the first error.
+fn publish_counts(stats: &Published) -> PublishCounts {
+    PublishCounts {
         ok: stats.ok.load(std::sync::atomic::Ordering::Relaxed),
         retried: stats.retried.load(std::sync::atomic::Ordering::Relaxed),
         lost: stats.lost.load(std::sync::atomic::Ordering::Relaxed),
@@ -588,8 +678,7 @@ fn measure(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone(),
-    };
-    Ok(report)
+    }
 }
 
 #[cfg(test)]

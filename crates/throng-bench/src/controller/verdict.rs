@@ -62,21 +62,36 @@ impl TimeoutContext {
 
 /// Each finer kind of error with a count, and whose it is.
 pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
-    let d = &e.detail;
-    let mut out = Vec::new();
-    let mut push = |kind: &str, count: u64, whose: &str, why: String| {
+    let mut out = Tally(Vec::new());
+    timeouts(&mut out, e, t);
+    closes(&mut out, e, t);
+    refusals(&mut out, e);
+    local_limits(&mut out, e);
+    out.push("other", e.other, "unknown", "I/O or protocol errors".into());
+    out.0
+}
+
+/// The errors attributed so far, in the report's order.
+struct Tally(Vec<Attributed>);
+
+impl Tally {
+    /// Adds `count` errors of `kind` as `whose`, for `why`; none when 0.
+    fn push(&mut self, kind: &str, count: u64, whose: &str, why: String) {
         if count > 0 {
-            out.push(Attributed {
+            self.0.push(Attributed {
                 kind: kind.into(),
                 count,
                 whose: whose.into(),
                 why,
             });
         }
-    };
-    // Timeouts: whose most of them were.
+    }
+}
+
+/// Whose most of the timeouts were, and the CPU context that says so.
+fn timeout_owner(t: TimeoutContext) -> (&'static str, String) {
     let server = t.total - t.load_generator - t.others;
-    let (whose, context) = if t.load_generator * 2 > t.total {
+    if t.load_generator * 2 > t.total {
         (
             LOAD_GENERATOR,
             format!(
@@ -100,20 +115,26 @@ pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
                 t.total
             ),
         )
-    };
-    push(
+    }
+}
+
+/// The timeouts (TCP, upgrade, reply), all attributed to whose most were.
+fn timeouts(out: &mut Tally, e: &Errors, t: TimeoutContext) {
+    let d = &e.detail;
+    let (whose, context) = timeout_owner(t);
+    out.push(
         "timeout_tcp",
         d.timeout_tcp,
         whose,
         format!("no SYN-ACK in time: the server's listen queue was full (it did not accept fast enough) or the SYN was dropped; {context}"),
     );
-    push(
+    out.push(
         "timeout_upgrade",
         d.timeout_upgrade,
         whose,
         format!("connected, but no 101 in time; {context}"),
     );
-    push(
+    out.push(
         "timeout_reply",
         d.timeout_reply,
         whose,
@@ -121,17 +142,23 @@ pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
     );
     // Timeouts from before the detail existed (an older agent).
     let detailed = d.timeout_tcp + d.timeout_upgrade + d.timeout_reply;
-    push(
+    out.push(
         "timeout",
         e.timeout.saturating_sub(detailed),
         whose,
         context.clone(),
     );
+}
+
+/// Connections the server closed: by close code (an idle close after late
+/// heartbeats is the load generator's), reset, or with no close frame.
+fn closes(out: &mut Tally, e: &Errors, t: TimeoutContext) {
+    let d = &e.detail;
     for (code, n) in &d.close_codes {
         let starved =
             *code == 1001 && t.hb_interval_secs > 0.0 && t.hb_late_secs >= t.hb_interval_secs;
         if starved {
-            push(
+            out.push(
                 &format!("close_code_{code}"),
                 *n,
                 LOAD_GENERATOR,
@@ -142,84 +169,92 @@ pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
             );
             continue;
         }
-        push(
+        out.push(
             &format!("close_code_{code}"),
             *n,
             SERVER,
             format!("the server closed with code {code} ({})", close_code(*code)),
         );
     }
-    push(
+    out.push(
         "reset",
         d.reset,
         SERVER,
         "the connection was reset with no close frame (the server, or its kernel, dropped it)"
             .into(),
     );
-    push(
+    out.push(
         "eof",
         d.eof,
         SERVER,
         "the server closed the connection with no close frame".into(),
     );
     let closed = d.close_codes.values().sum::<u64>() + d.reset + d.eof;
-    push(
+    out.push(
         "closed",
         e.closed.saturating_sub(closed),
         SERVER,
         "the server closed the connection".into(),
     );
-    push(
+}
+
+/// What the server refused: the connection, the upgrade, a join or push.
+fn refusals(out: &mut Tally, e: &Errors) {
+    out.push(
         "refused",
         e.refused,
         SERVER,
         "connection refused (ECONNREFUSED): nothing listening, or the server's listen backlog overflowed".into(),
     );
-    push(
+    out.push(
         "handshake",
         e.handshake,
         SERVER,
         "the server answered the upgrade with something other than 101".into(),
     );
-    push(
+    out.push(
         "error_reply",
         e.error_reply,
         SERVER,
         "the server refused a join or push (its answer: the application's choice)".into(),
     );
-    push(
+}
+
+/// Local resources that ran out: the kernel's (ports, files, socket
+/// memory) and an agent's capacity.
+fn local_limits(out: &mut Tally, e: &Errors) {
+    let d = &e.detail;
+    out.push(
         "ports",
         d.ports,
         KERNEL,
         "no local port left (EADDRNOTAVAIL): `sysctl -w net.ipv4.ip_local_port_range=\"1025 65535\"` widens the port range".into(),
     );
-    push(
+    out.push(
         "fds",
         d.fds,
         KERNEL,
         "no file descriptor left (EMFILE, ENFILE): the open-files limits (`throng tune`)".into(),
     );
-    push(
+    out.push(
         "buffers",
         d.buffers,
         KERNEL,
         "no socket memory left (ENOBUFS): `throng tune --apply --connections N` raises net.ipv4.tcp_mem".into(),
     );
-    push(
+    out.push(
         "capacity",
         d.capacity,
         LOAD_GENERATOR,
         "an agent already held all the connections it can (more agents: --agents)".into(),
     );
     let local = d.ports + d.fds + d.buffers + d.capacity;
-    push(
+    out.push(
         "local_limit",
         e.local_limit.saturating_sub(local),
         KERNEL,
         "a local resource ran out".into(),
     );
-    push("other", e.other, "unknown", "I/O or protocol errors".into());
-    out
 }
 
 /// A close code's meaning (RFC 6455 section 7.4.1).
