@@ -126,7 +126,7 @@ impl<T: Transport> Mux<'_, T> {
         let slot = self.t.subscribe(topic);
         let assigns = answer
             .assigns
-            .map(|a| Box::new(HookAssigns(a)) as Box<dyn std::any::Any + Send>);
+            .map(|a| Box::new(Box::new(HookAssigns(a)) as Box<dyn std::any::Any + Send>));
         super::push_join(
             self.joins,
             Join {

@@ -56,8 +56,8 @@ impl Outlet {
     }
 }
 
-/// What a Phoenix socket holds whatever carries it. Kept to 40 bytes
-/// (a `Conn` stays within 64: `conn.rs`).
+/// What a Phoenix socket holds whatever carries it. Kept to 56 bytes
+/// (a `Conn` stays within 80: `conn.rs`).
 pub(crate) struct SocketState {
     /// The socket's channels.
     pub joins: Joins,
