@@ -92,19 +92,26 @@ fn clock_ticks() -> f64 {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ProcSample {
     pub rss: u64,
+    /// The anonymous part of `rss` (`RssAnon`): what the process allocated
+    /// itself, without the pages of its binary and libraries, which the
+    /// kernel holds once however many processes map them.
+    pub anon: u64,
     pub cpu_secs: f64,
 }
 
 /// Samples `/proc/<pid>` (`"self"` for this process).
 pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap_or(0);
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .unwrap_or(0)
+    };
+    let (rss, anon) = (kb("VmRSS:"), kb("RssAnon:"));
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command (which may hold spaces) start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -114,6 +121,7 @@ pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     let stime: f64 = f.get(12)?.parse().ok()?;
     Some(ProcSample {
         rss,
+        anon,
         cpu_secs: (utime + stime) / clock_ticks(),
     })
 }

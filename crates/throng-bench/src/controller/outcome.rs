@@ -274,6 +274,11 @@ impl Run {
             .server
             .zip(plateau.server)
             .and_then(|(a, b)| (open > 0).then(|| (b.rss as f64 - a.rss as f64) / open as f64));
+        let private_bytes = baseline
+            .server
+            .zip(plateau.server)
+            .filter(|(_, b)| b.anon > 0)
+            .and_then(|(a, b)| (open > 0).then(|| (b.anon as f64 - a.anon as f64) / open as f64));
         report::Server {
             embedded: self.probe.pid.is_some(),
             address: self.probe.metrics.to_string(),
@@ -281,6 +286,7 @@ impl Run {
             rss_baseline: baseline.server.map(|s| s.rss),
             rss_plateau: plateau.server.map(|s| s.rss),
             bytes_per_conn: server_bytes,
+            private_bytes_per_conn: private_bytes,
             cpu_pct_ramp,
             cpu_secs: plateau
                 .server

@@ -59,6 +59,7 @@ impl ServerProbe {
         }
         Some(ProcSample {
             rss: samples.iter().map(|s| s.rss).sum(),
+            anon: samples.iter().map(|s| s.anon).sum(),
             cpu_secs: samples.iter().map(|s| s.cpu_secs).sum(),
         })
     }
@@ -101,6 +102,8 @@ impl ServerProbe {
             let m = metrics?;
             Some(ProcSample {
                 rss: sys::metric(m, "throng_process_resident_memory_bytes")? as u64,
+                // Not in the metrics: no private figure for a remote server.
+                anon: 0,
                 cpu_secs: sys::metric(m, "throng_process_cpu_seconds_total")?,
             })
         })

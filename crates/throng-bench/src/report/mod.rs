@@ -388,6 +388,10 @@ pub struct Server {
     pub rss_plateau: Option<u64>,
     /// RSS growth over the plateau's open connections.
     pub bytes_per_conn: Option<f64>,
+    /// The same for anonymous memory only (`RssAnon`): leaves out the
+    /// binary's code pages, which each worker counts in its RSS although
+    /// the kernel holds them once (at 1M, ~52 workers count them 52 times).
+    pub private_bytes_per_conn: Option<f64>,
     /// % of one core over the ramp-up.
     pub cpu_pct_ramp: Option<f64>,
     /// CPU seconds from the baseline to the plateau.

@@ -452,7 +452,11 @@ fn resource_rows(s: &mut String, r: &Report) {
     row(
         s,
         "server RSS per connection",
-        bytes(r.server.bytes_per_conn),
+        format!(
+            "{} ({} without the binary's shared code pages)",
+            bytes(r.server.bytes_per_conn),
+            bytes(r.server.private_bytes_per_conn)
+        ),
     );
     row(
         s,
