@@ -35,6 +35,15 @@
 //! current-thread tokio runtime in its own thread, not the shards' hand-
 //! written HTTP.
 //!
+//! A drain's end stops it gracefully ([`Api::stop`], from `Server::wait`):
+//! it accepts no more connections, closes the idle ones, and lets each
+//! request in progress finish and get its answer (`Connection: close`),
+//! for up to [`STOP_WAIT`], before the process exits. Without that, a
+//! `POST /api/broadcast` the node had already published got no answer when
+//! the process exited, and a backend that retried it elsewhere (the right
+//! thing on a connection error) published it twice. So a request that gets
+//! a connection error at a drain was not acted upon, and is safe to retry.
+//!
 //! Bounded as the public listener is: at most `--max-api-connections` open
 //! (a new one past it gets 503), a request's head within `--api-timeout`
 //! (hyper's header-read timeout, which needs the timer given here), its
@@ -573,6 +582,31 @@ fn router(api: Api) -> Router {
         .with_state(api)
 }
 
+/// How long a drain's end waits for the server API's requests in progress
+/// (and streams, such as the dashboard's) before the process exits: within
+/// the margin the supervisor of `--workers` gives a draining worker after
+/// its sockets' close linger.
+pub const STOP_WAIT: Duration = Duration::from_secs(3);
+
+/// The running server API, for stopping it at a drain's end.
+pub(crate) struct Running {
+    stop: tokio::sync::watch::Sender<bool>,
+    thread: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting and closes idle connections; the requests in
+    /// progress get up to [`STOP_WAIT`] from now to be answered.
+    pub(crate) fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Returns once the API has stopped (after [`Running::stop`]).
+    pub(crate) fn join(self) {
+        let _ = self.thread.join();
+    }
+}
+
 /// Serves the API on `listener` (bound by `Server::start`, so a taken port
 /// fails it: `bind::api_listener`) on its own thread; returns its address.
 pub(crate) fn start(
@@ -580,7 +614,7 @@ pub(crate) fn start(
     endpoint: Endpoint,
     key: Option<String>,
     tls: Option<Arc<crate::tls::Tls>>,
-) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+) -> std::io::Result<(SocketAddr, Running)> {
     let bound = listener.local_addr()?;
     if key.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "the server API listens beyond loopback with no --api-key");
@@ -589,6 +623,7 @@ pub(crate) fn start(
         .enable_io()
         .enable_time()
         .build()?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let thread = std::thread::Builder::new()
         .name("throng-api".into())
         .spawn(move || {
@@ -609,10 +644,10 @@ pub(crate) fn start(
                     dashboard: Default::default(),
                 });
                 let tls = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
-                serve(listener, app, &limits, node, tls).await;
+                serve(listener, app, &limits, node, tls, stopped).await;
             })
         })?;
-    Ok((bound, thread))
+    Ok((bound, Running { stop, thread }))
 }
 
 /// The answer to a connection past `--max-api-connections`.
@@ -622,19 +657,28 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nR
 /// serves each with hyper: a head within `--api-timeout` (hyper's
 /// header-read timeout, on with the timer given here; `axum::serve` gives
 /// none, so it was silently off), keep-alive connections waiting for their
-/// next head bounded the same way.
+/// next head bounded the same way. Once `stopped` turns true: no more
+/// accepts, and each connection shuts down gracefully (hyper answers the
+/// request in progress with `Connection: close`, closes an idle one), for
+/// up to [`STOP_WAIT`].
 async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: &crate::limits::Limits,
     node: Arc<crate::node::Node>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_api_connections));
+    let max = limits.max_api_connections.min(u32::MAX as usize);
+    let open = Arc::new(tokio::sync::Semaphore::new(max));
     let head = limits.api_timeout;
     loop {
-        let (stream, _) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop_asked(&mut stopped) => break,
+        };
+        let (stream, _) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // Out of file descriptors, most likely: wait for some to close.
@@ -652,6 +696,7 @@ async fn serve(
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let node = node.clone();
         let tls = tls.clone();
+        let stopped = stopped.clone();
         tokio::spawn(async move {
             let builder = {
                 let mut b = hyper::server::conn::http1::Builder::new();
@@ -660,17 +705,18 @@ async fn serve(
             };
             let served = match tls {
                 None => {
-                    builder
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
+                    until_stopped(
+                        builder.serve_connection(TokioIo::new(stream), service),
+                        stopped,
+                    )
+                    .await
                 }
                 Some(tls) => {
                     // The handshake is bounded as a head is.
                     match tokio::time::timeout(head, tls.accept(stream)).await {
                         Ok(Ok(stream)) => {
-                            builder
-                                .serve_connection(TokioIo::new(stream), service)
-                                .await
+                            let conn = builder.serve_connection(TokioIo::new(stream), service);
+                            until_stopped(conn, stopped).await
                         }
                         Ok(Err(e)) => {
                             tracing::debug!("server API TLS handshake: {e}");
@@ -691,6 +737,59 @@ async fn serve(
             }
             drop(permit);
         });
+    }
+    // The listener closes here: the kernel sends new connections to the
+    // other processes on the port (`--workers`), or refuses them.
+    drop(listener);
+    let busy = max - open.available_permits();
+    if busy > 0 {
+        tracing::info!(
+            connections = busy,
+            "server API: closing its {busy} open connections once their requests in progress are answered (up to {STOP_WAIT:?})"
+        );
+        if tokio::time::timeout(STOP_WAIT, open.acquire_many(max as u32))
+            .await
+            .is_err()
+        {
+            let left = max - open.available_permits();
+            tracing::warn!(
+                connections = left,
+                "server API: {left} connections still busy after {STOP_WAIT:?}; closing them"
+            );
+        }
+    }
+}
+
+/// Resolves once the API is told to stop; never when its `Server` was
+/// dropped without a drain (the API then serves until the process ends).
+async fn stop_asked(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, not held across awaits.
+    if stopped.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Serves one API connection; once `stopped` turns true, shuts it down
+/// gracefully: the request in progress is answered (with `Connection:
+/// close`), an idle connection closes at once.
+async fn until_stopped<I, S, B>(
+    conn: hyper::server::conn::http1::Connection<I, S>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), hyper::Error>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        served = conn.as_mut() => served,
+        _ = stop_asked(&mut stopped) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
     }
 }
 

@@ -145,6 +145,8 @@ pub struct Server {
     pub api_addr: Option<SocketAddr>,
     pub node: Arc<Node>,
     threads: Vec<JoinHandle<()>>,
+    /// The server API, stopped gracefully when the shards have ended.
+    api: Option<api::Running>,
 }
 
 impl Server {
@@ -303,20 +305,19 @@ impl Server {
         let api_addr = match node.config.api_bind {
             Some(api) => {
                 let listener = bind::api_listener(api, node.config.api_share())?;
-                let (bound, thread) = api::start(
+                let (bound, running) = api::start(
                     listener,
                     Endpoint::new(node.clone()),
                     node.config.api_key.clone(),
                     node.api_tls.clone(),
                 )
                 .map_err(|source| Error::Bind { addr: api, source })?;
-                // Not joined by `wait`: it serves until the process ends,
-                // and a drain ends the process once the shards are done.
-                drop(thread);
-                Some(bound)
+                // Serves through the drain; `wait` stops it once the shards are done.
+                Some((bound, running))
             }
             None => None,
         };
+        let (api_addr, api) = api_addr.unzip();
         let api_text = api_addr.map_or("none".to_string(), |a| a.to_string());
         tracing::info!(
             %addr,
@@ -335,6 +336,7 @@ impl Server {
             api_addr,
             node,
             threads,
+            api,
         })
     }
 
@@ -354,6 +356,13 @@ impl Server {
         for t in self.threads {
             let _ = t.join();
         }
+        // The server API's requests in progress get their answers before
+        // the process exits (`api::STOP_WAIT`, meanwhile the events below
+        // flush): a publish made but not answered would be retried by the
+        // backend, and sent twice.
+        if let Some(api) = &self.api {
+            api.stop();
+        }
         // The sockets' disconnects (and their presences' leaves) are
         // queued: give them a bounded time to reach the app backend.
         if let Some(events) = self.node.hooks.as_ref().and_then(|h| h.events()) {
@@ -364,6 +373,9 @@ impl Server {
                     "lifecycle events: the app backend did not take every event within {limit:?} of the drain's end; the rest are lost"
                 );
             }
+        }
+        if let Some(api) = self.api {
+            api.join();
         }
     }
 }
