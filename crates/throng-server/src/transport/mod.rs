@@ -44,22 +44,11 @@
 //! while its input is being processed; deliveries that must end a
 //! connection mark it `dead` and queue it in `doomed`.
 
-mod admission;
 mod budget;
-mod closing;
 pub(crate) mod conn;
 mod conns;
-mod deflate;
-mod drain;
-mod history;
-mod hooks;
-mod input;
-mod longpoll;
 pub(crate) mod outlet;
-mod output;
-mod phoenix;
 mod shard;
-mod sweep;
 mod tls;
 pub(crate) mod users;
 

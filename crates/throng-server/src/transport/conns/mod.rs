@@ -5,6 +5,16 @@
 //! `phoenix.rs` (the Phoenix socket), `outlet.rs` (which carrier a socket
 //! has), `longpoll.rs`, `hooks.rs`, `admission.rs`.
 
+mod admission;
+mod closing;
+pub(super) mod deflate;
+mod history;
+mod hooks;
+mod longpoll;
+pub(super) mod output;
+mod phoenix;
+mod socket;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -63,7 +73,7 @@ pub(crate) struct Conns {
     /// (connection key, registry topic index): the read's number, the reply
     /// to send, and the topic's live messages held aside meanwhile
     /// (`crate::history`). An entry per such join, for one round trip.
-    pub pending: HashMap<(usize, u32), super::history::Pending>,
+    pub pending: HashMap<(usize, u32), history::Pending>,
     /// The number of the next history read.
     pub next_read: u64,
     /// Joins and pushes waiting for the app backend (`crate::hooks`).
@@ -71,7 +81,7 @@ pub(crate) struct Conns {
     /// With `--tls-cert`: every connection's TLS session (`tls.rs`).
     pub tls: Option<super::tls::Tls>,
     /// permessage-deflate's inflater and buffers, the shard's (`deflate.rs`).
-    pub deflate: super::deflate::ShardDeflate,
+    pub deflate: deflate::ShardDeflate,
 }
 
 impl Conns {

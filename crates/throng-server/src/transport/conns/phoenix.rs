@@ -15,9 +15,6 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot, Tracker};
 
-use super::conn::Kind;
-use super::outlet::{Ended, Outlet};
-use super::users::NO_USER;
 use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::{Info, Who};
@@ -27,6 +24,9 @@ use crate::longpoll::Item;
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::{Cx, Mux, Scratch, Tracked, Transport};
+use crate::transport::conn::Kind;
+use crate::transport::outlet::{Ended, Outlet};
+use crate::transport::users::NO_USER;
 
 impl Conns {
     /// A complete WebSocket message on the Phoenix socket of `key`.

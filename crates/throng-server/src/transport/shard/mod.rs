@@ -4,6 +4,11 @@
 //! other steps are `impl Shard` blocks beside this file: `input.rs`,
 //! `drain.rs`, `sweep.rs`.
 
+mod drain;
+mod inflate;
+mod input;
+mod sweep;
+
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
@@ -16,7 +21,7 @@ use slab::Slab;
 use throng_pubsub::Registry;
 
 use super::conn::Conn;
-use super::{drain, users, Conns, ACCEPTS_PER_TURN, LISTENER, READ_BUF, WAKER};
+use super::{users, Conns, ACCEPTS_PER_TURN, LISTENER, READ_BUF, WAKER};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
 use crate::socket::Scratch;
