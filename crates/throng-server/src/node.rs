@@ -167,7 +167,7 @@ pub struct Node {
     /// New connections against `--max-connections` and `--max-connections-per-ip`.
     pub(crate) admission: Admission,
     /// When the drain began and how long it spreads its closes over,
-    /// once it has (`transport/drain.rs`).
+    /// once it has (`transport/shard/drain.rs`).
     /// The log lines of refused clients, one per reason per interval.
     pub refusals: crate::refusals::RefusalLog,
     pub(crate) drain: OnceLock<(Instant, Duration)>,

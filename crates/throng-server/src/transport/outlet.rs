@@ -3,8 +3,9 @@
 //! [`SocketState`] is what every Phoenix socket holds the same way (its
 //! channels, what it connected with, its user, its push budget), kept once
 //! in a [`Conn`](super::conn::Conn) or a [`Session`](crate::longpoll::Session)
-//! instead of copied field by field. The dispatch on the carrier lives
-//! here: the rest of the shard asks for the socket of an outlet.
+//! instead of copied field by field. The dispatch on the carrier, which
+//! the rest of the shard goes through to reach the socket of an outlet, is
+//! [`Conns`](super::Conns)'s, as it owns both carriers: `conns/socket.rs`.
 //!
 //! An outlet is a registry key (a `u32`, what the topic registry and a
 //! broadcast's exclude key hold) with a long-poll session's index above

@@ -7,7 +7,7 @@
 //!
 //! A session's Phoenix socket is the same `Mux` a WebSocket runs, through
 //! the same `ShardTransport` (`phoenix.rs`): it is an `Outlet::LongPoll`
-//! (`outlet.rs`), and what the socket sends goes to the session's buffer
+//! (`transport/outlet.rs`), and what the socket sends goes to the session's buffer
 //! instead of a socket.
 
 use std::sync::Arc;

@@ -347,7 +347,7 @@ impl Conns {
 }
 
 /// One write of plaintext to connection `key`: to its socket, or through
-/// its TLS session (which may take less, at most `tls.rs`'s `WRITE_MAX`);
+/// its TLS session (which may take less, at most `transport/tls.rs`'s `WRITE_MAX`);
 /// `WouldBlock` is zero bytes.
 pub(super) fn write_plain(
     tls: &mut Option<crate::transport::tls::Tls>,

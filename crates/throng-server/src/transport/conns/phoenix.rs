@@ -4,7 +4,7 @@
 //! through [`ShardTransport`]: the shard's registry for subscriptions, the
 //! connection's gathered frames (or the session's buffer) for replies, the
 //! shard and the node for broadcasts. The socket is named by its
-//! [`Outlet`] (a WebSocket connection or a long-poll session, `outlet.rs`);
+//! [`Outlet`] (a WebSocket connection or a long-poll session, `transport/outlet.rs`);
 //! the few things that differ by carrier (where a reply goes, how a
 //! socket that must end is ended) are matched on it.
 

@@ -2,7 +2,7 @@
 //! on the carrier (a connection in the slab, or a long-poll session) that
 //! the rest of the shard goes through to reach a socket's state
 //! ([`Conns::socket_mut`]) or its serializer ([`Conns::vsn_of`]). The
-//! outlet and the state themselves are `outlet.rs`'s.
+//! outlet and the state themselves are `transport/outlet.rs`'s.
 
 use throng_protocol::Vsn;
 
