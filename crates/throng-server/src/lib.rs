@@ -10,14 +10,15 @@
 //!   against hostile clients and faults (handshake deadline, connection
 //!   caps, socket memory, drain window, queue bounds) and where each is
 //!   enforced; [`panic`]: a panic on any thread aborts the process.
-//! - `transport/`: one event loop per core (`mod.rs`), the lean connection
-//!   (`conn.rs`), output and broadcast delivery (`output.rs`), closing
-//!   (`closing.rs`), and the Phoenix socket on a connection (`phoenix.rs`).
+//! - `transport/`: one event loop per core (`transport/shard/`), the lean
+//!   connection (`transport/conn.rs`), and a shard's connections and
+//!   sockets (`transport/conns/`: output and broadcast delivery, closing,
+//!   the Phoenix socket on a connection or long-poll session).
 //!   Phoenix's `Phoenix.Socket.Transport`.
 //! - `http`: what a request asks for (upgrade, long-poll, page, error),
 //!   without I/O.
 //! - `longpoll`: the long-poll transport's sessions, tokens and forwarding
-//!   (its shard side is `transport/longpoll.rs`). Phoenix's
+//!   (its shard side is `transport/conns/longpoll.rs`). Phoenix's
 //!   `Phoenix.Transports.LongPoll`.
 //! - `ws`: WebSocket messages from frames (fragments, control frames).
 //! - `socket/`: the Phoenix multiplexer (heartbeat, join, leave, duplicate
@@ -30,7 +31,7 @@
 //! - [`presence`]: presence rules (`--presence`) and the `Presence` handle
 //!   of a callback; `socket/presence.rs` applies them to a socket's joins,
 //!   and each shard flushes its share of the node's presence topics when its
-//!   poll times out (`transport/mod.rs`). The state and the cluster are
+//!   poll times out (`transport/shard/mod.rs`). The state and the cluster are
 //!   `throng_pubsub::presence`.
 //! - [`metrics`]: per-shard counters and `/metrics`.
 //! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
@@ -57,9 +58,10 @@
 //! decodes it in place, and the socket dispatches it to the channel, whose
 //! `broadcast` becomes one `Broadcast` encoded once per serializer into
 //! whole frames. The shard writes those bytes to its own subscribers of the
-//! topic (`output.rs`: a `write` per subscriber, no allocation), then hands
-//! an `Arc` of it to each other shard with subscribers (a channel and a
-//! wake per shard) and one copy to the backplane for the other nodes.
+//! topic (`transport/conns/output.rs`: a `write` per subscriber, no
+//! allocation), then hands an `Arc` of it to each other shard with
+//! subscribers (a channel and a wake per shard) and one copy to the
+//! backplane for the other nodes.
 //!
 //! ## Design
 //! N shard threads (default: one per core), each with its own epoll and its

@@ -24,6 +24,7 @@ use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
+use crate::hooks::{Event, EventType};
 use crate::limits::Admission;
 use crate::longpoll::wire::Forward;
 use crate::longpoll::{self, Answer, Request as LongPollRequest};
@@ -167,7 +168,7 @@ pub struct Node {
     /// New connections against `--max-connections` and `--max-connections-per-ip`.
     pub(crate) admission: Admission,
     /// When the drain began and how long it spreads its closes over,
-    /// once it has (`transport/drain.rs`).
+    /// once it has (`transport/shard/drain.rs`).
     /// The log lines of refused clients, one per reason per interval.
     pub refusals: crate::refusals::RefusalLog,
     pub(crate) drain: OnceLock<(Instant, Duration)>,
@@ -407,6 +408,15 @@ impl Node {
             }
         }
     }
+
+    /// Queues an `occupied` or `vacated` event for `topic`.
+    pub(crate) fn topic_event(&self, kind: EventType, topic: &str) {
+        if let Some(events) = self.hooks.as_ref().and_then(|h| h.events()) {
+            let mut e = Event::new(kind);
+            e.topic = Some(Arc::from(topic));
+            events.push(e);
+        }
+    }
 }
 
 impl Handler for Node {
@@ -431,6 +441,24 @@ impl Handler for Node {
                 "dropped an unreadable control message"
             ),
         }
+    }
+}
+
+impl throng_pubsub::OccupancySink for Node {
+    fn has_topic(&self, topic: &str) -> bool {
+        self.topics.contains(topic)
+    }
+
+    fn topics(&self) -> Vec<Arc<str>> {
+        self.topics.names()
+    }
+
+    fn occupied(&self, topic: &str) {
+        self.topic_event(EventType::Occupied, topic);
+    }
+
+    fn vacated(&self, topic: &str) {
+        self.topic_event(EventType::Vacated, topic);
     }
 }
 

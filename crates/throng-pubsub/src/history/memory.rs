@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use throng_protocol::OwnedPayload;
 
-use super::{Entry, Position, Replay};
+use super::{Entry, HistoryStore, Position, Replay};
 
 /// Mutexes the topics are spread over.
 pub const STRIPES: usize = 64;
@@ -288,6 +288,32 @@ impl MemoryHistory {
                 false
             });
         }
+    }
+}
+
+impl HistoryStore for MemoryHistory {
+    fn append(
+        &self,
+        topic: &Arc<str>,
+        size: usize,
+        ttl: Duration,
+        event: &str,
+        payload: OwnedPayload,
+        done: Box<dyn FnOnce(Result<Position, String>) + Send>,
+    ) {
+        let at = self.publish(topic, size, ttl, event, payload, Instant::now(), |p| p);
+        done(Ok(at))
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        since: Option<&str>,
+        limit: usize,
+        _size: usize,
+        then: Box<dyn FnOnce(Replay) + Send>,
+    ) {
+        then(self.read(topic, since, limit, Instant::now(), |r| r))
     }
 }
 

@@ -28,7 +28,7 @@ pub mod redis;
 mod scripts;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use throng_protocol::OwnedPayload;
 
@@ -63,61 +63,6 @@ pub trait HistoryStore: Send + Sync {
         size: usize,
         then: Box<dyn FnOnce(Replay) + Send>,
     );
-}
-
-impl HistoryStore for MemoryHistory {
-    fn append(
-        &self,
-        topic: &Arc<str>,
-        size: usize,
-        ttl: Duration,
-        event: &str,
-        payload: OwnedPayload,
-        done: Box<dyn FnOnce(Result<Position, String>) + Send>,
-    ) {
-        let at = self.publish(topic, size, ttl, event, payload, Instant::now(), |p| p);
-        done(Ok(at))
-    }
-
-    fn fetch(
-        &self,
-        topic: &str,
-        since: Option<&str>,
-        limit: usize,
-        _size: usize,
-        then: Box<dyn FnOnce(Replay) + Send>,
-    ) {
-        then(self.read(topic, since, limit, Instant::now(), |r| r))
-    }
-}
-
-impl HistoryStore for RedisHistory {
-    fn append(
-        &self,
-        topic: &Arc<str>,
-        size: usize,
-        ttl: Duration,
-        event: &str,
-        payload: OwnedPayload,
-        done: Box<dyn FnOnce(Result<Position, String>) + Send>,
-    ) {
-        let done = move |r: Result<String, String>| {
-            done(r.and_then(|at| Position::parse(&at).ok_or_else(|| format!("bad ref {at:?}"))))
-        };
-        let payload = payload.as_payload();
-        self.publish(topic, size, ttl, event, payload, None, Some(Box::new(done)))
-    }
-
-    fn fetch(
-        &self,
-        topic: &str,
-        since: Option<&str>,
-        limit: usize,
-        size: usize,
-        then: Box<dyn FnOnce(Replay) + Send>,
-    ) {
-        self.read(topic, since, limit, size, then)
-    }
 }
 
 /// A message's place in its topic's history.

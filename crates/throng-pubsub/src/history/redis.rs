@@ -46,7 +46,7 @@ use redis::Value;
 use throng_protocol::{OwnedPayload, Payload};
 use tokio::sync::mpsc;
 
-use super::{scripts, Entry, Position, Replay};
+use super::{scripts, Entry, HistoryStore, Position, Replay};
 use crate::backplane::envelope::Envelope;
 use crate::link::{client_for, redact, timed, End, Health, Link, RResult, RedisOptions, Worker};
 use crate::metrics::write_metric;
@@ -238,6 +238,35 @@ impl RedisHistory {
         if let Err(Request::Read { then, .. }) = self.send(req) {
             then(Replay::default());
         }
+    }
+}
+
+impl HistoryStore for RedisHistory {
+    fn append(
+        &self,
+        topic: &Arc<str>,
+        size: usize,
+        ttl: Duration,
+        event: &str,
+        payload: OwnedPayload,
+        done: Box<dyn FnOnce(Result<Position, String>) + Send>,
+    ) {
+        let done = move |r: Result<String, String>| {
+            done(r.and_then(|at| Position::parse(&at).ok_or_else(|| format!("bad ref {at:?}"))))
+        };
+        let payload = payload.as_payload();
+        self.publish(topic, size, ttl, event, payload, None, Some(Box::new(done)))
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        since: Option<&str>,
+        limit: usize,
+        size: usize,
+        then: Box<dyn FnOnce(Replay) + Send>,
+    ) {
+        self.read(topic, since, limit, size, then)
     }
 }
 

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use throng_pubsub::RedisOccupancy;
 
-use super::{Event, EventType};
+use super::EventType;
 use crate::node::Node;
 
 pub enum Occupancy {
@@ -63,34 +63,5 @@ impl Occupancy {
         if let Occupancy::Redis(r) = self {
             r.render_metrics(out);
         }
-    }
-}
-
-impl Node {
-    /// Queues an `occupied` or `vacated` event for `topic`.
-    pub(crate) fn topic_event(&self, kind: EventType, topic: &str) {
-        if let Some(events) = self.hooks.as_ref().and_then(|h| h.events()) {
-            let mut e = Event::new(kind);
-            e.topic = Some(Arc::from(topic));
-            events.push(e);
-        }
-    }
-}
-
-impl throng_pubsub::OccupancySink for Node {
-    fn has_topic(&self, topic: &str) -> bool {
-        self.topics.contains(topic)
-    }
-
-    fn topics(&self) -> Vec<Arc<str>> {
-        self.topics.names()
-    }
-
-    fn occupied(&self, topic: &str) {
-        self.topic_event(EventType::Occupied, topic);
-    }
-
-    fn vacated(&self, topic: &str) {
-        self.topic_event(EventType::Vacated, topic);
     }
 }

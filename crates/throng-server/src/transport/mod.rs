@@ -4,38 +4,40 @@
 //! through [`Node`] (read-only config, atomics, and a channel per shard for
 //! broadcasts and infos).
 //!
-//! - this file: the map below, and re-exports;
-//! - `shard.rs`: [`Shard`], the loop, accepting, the inbox;
-//! - `conns.rs`: [`Conns`], a shard's connections and what their handling
-//!   writes (each file below adds one concept's `impl Conns`);
-//! - `sweep.rs`: the once-a-second sweep (idle timeouts, head deadlines,
-//!   lingering closes) that replaces a timer per connection;
-//! - `input.rs`: reading, and routing bytes to HTTP or WebSocket handling,
-//!   a bounded turn per connection (reads and messages; one with more to do
-//!   waits on the shard's ready list for the next turn, so a client that
-//!   sends faster than the shard answers never holds it), and the control
-//!   budget of frames;
-//! - [`conn`]: the connection and what it holds only while busy;
-//! - `output.rs`: writing, the bounded output queue, broadcast delivery;
-//! - `deflate.rs`: permessage-deflate on the shard (inflating within the
-//!   message bound, compressing one connection's messages);
-//! - `closing.rs`: the one way a connection ends ([`Conns::close`] with a
-//!   reason from `crate::close`'s table), the half-close, removing connections;
-//! - `admission.rs`: connection caps at accept, the HTTP head deadline;
+//! Each type's `impl` is next to the type. The two types whose behaviour
+//! spans many concepts are directories: the type and its fields in
+//! `mod.rs`, then one file per concept, each an `impl` block of that type
+//! (and the small types only that concept uses). So everything [`Conns`]
+//! does is under `conns/`, everything [`Shard`] does under `shard/`.
+//!
+//! - this file: the map below, re-exports, the shard's constants;
+//! - `shard/`: [`Shard`], a shard's event loop and its steps:
+//!   - `shard/mod.rs`: the struct, the loop, accepting, the inbox, presence
+//!     flushes, long-poll's end of turn;
+//!   - `shard/input.rs`: reading, and routing bytes to HTTP or WebSocket
+//!     handling, a bounded turn per connection (reads and messages; one
+//!     with more to do waits on the shard's ready list for the next turn,
+//!     so a client that sends faster than the shard answers never holds
+//!     it), and the control budget of frames;
+//!   - `shard/inflate.rs`: permessage-deflate's inflating side (a
+//!     compressed message inflated within the message bound);
+//!   - `shard/sweep.rs`: the once-a-second sweep (idle timeouts, head
+//!     deadlines, lingering closes) that replaces a timer per connection;
+//!   - `shard/drain.rs`: the graceful drain (stop accepting, 1012 in
+//!     batches, end);
+//! - `conns/`: [`Conns`], a shard's connections and sockets and everything
+//!   their handling writes (its own map is in `conns/mod.rs`): output and
+//!   broadcast delivery, the one close path, admission, the Phoenix socket
+//!   and the outlet dispatch, long-poll sessions, the app backend's hooks,
+//!   history reads, compression;
+//! - [`conn`]: [`Conn`](conn::Conn), the connection, and what it holds only
+//!   while busy ([`Extra`](conn::Extra), its output [`Chunk`](conn::Chunk)s);
+//! - [`outlet`]: the Phoenix socket as one entity, whatever carries it (an
+//!   [`Outlet`](outlet::Outlet): a WebSocket connection or a long-poll
+//!   session), and the state every socket holds the same way
+//!   ([`SocketState`](outlet::SocketState));
+//! - [`users`]: a shard's authenticated users and their sockets;
 //! - `budget.rs`: the process's outbound memory budget;
-//! - `drain.rs`: the graceful drain (stop accepting, 1012 in batches, end);
-//! - `phoenix.rs`: a WebSocket message through the Phoenix socket
-//!   (`crate::socket`), and the socket's [`Transport`](crate::socket::Transport)
-//!   on this shard;
-//! - `longpoll.rs`: the long-poll transport's requests and sessions
-//!   (`crate::longpoll`), which run the same Phoenix socket;
-//! - `outlet.rs`: the Phoenix socket as one entity, whatever carries it
-//!   (an [`Outlet`](outlet::Outlet): a WebSocket connection or a long-poll
-//!   session), and the state every socket holds the same way;
-//! - `hooks.rs`: the app backend's hooks and lifecycle events on a shard;
-//! - `users.rs`: a shard's authenticated users and their sockets;
-//! - `history.rs`: joins with `since` whose history read (Redis) answers
-//!   later;
 //! - `tls.rs`: TLS sessions below all of it, with `--tls-cert`.
 //!
 //! Invariant: a connection is only removed from the slab between events
@@ -44,22 +46,11 @@
 //! while its input is being processed; deliveries that must end a
 //! connection mark it `dead` and queue it in `doomed`.
 
-mod admission;
 mod budget;
-mod closing;
 pub(crate) mod conn;
 mod conns;
-mod deflate;
-mod drain;
-mod history;
-mod hooks;
-mod input;
-mod longpoll;
 pub(crate) mod outlet;
-mod output;
-mod phoenix;
 mod shard;
-mod sweep;
 mod tls;
 pub(crate) mod users;
 

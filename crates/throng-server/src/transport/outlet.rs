@@ -3,8 +3,9 @@
 //! [`SocketState`] is what every Phoenix socket holds the same way (its
 //! channels, what it connected with, its user, its push budget), kept once
 //! in a [`Conn`](super::conn::Conn) or a [`Session`](crate::longpoll::Session)
-//! instead of copied field by field. The dispatch on the carrier lives
-//! here: the rest of the shard asks for the socket of an outlet.
+//! instead of copied field by field. The dispatch on the carrier, which
+//! the rest of the shard goes through to reach the socket of an outlet, is
+//! [`Conns`](super::Conns)'s, as it owns both carriers: `conns/socket.rs`.
 //!
 //! An outlet is a registry key (a `u32`, what the topic registry and a
 //! broadcast's exclude key hold) with a long-poll session's index above
@@ -15,8 +16,6 @@ use std::sync::Arc;
 
 use throng_protocol::Vsn;
 
-use super::conn::Kind;
-use super::Conns;
 use crate::channel::ConnectInfo;
 use crate::socket::Joins;
 
@@ -121,49 +120,4 @@ pub(crate) fn authenticated(
         }
     }
     found.id
-}
-
-/// The socket of an outlet, lent by [`Conns::socket_mut`].
-pub(crate) struct SocketMut<'a> {
-    pub state: &'a mut SocketState,
-    /// The control budget (`--control-rate`), kept beside the state by
-    /// each carrier (in a `Conn`, in the room its alignment left).
-    pub control_tat: &'a mut u32,
-}
-
-impl Conns {
-    /// The Phoenix socket state of `outlet`, whatever its stage.
-    pub(super) fn socket_mut(&mut self, outlet: Outlet) -> Option<SocketMut<'_>> {
-        match outlet {
-            Outlet::Ws(key) => {
-                let conn = self.slab.get_mut(key)?;
-                Some(SocketMut {
-                    state: &mut conn.socket,
-                    control_tat: &mut conn.control_tat,
-                })
-            }
-            Outlet::LongPoll(idx) => {
-                let s = self.lp.sessions.get_mut(idx)?;
-                Some(SocketMut {
-                    state: &mut s.socket,
-                    control_tat: &mut s.control_tat,
-                })
-            }
-        }
-    }
-
-    /// The serializer of `outlet` while its socket is live (a connection
-    /// upgraded and not closing, a session not ending).
-    pub(super) fn vsn_of(&self, outlet: Outlet) -> Option<Vsn> {
-        match outlet {
-            Outlet::Ws(key) => match self.slab.get(key).filter(|c| !c.dead)?.kind {
-                Kind::Ws { vsn, .. } => Some(vsn),
-                _ => None,
-            },
-            Outlet::LongPoll(idx) => {
-                let s = self.lp.sessions.get(idx)?;
-                (!s.dead).then_some(s.vsn)
-            }
-        }
-    }
 }

@@ -8,16 +8,17 @@ use std::sync::Arc;
 
 use throng_protocol::frame::{self, close_code, decode_frame_with, Opcode, Role};
 
-use super::conn::Kind;
-use super::outlet::Outlet;
-use super::{authenticated, Shard};
+use super::Shard;
 use crate::auth::rate::Verdict;
 use crate::close::CloseReason;
 use crate::http::{self, Action, Page};
 use crate::metrics::ShardStats;
+use crate::transport::authenticated;
+use crate::transport::conn::Kind;
+use crate::transport::outlet::Outlet;
 use crate::ws::{self, FrameAction};
 
-/// Reads of [`super::READ_BUF`] one connection gets per loop turn, as
+/// Reads of [`crate::transport::READ_BUF`] one connection gets per loop turn, as
 /// libuv's `uv__read` stops after 32 ("prevent loop starvation when the
 /// data comes in as fast as (or faster than) we can read it",
 /// `src/unix/stream.c`); ours are 64 KiB each.

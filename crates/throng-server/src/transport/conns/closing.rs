@@ -8,13 +8,13 @@
 
 use throng_protocol::frame::{self, Opcode};
 
-use super::conn::Kind;
-use super::outlet::Outlet;
 use super::Conns;
 use crate::close::{CloseReason, Flush};
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::Scratch;
+use crate::transport::conn::Kind;
+use crate::transport::outlet::Outlet;
 
 impl Conns {
     /// Ends connection `key` for `reason`: the one way a connection ends.

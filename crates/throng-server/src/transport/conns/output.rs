@@ -15,11 +15,12 @@ use throng_pubsub::Broadcast;
 
 use throng_pubsub::presence::encode::{COUNT as PRESENCE_COUNT, DIFF as PRESENCE_DIFF};
 
-use super::conn::{Chunk, Kind};
-use super::outlet::Outlet;
 use super::Conns;
 use crate::close::CloseReason;
 use crate::metrics::ShardStats;
+use crate::transport::budget;
+use crate::transport::conn::{Chunk, Kind};
+use crate::transport::outlet::Outlet;
 
 impl Conns {
     /// Appends a frame around `body` to the frames gathered for the
@@ -164,7 +165,7 @@ impl Conns {
         // message is larger than its kernel buffers (16 KiB after `throng
         // tune --apply`): such a reader is not behind.
         let behind = extra.out_bytes.saturating_sub(front + len) > 0;
-        if !closing && behind && super::budget::outbound_memory() > self.max_outbound_total {
+        if !closing && behind && budget::outbound_memory() > self.max_outbound_total {
             self.doom(Outlet::Ws(key), CloseReason::OutboundBudget);
             return;
         }
@@ -346,10 +347,10 @@ impl Conns {
 }
 
 /// One write of plaintext to connection `key`: to its socket, or through
-/// its TLS session (which may take less, at most `tls.rs`'s `WRITE_MAX`);
+/// its TLS session (which may take less, at most `transport/tls.rs`'s `WRITE_MAX`);
 /// `WouldBlock` is zero bytes.
 pub(super) fn write_plain(
-    tls: &mut Option<super::tls::Tls>,
+    tls: &mut Option<crate::transport::tls::Tls>,
     key: usize,
     sock: &mut TcpStream,
     parts: &[&[u8]],
@@ -366,7 +367,7 @@ pub(super) fn write_plain(
 impl Conns {
     /// After a write through TLS: ciphertext the kernel refused waits in
     /// the session, and the socket is watched for room as for queued output.
-    pub(super) fn watch_tls_backlog(&mut self, key: usize) {
+    pub(crate) fn watch_tls_backlog(&mut self, key: usize) {
         if !self.tls.as_ref().is_some_and(|t| t.backlogged(key)) {
             return;
         }

@@ -7,7 +7,7 @@
 //!
 //! A session's Phoenix socket is the same `Mux` a WebSocket runs, through
 //! the same `ShardTransport` (`phoenix.rs`): it is an `Outlet::LongPoll`
-//! (`outlet.rs`), and what the socket sends goes to the session's buffer
+//! (`transport/outlet.rs`), and what the socket sends goes to the session's buffer
 //! instead of a socket.
 
 use std::sync::Arc;
@@ -17,8 +17,6 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
-use super::outlet::Ended;
-use super::outlet::Outlet;
 use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::ConnectInfo;
@@ -33,6 +31,8 @@ use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::refusals::Reason;
 use crate::socket::Scratch;
+use crate::transport::outlet::Ended;
+use crate::transport::outlet::Outlet;
 
 impl Conns {
     /// A request to `/socket/longpoll` on connection `key`.
@@ -138,7 +138,7 @@ impl Conns {
         match node.auth.authenticate(connect.as_ref()) {
             Ok(None) => {}
             // As a WebSocket's: the token is not kept, the user is.
-            Ok(Some(found)) => user = Some(super::authenticated(&mut connect, found)),
+            Ok(Some(found)) => user = Some(crate::transport::authenticated(&mut connect, found)),
             Err(refusal) => {
                 ShardStats::add(&self.stats.auth_refusals, 1);
                 let why = (&refusal).into();

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use throng_pubsub::Broadcast;
 
-use super::outlet::Outlet;
 use super::Conns;
 use crate::close::CloseReason;
 use crate::history::{HeldJoin, ReplayAnswer};
 use crate::node::{Node, ShardMsg};
 use crate::socket::Scratch;
+use crate::transport::outlet::Outlet;
 
 /// Live messages one waiting join may hold aside; past it the socket is
 /// closed as a slow reader (it rejoins with `since`): the largest history.

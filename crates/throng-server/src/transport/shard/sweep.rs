@@ -2,11 +2,12 @@
 //! WebSockets (read first, and asked of the kernel, before they are closed),
 //! HTTP connections past the head deadline, closing connections past their
 //! linger, and long-poll sessions' windows and expiries. Each ends through
-//! [`Conns::close`](super::Conns::close) with its reason.
+//! [`Conns::close`](crate::transport::Conns::close) with its reason.
 
-use super::conn::Kind;
-use super::{Shard, CLOSE_LINGER};
+use super::Shard;
 use crate::close::CloseReason;
+use crate::transport::conn::Kind;
+use crate::transport::CLOSE_LINGER;
 
 impl Shard {
     /// Once a second: closes idle sockets and finishes lingering closes;

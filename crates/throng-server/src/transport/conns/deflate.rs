@@ -10,27 +10,22 @@
 //! the connection's `Extra` as its compressed bytes, as a plain one does,
 //! and is inflated once whole.
 
-use std::borrow::Cow;
+use throng_protocol::deflate::{self, Inflater};
+use throng_protocol::frame::Opcode;
 
-use throng_protocol::deflate::{self, InflateError, Inflater};
-use throng_protocol::frame::{close_code, Opcode};
-use throng_protocol::Vsn;
-
-use super::conn::Kind;
-use super::{Conns, Shard};
-use crate::close::CloseReason;
+use super::Conns;
 use crate::metrics::ShardStats;
-use crate::ws::{self, FrameAction};
+use crate::transport::conn::Kind;
 
 /// Buffers kept past a message only up to this capacity.
-const KEEP: usize = 256 << 10;
+pub(crate) const KEEP: usize = 256 << 10;
 
 /// A shard's deflate state: created on the first compressed message.
 #[derive(Default)]
 pub(crate) struct ShardDeflate {
-    inflater: Option<Box<Inflater>>,
+    pub(crate) inflater: Option<Box<Inflater>>,
     /// The inflated message being handled.
-    inflated: Vec<u8>,
+    pub(crate) inflated: Vec<u8>,
     /// A message being compressed for one connection.
     compressed: Vec<u8>,
 }
@@ -80,59 +75,5 @@ impl Conns {
             c = Vec::new();
         }
         self.deflate.compressed = c;
-    }
-}
-
-impl Shard {
-    /// A whole compressed message from `key`: inflated within
-    /// `--max-message-bytes` (checked while inflating: a message that
-    /// inflates past it closes the socket with 1009 without being inflated
-    /// further), then handled as a plain one.
-    pub(super) fn inflate_message(
-        &mut self,
-        key: usize,
-        vsn: Vsn,
-        echo: bool,
-        opcode: Opcode,
-        data: &[u8],
-    ) {
-        let max = self.node.config.max_message_bytes;
-        let mut out = std::mem::take(&mut self.conns.deflate.inflated);
-        let inflater = self
-            .conns
-            .deflate
-            .inflater
-            .get_or_insert_with(Default::default);
-        match inflater.inflate(data, max, &mut out) {
-            Ok(()) => {
-                ShardStats::add(&self.conns.stats.deflate_messages_in, 1);
-                let action = ws::checked(opcode, Cow::Borrowed(&out));
-                if let FrameAction::Message(..) | FrameAction::Fail(..) = action {
-                    self.ws(key, vsn, echo, action);
-                }
-            }
-            Err(e) => {
-                let code = match e {
-                    InflateError::TooBig => {
-                        ShardStats::add(&self.conns.stats.deflate_too_big, 1);
-                        close_code::TOO_BIG
-                    }
-                    InflateError::Invalid => close_code::INVALID_PAYLOAD,
-                };
-                let reason = CloseReason::Protocol {
-                    code,
-                    text: match e {
-                        InflateError::TooBig => "message too big once inflated",
-                        InflateError::Invalid => "invalid compressed data",
-                    },
-                };
-                self.conns.close(&self.node, &mut self.scratch, key, reason);
-            }
-        }
-        out.clear();
-        if out.capacity() > KEEP {
-            out = Vec::new();
-        }
-        self.conns.deflate.inflated = out;
     }
 }

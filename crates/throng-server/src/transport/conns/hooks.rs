@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use throng_protocol::Vsn;
 
-use super::conn::Kind;
-use super::outlet::Outlet;
 use super::Conns;
 use crate::close::CloseReason;
 use crate::hooks::{
@@ -18,6 +16,8 @@ use crate::hooks::{
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::Scratch;
+use crate::transport::conn::Kind;
+use crate::transport::outlet::Outlet;
 
 impl Conns {
     /// Sends hook call `body` of connection `key` on `topic`, or queues it
@@ -99,7 +99,7 @@ impl Conns {
     }
 
     /// Socket `key` is open (`transport`: `websocket` or `longpoll`).
-    pub(super) fn connect_event(
+    pub(crate) fn connect_event(
         &mut self,
         node: &Node,
         key: usize,
@@ -202,7 +202,7 @@ impl Conns {
 
     /// Holds WebSocket upgrade `held` of connection `key` until the connect
     /// hook answers; a call refused at once is answered 503 now.
-    pub(super) fn hook_connect(
+    pub(crate) fn hook_connect(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,

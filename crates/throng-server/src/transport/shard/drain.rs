@@ -23,15 +23,16 @@
 
 use std::time::{Duration, Instant};
 
-use super::conn::Kind;
-use super::{Shard, CLOSE_LINGER};
+use super::Shard;
 use crate::close::CloseReason;
+use crate::transport::conn::Kind;
+use crate::transport::CLOSE_LINGER;
 
 /// How often a draining shard closes a batch.
 pub(super) const STEP: Duration = Duration::from_millis(100);
 
 /// A shard's drain in progress.
-pub(super) struct Draining {
+pub(crate) struct Draining {
     started: Instant,
     last_step: Instant,
     /// Closes owed but not made yet (a fraction of a socket per step when

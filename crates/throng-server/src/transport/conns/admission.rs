@@ -14,12 +14,12 @@ use std::net::IpAddr;
 
 use mio::net::TcpStream;
 
-use super::conn::Kind;
 use super::Conns;
 use crate::limits::Refusal;
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::refusals::Reason;
+use crate::transport::conn::Kind;
 
 /// The answer to a request whose head took too long.
 const TIMEOUT_RESPONSE: &[u8] =
@@ -28,7 +28,7 @@ const TIMEOUT_RESPONSE: &[u8] =
 impl Conns {
     /// Counts a new connection from `ip` that will be slab entry `key`, or
     /// refuses it with a 503 and closes it (returns false).
-    pub(super) fn admit(
+    pub(crate) fn admit(
         &mut self,
         node: &Node,
         sock: &mut TcpStream,
@@ -68,7 +68,7 @@ impl Conns {
     }
 
     /// Un-counts connection `key`, being removed.
-    pub(super) fn release(&mut self, node: &Node, key: usize) {
+    pub(crate) fn release(&mut self, node: &Node, key: usize) {
         let ip = self.peer_ips.get_mut(key).and_then(Option::take);
         node.admission.release(ip);
     }
@@ -76,7 +76,7 @@ impl Conns {
     /// The sweep's verdict on an HTTP connection quiet for `quiet` seconds
     /// (since accept or its last complete request: reads do not reset it):
     /// true when past the head deadline. Answers 408 if a head had begun.
-    pub(super) fn handshake_expired(&mut self, key: usize, quiet: u32, deadline: u32) -> bool {
+    pub(crate) fn handshake_expired(&mut self, key: usize, quiet: u32, deadline: u32) -> bool {
         if quiet < deadline {
             return false;
         }

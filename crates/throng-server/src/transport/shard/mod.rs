@@ -1,8 +1,23 @@
 //! [`Shard`]: one event loop (a thread with its own epoll instance and
 //! `SO_REUSEPORT` listener) and its turn: accept, read, write, the inbox of
-//! broadcasts and answers, presence flushes, the once-a-second sweep. Its
-//! other steps are `impl Shard` blocks beside this file: `input.rs`,
-//! `drain.rs`, `sweep.rs`.
+//! broadcasts and answers, presence flushes, the once-a-second sweep. The
+//! struct, the loop, accepting and the inbox are here; its other steps are
+//! one concept per file beside this one, each an `impl Shard` block, so
+//! that all of `Shard` is in this folder:
+//! - `input.rs`: reading a connection and routing what it sent (HTTP
+//!   requests, WebSocket frames) within its bounded turn;
+//! - `inflate.rs`: a compressed message inflated, then handled as a plain
+//!   one;
+//! - `sweep.rs`: the once-a-second sweep;
+//! - `drain.rs`: the graceful drain.
+//!
+//! What the shard's connections and sockets do once a step has found them
+//! work is [`Conns`]'s (`conns/`), which the shard owns.
+
+mod drain;
+mod inflate;
+mod input;
+mod sweep;
 
 use std::collections::HashMap;
 use std::io;
@@ -16,7 +31,7 @@ use slab::Slab;
 use throng_pubsub::Registry;
 
 use super::conn::Conn;
-use super::{drain, users, Conns, ACCEPTS_PER_TURN, LISTENER, READ_BUF, WAKER};
+use super::{users, Conns, ACCEPTS_PER_TURN, LISTENER, READ_BUF, WAKER};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
 use crate::socket::Scratch;

@@ -4,7 +4,7 @@
 //! through [`ShardTransport`]: the shard's registry for subscriptions, the
 //! connection's gathered frames (or the session's buffer) for replies, the
 //! shard and the node for broadcasts. The socket is named by its
-//! [`Outlet`] (a WebSocket connection or a long-poll session, `outlet.rs`);
+//! [`Outlet`] (a WebSocket connection or a long-poll session, `transport/outlet.rs`);
 //! the few things that differ by carrier (where a reply goes, how a
 //! socket that must end is ended) are matched on it.
 
@@ -15,9 +15,6 @@ use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{OwnedPayload, Vsn};
 use throng_pubsub::{Broadcast, Slot, Tracker};
 
-use super::conn::Kind;
-use super::outlet::{Ended, Outlet};
-use super::users::NO_USER;
 use super::Conns;
 use crate::auth::rate::Verdict;
 use crate::channel::{Info, Who};
@@ -27,6 +24,9 @@ use crate::longpoll::Item;
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::{Cx, Mux, Scratch, Tracked, Transport};
+use crate::transport::conn::Kind;
+use crate::transport::outlet::{Ended, Outlet};
+use crate::transport::users::NO_USER;
 
 impl Conns {
     /// A complete WebSocket message on the Phoenix socket of `key`.
