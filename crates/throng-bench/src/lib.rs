@@ -29,6 +29,8 @@
 //! - [`storm`]: the reconnect storm (`--storm`): clients on topics that
 //!   keep history cut at once and rejoining with `since`, each counting
 //!   every number once, in order; its client processes and publisher.
+//!   [`join`]: one socket's connect, upgrade and `phx_join` over tokio,
+//!   for both scenarios.
 //! - [`report`]: the typed [`report::Report`], its JSON, terminal summary
 //!   and offline HTML; [`dashboard`]: the live page on port 8091.
 //! - [`tune`]: OS settings and the limits that cap a run; [`netns`]: a
@@ -67,6 +69,7 @@ pub mod error;
 pub mod floor;
 pub mod hist;
 pub mod hooks;
+pub mod join;
 pub mod netns;
 pub mod plan;
 pub mod presence;

@@ -316,11 +316,7 @@ fn bench_in_a_private_network_namespace() {
     }
     let before = std::fs::read_to_string(knob).unwrap();
     let json = tmp("netns.json");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let port_arg = port.to_string();
     let mut child = spawn_bench(&[
         "--connections",

@@ -48,11 +48,7 @@ fn bad_flags_are_refused_before_anything_starts() {
 #[test]
 fn a_target_with_nothing_listening_is_named() {
     // A port that was free a moment ago: nothing listens there now.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let target = format!("127.0.0.1:{port}");
     let out = run_bench(
         &[
@@ -244,11 +240,7 @@ fn sigterm_writes_a_partial_report() {
 /// retrying), instead of sitting silent.
 #[test]
 fn an_agent_with_no_controller_says_so_at_once() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let controller = format!("127.0.0.1:{port}");
     let mut agent = Command::new(common::throng_bin())
         .args(["agent", "--controller", &controller, "--token", "t"])

@@ -163,6 +163,17 @@ pub fn phoenix_socket(data: &[u8]) {
 
     let router = crate::chat::router().channel("room:*", Busy);
     let policy = crate::auth::Policy::default();
+    let cx = Cx {
+        router: &router,
+        policy: &policy,
+        vsn,
+        who: Who::default(),
+        max_channels,
+        max_join_bytes,
+        presence: &[],
+        max_presence_bytes: 1024,
+        max_json_depth: 128,
+    };
     let mut t = Recorder {
         registry: Registry::default(),
         stats: ShardStats::default(),
@@ -226,17 +237,7 @@ pub fn phoenix_socket(data: &[u8]) {
                         return; // closed with 1008
                     }
                     let mut mux = Mux {
-                        cx: Cx {
-                            router: &router,
-                            policy: &policy,
-                            vsn,
-                            who: Who::default(),
-                            max_channels,
-                            max_join_bytes,
-                            presence: &[],
-                            max_presence_bytes: 1024,
-                            max_json_depth: 128,
-                        },
+                        cx,
                         t: &mut t,
                         joins: &mut joins,
                         scratch: &mut scratch,
@@ -260,17 +261,7 @@ pub fn phoenix_socket(data: &[u8]) {
         input.drain(..pos);
     }
     Mux {
-        cx: Cx {
-            router: &router,
-            policy: &policy,
-            vsn,
-            who: Who::default(),
-            max_channels,
-            max_join_bytes,
-            presence: &[],
-            max_presence_bytes: 1024,
-            max_json_depth: 128,
-        },
+        cx,
         t: &mut t,
         joins: &mut joins,
         scratch: &mut scratch,

@@ -12,13 +12,35 @@ use super::Engine;
 use crate::plan::Plan;
 use crate::scenario::{chat, Phase};
 
+/// Reads an upgrade request from `s` and returns the 101 that answers it;
+/// `None` when the peer closes (or errs) before a whole request with a
+/// `Sec-WebSocket-Key`.
+fn read_upgrade(s: &mut std::net::TcpStream) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    use throng_protocol::handshake::{accept_key, write_response};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut chunk) {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf);
+    let key = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))?;
+    let mut out = Vec::new();
+    write_response(&mut out, &accept_key(key.trim().as_bytes()));
+    Some(out)
+}
+
 /// A stand-in Phoenix server on threads: upgrades, answers joins (even
 /// users `ok`, odd users `error`; with `binary_replies`, as v2 binary
 /// reply frames), and sends every `new:msg` to everyone.
 fn stand_in_server(vsn: Vsn, binary_replies: bool) -> SocketAddr {
     use std::io::{Read as _, Write as _};
     use std::sync::{Arc, Mutex};
-    use throng_protocol::handshake::{accept_key, write_response};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let peers: Arc<Mutex<Vec<std::net::TcpStream>>> = Arc::default();
@@ -27,26 +49,12 @@ fn stand_in_server(vsn: Vsn, binary_replies: bool) -> SocketAddr {
             let Ok(mut s) = stream else { break };
             let peers = Arc::clone(&peers);
             std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut chunk).unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                }
-                let head = String::from_utf8_lossy(&buf).to_string();
-                let key = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
-                    .unwrap()
-                    .trim()
-                    .to_string();
-                let mut out = Vec::new();
-                write_response(&mut out, &accept_key(key.as_bytes()));
+                let Some(out) = read_upgrade(&mut s) else {
+                    return;
+                };
                 s.write_all(&out).unwrap();
                 peers.lock().unwrap().push(s.try_clone().unwrap());
+                let mut chunk = [0u8; 4096];
                 let mut pending: Vec<u8> = Vec::new();
                 loop {
                     while let Ok(Some(f)) =
@@ -209,31 +217,16 @@ fn engine_counts_binary_replies() {
 /// frame of code 1011: each error is counted as closed, under its code.
 #[test]
 fn engine_counts_close_codes() {
-    use std::io::{Read as _, Write as _};
+    use std::io::Write as _;
     use throng_protocol::frame::encode_close;
-    use throng_protocol::handshake::{accept_key, write_response};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { break };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut chunk) {
-                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                    _ => break,
-                }
-            }
-            let head = String::from_utf8_lossy(&buf).to_string();
-            let Some(key) = head
-                .lines()
-                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
-            else {
+            let Some(mut out) = read_upgrade(&mut s) else {
                 continue;
             };
-            let mut out = Vec::new();
-            write_response(&mut out, &accept_key(key.trim().as_bytes()));
             encode_close(&mut out, 1011, "test", None);
             let _ = s.write_all(&out);
         }
@@ -285,7 +278,6 @@ fn presence_server(users: u64, count: bool) -> SocketAddr {
     use std::io::{Read as _, Write as _};
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
     use std::sync::{Arc, Mutex};
-    use throng_protocol::handshake::{accept_key, write_response};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let peers: Arc<Mutex<Vec<std::net::TcpStream>>> = Arc::default();
@@ -336,26 +328,12 @@ fn presence_server(users: u64, count: bool) -> SocketAddr {
                 Arc::clone(&diff2),
             );
             std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut chunk).unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                }
-                let head = String::from_utf8_lossy(&buf).to_string();
-                let key = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
-                    .unwrap()
-                    .trim()
-                    .to_string();
-                let mut out = Vec::new();
-                write_response(&mut out, &accept_key(key.as_bytes()));
+                let Some(out) = read_upgrade(&mut s) else {
+                    return;
+                };
                 s.write_all(&out).unwrap();
                 peers.lock().unwrap().push(s.try_clone().unwrap());
+                let mut chunk = [0u8; 4096];
                 let mut pending: Vec<u8> = Vec::new();
                 loop {
                     while let Ok(Some(f)) =

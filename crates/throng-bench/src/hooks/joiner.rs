@@ -15,13 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use socket2::{Domain, Protocol, Socket, Type};
-use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
-use throng_protocol::handshake::{parse_client_response, write_client_request};
-use tokio::net::TcpStream;
 
 use crate::hist::new_hist;
-use crate::sys;
+use crate::join;
 
 /// What one phase of joins measured.
 pub struct Joined {
@@ -130,14 +126,7 @@ async fn thread_joins(
     for _ in 0..tasks {
         let (next, topic) = (Arc::clone(&next), Arc::clone(&topic));
         set.spawn(async move {
-            let mut part = Part {
-                ok: 0,
-                failed: 0,
-                first_error: None,
-                last: Instant::now(),
-                join_us: new_hist(),
-                sockets: Vec::new(),
-            };
+            let mut part = Part::new();
             while next.fetch_add(1, Relaxed) < n {
                 let mut stage = Stage::Connect;
                 let one = join_one(target, src, &topic, &mut stage);
@@ -155,14 +144,7 @@ async fn thread_joins(
             part
         });
     }
-    let mut all = Part {
-        ok: 0,
-        failed: 0,
-        first_error: None,
-        last: Instant::now(),
-        join_us: new_hist(),
-        sockets: Vec::new(),
-    };
+    let mut all = Part::new();
     let mut last = None::<Instant>;
     while let Some(r) = set.join_next().await {
         let Ok(p) = r else {
@@ -185,6 +167,17 @@ async fn thread_joins(
 }
 
 impl Part {
+    fn new() -> Part {
+        Part {
+            ok: 0,
+            failed: 0,
+            first_error: None,
+            last: Instant::now(),
+            join_us: new_hist(),
+            sockets: Vec::new(),
+        }
+    }
+
     fn fail(&mut self, why: String) {
         self.failed += 1;
         self.first_error.get_or_insert(why);
@@ -217,98 +210,13 @@ async fn join_one(
     topic: &str,
     stage: &mut Stage,
 ) -> io::Result<(std::net::TcpStream, u64)> {
-    let sock = Socket::new(
-        Domain::IPV4,
-        Type::STREAM.nonblocking(),
-        Some(Protocol::TCP),
-    )?;
-    sock.set_nodelay(true)?;
-    let _ = sys::set_bind_no_port(&sock);
-    sock.bind(&SocketAddr::new(src, 0).into())?;
-    match sock.connect(&target.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
-    let stream = TcpStream::from_std(std::net::TcpStream::from(sock))?;
-    stream.writable().await?;
-    if let Some(e) = stream.take_error()? {
-        return Err(e);
-    }
+    let stream = join::connect(target, src).await?;
     *stage = Stage::Upgrade;
-    let mut out = Vec::with_capacity(256);
-    let host = target.to_string();
-    let accept = write_client_request(&mut out, &host, "/socket/websocket?vsn=2.0.0", [7; 16]);
-    write_all(&stream, &out).await?;
     let mut buf = Vec::with_capacity(512);
-    loop {
-        read_some(&stream, &mut buf).await?;
-        match parse_client_response(&buf, &accept) {
-            Ok(Some(n)) => {
-                buf.drain(..n);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => return Err(io::Error::other(format!("upgrade refused: {e}"))),
-        }
-    }
-    let join = format!(r#"["1","1","{topic}","phx_join",{{}}]"#);
-    out.clear();
-    encode_frame(&mut out, Opcode::Text, join.as_bytes(), Some([1, 2, 3, 4]));
-    let sent = Instant::now();
+    join::upgrade(&stream, target, &mut buf).await?;
     *stage = Stage::Join;
-    write_all(&stream, &out).await?;
-    loop {
-        while let Some(f) = decode_frame(&mut buf, Role::Client, 1 << 20)
-            .map_err(|e| io::Error::other(format!("bad frame from the server: {e}")))?
-        {
-            let text = &buf[f.payload.clone()];
-            if f.opcode == Opcode::Close {
-                return Err(io::Error::other("the server closed the socket"));
-            }
-            if text.starts_with(br#"["1","1","#) && contains(text, b"phx_reply") {
-                let us = sent.elapsed().as_micros() as u64;
-                if !contains(text, br#""status":"ok""#) {
-                    let reply = String::from_utf8_lossy(text).into_owned();
-                    return Err(io::Error::other(format!("join refused: {reply}")));
-                }
-                return Ok((stream.into_std()?, us));
-            }
-            buf.drain(..f.consumed);
-        }
-        read_some(&stream, &mut buf).await?;
-    }
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
-async fn write_all(stream: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        stream.writable().await?;
-        match stream.try_write(data) {
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Reads what is there (at least one byte) onto `buf`.
-async fn read_some(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<()> {
-    let mut chunk = [0u8; 2048];
-    loop {
-        stream.readable().await?;
-        match stream.try_read(&mut chunk) {
-            Ok(0) => return Err(io::Error::other("the server closed the connection")),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                return Ok(());
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let sent = Instant::now();
+    join::phx_join(&stream, &mut buf, topic, "1", None).await?;
+    let us = sent.elapsed().as_micros() as u64;
+    Ok((stream.into_std()?, us))
 }

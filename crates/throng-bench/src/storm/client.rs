@@ -20,14 +20,13 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use socket2::{Domain, Protocol, Socket, Type};
-use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
-use throng_protocol::handshake::{parse_client_response, write_client_request};
+use throng_protocol::frame::{decode_frame, Opcode, Role};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use super::{topic, Command, Orders, Status, EVENT, STATUS_EVERY};
 use crate::error::BenchError;
+use crate::join;
 use crate::sys;
 
 /// A connect, upgrade and join that takes longer is retried. Long: on a
@@ -38,8 +37,6 @@ use crate::sys;
 const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Wait before retrying a failed connect or join.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
-/// The largest frame a client takes (a replay comes as one frame per message).
-const MAX_FRAME: u64 = 1 << 20;
 /// The round number that means "stop".
 const STOP: u64 = u64::MAX;
 
@@ -289,19 +286,12 @@ struct Message<'a>(
     Body,
 );
 
-/// A payload: a numbered message's `n`, or a reply's status and response.
+/// A payload: a numbered message's `n` (a join's reply is read by
+/// [`join::phx_join`]).
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Body {
     n: Option<u64>,
-    status: Option<String>,
-    response: Option<Response>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Response {
-    recovered: Option<bool>,
 }
 
 /// Reads until a cut or a close, checking each numbered message.
@@ -317,7 +307,7 @@ async fn session(
     loop {
         let mut at = 0;
         loop {
-            let f = match decode_frame(&mut buf[at..], Role::Client, MAX_FRAME) {
+            let f = match decode_frame(&mut buf[at..], Role::Client, join::MAX_FRAME) {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => return End::Closed(format!("a frame I cannot read: {e}")),
@@ -339,7 +329,7 @@ async fn session(
         tokio::select! {
             biased;
             _ = rounds.changed() => return End::Cut,
-            r = read_more(&stream, &mut buf) => {
+            r = join::read_more(&stream, &mut buf) => {
                 if let Err(e) = r {
                     return End::Closed(format!("read: {e}"));
                 }
@@ -417,119 +407,16 @@ async fn join(
     jr: &str,
     since: Option<&str>,
 ) -> Result<(TcpStream, Vec<u8>, Option<bool>), Failed> {
-    let stream = connect(target, src).await.map_err(Failed::Connect)?;
-    let join = |e: io::Error| Failed::Join(format!("{e}"));
-    let mut out = Vec::with_capacity(256);
-    let accept = write_client_request(
-        &mut out,
-        &target.to_string(),
-        "/socket/websocket?vsn=2.0.0",
-        [7; 16],
-    );
-    write_all(&stream, &out).await.map_err(join)?;
+    let stream = join::connect(target, src).await.map_err(Failed::Connect)?;
+    let failed = |e: io::Error| Failed::Join(format!("{e}"));
     let mut buf = Vec::with_capacity(512);
-    loop {
-        read_more(&stream, &mut buf).await.map_err(join)?;
-        match parse_client_response(&buf, &accept) {
-            Ok(Some(n)) => {
-                buf.drain(..n);
-                break;
-            }
-            Ok(None) => {}
-            Err(e) => return Err(Failed::Join(format!("upgrade refused: {e}"))),
-        }
-    }
-    let params = match since {
-        Some(s) => serde_json::json!({ "since": s }),
-        None => serde_json::json!({}),
-    };
-    let msg = serde_json::json!([jr, jr, topic, "phx_join", params]).to_string();
-    out.clear();
-    encode_frame(&mut out, Opcode::Text, msg.as_bytes(), Some([1, 2, 3, 4]));
-    write_all(&stream, &out).await.map_err(join)?;
-    loop {
-        let mut at = 0;
-        loop {
-            let f = match decode_frame(&mut buf[at..], Role::Client, MAX_FRAME) {
-                Ok(Some(f)) => f,
-                Ok(None) => break,
-                Err(e) => return Err(Failed::Join(format!("a frame I cannot read: {e}"))),
-            };
-            let payload = at + f.payload.start..at + f.payload.end;
-            at += f.consumed;
-            if f.opcode == Opcode::Close {
-                return Err(Failed::Join("the server closed the socket".into()));
-            }
-            let Ok(Message(_, r, _, event, body)) =
-                serde_json::from_slice::<Message>(&buf[payload])
-            else {
-                continue;
-            };
-            if event == "phx_reply" && r == Some(jr) {
-                if body.status.as_deref() != Some("ok") {
-                    return Err(Failed::Join(format!(
-                        "join refused: {}",
-                        String::from_utf8_lossy(&buf[at - f.consumed..at])
-                    )));
-                }
-                let recovered = body.response.and_then(|r| r.recovered);
-                buf.drain(..at);
-                return Ok((stream, buf, recovered));
-            }
-        }
-        buf.drain(..at);
-        read_more(&stream, &mut buf).await.map_err(join)?;
-    }
-}
-
-/// A non-blocking TCP connect from `src` (any port).
-async fn connect(target: SocketAddr, src: IpAddr) -> io::Result<TcpStream> {
-    let sock = Socket::new(
-        Domain::IPV4,
-        Type::STREAM.nonblocking(),
-        Some(Protocol::TCP),
-    )?;
-    sock.set_nodelay(true)?;
-    let _ = sys::set_bind_no_port(&sock);
-    sock.bind(&SocketAddr::new(src, 0).into())?;
-    match sock.connect(&target.into()) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(e),
-    }
-    let stream = TcpStream::from_std(std::net::TcpStream::from(sock))?;
-    stream.writable().await?;
-    if let Some(e) = stream.take_error()? {
-        return Err(e);
-    }
-    Ok(stream)
-}
-
-async fn write_all(stream: &TcpStream, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        stream.writable().await?;
-        match stream.try_write(data) {
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Reads what is there (at least one byte) onto the end of `buf`, into its
-/// spare capacity (no buffer of its own held while waiting).
-async fn read_more(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<()> {
-    loop {
-        stream.readable().await?;
-        buf.reserve(2048);
-        match stream.try_read_buf(buf) {
-            Ok(0) => return Err(io::Error::other("the server closed the connection")),
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
+    join::upgrade(&stream, target, &mut buf)
+        .await
+        .map_err(failed)?;
+    let recovered = join::phx_join(&stream, &mut buf, topic, jr, since)
+        .await
+        .map_err(failed)?;
+    Ok((stream, buf, recovered))
 }
 
 #[cfg(test)]
@@ -537,7 +424,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_messages_replies_and_replays() {
+    fn reads_messages_and_replays() {
         let m: Message =
             serde_json::from_slice(br#"[null,"00ab.7","storm:3","n",{"n":7}]"#).unwrap();
         assert_eq!(
@@ -548,13 +435,7 @@ mod tests {
             br#"["2","2","storm:3","phx_reply",{"status":"ok","response":{"recovered":true}}]"#,
         )
         .unwrap();
-        assert_eq!(m.4.status.as_deref(), Some("ok"));
-        assert_eq!(m.4.response.and_then(|r| r.recovered), Some(true));
-        let m: Message = serde_json::from_slice(
-            br#"["1","1","storm:0","phx_reply",{"status":"ok","response":{}}]"#,
-        )
-        .unwrap();
-        assert_eq!(m.4.response.and_then(|r| r.recovered), None);
+        assert_eq!((m.3, m.4.n), ("phx_reply", None));
     }
 
     #[test]

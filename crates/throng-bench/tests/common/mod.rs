@@ -1,6 +1,7 @@
 //! What the tests that run the real `throng bench` share: the binary (the
 //! newest of `target/release/throng` and `target/debug/throng`, or
-//! `THRONG_BIN`), running it bounded in time, and temporary file names.
+//! `THRONG_BIN`), running it bounded in time, free ports and temporary
+//! file names.
 #![allow(dead_code)] // each test crate uses its own part
 
 use std::path::{Path, PathBuf};
@@ -63,6 +64,15 @@ pub fn wait_bench(mut child: std::process::Child, limit: Duration) -> std::proce
         std::thread::sleep(Duration::from_millis(50));
     }
     child.wait_with_output().expect("output")
+}
+
+/// A loopback port that was free a moment ago (nothing listens there now).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn tmp(name: &str) -> PathBuf {

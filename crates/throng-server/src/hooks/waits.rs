@@ -233,6 +233,19 @@ mod tests {
         }
     }
 
+    fn join(key: usize, topic: &str) -> Wait {
+        Wait {
+            key,
+            topic: topic.into(),
+            what: Waiting::Join {
+                join_ref: None,
+                msg_ref: None,
+                presence_key: None,
+                since: None,
+            },
+        }
+    }
+
     #[test]
     fn pushes_queue_behind_the_one_in_flight() {
         let mut w = Waits::default();
@@ -270,19 +283,7 @@ mod tests {
     fn a_closed_socket_is_forgotten() {
         let mut w = Waits::default();
         let a = w.next_id();
-        w.start(
-            a,
-            Wait {
-                key: 3,
-                topic: "t".into(),
-                what: Waiting::Join {
-                    join_ref: None,
-                    msg_ref: None,
-                    presence_key: None,
-                    since: None,
-                },
-            },
-        );
+        w.start(a, join(3, "t"));
         let b = w.next_id();
         w.start(b, push(3, "u"));
         w.enqueue(w.next + 1, vec![], push(3, "u"));
@@ -291,19 +292,7 @@ mod tests {
         assert_eq!(w.held(3), 0);
         assert!(!w.push_busy(3, "u"));
         let c = w.next_id();
-        w.start(
-            c,
-            Wait {
-                key: 4,
-                topic: "t".into(),
-                what: Waiting::Join {
-                    join_ref: None,
-                    msg_ref: None,
-                    presence_key: None,
-                    since: None,
-                },
-            },
-        );
+        w.start(c, join(4, "t"));
         assert!(w.cancel_join(4, "t"));
         assert!(w.finish(c).is_none());
         assert_eq!(w.held(4), 0);

@@ -45,6 +45,25 @@ pub(crate) struct Join {
     pub assigns: Assigns,
 }
 
+impl Join {
+    /// The channel's view of this join on `topic`, for one callback.
+    #[inline]
+    fn socket<'s>(
+        &'s mut self,
+        topic: &'s str,
+        who: Who<'s>,
+        effects: &'s mut Effects,
+    ) -> Socket<'s> {
+        Socket {
+            topic,
+            join_ref: self.join_ref.as_ref().map(RefBuf::text),
+            who,
+            assigns: &mut self.assigns,
+            effects,
+        }
+    }
+}
+
 /// A socket's joins: the first inline in the socket (most sockets join one
 /// topic, which then costs no allocation: an allocation of its own cost an
 /// idle socket a 48-byte heap chunk, more than the 24 bytes the socket grew
@@ -177,6 +196,7 @@ pub(crate) struct Scratch {
 }
 
 /// Settings of one call: fixed per node or per connection.
+#[derive(Clone, Copy)]
 pub(crate) struct Cx<'a> {
     pub router: &'a Router,
     /// Topic rules (who may join, who may push what).
@@ -588,13 +608,7 @@ impl<'a, T: Transport> Mux<'a, T> {
             channel.handle_in(
                 ev,
                 payload,
-                &mut Socket {
-                    topic: &topic,
-                    join_ref: join.join_ref.as_ref().map(RefBuf::text),
-                    who: self.cx.who,
-                    assigns: &mut join.assigns,
-                    effects: &mut effects,
-                },
+                &mut join.socket(&topic, self.cx.who, &mut effects),
             )
         };
         // Phoenix's order: the broadcast (fastlaned) before the reply.
@@ -629,16 +643,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     return;
                 }
                 let join = &mut self.joins[i];
-                channel.handle_info(
-                    &info,
-                    &mut Socket {
-                        topic: &topic,
-                        join_ref: join.join_ref.as_ref().map(RefBuf::text),
-                        who: self.cx.who,
-                        assigns: &mut join.assigns,
-                        effects: &mut effects,
-                    },
-                );
+                channel.handle_info(&info, &mut join.socket(&topic, self.cx.who, &mut effects));
             }
             self.apply(i, &mut effects);
             infos = std::mem::take(&mut effects.infos);
@@ -674,16 +679,7 @@ impl<'a, T: Transport> Mux<'a, T> {
         if let Some(topic) = name {
             if let Some(channel) = router.route(&topic) {
                 let mut effects = std::mem::take(&mut self.scratch.effects);
-                channel.terminate(
-                    reason,
-                    &mut Socket {
-                        topic: &topic,
-                        join_ref: join.join_ref.as_ref().map(RefBuf::text),
-                        who: self.cx.who,
-                        assigns: &mut join.assigns,
-                        effects: &mut effects,
-                    },
-                );
+                channel.terminate(reason, &mut join.socket(&topic, self.cx.who, &mut effects));
                 effects.clear();
                 self.scratch.effects = effects;
             }

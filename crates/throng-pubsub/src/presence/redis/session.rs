@@ -133,6 +133,14 @@ impl Task {
         self.sink.get().and_then(Weak::upgrade)
     }
 
+    /// The nodes other than this one in `listed` or with presences in
+    /// `sink`, each once.
+    fn others(&self, mut listed: HashSet<u64>, sink: &dyn PresenceSink) -> Vec<u64> {
+        listed.extend(sink.owners());
+        listed.remove(&self.me);
+        listed.into_iter().collect()
+    }
+
     async fn serve_session(&mut self, link: &mut Link, s: &mut Session) -> End {
         let mut tick = tokio::time::interval(self.timing.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -481,22 +489,11 @@ impl Task {
         let Some(sink) = self.sink() else {
             return Ok(());
         };
-        let listed: Vec<String> = timed(
-            ::redis::cmd("SMEMBERS")
-                .arg(s.names.owners_of(&topic))
-                .query_async(&mut link.cmd),
-        )
-        .await?;
-        let mut owners: HashSet<u64> = listed
-            .iter()
-            .filter_map(|h| u64::from_str_radix(h, 16).ok())
-            .collect();
-        owners.extend(sink.owners());
-        owners.remove(&self.me);
+        let listed = read_nodes(link, s.names.owners_of(&topic)).await?;
+        let owners = self.others(listed, &*sink);
         if owners.is_empty() {
             return Ok(());
         }
-        let owners: Vec<u64> = owners.into_iter().collect();
         for (o, entries) in self.read_owners(link, s.names, &topic, &owners).await? {
             sink.replace(&topic, o, entries);
         }
@@ -563,18 +560,11 @@ impl Task {
         done: FetchReply,
     ) -> RResult<()> {
         let read = async {
-            let listed: Vec<String> = timed(
-                ::redis::cmd("SMEMBERS")
-                    .arg(names.owners_of(&topic))
-                    .query_async(&mut link.cmd),
-            )
-            .await?;
-            let mut owners: Vec<u64> = listed
-                .iter()
-                .filter_map(|h| u64::from_str_radix(h, 16).ok())
+            let mut owners: Vec<u64> = read_nodes(link, names.owners_of(&topic))
+                .await?
+                .into_iter()
                 .collect();
             owners.sort_unstable();
-            owners.dedup();
             self.read_owners(link, names, &topic, &owners).await
         };
         match read.await {
@@ -641,22 +631,11 @@ impl Task {
         let Some(sink) = self.sink() else {
             return Ok(());
         };
-        let listed: Vec<String> = timed(
-            ::redis::cmd("SMEMBERS")
-                .arg(names.nodes())
-                .query_async(&mut link.cmd),
-        )
-        .await?;
-        let mut nodes: HashSet<u64> = listed
-            .iter()
-            .filter_map(|h| u64::from_str_radix(h, 16).ok())
-            .collect();
-        nodes.extend(sink.owners());
-        nodes.remove(&self.me);
+        let listed = read_nodes(link, names.nodes()).await?;
+        let nodes = self.others(listed, &*sink);
         if nodes.is_empty() {
             return Ok(());
         }
-        let nodes: Vec<u64> = nodes.into_iter().collect();
         let mut pipe = ::redis::pipe();
         for n in &nodes {
             pipe.cmd("EXISTS").arg(names.alive(&node_hex(*n)));
@@ -708,4 +687,15 @@ impl Task {
         }
         Ok(())
     }
+}
+
+/// The node ids in the Redis set at `key` (written as [`node_hex`];
+/// members that are not one are skipped), each once.
+async fn read_nodes(link: &mut Link, key: String) -> RResult<HashSet<u64>> {
+    let listed: Vec<String> =
+        timed(::redis::cmd("SMEMBERS").arg(key).query_async(&mut link.cmd)).await?;
+    Ok(listed
+        .iter()
+        .filter_map(|h| u64::from_str_radix(h, 16).ok())
+        .collect())
 }
