@@ -81,6 +81,9 @@ cargo test --profile ci --workspace --features throng/test-hooks
 stage "docs name only paths that exist"
 scripts/check-doc-paths.sh
 
+stage "no import cycles between the modules of any crate"
+scripts/check-import-cycles.py
+
 if [ -n "$backend_npm" ]; then
   stage "npm ci --prefix examples/backend (started with the cargo build)"
   wait "$backend_npm" || { cat "$backend_log" >&2; echo "npm ci --prefix examples/backend failed" >&2; exit 1; }
