@@ -93,6 +93,7 @@ pub mod panic;
 pub mod presence;
 pub mod refusals;
 pub mod relay;
+mod setting;
 mod socket;
 pub mod sys;
 pub mod tls;
