@@ -32,7 +32,7 @@
 //!   and each shard flushes its share of the node's presence topics when its
 //!   poll times out (`transport/mod.rs`). The state and the cluster are
 //!   `throng_pubsub::presence`.
-//! - [`metrics`]: per-shard counters and `/metrics`.
+//! - [`metrics`]: per-shard counters; [`scrape`]: the `/metrics` page.
 //! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
 //!   topic rules, the push budget, revocations.
 //! - [`bind`]: binding the listeners, and refusing a port another process
@@ -69,6 +69,7 @@
 //! with no buffer, no future and no timer.
 
 pub mod api;
+mod api_error;
 pub mod auth;
 pub mod bind;
 pub mod channel;
@@ -93,6 +94,7 @@ pub mod panic;
 pub mod presence;
 pub mod refusals;
 pub mod relay;
+pub mod scrape;
 mod setting;
 mod socket;
 pub mod sys;
