@@ -15,21 +15,33 @@ a (the siblings under their closest common parent); a cycle is a strongly
 connected component of those edges. Each cycle is printed with one example
 reference (file:line) per edge. Exit 1 if any cycle is not in KNOWN.
 
-Usage: scripts/check-import-cycles.py [crate-dir ...]   (default: crates/*)
+Usage: scripts/check-import-cycles.py [--layers] [crate-dir ...]   (default: crates/*)
+--layers also prints each module's children by layer (1: uses no sibling).
 """
 import bisect
 import os
 import re
 import sys
 
-# Cycles known and left for now: (crate, parent module). Cycles among that
-# module's children are printed but do not fail. Remove an entry when its
-# cycles are gone.
+# Cycles known and left for now. A (crate, parent module) pair: cycles
+# among that module's children are printed but do not fail. A (crate,
+# parent, members): a cycle among those members (or some of them) is
+# printed but does not fail; one with any other member does. Shrink or
+# remove an entry as its cycles go.
 KNOWN = {
     # transport/'s files are being reorganised (issue 21); its cycles go then.
     ("throng-server", "transport"),
+    # The node as the shared context still holds types of the modules above
+    # it (control, hooks, history, long-poll answers, the dashboard's
+    # counters), and ws/longpoll/scrape still read items of transport/;
+    # throng-server's lib.rs lists the layers and these wrong-way edges.
+    ("throng-server", "", frozenset({
+        "control", "dashboard", "echo", "health", "history", "hooks", "http",
+        "longpoll", "node", "scrape", "socket", "transport", "ws"})),
 }
 
+LAYERS = False
+KNOWN_SEEN = []
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -278,11 +290,28 @@ def check_crate(crate_dir):
     by_parent = {}
     for parent, x, y in edges:
         by_parent.setdefault(parent, {}).setdefault(x, set()).add(y)
+    if LAYERS:
+        for parent in sorted(by_parent):
+            g = by_parent[parent]
+            names = set(g) | {y for ys in g.values() for y in ys}
+            level = {}
+
+            def depth(x, seen=()):
+                if x not in level:
+                    below = [depth(y, seen + (x,)) for y in g.get(x, ()) if y not in seen]
+                    level[x] = 1 + max(below, default=0)
+                return level[x]
+
+            print(f"{name} {'::'.join(parent) or '(crate root)'}:")
+            for k in range(1, max(map(depth, names)) + 1):
+                print(f"  {k}. {', '.join(sorted(x for x in names if level[x] == k))}")
     failed = 0
     for parent in sorted(by_parent):
         for comp in sccs(by_parent[parent]):
             where = "::".join(parent) or "(crate root)"
-            known = (name, "::".join(parent)) in KNOWN
+            where_ = "::".join(parent)
+            known = (name, where_) in KNOWN or any(
+                len(k) == 3 and k[:2] == (name, where_) and set(comp) <= k[2] for k in KNOWN)
             label = "known cycle (KNOWN in this script)" if known else "import cycle"
             print(f"{name}: {label} among the modules of {where}: {', '.join(comp)}")
             for x in comp:
@@ -291,19 +320,26 @@ def check_crate(crate_dir):
                         f, line, p = edges[(parent, x, y)]
                         print(f"  {x} -> {y}   {f}:{line}  ({p})")
             failed += not known
+            if known:
+                KNOWN_SEEN.append(comp)
     return failed
 
 
 def main():
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    crates = sys.argv[1:] or sorted(
+    global LAYERS
+    args = sys.argv[1:]
+    LAYERS = "--layers" in args
+    args = [a for a in args if a != "--layers"]
+    crates = args or sorted(
         os.path.join("crates", c) for c in os.listdir("crates") if os.path.isdir(os.path.join("crates", c, "src")))
     failed = sum(check_crate(c) for c in crates)
     if failed:
         print(f"{failed} import cycle(s): move the item that points back into the lower module "
               "(each crate's lib.rs/main.rs lists its layers)", file=sys.stderr)
         sys.exit(1)
-    print(f"no import cycles in {len(crates)} crates")
+    known = f" ({len(KNOWN_SEEN)} known, printed above: KNOWN)" if KNOWN_SEEN else ""
+    print(f"no new import cycles in {len(crates)} crates{known}")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,30 @@
 //! - `fuzz` (feature `fuzzing`): the message layer as one function of
 //!   bytes, for `fuzz/`.
 //!
+//! ## Layers
+//! A module uses only modules of its layer's rank or below
+//! (`scripts/check-import-cycles.py` checks for cycles, in CI):
+//! 1. plain values and settings: `setting` (the `settings!` macro),
+//!    `sys`, `metrics` (the shard counters), `page`, `close`, `api_error`,
+//!    `bind`, `channel`, `tls`, `ws`
+//! 2. the settings groups and what they hold: `auth`, `limits`,
+//!    `presence`, `refusals`; then `config`, which gathers them
+//! 3. `node`: what the shards of a process share, holding the types above
+//! 4. what reads the node: `hooks`, `history`, `control`, `health`,
+//!    `scrape` (`/metrics`), `dashboard`, `echo`, `chat`, `relay`, `http`,
+//!    `longpoll`, `socket`
+//! 5. `transport`: the event loops, which drive everything below
+//! 6. `api` (the server API), `fuzz`, and this file (`Server`)
+//!
+//! Still pointing the wrong way (listed as known in the check, to move):
+//! `node` holds `control::Control`, `hooks::HookAnswer`,
+//! `history::ReplayAnswer`, `longpoll::wire::Forward` and calls
+//! `dashboard::counters` (node answers control messages itself); `hooks`
+//! and `history` hold and use the node in turn. `ws` reads
+//! `transport::conn::Extra`, `longpoll` `transport::outlet::SocketState`,
+//! `scrape` `transport::outbound_memory`: items to move below transport
+//! once its files settle.
+//!
 //! ## The path of a broadcast
 //! A client pushes `new:msg` on `rooms:lobby`. Its shard reads the frame
 //! into the shard's one buffer, `ws` makes it a message, the serializer
