@@ -394,7 +394,7 @@ mod tests {
             "throng_api_busy_total",
             "throng_dashboard_streams_refused_total",
         ]);
-        let src = include_str!("metrics.rs");
+        let src = [include_str!("metrics.rs"), include_str!("scrape.rs")].concat();
         let optional =
             |n: &str| n.starts_with("throng_hook_") || n.starts_with("throng_backplane_");
         for name in LIMIT_COUNTERS.iter().filter(|n| !optional(n)) {
