@@ -84,6 +84,9 @@ scripts/check-doc-paths.sh
 stage "throng-bench: no function over 100 lines in its controller, report and summary"
 scripts/check-fn-lengths.py
 
+stage "no import cycles between the modules of any crate"
+scripts/check-import-cycles.py
+
 if [ -n "$backend_npm" ]; then
   stage "npm ci --prefix examples/backend (started with the cargo build)"
   wait "$backend_npm" || { cat "$backend_log" >&2; echo "npm ci --prefix examples/backend failed" >&2; exit 1; }

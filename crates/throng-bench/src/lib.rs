@@ -59,6 +59,19 @@
 //!   schedule is given), each error says whose it is, and a broadcast is
 //!   read against the floor: the same fan-out on the same machine with no
 //!   server at all, measured in the same run.
+//!
+//! ## Layers
+//! A module uses only modules in a layer below it
+//! (`scripts/check-import-cycles.py` checks there is no cycle):
+//! 1. `error`, `hist`, `slots`, `sys`: plain types and OS reads
+//! 2. `hooks`, `presence`, `storm`
+//! 3. `scenario`, `stats`
+//! 4. `floor`, `plan` (an agent's orders, its TLS settings included), `report`, `tsung`
+//! 5. `dashboard`, `engine`, `wire`
+//! 6. `agent`, `cli`
+//! 7. `tune`, `writer`
+//! 8. `netns`
+//! 9. `controller`
 
 pub mod agent;
 pub mod cli;

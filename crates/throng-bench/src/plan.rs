@@ -32,5 +32,14 @@ pub struct Plan {
     pub adaptive: bool,
     /// `--tls`: connect with TLS, trusting this CA.
     #[serde(default)]
-    pub tls: Option<crate::engine::tls::TlsPlan>,
+    pub tls: Option<TlsPlan>,
+}
+
+/// What an agent needs to speak TLS to the server: sent in its plan.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TlsPlan {
+    /// PEM certificates to trust (the CA of the server's certificate).
+    pub ca_pem: String,
+    /// The name the server's certificate is checked against (and SNI).
+    pub server_name: String,
 }

@@ -115,7 +115,7 @@ impl Broadcast {
             held,
             offset: position.map_or(0, |(_, o)| o),
             epoch: position
-                .and_then(|(r, _)| crate::history::Position::parse(r))
+                .and_then(|(r, _)| crate::position::Position::parse(r))
                 .map_or(0, |p| p.epoch),
         }
     }

@@ -47,6 +47,13 @@
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.
 //!
+//! Inside, modules use only those in a layer below
+//! (`scripts/check-import-cycles.py` checks there is no cycle):
+//! 1. plain values and helpers: `fields`, `metrics`, `position`, `registry`, `shards`
+//! 2. `broadcast` (the encoded message), `link` (the Redis connection engine)
+//! 3. the engines: `backplane`, `occupancy`, `presence`
+//! 4. `history` (its Redis store publishes backplane envelopes), `conformance`
+//!
 //! ## How a broadcast travels
 //! A client on node A broadcasts on `rooms:lobby`. A's shards deliver it to
 //! A's subscribers (encoded once per serializer, as on a single node) and
@@ -130,6 +137,7 @@ pub mod history;
 pub mod link;
 pub mod metrics;
 pub mod occupancy;
+mod position;
 pub mod presence;
 mod registry;
 mod shards;

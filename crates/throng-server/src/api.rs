@@ -70,40 +70,11 @@ use serde_json::value::RawValue;
 use subtle::ConstantTimeEq;
 use throng_protocol::OwnedPayload;
 
-use crate::control::{NodeReport, StatsSummary};
+pub use crate::api_error::ApiError;
 use crate::node::Endpoint;
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 1 << 20;
-
-/// An error answer: status, a stable code, a message for people.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    pub(crate) fn new(
-        status: StatusCode,
-        code: &'static str,
-        message: impl Into<String>,
-    ) -> ApiError {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
-    }
-}
 
 #[derive(Clone)]
 struct Api {
@@ -342,31 +313,8 @@ async fn stats(
     let this = reports.iter().find(|r| &r.node == me).cloned();
     Ok(Json(json!({
         "node": this,
-        "cluster": cluster(&reports),
+        "cluster": crate::control::cluster(&reports),
     })))
-}
-
-/// The sum of the nodes' counters.
-pub(crate) fn cluster(reports: &[NodeReport]) -> serde_json::Value {
-    let mut total = serde_json::Map::new();
-    for r in reports {
-        if let Ok(serde_json::Value::Object(stats)) =
-            serde_json::to_value::<&StatsSummary>(&r.stats)
-        {
-            for (k, v) in stats {
-                let n = v.as_u64().unwrap_or(0);
-                let e = total.entry(k).or_insert(json!(0));
-                *e = json!(e.as_u64().unwrap_or(0) + n);
-            }
-        }
-    }
-    let users: u64 = reports.iter().map(|r| r.users).sum();
-    let topics: std::collections::BTreeSet<&String> =
-        reports.iter().flat_map(|r| r.topics.keys()).collect();
-    total.insert("nodes".into(), json!(reports.len()));
-    total.insert("users".into(), json!(users));
-    total.insert("topics".into(), json!(topics.len()));
-    serde_json::Value::Object(total)
 }
 
 #[derive(Deserialize)]
@@ -440,7 +388,7 @@ async fn history(
 }
 
 async fn metrics(State(api): State<Api>) -> Response {
-    let body = crate::metrics::render(api.endpoint.node());
+    let body = crate::scrape::render(api.endpoint.node());
     ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 

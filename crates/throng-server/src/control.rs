@@ -87,8 +87,9 @@ pub struct StatsSummary {
 }
 
 impl StatsSummary {
-    pub fn of(node: &crate::node::Node) -> StatsSummary {
-        let stats: &[Arc<ShardStats>] = &node.stats;
+    /// The sums of a node's shard counters `stats`, with the bytes waiting
+    /// in its shards' inboxes (`shard_inbox_bytes`) and the process's figures.
+    pub fn of(stats: &[Arc<ShardStats>], shard_inbox_bytes: u64) -> StatsSummary {
         let sum = |f: fn(&ShardStats) -> &std::sync::atomic::AtomicU64| -> u64 {
             stats.iter().map(|s| f(s).load(Relaxed)).sum()
         };
@@ -112,13 +113,32 @@ impl StatsSummary {
             bytes_out: sum(|s| &s.bytes_out),
             rss_bytes: crate::sys::rss_bytes().unwrap_or(0),
             cpu_ms: (crate::sys::cpu_seconds().unwrap_or(0.0) * 1000.0) as u64,
-            shard_inbox_bytes: node
-                .peers
-                .iter()
-                .map(|p| p.queued.load(Relaxed) as u64)
-                .sum(),
+            shard_inbox_bytes,
         }
     }
+}
+
+/// The sum of the nodes' counters.
+pub(crate) fn cluster(reports: &[NodeReport]) -> serde_json::Value {
+    let mut total = serde_json::Map::new();
+    for r in reports {
+        if let Ok(serde_json::Value::Object(stats)) =
+            serde_json::to_value::<&StatsSummary>(&r.stats)
+        {
+            for (k, v) in stats {
+                let n = v.as_u64().unwrap_or(0);
+                let e = total.entry(k).or_insert(serde_json::json!(0));
+                *e = serde_json::json!(e.as_u64().unwrap_or(0) + n);
+            }
+        }
+    }
+    let users: u64 = reports.iter().map(|r| r.users).sum();
+    let topics: std::collections::BTreeSet<&String> =
+        reports.iter().flat_map(|r| r.topics.keys()).collect();
+    total.insert("nodes".into(), serde_json::json!(reports.len()));
+    total.insert("users".into(), serde_json::json!(users));
+    total.insert("topics".into(), serde_json::json!(topics.len()));
+    serde_json::Value::Object(total)
 }
 
 type Done = Box<dyn FnOnce(NodeReport) + Send>;

@@ -39,7 +39,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::api::ApiError;
+use crate::api_error::ApiError;
 use crate::control::NodeReport;
 use crate::node::{Endpoint, Node};
 
@@ -112,7 +112,7 @@ const OPTIONAL_FIGURES: &[&str] = &[
 /// knows from there and cannot drift from it. Rendered once per report
 /// (a second while a dashboard is open): a few kilobytes of text.
 pub fn counters(node: &Node) -> BTreeMap<String, f64> {
-    pick(&crate::metrics::render(node))
+    pick(&crate::scrape::render(node))
 }
 
 /// The [`LIMIT_COUNTERS`] and [`OPTIONAL_FIGURES`] lines of Prometheus text.
@@ -283,7 +283,7 @@ async fn take(endpoint: &Endpoint) -> String {
     let reports = endpoint.gather_timed().await;
     let me = &node.control.node_id;
     let plain: Vec<NodeReport> = reports.iter().map(|(r, _)| r.clone()).collect();
-    let cluster = crate::api::cluster(&plain);
+    let cluster = crate::control::cluster(&plain);
     let mut topics: BTreeMap<&str, u64> = BTreeMap::new();
     for r in &plain {
         for (t, n) in &r.topics {
@@ -394,7 +394,7 @@ mod tests {
             "throng_api_busy_total",
             "throng_dashboard_streams_refused_total",
         ]);
-        let src = include_str!("metrics.rs");
+        let src = [include_str!("metrics.rs"), include_str!("scrape.rs")].concat();
         let optional =
             |n: &str| n.starts_with("throng_hook_") || n.starts_with("throng_backplane_");
         for name in LIMIT_COUNTERS.iter().filter(|n| !optional(n)) {

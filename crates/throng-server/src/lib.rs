@@ -33,7 +33,7 @@
 //!   and each shard flushes its share of the node's presence topics when its
 //!   poll times out (`transport/shard/mod.rs`). The state and the cluster are
 //!   `throng_pubsub::presence`.
-//! - [`metrics`]: per-shard counters and `/metrics`.
+//! - [`metrics`]: per-shard counters; [`scrape`]: the `/metrics` page.
 //! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
 //!   topic rules, the push budget, revocations.
 //! - [`bind`]: binding the listeners, and refusing a port another process
@@ -51,6 +51,30 @@
 //! - `page`: the chat page (template + layout) and fixed responses.
 //! - `fuzz` (feature `fuzzing`): the message layer as one function of
 //!   bytes, for `fuzz/`.
+//!
+//! ## Layers
+//! A module uses only modules of its layer's rank or below
+//! (`scripts/check-import-cycles.py` checks for cycles, in CI):
+//! 1. plain values and settings: `setting` (the `settings!` macro),
+//!    `sys`, `metrics` (the shard counters), `page`, `close`, `api_error`,
+//!    `bind`, `channel`, `tls`, `ws`
+//! 2. the settings groups and what they hold: `auth`, `limits`,
+//!    `presence`, `refusals`; then `config`, which gathers them
+//! 3. `node`: what the shards of a process share, holding the types above
+//! 4. what reads the node: `hooks`, `history`, `control`, `health`,
+//!    `scrape` (`/metrics`), `dashboard`, `echo`, `chat`, `relay`, `http`,
+//!    `longpoll`, `socket`
+//! 5. `transport`: the event loops, which drive everything below
+//! 6. `api` (the server API), `fuzz`, and this file (`Server`)
+//!
+//! Still pointing the wrong way (listed as known in the check, to move):
+//! `node` holds `control::Control`, `hooks::HookAnswer`,
+//! `history::ReplayAnswer`, `longpoll::wire::Forward` and calls
+//! `dashboard::counters` (node answers control messages itself); `hooks`
+//! and `history` hold and use the node in turn. `ws` reads
+//! `transport::conn::Extra`, `longpoll` `transport::outlet::SocketState`,
+//! `scrape` `transport::outbound_memory`: items to move below transport
+//! once its files settle.
 //!
 //! ## The path of a broadcast
 //! A client pushes `new:msg` on `rooms:lobby`. Its shard reads the frame
@@ -71,6 +95,7 @@
 //! with no buffer, no future and no timer.
 
 pub mod api;
+mod api_error;
 pub mod auth;
 pub mod bind;
 pub mod channel;
@@ -95,6 +120,8 @@ pub mod panic;
 pub mod presence;
 pub mod refusals;
 pub mod relay;
+pub mod scrape;
+mod setting;
 mod socket;
 pub mod sys;
 pub mod tls;

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use throng_protocol::Message;
 
-use crate::config::setting::settings;
+use crate::setting::settings;
 use crate::Error;
 
 settings! {
@@ -47,61 +47,61 @@ settings! {
     /// can fill what the command line leaves out.
     pub struct LimitArgs {
         /// Seconds a connection has to send a whole HTTP request head (the WebSocket upgrade included), from accept or from the end of its previous request; then it is closed (408 if a head had begun)
-        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
+        #[arg(long, value_parser = crate::setting::whole::<u64>, value_name = "SECS", env = "THRONG_HANDSHAKE_TIMEOUT")]
         pub handshake_timeout: Option<u64> = 10,
         /// Open connections this process accepts; past it a new one gets 503 and is closed; 0 = no cap
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS")]
         pub max_connections: Option<usize> = 0,
         /// Open connections from one source IP address; past it a new one gets 503 and is closed; 0 = no cap (behind a load balancer every client has its address)
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "N", env = "THRONG_MAX_CONNECTIONS_PER_IP")]
         pub max_connections_per_ip: Option<usize> = 0,
         /// Longest join_ref or ref a message may carry; a longer one closes the socket with 1008 (phoenix.js sends short counters)
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_REF_BYTES")]
         pub max_ref_bytes: Option<usize> = 64,
         /// Memory one socket may pin: a message in progress (up to --max-message-bytes) plus what its joins store (join_refs, topic names); a join past it is refused [default: --max-message-bytes + 65536]
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SOCKET_BYTES")]
         pub max_socket_bytes: Option<usize>,
         /// On SIGTERM or Ctrl-C: stop accepting and close sockets with 1012 (phoenix.js reconnects elsewhere) in batches over one second per 1,000 open sockets, at most this many seconds, then exit
-        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
+        #[arg(long, value_parser = crate::setting::whole::<u64>, value_name = "SECS", env = "THRONG_DRAIN_SECONDS")]
         pub drain_seconds: Option<u64> = 10,
         /// Outbound memory of the whole process (queued output of every connection, and the broadcasts it holds); past it, a connection that needs to queue more is closed with 1013
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_OUTBOUND_TOTAL_BYTES")]
         pub max_outbound_total_bytes: Option<usize> = 1073741824,
         /// Bytes of broadcasts waiting in one shard's inbox; past it, broadcasts for that shard are dropped and counted
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_SHARD_INBOX_BYTES")]
         pub max_shard_inbox_bytes: Option<usize> = 67108864,
         /// Bytes the history of every topic may hold together ([[topics]] history_size); past it a topic's oldest messages are dropped and a rejoin from before them gets recovered: false
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_HISTORY_BYTES")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "BYTES", env = "THRONG_MAX_HISTORY_BYTES")]
         pub max_history_bytes: Option<usize> = 67108864,
         /// Bytes of broadcasts waiting to be published to Redis; past it, broadcasts to other nodes are dropped and counted
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "BYTES", env = "THRONG_REDIS_QUEUE_BYTES")]
         pub redis_queue_bytes: Option<usize> = 67108864,
         /// Control messages a second a socket may sustain: heartbeats, joins, leaves, ping and pong frames, and fragments under 1 KiB; excess ones get {"reason":"rate limited"} and, --push-strikes past the burst, the socket is closed with 1008; 0 = no limit (phoenix.js sends a heartbeat every 30 s)
         #[arg(long, value_name = "N", env = "THRONG_CONTROL_RATE")]
         pub control_rate: Option<f64> = 10.0,
         /// Control messages a socket may send at once before --control-rate applies (a reconnect rejoins every channel at once)
-        #[arg(long, value_parser = crate::config::whole::<u32>, value_name = "N", env = "THRONG_CONTROL_BURST")]
+        #[arg(long, value_parser = crate::setting::whole::<u32>, value_name = "N", env = "THRONG_CONTROL_BURST")]
         pub control_burst: Option<u32> = 250,
         /// Seconds the server API gives a client to send a request's head, and then its body; past it the connection is closed
-        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
+        #[arg(long, value_parser = crate::setting::whole::<u64>, value_name = "SECS", env = "THRONG_API_TIMEOUT")]
         pub api_timeout: Option<u64> = 10,
         /// Open connections to the server API; past it a new one gets 503 and is closed
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "N", env = "THRONG_MAX_API_CONNECTIONS")]
         pub max_api_connections: Option<usize> = 256,
         /// Live streams of the dashboard page (GET /dashboard) open at once; each is also one of --max-api-connections; past it a new one gets 503; 0 = the dashboard's figures are off
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_DASHBOARD_STREAMS")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "N", env = "THRONG_MAX_DASHBOARD_STREAMS")]
         pub max_dashboard_streams: Option<usize> = 8,
         /// Long-poll sessions this process keeps at once (each is also a connection for --max-connections and --max-connections-per-ip); past it a new session gets {"status":503}
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "N", env = "THRONG_MAX_LONGPOLL_SESSIONS")]
         pub max_longpoll_sessions: Option<usize> = 100000,
         /// New long-poll sessions a second one address may start on one event loop (a burst of 50 first); past it {"status":503}; 0 = no limit
         #[arg(long, value_name = "N", env = "THRONG_LONGPOLL_SESSION_RATE")]
         pub longpoll_session_rate: Option<f64> = 5.0,
         /// Arrays and objects a JSON payload may nest, from clients and from the server API; deeper is refused with {"reason":"payload nested too deeply"} (serde_json's default limit is 128)
-        #[arg(long, value_parser = crate::config::whole::<usize>, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
+        #[arg(long, value_parser = crate::setting::whole::<usize>, value_name = "N", env = "THRONG_MAX_JSON_DEPTH")]
         pub max_json_depth: Option<usize> = 128,
         /// With --redis: seconds the connection to Redis may stay lost before GET /readyz answers 503 (a load balancer then stops sending new clients to this node, whose broadcasts no longer reach the cluster)
-        #[arg(long, value_parser = crate::config::whole::<u64>, value_name = "SECS", env = "THRONG_READY_REDIS_GRACE")]
+        #[arg(long, value_parser = crate::setting::whole::<u64>, value_name = "SECS", env = "THRONG_READY_REDIS_GRACE")]
         pub ready_redis_grace: Option<u64> = 10,
         /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
         #[arg(long, hide = true)]

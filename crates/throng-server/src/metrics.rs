@@ -1,15 +1,11 @@
-//! Metrics: the counters each shard keeps ([`ShardStats`]) and the
-//! `/metrics` page (Prometheus text) that sums them.
+//! Metrics: the counters each shard keeps ([`ShardStats`]) and their
+//! `/metrics` names and help ([`SHARD_METRICS`]); the page that sums them
+//! is `scrape.rs` (it reads the whole node, so it sits above it).
 //!
 //! Each shard writes only its own counters, so they stay in its cache until
 //! a scrape reads them; a scrape sums every shard's.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-use throng_pubsub::metrics::write_metric;
-
-use crate::node::Node;
-use crate::sys;
 
 /// Counters one shard writes and `/metrics` reads. Only the owning shard
 /// writes them, so they stay in its cache until scraped.
@@ -519,160 +515,6 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.deflate_too_big,
     ),
 ];
-
-/// The `/metrics` page of `node`, Prometheus text format.
-pub fn render(node: &Node) -> String {
-    let mut out = String::with_capacity(4096);
-    for (name, kind, help, counter) in SHARD_METRICS {
-        let sum: u64 = node.stats.iter().map(|s| counter(s).load(Relaxed)).sum();
-        write_metric(&mut out, name, kind, help, sum);
-    }
-    write_metric(
-        &mut out,
-        "throng_topics",
-        "gauge",
-        "Topics with at least one local subscriber.",
-        node.topics.len(),
-    );
-    write_metric(
-        &mut out,
-        "throng_ready",
-        "gauge",
-        "1 while GET /readyz answers 200, else 0 (starting, draining, or Redis lost past --ready-redis-grace).",
-        crate::health::readiness(node).is_ok() as u64,
-    );
-    write_metric(
-        &mut out,
-        "throng_draining",
-        "gauge",
-        "1 once a drain (SIGTERM) has begun, else 0.",
-        node.drain_started().is_some() as u64,
-    );
-    write_metric(
-        &mut out,
-        "throng_max_connections",
-        "gauge",
-        "Connections the open-files limit allows.",
-        node.fd_limit.saturating_sub(crate::FD_MARGIN),
-    );
-    write_metric(
-        &mut out,
-        "throng_process_resident_memory_bytes",
-        "gauge",
-        "Resident set size.",
-        sys::rss_bytes().unwrap_or(0),
-    );
-    write_metric(
-        &mut out,
-        "throng_process_cpu_seconds_total",
-        "counter",
-        "User and system CPU time.",
-        format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
-    );
-    write_metric(
-        &mut out,
-        "throng_outbound_memory_bytes",
-        "gauge",
-        "Output held for clients: queued bytes of their own and live broadcasts.",
-        crate::transport::outbound_memory(),
-    );
-    let (mut inbox_bytes, mut inbox_dropped) = (0, 0);
-    for peer in &node.peers {
-        inbox_bytes += peer.queued.load(Relaxed);
-        inbox_dropped += peer.dropped.load(Relaxed);
-    }
-    write_metric(
-        &mut out,
-        "throng_shard_inbox_bytes",
-        "gauge",
-        "Bytes of broadcasts waiting in the shards' inboxes.",
-        inbox_bytes,
-    );
-    write_metric(
-        &mut out,
-        "throng_shard_inbox_dropped_total",
-        "counter",
-        "Broadcasts and infos not handed to a shard whose inbox held --max-shard-inbox-bytes.",
-        inbox_dropped,
-    );
-    write_metric(
-        &mut out,
-        "throng_api_requests_total",
-        "counter",
-        "Server API requests (broadcast, disconnect, topics, stats).",
-        node.api_requests.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_api_refusals_total",
-        "counter",
-        "Server API requests refused for a missing or wrong X-API-Key.",
-        node.api_refusals.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_api_timeouts_total",
-        "counter",
-        "Server API requests whose head or body took longer than --api-timeout.",
-        node.api_timeouts.load(Relaxed),
-    );
-    for (tls, name) in [(&node.tls, "public port"), (&node.api_tls, "server API")] {
-        let Some(tls) = tls else { continue };
-        let which = if name == "public port" { "" } else { "api_" };
-        write_metric(
-            &mut out,
-            &format!("throng_{which}tls_reloads_total"),
-            "counter",
-            &format!(
-                "Certificate reloads of the {name} (SIGHUP or a changed file) that took effect."
-            ),
-            tls.certs.reloads.load(Relaxed),
-        );
-        write_metric(
-            &mut out,
-            &format!("throng_{which}tls_reload_failures_total"),
-            "counter",
-            &format!("Certificate reloads of the {name} refused (unreadable files, a key not the certificate's); the previous certificate stayed in use."),
-            tls.certs.reload_failures.load(Relaxed),
-        );
-    }
-    write_metric(
-        &mut out,
-        "throng_api_busy_total",
-        "counter",
-        "Server API connections refused (503) past --max-api-connections.",
-        node.api_busy.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_dashboard_streams",
-        "gauge",
-        "Live streams of the dashboard page open (bound: --max-dashboard-streams).",
-        node.dashboard_streams.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_dashboard_streams_refused_total",
-        "counter",
-        "Dashboard streams refused (503) past --max-dashboard-streams.",
-        node.dashboard_refused.load(Relaxed),
-    );
-    if let Some(history) = &node.history_redis {
-        throng_pubsub::history::redis::render_metrics(&history.stats, &mut out);
-    }
-    if let Some(history) = &node.history {
-        crate::history::render_metrics(history, &mut out);
-    }
-    node.backplane.render_metrics(&mut out);
-    node.presence.render_metrics(&mut out);
-    if let Some(hooks) = &node.hooks {
-        hooks.render_metrics(&mut out);
-        if let Some(o) = node.occupancy.get() {
-            o.render_metrics(&mut out);
-        }
-    }
-    out
-}
 
 #[cfg(test)]
 mod tests {

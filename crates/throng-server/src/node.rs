@@ -294,12 +294,20 @@ impl Node {
         )
     }
 
+    /// Bytes of broadcasts waiting in the shards' inboxes.
+    pub fn shard_inbox_bytes(&self) -> u64 {
+        self.peers
+            .iter()
+            .map(|p| p.queued.load(Relaxed) as u64)
+            .sum()
+    }
+
     /// Counts this node's subscribers (each shard its own) and hands the
     /// report to `done`, on the thread of the last shard to answer.
     pub fn report(&self, done: impl FnOnce(NodeReport) + Send + 'static) {
         let report = NodeReport {
             node: self.control.node_id.clone(),
-            stats: StatsSummary::of(self),
+            stats: StatsSummary::of(&self.stats, self.shard_inbox_bytes()),
             counters: crate::dashboard::counters(self),
             ..Default::default()
         };

@@ -88,12 +88,15 @@ impl Pages {
                 "200 OK",
                 "application/json",
                 "Cache-Control: no-store\r\n",
-                crate::health::ALIVE.as_bytes(),
+                ALIVE.as_bytes(),
             ),
             not_found: Response::new("404 Not Found", "text/plain", "", b"404 Not Found\n"),
         }
     }
 }
+
+/// `/healthz`'s body.
+pub const ALIVE: &str = "{\"status\":\"alive\"}\n";
 
 /// A one-off error response that closes the connection.
 pub(crate) fn error_response(

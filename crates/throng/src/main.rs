@@ -2,6 +2,11 @@
 //! process (`serve.rs`: which backplane, single node or cluster node;
 //! `supervisor.rs`: `serve --workers N`, N node processes on one port;
 //! `token.rs`: `throng token`, test tokens).
+//!
+//! Layers (a module uses only those below it; `scripts/check-import-cycles.py`):
+//! 1. `supervisor`, `token`: the workers of `serve --workers N`; test tokens.
+//! 2. `serve`: one serving process, or the supervisor when `--workers` asks for it.
+//! 3. `main`: the command line.
 
 mod serve;
 mod supervisor;

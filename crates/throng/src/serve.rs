@@ -24,7 +24,7 @@ use throng_pubsub::{
 };
 use throng_server::{chat, echo, Config, Server};
 
-use crate::supervisor::{self, Error};
+use crate::supervisor::{self, open_line, Error};
 
 /// Runs `throng serve` with resolved settings; blocks while it serves.
 pub fn serve(config: Config) -> Result<(), Error> {
@@ -97,11 +97,6 @@ pub fn serve(config: Config) -> Result<(), Error> {
     server.wait();
     tracing::info!("drained; exiting");
     Ok(())
-}
-
-/// The line a person reads at start: where the chat page is.
-pub fn open_line(url: &str) -> String {
-    format!("open {url} for the chat page, and again in a second tab to chat between them (Ctrl-C stops)")
 }
 
 /// The first SIGTERM/SIGINT drains the node; a second one exits at once.

@@ -331,7 +331,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                     .collect();
                 lines.push(format!("listening on {addr}"));
                 lines.extend(workers.iter().map(worker_line));
-                lines.push(crate::serve::open_line(&throng_server::page_url(addr)));
+                lines.push(open_line(&throng_server::page_url(addr)));
                 announce(&lines);
             } else if now > deadline {
                 stop_all(&mut workers, None, SIGTERM, stop_timeout);
@@ -474,6 +474,12 @@ fn start_worker(
             })?;
     }
     Ok(child)
+}
+
+/// The line a person reads at start: where the chat page is (printed by a
+/// single node, `serve.rs`, and by the supervisor for its workers).
+pub fn open_line(url: &str) -> String {
+    format!("open {url} for the chat page, and again in a second tab to chat between them (Ctrl-C stops)")
 }
 
 /// Asks the kernel to SIGTERM the child when the supervisor dies.

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use crate::cli::BenchArgs;
-use crate::engine::tls::TlsPlan;
 use crate::error::BenchError;
+use crate::plan::TlsPlan;
 
 /// The agents' half (in their plans) and the embedded server's flags.
 pub(super) struct BenchTls {

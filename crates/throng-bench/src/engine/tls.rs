@@ -11,16 +11,8 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
-use serde::{Deserialize, Serialize};
 
-/// What an agent needs to speak TLS to the server: sent in its plan.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TlsPlan {
-    /// PEM certificates to trust (the CA of the server's certificate).
-    pub ca_pem: String,
-    /// The name the server's certificate is checked against (and SNI).
-    pub server_name: String,
-}
+pub use crate::plan::TlsPlan;
 
 pub(super) struct ClientTls {
     config: Arc<ClientConfig>,

@@ -26,6 +26,9 @@
 //!   error log, reconnection with backoff, [`Worker::setup`] again, one
 //!   info log saying how long it was down.
 //!
+//! Layers: `options` (URL, TLS, client), then `cluster` (which uses
+//! them), then this module (the session, the loop, [`check_with`]).
+//!
 //! The user of the link is a [`Worker`]: what it does on a fresh session
 //! (subscribe, rewrite its state), what it serves while connected, and
 //! what it drops while disconnected.
@@ -44,9 +47,23 @@ use ::redis::{Cmd as RedisCmd, Pipeline, RedisFuture, Value};
 use futures_util::StreamExt;
 
 pub use cluster::slot::{tagged, topic_after_tag, topic_tag};
-pub use options::{check, check_with, random_node_id, redact, RedisOptions};
+pub use options::{random_node_id, redact, RedisOptions};
 
 use crate::Error;
+
+/// Checks, with a blocking connection, that Redis at `url` answers PING.
+pub fn check(url: &str) -> Result<(), Error> {
+    check_with(url, &RedisOptions::default())
+}
+
+/// [`check`] with TLS settings; a `redis+cluster://` URL checks the cluster.
+pub fn check_with(url: &str, options: &RedisOptions) -> Result<(), Error> {
+    let shown = redact(url);
+    if cluster::is_cluster_url(url) {
+        return cluster::check(url, &shown, options);
+    }
+    options::check_server(url, &shown, options)
+}
 
 /// How long a connection attempt (TCP, TLS, AUTH, the first PING and the
 /// user's setup) may take.

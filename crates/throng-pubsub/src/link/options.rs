@@ -68,20 +68,13 @@ pub(crate) fn client_for(
     }
 }
 
-/// Checks, with a blocking connection, that Redis at `url` answers PING.
-pub fn check(url: &str) -> Result<(), Error> {
-    check_with(url, &RedisOptions::default())
-}
-
-/// [`check`] with TLS settings.
-pub fn check_with(url: &str, options: &RedisOptions) -> Result<(), Error> {
-    let shown = redact(url);
-    if super::cluster::is_cluster_url(url) {
-        return super::cluster::check(url, &shown, options);
-    }
-    let client = client_for(url, &shown, options)?;
+/// Checks, with a blocking connection, that the one Redis server at `url`
+/// (not a cluster: [`super::check_with`] tells them apart) answers PING;
+/// `shown` is the URL as errors show it.
+pub(super) fn check_server(url: &str, shown: &str, options: &RedisOptions) -> Result<(), Error> {
+    let client = client_for(url, shown, options)?;
     let fail = |e: ::redis::RedisError| Error::RedisConnect {
-        url: shown.clone(),
+        url: shown.to_string(),
         reason: e.to_string(),
     };
     let mut conn = client
@@ -144,7 +137,9 @@ mod tests {
 
     #[test]
     fn an_unreachable_redis_is_an_error_naming_the_url_masked() {
-        let err = check("redis://:pw@127.0.0.1:1").unwrap_err().to_string();
+        let err = crate::link::check("redis://:pw@127.0.0.1:1")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("redis://:***@127.0.0.1:1") && !err.contains("pw"),
             "{err}"

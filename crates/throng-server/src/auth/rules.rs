@@ -61,7 +61,7 @@ pub struct TopicRule {
     /// What the app backend decides on these topics (`crate::hooks`):
     /// `"join"`, `"push"` [default: none].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hooks: Vec<crate::hooks::TopicHook>,
+    pub hooks: Vec<TopicHook>,
     /// Messages of history kept per topic, for recovery on rejoin
     /// (`crate::history`) [default: none].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,7 +204,7 @@ impl Policy {
     }
 
     /// Whether the rule of `topic` sends `hook` to the app backend.
-    pub fn hooked(&self, topic: &str, user: Option<&str>, hook: crate::hooks::TopicHook) -> bool {
+    pub fn hooked(&self, topic: &str, user: Option<&str>, hook: TopicHook) -> bool {
         self.any_hooks
             && self
                 .rule(topic, user)
@@ -269,6 +269,15 @@ fn matches(pattern: &str, topic: &str, user: Option<&str>) -> bool {
 }
 
 const USER: &str = "{user}";
+
+/// What a `[[topics]]` rule's `hooks` may list (the app backend's hooks,
+/// `crate::hooks`, a topic's joins or pushes go through).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TopicHook {
+    Join,
+    Push,
+}
 
 #[cfg(test)]
 mod tests {
@@ -378,7 +387,6 @@ mod tests {
 
     #[test]
     fn hooks_per_rule() {
-        use crate::hooks::TopicHook;
         let rules: Vec<TopicRule> = serde_json::from_str(
             r#"[{"pattern":"rooms:*","hooks":["join","push"]},{"pattern":"plain:*"},{"pattern":"j:*","hooks":["join"]}]"#,
         )

@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::setting::settings;
 use crate::auth::{AuthConfig, MaxAge, Mode};
+use crate::setting::settings;
 
 settings! {
     /// The `[auth]` keys, and the `--auth-*` flags flattened into

@@ -6,9 +6,9 @@
 use serde::Deserialize;
 
 use super::auth::AuthArgs;
+use super::HookArgs;
 use super::ServeArgs;
 use crate::auth::TopicRule;
-use crate::hooks::HookArgs;
 use crate::limits::LimitArgs;
 
 /// The config file's shape: the same settings as the flags.

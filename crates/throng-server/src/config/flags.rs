@@ -10,25 +10,11 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
 use super::auth::AuthArgs;
-use super::setting::settings;
 use crate::auth::origin::CheckOriginToml;
 use crate::auth::CheckOrigin;
 use crate::limits::LimitArgs;
 use crate::presence::{PresenceRule, RuleFile};
-
-/// Parses a whole number of 0 or more, saying so for a negative one.
-pub fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String>
-where
-    T::Err: std::fmt::Display,
-{
-    s.trim().parse().map_err(|e| {
-        if s.trim_start().starts_with('-') {
-            "must be 0 or more".to_string()
-        } else {
-            format!("{e}: want a whole number, such as 10")
-        }
-    })
-}
+use crate::setting::{settings, whole};
 
 /// `--bind`: an IP address, or a host name resolved to its first address
 /// (as `throng bench --target localhost:4000` does).
@@ -179,7 +165,7 @@ settings! {
         pub auth: AuthArgs,
         /// The app backend's hooks: the `[hooks]` table (`crate::hooks`).
         #[command(flatten, next_help_heading = "App backend hooks")]
-        pub hooks: crate::hooks::HookArgs,
+        pub hooks: super::HookArgs,
         /// The other bounds (`limits.rs`): top-level keys, as these.
         #[command(flatten, next_help_heading = "Limits")]
         pub limits: LimitArgs,

@@ -2,7 +2,7 @@
 //! optional TOML file, over defaults. `throng serve --help` documents each.
 //!
 //! Each setting is defined once, as one field of a settings group made
-//! with [`settings!`](setting) (`setting.rs` says what a field gives): its
+//! with [`settings!`](crate::setting) (`setting.rs` says what a field gives): its
 //! doc comment is the help, its name the flag (`--idle-timeout`) and the
 //! file key (`idle_timeout`), its `#[arg(env = ...)]` the variable, its
 //! `= VALUE` the default shown in `--help`. The groups, one per table of
@@ -10,7 +10,7 @@
 //! - `flags.rs`: [`ServeArgs`], the top-level keys, with the groups below
 //!   flattened into its flags;
 //! - `auth.rs`: [`AuthArgs`], the `[auth]` table and the `--auth-*` flags;
-//! - `crate::hooks` (`hooks/settings.rs`): `HookArgs`, `[hooks]` and `--hook-*`;
+//! - `hooks.rs`: `HookArgs`, `[hooks]` and `--hook-*` (what `crate::hooks` calls the backend with);
 //! - `crate::limits` (`limits.rs`): `LimitArgs`, top-level keys kept beside
 //!   the bounds they set.
 //!
@@ -51,7 +51,7 @@ mod auth;
 mod check;
 mod file;
 mod flags;
-pub(crate) mod setting;
+mod hooks;
 mod template;
 mod workers;
 
@@ -64,10 +64,12 @@ use crate::limits::Limits;
 use crate::presence::PresenceRule;
 use crate::Error;
 
+pub use crate::setting::whole;
 pub use auth::AuthArgs;
 pub use check::{check_config, Checked};
 use file::FileConfig;
-pub use flags::{parse_bind, whole, ServeArgs};
+pub use flags::{parse_bind, ServeArgs};
+pub use hooks::{HookArgs, HooksConfig};
 pub use template::{file_keys, gen_config, serve_command, FileKey};
 
 /// Resolved settings.
@@ -129,7 +131,7 @@ pub struct Config {
     /// A presence's key and meta together.
     pub max_presence_bytes: usize,
     /// `[hooks]`: the app backend (`crate::hooks`).
-    pub hooks: crate::hooks::HooksConfig,
+    pub hooks: HooksConfig,
     /// TLS on the public port (`--tls-cert`, `--tls-key`).
     pub tls: Option<crate::tls::TlsFiles>,
     /// TLS on the server API (`--api-tls-cert`, `--api-tls-key`).

@@ -6,8 +6,8 @@
 //! decides for it (port, shards, API port, index). Kept with its
 //! round-trip test, apart from loading.
 
-use super::setting::PassOn;
 use super::Config;
+use crate::setting::PassOn;
 
 impl Config {
     /// The command line and environment of worker `index` on the
@@ -96,7 +96,7 @@ mod tests {
             },
             longpoll_window: Some(3),
             max_longpoll_batch: Some(9),
-            hooks: crate::hooks::HookArgs {
+            hooks: crate::config::HookArgs {
                 url: Some("http://127.0.0.1:8000/throng".into()),
                 secret: Some("hook-s3cret".into()),
                 timeout_ms: Some(70),

@@ -23,7 +23,8 @@
 //! A connect hook (`connect = true`) holds a WebSocket upgrade the same way:
 //! the `101` goes out when the backend accepts, a 403 or 503 otherwise.
 //!
-//! - `settings.rs`: the `[hooks]` keys and `--hook-*` flags;
+//! - `config/hooks.rs` (in `crate::config`, with the other settings): the
+//!   `[hooks]` keys and `--hook-*` flags;
 //! - `client.rs`: the HTTP client, its bounds and timeout;
 //! - `breaker.rs`: the circuit breaker;
 //! - `request.rs`: the signed request bodies;
@@ -42,29 +43,19 @@ mod client;
 mod events;
 mod occupancy;
 mod request;
-mod settings;
 mod stats;
 mod tls;
 mod waits;
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::auth::TopicHook;
+pub use crate::config::{HookArgs, HooksConfig};
 pub use answer::{Answer, BroadcastAnswer, UserId};
 pub use client::{HookAnswer, HookClient, Outcome};
 pub use events::{Event, EventType, Events, FLUSH_AT_EXIT};
 pub use occupancy::Occupancy;
 pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
-pub use settings::{HookArgs, HooksConfig};
 pub(crate) use waits::{HeldSession, HeldUpgrade, Wait, Waiting, Waits};
-
-/// What a `[[topics]]` rule's `hooks` may list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TopicHook {
-    Join,
-    Push,
-}
 
 /// A hook: which backend path a request goes to, and its metrics label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

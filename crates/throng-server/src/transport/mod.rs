@@ -38,7 +38,8 @@
 //!   ([`SocketState`](outlet::SocketState));
 //! - [`users`]: a shard's authenticated users and their sockets;
 //! - `budget.rs`: the process's outbound memory budget;
-//! - `tls.rs`: TLS sessions below all of it, with `--tls-cert`.
+//! - `tls.rs`: TLS sessions below all of it, with `--tls-cert`;
+//! - `write.rs`: the one nonblocking socket write, under plain and TLS output.
 //!
 //! Invariant: a connection is only removed from the slab between events
 //! (by [`Conns::close`] for a reason whose output is not flushed, called
@@ -53,6 +54,7 @@ pub(crate) mod outlet;
 mod shard;
 mod tls;
 pub(crate) mod users;
+mod write;
 
 use mio::Token;
 

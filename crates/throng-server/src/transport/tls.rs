@@ -35,7 +35,7 @@ use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
 use rustls::{HandshakeKind, ServerConfig};
 
-use super::conns::output::write_some;
+use super::write::write_some;
 use crate::metrics::ShardStats;
 
 mod records;

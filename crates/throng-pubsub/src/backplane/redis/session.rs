@@ -339,7 +339,7 @@ impl Task {
         };
         // A broadcast with a position in its topic's history: every node
         // delivers it from here, its sender too (`envelope`, version 2).
-        let position = match positioned.at.map(crate::history::Position::parse) {
+        let position = match positioned.at.map(crate::position::Position::parse) {
             None => None,
             Some(Some(p)) => Some(p),
             Some(None) => return self.invalid(&"a malformed history position", channel),

@@ -21,6 +21,7 @@ use crate::metrics::ShardStats;
 use crate::transport::budget;
 use crate::transport::conn::{Chunk, Kind};
 use crate::transport::outlet::Outlet;
+use crate::transport::write::write_some;
 
 impl Conns {
     /// Appends a frame around `body` to the frames gathered for the
@@ -382,18 +383,6 @@ impl Conns {
                 Token(key),
                 Interest::READABLE | Interest::WRITABLE,
             );
-        }
-    }
-}
-
-/// One `write`, mapping `WouldBlock` to zero bytes.
-pub(crate) fn write_some(sock: &mut TcpStream, bytes: &[u8]) -> io::Result<usize> {
-    loop {
-        match sock.write(bytes) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
         }
     }
 }

@@ -372,7 +372,7 @@ impl Shard {
                         conns.send(key, &crate::health::readyz_response(node, head_only));
                     }
                     Page::Metrics => {
-                        let body = crate::metrics::render(node);
+                        let body = crate::scrape::render(node);
                         let r = crate::page::Response::new(
                             "200 OK",
                             "text/plain; version=0.0.4",

@@ -3,7 +3,7 @@
 //! `--help` text and its default, and the pieces it is built from
 //! ([`Layer`], [`help`], [`pass_on`]). Each settings group (the top-level
 //! keys in `flags.rs`, `[auth]` in `auth.rs`, `[hooks]` in
-//! `hooks/settings.rs`, the limits in `limits.rs`) is one `settings!`
+//! `config/hooks.rs`, the limits in `limits.rs`) is one `settings!`
 //! struct; ripgrep keeps its flags the same way (one definition each, in
 //! its crates/core/flags/defs.rs, from which help and docs are generated).
 //!
@@ -150,6 +150,20 @@ pub fn pass_on<A: clap::Args + Serialize>(group: &A, out: &mut PassOn) {
     }
 }
 
+/// Parses a whole number of 0 or more, saying so for a negative one.
+pub fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.trim().parse().map_err(|e| {
+        if s.trim_start().starts_with('-') {
+            "must be 0 or more".to_string()
+        } else {
+            format!("{e}: want a whole number, such as 10")
+        }
+    })
+}
+
 /// Defines a settings group: see this module's doc. The fields are
 /// settings (a doc comment, `#[arg(...)]`, optional `#[serde(...)]`, the
 /// type as the flag takes it: `Option<T>`, `bool` or `Vec<T>`, and an
@@ -184,10 +198,10 @@ macro_rules! settings {
                 // No doc attribute: clap would take it as the help too.
                 #[arg(
                     $($arg)*,
-                    help = $crate::config::setting::help(
+                    help = $crate::setting::help(
                         concat!($($doc, " ",)* ""),
-                        None $(.or(Some($crate::config::setting::shown::<
-                            <$ty as $crate::config::setting::Layer>::Value,
+                        None $(.or(Some($crate::setting::shown::<
+                            <$ty as $crate::setting::Layer>::Value,
                         >($default))))?,
                     )
                 )]
@@ -207,8 +221,8 @@ macro_rules! settings {
         impl $name {
             $($(
                 #[doc = concat!("`", stringify!($field), "` with its default.")]
-                pub fn $field(&self) -> <$ty as $crate::config::setting::Layer>::Value {
-                    $crate::config::setting::Layer::get(&self.$field, $default)
+                pub fn $field(&self) -> <$ty as $crate::setting::Layer>::Value {
+                    $crate::setting::Layer::get(&self.$field, $default)
                 }
             )?)*
 
@@ -216,15 +230,15 @@ macro_rules! settings {
             /// field, and each group over its own.
             pub fn or(self, under: Self) -> Self {
                 Self {
-                    $($field: $crate::config::setting::Layer::or(self.$field, under.$field),)*
+                    $($field: $crate::setting::Layer::or(self.$field, under.$field),)*
                     $($($gfield: self.$gfield.or(under.$gfield),)*)?
                 }
             }
 
             /// Adds every setting that is set, this group's and its
             /// groups', to `out` as flags (secrets as variables).
-            pub fn pass_on(&self, out: &mut $crate::config::setting::PassOn) {
-                $crate::config::setting::pass_on(self, out);
+            pub fn pass_on(&self, out: &mut $crate::setting::PassOn) {
+                $crate::setting::pass_on(self, out);
                 $($(self.$gfield.pass_on(out);)*)?
             }
         }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::setting::settings;
+use crate::setting::settings;
 
 settings! {
     /// The `[hooks]` keys, and the `--hook-*` flags flattened into
@@ -151,7 +151,7 @@ mod tests {
         };
         let e = flags.or(events).resolve().unwrap();
         assert!(e.events && e.events_batch == 7 && e.events_queue == 10_000);
-        let mut out = crate::config::setting::PassOn::default();
+        let mut out = crate::setting::PassOn::default();
         HookArgs {
             events: true,
             ..Default::default()

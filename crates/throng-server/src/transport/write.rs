@@ -1,0 +1,19 @@
+//! The one nonblocking socket write under every outlet: the plain
+//! WebSocket path (`conns/output.rs`) and TLS's records (`tls.rs`) both
+//! write through it, so it sits below both.
+
+use std::io::{self, Write};
+
+use mio::net::TcpStream;
+
+/// One `write`, mapping `WouldBlock` to zero bytes.
+pub(crate) fn write_some(sock: &mut TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        match sock.write(bytes) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
