@@ -18,6 +18,7 @@ import {
   BACKEND_SECRET, freePort, requireBackendDeps, startExampleBackend, login, connectWithCookie,
 } from "./example_backend.mjs"
 import {sign} from "../../examples/backend/signature.js"
+import {until} from "./presence_helpers.mjs"
 
 const dir = mkdtempSync(path.join(tmpdir(), "throng-backend-chat-"))
 const DB = path.join(dir, "chat.db")
@@ -194,7 +195,9 @@ test("the example backend refuses forged, unsigned and replayed requests with 40
   const ok = await call(fresh, sign(BACKEND_SECRET, Buffer.from(fresh)))
   assert.equal(ok.status, 200)
   assert.ok(Array.isArray((await ok.json()).reply.messages))
-  assert.match(backend.stderr(), /refused POST \/throng\/join from \S+: bad signature/)
+  // The backend answers before its log line reaches this process's pipe: wait for it (bounded).
+  const refused = /refused POST \/throng\/join from \S+: bad signature/
+  await until(() => refused.test(backend.stderr()), 5000, () => `the backend's log line ${refused} in:\n${backend.stderr()}`)
 })
 
 test("the events handler keeps who is online per room and applies each event id once", async () => {

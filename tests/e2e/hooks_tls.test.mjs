@@ -8,6 +8,7 @@ import {tmpdir} from "node:os"
 import path from "node:path"
 import {startServer, connectPhoenix, closePhoenix, joinResult} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
+import {until} from "./presence_helpers.mjs"
 
 const SECRET = "tls-hook-secret"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-tls-"))
@@ -64,5 +65,8 @@ test("an https backend whose certificate is not trusted is unavailable", async (
   const socket = await connectPhoenix(server.wsUrl, "2.0.0")
   sockets.push(socket)
   assert.deepEqual(await joinResult(socket.channel("rooms:tls")), {status: "error", response: {reason: "backend unavailable"}})
-  assert.match(server.stderr(), /app backend .* failed: unreachable/)
+  // The join's error reply can reach the client before the server's log
+  // line reaches this process's pipe: wait for the line (bounded).
+  const unreachable = /app backend .* failed: unreachable/
+  await until(() => unreachable.test(server.stderr()), 5000, () => `the log line ${unreachable} in:\n${server.stderr()}`)
 })
