@@ -73,7 +73,7 @@ use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
 use crate::channel::ConnectInfo;
-use crate::transport::outlet::SocketState;
+use crate::socket::SocketState;
 pub(crate) use token::{Secret, Token};
 pub(crate) use wire::{Answer, Ask, ReplyTo, Request};
 
