@@ -106,6 +106,7 @@ pub mod config;
 pub mod control;
 pub mod dashboard;
 pub mod echo;
+mod forward;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod health;

@@ -24,10 +24,10 @@ use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
+use crate::forward::wire::Forward;
+use crate::forward::{self, Answer, Request as LongPollRequest};
 use crate::hooks::{Event, EventType};
 use crate::limits::Admission;
-use crate::longpoll::wire::Forward;
-use crate::longpoll::{self, Answer, Request as LongPollRequest};
 use crate::metrics::ShardStats;
 use crate::page::Pages;
 
@@ -343,7 +343,7 @@ impl Node {
                     // Not a session of this node (a stale token): gone.
                     self.forward_answer(Answer {
                         reply,
-                        body: longpoll::status_body(410),
+                        body: forward::status_body(410),
                     });
                 }
             }
