@@ -296,10 +296,11 @@ impl Server {
             }),
             history_redis,
             this: OnceLock::new(),
+            report_counters: dashboard::counters,
         });
         let _ = node.this.set(Arc::downgrade(&node));
         if let Some(h) = &node.hooks {
-            h.attach(Arc::downgrade(&node));
+            h.attach(Arc::downgrade(&node) as _);
         }
         if node.config.hooks.events {
             let occupancy = match &node.config.redis {
