@@ -28,15 +28,8 @@ import sys
 # parent, members): a cycle among those members (or some of them) is
 # printed but does not fail; one with any other member does. Shrink or
 # remove an entry as its cycles go.
-KNOWN = {
-    # The node as the shared context still holds types of the modules above
-    # it (control, hooks, history, long-poll answers, the dashboard's
-    # counters), and ws/longpoll/scrape still read items of transport/;
-    # throng-server's lib.rs lists the layers and these wrong-way edges.
-    ("throng-server", "", frozenset({
-        "control", "dashboard", "echo", "health", "history", "hooks", "http",
-        "longpoll", "node", "scrape", "socket", "transport", "ws"})),
-}
+KNOWN = set()  # none left
+
 
 LAYERS = False
 KNOWN_SEEN = []

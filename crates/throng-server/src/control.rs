@@ -8,7 +8,7 @@
 //!
 //! A [`Message`] is typed here and encoded with a leading tag that versions
 //! it ([`Message::encode`]): `1` then a JSON [`Request`], `2` then a
-//! long-poll forward (`longpoll::wire`, itself versioned). A node drops
+//! long-poll forward (`forward::wire`, itself versioned). A node drops
 //! (and logs at debug) a tag it does not know.
 //!
 //! A `gather` goes to every node; each node that hears it counts its
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::longpoll::wire::Forward;
+use crate::forward::wire::Forward;
 use crate::metrics::ShardStats;
 
 /// How long a cluster-wide question waits for the other nodes' reports.

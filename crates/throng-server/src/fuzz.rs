@@ -27,8 +27,8 @@ use throng_pubsub::{Broadcast, LocalPresence, Registry, Slot, Tracker};
 
 use crate::channel::{Channel, Info, Reply, Socket, Who};
 use crate::metrics::ShardStats;
+use crate::pending::Extra;
 use crate::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
-use crate::transport::conn::Extra;
 use crate::ws::{on_frame, FrameAction};
 
 /// A transport that keeps the registry and checks what would be sent.

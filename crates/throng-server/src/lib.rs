@@ -18,7 +18,8 @@
 //! - `http`: what a request asks for (upgrade, long-poll, page, error),
 //!   without I/O.
 //! - `longpoll`: the long-poll transport's sessions, tokens and forwarding
-//!   (its shard side is `transport/conns/longpoll.rs`). Phoenix's
+//!   (its shard side is `transport/conns/longpoll.rs`; the tokens and
+//!   forwarded values, which the node carries, are `forward/`). Phoenix's
 //!   `Phoenix.Transports.LongPoll`.
 //! - `ws`: WebSocket messages from frames (fragments, control frames).
 //! - `socket/`: the Phoenix multiplexer (heartbeat, join, leave, duplicate
@@ -57,24 +58,24 @@
 //! (`scripts/check-import-cycles.py` checks for cycles, in CI):
 //! 1. plain values and settings: `setting` (the `settings!` macro),
 //!    `sys`, `metrics` (the shard counters), `page`, `close`, `api_error`,
-//!    `bind`, `channel`, `tls`, `ws`
+//!    `bind`, `channel`, `tls`, `ws`; `budget` (the outbound memory
+//!    budget), `pending` (what a connection holds while busy), `forward`
+//!    (long-poll requests and answers between shards and nodes)
 //! 2. the settings groups and what they hold: `auth`, `limits`,
 //!    `presence`, `refusals`; then `config`, which gathers them
-//! 3. `node`: what the shards of a process share, holding the types above
-//! 4. what reads the node: `hooks`, `history`, `control`, `health`,
-//!    `scrape` (`/metrics`), `dashboard`, `echo`, `chat`, `relay`, `http`,
-//!    `longpoll`, `socket`
-//! 5. `transport`: the event loops, which drive everything below
-//! 6. `api` (the server API), `fuzz`, and this file (`Server`)
+//! 3. what the node holds: `control` (the nodes' requests to each other),
+//!    `hooks` (the app backend's client)
+//! 4. `node`: what the shards of a process share, holding the types above
+//! 5. what reads the node: `history`, `health`, `scrape` (`/metrics`),
+//!    `dashboard`, `echo`, `chat`, `relay`, `http`, `longpoll`, `socket`
+//! 6. `transport`: the event loops, which drive everything below
+//! 7. `api` (the server API), `fuzz`, and this file (`Server`)
 //!
-//! Still pointing the wrong way (listed as known in the check, to move):
-//! `node` holds `control::Control`, `hooks::HookAnswer`,
-//! `history::ReplayAnswer`, `longpoll::wire::Forward` and calls
-//! `dashboard::counters` (node answers control messages itself); `hooks`
-//! and `history` hold and use the node in turn. `ws` reads
-//! `transport::conn::Extra`, `longpoll` `transport::outlet::SocketState`,
-//! `scrape` `transport::outbound_memory`: items to move below transport
-//! once its files settle.
+//! Where a lower module calls back up, it goes through what the node
+//! implements: the hook client's answers (`hooks::Answers`) and occupancy
+//! events (`throng_pubsub::OccupancySink`), the backplane's deliveries
+//! (`throng_pubsub::Handler`); the figures of a node's report are
+//! `dashboard::counters`, which `Server::start` gives the node.
 //!
 //! ## The path of a broadcast
 //! A client pushes `new:msg` on `rooms:lobby`. Its shard reads the frame
@@ -98,6 +99,7 @@ pub mod api;
 mod api_error;
 pub mod auth;
 pub mod bind;
+mod budget;
 pub mod channel;
 pub mod chat;
 mod close;
@@ -105,6 +107,7 @@ pub mod config;
 pub mod control;
 pub mod dashboard;
 pub mod echo;
+mod forward;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod health;
@@ -117,6 +120,7 @@ pub mod metrics;
 pub mod node;
 mod page;
 pub mod panic;
+mod pending;
 pub mod presence;
 pub mod refusals;
 pub mod relay;
@@ -293,10 +297,11 @@ impl Server {
             }),
             history_redis,
             this: OnceLock::new(),
+            report_counters: dashboard::counters,
         });
         let _ = node.this.set(Arc::downgrade(&node));
         if let Some(h) = &node.hooks {
-            h.attach(Arc::downgrade(&node));
+            h.attach(Arc::downgrade(&node) as _);
         }
         if node.config.hooks.events {
             let occupancy = match &node.config.redis {

@@ -27,7 +27,7 @@
 //!   by what `--max-socket-bytes` leaves after that (`socket/`), refs by
 //!   [`check_refs`];
 //! - outbound memory: per connection in `transport/conns/output.rs`, for
-//!   the node in `transport/budget.rs`; shard inboxes in `node.rs`; the
+//!   the node in `budget.rs`; shard inboxes in `node.rs`; the
 //!   Redis publish queue in `throng-pubsub`.
 
 use std::collections::HashMap;

@@ -24,10 +24,10 @@ use crate::auth::{Auth, Policy, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
+use crate::forward::wire::Forward;
+use crate::forward::{self, Answer, Request as LongPollRequest};
 use crate::hooks::{Event, EventType};
 use crate::limits::Admission;
-use crate::longpoll::wire::Forward;
-use crate::longpoll::{self, Answer, Request as LongPollRequest};
 use crate::metrics::ShardStats;
 use crate::page::Pages;
 
@@ -56,7 +56,18 @@ pub(crate) enum ShardMsg {
     /// (`crate::history`).
     HistoryLost(Arc<str>),
     /// The answer to a history read of a join with `since` (Redis).
-    Replay(Box<crate::history::ReplayAnswer>),
+    Replay(Box<ReplayAnswer>),
+}
+
+/// The answer to a history read of a join of connection `key` on `topic`,
+/// back on its shard ([`ShardMsg::Replay`]; `transport/conns/history.rs` reads it).
+pub(crate) struct ReplayAnswer {
+    /// The shard's number for the read: a later join of the same socket
+    /// and topic has another.
+    pub id: u64,
+    pub key: usize,
+    pub topic: std::sync::Arc<str>,
+    pub replay: throng_pubsub::Replay,
 }
 
 impl ShardMsg {
@@ -213,6 +224,10 @@ pub struct Node {
     /// The node itself, for answers that come back from other threads
     /// (a history replay read in Redis).
     pub(crate) this: OnceLock<std::sync::Weak<Node>>,
+    /// The named figures a report carries, read off the node's `/metrics`:
+    /// `crate::dashboard::counters`, given by `Server::start` (the page and
+    /// the dashboard are above the node, which answers reports itself).
+    pub(crate) report_counters: fn(&Node) -> std::collections::BTreeMap<String, f64>,
 }
 
 impl Node {
@@ -308,7 +323,7 @@ impl Node {
         let report = NodeReport {
             node: self.control.node_id.clone(),
             stats: StatsSummary::of(&self.stats, self.shard_inbox_bytes()),
-            counters: crate::dashboard::counters(self),
+            counters: (self.report_counters)(self),
             ..Default::default()
         };
         let c = Collector::new(self.peers.len(), report, Box::new(done));
@@ -343,7 +358,7 @@ impl Node {
                     // Not a session of this node (a stale token): gone.
                     self.forward_answer(Answer {
                         reply,
-                        body: longpoll::status_body(410),
+                        body: forward::status_body(410),
                     });
                 }
             }
@@ -448,6 +463,14 @@ impl Handler for Node {
                 from = format_args!("{from:016x}"),
                 "dropped an unreadable control message"
             ),
+        }
+    }
+}
+
+impl crate::hooks::Answers for Node {
+    fn hook_answer(&self, shard: usize, answer: crate::hooks::HookAnswer) {
+        if let Some(peer) = self.peers.get(shard) {
+            peer.send(ShardMsg::Hook(Box::new(answer)));
         }
     }
 }

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use throng_protocol::frame::{close_code, parse_close, Opcode};
 
-use crate::transport::conn::Extra;
+use crate::pending::Extra;
 
 /// What one frame means for the connection.
 #[derive(Debug, PartialEq, Eq)]

@@ -68,16 +68,8 @@ pub(crate) struct HeldJoin {
     pub response: throng_protocol::OwnedPayload,
 }
 
-/// The answer to a history read of a join of connection `key` on `topic`,
-/// back on its shard (`crate::node::ShardMsg::Replay`).
-pub(crate) struct ReplayAnswer {
-    /// The shard's number for the read: a later join of the same socket
-    /// and topic has another.
-    pub id: u64,
-    pub key: usize,
-    pub topic: std::sync::Arc<str>,
-    pub replay: throng_pubsub::Replay,
-}
+// In the node's shard inboxes, below this module (`crate::node`).
+pub(crate) use crate::node::ReplayAnswer;
 
 use std::sync::atomic::Ordering::Relaxed;
 

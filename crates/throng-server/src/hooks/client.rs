@@ -23,7 +23,6 @@ use super::events::Events;
 use super::request::signature;
 use super::stats::{self, HookStats};
 use super::{Failure, Hook, HooksConfig};
-use crate::node::{Node, ShardMsg};
 
 /// What a hook call came to, for the shard that made it.
 #[derive(Debug)]
@@ -41,6 +40,13 @@ pub struct HookAnswer {
     pub outcome: Outcome,
 }
 
+/// Where the answers go: the node, to the calling shard's inbox
+/// (`crate::node` implements it: the node is above the hooks it holds).
+pub(crate) trait Answers: Send + Sync {
+    /// Queues `answer` in shard `shard`'s inbox.
+    fn hook_answer(&self, shard: usize, answer: HookAnswer);
+}
+
 pub struct HookClient {
     config: HooksConfig,
     /// `{url}/join`, `{url}/push`, `{url}/connect`, by [`Hook`] index.
@@ -51,7 +57,7 @@ pub struct HookClient {
     breaker: Breaker,
     stats: [HookStats; 3],
     /// Where answers go: the shards' inboxes.
-    node: OnceLock<Weak<Node>>,
+    node: OnceLock<Weak<dyn Answers>>,
     /// The backend's failure was logged (once per episode: until it answers).
     down_logged: AtomicBool,
     /// A bad answer was logged (once per episode: until a good one).
@@ -137,7 +143,7 @@ impl HookClient {
     }
 
     /// Answers go to this node's shards.
-    pub(crate) fn attach(&self, node: Weak<Node>) {
+    pub(crate) fn attach(&self, node: Weak<dyn Answers>) {
         let _ = self.node.set(node);
     }
 
@@ -182,9 +188,7 @@ impl HookClient {
             let outcome = this.exchange(hook, body).await;
             this.in_flight.fetch_sub(1, Relaxed);
             if let Some(node) = this.node.get().and_then(Weak::upgrade) {
-                if let Some(peer) = node.peers.get(shard) {
-                    peer.send(ShardMsg::Hook(Box::new(HookAnswer { id, outcome })));
-                }
+                node.hook_answer(shard, HookAnswer { id, outcome });
             }
         });
         Ok(())

@@ -50,6 +50,7 @@ mod waits;
 pub use crate::auth::TopicHook;
 pub use crate::config::{HookArgs, HooksConfig};
 pub use answer::{Answer, BroadcastAnswer, UserId};
+pub(crate) use client::Answers;
 pub use client::{HookAnswer, HookClient, Outcome};
 pub use events::{Event, EventType, Events, FLUSH_AT_EXIT};
 pub use occupancy::Occupancy;

@@ -20,10 +20,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use throng_pubsub::RedisOccupancy;
-
-use super::EventType;
-use crate::node::Node;
+use throng_pubsub::{OccupancySink, RedisOccupancy};
 
 pub enum Occupancy {
     /// This node alone: the topics it reported occupied.
@@ -35,25 +32,26 @@ pub enum Occupancy {
 impl Occupancy {
     /// The node gained its first or lost its last subscriber of `topic`.
     /// Never blocks on I/O.
-    pub fn changed(&self, node: &Node, topic: &Arc<str>) {
+    /// `node` is the node (`crate::node`, above the hooks it holds): what
+    /// it has now, and where its events go.
+    pub fn changed(&self, node: &impl OccupancySink, topic: &Arc<str>) {
         match self {
             Occupancy::Local(reported) => {
                 let mut reported = reported.lock().unwrap_or_else(|e| e.into_inner());
                 // Read under this lock, and the event queued under it too:
                 // the decisions and their order are one.
-                let has = node.topics.contains(topic);
-                let kind = match (has, reported.contains(topic)) {
+                let has = node.has_topic(topic);
+                match (has, reported.contains(topic)) {
                     (true, false) => {
                         reported.insert(topic.clone());
-                        EventType::Occupied
+                        node.occupied(topic);
                     }
                     (false, true) => {
                         reported.remove(topic);
-                        EventType::Vacated
+                        node.vacated(topic);
                     }
-                    _ => return,
-                };
-                node.topic_event(kind, topic);
+                    _ => {}
+                }
             }
             Occupancy::Redis(r) => r.changed(topic),
         }

@@ -59,8 +59,7 @@
 //!   goes back to the session ([`Ask::Return`]), whose next poll gets its
 //!   messages. Phoenix loses them.
 
-pub(crate) mod token;
-pub(crate) mod wire;
+pub(crate) use crate::forward::{token, wire};
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -73,7 +72,8 @@ use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
 use crate::channel::ConnectInfo;
-use crate::transport::outlet::SocketState;
+pub(crate) use crate::forward::status_body;
+use crate::socket::SocketState;
 pub(crate) use token::{Secret, Token};
 pub(crate) use wire::{Answer, Ask, ReplyTo, Request};
 
@@ -274,11 +274,6 @@ impl State {
     pub fn is_waiting(&self, key: usize) -> bool {
         !self.waiting.is_empty() && self.waiting.contains_key(&key)
     }
-}
-
-/// `{"status":N}`.
-pub(crate) fn status_body(status: u16) -> Vec<u8> {
-    format!("{{\"status\":{status}}}").into_bytes()
 }
 
 /// `{"status":N,"token":T,"messages":[..]}`, each message a JSON string of

@@ -16,6 +16,7 @@
 
 mod hooked;
 mod presence;
+mod state;
 
 use std::sync::Arc;
 
@@ -33,6 +34,7 @@ use crate::metrics::ShardStats;
 use crate::presence::PresenceRule;
 
 pub(crate) use presence::Tracked;
+pub(crate) use state::{SocketState, NO_USER};
 
 /// One channel a socket joined.
 pub(crate) struct Join {

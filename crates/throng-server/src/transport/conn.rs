@@ -10,15 +10,11 @@
 //! empty. There is no timer per connection: the shard's sweep once a second
 //! closes idle ones.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
-
 use mio::net::TcpStream;
-use throng_protocol::frame::Opcode;
 use throng_protocol::Vsn;
-use throng_pubsub::Broadcast;
 
 use super::outlet::{Ended, SocketState};
+pub(crate) use crate::pending::{Chunk, Extra};
 
 /// What a connection is doing: its lifecycle is handshake ([`Kind::Http`]),
 /// open ([`Kind::Ws`]), closing ([`Kind::Closing`]), closed (removed from
@@ -35,77 +31,6 @@ pub(crate) enum Kind {
     /// Closing while output flushes: our last bytes are queued or sent;
     /// waiting to shut down and for the peer's FIN.
     Closing { shut: bool },
-}
-
-/// What a connection holds only while something is pending.
-#[derive(Default)]
-pub(crate) struct Extra {
-    /// Bytes of an incomplete frame or HTTP request.
-    pub input: Vec<u8>,
-    /// A fragmented message in progress: its opcode and bytes so far.
-    pub frag: Option<(Opcode, Vec<u8>)>,
-    /// The message in progress is compressed (permessage-deflate).
-    pub frag_deflated: bool,
-    /// Bytes the kernel has not taken yet.
-    pub out: VecDeque<Chunk>,
-    pub out_bytes: usize,
-    /// Registered for writable events.
-    pub want_write: bool,
-}
-
-impl Extra {
-    pub fn is_empty(&self) -> bool {
-        self.input.is_empty() && self.frag.is_none() && self.out.is_empty()
-    }
-}
-
-/// Queued output.
-pub(crate) enum Chunk {
-    /// A broadcast frame shared with every other subscriber, from `offset`;
-    /// the bool: its compressed frame (permessage-deflate).
-    Shared(Arc<Broadcast>, Vsn, bool, usize),
-    /// Bytes of this connection alone, from `offset`.
-    Owned(Vec<u8>, usize),
-    /// Text shared with other connections (a presence state), from `offset`.
-    Text(Arc<str>, usize),
-}
-
-impl Chunk {
-    /// Bytes of this connection alone, counted in the outbound budget
-    /// (`budget.rs`) until the chunk is dropped.
-    pub fn owned(bytes: Vec<u8>) -> Chunk {
-        super::budget::owned_queued(bytes.len());
-        Chunk::Owned(bytes, 0)
-    }
-
-    pub fn rest(&self) -> &[u8] {
-        match self {
-            Chunk::Shared(b, vsn, z, off) => &b.frame_as(*vsn, *z).unwrap_or(&[])[*off..],
-            Chunk::Owned(v, off) => &v[*off..],
-            Chunk::Text(t, off) => &t.as_bytes()[*off..],
-        }
-    }
-
-    /// Whether part of it was written already.
-    pub fn started(&self) -> bool {
-        match self {
-            Chunk::Shared(_, _, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off > 0,
-        }
-    }
-
-    pub fn advance(&mut self, n: usize) {
-        match self {
-            Chunk::Shared(_, _, _, off) | Chunk::Owned(_, off) | Chunk::Text(_, off) => *off += n,
-        }
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        if let Chunk::Owned(v, _) = self {
-            super::budget::owned_released(v.len());
-        }
-    }
 }
 
 /// A connection. Kept small: this is what an idle socket costs in user space.

@@ -37,7 +37,6 @@
 //!   session), and the state every socket holds the same way
 //!   ([`SocketState`](outlet::SocketState));
 //! - [`users`]: a shard's authenticated users and their sockets;
-//! - `budget.rs`: the process's outbound memory budget;
 //! - `tls.rs`: TLS sessions below all of it, with `--tls-cert`;
 //! - `write.rs`: the one nonblocking socket write, under plain and TLS output.
 //!
@@ -47,7 +46,6 @@
 //! while its input is being processed; deliveries that must end a
 //! connection mark it `dead` and queue it in `doomed`.
 
-mod budget;
 pub(crate) mod conn;
 mod conns;
 pub(crate) mod outlet;
@@ -58,7 +56,8 @@ mod write;
 
 use mio::Token;
 
-pub(crate) use budget::outbound_memory;
+use crate::budget;
+
 pub(crate) use conn::CONN_SIZE;
 pub(crate) use conns::Conns;
 pub(crate) use outlet::authenticated;

@@ -12,12 +12,9 @@
 //! [`SESSION_BIT`]; the bit is read and written only by [`Outlet::of`] and
 //! [`Outlet::key`]. Connection keys stay far below it (one per open file).
 
-use std::sync::Arc;
-
 use throng_protocol::Vsn;
 
-use crate::channel::ConnectInfo;
-use crate::socket::Joins;
+pub(crate) use crate::socket::SocketState;
 
 /// Set in a registry key that names a long-poll session.
 const SESSION_BIT: usize = 1 << 31;
@@ -52,39 +49,6 @@ impl Outlet {
             Outlet::Ws(key) => key,
             Outlet::LongPoll(idx) => SESSION_BIT | idx,
         }
-    }
-}
-
-/// What a Phoenix socket holds whatever carries it. Kept to 56 bytes
-/// (a `Conn` stays within 80: `conn.rs`).
-pub(crate) struct SocketState {
-    /// The socket's channels.
-    pub joins: Joins,
-    /// What the client connected with, when it sent params; `None` for
-    /// most clients (a token is verified and not kept).
-    pub connect: Option<Arc<ConnectInfo>>,
-    /// The authenticated user: an index into the shard's `Users` table
-    /// (`users::NO_USER` if anonymous), which holds the id once per user.
-    pub user: u32,
-    /// The push budget: when its next push is due, in ms of the shard's
-    /// clock (`auth::rate`); 4 bytes, no timer.
-    pub push_tat: u32,
-}
-
-impl SocketState {
-    pub fn new() -> SocketState {
-        SocketState {
-            joins: Joins::new(),
-            connect: None,
-            user: super::users::NO_USER,
-            push_tat: 0,
-        }
-    }
-}
-
-impl Default for SocketState {
-    fn default() -> Self {
-        SocketState::new()
     }
 }
 

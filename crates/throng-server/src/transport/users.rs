@@ -22,8 +22,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use slab::Slab;
 
-/// A socket's "no user" index.
-pub(crate) const NO_USER: u32 = u32::MAX;
+pub(crate) use crate::socket::NO_USER;
 
 /// The sockets of one user on this shard.
 struct User {

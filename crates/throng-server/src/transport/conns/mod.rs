@@ -83,7 +83,7 @@ pub(crate) struct Conns {
     pub bytes_out: u64,
     /// `--max-outbound-bytes`: a connection with more queued is cut.
     pub max_outbound: usize,
-    /// `--max-outbound-total-bytes` (`transport/budget.rs`).
+    /// `--max-outbound-total-bytes` (`budget.rs`).
     pub max_outbound_total: usize,
     /// With `--max-connections-per-ip`: the address of each connection, by
     /// slab key (`conns/admission.rs`). Empty otherwise.

@@ -27,11 +27,11 @@ pub(crate) fn outbound_memory() -> usize {
 }
 
 /// A connection's own output was queued.
-pub(super) fn owned_queued(bytes: usize) {
+pub(crate) fn owned_queued(bytes: usize) {
     OWNED.fetch_add(bytes, Relaxed);
 }
 
 /// A connection's own output left the queue (written, or dropped).
-pub(super) fn owned_released(bytes: usize) {
+pub(crate) fn owned_released(bytes: usize) {
     OWNED.fetch_sub(bytes, Relaxed);
 }
