@@ -120,7 +120,7 @@ for k, (objs, size) in sorted(b.items(), key=lambda kv: -(kv[1][0] - a.get(kv[0]
         print(f"  {grew:7.0f} B  {(objs - a.get(k, (0, 0))[0]) / joined:5.2f} x {size:5d} B  {k}")
 print(f"  {total:7.0f} B  in the caches above")
 srv, agt = j.get('server', {}), j.get('agent', {})
-print(f"server {srv.get('bytes_per_conn', 0):.0f} B, generator {agt.get('bytes_per_conn', 0):.0f} B per connection (RSS growth)")
+print(f"server {srv.get('bytes_per_conn') or 0:.0f} B ({srv.get('private_bytes_per_conn') or 0:.0f} B without the binary's shared code pages), generator {agt.get('bytes_per_conn') or 0:.0f} B per connection (RSS growth)")
 b = j.get('broadcast', {})
 print(f"broadcast: receivers {b.get('receivers')}, last receiver {b.get('last_ms')} ms, floor ratio {b.get('floor_ratio')}")
 stop = j.get('arrival', {}).get('stopped_by_memory')
