@@ -141,8 +141,11 @@ pub struct Config {
     pub settings: ServeArgs,
 }
 
-/// The most worker processes `--workers` accepts.
-pub const MAX_WORKERS: usize = 64;
+/// The most worker processes `--workers` accepts: a bound on the
+/// supervisor's children and on the API ports they take (one each, from
+/// the API port up). 256 leaves room for 2,000,000 connections on a machine
+/// whose open-files limit is 20,000 per process (104 workers).
+pub const MAX_WORKERS: usize = 256;
 
 /// The server API's port when `--api-bind` is not given (as its help says).
 const DEFAULT_API_PORT: u16 = 4001;
