@@ -80,6 +80,20 @@ impl Conn {
         self.extra.get_or_insert_with(Default::default)
     }
 
+    /// Adds write interest (once) so the loop resumes queued output when
+    /// the socket drains.
+    pub fn watch_writable(&mut self, poll: &mio::Registry, key: usize) {
+        let extra = self.extra();
+        if !extra.want_write {
+            extra.want_write = true;
+            let _ = poll.reregister(
+                &mut self.sock,
+                mio::Token(key),
+                mio::Interest::READABLE | mio::Interest::WRITABLE,
+            );
+        }
+    }
+
     /// Frees the [`Extra`] box once nothing is pending.
     pub fn trim(&mut self) {
         if self

@@ -170,14 +170,7 @@ impl Conns {
             self.doom(Outlet::Ws(key), CloseReason::OutboundBudget);
             return;
         }
-        if !extra.want_write {
-            extra.want_write = true;
-            let _ = self.poll.reregister(
-                &mut conn.sock,
-                Token(key),
-                Interest::READABLE | Interest::WRITABLE,
-            );
-        }
+        conn.watch_writable(&self.poll, key);
     }
 
     /// The kernel has room again: writes the queue, in batches of slices.
@@ -375,15 +368,7 @@ impl Conns {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
-        let extra = conn.extra();
-        if !extra.want_write {
-            extra.want_write = true;
-            let _ = self.poll.reregister(
-                &mut conn.sock,
-                Token(key),
-                Interest::READABLE | Interest::WRITABLE,
-            );
-        }
+        conn.watch_writable(&self.poll, key);
     }
 }
 
