@@ -22,7 +22,7 @@ def metric(port, name):
 binp, n, rate, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 extra = sys.argv[5:]
 js = tempfile.mktemp(suffix=".json")
-args = [binp, "bench", "--connections", str(n), "--heartbeat", "0", "--hold", "2",
+args = [os.environ.get("BENCH_BIN", binp), "bench", "--connections", str(n), "--heartbeat", "0", "--hold", "2",
         "--floor", "off", "--dashboard-port", "0", "--json", js, "--report", "/dev/null"]
 if rate != "adaptive": args += ["--arrival-rate", rate]
 srv = None
@@ -50,6 +50,14 @@ if mode != "target":
         o = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
         for l in o.splitlines():
             if f"pid={spid}," in l: port = int(l.split()[3].rsplit(":",1)[1])
+pf = None
+if os.environ.get("SYSCALLS"):
+    ev = []
+    for n_ in ["accept4","recvfrom","sendto","epoll_wait","epoll_ctl","close"]:
+        ev += ["-e", f"syscalls:sys_enter_{n_}"]
+    ev += ["-e", "syscalls:sys_exit_accept4", "--filter", "ret < 0", "-e", "syscalls:sys_exit_recvfrom", "--filter", "ret < 0"]
+    pf = subprocess.Popen(["perf", "stat", "-x", ",", "-o", js + ".perf", "-p", str(spid)] + ev)
+    time.sleep(0.3)
 c0 = sched(spid); t0 = time.time()
 cpu_all = None
 while bench.poll() is None:
@@ -57,12 +65,18 @@ while bench.poll() is None:
     j = metric(port, "throng_joins_total")
     if j is not None and j >= n:
         cpu_all = sched(spid) - c0; t_all = time.time() - t0
+        if pf: pf.send_signal(2); pf.wait()
         break
 bench.wait()
 if srv: srv.terminate(); srv.wait()
 r = json.load(open(js)); os.unlink(js)
+sc = {}
+if pf:
+    for l in open(js + ".perf"):
+        p_ = l.strip().split(",")
+        if len(p_) > 3 and p_[0].replace(".","").isdigit(): sc[p_[2].split(":")[1]] = round(float(p_[0]) / n, 3)
 a = r.get("arrival", {})
 print(json.dumps({"sched_us_per_join": round(cpu_all/1000/n,2) if cpu_all else None, "secs": round(t_all,2) if cpu_all else None,
       "bench_us_per_join": r["arrival"].get("server_cpu_us_per_join"), "joins_per_s": round(r["arrival"]["per_sec"]),
       "joined": r["connections"]["joined"], "errors": r["errors"]["total"], "server_B_per_conn": r["server"].get("bytes_per_conn"),
-      "kernel_B_per_conn": r.get("kernel",{}).get("bytes_per_conn"), "agent_B_per_conn": r.get("agent",{}).get("bytes_per_conn")}))
+      "kernel_B_per_conn": r.get("kernel",{}).get("bytes_per_conn"), "agent_B_per_conn": r.get("agent",{}).get("bytes_per_conn"), "syscalls_per_conn": sc, "connect_p50": r["connect"]["p50_ms"], "join_p50": r["join"]["p50_ms"]}))
