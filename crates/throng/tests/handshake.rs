@@ -176,3 +176,55 @@ fn connection_caps_refuse_with_503_and_count() {
     let (mut again, _) = client_when_admitted("127.0.0.3", server.addr);
     again.join_lobby();
 }
+
+/// A head that arrived before its deadline is read, not timed out, even when
+/// the server reads it late: the server is stopped past the deadline while
+/// 1,100 connections (more than one turn's batch of events) each send their
+/// whole upgrade, then resumed. Every one must get its 101.
+#[test]
+fn a_head_sent_in_time_is_not_late_when_the_server_is() {
+    const N: u64 = 1100;
+    let server = Server::start(&["--handshake-timeout", "2", "--shards", "1"]);
+    let mut socks: Vec<TcpStream> = (0..N)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    assert_eq!(
+        server.await_metric("throng_connections_accepted_total", 10, |v| v == N),
+        N
+    );
+    server.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    let mut req = Vec::new();
+    throng_protocol::handshake::write_client_request(
+        &mut req,
+        "t",
+        "/socket/websocket?vsn=2.0.0",
+        [7; 16],
+    );
+    for s in &mut socks {
+        s.write_all(&req).unwrap();
+    }
+    // Stopped past the deadline, as a worker starved of CPU is.
+    std::thread::sleep(Duration::from_millis(3500).saturating_sub(stopped.elapsed()));
+    server.signal(libc::SIGCONT);
+    for (i, s) in socks.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 512];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(n) if n > 0 => head.extend_from_slice(&b[..n]),
+                end => panic!(
+                    "connection {i} of {N}: closed before its 101 ({end:?}) after {:?}",
+                    String::from_utf8_lossy(&head)
+                ),
+            }
+        }
+        assert!(
+            head.starts_with(b"HTTP/1.1 101"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
+    }
+    assert_eq!(server.metric("throng_handshake_timeouts_total"), 0);
+}
