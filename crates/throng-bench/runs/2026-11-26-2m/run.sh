@@ -20,7 +20,8 @@
 # handshakes in flight while the guard watches; see README.md), RATE
 # (arrival rate, 8000).
 #
-# Writes OUT/N.json, N.html, N.log (the bench's stderr), N-mem.tsv
+# Writes OUT/N.json, N.html, N.log (the bench's stderr), N-closes.txt (the
+# server's close and refusal counters at the plateau), N-mem.tsv
 # (MemAvailable, Slab, socket pages and conntrack entries every second),
 # N-slab0.txt / N-slab1.txt (/proc/slabinfo before and at the plateau) and
 # prints MemAvailable before / lowest / at the plateau, the kernel's slab
@@ -53,6 +54,22 @@ trap '"$THRONG" tune --revert > "$OUT/$N-tune-revert.txt" 2>&1; echo "tune rever
 cat /proc/slabinfo > "$OUT/$N-slab0.txt"
 grep -E "^(MemAvailable|Slab|SReclaimable|SUnreclaim|PageTables|AnonPages)" /proc/meminfo > "$OUT/$N-mem0.txt"
 
+# The workers' close and refusal counters, summed (each worker's /metrics,
+# on its API port inside the run's network namespace): why the server ended
+# the connections it ended during the ramp-up.
+server_closes() {
+  local pid ports
+  pid=$(pgrep -f "throng serve" | head -n 1)
+  [ -n "$pid" ] || { echo "no server worker found"; return; }
+  ports=$(nsenter -t "$pid" -n ss -Hltnp 2>/dev/null | grep '"throng"' \
+    | awk '{n=split($4,a,":"); print a[n]}' | sort -u)
+  for p in $ports; do
+    nsenter -t "$pid" -n curl -s --max-time 5 "http://127.0.0.1:$p/metrics" 2>/dev/null
+  done | awk '/^throng_[a-z_]*(closes|timeouts|refused|errors)[a-z_]*(_total)?[{ ]/ && $NF > 0 {
+      k=$1; v[k]+=$NF } END { for (k in v) printf "%s %d\n", k, v[k] }' | sort
+  echo "(summed over the workers' /metrics at the plateau)"
+}
+
 # The sampler: one line a second until the bench ends; at the first hold
 # line (the plateau, before the broadcast) a copy of /proc/slabinfo.
 : > "$OUT/$N.log"
@@ -64,6 +81,7 @@ grep -E "^(MemAvailable|Slab|SReclaimable|SUnreclaim|PageTables|AnonPages)" /pro
     if [ $snap = 0 ] && grep -q "^hold " "$OUT/$N.log" 2>/dev/null; then
       cat /proc/slabinfo > "$OUT/$N-slab1.txt"
       grep -E "^(MemAvailable|Slab|SReclaimable|SUnreclaim|PageTables|AnonPages)" /proc/meminfo > "$OUT/$N-mem1.txt"
+      server_closes > "$OUT/$N-closes.txt" 2>&1
       snap=1
     fi
     tcp=$(awk '$1=="TCP:" {for(i=2;i<NF;i++) if($i=="mem") print $(i+1)}' /proc/net/sockstat)
@@ -82,6 +100,7 @@ RC=$?
 kill "$SAMPLER"; wait "$SAMPLER" 2>/dev/null
 echo "bench exit status $RC (1: a criterion failed, such as a ramp-up stopped by --min-available)"
 cat "$OUT/$N.txt"
+echo "server's closes and refusals at the plateau:"; cat "$OUT/$N-closes.txt" 2>/dev/null
 
 python3 - "$N" "$OUT" <<'PY'
 import json, sys
