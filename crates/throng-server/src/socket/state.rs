@@ -8,8 +8,11 @@ use std::sync::Arc;
 use super::Joins;
 use crate::channel::ConnectInfo;
 
-/// A socket's "no user" index.
+/// A socket's "no user" mark.
 pub(crate) const NO_USER: u32 = u32::MAX;
+/// A socket's "has a user" mark: its id is in the shard's `Users` table,
+/// under the socket's registry key.
+pub(crate) const HAS_USER: u32 = 0;
 
 /// What a Phoenix socket holds whatever carries it. Kept to 56 bytes
 /// (a `Conn` stays within 80: `transport/conn.rs`).
@@ -19,8 +22,8 @@ pub(crate) struct SocketState {
     /// What the client connected with, when it sent params; `None` for
     /// most clients (a token is verified and not kept).
     pub connect: Option<Arc<ConnectInfo>>,
-    /// The authenticated user: an index into the shard's `Users` table
-    /// ([`NO_USER`] if anonymous), which holds the id once per user.
+    /// Whether the socket has an authenticated user ([`HAS_USER`]), whose
+    /// id the shard's `Users` table holds, or not ([`NO_USER`]).
     pub user: u32,
     /// The push budget: when its next push is due, in ms of the shard's
     /// clock (`auth::rate`); 4 bytes, no timer.

@@ -1,118 +1,160 @@
-//! [`Users`]: a shard's authenticated users, each once, with the keys of
-//! its sockets on this shard.
+//! [`Users`]: the authenticated user of each socket on a shard, found both
+//! ways: a socket's user id from its registry key, and a user's sockets
+//! from the id.
 //!
 //! Phoenix names a user's sockets with `Socket.id/1` (`users_socket:<id>`)
 //! and closes them all with a `disconnect` broadcast on that topic, which
-//! costs every socket a PubSub subscription. Here a socket holds only a
-//! 4-byte index into this table, the user's id is stored once per shard
-//! however many tabs the user has, and a disconnect is looked up here (it
-//! reaches every shard of every node through the control topic, since
-//! disconnects are rare and subscriptions per user are not free: with
-//! Redis, one SUBSCRIBE per user per node).
+//! costs every socket a PubSub subscription. Here a disconnect is looked up
+//! in this table (it reaches every shard of every node through the control
+//! topic, since disconnects are rare and subscriptions per user are not
+//! free: with Redis, one SUBSCRIBE per user per node).
 //!
-//! Hand-written rather than a `HashMap<String, Vec<u32>>` because that
-//! would store each id twice (key and entry) and a vector per user: the
-//! index here is a `hashbrown::HashTable` of slot numbers hashed by the id
-//! stored in the slot, and one socket per user (the common case) needs no
-//! allocation beyond the id.
+//! Hand-written for memory, which is the point of this server: with auth
+//! on, every socket pays for this table. A `HashMap<String, Vec<u32>>`
+//! stores each id twice plus a vector and a heap string per user (96 B a
+//! socket measured when every socket is its own user, the common case).
+//! Here each socket's id sits in a 16-byte [`Id`], inline up to 14 bytes,
+//! in a vector indexed by the socket's key, and the lookup by id is a
+//! `hashbrown::HashTable` of the sockets' keys hashed by their id (one
+//! entry per socket, a user's further tabs being further entries with the
+//! same hash): about 16 B plus 5 to 10 B of table a socket. A user's id is
+//! stored once per socket rather than once per user, which costs a user
+//! with several tabs 16 B a further tab and saves every user a list.
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
-use slab::Slab;
 
-pub(crate) use crate::socket::NO_USER;
+use super::outlet::Outlet;
 
-/// The sockets of one user on this shard.
-struct User {
-    id: Arc<str>,
-    /// The first socket's key, then any others.
-    first: u32,
-    more: Vec<u32>,
+/// A user id: inline up to [`Id::INLINE`] bytes, else shared on the heap
+/// (a clone is then a reference count, never a copy of the text).
+#[derive(Clone, Default)]
+pub(crate) enum Id {
+    #[default]
+    None,
+    Inline(u8, [u8; Id::INLINE]),
+    Heap(Arc<Box<str>>),
+}
+
+const _: () = assert!(std::mem::size_of::<Id>() == 16);
+
+impl Id {
+    /// The longest id stored inline.
+    pub const INLINE: usize = 14;
+
+    fn new(id: &str) -> Id {
+        if id.len() <= Id::INLINE {
+            let mut b = [0u8; Id::INLINE];
+            b[..id.len()].copy_from_slice(id.as_bytes());
+            Id::Inline(id.len() as u8, b)
+        } else {
+            Id::Heap(Arc::new(id.into()))
+        }
+    }
+
+    /// The id's text ("" for `None`).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Id::None => "",
+            // Only ever made from a `&str` cut at its length.
+            Id::Inline(n, b) => std::str::from_utf8(&b[..*n as usize]).unwrap_or_default(),
+            Id::Heap(s) => s,
+        }
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct Users {
-    slab: Slab<User>,
+    /// The id of each WebSocket's user, by connection key.
+    ws: Vec<Id>,
+    /// The id of each long-poll session's user, by session index.
+    sessions: Vec<Id>,
+    /// Registry keys of the sockets with a user, hashed by their user's id.
     index: HashTable<u32>,
     hasher: RandomState,
+    /// Distinct users.
+    distinct: usize,
 }
 
 impl Users {
-    fn hash(&self, id: &str) -> u64 {
-        self.hasher.hash_one(id)
-    }
-
-    /// Adds socket `key` of user `id`; returns the user's index.
-    pub fn add(&mut self, id: &str, key: u32) -> u32 {
-        let hash = self.hash(id);
-        let slab = &self.slab;
-        if let Some(&slot) = self.index.find(hash, |&s| &*slab[s as usize].id == id) {
-            self.slab[slot as usize].more.push(key);
-            return slot;
+    fn slot(&self, key: u32) -> Option<&Id> {
+        match Outlet::of(key as usize) {
+            Outlet::Ws(k) => self.ws.get(k),
+            Outlet::LongPoll(i) => self.sessions.get(i),
         }
-        let slot = self.slab.insert(User {
-            id: Arc::from(id),
-            first: key,
-            more: Vec::new(),
-        }) as u32;
-        let (slab, hasher) = (&self.slab, &self.hasher);
-        self.index
-            .insert_unique(hash, slot, |&s| hasher.hash_one(&*slab[s as usize].id));
-        slot
     }
 
-    /// Removes socket `key` from user `slot`; the user goes with its last socket.
-    pub fn remove(&mut self, slot: u32, key: u32) {
-        let Some(user) = self.slab.get_mut(slot as usize) else {
-            return;
+    fn slot_mut(&mut self, key: u32) -> &mut Id {
+        let (v, i) = match Outlet::of(key as usize) {
+            Outlet::Ws(k) => (&mut self.ws, k),
+            Outlet::LongPoll(i) => (&mut self.sessions, i),
         };
-        if user.first == key {
-            match user.more.pop() {
-                Some(next) => user.first = next,
-                None => {
-                    let user = self.slab.remove(slot as usize);
-                    let hash = self.hash(&user.id);
-                    if let Ok(entry) = self.index.find_entry(hash, |&s| s == slot) {
-                        entry.remove();
-                    }
-                    return;
-                }
-            }
-        } else if let Some(i) = user.more.iter().position(|&k| k == key) {
-            user.more.swap_remove(i);
+        if v.len() <= i {
+            v.resize(i + 1, Id::None);
         }
-        if user.more.is_empty() {
-            user.more = Vec::new();
+        &mut v[i]
+    }
+
+    /// Whether a socket other than `key` of user `id` (hashed `hash`) is here.
+    fn another(&self, hash: u64, id: &str, key: u32) -> bool {
+        self.index
+            .iter_hash(hash)
+            .any(|&k| k != key && self.slot(k).is_some_and(|s| s.as_str() == id))
+    }
+
+    /// Adds socket `key` (its registry key) of user `id`.
+    pub fn add(&mut self, id: &str, key: u32) {
+        self.remove(key);
+        let hash = self.hasher.hash_one(id);
+        if !self.another(hash, id, key) {
+            self.distinct += 1;
+        }
+        *self.slot_mut(key) = Id::new(id);
+        let (ws, sessions, hasher) = (&self.ws, &self.sessions, &self.hasher);
+        self.index.insert_unique(hash, key, |&k| {
+            let s = match Outlet::of(k as usize) {
+                Outlet::Ws(k) => &ws[k],
+                Outlet::LongPoll(i) => &sessions[i],
+            };
+            hasher.hash_one(s.as_str())
+        });
+    }
+
+    /// Removes socket `key`; its user goes with its last socket here.
+    pub fn remove(&mut self, key: u32) {
+        let id = match self.slot(key) {
+            None | Some(Id::None) => return,
+            Some(_) => std::mem::take(self.slot_mut(key)),
+        };
+        let hash = self.hasher.hash_one(id.as_str());
+        if let Ok(entry) = self.index.find_entry(hash, |&k| k == key) {
+            entry.remove();
+        }
+        if !self.another(hash, id.as_str(), key) {
+            self.distinct -= 1;
         }
     }
 
-    /// The id of user `slot`.
-    pub fn id(&self, slot: u32) -> Option<&Arc<str>> {
-        self.slab.get(slot as usize).map(|u| &u.id)
+    /// The user id of socket `key`, if it has one: a copy of 16 bytes (or
+    /// a reference count), so the caller may change the table meanwhile.
+    pub fn id(&self, key: u32) -> Option<Id> {
+        self.slot(key).filter(|s| !matches!(s, Id::None)).cloned()
     }
 
-    /// The keys of `id`'s sockets on this shard.
+    /// The registry keys of `id`'s sockets on this shard.
     pub fn sockets(&self, id: &str) -> Vec<u32> {
-        let slab = &self.slab;
-        match self
-            .index
-            .find(self.hash(id), |&s| &*slab[s as usize].id == id)
-        {
-            Some(&s) => {
-                let u = &slab[s as usize];
-                std::iter::once(u.first)
-                    .chain(u.more.iter().copied())
-                    .collect()
-            }
-            None => Vec::new(),
-        }
+        self.index
+            .iter_hash(self.hasher.hash_one(id))
+            .copied()
+            .filter(|&k| self.slot(k).is_some_and(|s| s.as_str() == id))
+            .collect()
     }
 
     /// Users with a socket on this shard.
     pub fn len(&self) -> usize {
-        self.slab.len()
+        self.distinct
     }
 }
 
@@ -120,29 +162,95 @@ impl Users {
 mod tests {
     use super::*;
 
+    const SESSION: u32 = 1 << 31;
+
+    fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort();
+        v
+    }
+
     #[test]
-    fn one_entry_per_user() {
+    fn a_users_sockets_are_found_by_id_and_each_socket_by_key() {
         let mut u = Users::default();
-        let a = u.add("alice", 1);
-        let b = u.add("bob", 2);
-        assert_eq!(u.add("alice", 3), a);
-        assert_ne!(a, b);
+        u.add("alice", 1);
+        u.add("bob", 2);
+        u.add("alice", 3);
+        u.add("alice", SESSION | 4);
         assert_eq!(u.len(), 2);
-        let mut s = u.sockets("alice");
-        s.sort();
-        assert_eq!(s, vec![1, 3]);
-        u.remove(a, 1);
-        assert_eq!(u.sockets("alice"), vec![3]);
-        assert_eq!(u.id(a).map(|s| &**s), Some("alice"));
-        u.remove(a, 3);
+        assert_eq!(sorted(u.sockets("alice")), vec![1, 3, SESSION | 4]);
+        assert_eq!(u.id(SESSION | 4).unwrap().as_str(), "alice");
+        u.remove(1);
+        assert_eq!(sorted(u.sockets("alice")), vec![3, SESSION | 4]);
+        assert!(u.id(1).is_none());
+        u.remove(3);
+        u.remove(SESSION | 4);
         assert!(u.sockets("alice").is_empty());
         assert_eq!(u.len(), 1);
         assert_eq!(u.sockets("bob"), vec![2]);
-        // a freed slot is reused by a new user and found by its new id
-        let c = u.add("carol", 4);
-        assert_eq!(c, a);
-        assert_eq!(u.sockets("carol"), vec![4]);
+        // a freed key is reused by a new user and found by its new id
+        u.add("carol", 1);
+        assert_eq!(u.sockets("carol"), vec![1]);
         assert!(u.sockets("alice").is_empty());
-        u.remove(99, 1);
+        // removing what is not there changes nothing
+        u.remove(99);
+        u.remove(1);
+        u.remove(1);
+        assert_eq!(u.len(), 1);
+    }
+
+    #[test]
+    fn long_ids_and_short_ids_are_the_same_text() {
+        let mut u = Users::default();
+        let long = "0b5e7d8c-2f4a-4c1e-9a3b-7d6e5f4a3b2c";
+        u.add(long, 5);
+        u.add("exactly14bytes", 6);
+        u.add("", 7);
+        assert_eq!(u.id(5).unwrap().as_str(), long);
+        assert_eq!(u.id(6).unwrap().as_str(), "exactly14bytes");
+        assert_eq!(u.sockets(long), vec![5]);
+        assert_eq!(u.sockets(""), vec![7]);
+        assert!(matches!(u.id(6), Some(Id::Inline(..))));
+        assert!(matches!(u.id(5), Some(Id::Heap(..))));
+        assert_eq!(u.len(), 3);
+    }
+
+    #[test]
+    fn a_socket_added_twice_has_its_latest_user() {
+        let mut u = Users::default();
+        u.add("alice", 1);
+        u.add("bob", 1);
+        assert!(u.sockets("alice").is_empty());
+        assert_eq!(u.sockets("bob"), vec![1]);
+        assert_eq!(u.len(), 1);
+    }
+
+    proptest::proptest! {
+        /// Any sequence of adds and removes agrees with a plain model.
+        #[test]
+        fn agrees_with_a_map(ops in proptest::collection::vec((0u32..12, 0u8..5, proptest::bool::ANY), 0..200)) {
+            let mut u = Users::default();
+            let mut model: std::collections::HashMap<u32, String> = Default::default();
+            for (k, user, add) in ops {
+                let key = if k % 2 == 0 { k } else { SESSION | k };
+                if add {
+                    let id = if user == 4 { "a-user-id-longer-than-fourteen".to_string() } else { format!("u{user}") };
+                    u.add(&id, key);
+                    model.insert(key, id);
+                } else {
+                    u.remove(key);
+                    model.remove(&key);
+                }
+                let distinct: std::collections::HashSet<&String> = model.values().collect();
+                proptest::prop_assert_eq!(u.len(), distinct.len());
+                for id in &distinct {
+                    let mut want: Vec<u32> = model.iter().filter(|(_, v)| v == id).map(|(k, _)| *k).collect();
+                    want.sort();
+                    proptest::prop_assert_eq!(sorted(u.sockets(id)), want);
+                }
+                for (k, id) in &model {
+                    proptest::prop_assert_eq!(u.id(*k).map(|i| i.as_str().to_string()), Some(id.clone()));
+                }
+            }
+        }
     }
 }

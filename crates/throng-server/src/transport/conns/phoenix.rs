@@ -23,10 +23,11 @@ use crate::hooks::EventType;
 use crate::longpoll::Item;
 use crate::metrics::ShardStats;
 use crate::node::Node;
+use crate::socket::NO_USER;
 use crate::socket::{Cx, Mux, Scratch, Tracked, Transport};
 use crate::transport::conn::Kind;
 use crate::transport::outlet::{Ended, Outlet};
-use crate::transport::users::NO_USER;
+use crate::transport::users::Id;
 
 impl Conns {
     /// A complete WebSocket message on the Phoenix socket of `key`.
@@ -142,7 +143,9 @@ impl Conns {
     ) {
         let Ended { vsn, mut socket } = ended;
         let key = outlet.key();
-        let id = self.users.id(socket.user).cloned();
+        let id = (socket.user != NO_USER)
+            .then(|| self.users.id(key as u32))
+            .flatten();
         let mut t = ShardTransport {
             conns: self,
             node,
@@ -150,7 +153,7 @@ impl Conns {
             fail: None,
         };
         let who = Who {
-            user: id.as_deref(),
+            user: id.as_ref().map(Id::as_str),
             connect: socket.connect.as_deref(),
         };
         Mux {
@@ -160,13 +163,17 @@ impl Conns {
             scratch,
         }
         .close();
-        self.socket_event(node, key, EventType::Disconnect, id.as_deref(), |e| {
-            e.code = Some(code)
-        });
+        self.socket_event(
+            node,
+            key,
+            EventType::Disconnect,
+            id.as_ref().map(Id::as_str),
+            |e| e.code = Some(code),
+        );
         self.hook_forget(node, key);
         self.history_forget(key);
         if socket.user != NO_USER {
-            self.users.remove(socket.user, key as u32);
+            self.users.remove(key as u32);
         }
     }
 
@@ -212,8 +219,10 @@ impl Conns {
             socket.connect.take(),
             socket.user,
         );
-        // Cloned, not borrowed: the table lives in what the call mutates.
-        let id = self.users.id(user).cloned();
+        // Copied, not borrowed: the table lives in what the call mutates.
+        let id = (user != NO_USER)
+            .then(|| self.users.id(outlet.key() as u32))
+            .flatten();
         let fail;
         {
             let mut t = ShardTransport {
@@ -223,7 +232,7 @@ impl Conns {
                 fail: None,
             };
             let who = Who {
-                user: id.as_deref(),
+                user: id.as_ref().map(Id::as_str),
                 connect: connect.as_deref(),
             };
             let mut mux = Mux {

@@ -353,7 +353,8 @@ impl Shard {
                 ShardStats::add(&conns.stats.websockets, 1);
                 conns.connect_event(node, key, "websocket", user.as_deref());
                 if let Some(user) = user {
-                    conns.slab[key].socket.user = conns.users.add(&user, key as u32);
+                    conns.users.add(&user, key as u32);
+                    conns.slab[key].socket.user = crate::socket::HAS_USER;
                 }
             }
             Action::Page {
