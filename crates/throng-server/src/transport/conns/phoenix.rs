@@ -17,14 +17,14 @@ use throng_pubsub::{Broadcast, Slot, Tracker};
 
 use super::Conns;
 use crate::auth::rate::Verdict;
-use crate::channel::{Info, Who};
+use crate::channel::{ConnectInfo, Info, Who};
 use crate::close::CloseReason;
 use crate::hooks::EventType;
 use crate::longpoll::Item;
 use crate::metrics::ShardStats;
 use crate::node::Node;
 use crate::socket::NO_USER;
-use crate::socket::{Cx, Mux, Scratch, Tracked, Transport};
+use crate::socket::{Cx, Joins, Mux, Scratch, Tracked, Transport};
 use crate::transport::conn::Kind;
 use crate::transport::outlet::{Ended, Outlet};
 use crate::transport::users::Id;
@@ -143,26 +143,14 @@ impl Conns {
     ) {
         let Ended { vsn, mut socket } = ended;
         let key = outlet.key();
-        let id = (socket.user != NO_USER)
-            .then(|| self.users.id(key as u32))
-            .flatten();
-        let mut t = ShardTransport {
-            conns: self,
+        let (_, id) = self.on_socket(
             node,
-            outlet,
-            fail: None,
-        };
-        let who = Who {
-            user: id.as_ref().map(Id::as_str),
-            connect: socket.connect.as_deref(),
-        };
-        Mux {
-            cx: cx(node, vsn, who),
-            t: &mut t,
-            joins: &mut socket.joins,
             scratch,
-        }
-        .close();
+            outlet,
+            vsn,
+            (&mut socket.joins, socket.connect.as_deref(), socket.user),
+            |mux| mux.close(),
+        );
         self.socket_event(
             node,
             key,
@@ -219,31 +207,14 @@ impl Conns {
             socket.connect.take(),
             socket.user,
         );
-        // Copied, not borrowed: the table lives in what the call mutates.
-        let id = (user != NO_USER)
-            .then(|| self.users.id(outlet.key() as u32))
-            .flatten();
-        let fail;
-        {
-            let mut t = ShardTransport {
-                conns: self,
-                node,
-                outlet,
-                fail: None,
-            };
-            let who = Who {
-                user: id.as_ref().map(Id::as_str),
-                connect: connect.as_deref(),
-            };
-            let mut mux = Mux {
-                cx: cx(node, vsn, who),
-                t: &mut t,
-                joins: &mut joins,
-                scratch,
-            };
-            f(&mut mux);
-            fail = t.fail;
-        }
+        let (fail, _) = self.on_socket(
+            node,
+            scratch,
+            outlet,
+            vsn,
+            (&mut joins, connect.as_deref(), user),
+            f,
+        );
         // Connections and sessions leave their slab only between events,
         // so it is there.
         if let Some(s) = self.socket_mut(outlet) {
@@ -251,6 +222,42 @@ impl Conns {
             s.state.connect = connect;
         }
         fail
+    }
+
+    /// Runs `f` on the Phoenix socket of `outlet` made of `socket` (its
+    /// channels, what it connected with and its user mark); returns the
+    /// close it asked for and the user's id.
+    fn on_socket(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        outlet: Outlet,
+        vsn: Vsn,
+        socket: (&mut Joins, Option<&ConnectInfo>, u32),
+        f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
+    ) -> (Option<CloseReason<'static>>, Option<Id>) {
+        let (joins, connect, user) = socket;
+        // Copied, not borrowed: the table lives in what the call mutates.
+        let id = (user != NO_USER)
+            .then(|| self.users.id(outlet.key() as u32))
+            .flatten();
+        let mut t = ShardTransport {
+            conns: self,
+            node,
+            outlet,
+            fail: None,
+        };
+        let who = Who {
+            user: id.as_ref().map(Id::as_str),
+            connect,
+        };
+        f(&mut Mux {
+            cx: cx(node, vsn, who),
+            t: &mut t,
+            joins,
+            scratch,
+        });
+        (t.fail, id)
     }
 }
 
