@@ -65,7 +65,7 @@ test("a rolling restart drains every worker while the API publishes: every numbe
     ch.on("n", (msg, ref) => { since = ref; got.push(msg.n) })
     // phoenix.js reports a reconnect attempt that failed before it opened
     // (reset in the handover between the workers' listeners: the race
-    // crates/throng-server/src/transport/drain.rs describes; phoenix.js
+    // crates/throng-server/src/transport/shard/drain.rs describes; phoenix.js
     // tries again) as a close 1006 too: only open sockets' closes count.
     let open = true
     const failedAttempts = []
