@@ -52,8 +52,8 @@ use self::launch::{Embedded, LocalAgents};
 use self::probe::ServerProbe;
 use self::run::Run;
 use crate::agent::FD_MARGIN;
-use crate::cli::FloorMode;
 use crate::cli::Load;
+use crate::cli::{AuthMode, FloorMode};
 use crate::error::BenchError;
 use crate::floor::FloorFrame;
 use crate::plan::Plan;
@@ -108,6 +108,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         adaptive,
     } = args.load()?;
     let floor_on = floor_wanted(&args, &sc)?;
+    let jwt_secret = jwt_secret(&args)?;
     if let Some(t) = &args.target {
         listening(t)?;
     }
@@ -124,8 +125,14 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let os = tune::os_settings(users);
     let tcp = netns::for_run(args.netns, local_only, users)?;
     let bench_tls = tls::setup(&args)?;
-    let (embedded, target, presence_args) =
-        server_side(&args, &sc, per_process, hard, &bench_tls.server_args)?;
+    let (embedded, target, presence_args) = server_side(
+        &args,
+        &sc,
+        per_process,
+        hard,
+        &bench_tls.server_args,
+        jwt_secret.as_deref(),
+    )?;
     let tsung_caps = tsung_caps(imported.as_ref(), per_process);
     let local = local_agents(&args, users, per_process, tsung_caps.len());
     if let Some(imp) = &imported {
@@ -154,6 +161,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         capacity: per_process,
         adaptive,
         tls: bench_tls.plan.clone(),
+        auth_jwt_secret: jwt_secret,
     };
     send_plans(&mut agents, plan, &tsung_caps)?;
     let conn_size = agents.await_ready()?;
@@ -180,6 +188,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         Arc::clone(&live),
     );
     run.presence_args = presence_args;
+    run.auth = args.auth;
     let dashboard = dashboard.and_then(|l| start_dashboard(l, args.dashboard_port, &live));
     let result = run.execute();
     let _ = std::io::stderr().flush();
@@ -332,14 +341,32 @@ fn import_notes(args: &BenchArgs, imp: &crate::tsung::TsungImport) {
     }
 }
 
+/// `--auth jwt`'s secret: `--auth-jwt-secret`, else (for the embedded
+/// server) a fresh random one; none without `--auth jwt`.
+fn jwt_secret(args: &BenchArgs) -> Result<Option<String>, BenchError> {
+    if args.auth == AuthMode::None {
+        return Ok(None);
+    }
+    match (args.auth_jwt_secret.as_deref(), args.target.as_deref()) {
+        (Some(s), _) if !s.is_empty() => Ok(Some(s.to_string())),
+        (_, Some(t)) => Err(BenchError::Usage(format!(
+            "--auth jwt with --target {t}: the tokens must be signed with that server's HS256 secret; add --auth-jwt-secret SECRET (what it was started with as --auth-jwt-secret), or leave --target out to run the embedded server with a fresh secret"
+        ))),
+        (_, None) => Ok(Some(wire::new_token()?)),
+    }
+}
+
 /// The server side: the embedded `throng serve` (and what it was given for
-/// the scenario's presence), or the `--target`.
+/// the scenario's presence), or the `--target`. With `jwt_secret`, the
+/// embedded server runs with `--auth jwt` and that secret (in its
+/// environment, off the command line).
 fn server_side(
     args: &BenchArgs,
     sc: &scenario::Scenario,
     per_process: u64,
     hard: u64,
     tls_args: &[String],
+    jwt_secret: Option<&str>,
 ) -> Result<(Option<Embedded>, SocketAddr, Vec<String>), BenchError> {
     if let Some(t) = &args.target {
         if !sc.sends_heartbeats() {
@@ -366,7 +393,13 @@ fn server_side(
     let mut server_args = args.server_arg.clone();
     server_args.extend(presence.iter().cloned());
     server_args.extend(tls_args.iter().cloned());
-    let e = Embedded::start(users, per_process, hard, idle, &server_args)?;
+    let mut env = Vec::new();
+    if let Some(secret) = jwt_secret {
+        eprintln!("auth: the embedded server runs with --auth jwt and a secret of this run; each user connects with its own token");
+        server_args.extend(["--auth".to_string(), "jwt".to_string()]);
+        env.push(("THRONG_AUTH_JWT_SECRET", secret));
+    }
+    let e = Embedded::start(users, per_process, hard, idle, &server_args, &env)?;
     let addr = e.server.addr;
     Ok((Some(e), addr, presence))
 }
