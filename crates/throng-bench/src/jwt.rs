@@ -63,7 +63,7 @@ impl Signer {
         let _ = write!(self.claims, r#"{{"sub":"u{user}","exp":{exp}}}"#);
         URL_SAFE_NO_PAD.encode_string(&self.claims, &mut self.path);
         let mut mac = self.mac.clone();
-        mac.update(self.path[start..].as_bytes());
+        mac.update(&self.path.as_bytes()[start..]);
         let signature = mac.finalize().into_bytes();
         self.path.push('.');
         URL_SAFE_NO_PAD.encode_string(signature, &mut self.path);

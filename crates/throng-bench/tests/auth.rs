@@ -97,7 +97,7 @@ fn serve_jwt(secret: &str) -> Server {
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let addr = lines
-        .find_map(|l| Some(l.ok()?.trim().strip_prefix("listening on ")?.parse().ok()?))
+        .find_map(|l| l.ok()?.trim().strip_prefix("listening on ")?.parse().ok())
         .expect("throng serve prints `listening on ADDR`");
     // Keep reading its stdout so it never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
