@@ -395,7 +395,7 @@ fn server_side(
     server_args.extend(tls_args.iter().cloned());
     let mut env = Vec::new();
     if let Some(secret) = jwt_secret {
-        eprintln!("auth: the embedded server runs with --auth jwt and a secret of this run; each user connects with its own token");
+        eprintln!("auth: the embedded server runs with --auth jwt (the --auth-jwt-secret, else a fresh one); each user connects with its own token");
         server_args.extend(["--auth".to_string(), "jwt".to_string()]);
         env.push(("THRONG_AUTH_JWT_SECRET", secret));
     }
