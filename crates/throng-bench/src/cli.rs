@@ -425,6 +425,12 @@ impl BenchArgs {
         if let Some(h) = self.hold.filter(|h| !(h.is_finite() && *h >= 0.0)) {
             return bad("--hold", h, "seconds must be 0 or more");
         }
+        let no_secret = self.auth_jwt_secret.as_deref().is_none_or(str::is_empty);
+        if let (AuthMode::Jwt, Some(t), true) = (self.auth, &self.target, no_secret) {
+            return Err(BenchError::Usage(format!(
+                "--auth jwt with --target {t}: the tokens must be signed with that server's HS256 secret; add --auth-jwt-secret SECRET (what it was started with as --auth-jwt-secret), or leave --target out to run the embedded server with a fresh secret"
+            )));
+        }
         self.load.load()
     }
 }

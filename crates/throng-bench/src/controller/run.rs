@@ -233,7 +233,7 @@ impl Run {
             writers,
             os,
             presence_args: Vec::new(),
-            auth: crate::cli::AuthMode::None,
+            auth: args.auth,
             next_trace: now,
             next_sample: now,
             rate_from: (now, 0),
