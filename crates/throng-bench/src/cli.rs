@@ -39,6 +39,23 @@ pub struct BenchArgs {
     /// the server's certificate, checked against the --target host
     #[arg(long, value_name = "FILE", requires = "tls")]
     pub tls_ca: Option<PathBuf>,
+    /// How the clients authenticate when they connect. `jwt`: each user
+    /// connects with its own HS256 token (`token=` in the connect URL,
+    /// claims `{"sub":"u<user number>","exp":<now + 1 day>}`), so every
+    /// socket is a different user; the embedded server runs with
+    /// `--auth jwt` and the --auth-jwt-secret (default: a fresh random one)
+    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "storm"])]
+    pub auth: AuthMode,
+    /// With --auth jwt: the HS256 secret the tokens are signed with. Needed
+    /// with --target (the secret that server was given as
+    /// --auth-jwt-secret); the embedded server gets it too
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "THRONG_AUTH_JWT_SECRET",
+        hide_env_values = true
+    )]
+    pub auth_jwt_secret: Option<String>,
     /// Local agent processes [default: as many as the connections need].
     #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
     pub agents: Option<u32>,
@@ -299,6 +316,15 @@ pub struct LoadArgs {
     pub presence: Option<String>,
 }
 
+/// `throng bench --auth`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Anonymous sockets, no token.
+    None,
+    /// Each user's own HS256 JWT in the connect URL.
+    Jwt,
+}
+
 /// `throng bench --netns`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetnsMode {
@@ -398,6 +424,12 @@ impl BenchArgs {
         }
         if let Some(h) = self.hold.filter(|h| !(h.is_finite() && *h >= 0.0)) {
             return bad("--hold", h, "seconds must be 0 or more");
+        }
+        let no_secret = self.auth_jwt_secret.as_deref().is_none_or(str::is_empty);
+        if let (AuthMode::Jwt, Some(t), true) = (self.auth, &self.target, no_secret) {
+            return Err(BenchError::Usage(format!(
+                "--auth jwt with --target {t}: the tokens must be signed with that server's HS256 secret; add --auth-jwt-secret SECRET (what it was started with as --auth-jwt-secret), or leave --target out to run the embedded server with a fresh secret"
+            )));
         }
         self.load.load()
     }

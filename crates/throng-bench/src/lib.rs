@@ -38,6 +38,8 @@
 //! - [`sys`]: rlimits, `/proc` samples, sysctls, socket and scheduling
 //!   options, namespaces, a tiny HTTP GET; the crate's only `unsafe` code
 //!   (libc calls), allowed function by function where the workspace denies it.
+//! - [`jwt`]: `--auth jwt`'s connect tokens, one user per socket, made at
+//!   connect time into a reused buffer.
 //! - [`error`]: the crate's one error type.
 //!
 //! Design decisions:
@@ -63,7 +65,7 @@
 //! ## Layers
 //! A module uses only modules in a layer below it
 //! (`scripts/check-import-cycles.py` checks there is no cycle):
-//! 1. `error`, `hist`, `slots`, `sys`: plain types and OS reads
+//! 1. `error`, `hist`, `jwt`, `slots`, `sys`: plain types and OS reads
 //! 2. `hooks`, `presence`, `storm`
 //! 3. `scenario`, `stats`
 //! 4. `floor`, `plan` (an agent's orders, its TLS settings included), `report`, `tsung`
@@ -83,6 +85,7 @@ pub mod floor;
 pub mod hist;
 pub mod hooks;
 pub mod join;
+pub mod jwt;
 pub mod netns;
 pub mod plan;
 pub mod presence;

@@ -33,6 +33,10 @@ pub struct Plan {
     /// `--tls`: connect with TLS, trusting this CA.
     #[serde(default)]
     pub tls: Option<TlsPlan>,
+    /// `--auth jwt`: the server's HS256 secret; each user connects with
+    /// its own token signed with it ([`crate::jwt`]).
+    #[serde(default)]
+    pub auth_jwt_secret: Option<String>,
 }
 
 /// What an agent needs to speak TLS to the server: sent in its plan.

@@ -391,6 +391,7 @@ mod tests {
             capacity: 19_000,
             adaptive: false,
             tls: None,
+            auth_jwt_secret: None,
         }));
         let mut buf = Vec::new();
         send(&mut buf, &plan).unwrap();

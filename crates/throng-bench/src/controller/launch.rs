@@ -83,13 +83,15 @@ pub(super) struct Embedded {
 impl Embedded {
     /// Starts the server for `users` connections: one process when they fit
     /// in `per_process`, else workers sized by [`server_workers`] for the
-    /// hard limit `hard`, joined through a Redis started for them.
+    /// hard limit `hard`, joined through a Redis started for them; `env`
+    /// (such as a secret, kept off the command line) goes to every process.
     pub fn start(
         users: u64,
         per_process: u64,
         hard: u64,
         idle_timeout: Option<u64>,
         extra: &[String],
+        env: &[(&str, &str)],
     ) -> Result<Embedded, BenchError> {
         let mut extra = extra.to_vec();
         let mut redis = None;
@@ -109,7 +111,7 @@ impl Embedded {
             ]);
             redis = Some(r);
         }
-        let server = Server::spawn(idle_timeout, &extra)?;
+        let server = Server::spawn_with_env(idle_timeout, &extra, "none", env)?;
         Ok(Embedded {
             server,
             redis,
@@ -150,6 +152,16 @@ impl Server {
         extra: &[String],
         api_bind: &str,
     ) -> Result<Server, BenchError> {
+        Server::spawn_with_env(idle_timeout, extra, api_bind, &[])
+    }
+
+    /// [`Server::spawn_with_api`] with `env` set for the server.
+    fn spawn_with_env(
+        idle_timeout: Option<u64>,
+        extra: &[String],
+        api_bind: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Server, BenchError> {
         // /metrics lives on the server API listener; the probe reads the
         // public port, so the bench's own server keeps it there (over TLS,
         // the probe reads the plain API listener instead).
@@ -172,7 +184,7 @@ impl Server {
         if let Some(t) = idle_timeout {
             cmd.args(["--idle-timeout", &t.to_string()]);
         }
-        cmd.args(extra);
+        cmd.args(extra).envs(env.iter().copied());
         let mut child = spawn(cmd.stdout(Stdio::piped()))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();

@@ -52,8 +52,8 @@ use self::launch::{Embedded, LocalAgents};
 use self::probe::ServerProbe;
 use self::run::Run;
 use crate::agent::FD_MARGIN;
-use crate::cli::FloorMode;
 use crate::cli::Load;
+use crate::cli::{AuthMode, FloorMode};
 use crate::error::BenchError;
 use crate::floor::FloorFrame;
 use crate::plan::Plan;
@@ -124,7 +124,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let os = tune::os_settings(users);
     let tcp = netns::for_run(args.netns, local_only, users)?;
     let bench_tls = tls::setup(&args)?;
-    let (embedded, target, presence_args) =
+    let (embedded, target, presence_args, jwt_secret) =
         server_side(&args, &sc, per_process, hard, &bench_tls.server_args)?;
     let tsung_caps = tsung_caps(imported.as_ref(), per_process);
     let local = local_agents(&args, users, per_process, tsung_caps.len());
@@ -154,6 +154,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         capacity: per_process,
         adaptive,
         tls: bench_tls.plan.clone(),
+        auth_jwt_secret: jwt_secret,
     };
     send_plans(&mut agents, plan, &tsung_caps)?;
     let conn_size = agents.await_ready()?;
@@ -332,22 +333,40 @@ fn import_notes(args: &BenchArgs, imp: &crate::tsung::TsungImport) {
     }
 }
 
+/// `--auth jwt`'s secret: `--auth-jwt-secret` (which [`BenchArgs::load`]
+/// requires with `--target`), else a fresh random one; none without
+/// `--auth jwt`.
+fn jwt_secret(args: &BenchArgs) -> Result<Option<String>, BenchError> {
+    Ok(match (args.auth, args.auth_jwt_secret.as_deref()) {
+        (AuthMode::None, _) => None,
+        (AuthMode::Jwt, Some(s)) if !s.is_empty() => Some(s.to_string()),
+        (AuthMode::Jwt, _) => Some(wire::new_token()?),
+    })
+}
+
+/// What the server side is: the embedded server (or none), its address,
+/// what it was given for presence, and `--auth jwt`'s secret.
+type ServerSide = (Option<Embedded>, SocketAddr, Vec<String>, Option<String>);
+
 /// The server side: the embedded `throng serve` (and what it was given for
-/// the scenario's presence), or the `--target`.
+/// the scenario's presence), or the `--target`; with `--auth jwt` the
+/// secret the tokens are signed with, which the embedded server gets with
+/// `--auth jwt` (in its environment, off the command line).
 fn server_side(
     args: &BenchArgs,
     sc: &scenario::Scenario,
     per_process: u64,
     hard: u64,
     tls_args: &[String],
-) -> Result<(Option<Embedded>, SocketAddr, Vec<String>), BenchError> {
+) -> Result<ServerSide, BenchError> {
+    let jwt_secret = jwt_secret(args)?;
     if let Some(t) = &args.target {
         if !sc.sends_heartbeats() {
             eprintln!(
                 "warning: this scenario sends no heartbeats: the server's idle timeout (throng's default 60 s) will close sessions that stay quiet longer"
             );
         }
-        return Ok((None, resolve(t)?, Vec::new()));
+        return Ok((None, resolve(t)?, Vec::new(), jwt_secret));
     }
     let users = sc.total_users();
     let idle = if sc.sends_heartbeats() {
@@ -366,9 +385,15 @@ fn server_side(
     let mut server_args = args.server_arg.clone();
     server_args.extend(presence.iter().cloned());
     server_args.extend(tls_args.iter().cloned());
-    let e = Embedded::start(users, per_process, hard, idle, &server_args)?;
+    let mut env = Vec::new();
+    if let Some(secret) = jwt_secret.as_deref() {
+        eprintln!("auth: the embedded server runs with --auth jwt (the --auth-jwt-secret, else a fresh one); each user connects with its own token");
+        server_args.extend(["--auth".to_string(), "jwt".to_string()]);
+        env.push(("THRONG_AUTH_JWT_SECRET", secret));
+    }
+    let e = Embedded::start(users, per_process, hard, idle, &server_args, &env)?;
     let addr = e.server.addr;
-    Ok((Some(e), addr, presence))
+    Ok((Some(e), addr, presence, jwt_secret))
 }
 
 /// Local agent processes: `--agents`, else one per Tsung client or as

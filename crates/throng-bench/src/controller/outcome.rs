@@ -287,6 +287,11 @@ impl Run {
             rss_plateau: plateau.server.map(|s| s.rss),
             bytes_per_conn: server_bytes,
             private_bytes_per_conn: private_bytes,
+            auth: match self.auth {
+                crate::cli::AuthMode::None => "none",
+                crate::cli::AuthMode::Jwt => "jwt",
+            }
+            .into(),
             cpu_pct_ramp,
             cpu_secs: plateau
                 .server

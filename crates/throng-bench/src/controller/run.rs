@@ -97,6 +97,8 @@ pub(super) struct Run {
     pub os: OsSettings,
     /// What the embedded server was given for the scenario's presence.
     pub presence_args: Vec<String>,
+    /// How the clients authenticated (`--auth`).
+    pub auth: crate::cli::AuthMode,
     pub(super) next_trace: Instant,
     pub(super) next_sample: Instant,
     /// The progress line's connection rate: handshakes counted at the
@@ -231,6 +233,7 @@ impl Run {
             writers,
             os,
             presence_args: Vec::new(),
+            auth: args.auth,
             next_trace: now,
             next_sample: now,
             rate_from: (now, 0),

@@ -129,6 +129,8 @@ pub struct Engine {
     host: String,
     /// With `--tls`: every connection's TLS session.
     tls: Option<tls::ClientTls>,
+    /// With `--auth jwt`: signs each connection's token as it connects.
+    jwt: Option<crate::jwt::Signer>,
     /// This agent's loopback source addresses (empty: the kernel picks).
     sources: Vec<IpAddr>,
     heartbeat_ms: u32,
@@ -239,6 +241,7 @@ impl Engine {
             tbuf: Vec::with_capacity(4096),
             starts: Vec::new(),
             tls: plan.tls.as_ref().map(tls::ClientTls::new).transpose()?,
+            jwt: plan.auth_jwt_secret.as_deref().map(crate::jwt::Signer::new),
             target: plan.target,
             host: plan.host,
             sources,

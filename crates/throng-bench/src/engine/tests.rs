@@ -147,6 +147,7 @@ fn started_engine(sc: crate::scenario::Scenario, addr: SocketAddr) -> Engine {
         capacity: 1000,
         adaptive: false,
         tls: None,
+        auth_jwt_secret: None,
     })
     .unwrap();
     engine.start();
@@ -242,6 +243,7 @@ fn engine_counts_close_codes() {
         capacity: 100,
         adaptive: false,
         tls: None,
+        auth_jwt_secret: None,
     })
     .unwrap();
     engine.start();

@@ -108,7 +108,10 @@ impl Engine {
         }
         let nonce = self.nonce(user);
         let programs = Rc::clone(&self.programs);
-        let path = self.connect_path(&programs, token);
+        let mut path = self.connect_path(&programs, token);
+        if let Some(jwt) = &mut self.jwt {
+            path = jwt.path(path, user);
+        }
         self.wbuf.clear();
         let offer = self
             .scenario

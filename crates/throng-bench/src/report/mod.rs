@@ -392,6 +392,9 @@ pub struct Server {
     /// binary's code pages, which each worker counts in its RSS although
     /// the kernel holds them once (at 1M, ~52 workers count them 52 times).
     pub private_bytes_per_conn: Option<f64>,
+    /// How the clients connected (`--auth`): `none`, or `jwt` (each
+    /// socket its own user's token; the embedded server ran with `--auth jwt`).
+    pub auth: String,
     /// % of one core over the ramp-up.
     pub cpu_pct_ramp: Option<f64>,
     /// CPU seconds from the baseline to the plateau.

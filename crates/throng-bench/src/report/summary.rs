@@ -449,6 +449,18 @@ fn traffic_rows(s: &mut String, r: &Report) {
 
 /// Memory and CPU per connection, the kernel's share.
 fn resource_rows(s: &mut String, r: &Report) {
+    if r.server.auth == "jwt" {
+        let server = if r.server.embedded {
+            "the embedded server runs with --auth jwt"
+        } else {
+            "signed with --auth-jwt-secret"
+        };
+        row(
+            s,
+            "auth",
+            format!("jwt: each socket its own user's token ({server})"),
+        );
+    }
     row(
         s,
         "server RSS per connection",
