@@ -96,6 +96,11 @@ pub struct ProcSample {
     /// itself, without the pages of its binary and libraries, which the
     /// kernel holds once however many processes map them.
     pub anon: u64,
+    /// The proportional set size (`Pss` of `smaps_rollup`): the process's
+    /// own pages, plus each shared page divided by the processes mapping
+    /// it, so that a sum over processes counts every page once (0 if
+    /// unreadable).
+    pub pss: u64,
     pub cpu_secs: f64,
 }
 
@@ -112,6 +117,15 @@ pub fn proc_sample(pid: &str) -> Option<ProcSample> {
             .unwrap_or(0)
     };
     let (rss, anon) = (kb("VmRSS:"), kb("RssAnon:"));
+    let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024);
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command (which may hold spaces) start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -122,6 +136,7 @@ pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     Some(ProcSample {
         rss,
         anon,
+        pss,
         cpu_secs: (utime + stime) / clock_ticks(),
     })
 }

@@ -279,6 +279,11 @@ impl Run {
             .zip(plateau.server)
             .filter(|(_, b)| b.anon > 0)
             .and_then(|(a, b)| (open > 0).then(|| (b.anon as f64 - a.anon as f64) / open as f64));
+        let pss_bytes = baseline
+            .server
+            .zip(plateau.server)
+            .filter(|(_, b)| b.pss > 0)
+            .and_then(|(a, b)| (open > 0).then(|| (b.pss as f64 - a.pss as f64) / open as f64));
         report::Server {
             embedded: self.probe.pid.is_some(),
             address: self.probe.metrics.to_string(),
@@ -287,6 +292,7 @@ impl Run {
             rss_plateau: plateau.server.map(|s| s.rss),
             bytes_per_conn: server_bytes,
             private_bytes_per_conn: private_bytes,
+            pss_bytes_per_conn: pss_bytes,
             auth: match self.auth {
                 crate::cli::AuthMode::None => "none",
                 crate::cli::AuthMode::Jwt => "jwt",

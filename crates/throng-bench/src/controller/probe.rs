@@ -60,6 +60,7 @@ impl ServerProbe {
         Some(ProcSample {
             rss: samples.iter().map(|s| s.rss).sum(),
             anon: samples.iter().map(|s| s.anon).sum(),
+            pss: samples.iter().map(|s| s.pss).sum(),
             cpu_secs: samples.iter().map(|s| s.cpu_secs).sum(),
         })
     }
@@ -104,6 +105,7 @@ impl ServerProbe {
                 rss: sys::metric(m, "throng_process_resident_memory_bytes")? as u64,
                 // Not in the metrics: no private figure for a remote server.
                 anon: 0,
+                pss: 0,
                 cpu_secs: sys::metric(m, "throng_process_cpu_seconds_total")?,
             })
         })

@@ -97,7 +97,7 @@ function render(d){
   if(d.os&&d.os.settings){add("OS settings",(d.os.tuned?"throng tune's":"the host's")+((d.os.lacking||[]).length?"; lacked "+d.os.lacking.map(l=>l.name).join(", ")+": run "+d.os.advice:""));}
   if(d.kernel&&d.kernel.backlog_drops!==null&&d.kernel.backlog_drops!==undefined){const m=(d.os&&d.os.settings&&d.os.settings["net.core.netdev_max_backlog"])||"?";add("kernel input backlog drops",fmt(d.kernel.backlog_drops)+" (net.core.netdev_max_backlog "+m+")"+(d.kernel.backlog_drops>0?": the kernel's; TCP resent each 200 ms or more later; sysctl -w net.core.netdev_max_backlog=262144 raises it":""));}
   if(d.cpu&&d.cpu.ramp){add("agent CPU during ramp-up",spread(d.cpu.ramp.agents_pct));}
-  if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server private bytes / connection",fmt(d.server.private_bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}
+  if(d.server&&d.server.bytes_per_conn!==undefined){add("server bytes / connection",fmt(d.server.bytes_per_conn));add("server private bytes / connection",fmt(d.server.private_bytes_per_conn));add("server PSS bytes / connection",fmt(d.server.pss_bytes_per_conn));add("server CPU % (ramp-up)",fmt(d.server.cpu_pct_ramp));}
   if(d.server&&d.server.auth==="jwt"){add("auth","jwt: each socket its own user's token");}
   if(d.agent){add("agent bytes / connection",fmt(d.agent.bytes_per_conn));}
   if(d.storm){add("disconnect storm: s to 0 / server CPU s",fmt(d.storm.secs_to_zero)+" / "+fmt(d.storm.server_cpu_secs));}

@@ -392,6 +392,10 @@ pub struct Server {
     /// binary's code pages, which each worker counts in its RSS although
     /// the kernel holds them once (at 1M, ~52 workers count them 52 times).
     pub private_bytes_per_conn: Option<f64>,
+    /// The same for the proportional set size (`Pss`): every page counted
+    /// once over the server's processes, shared code pages included.
+    #[serde(default)]
+    pub pss_bytes_per_conn: Option<f64>,
     /// How the clients connected (`--auth`): `none`, or `jwt` (each
     /// socket its own user's token; the embedded server ran with `--auth jwt`).
     pub auth: String,

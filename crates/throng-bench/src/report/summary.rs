@@ -465,9 +465,10 @@ fn resource_rows(s: &mut String, r: &Report) {
         s,
         "server RSS per connection",
         format!(
-            "{} ({} without the binary's shared code pages)",
+            "{} ({} without the binary's shared code pages; {} PSS, every page counted once)",
             bytes(r.server.bytes_per_conn),
-            bytes(r.server.private_bytes_per_conn)
+            bytes(r.server.private_bytes_per_conn),
+            bytes(r.server.pss_bytes_per_conn)
         ),
     );
     row(
