@@ -1,0 +1,17 @@
+#!/bin/bash
+# Issue 30 item 4 with auth on: 1,000,000 sockets, each its own user with
+# its own JWT (the bench's --auth jwt), heartbeats on each client's own
+# 30 s phase, two broadcasts to all. Tune before, revert after.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../../.." && pwd)
+THRONG=${THRONG:-$ROOT/target/release/throng}
+AUTH=${AUTH:-jwt}
+"$THRONG" tune --apply --connections 1000000 > "$HERE/tune-$AUTH.txt" 2>&1
+trap '"$THRONG" tune --revert > "$HERE/tune-revert-$AUTH.txt" 2>&1' EXIT
+"$THRONG" bench --connections 1000000 --arrival-rate 8000 --heartbeat-grid 0 \
+  --broadcast-after 60 --broadcasts 2 --broadcast-interval 30 --hold 130 --auth "$AUTH" \
+  --dashboard-port 0 --json "$HERE/1m-$AUTH.json" --report "$HERE/1m-$AUTH.html" \
+  > "$HERE/1m-$AUTH.txt" 2> "$HERE/1m-$AUTH.log"
+echo "bench exit status $?"
+cat "$HERE/1m-$AUTH.txt"
