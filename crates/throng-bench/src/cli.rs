@@ -283,10 +283,11 @@ pub struct LoadArgs {
     /// timeout.
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub heartbeat: Option<f64>,
-    /// Seconds between the points of the grid heartbeats fall on, shared by
-    /// every agent on the host (default 0.1): each connection keeps its own
-    /// phase and interval, and the server's processes read the heartbeats
-    /// due in one step together. 0: each at its own millisecond.
+    /// Seconds between the points of a grid heartbeats fall on, shared by
+    /// every agent on the host: each connection keeps its own phase and
+    /// interval, and the server's processes read the heartbeats due in one
+    /// step together. Default 0: each connection's heartbeat at its own
+    /// millisecond, as real phoenix.js clients send them.
     #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
     pub heartbeat_grid: Option<f64>,
     /// Seconds a TCP connect plus WebSocket upgrade may take before it

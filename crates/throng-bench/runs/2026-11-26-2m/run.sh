@@ -65,9 +65,11 @@ server_closes() {
     | awk '{n=split($4,a,":"); print a[n]}' | sort -u)
   for p in $ports; do
     nsenter -t "$pid" -n curl -s --max-time 5 "http://127.0.0.1:$p/metrics" 2>/dev/null
-  done | awk '/^throng_[a-z_]*(closes|timeouts|refused|errors)[a-z_]*(_total)?[{ ]/ && $NF > 0 {
-      k=$1; v[k]+=$NF } END { for (k in v) printf "%s %d\n", k, v[k] }' | sort
-  echo "(summed over the workers' /metrics at the plateau)"
+  done | awk '/^throng_process_cpu_seconds_total/ { read++ }
+    /^throng_[a-z_]*(closes|timeouts|refused|errors)[a-z_]*(_total)?[{ ]/ && $NF > 0 {
+      k=$1; v[k]+=$NF }
+    END { for (k in v) printf "%s %d\n", k, v[k]
+      printf "(counters above 0, summed over the %d /metrics read at the plateau)\n", read }' | sort
 }
 
 # The sampler: one line a second until the bench ends; at the first hold

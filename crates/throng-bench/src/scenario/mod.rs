@@ -70,8 +70,10 @@ fn default_name() -> String {
     "scenario".into()
 }
 
+/// Heartbeats at each connection's own millisecond, as phoenix.js clients
+/// send them (each on a 30 s timer from its own join).
 fn default_heartbeat_grid() -> f64 {
-    0.1
+    0.0
 }
 
 fn default_timeout() -> f64 {
