@@ -34,7 +34,7 @@ use crate::metrics::ShardStats;
 use crate::presence::PresenceRule;
 
 pub(crate) use presence::Tracked;
-pub(crate) use state::{SocketState, HAS_USER, NO_USER};
+pub(crate) use state::SocketState;
 
 /// One channel a socket joined.
 pub(crate) struct Join {

@@ -104,7 +104,9 @@ impl Users {
             .any(|&k| k != key && self.slot(k).is_some_and(|s| s.as_str() == id))
     }
 
-    /// Adds socket `key` (its registry key) of user `id`.
+    /// Adds socket `key` (its registry key) of user `id`. A socket's end
+    /// removes it (`Conns::end_socket`), so a key reused by another socket
+    /// has no user until one is added.
     pub fn add(&mut self, id: &str, key: u32) {
         self.remove(key);
         let hash = self.hasher.hash_one(id);

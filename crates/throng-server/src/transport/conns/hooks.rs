@@ -15,7 +15,7 @@ use crate::hooks::{
 };
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::socket::{Scratch, HAS_USER};
+use crate::socket::Scratch;
 use crate::transport::conn::Kind;
 use crate::transport::outlet::Outlet;
 
@@ -318,7 +318,6 @@ impl Conns {
         self.connect_event(node, key, "websocket", user.as_deref());
         if let Some(user) = user {
             self.users.add(&user, key as u32);
-            self.slab[key].socket.user = HAS_USER;
         }
         // What the client sent after its upgrade request is read now.
         self.lp.resume.push(key);

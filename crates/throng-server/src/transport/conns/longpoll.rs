@@ -203,7 +203,6 @@ impl Conns {
         session.admitted = admitted.is_some();
         if let Some(user) = &user {
             // In the shard's users, so that a `disconnect` ends the session.
-            session.socket.user = crate::socket::HAS_USER;
             self.users.add(user, outlet.key() as u32);
         }
         self.connect_event(node, outlet.key(), "longpoll", user.as_deref());

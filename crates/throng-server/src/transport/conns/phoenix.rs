@@ -23,7 +23,6 @@ use crate::hooks::EventType;
 use crate::longpoll::Item;
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::socket::NO_USER;
 use crate::socket::{Cx, Joins, Mux, Scratch, Tracked, Transport};
 use crate::transport::conn::Kind;
 use crate::transport::outlet::{Ended, Outlet};
@@ -148,7 +147,7 @@ impl Conns {
             scratch,
             outlet,
             vsn,
-            (&mut socket.joins, socket.connect.as_deref(), socket.user),
+            (&mut socket.joins, socket.connect.as_deref()),
             |mux| mux.close(),
         );
         self.socket_event(
@@ -160,9 +159,7 @@ impl Conns {
         );
         self.hook_forget(node, key);
         self.history_forget(key);
-        if socket.user != NO_USER {
-            self.users.remove(key as u32);
-        }
+        self.users.remove(key as u32);
     }
 
     /// After an event on the socket of `outlet`: the close it asked for,
@@ -202,17 +199,13 @@ impl Conns {
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
     ) -> Option<CloseReason<'static>> {
         let socket = self.socket_mut(outlet)?.state;
-        let (mut joins, connect, user) = (
-            std::mem::take(&mut socket.joins),
-            socket.connect.take(),
-            socket.user,
-        );
+        let (mut joins, connect) = (std::mem::take(&mut socket.joins), socket.connect.take());
         let (fail, _) = self.on_socket(
             node,
             scratch,
             outlet,
             vsn,
-            (&mut joins, connect.as_deref(), user),
+            (&mut joins, connect.as_deref()),
             f,
         );
         // Connections and sessions leave their slab only between events,
@@ -225,22 +218,21 @@ impl Conns {
     }
 
     /// Runs `f` on the Phoenix socket of `outlet` made of `socket` (its
-    /// channels, what it connected with and its user mark); returns the
-    /// close it asked for and the user's id.
+    /// channels and what it connected with) and of its user, whose id the
+    /// users table holds under the outlet's key; returns the close it
+    /// asked for and that id.
     fn on_socket(
         &mut self,
         node: &Node,
         scratch: &mut Scratch,
         outlet: Outlet,
         vsn: Vsn,
-        socket: (&mut Joins, Option<&ConnectInfo>, u32),
+        socket: (&mut Joins, Option<&ConnectInfo>),
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
     ) -> (Option<CloseReason<'static>>, Option<Id>) {
-        let (joins, connect, user) = socket;
+        let (joins, connect) = socket;
         // Copied, not borrowed: the table lives in what the call mutates.
-        let id = (user != NO_USER)
-            .then(|| self.users.id(outlet.key() as u32))
-            .flatten();
+        let id = self.users.id(outlet.key() as u32);
         let mut t = ShardTransport {
             conns: self,
             node,

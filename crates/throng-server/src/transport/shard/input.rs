@@ -354,7 +354,6 @@ impl Shard {
                 conns.connect_event(node, key, "websocket", user.as_deref());
                 if let Some(user) = user {
                     conns.users.add(&user, key as u32);
-                    conns.slab[key].socket.user = crate::socket::HAS_USER;
                 }
             }
             Action::Page {

@@ -39,7 +39,7 @@ impl Shard {
                 Kind::Http => {
                     // A long-poll waiting for its answer is not slow.
                     if quiet >= handshake && !self.conns.lp.is_waiting(key) {
-                        http.push((key, quiet));
+                        http.push(key);
                     }
                     None
                 }
@@ -58,7 +58,7 @@ impl Shard {
         // connections that had sent their upgrade in time, 816 of them with
         // it unread, hence a reset.)
         let mut late_read = 0u64;
-        for (key, _) in http {
+        for key in http {
             self.on_readable(key);
             let Some(c) = self.conns.slab.get(key).filter(|c| !c.dead) else {
                 continue;
