@@ -104,28 +104,24 @@ pub struct ProcSample {
     pub cpu_secs: f64,
 }
 
+/// The bytes of the `/proc` line `NAME:   N kB` of `text`.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(':')))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+}
+
 /// Samples `/proc/<pid>` (`"self"` for this process).
 pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .unwrap_or(0)
-    };
-    let (rss, anon) = (kb("VmRSS:"), kb("RssAnon:"));
+    let field = |name| kib_field(&status, name).unwrap_or(0);
+    let (rss, anon) = (field("VmRSS"), field("RssAnon"));
     let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Pss:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024);
+        .and_then(|s| kib_field(&s, "Pss"))
+        .unwrap_or(0);
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command (which may hold spaces) start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -232,12 +228,7 @@ pub fn slab() -> Option<u64> {
 
 /// One `/proc/meminfo` field, bytes.
 fn meminfo(field: &str) -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    m.lines()
-        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map(|kb| kb * 1024)
+    kib_field(&std::fs::read_to_string("/proc/meminfo").ok()?, field)
 }
 
 /// Reads a sysctl from `/proc/sys` (`net.core.somaxconn` style name).

@@ -270,20 +270,20 @@ impl Run {
         m: &dyn Fn(&str) -> Option<f64>,
     ) -> report::Server {
         let open = plateau.counters.open;
-        let server_bytes = baseline
-            .server
-            .zip(plateau.server)
-            .and_then(|(a, b)| (open > 0).then(|| (b.rss as f64 - a.rss as f64) / open as f64));
-        let private_bytes = baseline
-            .server
-            .zip(plateau.server)
-            .filter(|(_, b)| b.anon > 0)
-            .and_then(|(a, b)| (open > 0).then(|| (b.anon as f64 - a.anon as f64) / open as f64));
-        let pss_bytes = baseline
-            .server
-            .zip(plateau.server)
-            .filter(|(_, b)| b.pss > 0)
-            .and_then(|(a, b)| (open > 0).then(|| (b.pss as f64 - a.pss as f64) / open as f64));
+        // One memory figure's growth over the open connections; none when
+        // it was not read (a remote server has no private or PSS figure).
+        let per_conn = |of: fn(&crate::sys::ProcSample) -> u64| {
+            baseline
+                .server
+                .zip(plateau.server)
+                .filter(|(_, b)| of(b) > 0)
+                .and_then(|(a, b)| {
+                    (open > 0).then(|| (of(&b) as f64 - of(&a) as f64) / open as f64)
+                })
+        };
+        let server_bytes = per_conn(|s| s.rss);
+        let private_bytes = per_conn(|s| s.anon);
+        let pss_bytes = per_conn(|s| s.pss);
         report::Server {
             embedded: self.probe.pid.is_some(),
             address: self.probe.metrics.to_string(),

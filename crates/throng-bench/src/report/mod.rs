@@ -394,7 +394,6 @@ pub struct Server {
     pub private_bytes_per_conn: Option<f64>,
     /// The same for the proportional set size (`Pss`): every page counted
     /// once over the server's processes, shared code pages included.
-    #[serde(default)]
     pub pss_bytes_per_conn: Option<f64>,
     /// How the clients connected (`--auth`): `none`, or `jwt` (each
     /// socket its own user's token; the embedded server ran with `--auth jwt`).
