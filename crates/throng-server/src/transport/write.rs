@@ -2,7 +2,7 @@
 //! WebSocket path (`conns/output.rs`) and TLS's records (`tls.rs`) both
 //! write through it, so it sits below both.
 
-use std::io::{self, Write};
+use std::io::{self, IoSlice, Write};
 
 use mio::net::TcpStream;
 
@@ -10,6 +10,21 @@ use mio::net::TcpStream;
 pub(crate) fn write_some(sock: &mut TcpStream, bytes: &[u8]) -> io::Result<usize> {
     loop {
         match sock.write(bytes) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One vectored `write` of `parts`, mapping `WouldBlock` to zero bytes.
+pub(crate) fn write_some_vectored(
+    sock: &mut TcpStream,
+    parts: &[IoSlice<'_>],
+) -> io::Result<usize> {
+    loop {
+        match sock.write_vectored(parts) {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

@@ -21,7 +21,7 @@ use crate::metrics::ShardStats;
 use crate::transport::budget;
 use crate::transport::conn::{Chunk, Kind};
 use crate::transport::outlet::Outlet;
-use crate::transport::write::write_some;
+use crate::transport::write::{write_some, write_some_vectored};
 
 impl Conns {
     /// Appends a frame around `body` to the frames gathered for the
@@ -104,22 +104,12 @@ impl Conns {
         let parts = [&first[..], shared.as_bytes(), tail];
         let mut written = 0;
         if !conn.queued() {
-            let slices = parts.map(IoSlice::new);
-            loop {
-                let wrote = match &mut self.tls {
-                    None => conn.sock.write_vectored(&slices),
-                    Some(tls) => tls.write(key, &mut conn.sock, &parts),
-                };
-                match wrote {
-                    Ok(n) => written = n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        self.doom(Outlet::Ws(key), CloseReason::Gone);
-                        return;
-                    }
+            match write_plain(&mut self.tls, key, &mut conn.sock, &parts) {
+                Ok(n) => written = n,
+                Err(_) => {
+                    self.doom(Outlet::Ws(key), CloseReason::Gone);
+                    return;
                 }
-                break;
             }
             self.bytes_out += written as u64;
             self.watch_tls_backlog(key);
@@ -340,8 +330,9 @@ impl Conns {
     }
 }
 
-/// One write of plaintext to connection `key`: to its socket, or through
-/// its TLS session (which may take less, at most `transport/tls.rs`'s `WRITE_MAX`);
+/// One write of plaintext `parts` (one, or a few written as one vectored
+/// write) to connection `key`: to its socket, or through its TLS session
+/// (which may take less, at most `transport/tls.rs`'s `WRITE_MAX`);
 /// `WouldBlock` is zero bytes.
 pub(super) fn write_plain(
     tls: &mut Option<crate::transport::tls::Tls>,
@@ -350,7 +341,16 @@ pub(super) fn write_plain(
     parts: &[&[u8]],
 ) -> io::Result<usize> {
     match tls {
-        None => write_some(sock, parts[0]),
+        None => match parts {
+            [one] => write_some(sock, one),
+            _ => write_some_vectored(
+                sock,
+                &parts
+                    .iter()
+                    .map(|p| IoSlice::new(p))
+                    .collect::<smallvec::SmallVec<[IoSlice<'_>; 4]>>(),
+            ),
+        },
         Some(tls) => match tls.write(key, sock, parts) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             other => other,
