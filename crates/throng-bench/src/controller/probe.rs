@@ -60,7 +60,7 @@ impl ServerProbe {
         Some(ProcSample {
             rss: samples.iter().map(|s| s.rss).sum(),
             anon: samples.iter().map(|s| s.anon).sum(),
-            pss: samples.iter().map(|s| s.pss).sum(),
+            pss: 0,
             cpu_secs: samples.iter().map(|s| s.cpu_secs).sum(),
         })
     }
@@ -95,6 +95,18 @@ impl ServerProbe {
     /// The server's `/metrics` text, if it answers within 500 ms.
     pub fn metrics(&self) -> Option<String> {
         sys::http_get(self.metrics, "/metrics", Duration::from_millis(500)).ok()
+    }
+
+    /// [`ServerProbe::sample`] with the PSS summed over the server's
+    /// processes too: the memory figures before the run and at its plateau.
+    pub fn memory(&self, metrics: Option<&str>) -> Option<ProcSample> {
+        let mut s = self.sample(metrics)?;
+        s.pss = self
+            .procs
+            .iter()
+            .filter_map(|p| sys::proc_pss(&p.to_string()))
+            .sum();
+        Some(s)
     }
 
     /// RSS and CPU, from `/proc` or else from the metrics.

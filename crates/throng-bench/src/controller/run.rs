@@ -344,7 +344,7 @@ impl Run {
     /// Phase 1: the server with no connections.
     fn baseline(&mut self) -> Result<Baseline, BenchError> {
         let metrics = self.probe.metrics();
-        let server = self.probe.sample(metrics.as_deref());
+        let server = self.probe.memory(metrics.as_deref());
         let slab = sys::slab();
         if metrics.is_none() {
             eprintln!(
@@ -505,7 +505,7 @@ impl Run {
         self.agents.pump(Duration::from_millis(1000))?;
         let settled = self.settle_presence()?;
         let metrics = self.probe.metrics();
-        let server = self.probe.sample(metrics.as_deref());
+        let server = self.probe.memory(metrics.as_deref());
         let slab = sys::slab();
         let counters = self.agents.total().unwrap_or_default();
         let server_conns = self.probe.conns(metrics.as_deref());
