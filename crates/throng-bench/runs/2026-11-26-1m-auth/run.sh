@@ -7,11 +7,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../../.." && pwd)
 THRONG=${THRONG:-$ROOT/target/release/throng}
 AUTH=${AUTH:-jwt}
-"$THRONG" tune --apply --connections 1000000 > "$HERE/tune-$AUTH.txt" 2>&1
-trap '"$THRONG" tune --revert > "$HERE/tune-revert-$AUTH.txt" 2>&1' EXIT
+TAG=${TAG:-$AUTH}   # the output files' name: 1m-TAG.*
+"$THRONG" tune --apply --connections 1000000 > "$HERE/tune-$TAG.txt" 2>&1
+trap '"$THRONG" tune --revert > "$HERE/tune-revert-$TAG.txt" 2>&1' EXIT
 "$THRONG" bench --connections 1000000 --arrival-rate 8000 --heartbeat-grid 0 \
   --broadcast-after 60 --broadcasts 2 --broadcast-interval 30 --hold 130 --auth "$AUTH" \
-  --dashboard-port 0 --json "$HERE/1m-$AUTH.json" --report "$HERE/1m-$AUTH.html" \
-  > "$HERE/1m-$AUTH.txt" 2> "$HERE/1m-$AUTH.log"
+  --dashboard-port 0 --json "$HERE/1m-$TAG.json" --report "$HERE/1m-$TAG.html" \
+  > "$HERE/1m-$TAG.txt" 2> "$HERE/1m-$TAG.log"
 echo "bench exit status $?"
-cat "$HERE/1m-$AUTH.txt"
+cat "$HERE/1m-$TAG.txt"
