@@ -269,6 +269,34 @@ export function connectionOwners(serverPort, pids){
   return owners
 }
 
+/**
+ * `n` clients made by `make(i)`, then more (at most 32) until each of the
+ * server's workers `pids` holds one; each client gets `.pid`, its worker.
+ * SO_REUSEPORT spreads connections by a hash of their addresses, so `n`
+ * of them all land on one of 2 workers with a chance of 2^(1-n): 1 in 128
+ * for 8, enough to fail a CI run now and then.
+ */
+export async function clientsOnEveryWorker(server, pids, n, make){
+  const clients = []
+  const everyWorkerHoldsOne = async () => {
+    const owners = await waitFor(() => {
+      const o = connectionOwners(server.port, pids)
+      return clients.every(c => o.has(c.localPort())) && o
+    }, 5000, "every client's worker in /proc")
+    for(const c of clients){ c.pid = owners.get(c.localPort()) }
+    return pids.every(pid => clients.some(c => c.pid === pid))
+  }
+  for(let i = 0; i < n; i++){ clients.push(await make(i)) }
+  while(!(await everyWorkerHoldsOne())){
+    if(clients.length >= n + 32){
+      await closeAll(clients)
+      throw new Error(`${clients.length} clients, and a worker holds none: ${clients.map(c => c.pid)}`)
+    }
+    clients.push(await make(clients.length))
+  }
+  return clients
+}
+
 /** Fetches /metrics over a fresh connection and returns {name: value}. */
 export async function metrics(port){
   const res = await fetch(`http://127.0.0.1:${port}/metrics`)

@@ -8,7 +8,7 @@ import assert from "node:assert/strict"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {startRedis, startThrong, lobbyClient, closeAll, connectionOwners, waitFor, sleep} from "./helpers.mjs"
+import {startRedis, startThrong, lobbyClient, closeAll, clientsOnEveryWorker, waitFor, sleep} from "./helpers.mjs"
 import {startBackend} from "../e2e/hook_helpers.mjs"
 
 const SECRET = "cluster-hook-secret"
@@ -35,15 +35,9 @@ hooks = ["join", "push"]
   const server = await startThrong(["--config", config, "--workers", "2", "--redis", redis.url])
   t.after(() => server.stop())
 
-  const clients = []
-  t.after(() => closeAll(clients))
-  for(let i = 0; i < N; i++){ clients.push(await lobbyClient(server.wsUrl, `c${i}`)) }
   const pids = [...server.workers().values()]
-  const owners = await waitFor(() => {
-    const o = connectionOwners(server.port, pids)
-    return clients.every(c => o.has(c.localPort())) && o
-  }, 5000, "every client's worker in /proc")
-  for(const c of clients){ c.pid = owners.get(c.localPort()) }
+  const clients = await clientsOnEveryWorker(server, pids, N, i => lobbyClient(server.wsUrl, `c${i}`))
+  t.after(() => closeAll(clients))
   const senders = pids.map(pid => clients.find(c => c.pid === pid)).filter(Boolean)
   assert.equal(senders.length, 2, `clients on both workers: ${clients.map(c => c.pid)}`)
 
@@ -55,7 +49,7 @@ hooks = ["join", "push"]
     for(const s of senders){ assert.equal(c.count(`via backend from ${s.pid}`), 1, `${c.name}: from ${s.pid}`) }
   }
   const stats = await backend.stats()
-  assert.equal(stats.joins.filter(t => t === "rooms:lobby").length, N, "every join went through the join hook")
+  assert.equal(stats.joins.filter(t => t === "rooms:lobby").length, clients.length, "every join went through the join hook")
   assert.equal(stats.pushes.filter(p => p.event === "new:msg").length, 2)
   assert.equal(stats.forged, 0, "both workers sign with the secret")
 })

@@ -7,7 +7,7 @@
 // pub/sub) or redis-cli is missing.
 import {test} from "node:test"
 import assert from "node:assert/strict"
-import {startThrong, lobbyClient, closeAll, connectionOwners, waitFor, redisCommand} from "./helpers.mjs"
+import {startThrong, lobbyClient, closeAll, clientsOnEveryWorker, waitFor, redisCommand} from "./helpers.mjs"
 import {presenceClient} from "../e2e/presence_helpers.mjs"
 import {clusterAvailable, startCluster, slotOf, cli} from "./redis_cluster.mjs"
 
@@ -18,14 +18,8 @@ const SERVE = cluster => ["--workers", "2", "--redis", cluster.url, "--api-bind"
 
 /** Clients spread over the workers: each with `.pid`, the worker holding it. */
 async function spread(server, n, make){
-  const clients = []
   const pids = [...server.workers().values()]
-  for(let i = 0; i < n; i++){ clients.push(await make(i)) }
-  const owners = await waitFor(() => {
-    const o = connectionOwners(server.port, pids)
-    return clients.every(c => o.has(c.localPort())) && o
-  }, 5000, "every client's worker in /proc")
-  for(const c of clients){ c.pid = owners.get(c.localPort()) }
+  const clients = await clientsOnEveryWorker(server, pids, n, make)
   return {clients, pids}
 }
 
