@@ -8,7 +8,7 @@ import assert from "node:assert/strict"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {startRedis, startThrong, waitFor, sleep, lobbyClient, closeAll, connectionOwners} from "./helpers.mjs"
+import {startRedis, startThrong, waitFor, sleep, lobbyClient, closeAll, clientsOnEveryWorker} from "./helpers.mjs"
 import {connectPhoenix, closePhoenix, joinResult} from "../e2e/helpers.mjs"
 import {startBackend} from "../e2e/hook_helpers.mjs"
 
@@ -98,15 +98,10 @@ test("--workers 2: clients on both workers, one occupied, one vacated", {timeout
   const {redis, config, transitions} = await setup(t, {twoNodes: false})
   const server = await startThrong(["--config", config, "--workers", "2", "--redis", redis.url])
   t.after(() => server.stop())
-  const clients = []
-  t.after(() => closeAll(clients))
   const pids = [...server.workers().values()]
-  // Clients until both workers hold some (the kernel spreads them).
-  await waitFor(async () => {
-    clients.push(await lobbyClient(server.wsUrl, `c${clients.length}`))
-    const owners = connectionOwners(server.port, pids)
-    return clients.length >= 4 && new Set(clients.map(c => owners.get(c.localPort()))).size === 2
-  }, 10000, "clients on both workers")
+  // At least 4 clients, and more until both workers hold some (the kernel spreads them).
+  const clients = await clientsOnEveryWorker(server, pids, 4, i => lobbyClient(server.wsUrl, `c${i}`))
+  t.after(() => closeAll(clients))
   await waitFor(async () => (await transitions("rooms:lobby")).length >= 1, 5000, "rooms:lobby occupied")
   await closeAll(clients)
   await waitFor(async () => (await transitions("rooms:lobby")).length >= 2, 5000, "rooms:lobby vacated")

@@ -118,8 +118,8 @@ fn kib_field(text: &str, name: &str) -> Option<u64> {
 /// ([`proc_pss`]): it is computed by walking the process's page tables
 /// under its memory-map lock, and this sample is taken ten times a second
 /// by every agent while users arrive; at 1,000,000 (53 agents, 52 workers)
-/// that walk was 4% of the machine's CPU, stalling the agents' own page
-/// faults while connections timed out.
+/// that walk was 4% of the machine's CPU, and it holds up the process's
+/// own page faults while it runs.
 pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name| kib_field(&status, name).unwrap_or(0);
