@@ -37,7 +37,7 @@ def check(doc, text, roots):
         if not any(exists(os.path.join(r, p)) for r in roots):
             bad.append(f"{doc}: `{p}`")
 for doc in docs:
-    if doc.startswith("crates/throng-bench/runs/"): continue
+    if doc.startswith("benchmarks/runs/"): continue
     check(doc, open(doc).read(), ["", os.path.dirname(doc)])
 for src in files:
     if not src.endswith(".rs"): continue

@@ -6,7 +6,7 @@
 //! samples and live snapshots in `live.rs`.
 //!
 //! The keys are the report's interface: `README.md`, `BENCHMARKS.md`, the
-//! recorded runs under `runs/` and the HTML read them, so a field is renamed
+//! text summaries of recorded runs under `benchmarks/runs/` and the HTML read them, so a field is renamed
 //! only when its name is wrong. Every figure is what the controller measured
 //! or merged from the agents (histograms merged, never averaged); a figure
 //! it could not get is `null`.
