@@ -52,7 +52,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
     let worker = config.worker_index;
     // The chat app, and a relay channel on every rule's topics it does not route.
     let mut router = chat::router();
-    let policy = throng_server::auth::Policy::new(config.topics.clone());
+    let policy = throng_server::rules::Policy::new(config.topics.clone());
     for pattern in policy.route_patterns() {
         if !router.patterns().any(|p| p == pattern) {
             router = router.channel(&pattern, throng_server::relay::Relay);

@@ -34,7 +34,6 @@ pub mod mint;
 pub(crate) mod origin;
 mod phoenix_token;
 pub(crate) mod rate;
-pub(crate) mod rules;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,7 +44,6 @@ use serde::{Deserialize, Serialize};
 
 pub use origin::CheckOrigin;
 pub use rate::PushLimit;
-pub use rules::{HistoryRule, JoinRule, Policy, TopicHook, TopicRule};
 
 use crate::channel::ConnectInfo;
 use crate::Error;

@@ -51,7 +51,6 @@ mod auth;
 mod check;
 mod file;
 mod flags;
-mod hooks;
 mod template;
 mod workers;
 
@@ -59,17 +58,18 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::auth::{AuthConfig, CheckOrigin, TopicRule};
+use crate::auth::{AuthConfig, CheckOrigin};
 use crate::limits::Limits;
 use crate::presence::PresenceRule;
+use crate::rules::TopicRule;
 use crate::Error;
 
+pub use crate::hooks::settings::{HookArgs, HooksConfig};
 pub use crate::setting::whole;
 pub use auth::AuthArgs;
 pub use check::{check_config, Checked};
 use file::FileConfig;
 pub use flags::{parse_bind, ServeArgs};
-pub use hooks::{HookArgs, HooksConfig};
 pub use template::{file_keys, gen_config, serve_command, FileKey};
 
 /// Resolved settings.
@@ -522,7 +522,7 @@ mod tests {
              [[topics]]\npattern = \"*\"\n",
         )
         .unwrap();
-        let p = crate::auth::Policy::new(c.topics.clone());
+        let p = crate::rules::Policy::new(c.topics.clone());
         let h = p.history("feed:1").unwrap();
         assert_eq!((h.size, h.ttl), (100, Duration::from_secs(60)));
         let h = p.history("inbox:u1").unwrap();

@@ -17,7 +17,7 @@
 //! so an app passes the ref of the last message it saw:
 //! `socket.channel("feed:1", () => (since ? {since} : {}))`. On such a join
 //! the shard subscribes the socket first, then reads the history under the
-//! topic's lock ([`crate::socket`]'s `join_since`): every message after the
+//! topic's lock ([`crate::protocol::phoenix::socket`]'s `join_since`): every message after the
 //! newest one read is queued for this shard after the read, and reaches
 //! the socket live; the ones up to it that are still in the shard's inbox
 //! were sent in the replay, and the shard skips them for this socket
@@ -58,6 +58,7 @@
 //! what it missed, or gets `recovered: false`. Never a silent gap.
 
 pub mod api;
+pub(crate) mod recovery;
 
 /// A join with `since` waiting for its history read (in Redis): what its
 /// reply needs.

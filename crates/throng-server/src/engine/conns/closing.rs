@@ -1,0 +1,198 @@
+//! Closing: the one way a connection ends ([`Conns::close`], with a
+//! [`CloseReason`] whose row in `crate::engine::close` says the close frame, the
+//! counter and what happens to queued output), the half-close once the last
+//! bytes are out, and removing a connection (its channels end, its socket
+//! closes). Connections that must end while another is being processed are
+//! marked `dead` and queued in `doomed` ([`Conns::doom`]), then closed
+//! between events.
+
+use throng_protocol::frame::{self, Opcode};
+
+use super::Conns;
+use crate::engine::close::{CloseReason, Flush};
+use crate::engine::conn::Kind;
+use crate::engine::outlet::Outlet;
+use crate::metrics::ShardStats;
+use crate::node::Node;
+use crate::protocol::phoenix::socket::Scratch;
+
+impl Conns {
+    /// Ends connection `key` for `reason`: the one way a connection ends.
+    /// Counts it and treats its output as the reason's row says
+    /// ([`CloseReason::row`]). While the connection's input is processed,
+    /// the close frame goes after the replies gathered for it; a
+    /// connection is removed from the slab only between events (an
+    /// [`Flush::Abort`] or [`Flush::Now`] reason comes from the sweep or
+    /// [`Conns::close_doomed`]).
+    pub fn close(&mut self, node: &Node, scratch: &mut Scratch, key: usize, reason: CloseReason) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        let row = reason.row();
+        let ws = matches!(conn.kind, Kind::Ws { .. });
+        if conn.dead {
+            // Doomed during this event: it ends for that reason, next.
+            return;
+        }
+        if matches!(conn.kind, Kind::Closing { .. }) && row.flush != Flush::Abort {
+            // Closing already: its close is under way.
+            return;
+        }
+        tracing::debug!(key, ?reason, "closing");
+        reason.count(&self.stats);
+        let code = reason.event_code();
+        let queued = conn.queued();
+        match row.flush {
+            Flush::Abort => self.remove(node, scratch, key, code),
+            Flush::Drop | Flush::Now if !ws => self.remove(node, scratch, key, code),
+            Flush::Now if !queued => {
+                if let Some(code) = row.code {
+                    let at = self.reply.len();
+                    frame::encode_close(&mut self.reply, code, row.text, None);
+                    let bytes = [&self.reply[at..]];
+                    let _ = super::output::write_plain(&mut self.tls, key, &mut conn.sock, &bytes);
+                    self.reply.truncate(at);
+                }
+                self.remove(node, scratch, key, code);
+            }
+            Flush::Drop | Flush::Now => {
+                if let Some(e) = conn.extra.as_mut() {
+                    let keep = e.out.front().is_some_and(|c| c.started());
+                    e.out.truncate(keep as usize);
+                    e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
+                }
+                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text, code);
+            }
+            Flush::After => {
+                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text, code);
+            }
+        }
+    }
+
+    /// Closing, with the close frame (a WebSocket's, when the reason has
+    /// one) after the frames gathered for the connection and everything
+    /// queued before them; then the half-close once the queue drains. The
+    /// frame goes into the gathered frames: no allocation.
+    #[allow(clippy::too_many_arguments)]
+    fn close_frame_after_output(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        ws: bool,
+        code: Option<u16>,
+        text: &str,
+        event_code: u16,
+    ) {
+        if ws {
+            match code {
+                Some(code) => frame::encode_close(&mut self.reply, code, text, None),
+                // The peer's close without a code is echoed without one.
+                None => frame::encode_frame(&mut self.reply, Opcode::Close, &[], None),
+            }
+        }
+        // Closing first: the frame is then queued past the output bounds.
+        self.start_closing(node, scratch, key, event_code);
+        self.flush_reply(key);
+    }
+
+    /// Sends what is gathered, then half-closes once the queue drains. The
+    /// channels end now; the socket lingers only to deliver the close.
+    fn start_closing(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        if matches!(conn.kind, Kind::Closing { .. }) {
+            return;
+        }
+        let socket = conn.take_socket();
+        conn.kind = Kind::Closing { shut: false };
+        conn.last_active = self.now;
+        if let Some(e) = conn.extra.as_mut() {
+            e.input = Vec::new();
+            e.frag = None;
+        }
+        if let Some(socket) = socket {
+            self.end_socket(node, scratch, Outlet::Ws(key), socket, code);
+            ShardStats::sub(&self.stats.websockets, 1);
+        }
+    }
+
+    pub fn try_shutdown(&mut self, key: usize) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        if conn.queued() || !self.reply.is_empty() {
+            return;
+        }
+        if let Kind::Closing { shut: false } = conn.kind {
+            if let Some(tls) = &mut self.tls {
+                if tls.backlogged(key) {
+                    return;
+                }
+                tls.close_notify(key, &mut conn.sock);
+            }
+            let _ = conn.sock.shutdown(std::net::Shutdown::Write);
+            conn.kind = Kind::Closing { shut: true };
+        }
+    }
+
+    /// Marks the socket of `outlet` for closing at the end of this event:
+    /// for a socket that must end while another is being handled (a
+    /// topic's subscriber may be a connection or a long-poll session).
+    pub fn doom(&mut self, outlet: Outlet, reason: CloseReason<'static>) {
+        let key = match outlet {
+            Outlet::Ws(key) => key,
+            Outlet::LongPoll(idx) => return self.lp_doom(idx, reason),
+        };
+        if let Some(conn) = self.slab.get_mut(key) {
+            // A closing connection that backs up is dropped, not cut again.
+            let reason = match conn.kind {
+                Kind::Closing { .. } => CloseReason::Gone,
+                _ => reason,
+            };
+            if !conn.dead {
+                conn.dead = true;
+                self.doomed.push((key, reason));
+            }
+        }
+    }
+
+    /// Closes the connections and sessions doomed during the last event.
+    pub fn close_doomed(&mut self, node: &Node, scratch: &mut Scratch) {
+        while let Some((key, reason)) = self.doomed.pop() {
+            if let Some(conn) = self.slab.get_mut(key) {
+                conn.dead = false;
+            }
+            self.close(node, scratch, key, reason);
+        }
+        while let Some((idx, reason)) = self.lp.doomed.pop() {
+            self.lp_end(node, scratch, idx, reason);
+        }
+    }
+
+    /// Removes a connection: its channels end (a `disconnect` event with
+    /// `code`), its socket closes.
+    fn remove(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16) {
+        let Some(mut conn) = self.slab.try_remove(key) else {
+            return;
+        };
+        self.release(node, key);
+        if let Some(tls) = &mut self.tls {
+            tls.close(key);
+        }
+        ShardStats::sub(&self.stats.connections, 1);
+        ShardStats::add(&self.stats.closed, 1);
+        if !self.lp.waiting.is_empty() {
+            self.lp_conn_closed(node, key);
+        }
+        if let Some(socket) = conn.take_socket() {
+            ShardStats::sub(&self.stats.websockets, 1);
+            self.end_socket(node, scratch, Outlet::Ws(key), socket, code);
+        }
+        // After the socket's end, whose events name it.
+        self.hook_forget(node, key);
+        self.history_forget(key);
+        // Dropping the stream closes the descriptor, which also leaves epoll.
+    }
+}

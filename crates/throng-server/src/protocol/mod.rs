@@ -1,0 +1,3 @@
+//! The wire protocols the engine serves.
+
+pub(crate) mod phoenix;

@@ -1,0 +1,399 @@
+//! The app backend's hooks on this shard: sending a connection's hook call
+//! (with its bound per socket, and one push at a time per socket and
+//! topic), and applying the answers that come back through the inbox to the
+//! socket that waits for them (`crate::hooks`).
+
+use std::sync::Arc;
+
+use throng_protocol::Vsn;
+
+use crate::engine::close::CloseReason;
+use crate::engine::conn::Kind;
+use crate::engine::outlet::Outlet;
+use crate::engine::Conns;
+use crate::hooks::{
+    ConnectRequest, Event, EventType, Failure, HeldSession, HeldUpgrade, Hook, HookAnswer, Outcome,
+    Wait, Waiting,
+};
+use crate::metrics::ShardStats;
+use crate::node::Node;
+use crate::protocol::phoenix::socket::Scratch;
+
+impl Conns {
+    /// Sends hook call `body` of connection `key` on `topic`, or queues it
+    /// behind this socket's push in flight on the topic.
+    pub(crate) fn hook_call(
+        &mut self,
+        node: &Node,
+        key: usize,
+        hook: Hook,
+        topic: &str,
+        body: Vec<u8>,
+        what: Waiting,
+    ) -> Result<(), Failure> {
+        let Some(client) = node.hooks.as_ref() else {
+            return Err(Failure::Unavailable);
+        };
+        let waits = &mut self.hook_waits;
+        if hook == Hook::Join {
+            waits.cancel_join(key, topic);
+        }
+        if waits.held(key) >= client.config().max_in_flight_per_socket {
+            client.refused(hook);
+            return Err(Failure::Busy);
+        }
+        let id = waits.next_id();
+        let wait = Wait {
+            key,
+            topic: Arc::from(topic),
+            what,
+        };
+        if hook == Hook::Push && waits.push_busy(key, topic) {
+            waits.enqueue(id, body, wait);
+            return Ok(());
+        }
+        client.call(hook, self.id, id, body)?;
+        waits.start(id, wait);
+        Ok(())
+    }
+
+    /// Connection or session `key` is gone: its hook waits are forgotten,
+    /// and a session held for the connect hook gives its admission back.
+    pub(crate) fn hook_forget(&mut self, node: &Node, key: usize) {
+        for wait in self.hook_waits.forget(key) {
+            if let Waiting::LongPollConnect(held) = wait.what {
+                if let Some(ip) = held.admitted {
+                    node.admission.release_session(ip);
+                }
+            }
+        }
+    }
+
+    /// The id of connection (or session) `key` in hook requests and
+    /// events: the node's random id, the shard, and a number this shard
+    /// never gives twice, so no two sockets share one across nodes,
+    /// restarts and reused slots.
+    pub(crate) fn socket_id(&mut self, node: &Node, key: usize) -> String {
+        let n = self.hook_waits.socket_number(key);
+        format!("{}.{}.{n}", node.control.node_id, self.id)
+    }
+
+    /// Queues lifecycle event `kind` of socket `key` (of `user`), with what
+    /// `fill` adds, when `[hooks] events` is on; nothing otherwise.
+    pub(crate) fn socket_event(
+        &mut self,
+        node: &Node,
+        key: usize,
+        kind: EventType,
+        user: Option<&str>,
+        fill: impl FnOnce(&mut Event),
+    ) {
+        let Some(events) = node.hooks.as_ref().and_then(|h| h.events()) else {
+            return;
+        };
+        let mut e = Event::new(kind);
+        e.socket_id = Some(self.socket_id(node, key));
+        e.user = user.map(Into::into);
+        fill(&mut e);
+        events.push(e);
+    }
+
+    /// Socket `key` is open (`transport`: `websocket` or `longpoll`).
+    pub(crate) fn connect_event(
+        &mut self,
+        node: &Node,
+        key: usize,
+        transport: &'static str,
+        user: Option<&str>,
+    ) {
+        self.socket_event(node, key, EventType::Connect, user, |e| {
+            e.transport = Some(transport)
+        });
+    }
+
+    /// The answer to a hook call of this shard.
+    pub fn hook_answer(&mut self, node: &Node, scratch: &mut Scratch, a: HookAnswer) {
+        let Some(wait) = self.hook_waits.finish(a.id) else {
+            // Its socket closed, or it left the join meanwhile.
+            return;
+        };
+        let (key, topic) = (wait.key, wait.topic.clone());
+        let push = matches!(wait.what, Waiting::Push { .. });
+        self.hook_apply(node, scratch, wait, a.outcome);
+        if push {
+            self.next_push(node, scratch, key, &topic);
+        }
+    }
+
+    /// Sends the next push queued on `key`'s `topic`; one refused at once
+    /// is answered, and the next one tried.
+    fn next_push(&mut self, node: &Node, scratch: &mut Scratch, key: usize, topic: &Arc<str>) {
+        let Some(client) = node.hooks.clone() else {
+            return;
+        };
+        while let Some((id, body, wait)) = self.hook_waits.next_push(key, topic) {
+            match client.call(Hook::Push, self.id, id, body) {
+                Ok(()) => {
+                    self.hook_waits.resume(id, wait);
+                    return;
+                }
+                Err(f) => {
+                    self.hook_waits.done(key);
+                    self.hook_apply(node, scratch, wait, Outcome::Failed(f));
+                }
+            }
+        }
+    }
+
+    /// The connect hook's request for connection `key`.
+    fn connect_body(
+        &self,
+        key: usize,
+        transport: &str,
+        vsn: Vsn,
+        connect: Option<&crate::channel::ConnectInfo>,
+        headers: &[(&'static str, String)],
+    ) -> Vec<u8> {
+        let remote_addr = self
+            .slab
+            .get(key)
+            .and_then(|c| c.sock.peer_addr().ok())
+            .map_or_else(String::new, |a| a.to_string());
+        let params = connect
+            .iter()
+            .flat_map(|c| c.params.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        serde_json::to_vec(&ConnectRequest {
+            transport,
+            vsn: match vsn {
+                Vsn::V1 => "1.0.0",
+                Vsn::V2 => "2.0.0",
+            },
+            params,
+            headers: headers.iter().map(|(k, v)| (*k, v.as_str())).collect(),
+            remote_addr,
+            at: crate::hooks::now_ms(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Sends a connect hook call of connection `key`; `Err`: refused at once.
+    fn connect_call(
+        &mut self,
+        node: &Node,
+        key: usize,
+        body: Vec<u8>,
+        what: Waiting,
+    ) -> Result<(), (Failure, Waiting)> {
+        let Some(client) = node.hooks.clone() else {
+            return Err((Failure::Unavailable, what));
+        };
+        let id = self.hook_waits.next_id();
+        match client.call(Hook::Connect, self.id, id, body) {
+            Ok(()) => {
+                let topic = Arc::from("");
+                self.hook_waits.start(id, Wait { key, topic, what });
+                Ok(())
+            }
+            Err(f) => Err((f, what)),
+        }
+    }
+
+    /// Holds WebSocket upgrade `held` of connection `key` until the connect
+    /// hook answers; a call refused at once is answered 503 now.
+    pub(crate) fn hook_connect(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldUpgrade,
+        headers: &[(&'static str, String)],
+    ) {
+        let body = self.connect_body(key, "websocket", held.vsn, held.connect.as_ref(), headers);
+        if let Err((f, _)) = self.connect_call(node, key, body, Waiting::Connect(Box::new(held))) {
+            self.refuse_upgrade(node, scratch, key, Outcome::Failed(f));
+        }
+    }
+
+    /// Holds a new long-poll session of connection `key` until the connect
+    /// hook answers; a call refused at once is answered `{"status":503}`.
+    pub(crate) fn hook_connect_session(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldSession,
+        headers: &[(&'static str, String)],
+    ) {
+        let body = self.connect_body(key, "longpoll", held.vsn, held.connect.as_ref(), headers);
+        let what = Waiting::LongPollConnect(Box::new(held));
+        if let Err((_, Waiting::LongPollConnect(held))) = self.connect_call(node, key, body, what) {
+            self.lp_refuse_held(node, scratch, key, 503, &held);
+        }
+    }
+
+    /// Whether connection `key` still waits for its connect hook (it may
+    /// have closed, or been reused, while the backend decided).
+    fn still_held(&self, key: usize) -> bool {
+        self.slab
+            .get(key)
+            .is_some_and(|c| !c.dead && matches!(c.kind, Kind::Http))
+    }
+
+    /// The connect hook's answer to a held long-poll session: it opens
+    /// (with the backend's user and assigns), or `{"status":403}` (refused)
+    /// or `{"status":503}` (backend unavailable, slow or wrong).
+    fn finish_session(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldSession,
+        outcome: Outcome,
+    ) {
+        if !self.still_held(key) {
+            if let Some(ip) = held.admitted {
+                node.admission.release_session(ip);
+            }
+            return;
+        }
+        let answer = match outcome {
+            Outcome::Answer(a) if a.error.is_none() => a,
+            Outcome::Failed(_) => return self.lp_refuse_held(node, scratch, key, 503, &held),
+            _ => {
+                ShardStats::add(&self.stats.auth_refusals, 1);
+                return self.lp_refuse_held(node, scratch, key, 403, &held);
+            }
+        };
+        let mut connect = held.connect;
+        let user = accepted_user(answer.user, held.user, &mut connect);
+        let (vsn, admitted, keep_alive) = (held.vsn, held.admitted, held.keep_alive);
+        let session =
+            self.lp_open_session(node, scratch, key, vsn, connect, user, admitted, keep_alive);
+        if let (Some(session), Some(assigns)) = (session, answer.assigns) {
+            self.hook_waits.assigns.insert(session, assigns);
+        }
+        // The connection's next request is read now.
+        self.lp.resume.push(key);
+        self.flush_reply(key);
+    }
+
+    /// The connect hook's answer to a held upgrade: the `101`, or a 403
+    /// (refused) or 503 (backend unavailable, slow or wrong; phoenix.js
+    /// retries with backoff).
+    fn finish_connect(
+        &mut self,
+        node: &Node,
+        scratch: &mut Scratch,
+        key: usize,
+        held: HeldUpgrade,
+        outcome: Outcome,
+    ) {
+        if !self.still_held(key) {
+            return;
+        }
+        let answer = match outcome {
+            Outcome::Answer(a) if a.error.is_none() => a,
+            refused => return self.refuse_upgrade(node, scratch, key, refused),
+        };
+        let mut connect = held.connect;
+        let user = accepted_user(answer.user, held.user, &mut connect);
+        if let Some(assigns) = answer.assigns {
+            self.hook_waits.assigns.insert(key, assigns);
+        }
+        self.send(key, &held.response);
+        let now = self.now;
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        conn.last_active = now;
+        conn.kind = Kind::Ws {
+            vsn: held.vsn,
+            echo: false,
+            deflate: held.deflate,
+        };
+        conn.socket.connect = connect.map(Arc::new);
+        ShardStats::add(&self.stats.websockets, 1);
+        self.connect_event(node, key, "websocket", user.as_deref());
+        if let Some(user) = user {
+            self.users.add(&user, key as u32);
+        }
+        // What the client sent after its upgrade request is read now.
+        self.lp.resume.push(key);
+        self.flush_reply(key);
+    }
+
+    fn refuse_upgrade(&mut self, node: &Node, scratch: &mut Scratch, key: usize, why: Outcome) {
+        let resp = match why {
+            Outcome::Failed(f) => crate::page::error_response(
+                503,
+                "Service Unavailable",
+                "Retry-After: 1\r\n",
+                &format!(
+                    "the app backend could not accept this connection now: {}; try again\n",
+                    f.reply()
+                ),
+            ),
+            _ => {
+                ShardStats::add(&self.stats.auth_refusals, 1);
+                crate::page::error_response(
+                    403,
+                    "Forbidden",
+                    "",
+                    "the app backend refused this connection\n",
+                )
+            }
+        };
+        self.send(key, &resp);
+        self.close(node, scratch, key, CloseReason::Finished);
+    }
+
+    /// What the connect hook gave socket `key` as its assigns.
+    pub(crate) fn hook_assigns(&self, key: usize) -> Option<&str> {
+        if self.hook_waits.assigns.is_empty() {
+            return None;
+        }
+        self.hook_waits.assigns.get(&key).map(|a| a.get())
+    }
+
+    /// Hands `outcome` to the socket of `wait`, and sends what it wrote.
+    fn hook_apply(&mut self, node: &Node, scratch: &mut Scratch, wait: Wait, outcome: Outcome) {
+        let key = wait.key;
+        let what = match wait.what {
+            Waiting::Connect(held) => {
+                return self.finish_connect(node, scratch, key, *held, outcome)
+            }
+            Waiting::LongPollConnect(held) => {
+                return self.finish_session(node, scratch, key, *held, outcome)
+            }
+            what => what,
+        };
+        let outlet = Outlet::of(key);
+        let Some(vsn) = self.vsn_of(outlet) else {
+            return;
+        };
+        let topic = wait.topic;
+        let fail = self.with_socket(node, scratch, outlet, vsn, |mux| match what {
+            Waiting::Join { .. } => mux.hook_joined(&topic, what, outcome),
+            Waiting::Push { .. } => mux.hook_pushed(&topic, what, outcome),
+            Waiting::Connect(_) | Waiting::LongPollConnect(_) => {}
+        });
+        self.after_socket(node, scratch, outlet, fail);
+    }
+}
+
+/// The user an accepted connect hook leaves the socket with: the backend's,
+/// else the one a token authenticated; written into what the socket
+/// connected with, so channels see it too.
+fn accepted_user(
+    backend: Option<crate::hooks::UserId>,
+    token: Option<String>,
+    connect: &mut Option<crate::channel::ConnectInfo>,
+) -> Option<String> {
+    let user = backend.map(crate::hooks::UserId::into_string).or(token);
+    if let (Some(c), Some(u)) = (connect.as_mut(), &user) {
+        c.user_id = Some(u.clone());
+    }
+    user
+}
