@@ -318,10 +318,11 @@ impl Server {
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
         let mut threads = Vec::new();
+        let proto = Arc::new(protocol::Protocols {});
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
         {
-            let shard = engine::Shard::new(id, poll, listener, inbox, node.clone())?;
+            let shard = engine::Shard::new(id, poll, listener, inbox, node.clone(), proto.clone())?;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("throng-shard-{id}"))

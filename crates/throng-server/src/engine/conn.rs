@@ -11,9 +11,9 @@
 //! closes idle ones.
 
 use mio::net::TcpStream;
-use throng_protocol::Vsn;
+use throng_protocol::Wire;
 
-use super::outlet::{Ended, SocketState};
+use super::socket::SocketState;
 pub(crate) use crate::engine::pending::{Chunk, Extra};
 
 /// What a connection is doing: its lifecycle is handshake ([`Kind::Http`]),
@@ -23,11 +23,12 @@ pub(crate) use crate::engine::pending::{Chunk, Extra};
 pub(crate) enum Kind {
     /// Handshake: reading HTTP requests (pages, long-poll, an upgrade).
     Http,
-    /// Open: upgraded, a Phoenix socket speaking `vsn`, or the echo
-    /// endpoint. `deflate`: permessage-deflate's negotiated server window
-    /// bits (9 to 15; 8 means messages go plain), 0 without it; one byte in
-    /// the enum's padding, so a socket with deflate costs nothing more.
-    Ws { vsn: Vsn, echo: bool, deflate: u8 },
+    /// Open: upgraded, a socket speaking `wire` (its protocol's), or the
+    /// echo endpoint. `deflate`: permessage-deflate's negotiated server
+    /// window bits (9 to 15; 8 means messages go plain), 0 without it; one
+    /// byte in the enum's padding, so a socket with deflate costs nothing
+    /// more.
+    Ws { wire: Wire, echo: bool, deflate: u8 },
     /// Closing while output flushes: our last bytes are queued or sent;
     /// waiting to shut down and for the peer's FIN.
     Closing { shut: bool },
@@ -46,22 +47,19 @@ pub(crate) struct Conn {
     /// Marked for closing at the end of this loop turn.
     pub dead: bool,
     pub extra: Option<Box<Extra>>,
-    /// The Phoenix socket it carries once upgraded (`outlet.rs`): channels,
-    /// connect info, user, push budget.
+    /// The socket it carries once upgraded (`socket.rs`): subscriptions,
+    /// connect info, push budget.
     pub socket: SocketState,
 }
 
 impl Conn {
-    /// Takes the Phoenix socket's state out, if this is one (the socket's
-    /// channels then end with [`super::Conns::end_socket`]).
-    pub fn take_socket(&mut self) -> Option<Ended> {
-        let Kind::Ws { vsn, .. } = self.kind else {
+    /// Takes the socket's state out, if this is one (its protocol then ends
+    /// it: `Protocol::closed`).
+    pub fn take_socket(&mut self) -> Option<(Wire, SocketState)> {
+        let Kind::Ws { wire, .. } = self.kind else {
             return None;
         };
-        Some(Ended {
-            vsn,
-            socket: std::mem::take(&mut self.socket),
-        })
+        Some((wire, std::mem::take(&mut self.socket)))
     }
 
     pub fn new(sock: TcpStream, now: u32) -> Conn {
@@ -123,7 +121,3 @@ pub(crate) const CONN_SIZE: usize = std::mem::size_of::<Conn>();
 // thin pointer: 8).
 #[cfg(not(debug_assertions))]
 const _: () = assert!(CONN_SIZE <= 80, "Conn grew past 80 bytes");
-const _: () = assert!(
-    std::mem::size_of::<crate::protocol::phoenix::socket::Join>() <= 32,
-    "Join grew past 32 bytes: every joined socket holds one inline"
-);

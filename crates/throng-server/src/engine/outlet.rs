@@ -1,31 +1,34 @@
-//! The Phoenix socket as one entity, whatever carries it: an [`Outlet`]
-//! names it (a WebSocket connection, or a long-poll session), and
-//! [`SocketState`] is what every Phoenix socket holds the same way (its
-//! channels, what it connected with, its user, its push budget), kept once
-//! in a [`Conn`](super::conn::Conn) or a [`Session`](crate::protocol::phoenix::longpoll::Session)
-//! instead of copied field by field. The dispatch on the carrier, which
-//! the rest of the shard goes through to reach the socket of an outlet, is
-//! [`Conns`](super::Conns)'s, as it owns both carriers: `conns/socket.rs`.
+//! [`Outlet`]: what carries a socket of this shard, named by its registry
+//! key (a `u32`, what the topic registry, the users table and a
+//! broadcast's exclude key hold): a WebSocket connection of the engine, or
+//! a session its protocol holds (Phoenix's long-poll sessions), with the
+//! session's index above [`SESSION_BIT`]. The bit is read and written only
+//! by [`Outlet::of`] and [`Outlet::key`]. Connection keys stay far below it
+//! (one per open file).
 //!
-//! An outlet is a registry key (a `u32`, what the topic registry and a
-//! broadcast's exclude key hold) with a long-poll session's index above
-//! [`SESSION_BIT`]; the bit is read and written only by [`Outlet::of`] and
-//! [`Outlet::key`]. Connection keys stay far below it (one per open file).
+//! The engine reaches a session only through its protocol: a broadcast for
+//! one, or its doom, is queued ([`SessionWork`]) and handed to the protocol
+//! after the event, so that nothing outside the protocol that owns sessions
+//! matches on a session.
 
-use throng_protocol::Vsn;
+use std::sync::Arc;
 
-pub(crate) use crate::protocol::phoenix::socket::SocketState;
+use throng_protocol::Wire;
+use throng_pubsub::Broadcast;
 
-/// Set in a registry key that names a long-poll session.
+use super::close::CloseReason;
+use super::socket::SocketState;
+
+/// Set in a registry key that names a session.
 const SESSION_BIT: usize = 1 << 31;
 
-/// What carries a Phoenix socket of this shard.
+/// What carries a socket of this shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Outlet {
     /// A WebSocket connection: its key in the shard's connections.
-    Ws(usize),
-    /// A long-poll session: its index in the shard's sessions.
-    LongPoll(usize),
+    Conn(usize),
+    /// A session its protocol holds: its index in the protocol's sessions.
+    Session(usize),
 }
 
 impl Outlet {
@@ -36,9 +39,9 @@ impl Outlet {
     #[inline]
     pub fn of(key: usize) -> Outlet {
         if key & SESSION_BIT != 0 {
-            Outlet::LongPoll(key & !SESSION_BIT)
+            Outlet::Session(key & !SESSION_BIT)
         } else {
-            Outlet::Ws(key)
+            Outlet::Conn(key)
         }
     }
 
@@ -46,42 +49,30 @@ impl Outlet {
     #[inline]
     pub fn key(self) -> usize {
         match self {
-            Outlet::Ws(key) => key,
-            Outlet::LongPoll(idx) => SESSION_BIT | idx,
+            Outlet::Conn(key) => key,
+            Outlet::Session(idx) => SESSION_BIT | idx,
         }
     }
 }
 
-/// A Phoenix socket's state, taken out of its connection (or session)
-/// when it ends.
-pub(crate) struct Ended {
-    pub vsn: Vsn,
-    pub socket: SocketState,
+/// What the engine hands a session's protocol after an event.
+pub(crate) enum SessionWork {
+    /// A broadcast for session `idx`.
+    Deliver(usize, Arc<Broadcast>),
+    /// Session `idx` must end, for this reason.
+    Doom(usize, CloseReason<'static>),
 }
 
-/// What a socket (or long-poll session) keeps of its connect info once
-/// `found` is authenticated; returns the user's id. The verified token is
-/// not kept (it is the largest thing an idle socket would hold), and the
-/// user's id lives in the shard's `Users` table: the connect info stays only
-/// when the client sent other params or the token limits its channels.
-pub(crate) fn authenticated(
-    connect: &mut Option<crate::channel::ConnectInfo>,
-    found: crate::auth::User,
-) -> String {
-    if let Some(c) = connect.as_mut() {
-        c.auth_token = None;
-        c.params.retain(|(k, _)| k != "token");
-    }
-    if found.channels.is_some() {
-        connect.get_or_insert_with(Default::default).channels = found.channels;
-    }
-    if let Some(c) = connect.as_mut() {
-        if c.params.is_empty() && c.channels.is_none() {
-            *connect = None;
-        } else {
-            c.params.shrink_to_fit();
-            c.user_id = Some(found.id.clone());
-        }
-    }
-    found.id
+/// A connection that ended during an event, for its protocol to finish
+/// after it (its socket's subscriptions, presences, events, waits):
+/// `crate::engine::Conns::close` is the one way a connection ends; what the
+/// protocol does about it comes once the event is over, before anything
+/// else can take the connection's key.
+pub(crate) struct Closed {
+    /// The connection's key (free again once this is handled).
+    pub key: usize,
+    /// Its socket, if it was one: the wire it spoke and what it held.
+    pub socket: Option<(Wire, SocketState)>,
+    /// The code of its `disconnect` event (`crate::engine::close`).
+    pub code: u16,
 }

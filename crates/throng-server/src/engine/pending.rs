@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use throng_protocol::frame::Opcode;
-use throng_protocol::Vsn;
+use throng_protocol::Wire;
 use throng_pubsub::Broadcast;
 
 /// What a connection holds only while something is pending.
@@ -38,7 +38,7 @@ impl Extra {
 pub(crate) enum Chunk {
     /// A broadcast frame shared with every other subscriber, from `offset`;
     /// the bool: its compressed frame (permessage-deflate).
-    Shared(Arc<Broadcast>, Vsn, bool, usize),
+    Shared(Arc<Broadcast>, Wire, bool, usize),
     /// Bytes of this connection alone, from `offset`.
     Owned(Vec<u8>, usize),
     /// Text shared with other connections (a presence state), from `offset`.
@@ -55,7 +55,7 @@ impl Chunk {
 
     pub fn rest(&self) -> &[u8] {
         match self {
-            Chunk::Shared(b, vsn, z, off) => &b.frame_as(*vsn, *z).unwrap_or(&[])[*off..],
+            Chunk::Shared(b, wire, z, off) => &b.frame_as(*wire, *z).unwrap_or(&[])[*off..],
             Chunk::Owned(v, off) => &v[*off..],
             Chunk::Text(t, off) => &t.as_bytes()[*off..],
         }

@@ -81,15 +81,15 @@ pub(crate) struct Users {
 impl Users {
     fn slot(&self, key: u32) -> Option<&Id> {
         match Outlet::of(key as usize) {
-            Outlet::Ws(k) => self.ws.get(k),
-            Outlet::LongPoll(i) => self.sessions.get(i),
+            Outlet::Conn(k) => self.ws.get(k),
+            Outlet::Session(i) => self.sessions.get(i),
         }
     }
 
     fn slot_mut(&mut self, key: u32) -> &mut Id {
         let (v, i) = match Outlet::of(key as usize) {
-            Outlet::Ws(k) => (&mut self.ws, k),
-            Outlet::LongPoll(i) => (&mut self.sessions, i),
+            Outlet::Conn(k) => (&mut self.ws, k),
+            Outlet::Session(i) => (&mut self.sessions, i),
         };
         if v.len() <= i {
             v.resize(i + 1, Id::None);
@@ -117,8 +117,8 @@ impl Users {
         let (ws, sessions, hasher) = (&self.ws, &self.sessions, &self.hasher);
         self.index.insert_unique(hash, key, |&k| {
             let s = match Outlet::of(k as usize) {
-                Outlet::Ws(k) => &ws[k],
-                Outlet::LongPoll(i) => &sessions[i],
+                Outlet::Conn(k) => &ws[k],
+                Outlet::Session(i) => &sessions[i],
             };
             hasher.hash_one(s.as_str())
         });

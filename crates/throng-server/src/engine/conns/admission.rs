@@ -4,6 +4,9 @@
 //! have not become WebSockets yet: what a client must get through before it
 //! costs the server more than a slab entry.
 //!
+//! Once through, a protocol that accepts its upgrade makes it a socket
+//! ([`Conns::open_websocket`]).
+//!
 //! A refused connection gets a 503 and is closed at once; it never enters
 //! the slab. When addresses are counted, each admitted connection's address
 //! is kept in a side table indexed like the slab (`Conns::peer_ips`), only
@@ -11,10 +14,13 @@
 
 use std::io::{Read, Write};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use mio::net::TcpStream;
+use throng_protocol::Wire;
 
 use super::Conns;
+use crate::channel::ConnectInfo;
 use crate::engine::conn::Kind;
 use crate::limits::Refusal;
 use crate::metrics::ShardStats;
@@ -90,6 +96,37 @@ impl Conns {
             let _ = super::output::write_plain(&mut self.tls, key, &mut conn.sock, &r);
         }
         // Counted by the close (`CloseReason::HandshakeTimeout`).
+        true
+    }
+
+    /// The protocol accepted the upgrade of connection `key`: its `101`
+    /// goes out, and from now on it is a socket speaking `wire` (with
+    /// permessage-deflate's window bits `deflate`, 0 without), which
+    /// connected with `connect`. False if the connection is gone.
+    pub(crate) fn open_websocket(
+        &mut self,
+        key: usize,
+        response: &[u8],
+        wire: Wire,
+        deflate: u8,
+        connect: Option<ConnectInfo>,
+    ) -> bool {
+        self.send(key, response);
+        let now = self.now;
+        let Some(conn) = self.slab.get_mut(key).filter(|c| !c.dead) else {
+            return false;
+        };
+        conn.last_active = now;
+        conn.kind = Kind::Ws {
+            wire,
+            echo: false,
+            deflate,
+        };
+        conn.socket.connect = connect.map(Arc::new);
+        if deflate != 0 {
+            ShardStats::add(&self.stats.deflate_sockets, 1);
+        }
+        ShardStats::add(&self.stats.websockets, 1);
         true
     }
 }

@@ -1,10 +1,12 @@
 //! Closing: the one way a connection ends ([`Conns::close`], with a
-//! [`CloseReason`] whose row in `crate::engine::close` says the close frame, the
-//! counter and what happens to queued output), the half-close once the last
-//! bytes are out, and removing a connection (its channels end, its socket
+//! [`CloseReason`] whose row in `crate::engine::close` says the close
+//! frame, the counter and what happens to queued output), the half-close
+//! once the last bytes are out, and removing a connection (its socket
 //! closes). Connections that must end while another is being processed are
 //! marked `dead` and queued in `doomed` ([`Conns::doom`]), then closed
-//! between events.
+//! between events. A socket's end (its subscriptions, presences, events)
+//! is its protocol's: the socket is queued in `closed` for it, handled once
+//! the event is over (`Shard::settle`).
 
 use throng_protocol::frame::{self, Opcode};
 
@@ -12,9 +14,9 @@ use super::Conns;
 use crate::engine::close::{CloseReason, Flush};
 use crate::engine::conn::Kind;
 use crate::engine::outlet::Outlet;
+use crate::engine::outlet::{Closed, SessionWork};
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::protocol::phoenix::socket::Scratch;
 
 impl Conns {
     /// Ends connection `key` for `reason`: the one way a connection ends.
@@ -24,7 +26,7 @@ impl Conns {
     /// connection is removed from the slab only between events (an
     /// [`Flush::Abort`] or [`Flush::Now`] reason comes from the sweep or
     /// [`Conns::close_doomed`]).
-    pub fn close(&mut self, node: &Node, scratch: &mut Scratch, key: usize, reason: CloseReason) {
+    pub fn close(&mut self, node: &Node, key: usize, reason: CloseReason) {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
@@ -43,8 +45,8 @@ impl Conns {
         let code = reason.event_code();
         let queued = conn.queued();
         match row.flush {
-            Flush::Abort => self.remove(node, scratch, key, code),
-            Flush::Drop | Flush::Now if !ws => self.remove(node, scratch, key, code),
+            Flush::Abort => self.remove(node, key, code),
+            Flush::Drop | Flush::Now if !ws => self.remove(node, key, code),
             Flush::Now if !queued => {
                 if let Some(code) = row.code {
                     let at = self.reply.len();
@@ -53,7 +55,7 @@ impl Conns {
                     let _ = super::output::write_plain(&mut self.tls, key, &mut conn.sock, &bytes);
                     self.reply.truncate(at);
                 }
-                self.remove(node, scratch, key, code);
+                self.remove(node, key, code);
             }
             Flush::Drop | Flush::Now => {
                 if let Some(e) = conn.extra.as_mut() {
@@ -61,10 +63,10 @@ impl Conns {
                     e.out.truncate(keep as usize);
                     e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
                 }
-                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text, code);
+                self.close_frame_after_output(key, ws, row.code, row.text, code);
             }
             Flush::After => {
-                self.close_frame_after_output(node, scratch, key, ws, row.code, row.text, code);
+                self.close_frame_after_output(key, ws, row.code, row.text, code);
             }
         }
     }
@@ -73,11 +75,8 @@ impl Conns {
     /// one) after the frames gathered for the connection and everything
     /// queued before them; then the half-close once the queue drains. The
     /// frame goes into the gathered frames: no allocation.
-    #[allow(clippy::too_many_arguments)]
     fn close_frame_after_output(
         &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
         key: usize,
         ws: bool,
         code: Option<u16>,
@@ -92,13 +91,13 @@ impl Conns {
             }
         }
         // Closing first: the frame is then queued past the output bounds.
-        self.start_closing(node, scratch, key, event_code);
+        self.start_closing(key, event_code);
         self.flush_reply(key);
     }
 
     /// Sends what is gathered, then half-closes once the queue drains. The
     /// channels end now; the socket lingers only to deliver the close.
-    fn start_closing(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16) {
+    fn start_closing(&mut self, key: usize, code: u16) {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
@@ -112,9 +111,9 @@ impl Conns {
             e.input = Vec::new();
             e.frag = None;
         }
-        if let Some(socket) = socket {
-            self.end_socket(node, scratch, Outlet::Ws(key), socket, code);
+        if socket.is_some() {
             ShardStats::sub(&self.stats.websockets, 1);
+            self.closed.push(Closed { key, socket, code });
         }
     }
 
@@ -142,8 +141,8 @@ impl Conns {
     /// topic's subscriber may be a connection or a long-poll session).
     pub fn doom(&mut self, outlet: Outlet, reason: CloseReason<'static>) {
         let key = match outlet {
-            Outlet::Ws(key) => key,
-            Outlet::LongPoll(idx) => return self.lp_doom(idx, reason),
+            Outlet::Conn(key) => key,
+            Outlet::Session(idx) => return self.sessions.push(SessionWork::Doom(idx, reason)),
         };
         if let Some(conn) = self.slab.get_mut(key) {
             // A closing connection that backs up is dropped, not cut again.
@@ -158,22 +157,20 @@ impl Conns {
         }
     }
 
-    /// Closes the connections and sessions doomed during the last event.
-    pub fn close_doomed(&mut self, node: &Node, scratch: &mut Scratch) {
+    /// Closes the connections doomed during the last event.
+    pub fn close_doomed(&mut self, node: &Node) {
         while let Some((key, reason)) = self.doomed.pop() {
             if let Some(conn) = self.slab.get_mut(key) {
                 conn.dead = false;
             }
-            self.close(node, scratch, key, reason);
-        }
-        while let Some((idx, reason)) = self.lp.doomed.pop() {
-            self.lp_end(node, scratch, idx, reason);
+            self.close(node, key, reason);
         }
     }
 
-    /// Removes a connection: its channels end (a `disconnect` event with
-    /// `code`), its socket closes.
-    fn remove(&mut self, node: &Node, scratch: &mut Scratch, key: usize, code: u16) {
+    /// Removes a connection: its socket closes, and its protocol ends what
+    /// it held (its socket's channels, with a `disconnect` event with
+    /// `code`, if it still had one) after the event.
+    fn remove(&mut self, node: &Node, key: usize, code: u16) {
         let Some(mut conn) = self.slab.try_remove(key) else {
             return;
         };
@@ -183,16 +180,11 @@ impl Conns {
         }
         ShardStats::sub(&self.stats.connections, 1);
         ShardStats::add(&self.stats.closed, 1);
-        if !self.lp.waiting.is_empty() {
-            self.lp_conn_closed(node, key);
-        }
-        if let Some(socket) = conn.take_socket() {
+        let socket = conn.take_socket();
+        if socket.is_some() {
             ShardStats::sub(&self.stats.websockets, 1);
-            self.end_socket(node, scratch, Outlet::Ws(key), socket, code);
         }
-        // After the socket's end, whose events name it.
-        self.hook_forget(node, key);
-        self.history_forget(key);
+        self.closed.push(Closed { key, socket, code });
         // Dropping the stream closes the descriptor, which also leaves epoll.
     }
 }

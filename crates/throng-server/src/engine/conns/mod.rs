@@ -1,58 +1,79 @@
-//! [`Conns`]: a shard's connections and Phoenix sockets, and everything
-//! their handling writes. The struct and its fields are here; what it does
-//! is one concept per file beside this one, each file an `impl Conns`
-//! block (with the small types only that concept uses), so that all of
-//! `Conns` is in this folder:
+//! [`Conns`]: a shard's connections, their registry of subscriptions, and
+//! everything their output writes: the engine's port, which the protocols
+//! answer through (`engine/mod.rs` lists its calls). The struct and its
+//! fields are here; what it does is one concept per file beside this one,
+//! each an `impl Conns` block:
 //! - `output.rs`: writing to a connection, its bounded output queue,
 //!   delivering a broadcast to the shard's subscribers;
 //! - `closing.rs`: the one way a connection ends ([`Conns::close`] with a
-//!   reason from `crate::engine::close`'s table), the half-close, removing a
-//!   connection;
+//!   reason from `crate::engine::close`'s table), the half-close, removing
+//!   a connection;
 //! - `admission.rs`: connection caps at accept, the HTTP head deadline;
-//! - `socket.rs`: the Phoenix socket of an outlet, whatever carries it
-//!   (the dispatch on [`Outlet`](super::outlet::Outlet));
-//! - `phoenix.rs`: a message through the Phoenix socket (`crate::protocol::phoenix::socket`),
-//!   and the [`Transport`](crate::protocol::phoenix::socket::Transport) the socket answers
-//!   through on this shard;
-//! - `longpoll.rs`: the long-poll transport's requests and sessions
-//!   (`crate::protocol::phoenix::longpoll`), which run the same Phoenix socket;
-//! - `hooks.rs`: the app backend's hooks and lifecycle events;
-//! - `history.rs`: joins with `since` whose history read (Redis) answers
-//!   later;
+//! - `topics.rs`: subscribing and unsubscribing a socket, which keeps the
+//!   node's topics and the backplane's subscriptions, and publishing;
 //! - `deflate.rs`: permessage-deflate's buffers, and compressing what a
 //!   connection is sent (the inflating side is the shard's input:
 //!   `shard/inflate.rs`).
 //!
-//! Why apart from [`Shard`](super::Shard): the shard's loop holds the node
-//! (router, config) and the scratch buffers beside this, so they can be
-//! read while this is borrowed mutably.
+//! What a protocol keeps per shard (Phoenix's long-poll sessions, hook
+//! waits, presences) is the protocol's own state, not here; the history
+//! feature's recovery of a rejoin, which delivery consults, is
+//! [`Recovery`] (`crate::history::recovery`), a part this struct holds.
+//!
+//! Why apart from [`Shard`](super::Shard): the shard's loop holds the node,
+//! the protocol and the scratch buffers beside this, so they can be read
+//! while this is borrowed mutably.
 
 mod admission;
 mod closing;
-pub(super) mod deflate;
+pub(crate) mod deflate;
 pub(crate) mod output;
-pub(crate) mod socket;
+mod topics;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use slab::Slab;
 use throng_pubsub::Registry;
 
+use super::close::CloseReason;
 use super::conn::Conn;
+use super::outlet::{Closed, SessionWork};
 use super::users;
-use crate::engine::close::CloseReason;
+use crate::config::Config;
+use crate::history::recovery::Recovery;
 use crate::metrics::ShardStats;
-use crate::protocol::phoenix::socket::Tracked;
+
+/// The bounds a shard's connections are held to, read once from the
+/// configuration when the shard is built (not from the node's config on
+/// the hot path).
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    /// `--max-outbound-bytes`: a connection with more queued is cut.
+    pub max_outbound: usize,
+    /// `--max-outbound-total-bytes` (`budget.rs`).
+    pub max_outbound_total: usize,
+    /// `--max-message-bytes`: a whole message, in or out of a frame.
+    pub max_message: usize,
+}
+
+impl Settings {
+    pub fn of(config: &Config) -> Settings {
+        Settings {
+            max_outbound: config.max_outbound_bytes,
+            max_outbound_total: config.limits.max_outbound_total_bytes,
+            max_message: config.max_message_bytes,
+        }
+    }
+}
 
 /// A shard's connections and everything their handling writes: the slab,
 /// the registry of their subscriptions, the frames gathered for the
-/// connection being processed, counters. Separate from
-/// [`Shard`](super::Shard) so that the node (router, config) can be read
-/// while this is borrowed mutably.
+/// connection being processed, counters, and what an event leaves for the
+/// protocols (closed connections, sessions' work).
 pub(crate) struct Conns {
     /// The shard's number (its index in the node's shards).
     pub id: usize,
+    pub settings: Settings,
     /// The connections, by key (a connection's key is its epoll token).
     pub slab: Slab<Conn>,
     /// The topics this shard's sockets joined, and each topic's
@@ -68,43 +89,34 @@ pub(crate) struct Conns {
     pub reply: Vec<u8>,
     /// Connections to close at the end of this event ([`Conns::doom`]).
     pub doomed: Vec<(usize, CloseReason<'static>)>,
+    /// Connections closed during this event, for their protocol
+    /// ([`Protocol::closed`](super::Protocol::closed)).
+    pub closed: Vec<Closed>,
+    /// Broadcasts and dooms for sessions (subscribers a protocol holds),
+    /// for their protocol after this event.
+    pub sessions: Vec<SessionWork>,
+    /// Connections whose protocol answered what they waited on, to read
+    /// again at the end of the turn (what they sent meanwhile waits in
+    /// their input).
+    pub resume: Vec<usize>,
     /// Seconds since the shard started.
     pub now: u32,
     /// Milliseconds since the shard started (wrapping), for push budgets.
     pub now_ms: u32,
+    /// Milliseconds since the shard started, for a protocol's deadlines.
+    pub clock_ms: u64,
     /// Messages written, counted locally, added to `stats` once per loop
     /// turn ([`Conns::flush_counters`]).
     pub msgs_out: u64,
     /// Bytes written, as `msgs_out`.
     pub bytes_out: u64,
-    /// `--max-outbound-bytes`: a connection with more queued is cut.
-    pub max_outbound: usize,
-    /// `--max-outbound-total-bytes` (`budget.rs`).
-    pub max_outbound_total: usize,
     /// With `--max-connections-per-ip`: the address of each connection, by
     /// slab key (`conns/admission.rs`). Empty otherwise.
     pub peer_ips: Vec<Option<std::net::IpAddr>>,
-    /// Long-poll sessions owned here and requests waited on here.
-    pub lp: crate::protocol::phoenix::longpoll::State,
-    /// Presences of this shard's joins, by (connection key, registry topic
-    /// index); empty unless presence is in use.
-    pub tracked: HashMap<(usize, u32), Tracked>,
-    /// Joins that recovered history: by (connection key, registry topic
-    /// index), the newest offset their replay held, so the live copies of
-    /// those messages still in this shard's inbox are skipped
-    /// (`crate::history`). Emptied whenever the inbox is, so it holds at
-    /// most one turn's joins.
-    pub replayed: HashMap<(usize, u32), u64>,
-    /// Joins with `since` waiting for their history read in Redis, by
-    /// (connection key, registry topic index): the read's number, the reply
-    /// to send, and the topic's live messages held aside meanwhile
-    /// (`crate::history`). An entry per such join, for one round trip.
-    pub pending: HashMap<(usize, u32), crate::history::recovery::Pending>,
-    /// The number of the next history read.
-    pub next_read: u64,
-    /// Joins and pushes waiting for the app backend (`crate::hooks`).
-    pub hook_waits: crate::hooks::Waits,
-    /// With `--tls-cert`: every connection's TLS session (`transport/tls.rs`).
+    /// Rejoins recovering history: what delivery skips or holds for them
+    /// (`crate::history::recovery`).
+    pub recovery: Recovery,
+    /// With `--tls-cert`: every connection's TLS session (`crate::tls`).
     pub tls: Option<crate::tls::session::Tls>,
     /// permessage-deflate's inflater and buffers, the shard's
     /// (`conns/deflate.rs`).
@@ -120,5 +132,10 @@ impl Conns {
             self.msgs_out = 0;
             self.bytes_out = 0;
         }
+    }
+
+    /// Whether an event left work for the protocols or closes to make.
+    pub fn unsettled(&self) -> bool {
+        !self.doomed.is_empty() || !self.closed.is_empty() || !self.sessions.is_empty()
     }
 }

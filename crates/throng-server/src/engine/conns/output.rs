@@ -19,8 +19,9 @@ use super::Conns;
 use crate::engine::budget;
 use crate::engine::close::CloseReason;
 use crate::engine::conn::{Chunk, Kind};
-use crate::engine::outlet::Outlet;
+use crate::engine::outlet::{Outlet, SessionWork};
 use crate::engine::write::{write_some, write_some_vectored};
+use crate::history::recovery::Hold;
 use crate::metrics::ShardStats;
 
 impl Conns {
@@ -60,7 +61,7 @@ impl Conns {
             match write_plain(&mut self.tls, key, &mut conn.sock, &[bytes]) {
                 Ok(n) => written = n,
                 Err(_) => {
-                    self.doom(Outlet::Ws(key), CloseReason::Gone);
+                    self.doom(Outlet::Conn(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -107,7 +108,7 @@ impl Conns {
             match write_plain(&mut self.tls, key, &mut conn.sock, &parts) {
                 Ok(n) => written = n,
                 Err(_) => {
-                    self.doom(Outlet::Ws(key), CloseReason::Gone);
+                    self.doom(Outlet::Conn(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -132,7 +133,7 @@ impl Conns {
     }
 
     pub(crate) fn enqueue(&mut self, key: usize, chunk: Chunk) {
-        let max = self.max_outbound;
+        let max = self.settings.max_outbound;
         let conn = &mut self.slab[key];
         let len = chunk.rest().len();
         // What a closing connection is sent last (an error page, a close
@@ -146,7 +147,7 @@ impl Conns {
         // a socket with a small receive window) is not a slow reader.
         let front = extra.out.front().map_or(0, |c| c.rest().len());
         if !closing && extra.out_bytes - front > max {
-            self.doom(Outlet::Ws(key), CloseReason::SlowReader);
+            self.doom(Outlet::Conn(key), CloseReason::SlowReader);
             return;
         }
         // This reader is behind and the process holds more output than
@@ -156,8 +157,8 @@ impl Conns {
         // message is larger than its kernel buffers (16 KiB after `throng
         // tune --apply`): such a reader is not behind.
         let behind = extra.out_bytes.saturating_sub(front + len) > 0;
-        if !closing && behind && budget::outbound_memory() > self.max_outbound_total {
-            self.doom(Outlet::Ws(key), CloseReason::OutboundBudget);
+        if !closing && behind && budget::outbound_memory() > self.settings.max_outbound_total {
+            self.doom(Outlet::Conn(key), CloseReason::OutboundBudget);
             return;
         }
         conn.watch_writable(&self.poll, key);
@@ -179,7 +180,7 @@ impl Conns {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(_) => {
-                    self.doom(Outlet::Ws(key), CloseReason::Gone);
+                    self.doom(Outlet::Conn(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -221,7 +222,7 @@ impl Conns {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.doom(Outlet::Ws(key), CloseReason::Gone);
+                    self.doom(Outlet::Conn(key), CloseReason::Gone);
                     return;
                 }
             }
@@ -242,7 +243,7 @@ impl Conns {
     }
 
     /// Delivers a broadcast to this shard's subscribers of its topic (a
-    /// long-poll session's copy waits in its buffer).
+    /// session's copy goes to its protocol after the event).
     pub fn deliver(&mut self, b: &Arc<Broadcast>) {
         let Some(idx) = self.registry.find(&b.topic) else {
             return;
@@ -258,25 +259,25 @@ impl Conns {
         let subs = std::mem::take(&mut self.registry.topics[idx as usize].subs);
         let sent_before = self.msgs_out;
         let mut sent = Sent::default();
-        // Sockets that just got this message in a history replay.
-        let replayed = b.offset != 0 && !self.replayed.is_empty();
-        // Sockets whose join waits for its history read (Redis).
-        let pending = b.offset != 0 && !self.pending.is_empty();
+        // Sockets recovering history: just replayed, or waiting for their read.
+        let recovering = b.offset != 0 && self.recovery.active();
         for &key in &subs {
             let key = key as usize;
             if Some(key) == exclude {
                 continue;
             }
-            if replayed
-                && self
-                    .replayed
-                    .get(&(key, idx))
-                    .is_some_and(|&w| b.offset <= w)
-            {
-                continue;
-            }
-            if pending && self.hold(key, idx, b) {
-                continue;
+            if recovering {
+                if self.recovery.skip(key, idx, b) {
+                    continue;
+                }
+                match self.recovery.hold(key, idx, b) {
+                    Hold::No => {}
+                    Hold::Held => continue,
+                    Hold::Overflow => {
+                        self.doom(Outlet::of(key), CloseReason::SlowReader);
+                        continue;
+                    }
+                }
             }
             self.send_to(key, b, &mut sent);
         }
@@ -285,10 +286,9 @@ impl Conns {
             ShardStats::add(&self.stats.deflate_messages_out, sent.deflated);
             ShardStats::add(&self.stats.deflate_bytes_saved, sent.saved);
         }
-        if replayed {
+        if recovering {
             // Past a replay's last message, live messages are new to it.
-            let offset = b.offset;
-            self.replayed.retain(|&(_, t), w| t != idx || *w > offset);
+            self.recovery.passed(idx, b);
         }
         if b.event == PRESENCE_DIFF || b.event == PRESENCE_COUNT {
             ShardStats::add(&self.stats.presence_diffs_out, self.msgs_out - sent_before);
@@ -383,37 +383,39 @@ pub(crate) struct Sent {
 }
 
 impl Conns {
-    /// Delivers `b` to subscriber `key`: a long-poll session's copy waits in
-    /// its buffer; a WebSocket gets the compressed copy if it negotiated
+    /// Delivers `b` to subscriber `key`: a session's copy goes to its
+    /// protocol after the event; a WebSocket gets the compressed copy if it negotiated
     /// deflate with the full window (made once, by the first delivery that
     /// needs it), else the plain one, written now (through TLS when on) or
     /// queued behind what it has queued. The one path every broadcast
     /// delivery takes (`deliver`'s loop, a history replay's hand-over).
     #[inline]
     pub(crate) fn send_to(&mut self, key: usize, b: &Arc<Broadcast>, sent: &mut Sent) {
-        if let Outlet::LongPoll(idx) = Outlet::of(key) {
-            return self.lp_deliver(idx, b);
+        if let Outlet::Session(idx) = Outlet::of(key) {
+            // Its protocol buffers it, after this event.
+            self.sessions.push(SessionWork::Deliver(idx, Arc::clone(b)));
+            return;
         }
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
-        let Kind::Ws { vsn, deflate, .. } = conn.kind else {
+        let Kind::Ws { wire, deflate, .. } = conn.kind else {
             return;
         };
         if conn.dead {
             return;
         }
         let (bytes, z) = if deflate == 15 {
-            let Some((bytes, z)) = b.frame_deflated(vsn) else {
+            let Some((bytes, z)) = b.frame_deflated(wire) else {
                 return;
             };
             if z {
                 sent.deflated += 1;
-                sent.saved += b.frame(vsn).map_or(0, |p| p.len() - bytes.len()) as u64;
+                sent.saved += b.frame(wire).map_or(0, |p| p.len() - bytes.len()) as u64;
             }
             (bytes, z)
         } else {
-            let Some(bytes) = b.frame(vsn) else {
+            let Some(bytes) = b.frame(wire) else {
                 return;
             };
             (bytes, false)
@@ -421,7 +423,7 @@ impl Conns {
         self.msgs_out += 1;
         sent.frame_bytes += bytes.len() as u64;
         if conn.queued() {
-            return self.enqueue(key, Chunk::Shared(b.clone(), vsn, z, 0));
+            return self.enqueue(key, Chunk::Shared(b.clone(), wire, z, 0));
         }
         match write_plain(&mut self.tls, key, &mut conn.sock, &[bytes]) {
             Ok(n) => {
@@ -430,10 +432,10 @@ impl Conns {
                     self.watch_tls_backlog(key);
                 }
                 if n < bytes.len() {
-                    self.enqueue(key, Chunk::Shared(b.clone(), vsn, z, n));
+                    self.enqueue(key, Chunk::Shared(b.clone(), wire, z, n));
                 }
             }
-            Err(_) => self.doom(Outlet::Ws(key), CloseReason::Gone),
+            Err(_) => self.doom(Outlet::Conn(key), CloseReason::Gone),
         }
     }
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use super::Shard;
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
+use crate::engine::Protocol;
 use crate::engine::CLOSE_LINGER;
 
 /// How often a draining shard closes a batch.
@@ -40,7 +41,7 @@ pub(crate) struct Draining {
     owed: f64,
 }
 
-impl Shard {
+impl<P: Protocol> Shard<P> {
     /// Called every loop turn. Starts or continues the drain once the node
     /// drains; true when this shard is done and its loop should end.
     pub(super) fn drain_turn(&mut self) -> bool {
@@ -117,12 +118,10 @@ impl Shard {
         }
         let node = &*self.node;
         for key in ws {
-            self.conns
-                .close(node, &mut self.scratch, key, CloseReason::Drain);
+            self.conns.close(node, key, CloseReason::Drain);
         }
         for key in http {
-            self.conns
-                .close(node, &mut self.scratch, key, CloseReason::Shutdown);
+            self.conns.close(node, key, CloseReason::Shutdown);
         }
     }
 }

@@ -7,15 +7,16 @@ use std::borrow::Cow;
 
 use throng_protocol::deflate::InflateError;
 use throng_protocol::frame::{close_code, Opcode};
-use throng_protocol::Vsn;
+use throng_protocol::Wire;
 
 use super::Shard;
 use crate::engine::close::CloseReason;
 use crate::engine::conns::deflate::KEEP;
 use crate::engine::ws::{self, FrameAction};
+use crate::engine::Protocol;
 use crate::metrics::ShardStats;
 
-impl Shard {
+impl<P: Protocol> Shard<P> {
     /// A whole compressed message from `key`: inflated within
     /// `--max-message-bytes` (checked while inflating: a message that
     /// inflates past it closes the socket with 1009 without being inflated
@@ -23,12 +24,12 @@ impl Shard {
     pub(super) fn inflate_message(
         &mut self,
         key: usize,
-        vsn: Vsn,
+        wire: Wire,
         echo: bool,
         opcode: Opcode,
         data: &[u8],
     ) {
-        let max = self.node.config.max_message_bytes;
+        let max = self.conns.settings.max_message;
         let mut out = std::mem::take(&mut self.conns.deflate.inflated);
         let inflater = self
             .conns
@@ -40,7 +41,7 @@ impl Shard {
                 ShardStats::add(&self.conns.stats.deflate_messages_in, 1);
                 let action = ws::checked(opcode, Cow::Borrowed(&out));
                 if let FrameAction::Message(..) | FrameAction::Fail(..) = action {
-                    self.ws(key, vsn, echo, action);
+                    self.ws(key, wire, echo, action);
                 }
             }
             Err(e) => {
@@ -58,7 +59,7 @@ impl Shard {
                         InflateError::Invalid => "invalid compressed data",
                     },
                 };
-                self.conns.close(&self.node, &mut self.scratch, key, reason);
+                self.conns.close(&self.node, key, reason);
             }
         }
         out.clear();

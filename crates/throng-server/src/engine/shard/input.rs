@@ -1,21 +1,21 @@
 //! A shard's input path: reading a readable socket, keeping incomplete
 //! bytes, and routing whole HTTP requests and WebSocket frames to what
-//! handles them (pages, upgrades, long-poll, the Phoenix socket). Apart from
-//! the loop in `mod.rs` because it is one concept: bytes in -> actions.
+//! handles them (the engine's pages, the echo, a protocol's upgrades,
+//! requests and messages). Apart from the loop in `mod.rs` because it is
+//! one concept: bytes in -> actions.
 
 use std::io::{self, Read};
-use std::sync::Arc;
 
 use throng_protocol::frame::{self, close_code, decode_frame_with, Opcode, Role};
 
-use super::Shard;
+use super::{cx, Shard};
 use crate::auth::rate::Verdict;
-use crate::engine::authenticated;
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
 use crate::engine::http::{self, Action, Page};
 use crate::engine::outlet::Outlet;
 use crate::engine::ws::{self, FrameAction};
+use crate::engine::Protocol;
 use crate::metrics::ShardStats;
 
 /// Reads of [`crate::engine::READ_BUF`] one connection gets per loop turn, as
@@ -33,7 +33,7 @@ pub(super) const MESSAGES_PER_TURN: u32 = 64;
 /// message sent a few bytes at a time costs the shard a frame each.
 const TINY_FRAGMENT: usize = 1024;
 
-impl Shard {
+impl<P: Protocol> Shard<P> {
     /// Reads a readable socket, for at most one turn's budget; a connection
     /// with more to read goes to the ready list (epoll is edge-triggered and
     /// will not report it again) and is read again next turn.
@@ -59,14 +59,14 @@ impl Shard {
             let conn = &mut self.conns.slab[key];
             let (n, more) = match read {
                 Ok((0, _)) => {
-                    self.conns.doom(Outlet::Ws(key), CloseReason::Gone);
+                    self.conns.doom(Outlet::Conn(key), CloseReason::Gone);
                     break;
                 }
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.conns.doom(Outlet::Ws(key), CloseReason::Gone);
+                    self.conns.doom(Outlet::Conn(key), CloseReason::Gone);
                     break;
                 }
             };
@@ -163,22 +163,21 @@ impl Shard {
                 return pos;
             }
             match conn.kind {
-                // Responses go out in request order: the next request
-                // waits for the long-poll answer before it (as much of it as
-                // one request may be; more is not HTTP a client would send).
-                Kind::Http if self.conns.lp.is_waiting(key) => {
-                    let most = http::MAX_REQUEST_HEAD + self.node.config.max_message_bytes;
+                // Responses go out in request order: a request the protocol
+                // holds (a long-poll waiting for its answer, an upgrade
+                // waiting for the app backend) is answered before the next
+                // one is read; past what it allows meanwhile (one more
+                // request at most; a client sends nothing before a 101) the
+                // connection is cut.
+                Kind::Http if self.proto.holds(&self.me, key).is_some() => {
+                    let most = self.proto.holds(&self.me, key).unwrap_or(usize::MAX);
                     if data.len() - pos > most {
-                        self.conns.doom(Outlet::Ws(key), CloseReason::Pipelined);
+                        self.conns.doom(Outlet::Conn(key), CloseReason::Pipelined);
                         return data.len();
                     }
                     return pos;
                 }
-                // An upgrade waits for the connect hook: nothing more is
-                // read until it is answered (a client sends nothing before
-                // the 101; the head deadline bounds one that does).
-                Kind::Http if self.conns.hook_waits.held(key) > 0 => return pos,
-                Kind::Http => match http::handle(&data[pos..], &self.node.config) {
+                Kind::Http => match http::handle(&data[pos..], &self.node.config, &*self.proto) {
                     (_, Action::Incomplete) => return pos,
                     (used, action) => {
                         self.turn += 1;
@@ -187,8 +186,12 @@ impl Shard {
                         self.http(key, action);
                     }
                 },
-                Kind::Ws { vsn, echo, deflate } => {
-                    let max = self.node.config.max_message_bytes;
+                Kind::Ws {
+                    wire,
+                    echo,
+                    deflate,
+                } => {
+                    let max = self.conns.settings.max_message;
                     // A message in progress is bounded as a whole: kept
                     // fragments plus the frame arriving (refused at its
                     // header), so a socket never pins more than one message.
@@ -220,7 +223,7 @@ impl Shard {
                                 &data[payload],
                                 max,
                             );
-                            self.ws(key, vsn, echo, action);
+                            self.ws(key, wire, echo, action);
                         }
                         Ok(None) => {
                             if data.len() - pos > frame_max + frame::MAX_HEADER_LEN {
@@ -228,7 +231,7 @@ impl Shard {
                                     code: close_code::TOO_BIG,
                                     text: "message too big",
                                 };
-                                self.conns.close(&self.node, &mut self.scratch, key, reason);
+                                self.conns.close(&self.node, key, reason);
                                 return data.len();
                             }
                             return pos;
@@ -239,7 +242,7 @@ impl Shard {
                                 code: e.close_code(),
                                 text: &text,
                             };
-                            self.conns.close(&self.node, &mut self.scratch, key, reason);
+                            self.conns.close(&self.node, key, reason);
                             return data.len();
                         }
                     }
@@ -269,14 +272,14 @@ impl Shard {
             Verdict::Abuse => {
                 ShardStats::add(&self.conns.stats.control_limited, 1);
                 let reason = CloseReason::ControlFrames;
-                self.conns.close(&self.node, &mut self.scratch, key, reason);
+                self.conns.close(&self.node, key, reason);
                 false
             }
         }
     }
 
     /// Does what an HTTP request asked for.
-    fn http(&mut self, key: usize, action: Action) {
+    fn http(&mut self, key: usize, action: Action<P>) {
         let node = &*self.node;
         let conns = &mut self.conns;
         match action {
@@ -300,62 +303,24 @@ impl Shard {
                 let resp =
                     crate::page::error_response(e.status, e.reason, e.extra_headers, &e.body);
                 conns.send(key, &resp);
-                conns.close(node, &mut self.scratch, key, CloseReason::Finished);
+                conns.close(node, key, CloseReason::Finished);
             }
-            Action::LongPoll(lp) => conns.lp_http(node, &mut self.scratch, key, *lp),
-            Action::Upgrade(u) => {
-                let mut connect = u.connect;
-                let mut user = None;
-                if !u.echo {
-                    // Phoenix's `connect/3`: refused is a 403 before the upgrade.
-                    match node.auth.authenticate(connect.as_ref()) {
-                        Ok(None) => {}
-                        Ok(Some(found)) => user = Some(authenticated(&mut connect, found)),
-                        Err(refusal) => {
-                            ShardStats::add(&conns.stats.auth_refusals, 1);
-                            let why = (&refusal).into();
-                            node.refusals.note(why, "connect refused (403)", &refusal);
-                            let resp = crate::page::error_response(
-                                403,
-                                "Forbidden",
-                                "",
-                                &format!("{refusal}\n"),
-                            );
-                            conns.send(key, &resp);
-                            conns.close(node, &mut self.scratch, key, CloseReason::Finished);
-                            return;
-                        }
-                    }
-                }
-                if !u.echo && node.config.hooks.connect {
-                    let held = crate::hooks::HeldUpgrade {
-                        response: u.response,
-                        vsn: u.vsn,
-                        deflate: u.deflate,
-                        connect,
-                        user,
-                    };
-                    conns.hook_connect(node, &mut self.scratch, key, held, &u.hook_headers);
-                    return;
-                }
-                conns.send(key, &u.response);
+            Action::Echo(response, deflate) => {
+                conns.send(key, &response);
                 let conn = &mut conns.slab[key];
                 conn.last_active = conns.now;
                 conn.kind = Kind::Ws {
-                    vsn: u.vsn,
-                    echo: u.echo,
-                    deflate: u.deflate,
+                    wire: throng_protocol::Wire::Phoenix(throng_protocol::Vsn::V2),
+                    echo: true,
+                    deflate,
                 };
-                if u.deflate != 0 {
+                if deflate != 0 {
                     ShardStats::add(&conns.stats.deflate_sockets, 1);
                 }
-                conn.socket.connect = connect.map(Arc::new);
                 ShardStats::add(&conns.stats.websockets, 1);
-                conns.connect_event(node, key, "websocket", user.as_deref());
-                if let Some(user) = user {
-                    conns.users.add(&user, key as u32);
-                }
             }
+            Action::Upgrade(u) => self.proto.upgraded(cx!(self), key, *u),
+            Action::Request(r) => self.proto.request(cx!(self), key, *r),
             Action::Page {
                 page,
                 head_only,
@@ -388,7 +353,7 @@ impl Shard {
                         conn.last_active = conns.now;
                     }
                 } else {
-                    conns.close(node, &mut self.scratch, key, CloseReason::Finished);
+                    conns.close(node, key, CloseReason::Finished);
                 }
             }
         }
@@ -398,7 +363,7 @@ impl Shard {
     pub(super) fn ws(
         &mut self,
         key: usize,
-        vsn: throng_protocol::Vsn,
+        wire: throng_protocol::Wire,
         echo: bool,
         action: FrameAction<'_>,
     ) {
@@ -410,17 +375,17 @@ impl Shard {
             }
             FrameAction::Close(code) => {
                 let reason = CloseReason::PeerClosed(code);
-                self.conns.close(&self.node, &mut self.scratch, key, reason);
+                self.conns.close(&self.node, key, reason);
             }
             FrameAction::Fail(code, text) => {
                 let reason = CloseReason::Protocol { code, text };
-                self.conns.close(&self.node, &mut self.scratch, key, reason);
+                self.conns.close(&self.node, key, reason);
             }
             FrameAction::Compressed(opcode, data) => {
                 if let Some(conn) = self.conns.slab.get_mut(key) {
                     conn.trim();
                 }
-                self.inflate_message(key, vsn, echo, opcode, &data);
+                self.inflate_message(key, wire, echo, opcode, &data);
             }
             FrameAction::Message(opcode, data) => {
                 if let Some(conn) = self.conns.slab.get_mut(key) {
@@ -434,8 +399,7 @@ impl Shard {
                     self.conns.frame_out_compressed(window, opcode, &data, true);
                     return;
                 }
-                self.conns
-                    .message(&self.node, &mut self.scratch, key, vsn, opcode, &data);
+                self.proto.message(cx!(self), key, wire, opcode, &data);
             }
         }
     }

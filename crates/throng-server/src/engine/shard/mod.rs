@@ -1,6 +1,9 @@
 //! [`Shard`]: one event loop (a thread with its own epoll instance and
 //! `SO_REUSEPORT` listener) and its turn: accept, read, write, the inbox of
-//! broadcasts and answers, presence flushes, the once-a-second sweep. The
+//! broadcasts and answers, presence flushes, the once-a-second sweep, and
+//! after every event what it left for the protocol (closes, sockets that
+//! ended, sessions' work: [`Shard::settle`]). Generic over its protocol
+//! `P` (`lib.rs` builds it with every protocol of `crate::protocol`). The
 //! struct, the loop, accepting and the inbox are here; its other steps are
 //! one concept per file beside this one, each an `impl Shard` block, so
 //! that all of `Shard` is in this folder:
@@ -11,15 +14,15 @@
 //! - `sweep.rs`: the once-a-second sweep;
 //! - `drain.rs`: the graceful drain.
 //!
-//! What the shard's connections and sockets do once a step has found them
-//! work is [`Conns`]'s (`conns/`), which the shard owns.
+//! What the shard's connections do once a step has found them work is
+//! [`Conns`]'s (`conns/`), which the shard owns; what their messages mean
+//! is the protocol's, called with [`Cx`].
 
 mod drain;
 mod inflate;
 mod input;
 mod sweep;
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,13 +33,29 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 use throng_pubsub::Registry;
 
+use super::close::CloseReason;
 use super::conn::Conn;
-use super::{users, Conns, ACCEPTS_PER_TURN, LISTENER, READ_BUF, WAKER};
+use super::conns::Settings;
+use super::outlet::Outlet;
+use super::{users, Conns, Protocol, ACCEPTS_PER_TURN, LISTENER, READ_BUF, WAKER};
+use crate::history::recovery::Recovery;
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
-use crate::protocol::phoenix::socket::Scratch;
 
-pub(crate) struct Shard {
+/// The protocol's view of shard `$s` for one call: its fields borrowed
+/// apart, so that the protocol (another field) can be called with it.
+macro_rules! cx {
+    ($s:expr) => {
+        &mut crate::engine::Cx {
+            node: &$s.node,
+            conns: &mut $s.conns,
+            me: &mut $s.me,
+        }
+    };
+}
+pub(super) use cx;
+
+pub(crate) struct Shard<P: Protocol> {
     pub(super) id: usize,
     pub(super) poll: Poll,
     /// `None` once draining: new connections go to the other processes.
@@ -44,7 +63,9 @@ pub(crate) struct Shard {
     pub(super) inbox: Receiver<ShardMsg>,
     pub(super) node: Arc<Node>,
     pub(super) conns: Conns,
-    pub(super) scratch: Scratch,
+    /// The wire protocols served, and their state on this shard.
+    pub(super) proto: Arc<P>,
+    pub(super) me: P::Shard,
     /// The one read buffer of the shard.
     pub(super) rbuf: Vec<u8>,
     /// Connections that used their turn's budget with more to read
@@ -68,19 +89,23 @@ pub(crate) struct Shard {
     pub(super) presence_out: Vec<Arc<throng_pubsub::Broadcast>>,
 }
 
-impl Shard {
+impl<P: Protocol> Shard<P> {
     pub(crate) fn new(
         id: usize,
         poll: Poll,
         mut listener: TcpListener,
         inbox: Receiver<ShardMsg>,
         node: Arc<Node>,
-    ) -> io::Result<Shard> {
+        proto: Arc<P>,
+    ) -> io::Result<Shard<P>> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let presence_due = Instant::now() + node.config.presence_interval;
+        let settings = Settings::of(&node.config);
         let conns = Conns {
             id,
+            recovery: Recovery::new(settings.max_outbound),
+            settings,
             slab: Slab::new(),
             registry: Registry::default(),
             poll: poll.registry().try_clone()?,
@@ -88,30 +113,22 @@ impl Shard {
             users: users::Users::default(),
             reply: Vec::with_capacity(4096),
             doomed: Vec::new(),
+            closed: Vec::new(),
+            sessions: Vec::new(),
+            resume: Vec::new(),
             now: 0,
             now_ms: 0,
+            clock_ms: 0,
             msgs_out: 0,
             bytes_out: 0,
-            max_outbound: node.config.max_outbound_bytes,
-            max_outbound_total: node.config.limits.max_outbound_total_bytes,
             peer_ips: Vec::new(),
-            lp: crate::protocol::phoenix::longpoll::State::new(
-                node.backplane.node_id(),
-                node.config
-                    .longpoll_window
-                    .map_or(0, |w| w.as_millis() as u64),
-            ),
-            tracked: HashMap::new(),
-            replayed: HashMap::new(),
-            pending: HashMap::new(),
-            next_read: 0,
-            hook_waits: Default::default(),
             tls: node
                 .tls
                 .clone()
                 .map(|t| crate::tls::session::Tls::new(t, READ_BUF, node.stats[id].clone())),
             deflate: Default::default(),
         };
+        let me = proto.shard(&node, id);
         Ok(Shard {
             id,
             poll,
@@ -119,7 +136,8 @@ impl Shard {
             inbox,
             node,
             conns,
-            scratch: Scratch::default(),
+            proto,
+            me,
             rbuf: vec![0; READ_BUF],
             ready: Vec::new(),
             turn: 0,
@@ -139,7 +157,7 @@ impl Shard {
         let mut events = Events::with_capacity(1024);
         let mut ready = Vec::new();
         loop {
-            let timeout = if !self.ready.is_empty() || self.conns.lp.behind {
+            let timeout = if !self.ready.is_empty() || self.proto.behind(&self.me) {
                 Duration::ZERO
             } else if self.accept_retry {
                 Duration::from_millis(20)
@@ -177,14 +195,14 @@ impl Shard {
                         }
                     }
                 }
-                self.conns.close_doomed(&self.node, &mut self.scratch);
+                self.settle();
                 self.tick();
             }
             ready.sort_unstable();
             ready.dedup();
             for key in ready.drain(..) {
                 self.on_ready(key);
-                self.conns.close_doomed(&self.node, &mut self.scratch);
+                self.settle();
                 self.tick();
             }
             if self.accept_retry {
@@ -193,19 +211,19 @@ impl Shard {
             }
             // A broadcast may arrive without a wake being seen yet.
             self.drain_inbox();
-            self.conns.close_doomed(&self.node, &mut self.scratch);
-            self.finish_longpolls();
+            self.settle();
+            self.turn_end();
             self.tick();
             if self.conns.now != self.last_sweep {
                 self.last_sweep = self.conns.now;
                 self.sweep();
-            } else if self.conns.lp.behind {
-                // Expired long-poll sessions left by the last sweep.
-                self.conns.lp_sweep(&self.node, &mut self.scratch);
-                self.conns.close_doomed(&self.node, &mut self.scratch);
+            } else if self.proto.behind(&self.me) {
+                // Work the protocol's last sweep left (expired sessions).
+                self.proto.sweep(cx!(self));
+                self.settle();
             }
             let done = self.drain_turn();
-            self.conns.close_doomed(&self.node, &mut self.scratch);
+            self.settle();
             if self.node.presence.is_active() {
                 self.flush_presence();
             }
@@ -228,7 +246,7 @@ impl Shard {
         let elapsed = self.started.elapsed();
         self.conns.now = elapsed.as_secs() as u32;
         self.conns.now_ms = elapsed.as_millis() as u32;
-        self.conns.lp.now_ms = elapsed.as_millis() as u64;
+        self.conns.clock_ms = elapsed.as_millis() as u64;
     }
 
     pub(super) fn accept(&mut self) {
@@ -306,7 +324,7 @@ impl Shard {
             self.node.fan_out(Some(self.id), b);
         }
         self.presence_out = out;
-        self.conns.close_doomed(&self.node, &mut self.scratch);
+        self.settle();
     }
 
     fn drain_inbox(&mut self) {
@@ -314,46 +332,72 @@ impl Shard {
             self.node.peers[self.id].received(&msg);
             match msg {
                 ShardMsg::Broadcast(b) => self.conns.deliver(&b),
-                ShardMsg::Disconnect(user) => {
-                    self.conns
-                        .disconnect_user(&self.node, &mut self.scratch, &user)
-                }
+                ShardMsg::Disconnect(user) => self.disconnect_user(&user),
                 ShardMsg::Report(c) => {
                     let r = &self.conns.registry;
                     let topics = r.topics.iter().map(|(_, t)| (&*t.name, t.subs.len()));
                     c.add(self.conns.users.len(), topics);
                 }
-                ShardMsg::Info(topic, info) => {
-                    self.conns
-                        .info(&self.node, &mut self.scratch, &topic, &info)
-                }
-                ShardMsg::LongPoll(req) => {
-                    self.conns.lp_request(&self.node, &mut self.scratch, *req)
-                }
-                ShardMsg::Hook(a) => self.conns.hook_answer(&self.node, &mut self.scratch, *a),
                 ShardMsg::HistoryLost(topic) => self.conns.history_lost(&topic),
-                ShardMsg::Replay(a) => self.conns.replay_answer(&self.node, &mut self.scratch, *a),
-                ShardMsg::LongPollAnswer(a) => {
-                    self.conns
-                        .lp_answer(&self.node, &mut self.scratch, a.reply, &a.body)
-                }
+                // An info, a hook's or a history read's answer, a
+                // forwarded request: its protocol's.
+                msg => self.proto.inbox(cx!(self), msg),
             }
-        }
-        // Every message queued before a replay's read has been delivered
-        // (or skipped) now: nothing more to skip (`crate::history`).
-        // With history in Redis, a live copy may come after the replay's
-        // answer: the marks stay until a newer message passes them.
-        if !self.conns.replayed.is_empty() && self.node.history_redis.is_none() {
-            self.conns.replayed.clear();
+            self.settle();
         }
     }
 
-    /// End of a loop turn for long-poll: parked polls that got messages are
-    /// answered, and connections whose answer went out read their next
-    /// request.
-    fn finish_longpolls(&mut self) {
-        self.conns.lp_flush(&self.node, &mut self.scratch);
-        while let Some(key) = self.conns.lp.resume.pop() {
+    /// What the last event left: the connections it doomed closed, the
+    /// sockets that ended handed to their protocol (then forgotten by the
+    /// engine: their user, their recovery), the sessions' work handed to
+    /// theirs; until none is left (an ending may doom others). Runs after
+    /// every event and before the loop accepts again, so no connection
+    /// takes the key of one whose end is not done.
+    pub(super) fn settle(&mut self) {
+        while self.conns.unsettled() {
+            self.conns.close_doomed(&self.node);
+            while let Some(closed) = self.conns.closed.pop() {
+                let key = closed.key;
+                let socket = closed.socket.is_some();
+                self.proto.closed(cx!(self), closed);
+                if socket {
+                    self.conns.users.remove(key as u32);
+                }
+                self.conns.recovery.forget(key);
+            }
+            let work = std::mem::take(&mut self.conns.sessions);
+            for w in work {
+                self.proto.session(cx!(self), w);
+            }
+        }
+    }
+
+    /// Closes every socket of `user` on this shard (Phoenix's `disconnect`
+    /// on the socket id `users_socket:<user>`), so clients reconnect and
+    /// authenticate again; a session ends through its protocol.
+    fn disconnect_user(&mut self, user: &str) {
+        let reason = CloseReason::UserDisconnect;
+        for key in self.conns.users.sockets(user) {
+            match Outlet::of(key as usize) {
+                Outlet::Conn(key) => {
+                    if self.conns.slab.get(key).is_none_or(|c| c.dead) {
+                        continue;
+                    }
+                    self.conns.reply.clear();
+                    self.conns.close(&self.node, key, reason);
+                }
+                session => self.conns.doom(session, reason),
+            }
+        }
+        self.settle();
+    }
+
+    /// End of a loop turn: the protocol's answers gathered during it go
+    /// out, and connections whose answer went out read what they sent
+    /// meanwhile.
+    fn turn_end(&mut self) {
+        self.proto.turn_end(cx!(self));
+        while let Some(key) = self.conns.resume.pop() {
             if self.conns.slab.get(key).is_some_and(|c| !c.dead) {
                 self.turn = 0;
                 self.yielded = false;
@@ -362,6 +406,6 @@ impl Shard {
                 self.requeue(key);
             }
         }
-        self.conns.close_doomed(&self.node, &mut self.scratch);
+        self.settle();
     }
 }

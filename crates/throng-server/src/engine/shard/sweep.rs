@@ -4,17 +4,18 @@
 //! linger, and long-poll sessions' windows and expiries. Each ends through
 //! [`Conns::close`](crate::engine::Conns::close) with its reason.
 
-use super::Shard;
+use super::{cx, Shard};
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
+use crate::engine::Protocol;
 use crate::engine::CLOSE_LINGER;
 
-impl Shard {
+impl<P: Protocol> Shard<P> {
     /// Once a second: closes idle sockets and finishes lingering closes;
-    /// long-poll windows and expiries.
+    /// the protocol's own sweep (its sessions' windows and expiries).
     pub(super) fn sweep(&mut self) {
-        self.conns.lp_sweep(&self.node, &mut self.scratch);
-        self.conns.close_doomed(&self.node, &mut self.scratch);
+        self.proto.sweep(cx!(self));
+        self.settle();
         let now = self.conns.now;
         let idle = self
             .node
@@ -37,8 +38,9 @@ impl Shard {
                     .is_some_and(|t| quiet >= t)
                     .then_some(CloseReason::Idle),
                 Kind::Http => {
-                    // A long-poll waiting for its answer is not slow.
-                    if quiet >= handshake && !self.conns.lp.is_waiting(key) {
+                    // A request its protocol holds (a long-poll waiting for
+                    // its answer) is not slow.
+                    if quiet >= handshake && !self.proto.answering(&self.me, key) {
                         http.push(key);
                     }
                     None
@@ -97,7 +99,7 @@ impl Shard {
         let (mut unread, mut heard) = (0u64, 0u64);
         for (key, reason) in expired {
             if reason != CloseReason::Idle {
-                self.conns.close(&self.node, &mut self.scratch, key, reason);
+                self.conns.close(&self.node, key, reason);
                 continue;
             }
             self.on_readable(key);
@@ -118,8 +120,7 @@ impl Shard {
         }
         let idle_closed = quiet.len();
         for key in quiet {
-            self.conns
-                .close(&self.node, &mut self.scratch, key, CloseReason::Idle);
+            self.conns.close(&self.node, key, CloseReason::Idle);
         }
         if unread + heard > 0 {
             tracing::info!(

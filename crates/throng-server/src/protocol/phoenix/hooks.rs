@@ -5,36 +5,33 @@
 
 use std::sync::Arc;
 
-use throng_protocol::Vsn;
+use throng_protocol::{Vsn, Wire};
 
+use super::shard::Phx;
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
 use crate::engine::outlet::Outlet;
-use crate::engine::Conns;
 use crate::hooks::{
     ConnectRequest, Event, EventType, Failure, HeldSession, HeldUpgrade, Hook, HookAnswer, Outcome,
-    Wait, Waiting,
+    Wait, Waiting, Waits,
 };
 use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::protocol::phoenix::socket::Scratch;
 
-impl Conns {
-    /// Sends hook call `body` of connection `key` on `topic`, or queues it
-    /// behind this socket's push in flight on the topic.
-    pub(crate) fn hook_call(
-        &mut self,
-        node: &Node,
-        key: usize,
-        hook: Hook,
-        topic: &str,
-        body: Vec<u8>,
-        what: Waiting,
-    ) -> Result<(), Failure> {
+/// Sends hook call `body` of socket `key` of shard `shard` on `topic`, or
+/// queues it behind this socket's push in flight on the topic.
+pub(crate) fn hook_call(
+    node: &Node,
+    shard: usize,
+    waits: &mut Waits,
+    key: usize,
+    call: (Hook, &str, Vec<u8>, Waiting),
+) -> Result<(), Failure> {
+    let (hook, topic, body, what) = call;
+    {
         let Some(client) = node.hooks.as_ref() else {
             return Err(Failure::Unavailable);
         };
-        let waits = &mut self.hook_waits;
         if hook == Hook::Join {
             waits.cancel_join(key, topic);
         }
@@ -52,94 +49,118 @@ impl Conns {
             waits.enqueue(id, body, wait);
             return Ok(());
         }
-        client.call(hook, self.id, id, body)?;
+        client.call(hook, shard, id, body)?;
         waits.start(id, wait);
         Ok(())
     }
+}
 
+/// The id of socket `key` of shard `shard` in hook requests and events:
+/// the node's random id, the shard, and a number this shard never gives
+/// twice, so no two sockets share one across nodes, restarts and reused
+/// slots.
+pub(crate) fn socket_id(node: &Node, shard: usize, waits: &mut Waits, key: usize) -> String {
+    let n = waits.socket_number(key);
+    format!("{}.{}.{n}", node.control.node_id, shard)
+}
+
+/// Queues lifecycle event `kind` of the socket `id` (of `user`), with what
+/// `fill` adds, when `[hooks] events` is on; nothing otherwise.
+pub(crate) fn queue_event(
+    node: &Node,
+    id: String,
+    kind: EventType,
+    user: Option<&str>,
+    fill: impl FnOnce(&mut Event),
+) {
+    let Some(events) = node.hooks.as_ref().and_then(|h| h.events()) else {
+        return;
+    };
+    let mut e = Event::new(kind);
+    e.socket_id = Some(id);
+    e.user = user.map(Into::into);
+    fill(&mut e);
+    events.push(e);
+}
+
+/// What the connect hook gave socket `key` as its assigns.
+pub(crate) fn hook_assigns(waits: &Waits, key: usize) -> Option<&str> {
+    if waits.assigns.is_empty() {
+        return None;
+    }
+    waits.assigns.get(&key).map(|a| a.get())
+}
+
+impl Phx<'_> {
     /// Connection or session `key` is gone: its hook waits are forgotten,
     /// and a session held for the connect hook gives its admission back.
-    pub(crate) fn hook_forget(&mut self, node: &Node, key: usize) {
-        for wait in self.hook_waits.forget(key) {
+    pub(crate) fn hook_forget(&mut self, key: usize) {
+        for wait in self.parts.hook_waits.forget(key) {
             if let Waiting::LongPollConnect(held) = wait.what {
                 if let Some(ip) = held.admitted {
-                    node.admission.release_session(ip);
+                    self.node.admission.release_session(ip);
                 }
             }
         }
-    }
-
-    /// The id of connection (or session) `key` in hook requests and
-    /// events: the node's random id, the shard, and a number this shard
-    /// never gives twice, so no two sockets share one across nodes,
-    /// restarts and reused slots.
-    pub(crate) fn socket_id(&mut self, node: &Node, key: usize) -> String {
-        let n = self.hook_waits.socket_number(key);
-        format!("{}.{}.{n}", node.control.node_id, self.id)
     }
 
     /// Queues lifecycle event `kind` of socket `key` (of `user`), with what
     /// `fill` adds, when `[hooks] events` is on; nothing otherwise.
     pub(crate) fn socket_event(
         &mut self,
-        node: &Node,
         key: usize,
         kind: EventType,
         user: Option<&str>,
         fill: impl FnOnce(&mut Event),
     ) {
-        let Some(events) = node.hooks.as_ref().and_then(|h| h.events()) else {
+        if self.node.hooks.as_ref().and_then(|h| h.events()).is_none() {
             return;
-        };
-        let mut e = Event::new(kind);
-        e.socket_id = Some(self.socket_id(node, key));
-        e.user = user.map(Into::into);
-        fill(&mut e);
-        events.push(e);
+        }
+        let id = socket_id(self.node, self.conns.id, &mut self.parts.hook_waits, key);
+        queue_event(self.node, id, kind, user, fill);
     }
 
     /// Socket `key` is open (`transport`: `websocket` or `longpoll`).
     pub(crate) fn connect_event(
         &mut self,
-        node: &Node,
         key: usize,
         transport: &'static str,
         user: Option<&str>,
     ) {
-        self.socket_event(node, key, EventType::Connect, user, |e| {
+        self.socket_event(key, EventType::Connect, user, |e| {
             e.transport = Some(transport)
         });
     }
 
     /// The answer to a hook call of this shard.
-    pub fn hook_answer(&mut self, node: &Node, scratch: &mut Scratch, a: HookAnswer) {
-        let Some(wait) = self.hook_waits.finish(a.id) else {
+    pub fn hook_answer(&mut self, a: HookAnswer) {
+        let Some(wait) = self.parts.hook_waits.finish(a.id) else {
             // Its socket closed, or it left the join meanwhile.
             return;
         };
         let (key, topic) = (wait.key, wait.topic.clone());
         let push = matches!(wait.what, Waiting::Push { .. });
-        self.hook_apply(node, scratch, wait, a.outcome);
+        self.hook_apply(wait, a.outcome);
         if push {
-            self.next_push(node, scratch, key, &topic);
+            self.next_push(key, &topic);
         }
     }
 
     /// Sends the next push queued on `key`'s `topic`; one refused at once
     /// is answered, and the next one tried.
-    fn next_push(&mut self, node: &Node, scratch: &mut Scratch, key: usize, topic: &Arc<str>) {
-        let Some(client) = node.hooks.clone() else {
+    fn next_push(&mut self, key: usize, topic: &Arc<str>) {
+        let Some(client) = self.node.hooks.clone() else {
             return;
         };
-        while let Some((id, body, wait)) = self.hook_waits.next_push(key, topic) {
-            match client.call(Hook::Push, self.id, id, body) {
+        while let Some((id, body, wait)) = self.parts.hook_waits.next_push(key, topic) {
+            match client.call(Hook::Push, self.conns.id, id, body) {
                 Ok(()) => {
-                    self.hook_waits.resume(id, wait);
+                    self.parts.hook_waits.resume(id, wait);
                     return;
                 }
                 Err(f) => {
-                    self.hook_waits.done(key);
-                    self.hook_apply(node, scratch, wait, Outcome::Failed(f));
+                    self.parts.hook_waits.done(key);
+                    self.hook_apply(wait, Outcome::Failed(f));
                 }
             }
         }
@@ -155,6 +176,7 @@ impl Conns {
         headers: &[(&'static str, String)],
     ) -> Vec<u8> {
         let remote_addr = self
+            .conns
             .slab
             .get(key)
             .and_then(|c| c.sock.peer_addr().ok())
@@ -181,19 +203,18 @@ impl Conns {
     /// Sends a connect hook call of connection `key`; `Err`: refused at once.
     fn connect_call(
         &mut self,
-        node: &Node,
         key: usize,
         body: Vec<u8>,
         what: Waiting,
     ) -> Result<(), (Failure, Waiting)> {
-        let Some(client) = node.hooks.clone() else {
+        let Some(client) = self.node.hooks.clone() else {
             return Err((Failure::Unavailable, what));
         };
-        let id = self.hook_waits.next_id();
-        match client.call(Hook::Connect, self.id, id, body) {
+        let id = self.parts.hook_waits.next_id();
+        match client.call(Hook::Connect, self.conns.id, id, body) {
             Ok(()) => {
                 let topic = Arc::from("");
-                self.hook_waits.start(id, Wait { key, topic, what });
+                self.parts.hook_waits.start(id, Wait { key, topic, what });
                 Ok(())
             }
             Err(f) => Err((f, what)),
@@ -204,15 +225,13 @@ impl Conns {
     /// hook answers; a call refused at once is answered 503 now.
     pub(crate) fn hook_connect(
         &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
         key: usize,
         held: HeldUpgrade,
         headers: &[(&'static str, String)],
     ) {
         let body = self.connect_body(key, "websocket", held.vsn, held.connect.as_ref(), headers);
-        if let Err((f, _)) = self.connect_call(node, key, body, Waiting::Connect(Box::new(held))) {
-            self.refuse_upgrade(node, scratch, key, Outcome::Failed(f));
+        if let Err((f, _)) = self.connect_call(key, body, Waiting::Connect(Box::new(held))) {
+            self.refuse_upgrade(key, Outcome::Failed(f));
         }
     }
 
@@ -220,23 +239,22 @@ impl Conns {
     /// hook answers; a call refused at once is answered `{"status":503}`.
     pub(crate) fn hook_connect_session(
         &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
         key: usize,
         held: HeldSession,
         headers: &[(&'static str, String)],
     ) {
         let body = self.connect_body(key, "longpoll", held.vsn, held.connect.as_ref(), headers);
         let what = Waiting::LongPollConnect(Box::new(held));
-        if let Err((_, Waiting::LongPollConnect(held))) = self.connect_call(node, key, body, what) {
-            self.lp_refuse_held(node, scratch, key, 503, &held);
+        if let Err((_, Waiting::LongPollConnect(held))) = self.connect_call(key, body, what) {
+            self.lp_refuse_held(key, 503, &held);
         }
     }
 
     /// Whether connection `key` still waits for its connect hook (it may
     /// have closed, or been reused, while the backend decided).
     fn still_held(&self, key: usize) -> bool {
-        self.slab
+        self.conns
+            .slab
             .get(key)
             .is_some_and(|c| !c.dead && matches!(c.kind, Kind::Http))
     }
@@ -244,87 +262,66 @@ impl Conns {
     /// The connect hook's answer to a held long-poll session: it opens
     /// (with the backend's user and assigns), or `{"status":403}` (refused)
     /// or `{"status":503}` (backend unavailable, slow or wrong).
-    fn finish_session(
-        &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
-        key: usize,
-        held: HeldSession,
-        outcome: Outcome,
-    ) {
+    fn finish_session(&mut self, key: usize, held: HeldSession, outcome: Outcome) {
         if !self.still_held(key) {
             if let Some(ip) = held.admitted {
-                node.admission.release_session(ip);
+                self.node.admission.release_session(ip);
             }
             return;
         }
         let answer = match outcome {
             Outcome::Answer(a) if a.error.is_none() => a,
-            Outcome::Failed(_) => return self.lp_refuse_held(node, scratch, key, 503, &held),
+            Outcome::Failed(_) => return self.lp_refuse_held(key, 503, &held),
             _ => {
-                ShardStats::add(&self.stats.auth_refusals, 1);
-                return self.lp_refuse_held(node, scratch, key, 403, &held);
+                ShardStats::add(&self.conns.stats.auth_refusals, 1);
+                return self.lp_refuse_held(key, 403, &held);
             }
         };
         let mut connect = held.connect;
         let user = accepted_user(answer.user, held.user, &mut connect);
         let (vsn, admitted, keep_alive) = (held.vsn, held.admitted, held.keep_alive);
-        let session =
-            self.lp_open_session(node, scratch, key, vsn, connect, user, admitted, keep_alive);
+        let session = self.lp_open_session(key, vsn, connect, user, admitted, keep_alive);
         if let (Some(session), Some(assigns)) = (session, answer.assigns) {
-            self.hook_waits.assigns.insert(session, assigns);
+            self.parts.hook_waits.assigns.insert(session, assigns);
         }
         // The connection's next request is read now.
-        self.lp.resume.push(key);
-        self.flush_reply(key);
+        self.conns.resume.push(key);
+        self.conns.flush_reply(key);
     }
 
     /// The connect hook's answer to a held upgrade: the `101`, or a 403
     /// (refused) or 503 (backend unavailable, slow or wrong; phoenix.js
     /// retries with backoff).
-    fn finish_connect(
-        &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
-        key: usize,
-        held: HeldUpgrade,
-        outcome: Outcome,
-    ) {
+    fn finish_connect(&mut self, key: usize, held: HeldUpgrade, outcome: Outcome) {
         if !self.still_held(key) {
             return;
         }
         let answer = match outcome {
             Outcome::Answer(a) if a.error.is_none() => a,
-            refused => return self.refuse_upgrade(node, scratch, key, refused),
+            refused => return self.refuse_upgrade(key, refused),
         };
         let mut connect = held.connect;
         let user = accepted_user(answer.user, held.user, &mut connect);
         if let Some(assigns) = answer.assigns {
-            self.hook_waits.assigns.insert(key, assigns);
+            self.parts.hook_waits.assigns.insert(key, assigns);
         }
-        self.send(key, &held.response);
-        let now = self.now;
-        let Some(conn) = self.slab.get_mut(key) else {
+        let wire = Wire::Phoenix(held.vsn);
+        if !self
+            .conns
+            .open_websocket(key, &held.response, wire, held.deflate, connect)
+        {
             return;
-        };
-        conn.last_active = now;
-        conn.kind = Kind::Ws {
-            vsn: held.vsn,
-            echo: false,
-            deflate: held.deflate,
-        };
-        conn.socket.connect = connect.map(Arc::new);
-        ShardStats::add(&self.stats.websockets, 1);
-        self.connect_event(node, key, "websocket", user.as_deref());
+        }
+        self.connect_event(key, "websocket", user.as_deref());
         if let Some(user) = user {
-            self.users.add(&user, key as u32);
+            self.conns.users.add(&user, key as u32);
         }
         // What the client sent after its upgrade request is read now.
-        self.lp.resume.push(key);
-        self.flush_reply(key);
+        self.conns.resume.push(key);
+        self.conns.flush_reply(key);
     }
 
-    fn refuse_upgrade(&mut self, node: &Node, scratch: &mut Scratch, key: usize, why: Outcome) {
+    fn refuse_upgrade(&mut self, key: usize, why: Outcome) {
         let resp = match why {
             Outcome::Failed(f) => crate::page::error_response(
                 503,
@@ -336,7 +333,7 @@ impl Conns {
                 ),
             ),
             _ => {
-                ShardStats::add(&self.stats.auth_refusals, 1);
+                ShardStats::add(&self.conns.stats.auth_refusals, 1);
                 crate::page::error_response(
                     403,
                     "Forbidden",
@@ -345,28 +342,16 @@ impl Conns {
                 )
             }
         };
-        self.send(key, &resp);
-        self.close(node, scratch, key, CloseReason::Finished);
-    }
-
-    /// What the connect hook gave socket `key` as its assigns.
-    pub(crate) fn hook_assigns(&self, key: usize) -> Option<&str> {
-        if self.hook_waits.assigns.is_empty() {
-            return None;
-        }
-        self.hook_waits.assigns.get(&key).map(|a| a.get())
+        self.conns.send(key, &resp);
+        self.conns.close(self.node, key, CloseReason::Finished);
     }
 
     /// Hands `outcome` to the socket of `wait`, and sends what it wrote.
-    fn hook_apply(&mut self, node: &Node, scratch: &mut Scratch, wait: Wait, outcome: Outcome) {
+    fn hook_apply(&mut self, wait: Wait, outcome: Outcome) {
         let key = wait.key;
         let what = match wait.what {
-            Waiting::Connect(held) => {
-                return self.finish_connect(node, scratch, key, *held, outcome)
-            }
-            Waiting::LongPollConnect(held) => {
-                return self.finish_session(node, scratch, key, *held, outcome)
-            }
+            Waiting::Connect(held) => return self.finish_connect(key, *held, outcome),
+            Waiting::LongPollConnect(held) => return self.finish_session(key, *held, outcome),
             what => what,
         };
         let outlet = Outlet::of(key);
@@ -374,12 +359,12 @@ impl Conns {
             return;
         };
         let topic = wait.topic;
-        let fail = self.with_socket(node, scratch, outlet, vsn, |mux| match what {
+        let fail = self.with_socket(outlet, vsn, |mux| match what {
             Waiting::Join { .. } => mux.hook_joined(&topic, what, outcome),
             Waiting::Push { .. } => mux.hook_pushed(&topic, what, outcome),
             Waiting::Connect(_) | Waiting::LongPollConnect(_) => {}
         });
-        self.after_socket(node, scratch, outlet, fail);
+        self.after_socket(outlet, fail);
     }
 }
 

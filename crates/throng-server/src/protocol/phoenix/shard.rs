@@ -1,44 +1,96 @@
-//! The Phoenix socket on this shard's WebSocket connections and long-poll
-//! sessions: a complete message is decoded with the connection's serializer
-//! and handed to the socket state machine ([`crate::protocol::phoenix::socket`]), which answers
-//! through [`ShardTransport`]: the shard's registry for subscriptions, the
-//! connection's gathered frames (or the session's buffer) for replies, the
-//! shard and the node for broadcasts. The socket is named by its
-//! [`Outlet`] (a WebSocket connection or a long-poll session, `transport/outlet.rs`);
-//! the few things that differ by carrier (where a reply goes, how a
-//! socket that must end is ended) are matched on it.
+//! Phoenix on one shard: what the protocol keeps there ([`State`]: its
+//! long-poll sessions, its sockets' hook waits and presences, the
+//! scratch buffers of its socket calls), and [`Phx`], one call's view of
+//! the shard, through which a complete message reaches a socket's state
+//! machine ([`crate::protocol::phoenix::socket`]) and its answers reach the
+//! client through [`ShardTransport`](super::transport::ShardTransport).
+//!
+//! A socket is named by its [`Outlet`]: a WebSocket connection of the
+//! engine, or a long-poll session of this protocol; the few things that
+//! differ by carrier (where a reply goes, how a socket that must end is
+//! ended) are matched on it here and in `transport.rs`, and nowhere else
+//! outside `longpoll/`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 
 use throng_protocol::frame::{close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
-use throng_protocol::{OwnedPayload, Vsn};
-use throng_pubsub::{Broadcast, Slot, Tracker};
+use throng_protocol::{Vsn, Wire};
 
-use crate::auth::rate::Verdict;
+use super::longpoll;
+use super::socket::{Cx as SocketCx, Mux, Scratch, Tracked};
+use super::transport::ShardTransport;
 use crate::channel::{ConnectInfo, Info, Who};
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
-use crate::engine::outlet::{Ended, Outlet};
+use crate::engine::conns::output::Sent;
+use crate::engine::outlet::{Closed, Outlet};
+use crate::engine::socket::{Joins, SocketState};
 use crate::engine::users::Id;
-use crate::engine::Conns;
+use crate::engine::{Conns, Cx};
+use crate::history::recovery::Pending;
 use crate::hooks::EventType;
-use crate::metrics::ShardStats;
 use crate::node::Node;
-use crate::protocol::phoenix::longpoll::Item;
-use crate::protocol::phoenix::socket::{Cx, Joins, Mux, Scratch, Tracked, Transport};
 
-impl Conns {
+/// What Phoenix keeps on a shard.
+pub(crate) struct State {
+    /// Buffers a socket call borrows, so that a message costs no allocation.
+    pub scratch: Scratch,
+    pub parts: Parts,
+}
+
+/// The parts of [`State`] a socket's transport reaches.
+pub(crate) struct Parts {
+    /// Long-poll sessions owned here and requests waited on here.
+    pub lp: longpoll::State,
+    /// Joins and pushes waiting for the app backend (`crate::hooks`).
+    pub hook_waits: crate::hooks::Waits,
+    /// Presences of this shard's joins, by (registry key, registry topic
+    /// index); empty unless presence is in use.
+    pub tracked: HashMap<(usize, u32), Tracked>,
+}
+
+impl State {
+    pub fn new(node: &Node) -> State {
+        State {
+            scratch: Scratch::default(),
+            parts: Parts {
+                lp: longpoll::State::new(
+                    node.backplane.node_id(),
+                    node.config
+                        .longpoll_window
+                        .map_or(0, |w| w.as_millis() as u64),
+                    node.config.max_outbound_bytes,
+                    node.config.max_message_bytes,
+                ),
+                hook_waits: Default::default(),
+                tracked: HashMap::new(),
+            },
+        }
+    }
+}
+
+/// One call's view of the shard for Phoenix.
+pub(crate) struct Phx<'a> {
+    pub node: &'a Node,
+    pub conns: &'a mut Conns,
+    pub parts: &'a mut Parts,
+    pub scratch: &'a mut Scratch,
+}
+
+impl<'a> Phx<'a> {
+    /// The view of what the engine lends.
+    pub fn of(cx: &'a mut Cx<'_, State>) -> Phx<'a> {
+        Phx {
+            node: cx.node,
+            conns: &mut *cx.conns,
+            parts: &mut cx.me.parts,
+            scratch: &mut cx.me.scratch,
+        }
+    }
+
     /// A complete WebSocket message on the Phoenix socket of `key`.
-    pub fn message(
-        &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
-        key: usize,
-        vsn: Vsn,
-        opcode: Opcode,
-        data: &[u8],
-    ) {
+    pub fn message(&mut self, key: usize, vsn: Vsn, opcode: Opcode, data: &[u8]) {
         let msg = match serializer::decode(vsn, opcode, data, Sender::Client) {
             Ok(m) => m,
             Err(e) => {
@@ -47,141 +99,92 @@ impl Conns {
                     code: close_code::INVALID_PAYLOAD,
                     text: &text,
                 };
-                self.close(node, scratch, key, reason);
+                self.conns.close(self.node, key, reason);
                 return;
             }
         };
-        if let Err(text) = crate::limits::check_refs(&msg, node.config.limits.max_ref_bytes) {
-            self.close(node, scratch, key, CloseReason::RefTooLong(text));
+        let max_ref = self.node.config.limits.max_ref_bytes;
+        if let Err(text) = crate::limits::check_refs(&msg, max_ref) {
+            self.conns
+                .close(self.node, key, CloseReason::RefTooLong(text));
             return;
         }
-        let fail = self.with_socket(node, scratch, Outlet::Ws(key), vsn, |mux| {
-            mux.handle_in(msg)
-        });
+        let fail = self.with_socket(Outlet::Conn(key), vsn, |mux| mux.handle_in(msg));
         if let Some(reason) = fail {
-            self.close(node, scratch, key, reason);
-        }
-    }
-
-    /// Closes every socket of `user` on this shard with 1001 (Phoenix's
-    /// `disconnect` on the socket id `users_socket:<user>`), so clients
-    /// reconnect and authenticate again.
-    pub fn disconnect_user(&mut self, node: &Node, scratch: &mut Scratch, user: &str) {
-        for key in self.users.sockets(user) {
-            let key = match Outlet::of(key as usize) {
-                Outlet::Ws(key) => key,
-                // A long-poll session ends; its next poll gets 410.
-                outlet => {
-                    self.doom(outlet, CloseReason::UserDisconnect);
-                    continue;
-                }
-            };
-            if self.slab.get(key).is_none_or(|c| c.dead) {
-                continue;
-            }
-            self.reply.clear();
-            self.close(node, scratch, key, CloseReason::UserDisconnect);
-        }
-    }
-
-    fn topic_added(&mut self, node: &Node, idx: u32) {
-        ShardStats::add(&self.stats.topics, 1);
-        if let Some(name) = self.registry.name(idx) {
-            if node.topics.add(name, self.id) {
-                node.backplane.subscribe(name);
-                if let Some(o) = node.occupancy.get() {
-                    o.changed(node, name);
-                }
-            }
-        }
-    }
-
-    fn topic_removed(&mut self, node: &Node, name: &str) {
-        ShardStats::sub(&self.stats.topics, 1);
-        if node.topics.remove(name, self.id) {
-            node.backplane.unsubscribe(name);
-            if let Some(o) = node.occupancy.get() {
-                o.changed(node, &Arc::from(name));
-            }
-            let presence = &node.presence;
-            if presence.is_active() {
-                let topics = &node.topics;
-                presence.unwatch(name, || topics.contains(name));
-            }
+            self.conns.close(self.node, key, reason);
         }
     }
 
     /// An info for the channels joined on `topic` on this shard.
-    pub fn info(&mut self, node: &Node, scratch: &mut Scratch, topic: &str, info: &Info) {
-        let Some(idx) = self.registry.find(topic) else {
+    pub fn info(&mut self, topic: &str, info: &Info) {
+        let Some(idx) = self.conns.registry.find(topic) else {
             return;
         };
-        let subs = self.registry.topics[idx as usize].subs.clone();
+        let subs = self.conns.registry.topics[idx as usize].subs.clone();
         for key in subs {
             let outlet = Outlet::of(key as usize);
             let Some(vsn) = self.vsn_of(outlet) else {
                 continue;
             };
-            let fail =
-                self.with_socket(node, scratch, outlet, vsn, |mux| mux.handle_info(idx, info));
-            self.after_socket(node, scratch, outlet, fail);
+            let fail = self.with_socket(outlet, vsn, |mux| mux.handle_info(idx, info));
+            self.after_socket(outlet, fail);
         }
     }
 
-    /// Ends the Phoenix socket of a connection that is closing (or of a
+    /// A connection of the engine ended: its Phoenix socket, if it had
+    /// one, ends; a request or upgrade it held is forgotten.
+    pub fn closed(&mut self, closed: Closed) {
+        let Closed { key, socket, code } = closed;
+        if !self.parts.lp.waiting.is_empty() {
+            self.lp_conn_closed(key);
+        }
+        if let Some((wire, socket)) = socket {
+            let vsn = wire.vsn().unwrap_or(Vsn::V2);
+            self.end_socket(Outlet::Conn(key), vsn, socket, code);
+        }
+        // After the socket's end, whose events name it.
+        self.hook_forget(key);
+    }
+
+    /// Ends the Phoenix socket of `outlet` (a connection that closed, or a
     /// long-poll session that ends): every channel terminates (their
     /// presences leave), the `disconnect` event goes out with `code`, and
-    /// the user and the hooks forget this socket.
+    /// the hooks forget this socket. Its user is the engine's to forget.
     pub(crate) fn end_socket(
         &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
         outlet: Outlet,
-        ended: Ended,
+        vsn: Vsn,
+        mut socket: SocketState,
         code: u16,
     ) {
-        let Ended { vsn, mut socket } = ended;
         let key = outlet.key();
-        let (_, id) = self.on_socket(
-            node,
-            scratch,
-            outlet,
-            vsn,
-            (&mut socket.joins, socket.connect.as_deref()),
-            |mux| mux.close(),
-        );
+        let joins = &mut socket.joins;
+        let (_, id) = self.on_socket(outlet, vsn, (joins, socket.connect.as_deref()), |mux| {
+            mux.close()
+        });
         self.socket_event(
-            node,
             key,
             EventType::Disconnect,
             id.as_ref().map(Id::as_str),
             |e| e.code = Some(code),
         );
-        self.hook_forget(node, key);
-        self.history_forget(key);
-        self.users.remove(key as u32);
+        self.hook_forget(key);
     }
 
     /// After an event on the socket of `outlet`: the close it asked for,
     /// and, on a WebSocket, its gathered replies out (a session's are in
     /// its buffer already).
-    pub(crate) fn after_socket(
-        &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
-        outlet: Outlet,
-        fail: Option<CloseReason<'static>>,
-    ) {
+    pub(crate) fn after_socket(&mut self, outlet: Outlet, fail: Option<CloseReason<'static>>) {
         match outlet {
-            Outlet::Ws(key) => {
+            Outlet::Conn(key) => {
                 if let Some(reason) = fail {
-                    self.close(node, scratch, key, reason);
+                    self.conns.close(self.node, key, reason);
                 }
-                self.flush_reply(key);
+                self.conns.flush_reply(key);
             }
-            Outlet::LongPoll(_) => {
+            Outlet::Session(_) => {
                 if let Some(reason) = fail {
-                    self.doom(outlet, reason);
+                    self.conns.doom(outlet, reason);
                 }
             }
         }
@@ -192,27 +195,18 @@ impl Conns {
     /// is back).
     pub(crate) fn with_socket(
         &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
         outlet: Outlet,
         vsn: Vsn,
         f: impl FnOnce(&mut Mux<'_, ShardTransport<'_>>),
     ) -> Option<CloseReason<'static>> {
-        let socket = self.socket_mut(outlet)?.state;
+        let socket = self.socket_mut(outlet)?;
         let (mut joins, connect) = (std::mem::take(&mut socket.joins), socket.connect.take());
-        let (fail, _) = self.on_socket(
-            node,
-            scratch,
-            outlet,
-            vsn,
-            (&mut joins, connect.as_deref()),
-            f,
-        );
+        let (fail, _) = self.on_socket(outlet, vsn, (&mut joins, connect.as_deref()), f);
         // Connections and sessions leave their slab only between events,
         // so it is there.
         if let Some(s) = self.socket_mut(outlet) {
-            s.state.joins = joins;
-            s.state.connect = connect;
+            s.joins = joins;
+            s.connect = connect;
         }
         fail
     }
@@ -223,8 +217,6 @@ impl Conns {
     /// asked for and that id.
     fn on_socket(
         &mut self,
-        node: &Node,
-        scratch: &mut Scratch,
         outlet: Outlet,
         vsn: Vsn,
         socket: (&mut Joins, Option<&ConnectInfo>),
@@ -232,9 +224,11 @@ impl Conns {
     ) -> (Option<CloseReason<'static>>, Option<Id>) {
         let (joins, connect) = socket;
         // Copied, not borrowed: the table lives in what the call mutates.
-        let id = self.users.id(outlet.key() as u32);
+        let id = self.conns.users.id(outlet.key() as u32);
+        let node = self.node;
         let mut t = ShardTransport {
-            conns: self,
+            conns: &mut *self.conns,
+            parts: &mut *self.parts,
             node,
             outlet,
             fail: None,
@@ -244,17 +238,104 @@ impl Conns {
             connect,
         };
         f(&mut Mux {
-            cx: cx(node, vsn, who),
+            cx: socket_cx(node, vsn, who),
             t: &mut t,
             joins,
-            scratch,
+            scratch: &mut *self.scratch,
         });
         (t.fail, id)
     }
+
+    /// The answer to a history read of a join with `since`
+    /// (`crate::history::recovery`): the join's reply and replay, then the
+    /// live messages held aside that the replay did not have.
+    pub fn replay_answer(&mut self, mut a: crate::history::ReplayAnswer) {
+        let Some(idx) = self.conns.registry.find(&a.topic) else {
+            return;
+        };
+        let Some(p) = self.conns.recovery.answered(&mut a, idx) else {
+            return; // left, closed or joined again meanwhile
+        };
+        let outlet = Outlet::of(a.key);
+        let Some(vsn) = self.vsn_of(outlet) else {
+            return;
+        };
+        let Pending { held, live, .. } = p;
+        let found = a.replay;
+        let (epoch, last, recovered) = (found.epoch, found.last, found.recovered);
+        let topic = a.topic;
+        let fail = self.with_socket(outlet, vsn, |mux| mux.since_answered(&topic, held, found));
+        let failed = fail.is_some();
+        self.after_socket(outlet, fail);
+        if failed {
+            return;
+        }
+        let mut newest = 0;
+        for b in &live {
+            if recovered && b.epoch == epoch && b.offset <= last {
+                continue; // in the replay
+            }
+            newest = b.offset;
+            self.conns.send_to(a.key, b, &mut Sent::default());
+        }
+        if recovered && last > newest {
+            // Live copies up to `last` may still come: skipped.
+            self.conns.recovery.replayed(a.key, idx, last);
+        }
+    }
+
+    /// The socket state of `outlet`, whatever its carrier.
+    pub(crate) fn socket_mut(&mut self, outlet: Outlet) -> Option<&mut SocketState> {
+        socket_of(self.conns, self.parts, outlet)
+    }
+
+    /// The serializer of `outlet` while its socket is live (a connection
+    /// upgraded and not closing, a session not ending).
+    pub(crate) fn vsn_of(&self, outlet: Outlet) -> Option<Vsn> {
+        match outlet {
+            Outlet::Conn(key) => match self.conns.slab.get(key).filter(|c| !c.dead)?.kind {
+                Kind::Ws {
+                    wire: Wire::Phoenix(vsn),
+                    echo: false,
+                    ..
+                } => Some(vsn),
+                _ => None,
+            },
+            Outlet::Session(idx) => {
+                let s = self.parts.lp.sessions.get(idx)?;
+                (!s.dead).then_some(s.vsn)
+            }
+        }
+    }
 }
 
-fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
-    Cx {
+/// The socket state of `outlet`: a connection's, or a session's.
+pub(crate) fn socket_of<'s>(
+    conns: &'s mut Conns,
+    parts: &'s mut Parts,
+    outlet: Outlet,
+) -> Option<&'s mut SocketState> {
+    match outlet {
+        Outlet::Conn(key) => Some(&mut conns.slab.get_mut(key)?.socket),
+        Outlet::Session(idx) => Some(&mut parts.lp.sessions.get_mut(idx)?.socket),
+    }
+}
+
+/// The control budget of `outlet` (`--control-rate`), kept beside its
+/// state by each carrier.
+pub(crate) fn control_tat_of<'s>(
+    conns: &'s mut Conns,
+    parts: &'s mut Parts,
+    outlet: Outlet,
+) -> Option<&'s mut u32> {
+    match outlet {
+        Outlet::Conn(key) => Some(&mut conns.slab.get_mut(key)?.control_tat),
+        Outlet::Session(idx) => Some(&mut parts.lp.sessions.get_mut(idx)?.control_tat),
+    }
+}
+
+fn socket_cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> SocketCx<'a> {
+    SocketCx {
         router: &node.router,
         policy: &node.policy,
         vsn,
@@ -264,261 +345,5 @@ fn cx<'a>(node: &'a Node, vsn: Vsn, who: Who<'a>) -> Cx<'a> {
         presence: &node.config.presence,
         max_presence_bytes: node.config.max_presence_bytes,
         max_json_depth: node.config.limits.max_json_depth,
-    }
-}
-
-/// The socket's [`Transport`] for the socket of `outlet` on a shard.
-pub(crate) struct ShardTransport<'a> {
-    conns: &'a mut Conns,
-    node: &'a Node,
-    outlet: Outlet,
-    /// A close the socket asked for, done after the call.
-    fail: Option<CloseReason<'static>>,
-}
-
-impl Transport for ShardTransport<'_> {
-    fn subscribe(&mut self, topic: &str) -> Slot {
-        let c = &mut *self.conns;
-        let (slot, new) = c.registry.subscribe(topic, self.outlet.key() as u32);
-        if new {
-            c.topic_added(self.node, slot.topic);
-        }
-        slot
-    }
-
-    fn unsubscribe(&mut self, slot: Slot) {
-        let c = &mut *self.conns;
-        if !c.replayed.is_empty() {
-            c.replayed.remove(&(self.outlet.key(), slot.topic));
-        }
-        if !c.pending.is_empty() {
-            c.pending.remove(&(self.outlet.key(), slot.topic));
-        }
-        let (moved, gone) = c.registry.unsubscribe(slot);
-        if let Some(moved) = moved {
-            // The subscriber that took this one's place learns its position.
-            if let Some(s) = c.socket_mut(Outlet::of(moved as usize)) {
-                if let Some(j) = s
-                    .state
-                    .joins
-                    .iter_mut()
-                    .find(|j| j.slot.topic == slot.topic)
-                {
-                    j.slot.pos = slot.pos;
-                }
-            }
-        }
-        if let Some(name) = gone {
-            c.topic_removed(self.node, &name);
-        }
-    }
-
-    fn topic_index(&self, topic: &str) -> Option<u32> {
-        self.conns.registry.find(topic)
-    }
-
-    fn topic_name(&self, index: u32) -> Option<Arc<str>> {
-        self.conns.registry.name(index).cloned()
-    }
-
-    fn send(&mut self, opcode: Opcode, body: &[u8]) {
-        match self.outlet {
-            Outlet::Ws(key) => {
-                let window = self.conns.deflate_of(key);
-                self.conns.frame_out_deflated(window, opcode, body)
-            }
-            Outlet::LongPoll(idx) => {
-                let item = Item::Owned(body.to_vec(), opcode == Opcode::Binary);
-                self.conns.lp_push(idx, item, body.len());
-            }
-        }
-    }
-
-    fn broadcast(
-        &mut self,
-        topic: Arc<str>,
-        event: String,
-        payload: OwnedPayload,
-        include_self: bool,
-    ) {
-        // Replies so far go out before the broadcast reaches this socket (a
-        // session's are in its buffer already).
-        if let Outlet::Ws(key) = self.outlet {
-            self.conns.flush_reply(key);
-        }
-        let exclude = (!include_self).then_some((self.conns.id, self.outlet.key()));
-        if let Some(rule) = self.node.policy.history(&topic) {
-            // Through this shard's inbox too, in the topic's offset order.
-            self.node
-                .publish_history(rule, topic, event, payload, exclude);
-            return;
-        }
-        let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
-        // The other shards and nodes first, then this shard's subscribers:
-        // delivering here first (thousands of writes) kept every other
-        // shard, and with --workers every other node, idle until it was
-        // done, so the fan-out ran one shard after another instead of all
-        // at once. Nothing else runs on this shard in between, so each
-        // connection here still sees the same order.
-        self.node.broadcast(Some(self.conns.id), Arc::clone(&b));
-        self.conns.deliver(&b);
-    }
-
-    fn stats(&self) -> &ShardStats {
-        &self.conns.stats
-    }
-
-    fn allow_push(&mut self) -> Verdict {
-        let limit = &self.node.push_limit;
-        if limit.is_unlimited() {
-            return Verdict::Allow;
-        }
-        let now = self.conns.now_ms;
-        match self
-            .conns
-            .socket_mut(self.outlet)
-            .map(|s| &mut s.state.push_tat)
-        {
-            Some(tat) => limit.check(tat, now),
-            None => Verdict::Allow,
-        }
-    }
-
-    fn allow_control(&mut self) -> Verdict {
-        let limit = &self.node.control_limit;
-        if limit.is_unlimited() {
-            return Verdict::Allow;
-        }
-        let now = self.conns.now_ms;
-        match self.conns.socket_mut(self.outlet).map(|s| s.control_tat) {
-            Some(tat) => limit.check(tat, now),
-            None => Verdict::Allow,
-        }
-    }
-
-    fn close(&mut self, reason: CloseReason<'static>) {
-        self.fail.get_or_insert(reason);
-    }
-
-    fn tracker(&self) -> &Tracker {
-        &self.node.presence
-    }
-
-    fn tracked(&mut self, index: u32) -> &mut Tracked {
-        self.conns
-            .tracked
-            .entry((self.outlet.key(), index))
-            .or_default()
-    }
-
-    fn take_tracked(&mut self, index: u32) -> Tracked {
-        if self.conns.tracked.is_empty() {
-            return Tracked::new();
-        }
-        self.conns
-            .tracked
-            .remove(&(self.outlet.key(), index))
-            .unwrap_or_default()
-    }
-
-    fn send_shared(&mut self, opcode: Opcode, head: &[u8], shared: &Arc<str>, tail: &[u8]) {
-        let websocket = match self.outlet {
-            Outlet::Ws(key) => self
-                .conns
-                .slab
-                .get(key)
-                .is_some_and(|c| matches!(c.kind, Kind::Ws { .. }))
-                .then_some(key),
-            Outlet::LongPoll(_) => None,
-        };
-        let Some(key) = websocket else {
-            // Another transport: one copy of the message.
-            let mut body = Vec::with_capacity(head.len() + shared.len() + tail.len());
-            body.extend_from_slice(head);
-            body.extend_from_slice(shared.as_bytes());
-            body.extend_from_slice(tail);
-            self.send(opcode, &body);
-            return;
-        };
-        // What the socket gathered (the join's reply) goes first.
-        self.conns.flush_reply(key);
-        self.conns.send_shared(key, opcode, head, shared, tail);
-    }
-
-    fn presence_started(&mut self) {
-        self.node.wake_shards();
-    }
-
-    fn hook_call(
-        &mut self,
-        hook: crate::hooks::Hook,
-        topic: &str,
-        body: Vec<u8>,
-        wait: crate::hooks::Waiting,
-    ) -> Result<(), crate::hooks::Failure> {
-        self.conns
-            .hook_call(self.node, self.outlet.key(), hook, topic, body, wait)
-    }
-
-    fn hook_cancel_join(&mut self, topic: &str) {
-        self.conns.hook_waits.cancel_join(self.outlet.key(), topic);
-    }
-
-    fn hook_assigns(&self) -> Option<String> {
-        self.conns
-            .hook_assigns(self.outlet.key())
-            .map(str::to_owned)
-    }
-
-    fn socket_id(&mut self) -> String {
-        self.conns.socket_id(self.node, self.outlet.key())
-    }
-
-    fn presence_event(&mut self, kind: EventType, topic: &str, key: &Arc<str>, user: Option<&str>) {
-        if self.node.hooks.as_ref().and_then(|h| h.events()).is_none() {
-            return;
-        }
-        let topic = Arc::from(topic);
-        let key = key.clone();
-        self.conns
-            .socket_event(self.node, self.outlet.key(), kind, user, move |e| {
-                e.topic = Some(topic);
-                e.key = Some(key);
-            });
-    }
-
-    fn recover_later(&mut self, topic: &str, since: &str, held: crate::history::HeldJoin) -> bool {
-        let Some(idx) = self.conns.registry.find(topic) else {
-            return false;
-        };
-        self.conns
-            .read_later(self.node, self.outlet.key(), idx, topic, since, held)
-    }
-
-    fn recover(&mut self, topic: &str, since: Option<&str>) -> Option<throng_pubsub::Replay> {
-        let store = self.node.history.as_ref()?;
-        self.node.policy.history(topic)?;
-        let index = self.conns.registry.find(topic)?;
-        let replayed = &mut self.conns.replayed;
-        let key = self.outlet.key();
-        let now = std::time::Instant::now();
-        // A replay must fit the socket's outbound bound with room to spare:
-        // over it, the socket would be closed as a slow reader, rejoin
-        // with the same `since`, and again.
-        let max = self.node.config.max_outbound_bytes / 2;
-        // Under the topic's lock: every message after `last` is queued for
-        // this shard after this read, every one up to it may be in its
-        // inbox already and is skipped for this socket.
-        Some(store.read(topic, since, usize::MAX, now, |mut found| {
-            let bytes: usize = found.messages.iter().map(|e| e.bytes()).sum();
-            if bytes > max {
-                found.recovered = false;
-                found.messages.clear();
-            }
-            if found.recovered && found.last > 0 {
-                replayed.insert((key, index), found.last);
-            }
-            found
-        }))
     }
 }

@@ -16,8 +16,10 @@ use throng_protocol::Vsn;
 
 use crate::channel::ConnectInfo;
 use crate::config::Config;
-use crate::engine::http::{query_params, Action, HttpError};
+use crate::engine::http::{body_length, Head, HttpError};
+use crate::engine::protocol::Route;
 use crate::protocol::phoenix::longpoll::Token;
+use crate::protocol::phoenix::upgrade::{query_params, Open};
 
 /// The method of a long-poll request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,20 +54,9 @@ pub(crate) struct LongPoll {
 }
 
 /// Reads a long-poll request: its query, headers and whole body.
-pub(crate) fn request(
-    req: &httparse::Request<'_, '_>,
-    data: &[u8],
-    head_len: usize,
-    query: &str,
-    config: &Config,
-    keep_alive: bool,
-) -> (usize, Action) {
-    let header = |name: &str| {
-        req.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| h.value)
-    };
+pub(crate) fn request(head: &Head<'_, '_>, config: &Config) -> Route<Open, LongPoll> {
+    let (req, data, head_len) = (head.req, head.data, head.head_len);
+    let header = |name: &str| head.header(name);
     let method = match req.method {
         Some("GET") => LongPollMethod::Get,
         Some("POST") => LongPollMethod::Post,
@@ -77,17 +68,17 @@ pub(crate) fn request(
                 "Bad Request",
                 "long-poll takes GET, POST and OPTIONS\n",
             );
-            return (data.len(), Action::Error(e));
+            return Route::Error(e);
         }
     };
     let body_len = match body_length(req, config.max_message_bytes) {
         Ok(n) => n,
-        Err(e) => return (data.len(), Action::Error(e)),
+        Err(e) => return Route::Error(e),
     };
     let Some(end) = head_len.checked_add(body_len).filter(|&e| e <= data.len()) else {
-        return (0, Action::Incomplete);
+        return Route::Incomplete;
     };
-    let (vsn_param, mut params) = query_params(query);
+    let (vsn_param, mut params) = query_params(head.query);
     // phoenix.js appends the session's token after the socket params.
     let token = params
         .iter()
@@ -127,7 +118,7 @@ pub(crate) fn request(
         connect,
         body: data[head_len..end].to_vec(),
         ndjson,
-        keep_alive,
+        keep_alive: head.keep_alive,
         request_headers,
         origin_refused,
         hook_headers: if config.hooks.connect && token.is_none() {
@@ -136,59 +127,18 @@ pub(crate) fn request(
             Vec::new()
         },
     };
-    (end, Action::LongPoll(Box::new(lp)))
-}
-
-/// The body length a request declares: `Content-Length` (all copies
-/// agreeing), at most `max`; chunked bodies are refused with 411.
-fn body_length(req: &httparse::Request<'_, '_>, max: usize) -> Result<usize, HttpError> {
-    if req
-        .headers
-        .iter()
-        .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
-    {
-        return Err(HttpError::new(
-            411,
-            "Length Required",
-            "send the body with Content-Length, not chunked\n",
-        ));
-    }
-    let mut len = None;
-    for h in req
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-    {
-        let v = h.value.trim_ascii();
-        let n = std::str::from_utf8(v)
-            .ok()
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse::<usize>().ok())
-            .ok_or_else(|| HttpError::new(400, "Bad Request", "bad Content-Length\n"))?;
-        if len.is_some_and(|l| l != n) {
-            return Err(HttpError::new(
-                400,
-                "Bad Request",
-                "conflicting Content-Length\n",
-            ));
-        }
-        len = Some(n);
-    }
-    let len = len.unwrap_or(0);
-    if len > max {
-        return Err(HttpError::new(
-            413,
-            "Payload Too Large",
-            format!("a body may have {max} bytes (--max-message-bytes)\n"),
-        ));
-    }
-    Ok(len)
+    Route::Request(end, Box::new(lp))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::http::{handle, Page};
+    use crate::engine::http::{handle, Action, Page};
+    use crate::protocol::phoenix::Phoenix;
+
+    fn h(data: &[u8], config: &Config) -> (usize, Action<Phoenix>) {
+        handle(data, config, &Phoenix)
+    }
 
     fn cfg() -> Config {
         Config {
@@ -198,15 +148,15 @@ mod tests {
     }
 
     fn error_of(req: &str) -> HttpError {
-        match handle(req.as_bytes(), &cfg()) {
+        match h(req.as_bytes(), &cfg()) {
             (_, Action::Error(e)) => e,
             (_, other) => panic!("expected an error, got {other:?}"),
         }
     }
 
     fn longpoll_of(req: &str) -> (usize, LongPoll) {
-        match handle(req.as_bytes(), &cfg()) {
-            (n, Action::LongPoll(lp)) => (n, *lp),
+        match h(req.as_bytes(), &cfg()) {
+            (n, Action::Request(lp)) => (n, *lp),
             (_, other) => panic!("expected a long-poll request, got {other:?}"),
         }
     }
@@ -256,7 +206,7 @@ mod tests {
         // not all of the body yet: read more
         for cut in [head.len() - 3, head.len(), head.len() + 6] {
             assert!(matches!(
-                handle(&req.as_bytes()[..cut], &cfg()),
+                h(&req.as_bytes()[..cut], &cfg()),
                 (0, Action::Incomplete)
             ));
         }
@@ -279,7 +229,7 @@ mod tests {
             ..cfg()
         };
         let over = "POST /socket/longpoll HTTP/1.1\r\nContent-Length: 201\r\n\r\n";
-        match handle(over.as_bytes(), &small) {
+        match h(over.as_bytes(), &small) {
             (_, Action::Error(e)) => assert_eq!(e.status, 413),
             (_, other) => panic!("{other:?}"),
         }
@@ -314,7 +264,7 @@ mod tests {
             ..cfg()
         };
         assert!(matches!(
-            handle(b"GET /socket/longpoll HTTP/1.1\r\n\r\n", &off),
+            h(b"GET /socket/longpoll HTTP/1.1\r\n\r\n", &off),
             (
                 _,
                 Action::Page {

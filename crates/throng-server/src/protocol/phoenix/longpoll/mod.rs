@@ -76,8 +76,9 @@ use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
 use crate::channel::ConnectInfo;
+use crate::engine::close::CloseReason;
+use crate::engine::socket::SocketState;
 pub(crate) use crate::protocol::phoenix::longpoll::forward::status_body;
-use crate::protocol::phoenix::socket::SocketState;
 pub(crate) use token::{Secret, Token};
 pub(crate) use wire::{Answer, Ask, ReplyTo, Request};
 
@@ -224,16 +225,18 @@ pub(crate) struct State {
     /// Sessions with a parked poll and new messages: answered at the end of
     /// the loop turn, so a burst goes out in one answer.
     pub ready: Vec<usize>,
-    /// Sessions to end at the end of this loop turn.
-    pub doomed: Vec<(usize, crate::engine::close::CloseReason<'static>)>,
-    /// Connections whose answer went out with more requests read behind it.
-    pub resume: Vec<usize>,
+    /// Sessions to end once the call that doomed them is over.
+    pub doomed: Vec<(usize, CloseReason<'static>)>,
     next_req: u32,
+    /// `--max-outbound-bytes`: a session buffering more ends.
+    pub max_buffered: usize,
+    /// `--max-message-bytes`: a request's body at most.
+    pub max_request_body: usize,
     /// The backplane's id of this node.
     pub node_id: u64,
     /// `--longpoll-window`, ms.
     pub window_ms: u64,
-    /// Milliseconds since the shard started, at this loop turn.
+    /// Milliseconds since the shard started, at this call.
     pub now_ms: u64,
     /// New sessions by address (`--longpoll-session-rate`): each
     /// address's budget as one timestamp (`auth::rate`); addresses whose
@@ -250,14 +253,20 @@ pub(crate) struct State {
 pub(crate) const EXPIRE_PER_TURN: usize = 1024;
 
 impl State {
-    pub fn new(node_id: u64, window_ms: u64) -> State {
+    pub fn new(
+        node_id: u64,
+        window_ms: u64,
+        max_buffered: usize,
+        max_request_body: usize,
+    ) -> State {
         State {
             sessions: Slab::new(),
             waiting: HashMap::new(),
             ready: Vec::new(),
             doomed: Vec::new(),
-            resume: Vec::new(),
             next_req: 0,
+            max_buffered,
+            max_request_body,
             node_id,
             window_ms,
             now_ms: 0,
@@ -277,6 +286,43 @@ impl State {
     #[inline]
     pub fn is_waiting(&self, key: usize) -> bool {
         !self.waiting.is_empty() && self.waiting.contains_key(&key)
+    }
+
+    /// A message the session's socket sends (reply, push), or a broadcast
+    /// for it: buffered.
+    pub fn push(&mut self, idx: usize, item: Item, len: usize) {
+        let Some(s) = self.sessions.get_mut(idx).filter(|s| !s.dead) else {
+            return;
+        };
+        s.buffer.push(item);
+        self.push_len(idx, len);
+    }
+
+    /// `len` more bytes in session `idx`'s buffer: past the bound the
+    /// session ends; a parked poll is answered at the end of the turn.
+    pub fn push_len(&mut self, idx: usize, len: usize) {
+        let max = self.max_buffered;
+        let Some(s) = self.sessions.get_mut(idx).filter(|s| !s.dead) else {
+            return;
+        };
+        s.buffered += len;
+        if s.buffered > max {
+            return self.doom(idx, CloseReason::SessionOverflow);
+        }
+        if s.parked.is_some() && !s.ready {
+            s.ready = true;
+            self.ready.push(idx);
+        }
+    }
+
+    /// Marks session `idx` for ending once this call is over.
+    pub fn doom(&mut self, idx: usize, reason: CloseReason<'static>) {
+        if let Some(s) = self.sessions.get_mut(idx) {
+            if !s.dead {
+                s.dead = true;
+                self.doomed.push((idx, reason));
+            }
+        }
     }
 }
 

@@ -16,7 +16,6 @@
 
 mod hooked;
 mod presence;
-mod state;
 
 use std::sync::Arc;
 
@@ -27,60 +26,31 @@ use throng_pubsub::{Slot, Tracker};
 
 use crate::auth::is_reserved;
 use crate::auth::rate::Verdict;
-use crate::channel::{Assigns, Channel, Effects, Info, Reply, Router, Socket, Terminate, Who};
+use crate::channel::{Channel, Effects, Info, Reply, Router, Socket, Terminate, Who};
 use crate::engine::close::CloseReason;
 use crate::metrics::ShardStats;
 use crate::presence::PresenceRule;
 use crate::rules::Policy;
 use crate::rules::UNAUTHORIZED;
 
+pub(crate) use crate::engine::socket::{push_join, Join, Joins};
 pub(crate) use presence::Tracked;
-pub(crate) use state::SocketState;
 
-/// One channel a socket joined.
-pub(crate) struct Join {
-    /// Where the connection sits in the shard's registry.
-    pub slot: Slot,
-    /// The client's join_ref (v2; v1 clients send none): every message of
-    /// this channel carries it, as the JSON value it came as.
-    pub join_ref: Option<RefBuf>,
-    /// The channel's state between callbacks.
-    pub assigns: Assigns,
-}
-
-impl Join {
-    /// The channel's view of this join on `topic`, for one callback.
-    #[inline]
-    fn socket<'s>(
-        &'s mut self,
-        topic: &'s str,
-        who: Who<'s>,
-        effects: &'s mut Effects,
-    ) -> Socket<'s> {
-        Socket {
-            topic,
-            join_ref: self.join_ref.as_ref().map(RefBuf::text),
-            who,
-            assigns: &mut self.assigns,
-            effects,
-        }
+/// The channel's view of join `join` on `topic`, for one callback.
+#[inline]
+fn join_socket<'s>(
+    join: &'s mut Join,
+    topic: &'s str,
+    who: Who<'s>,
+    effects: &'s mut Effects,
+) -> Socket<'s> {
+    Socket {
+        topic,
+        join_ref: join.join_ref.as_ref().map(RefBuf::text),
+        who,
+        assigns: &mut join.assigns,
+        effects,
     }
-}
-
-/// A socket's joins: the first inline in the socket (most sockets join one
-/// topic, which then costs no allocation: an allocation of its own cost an
-/// idle socket a 48-byte heap chunk, more than the 24 bytes the socket grew
-/// by), the others in one allocation.
-pub(crate) type Joins = smallvec::SmallVec<[Join; 1]>;
-
-/// Adds a join to a socket's joins. A Vec's first push allocates room for
-/// four; sockets with a few joins grow one at a time while small.
-pub(crate) fn push_join(joins: &mut Joins, join: Join) {
-    if joins.len() == joins.capacity() {
-        let more = if joins.len() < 4 { 1 } else { joins.len() };
-        joins.reserve_exact(more);
-    }
-    joins.push(join);
 }
 
 /// What the socket needs from the transport that carries it.
@@ -172,21 +142,11 @@ pub(crate) trait Transport {
         String::new()
     }
     /// For a join on `topic` (subscribed already) with a `since` position:
-    /// what the topic's history holds after it (`crate::history`); `None`
-    /// when the topic keeps no history.
-    fn recover(&mut self, _topic: &str, _since: Option<&str>) -> Option<throng_pubsub::Replay> {
-        None
-    }
-    /// As [`Transport::recover`], for a history read that answers later
-    /// (in Redis): takes the join's reply to send with the answer
-    /// ([`Mux::since_answered`]) and returns true, or returns false when
-    /// the read is done at once by [`Transport::recover`].
-    fn recover_later(
-        &mut self,
-        _topic: &str,
-        _since: &str,
-        _held: crate::history::HeldJoin,
-    ) -> bool {
+    /// starts the read of what the topic's history holds after it
+    /// (`crate::history`), which answers later with the join's reply
+    /// ([`Mux::since_answered`]), and returns true; false when the topic
+    /// keeps no history.
+    fn recover(&mut self, _topic: &str, _since: &str, _held: crate::history::HeldJoin) -> bool {
         false
     }
 }
@@ -532,14 +492,12 @@ impl<'a, T: Transport> Mux<'a, T> {
                 msg_ref: msg_ref.map(RefBuf::from),
                 response: response.into(),
             };
-            if self.t.recover_later(topic, s, held) {
+            if self.t.recover(topic, s, held) {
                 return;
             }
         }
-        let found = since
-            .as_deref()
-            .and_then(|s| self.t.recover(topic, Some(s)))
-            .unwrap_or_default();
+        // No history, or a `since` that is no position.
+        let found = throng_pubsub::Replay::default();
         self.send_since(join_ref, msg_ref, topic, response, found);
     }
 
@@ -611,7 +569,7 @@ impl<'a, T: Transport> Mux<'a, T> {
             channel.handle_in(
                 ev,
                 payload,
-                &mut join.socket(&topic, self.cx.who, &mut effects),
+                &mut join_socket(join, &topic, self.cx.who, &mut effects),
             )
         };
         // Phoenix's order: the broadcast (fastlaned) before the reply.
@@ -646,7 +604,10 @@ impl<'a, T: Transport> Mux<'a, T> {
                     return;
                 }
                 let join = &mut self.joins[i];
-                channel.handle_info(&info, &mut join.socket(&topic, self.cx.who, &mut effects));
+                channel.handle_info(
+                    &info,
+                    &mut join_socket(join, &topic, self.cx.who, &mut effects),
+                );
             }
             self.apply(i, &mut effects);
             infos = std::mem::take(&mut effects.infos);
@@ -682,7 +643,10 @@ impl<'a, T: Transport> Mux<'a, T> {
         if let Some(topic) = name {
             if let Some(channel) = router.route(&topic) {
                 let mut effects = std::mem::take(&mut self.scratch.effects);
-                channel.terminate(reason, &mut join.socket(&topic, self.cx.who, &mut effects));
+                channel.terminate(
+                    reason,
+                    &mut join_socket(&mut join, &topic, self.cx.who, &mut effects),
+                );
                 effects.clear();
                 self.scratch.effects = effects;
             }
