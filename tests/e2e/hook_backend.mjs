@@ -1,5 +1,5 @@
 // A small app backend for the hooks tests (node:http, no framework): it
-// answers throng's POST /throng/join and /throng/push as the README's hooks
+// answers throng's POST /throng/join and /throng/push as docs/hooks.md's
 // contract says, checks every request's x-throng-signature, and tells the
 // test what it saw on GET /stats. It takes lifecycle events on POST
 // /throng/events (a JSON array; `events` lists every event received, a

@@ -1,7 +1,7 @@
 //! JWT connect tokens, verified with the `jsonwebtoken` crate: HS256 with a
 //! shared secret, RS256 or ES256 with the issuer's public key (PEM).
 //!
-//! Claims (the README's table says the same):
+//! Claims (`docs/authentication.md`'s table says the same):
 //! - `sub`: the user id, a non-empty string or an integer (written in
 //!   decimal); any other value (a fraction such as `4.2`, a list) is refused;
 //! - `exp`: required, a number of seconds (integer or fraction, as standard

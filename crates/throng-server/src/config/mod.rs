@@ -38,7 +38,7 @@
 //! 2. Read it where [`ServeArgs::resolve`] builds the [`Config`]
 //!    (`s.my_setting()` is the value with its default; check its range
 //!    there, with an error that says the fix), into a `Config` field.
-//! 3. One row in the README's Configuration (or Limits) table: the cli test
+//! 3. One row in a table of `docs/configuration.md` (flags, or limits): the cli test
 //!    `readme_tables_list_exactly_the_serve_flags` fails until it is there.
 //!
 //! A flag from before this layout (a plain `#[arg]` field with

@@ -30,17 +30,17 @@ const NOT_KEYS: &[&str] = &["config"];
 pub const TABLE_ONLY: &[(&str, &str)] = &[
     (
         "topics",
-        "# Topic rules: who may join and push where (README: Topic rules).\n\
+        "# Topic rules: who may join and push where (docs/topic-rules.md).\n\
          # [[topics]]\n\
          # pattern = \"rooms:*\"\n\
          # join = \"anyone\"\n\
          # push = [\"new:msg\"]\n\
-         # history_size = 100   # messages kept for recovery on rejoin (README: History)\n\
+         # history_size = 100   # messages kept for recovery on rejoin (docs/history.md)\n\
          # history_ttl = 600    # seconds kept after the topic's last message\n",
     ),
     (
         "presence",
-        "# Presence rules, as --presence PATTERN=KEY[/count] (README: Presence).\n\
+        "# Presence rules, as --presence PATTERN=KEY[/count] (docs/presence.md).\n\
          # [[presence]]\n\
          # pattern = \"rooms:*\"\n\
          # key = \"user_id\"\n\

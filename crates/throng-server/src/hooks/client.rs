@@ -309,7 +309,7 @@ impl HookClient {
         if !self.bad_logged.swap(true, Relaxed) {
             tracing::warn!(
                 hook = hook.name(),
-                "bad answer from the app backend's {} hook: {why}; the client gets {} (counted in throng_hook_bad_answers_total; logged once until a good answer). Fix: answer 2xx with a JSON object as the README's hooks section shows",
+                "bad answer from the app backend's {} hook: {why}; the client gets {} (counted in throng_hook_bad_answers_total; logged once until a good answer). Fix: answer 2xx with a JSON object as docs/hooks.md shows",
                 hook.name(),
                 Failure::BadAnswer.reply()
             );
