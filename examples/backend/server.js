@@ -26,7 +26,7 @@ import {pagesRouter} from "./pages.js"
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 // throng.toml's secret, for trying the example on one machine only.
-const DEV_SECRET = "dev-only-secret-change-me"
+const DEV_SECRET = "dev-only-secret-change-me-before-you-deploy"
 
 const port = Number(process.env.PORT ?? 8000)
 const host = process.env.HOST || "127.0.0.1"
