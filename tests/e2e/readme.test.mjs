@@ -100,7 +100,7 @@ test("quick start: the serve line, its output, the broadcast and the route list"
 })
 
 test("Server API: the curl block runs as written", {timeout: 30000}, async () => {
-  const server = await startServer(["--api-key", "change-me"])
+  const server = await startServer(["--api-key", "change-me-to-a-long-random-key"])
   try {
     const script = blocks("## Server API")[0].replaceAll("localhost:4001", `127.0.0.1:${server.apiPort}`)
     const out = execFileSync("sh", ["-ec", script], {encoding: "utf8", timeout: 15000})
