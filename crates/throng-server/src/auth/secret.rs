@@ -147,6 +147,18 @@ impl Kind {
         }
     }
 
+    /// How to get a good one, as its refusal says.
+    pub fn fix(self) -> String {
+        match self {
+            // It must be the Phoenix app's, whose tokens throng verifies.
+            Kind::SecretKeyBase => format!(
+                "give your Phoenix app's own secret_key_base (`mix phx.gen.secret` makes one \
+                 of 64 bytes); to try throng alone, {HOW_TO_MAKE_ONE}"
+            ),
+            _ => HOW_TO_MAKE_ONE.to_string(),
+        }
+    }
+
     /// Its flag.
     pub fn flag(self) -> &'static str {
         match self {
@@ -279,17 +291,19 @@ pub fn check(kind: Kind, value: &str, source: &Source) -> Verdict {
         };
         return Verdict::Refuse(format!(
             "{what}, {origin}, is refused {state}{set_but_empty}: {}. Give one of at least {} \
-             bytes: {HOW_TO_MAKE_ONE}",
-            min.why, min.refuse
+             bytes: {}",
+            min.why,
+            min.refuse,
+            kind.fix()
         ));
     }
     if value.len() < min.warn {
         return Verdict::Warn(format!(
-            "{what}, {origin}, is {} bytes: {}. Use your app's own (at least {} bytes), or \
-             {HOW_TO_MAKE_ONE}",
+            "{what}, {origin}, is {} bytes: {}. At least {} bytes: {}",
             value.len(),
             min.warn_why,
-            min.warn
+            min.warn,
+            kind.fix()
         ));
     }
     Verdict::Ok
