@@ -27,17 +27,6 @@ pub enum JwtHmac {
     Hs512,
 }
 
-impl JwtHmac {
-    /// As `--auth-jwt-algorithm` spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            JwtHmac::Hs256 => "HS256",
-            JwtHmac::Hs384 => "HS384",
-            JwtHmac::Hs512 => "HS512",
-        }
-    }
-}
-
 /// A secret the server signs or checks with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
