@@ -12,7 +12,7 @@ import {LongPoll} from "phoenix"
 import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout, RawHttp, readMetric} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
-const SECRET = "connect-test-secret"
+const SECRET = "connect-test-secret-of-at-least-32-bytes"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-connect-"))
 let backend, server
 const sockets = []

@@ -201,6 +201,8 @@ impl Server {
         backplane: Arc<dyn Backplane>,
         presence: Arc<dyn PresenceStore>,
     ) -> Result<Server, Error> {
+        // A weak secret starts nothing (settings built in code included).
+        config.check_secrets()?;
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;

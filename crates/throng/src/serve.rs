@@ -29,6 +29,12 @@ use crate::supervisor::{self, open_line, Error};
 /// Runs `throng serve` with resolved settings; blocks while it serves.
 pub fn serve(config: Config) -> Result<(), Error> {
     throng_server::panic::abort_on_panic();
+    // Once, by the process the user started (not again by each worker).
+    if config.worker_index.is_none() {
+        for warning in &config.secret_warnings {
+            tracing::warn!("{warning}");
+        }
+    }
     if config.workers > 1 && config.worker_index.is_none() {
         // `ServeArgs::resolve` refuses --workers above 1 without --redis.
         if let Some(url) = config.redis.clone() {

@@ -110,7 +110,7 @@ fn check_config_refuses_a_misspelt_key_and_names_the_right_one() {
 fn check_config_shows_sources_masks_secrets_and_warns_as_a_start_would() {
     let path = temp_file(
         "sources.toml",
-        "port = 4100\napi_bind = \"0.0.0.0:4999\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"s3cret\"\n",
+        "port = 4100\napi_bind = \"0.0.0.0:4999\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"s3cret-s3cret-s3cret-s3cret-s3cret\"\n",
     );
     let (ok, report, err) = throng(
         &["check-config", path.to_str().unwrap(), "--shards", "3"],

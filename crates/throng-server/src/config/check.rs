@@ -3,6 +3,9 @@
 //! through the same [`ServeArgs::resolve`]), and reports for a person or a
 //! CI job: each unknown key with the nearest known one, the effective value
 //! of every key and where it came from, and the warnings a start would log.
+//! Secrets are never printed: one the weak-secret rule refuses is the error
+//! (`(empty)`, `(12 bytes: too short, needs 32)`, never `[REDACTED]`), a
+//! good one shows as `[REDACTED]`.
 //! Exit code 0 when `serve` would accept the settings, 1 when not.
 
 use std::fmt::Write as _;
@@ -13,6 +16,7 @@ use clap::ArgMatches;
 
 use super::template::{file_keys, FileKey, TABLE_ONLY};
 use super::{Config, ServeArgs};
+use crate::auth::secret;
 
 /// What `check-config` found: the report to print, and whether `serve`
 /// would start with these settings.
@@ -86,7 +90,7 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
                 let _ = writeln!(report, "\n[{t}]");
             }
         }
-        match effective(k, &table, matches) {
+        match effective(k, &table, matches, config.auth.jwt_algorithm.as_deref()) {
             Some((value, source)) => {
                 let _ = writeln!(report, "{} = {value}  # {source}", k.key);
             }
@@ -118,21 +122,25 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
     Checked { report, ok: true }
 }
 
-/// The value a key takes and where it came from, secrets masked.
-/// `None`: not set, and its default is described rather than a value.
+/// The value a key takes and where it came from, secrets masked (a secret
+/// of the weak-secret rule by its length, against `jwt_algorithm`'s
+/// minimum for the JWT secret). `None`: not set, and its default is
+/// described rather than a value.
 fn effective(
     k: &FileKey,
     file: &toml::Table,
     matches: &ArgMatches,
+    jwt_algorithm: Option<&str>,
 ) -> Option<(String, &'static str)> {
     let from_args = matches
         .value_source(&k.id)
         .filter(|s| matches!(s, ValueSource::CommandLine | ValueSource::EnvVariable));
-    let (value, source) = if let Some(source) = from_args {
+    let (value, source, raw) = if let Some(source) = from_args {
         let raw: Vec<String> = matches
             .get_raw(&k.id)
             .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
             .unwrap_or_default();
+        let one = raw.first().cloned();
         let value = if k.switch {
             (if k.negated { "false" } else { "true" }).to_string()
         } else {
@@ -146,13 +154,21 @@ fn effective(
         } else {
             "env"
         };
-        (value, source)
+        (value, source, one)
     } else if let Some(v) = lookup(file, k) {
-        (v.to_string(), "file")
+        (v.to_string(), "file", v.as_str().map(str::to_string))
     } else {
-        (k.default_value()?, "default")
+        (k.default_value()?, "default", None)
     };
-    Some((mask(k, value), source))
+    let value = match super::secrets::kind_of_key(&k.path(), jwt_algorithm) {
+        // `(empty)`, `(12 bytes: too short, needs 32)`, or `[REDACTED]`.
+        Some(kind) => match raw {
+            Some(raw) => toml::Value::String(secret::shown(kind, &raw)).to_string(),
+            None => mask(k, value),
+        },
+        None => mask(k, value),
+    };
+    Some((value, source))
 }
 
 /// A raw flag value as TOML: numbers and booleans bare, the rest quoted.
@@ -250,7 +266,7 @@ fn nearest<'a>(key: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a st
 
 /// What a start with `config` would warn about.
 pub fn warnings(config: &Config) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = config.secret_warnings.clone();
     if let Some(api) = config.api_bind {
         if config.api_key.is_none() && !api.ip().is_loopback() {
             out.push(format!(

@@ -54,6 +54,7 @@ const AUTH_KEYS: &[&str] = &[
     "jwt_public_key",
     "jwt_public_key_file",
     "jwt_algorithm",
+    "revoke_skew",
 ];
 
 /// For a file refused by serde: if a top-level key is an `--auth-*` flag

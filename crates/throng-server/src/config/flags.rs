@@ -136,7 +136,7 @@ settings! {
         /// The server API listener (broadcast, disconnect, topics, stats, /metrics); "none" = no API; with --workers, worker i listens on PORT+i [default: 127.0.0.1:4001, or 127.0.0.1:0 with --port 0]
         #[arg(long, help_heading = "Server API", value_name = "ADDR", env = "THRONG_API_BIND")]
         pub api_bind: Option<String>,
-        /// The key API requests must send in X-API-Key (GET /metrics needs none) [default: none: no key needed]
+        /// The key API requests must send in X-API-Key (GET /metrics needs none), 16 bytes or more [default: none: no key needed]
         #[arg(help_heading = "Server API", long, value_name = "KEY", env = "THRONG_API_KEY", hide_env_values = true)]
         pub api_key: Option<String>,
         /// Also serve /metrics on the public port (it is always on the API listener)

@@ -22,7 +22,7 @@ settings! {
         /// Send lifecycle events (connect, disconnect, occupied, vacated, presence_join, presence_leave) to URL/events, in batched POSTs of a JSON array, retried until taken [default: off]
         #[arg(long = "hook-events", env = "THRONG_HOOK_EVENTS")]
         pub events: bool,
-        /// The key of every request's x-throng-signature: sha256=<hex HMAC-SHA256(secret, body)> [default: none, requests unsigned]
+        /// The key of every request's x-throng-signature: sha256=<hex HMAC-SHA256(secret, body)>, 32 bytes or more [default: none, requests unsigned]
         #[arg(long = "hook-secret", value_name = "SECRET", env = "THRONG_HOOK_SECRET", hide_env_values = true)]
         pub secret: Option<String>,
         /// PEM file of the certificate authorities to trust for an https:// backend (a private CA) [default: the system's roots]

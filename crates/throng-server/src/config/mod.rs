@@ -52,6 +52,7 @@ mod check;
 mod file;
 mod flags;
 mod hooks;
+mod secrets;
 mod template;
 mod workers;
 
@@ -136,6 +137,10 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsFiles>,
     /// TLS on the server API (`--api-tls-cert`, `--api-tls-key`).
     pub api_tls: Option<crate::tls::TlsFiles>,
+    /// What the weak-secret rule warns about (a secret long enough to
+    /// start with, shorter than it should be): logged at start, listed by
+    /// `check-config`. A secret it refuses is an error of `resolve`.
+    pub secret_warnings: Vec<String>,
     /// The settings as given (flags over the file), before defaults: what
     /// the supervisor of `--workers` hands each worker (`workers.rs`).
     pub settings: ServeArgs,
@@ -181,12 +186,17 @@ impl ServeArgs {
             None => ServeArgs::default(),
         };
         let auth = self.auth.clone().over(file.auth.clone());
+        let args = self.clone();
         // Flags over the file, field by field; `settings` is what a worker
         // of `--workers` is handed (`workers.rs`).
         let settings = ServeArgs {
             auth,
             ..self.or(file)
         };
+        // Before anything else is checked or started: a weak secret is
+        // the first thing to fix.
+        let judged = secrets::judge(&args, &settings);
+        judged.result().map_err(Error::Config)?;
         let s = &settings;
         let port = s.port();
         let bind = s.bind();
@@ -245,6 +255,15 @@ impl ServeArgs {
             ));
         }
         let auth = s.auth.clone().config();
+        let skew = s.auth.revoke_skew();
+        if skew > crate::auth::MAX_REVOKE_SKEW_SECS {
+            return Err(Error::Config(format!(
+                "auth revoke_skew must be 0..={} seconds, got {skew} (a token signed that long \
+                 after a revocation is still refused: keep it to the clock difference between \
+                 your app and throng, a few seconds)",
+                crate::auth::MAX_REVOKE_SKEW_SECS
+            )));
+        }
         let hooks = s.hooks.resolve().map_err(Error::Config)?;
         let check_origin = match &s.check_origin {
             Some(policy) => policy.parse().map_err(Error::Config)?,
@@ -264,14 +283,8 @@ impl ServeArgs {
                 "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
             )));
         }
+        // Empty or short: refused above, by the weak-secret rule.
         let api_key = s.api_key.clone();
-        if api_key.as_deref() == Some("") {
-            return Err(Error::Config(
-                "api_key is empty, which would let anyone call the server API: give a key \
-                 (e.g. `--api-key $(openssl rand -hex 32)`), or leave --api-key out for no key"
-                    .into(),
-            ));
-        }
         let api_bind = match s.api_bind.as_deref() {
             // `--port 0` (tests, the bench) picks a free API port too.
             None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
@@ -322,6 +335,7 @@ impl ServeArgs {
         Ok(Config {
             tls,
             api_tls,
+            secret_warnings: judged.warnings,
             auth,
             hooks,
             check_origin,
@@ -360,6 +374,23 @@ impl ServeArgs {
 }
 
 impl Config {
+    /// The weak-secret rule ([`crate::auth::secret`]) on these settings'
+    /// secrets, for settings built in code rather than read by
+    /// [`ServeArgs::resolve`] (which checks them as it reads them, saying
+    /// where each came from): [`Server::start`](crate::Server) calls it.
+    pub fn check_secrets(&self) -> Result<(), Error> {
+        use crate::auth::secret::{Judged, Kind, Source};
+        let mut judged = Judged::default();
+        self.auth.judge_secrets(&mut judged, &Source::Settings);
+        judged.add(
+            Kind::HookSecret,
+            self.hooks.secret.as_deref(),
+            &Source::Settings,
+        );
+        judged.add(Kind::ApiKey, self.api_key.as_deref(), &Source::Settings);
+        judged.result().map_err(Error::Config)
+    }
+
     /// Whether the public port may be held already: `--reuse-port`, or a
     /// worker of `--workers`, whose supervisor claimed it.
     pub fn public_share(&self) -> crate::bind::Share {

@@ -98,7 +98,7 @@ mod tests {
             max_longpoll_batch: Some(9),
             hooks: crate::config::HookArgs {
                 url: Some("http://127.0.0.1:8000/throng".into()),
-                secret: Some("hook-s3cret".into()),
+                secret: Some("hook-s3cret-of-at-least-32-bytes".into()),
                 timeout_ms: Some(70),
                 max_in_flight_per_socket: Some(3),
                 ..Default::default()
@@ -139,9 +139,10 @@ mod tests {
             .worker_args(1, 4321)
             .iter()
             .any(|a| a.contains("hook-s3cret")));
-        assert!(c
-            .worker_env()
-            .contains(&("THRONG_HOOK_SECRET".into(), "hook-s3cret".into())));
+        assert!(c.worker_env().contains(&(
+            "THRONG_HOOK_SECRET".into(),
+            "hook-s3cret-of-at-least-32-bytes".into()
+        )));
         let mut hooks = w.hooks.clone();
         hooks.secret = c.hooks.secret.clone();
         assert_eq!(hooks, c.hooks);
