@@ -187,6 +187,24 @@ impl Policy {
         }
     }
 
+    /// Why [`Policy::may_join`] refuses this socket `topic` (for the log;
+    /// call it only for a refused join).
+    pub fn join_refusal(&self, topic: &str, who: Who<'_>) -> JoinRefusal<'_> {
+        let user = who.user;
+        if let Some(channels) = who.connect.and_then(|c| c.channels.as_deref()) {
+            if !channels.iter().any(|p| matches(p, topic, user)) {
+                return JoinRefusal::ChannelsClaim;
+            }
+        }
+        match self.rule(topic, user) {
+            Some(rule) => JoinRefusal::Rule {
+                rule,
+                anonymous: user.is_none(),
+            },
+            None => JoinRefusal::NoRule,
+        }
+    }
+
     /// Whether this socket, joined on `topic`, may push `event`.
     pub fn may_push(&self, topic: &str, event: &str, who: Who<'_>) -> bool {
         if self.rules.is_empty() {
@@ -225,6 +243,57 @@ impl Policy {
             }
         }
         out
+    }
+}
+
+/// Why the rules refused a join ([`Policy::join_refusal`]), written for
+/// the log: what refused it and how to let it through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinRefusal<'a> {
+    /// The token's `channels` claim lists no pattern matching the topic.
+    ChannelsClaim,
+    /// Rules are configured and none matches the topic.
+    NoRule,
+    /// The first rule matching the topic refuses this socket.
+    Rule {
+        rule: &'a TopicRule,
+        anonymous: bool,
+    },
+}
+
+impl std::fmt::Display for JoinRefusal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinRefusal::ChannelsClaim => f.write_str(
+                "the token's `channels` claim lists no pattern matching it \
+                 (mint the token with this topic in `channels`, or without the claim)",
+            ),
+            JoinRefusal::NoRule => f.write_str(
+                "no [[topics]] rule matches it, and with rules configured a topic no rule \
+                 matches cannot be joined (add a rule whose pattern matches it)",
+            ),
+            JoinRefusal::Rule { rule, anonymous } => {
+                let p = &rule.pattern;
+                match rule.join {
+                    JoinRule::Users if *anonymous => write!(
+                        f,
+                        "[[topics]] pattern = {p:?} has join = \"users\" and this socket has \
+                         no user (connect with a token ([auth]) or through a connect hook that \
+                         names the user, or make the rule join = \"anyone\")"
+                    ),
+                    join => write!(
+                        f,
+                        "[[topics]] pattern = {p:?} has join = \"{}\" (change the rule, or \
+                         add one for this topic above it)",
+                        match join {
+                            JoinRule::Anyone => "anyone",
+                            JoinRule::Users => "users",
+                            JoinRule::Nobody => "nobody",
+                        }
+                    ),
+                }
+            }
+        }
     }
 }
 
@@ -371,6 +440,24 @@ mod tests {
             p.route_patterns(),
             vec!["private:*".to_string(), "rooms:*".into(), "admin:*".into()]
         );
+    }
+
+    #[test]
+    fn refusals_say_which_rule() {
+        let p = policy();
+        let alice = who(Some("alice"), None);
+        let anon = who(None, None);
+        let said = |topic: &str, c: &ConnectInfo| p.join_refusal(topic, w(c)).to_string();
+        assert!(
+            said("admin:x", &alice).contains(r#"pattern = "admin:*" has join = "nobody""#),
+            "{}",
+            said("admin:x", &alice)
+        );
+        assert!(said("private:alice", &anon).contains("has join = \"users\" and this socket has no user"));
+        assert!(said("elsewhere", &alice).contains("no [[topics]] rule matches it"));
+        let limited = who(Some("u"), Some(&["rooms:lobby"]));
+        assert_eq!(p.join_refusal("rooms:x", w(&limited)), JoinRefusal::ChannelsClaim);
+        assert!(said("rooms:x", &limited).contains("`channels` claim"));
     }
 
     #[test]

@@ -50,8 +50,10 @@
 mod auth;
 mod check;
 mod file;
+mod files;
 mod flags;
 mod hooks;
+mod keys;
 mod template;
 mod workers;
 
@@ -167,11 +169,9 @@ impl ServeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                keys::check(path, &text).map_err(Error::Config)?;
                 toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| {
-                        let hint = file::table_key_hint(&text).unwrap_or_default();
-                        format!("{}: {e}{hint}", path.display())
-                    })
+                    .map_err(|e| format!("{}: {e}", path.display()))
                     .and_then(|f| {
                         f.into_args()
                             .map_err(|e| format!("{}: {e}", path.display()))
@@ -319,6 +319,7 @@ impl ServeArgs {
         let api_tls =
             crate::tls::TlsFiles::pair(s.api_tls_cert.clone(), s.api_tls_key.clone(), "api_tls")
                 .map_err(Error::Config)?;
+        files::check(s).map_err(Error::Config)?;
         Ok(Config {
             tls,
             api_tls,
