@@ -37,7 +37,8 @@ fn readable(path: &Path) -> Result<(), String> {
         Ok(_) => return Ok(()),
         Err(e) => match e.kind() {
             ErrorKind::NotFound => {
-                let cwd = std::env::current_dir().map_or_else(|_| "?".into(), |d| d.display().to_string());
+                let cwd = std::env::current_dir()
+                    .map_or_else(|_| "?".into(), |d| d.display().to_string());
                 if path.is_relative() {
                     format!("no such file (relative to {cwd}, where the server started)")
                 } else {
@@ -76,7 +77,10 @@ mod tests {
         );
         let mut hooks = ServeArgs::default();
         hooks.hooks.ca_file = Some("/".into());
-        assert_eq!(missing(hooks), "--hook-ca-file /: is a directory; give the file itself");
+        assert_eq!(
+            missing(hooks),
+            "--hook-ca-file /: is a directory; give the file itself"
+        );
         assert!(check(&ServeArgs::default()).is_ok());
     }
 }

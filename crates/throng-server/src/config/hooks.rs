@@ -108,9 +108,9 @@ impl HookArgs {
         }
         let page_url = self.page_url.clone().filter(|u| !u.is_empty());
         if let Some(u) = &page_url {
-            let ok = u
-                .parse::<hyper::Uri>()
-                .is_ok_and(|uri| matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some());
+            let ok = u.parse::<hyper::Uri>().is_ok_and(|uri| {
+                matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
+            });
             if !ok {
                 return Err(format!(
                     "--hook-page-url {u:?} ([hooks] page_url): want the page's address, \

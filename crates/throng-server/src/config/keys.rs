@@ -178,9 +178,7 @@ fn in_table(name: &str, table: &dyn TableLike, keys: &[FileKey], found: &mut Vec
         let hint = if let Some(bare) = bare {
             format!("; did you mean `{bare}`?")
         } else if top {
-            format!(
-                "; {key} is a top-level key: move it above the first [table] of the file"
-            )
+            format!("; {key} is a top-level key: move it above the first [table] of the file")
         } else {
             let typo = did_you_mean(key, known.iter().copied());
             if typo.is_empty() {
@@ -290,18 +288,24 @@ mod tests {
             err.contains("f.toml:3:1: unknown key `histroy_size` in [[topics]]; did you mean `history_size`?"),
             "{err}"
         );
-        assert!(err.contains("mode belongs in a [[presence]] table"), "{err}");
+        assert!(
+            err.contains("mode belongs in a [[presence]] table"),
+            "{err}"
+        );
         let err = said("[[presence]]\npattern = \"a\"\nkye = \"user_id\"\n");
         assert!(err.contains("did you mean `key`?"), "{err}");
     }
 
     #[test]
     fn known_keys_and_bad_syntax() {
-        let ok = "port = 1\npresence = []\n[auth]\nmode = \"jwt\"\n[hooks]\nurl = \"http://x\"\n\
+        let ok = "port = 1\n[auth]\nmode = \"jwt\"\n[hooks]\nurl = \"http://x\"\n\
                   [[topics]]\npattern = \"a\"\nhistory_size = 1\n[[presence]]\npattern = \"b\"\nkey = \"user_id\"\n";
         assert_eq!(check(Path::new("f.toml"), ok), Ok(()));
         let err = said("port = = 1\n");
-        assert!(err.starts_with("f.toml: TOML parse error at line 1, column"), "{err}");
+        assert!(
+            err.starts_with("f.toml: TOML parse error at line 1, column"),
+            "{err}"
+        );
     }
 
     /// The lists of the arrays of tables are their structs' fields.
@@ -319,8 +323,10 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         toml::from_str::<crate::auth::TopicRule>(&topic).unwrap();
-        toml::from_str::<crate::presence::RuleFile>("pattern = \"a\"\nkey = \"b\"\nmode = \"count\"")
-            .unwrap();
+        toml::from_str::<crate::presence::RuleFile>(
+            "pattern = \"a\"\nkey = \"b\"\nmode = \"count\"",
+        )
+        .unwrap();
         assert!(toml::from_str::<crate::auth::TopicRule>("pattern = \"a\"\nx = 1").is_err());
     }
 }

@@ -111,6 +111,8 @@ pub struct Config {
     pub check_origin: CheckOrigin,
     /// `[[topics]]`: who may join and push where.
     pub topics: Vec<TopicRule>,
+    /// `--history`: history for topics, without a config file.
+    pub history: Vec<crate::auth::HistoryPattern>,
     /// Pushes a second per socket (0 = unlimited), burst, strikes before 1008.
     pub push_rate: f64,
     pub push_burst: u32,
@@ -258,6 +260,12 @@ impl ServeArgs {
         for rule in &topics {
             rule.check_history().map_err(Error::Config)?;
         }
+        let history = s
+            .history
+            .iter()
+            .map(|spec| crate::auth::HistoryPattern::parse(spec))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Config)?;
         let push_rate = s.push_rate();
         if !(0.0..=1000.0).contains(&push_rate) {
             return Err(Error::Config(format!(
@@ -327,6 +335,7 @@ impl ServeArgs {
             hooks,
             check_origin,
             topics,
+            history,
             push_rate,
             push_burst: s.push_burst().max(1),
             push_strikes: s.push_strikes(),
