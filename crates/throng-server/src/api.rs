@@ -83,6 +83,9 @@ struct Api {
     /// `--api-timeout`: for a request's body.
     timeout: Duration,
     dashboard: Arc<crate::dashboard::Dashboard>,
+    /// Turns true when the API stops: streams (the dashboard's) end then,
+    /// so a stop waits for no open stream.
+    stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Api {
@@ -423,7 +426,7 @@ async fn dashboard_stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     api.check(&headers)?;
-    api.dashboard.open(&api.endpoint)
+    api.dashboard.open(&api.endpoint, api.stopped.clone())
 }
 
 async fn not_found() -> ApiError {
@@ -590,6 +593,7 @@ pub(crate) fn start(
                     key,
                     timeout: limits.api_timeout,
                     dashboard: Default::default(),
+                    stopped: stopped.clone(),
                 });
                 let tls = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
                 serve(listener, app, &limits, node, tls, stopped).await;
@@ -710,7 +714,7 @@ async fn serve(
 
 /// Resolves once the API is told to stop; never when its `Server` was
 /// dropped without a drain (the API then serves until the process ends).
-async fn stop_asked(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn stop_asked(stopped: &mut tokio::sync::watch::Receiver<bool>) {
     // The guard `wait_for` returns is dropped here, not held across awaits.
     if stopped.wait_for(|s| *s).await.is_err() {
         std::future::pending::<()>().await;
