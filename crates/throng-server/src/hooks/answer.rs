@@ -120,7 +120,10 @@ mod tests {
 
     #[test]
     fn reasons_read_as_sentences() {
-        assert_eq!(reason_text(br#"{"error":{"reason":"not logged in"}}"#), "not logged in");
+        assert_eq!(
+            reason_text(br#"{"error":{"reason":"not logged in"}}"#),
+            "not logged in"
+        );
         assert_eq!(reason_text(br#"{"error":"banned"}"#), "banned");
         assert_eq!(reason_text(br#"{"reason":"banned"}"#), "banned");
         assert_eq!(reason_text(br#"{"error":{"code":7}}"#), r#"{"code":7}"#);

@@ -298,6 +298,11 @@ impl Conns {
             Outcome::Answer(a) if a.error.is_none() => a,
             refused => return self.refuse_upgrade(node, scratch, key, refused),
         };
+        if held.check {
+            // `/socket/check`: the connect would pass.
+            self.send(key, &held.response);
+            return self.close(node, scratch, key, CloseReason::Finished);
+        }
         let mut connect = held.connect;
         let user = accepted_user(answer.user, held.user, &mut connect);
         if let Some(assigns) = answer.assigns {
@@ -419,7 +424,10 @@ fn log_connect_refused(node: &Node, transport: &str, reason: &str) {
         } else {
             reason
         };
-        write!(f, "{transport}: the app backend's connect hook said {reason:?}")
+        write!(
+            f,
+            "{transport}: the app backend's connect hook said {reason:?}"
+        )
     });
     node.refusals.note(
         crate::refusals::Reason::ConnectHook,
