@@ -714,7 +714,7 @@ async fn serve(
 
 /// Resolves once the API is told to stop; never when its `Server` was
 /// dropped without a drain (the API then serves until the process ends).
-pub(crate) async fn stop_asked(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+async fn stop_asked(stopped: &mut tokio::sync::watch::Receiver<bool>) {
     // The guard `wait_for` returns is dropped here, not held across awaits.
     if stopped.wait_for(|s| *s).await.is_err() {
         std::future::pending::<()>().await;

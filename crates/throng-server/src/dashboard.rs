@@ -249,7 +249,8 @@ impl Dashboard {
                 loop {
                     tokio::select! {
                         changed = rx.changed() => changed.ok()?,
-                        _ = crate::api::stop_asked(&mut stopped) => return None,
+                        // Told to stop (or its API gone): the stream ends.
+                        _ = stopped.wait_for(|s| *s) => return None,
                     }
                     // `None`: the sampler stopped (no stream was left) before this one came.
                     let latest = rx.borrow_and_update().clone();

@@ -162,7 +162,11 @@ fn serve_and_check_config_report_bad_keys_alike() {
         );
     }
     // One per line.
-    assert_eq!(serve_err.matches(": unknown key `").count(), 3, "{serve_err}");
+    assert_eq!(
+        serve_err.matches(": unknown key `").count(),
+        3,
+        "{serve_err}"
+    );
 }
 
 /// A file a flag names that is not there names the flag (issue 38, item 3).
