@@ -32,6 +32,7 @@ async function connect(req, response){
     case "anon": return {user: null}
     case "error": return {error: {reason: "banned"}}
     case "forbidden": response.writeHead(403); response.end(); return undefined
+    case "locked": response.writeHead(403, {"content-type": "application/json"}); response.end(JSON.stringify({error: {reason: "account locked"}})); return undefined
     case "down": response.writeHead(500); response.end(); return undefined
     case "slow": await sleep(5000); return {user: "late"}
     default: return {error: {reason: "no token"}}

@@ -56,9 +56,17 @@ pub fn serve(config: Config) -> Result<(), Error> {
         _ => Arc::new(LocalPresence::new()),
     };
     let worker = config.worker_index;
-    // The chat app, and a relay channel on every rule's topics it does not route.
-    let mut router = chat::router();
+    // The chat app (which lets the rules decide its joins when there are
+    // rules), and a relay channel on every rule's topics it does not route.
     let policy = throng_server::auth::Policy::new(config.topics.clone());
+    let mut router = if policy.rules.is_empty() {
+        chat::router()
+    } else {
+        chat::router_under_rules()
+    };
+    for warning in chat::rule_warnings(&policy.rules) {
+        tracing::warn!("{warning}");
+    }
     for pattern in policy.route_patterns() {
         if !router.patterns().any(|p| p == pattern) {
             router = router.channel(&pattern, throng_server::relay::Relay);
@@ -96,7 +104,8 @@ pub fn serve(config: Config) -> Result<(), Error> {
     }
     let _ = writeln!(out, "listening on {}", server.addr);
     if worker.is_none() {
-        let _ = writeln!(out, "{}", open_line(&server.url()));
+        let banner = open_line(&server.node.config, server.addr);
+        let _ = writeln!(out, "{banner}");
     }
     let _ = out.flush();
     drop(out);

@@ -50,7 +50,7 @@ use serde::{Deserialize, Serialize};
 
 pub use origin::CheckOrigin;
 pub use rate::PushLimit;
-pub use rules::{HistoryRule, JoinRule, Policy, TopicHook, TopicRule};
+pub use rules::{HistoryPattern, HistoryRule, JoinRefusal, JoinRule, Policy, TopicHook, TopicRule};
 
 use crate::channel::ConnectInfo;
 use crate::Error;

@@ -48,10 +48,9 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
     let config = match args.resolve() {
         Ok(c) => c,
         Err(e) => {
+            // Unknown keys included, each at its line, as `serve` says them
+            // (the same `ServeArgs::resolve`, `keys.rs`).
             let _ = writeln!(report, "error: {e}");
-            for hint in unknown_keys(&table, &keys) {
-                let _ = writeln!(report, "{hint}");
-            }
             let _ = writeln!(
                 report,
                 "\n{}: refused; `throng serve` would not start with it",
@@ -201,69 +200,6 @@ fn mask(k: &FileKey, value: String) -> String {
     value
 }
 
-/// Each key of `file` that is no key of the config, with the nearest known
-/// one when there is a close one.
-pub fn unknown_keys(file: &toml::Table, keys: &[FileKey]) -> Vec<String> {
-    let mut top: Vec<String> = keys
-        .iter()
-        .filter(|k| k.table.is_none())
-        .map(|k| k.key.clone())
-        .collect();
-    top.extend(keys.iter().filter_map(|k| k.table.map(str::to_string)));
-    top.extend(TABLE_ONLY.iter().map(|(k, _)| k.to_string()));
-    let mut out = Vec::new();
-    for (key, value) in file {
-        if !top.contains(key) {
-            // An `--auth-*` flag spelt as a top-level key: its table's key.
-            let in_table = keys.iter().find(|k| {
-                k.table
-                    .is_some_and(|t| key == &format!("{t}_{}", k.key) || *key == k.key)
-            });
-            let hint = match in_table {
-                Some(k) => format!(
-                    "; it belongs in the [{}] table: [{0}] {} = ...",
-                    k.table.unwrap_or_default(),
-                    k.key
-                ),
-                None => nearest(key, top.iter().map(String::as_str))
-                    .map(|n| format!("; did you mean `{n}`?"))
-                    .unwrap_or_default(),
-            };
-            out.push(format!("unknown key `{key}`{hint}"));
-            continue;
-        }
-        let Some(inner) = value.as_table() else {
-            continue;
-        };
-        let known: Vec<&str> = keys
-            .iter()
-            .filter(|k| k.table == Some(key.as_str()))
-            .map(|k| k.key.as_str())
-            .collect();
-        if known.is_empty() {
-            continue;
-        }
-        for ik in inner.keys() {
-            if !known.contains(&ik.as_str()) {
-                let hint = nearest(ik, known.iter().copied())
-                    .map(|n| format!("; did you mean `{n}`?"))
-                    .unwrap_or_default();
-                out.push(format!("unknown key `{ik}` in [{key}]{hint}"));
-            }
-        }
-    }
-    out
-}
-
-/// The known name closest to `key`, if it is close (a typo, not another word).
-fn nearest<'a>(key: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    known
-        .map(|k| (strsim::damerau_levenshtein(key, k), k))
-        .filter(|(d, k)| *d <= (k.len() / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
 /// What a start with `config` would warn about.
 pub fn warnings(config: &Config) -> Vec<String> {
     let mut out = config.secret_warnings.clone();
@@ -275,6 +211,7 @@ pub fn warnings(config: &Config) -> Vec<String> {
             ));
         }
     }
+    out.extend(crate::chat::rule_warnings(&config.topics));
     if let Ok(limit) = crate::sys::raise_fd_limit() {
         let room = limit.saturating_sub(crate::FD_MARGIN);
         let cap = config.limits.max_connections as u64;
@@ -288,30 +225,4 @@ pub fn warnings(config: &Config) -> Vec<String> {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_keys_name_the_nearest() {
-        let keys = file_keys();
-        let file: toml::Table = toml::from_str(
-            "idle_timout = 5\nport = 1\nauth_jwt_secret = \"x\"\nzzzzzzzz = 1\n[auth]\njwt_secert = \"y\"\n",
-        )
-        .unwrap();
-        let found = unknown_keys(&file, &keys).join("\n");
-        assert!(
-            found.contains("unknown key `idle_timout`; did you mean `idle_timeout`?"),
-            "{found}"
-        );
-        assert!(found.contains("[auth] jwt_secret"), "{found}");
-        assert!(
-            found.contains("`jwt_secert` in [auth]; did you mean `jwt_secret`?"),
-            "{found}"
-        );
-        assert!(found.contains("unknown key `zzzzzzzz`\n") || found.ends_with("`zzzzzzzz`"));
-        assert!(!found.contains("`port`"), "{found}");
-    }
 }

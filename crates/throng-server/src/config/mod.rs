@@ -50,9 +50,11 @@
 mod auth;
 mod check;
 mod file;
+mod files;
 mod flags;
 mod hooks;
 mod secrets;
+mod keys;
 mod template;
 mod workers;
 
@@ -110,6 +112,8 @@ pub struct Config {
     pub check_origin: CheckOrigin,
     /// `[[topics]]`: who may join and push where.
     pub topics: Vec<TopicRule>,
+    /// `--history`: history for topics, without a config file.
+    pub history: Vec<crate::auth::HistoryPattern>,
     /// Pushes a second per socket (0 = unlimited), burst, strikes before 1008.
     pub push_rate: f64,
     pub push_burst: u32,
@@ -172,11 +176,9 @@ impl ServeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                keys::check(path, &text).map_err(Error::Config)?;
                 toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| {
-                        let hint = file::table_key_hint(&text).unwrap_or_default();
-                        format!("{}: {e}{hint}", path.display())
-                    })
+                    .map_err(|e| format!("{}: {e}", path.display()))
                     .and_then(|f| {
                         f.into_args()
                             .map_err(|e| format!("{}: {e}", path.display()))
@@ -277,6 +279,12 @@ impl ServeArgs {
         for rule in &topics {
             rule.check_history().map_err(Error::Config)?;
         }
+        let history = s
+            .history
+            .iter()
+            .map(|spec| crate::auth::HistoryPattern::parse(spec))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Config)?;
         let push_rate = s.push_rate();
         if !(0.0..=1000.0).contains(&push_rate) {
             return Err(Error::Config(format!(
@@ -332,6 +340,7 @@ impl ServeArgs {
         let api_tls =
             crate::tls::TlsFiles::pair(s.api_tls_cert.clone(), s.api_tls_key.clone(), "api_tls")
                 .map_err(Error::Config)?;
+        files::check(s).map_err(Error::Config)?;
         Ok(Config {
             tls,
             api_tls,
@@ -340,6 +349,7 @@ impl ServeArgs {
             hooks,
             check_origin,
             topics,
+            history,
             push_rate,
             push_burst: s.push_burst().max(1),
             push_strikes: s.push_strikes(),

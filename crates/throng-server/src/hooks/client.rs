@@ -29,8 +29,9 @@ use super::{Failure, Hook, HooksConfig};
 pub enum Outcome {
     Answer(Answer),
     Failed(Failure),
-    /// A connect the backend refused with 401 or 403.
-    Refused,
+    /// A connect the backend refused with 401 or 403, with the reason its
+    /// body gave (`answer::reason_text`; empty when it gave none).
+    Refused(String),
 }
 
 /// The answer to call `id` of a shard.
@@ -251,17 +252,18 @@ impl HookClient {
             );
         }
         self.down_logged.store(false, Relaxed);
+        let refusal =
+            status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN;
+        if hook == Hook::Connect && refusal {
+            let reason = body.as_deref().map(super::answer::reason_text);
+            return Outcome::Refused(reason.unwrap_or_default());
+        }
         let Some(body) = body else {
             return self.bad(
                 hook,
                 format_args!("answer over {max} bytes (--hook-max-answer-bytes)"),
             );
         };
-        let refusal =
-            status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN;
-        if hook == Hook::Connect && refusal {
-            return Outcome::Refused;
-        }
         if !status.is_success() {
             return self.bad(
                 hook,

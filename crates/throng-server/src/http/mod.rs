@@ -15,6 +15,9 @@
 //! - An upgrade negotiates permessage-deflate (RFC 7692) with the client's
 //!   `Sec-WebSocket-Extensions` offers unless `--no-deflate`
 //!   (`throng_protocol::deflate`).
+//! - `GET /socket/check` answers what an upgrade with the same params and
+//!   token would get, `204` for its `101` (`check.rs`): how a browser page
+//!   learns why its socket was refused.
 //! - `/echo` upgrades to a WebSocket echo (Autobahn), with `--echo`.
 //! - `/healthz`, `/readyz`: liveness and readiness (`crate::health`).
 //! - `/`, `/assets/*`: the chat page; `/metrics`: Prometheus text, only
@@ -33,8 +36,10 @@ use throng_protocol::{handshake, Vsn};
 use crate::channel::ConnectInfo;
 use crate::config::Config;
 
+mod check;
 mod longpoll;
 
+pub(crate) use check::CHECK_PATH;
 pub(crate) use longpoll::{LongPoll, LongPollMethod};
 
 /// Largest request head accepted.
@@ -72,6 +77,9 @@ pub(crate) struct Upgrade {
     /// With the connect hook: the request headers it is sent
     /// ([`crate::hooks::CONNECT_HEADERS`]); empty otherwise.
     pub hook_headers: Vec<(&'static str, String)>,
+    /// A `GET /socket/check` (`check.rs`): `response` is its `204`, sent,
+    /// and the connection closed, where an upgrade would switch.
+    pub check: bool,
 }
 
 /// An error response; the connection closes after it.
@@ -163,7 +171,7 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
             .map(|h| h.value)
     };
     let is_ws_path = path == "/socket/websocket" || (config.echo && path == "/echo");
-    if path == "/socket/websocket" {
+    if path == "/socket/websocket" || path == CHECK_PATH {
         // Phoenix checks the origin before anything else of the upgrade.
         let origin = header("origin");
         let origin_text = origin.map(|o| std::str::from_utf8(o).unwrap_or("null"));
@@ -180,6 +188,12 @@ pub(crate) fn handle(data: &[u8], config: &Config) -> (usize, Action) {
             e.origin_refused = true;
             return (data.len(), Action::Error(e));
         }
+    }
+    if path == CHECK_PATH {
+        return match check::request(&req, query, config.hooks.connect) {
+            Ok(u) => (head_len, Action::Upgrade(Box::new(u))),
+            Err(e) => (data.len(), Action::Error(e)),
+        };
     }
     if is_ws_path {
         return match upgrade(
@@ -372,6 +386,7 @@ fn upgrade(
         deflate: agreed.map_or(0, |a| a.server_window),
         connect,
         hook_headers,
+        check: false,
     })
 }
 

@@ -460,6 +460,10 @@ impl Transport for ShardTransport<'_> {
             .hook_call(self.node, self.outlet.key(), hook, topic, body, wait)
     }
 
+    fn refusals(&self) -> Option<&crate::refusals::RefusalLog> {
+        Some(&self.node.refusals)
+    }
+
     fn hook_cancel_join(&mut self, topic: &str) {
         self.conns.hook_waits.cancel_join(self.outlet.key(), topic);
     }

@@ -244,7 +244,10 @@ impl Shard {
                         }
                     }
                 }
-                Kind::Closing { .. } => return data.len(),
+                Kind::Closing { .. } => {
+                    self.conns.closing_input(key, &mut data[pos..]);
+                    return data.len();
+                }
             }
         }
         pos
@@ -334,11 +337,17 @@ impl Shard {
                         deflate: u.deflate,
                         connect,
                         user,
+                        check: u.check,
                     };
                     conns.hook_connect(node, &mut self.scratch, key, held, &u.hook_headers);
                     return;
                 }
                 conns.send(key, &u.response);
+                if u.check {
+                    // `/socket/check`: the connect would pass.
+                    conns.close(node, &mut self.scratch, key, CloseReason::Finished);
+                    return;
+                }
                 let conn = &mut conns.slab[key];
                 conn.last_active = conns.now;
                 conn.kind = Kind::Ws {
