@@ -29,7 +29,9 @@ use throng_protocol::pusher::webhook::{self, WebhookEvent};
 use throng_protocol::pusher::{server, ChannelType, Data};
 
 fn file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/pusher").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/pusher")
+        .join(name)
 }
 
 fn read(name: &str) -> Value {
@@ -60,7 +62,11 @@ fn encode(recipe: &Value) -> String {
             s(a, "socket_id"),
             a["activity_timeout"].as_u64().unwrap() as u32,
         ),
-        "error" => server::error(&mut out, a["code"].as_u64().map(|c| c as u16), s(a, "message")),
+        "error" => server::error(
+            &mut out,
+            a["code"].as_u64().map(|c| c as u16),
+            s(a, "message"),
+        ),
         "ping" => server::ping(&mut out),
         "pong" => server::pong(&mut out),
         "subscription_succeeded" => server::subscription_succeeded(&mut out, s(a, "channel")),
@@ -73,7 +79,12 @@ fn encode(recipe: &Value) -> String {
                 .collect();
             server::presence_subscription_succeeded(&mut out, s(a, "channel"), members)
         }
-        "member_added" => server::member_added(&mut out, s(a, "channel"), s(a, "user_id"), opt(a, "user_info")),
+        "member_added" => server::member_added(
+            &mut out,
+            s(a, "channel"),
+            s(a, "user_id"),
+            opt(a, "user_info"),
+        ),
         "member_removed" => server::member_removed(&mut out, s(a, "channel"), s(a, "user_id")),
         "subscription_error" => server::subscription_error(
             &mut out,
@@ -85,8 +96,16 @@ fn encode(recipe: &Value) -> String {
         "cache_miss" => server::cache_miss(&mut out, s(a, "channel")),
         "signin_success" => server::signin_success(&mut out, s(a, "user_data")),
         "event" => {
-            let data = opt(a, "literal").map(Data::Literal).or(opt(a, "text").map(Data::Text));
-            server::event(&mut out, s(a, "event"), s(a, "channel"), data, opt(a, "user_id"))
+            let data = opt(a, "literal")
+                .map(Data::Literal)
+                .or(opt(a, "text").map(Data::Text));
+            server::event(
+                &mut out,
+                s(a, "event"),
+                s(a, "channel"),
+                data,
+                opt(a, "user_id"),
+            )
         }
         other => panic!("no encoder {other}"),
     }
@@ -114,8 +133,14 @@ fn webhook_body(hook: &Value) -> String {
             match s(e, "name") {
                 "channel_occupied" => WebhookEvent::ChannelOccupied { channel },
                 "channel_vacated" => WebhookEvent::ChannelVacated { channel },
-                "member_added" => WebhookEvent::MemberAdded { channel, user_id: s(e, "user_id") },
-                "member_removed" => WebhookEvent::MemberRemoved { channel, user_id: s(e, "user_id") },
+                "member_added" => WebhookEvent::MemberAdded {
+                    channel,
+                    user_id: s(e, "user_id"),
+                },
+                "member_removed" => WebhookEvent::MemberRemoved {
+                    channel,
+                    user_id: s(e, "user_id"),
+                },
                 "cache_miss" => WebhookEvent::CacheMiss { channel },
                 "client_event" => WebhookEvent::ClientEvent {
                     channel,
@@ -139,7 +164,10 @@ fn server_frames_are_the_golden_ones() {
     let mut changed = false;
     let mut set = |slot: &mut Value, now: Value| {
         if *slot != now {
-            assert!(bless(), "{slot} changed to {now}: run with THRONG_BLESS=1 if meant");
+            assert!(
+                bless(),
+                "{slot} changed to {now}: run with THRONG_BLESS=1 if meant"
+            );
             *slot = now;
             changed = true;
         }
@@ -177,9 +205,18 @@ fn channel_and_user_signatures_match_the_sdks() {
     let (key, secret) = (s(&v["app"], "key"), s(&v["app"], "secret").as_bytes());
     for (sdk, vs) in v["sdks"].as_object().unwrap() {
         for c in vs["channel_auth"].as_array().unwrap() {
-            let (sid, ch, cd, auth) = (s(c, "socket_id"), s(c, "channel"), opt(c, "channel_data"), s(c, "auth"));
+            let (sid, ch, cd, auth) = (
+                s(c, "socket_id"),
+                s(c, "channel"),
+                opt(c, "channel_data"),
+                s(c, "auth"),
+            );
             assert_eq!(channel_auth(key, secret, sid, ch, cd), auth, "{sdk}: {c}");
-            assert_eq!(verify_channel_auth(key, secret, sid, ch, cd, auth), Ok(()), "{sdk}: {c}");
+            assert_eq!(
+                verify_channel_auth(key, secret, sid, ch, cd, auth),
+                Ok(()),
+                "{sdk}: {c}"
+            );
             assert!(ChannelType::of(ch).unwrap().needs_auth(), "{ch}");
             if let Some(cd) = cd {
                 parse_channel_data(cd).unwrap_or_else(|e| panic!("{sdk}: {cd}: {e}"));
@@ -188,7 +225,11 @@ fn channel_and_user_signatures_match_the_sdks() {
         for u in vs["user_auth"].as_array().unwrap() {
             let (sid, data, auth) = (s(u, "socket_id"), s(u, "user_data"), s(u, "auth"));
             assert_eq!(user_auth(key, secret, sid, data), auth, "{sdk}: {u}");
-            assert_eq!(verify_user_auth(key, secret, sid, data, auth), Ok(()), "{sdk}: {u}");
+            assert_eq!(
+                verify_user_auth(key, secret, sid, data, auth),
+                Ok(()),
+                "{sdk}: {u}"
+            );
             assert_eq!(parse_user_data(data).unwrap().id, s(u, "id"), "{sdk}: {u}");
         }
         for w in vs["webhooks"].as_array().unwrap() {
@@ -208,7 +249,8 @@ fn sdk_requests_verify() {
     let ts = v["timestamp"].as_u64().unwrap();
     for (sdk, vs) in v["sdks"].as_object().unwrap() {
         for r in vs["requests"].as_array().unwrap() {
-            let (method, path, query, body) = (s(r, "method"), s(r, "path"), s(r, "query"), s(r, "body"));
+            let (method, path, query, body) =
+                (s(r, "method"), s(r, "path"), s(r, "query"), s(r, "body"));
             let q = SignedQuery::parse(query).unwrap();
             assert_eq!(q.auth_key(), Ok(key));
             assert_eq!(q.verify(method, path, secret, ts), Ok(()), "{sdk}: {r}");
@@ -219,12 +261,17 @@ fn sdk_requests_verify() {
                 .into_iter()
                 .filter(|(k, _)| !k.starts_with("auth_") && k != "body_md5")
                 .collect();
-            let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let params: Vec<(&str, &str)> = params
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
             let body_opt = (!body.is_empty()).then_some(body.as_bytes());
-            let ours = SignedQuery::parse(&sign_query(key, secret, method, path, ts, &params, body_opt))
-                .unwrap()
-                .get("auth_signature")
-                .map(str::to_string);
+            let ours = SignedQuery::parse(&sign_query(
+                key, secret, method, path, ts, &params, body_opt,
+            ))
+            .unwrap()
+            .get("auth_signature")
+            .map(str::to_string);
             // The Python SDK signs body_md5 on GET requests too (an empty body).
             if q.get("body_md5").is_some() == body_opt.is_some() {
                 assert_eq!(ours.as_deref(), q.get("auth_signature"), "{sdk}: {r}");
@@ -253,15 +300,18 @@ fn check_route(sdk: &str, method: &str, path: &str, q: &SignedQuery<'_>, body: &
     let limits = Limits::default();
     match (method, route.split('/').collect::<Vec<_>>().as_slice()) {
         ("POST", ["events"]) => {
-            let t = parse_events(body.as_bytes(), &limits).unwrap_or_else(|e| panic!("{sdk}: {body}: {e}"));
+            let t = parse_events(body.as_bytes(), &limits)
+                .unwrap_or_else(|e| panic!("{sdk}: {body}: {e}"));
             assert!(!t.channels.is_empty());
         }
         ("POST", ["batch_events"]) => {
-            let b = parse_batch(body.as_bytes(), &limits).unwrap_or_else(|e| panic!("{sdk}: {body}: {e}"));
+            let b = parse_batch(body.as_bytes(), &limits)
+                .unwrap_or_else(|e| panic!("{sdk}: {body}: {e}"));
             assert!(!b.is_empty());
         }
         ("GET", ["channels"]) => {
-            channels_query(q.get("filter_by_prefix"), q.get("info")).unwrap_or_else(|e| panic!("{sdk}: {e}"));
+            channels_query(q.get("filter_by_prefix"), q.get("info"))
+                .unwrap_or_else(|e| panic!("{sdk}: {e}"));
         }
         ("GET", ["channels", channel]) => {
             channel_query(channel, q.get("info")).unwrap_or_else(|e| panic!("{sdk}: {e}"));
@@ -288,15 +338,27 @@ fn client_frames_from_pusher_js_and_echo_decode() {
                 ClientFrame::Ping | ClientFrame::Pong => {}
                 ClientFrame::Subscribe(sub) => {
                     assert_eq!(sub.channel, sent["data"]["channel"].as_str().unwrap());
-                    assert_eq!(sub.auth.is_some(), ChannelType::of(&sub.channel).unwrap().needs_auth(), "{text}");
+                    assert_eq!(
+                        sub.auth.is_some(),
+                        ChannelType::of(&sub.channel).unwrap().needs_auth(),
+                        "{text}"
+                    );
                 }
-                ClientFrame::Unsubscribe { channel } => assert_eq!(channel, sent["data"]["channel"].as_str().unwrap()),
+                ClientFrame::Unsubscribe { channel } => {
+                    assert_eq!(channel, sent["data"]["channel"].as_str().unwrap())
+                }
                 ClientFrame::Signin { user_data, .. } => {
                     parse_user_data(&user_data).unwrap();
                 }
                 ClientFrame::ClientEvent(e) => {
-                    assert!(ChannelType::of(&e.channel).unwrap().allows_client_events(), "{text}");
-                    assert_eq!(e.data.map(|d| serde_json::from_str::<Value>(d).unwrap()), sent.get("data").cloned());
+                    assert!(
+                        ChannelType::of(&e.channel).unwrap().allows_client_events(),
+                        "{text}"
+                    );
+                    assert_eq!(
+                        e.data.map(|d| serde_json::from_str::<Value>(d).unwrap()),
+                        sent.get("data").cloned()
+                    );
                 }
             }
         }

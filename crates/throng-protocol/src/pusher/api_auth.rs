@@ -5,7 +5,7 @@
 //! non-empty body) and `auth_signature`: the hex HMAC-SHA256, with the app's
 //! secret, of `METHOD\nPATH\nQUERY` where QUERY is every other parameter,
 //! keys lowercased, sorted by key, joined `key=value` with `&`, values not
-//! URL-escaped (`docs/channels/library_auth_reference/rest-api.md`,
+//! URL-escaped (docs/channels/library_auth_reference/rest-api.md,
 //! "Authentication"). The order of the checks and the error texts are those
 //! of Pusher's own `signature` library (its spec): the key, then the
 //! version, the timestamp, the signature; each refusal is a 401.
@@ -16,7 +16,7 @@
 //! body is read, [`SignedQuery::verify_body`].
 //!
 //! [`sign_query`] is the client side, what the SDKs' `createSignedQueryString`
-//! does (Node `lib/requests.js`, Python `pusher/http.py`).
+//! does (Node lib/requests.js, Python pusher/http.py).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

@@ -1,16 +1,16 @@
 //! Pusher channel names: which are valid, which kind a name is, and what
 //! each kind allows.
 //!
-//! Pusher's rules (`docs/channels/using_channels/channels.md`): letters,
+//! Pusher's rules (docs/channels/using_channels/channels.md): letters,
 //! digits and `_ - = @ , . ;` only; `#` is reserved for Pusher's own
 //! channels. Pusher's page gives 164 characters as the limit, but its server
-//! SDKs (Node `lib/pusher.js`, Python `pusher/util.py`) accept up to 200 and
+//! SDKs (Node lib/pusher.js, Python pusher/util.py) accept up to 200 and
 //! Sockudo and Soketi use 200, so 200 it is: a name an SDK triggers to is
 //! never refused here. The one reserved name a client may use is the user's
 //! own `#server-to-user-{user_id}`, which `pusher-js` subscribes to after a
-//! sign-in (`src/core/user.ts`) and the SDKs' `sendToUser` triggers to.
+//! sign-in (src/core/user.ts) and the SDKs' `sendToUser` triggers to.
 //!
-//! The kind is the prefix (`pusher-js`'s `src/core/channels/channels.ts`,
+//! The kind is the prefix (`pusher-js`'s src/core/channels/channels.ts,
 //! Pusher's cache channel page): `private-encrypted-cache-`,
 //! `private-encrypted-`, `private-cache-`, `private-`, `presence-cache-`,
 //! `presence-`, `cache-`, else public.

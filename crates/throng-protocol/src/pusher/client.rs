@@ -1,8 +1,8 @@
 //! Frames a client sends, as `pusher-js` writes them: `{"event": .., "data": ..}`
 //! with `data` a JSON object for the protocol's own events
-//! (`src/core/connection/connection.ts` `send_event`,
-//! `src/core/channels/channel.ts` `subscribe`/`unsubscribe`,
-//! `src/core/user.ts` `_onAuthorize`), and `{"event": "client-..",
+//! (src/core/connection/connection.ts `send_event`,
+//! src/core/channels/channel.ts `subscribe`/`unsubscribe`,
+//! src/core/user.ts `_onAuthorize`), and `{"event": "client-..",
 //! "channel": .., "data": ..}` for client events, whose `data` is whatever
 //! the app passed (an object, a string, a number; absent when undefined).
 //!

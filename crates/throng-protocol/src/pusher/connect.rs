@@ -1,5 +1,5 @@
 //! The WebSocket URL a Pusher client opens: `/app/{key}?protocol=7&client=js&version=8.6.0`
-//! (`pusher-js`'s `src/core/transports/url_schemes.ts`; Pusher's protocol
+//! (`pusher-js`'s src/core/transports/url_schemes.ts; Pusher's protocol
 //! document, "WebSocket connection"). The key picks the app; `protocol` is
 //! the protocol version, which must be one this server speaks: 5 (clients
 //! answer `pusher:ping`), 6 (close codes instead of a `pusher:error` before

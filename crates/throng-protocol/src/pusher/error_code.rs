@@ -2,7 +2,7 @@
 //!
 //! The list is Pusher's protocol document (`pusher-websockets-protocol.md`,
 //! "Error Codes"); the ranges decide a client's next step. `pusher-js`
-//! (`src/core/connection/protocol/protocol.ts`, `getCloseAction`) maps a
+//! (src/core/connection/protocol/protocol.ts, `getCloseAction`) maps a
 //! close code to an action: 4000 retries over TLS, 4001-4099 stops for
 //! good, 4100-4199 retries after 1 s, 4200-4299 retries at once, and any
 //! code from 4300 up stops for good too. So a server closes with a 41xx or

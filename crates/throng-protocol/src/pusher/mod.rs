@@ -5,12 +5,12 @@
 //!
 //! References, read for this module: Pusher's protocol, HTTP API, signature
 //! and webhook documentation (`pusher/docs`:
-//! `docs/channels/library_auth_reference/pusher-websockets-protocol.md`,
-//! `rest-api.md`, `auth-signatures.md`, `docs/channels/server_api/webhooks.md`),
-//! `pusher-js`'s `src/core/connection/protocol/protocol.ts` and
+//! docs/channels/library_auth_reference/pusher-websockets-protocol.md,
+//! `rest-api.md`, `auth-signatures.md`, docs/channels/server_api/webhooks.md),
+//! `pusher-js`'s src/core/connection/protocol/protocol.ts and
 //! `src/core/channels/*.ts`, the `pusher` server SDKs for Node
-//! (`lib/auth.js`, `lib/requests.js`, `lib/webhook.js`) and Python
-//! (`pusher/authentication_client.py`, `pusher/http.py`), and Pusher's own
+//! (lib/auth.js, lib/requests.js, lib/webhook.js) and Python
+//! (pusher/authentication_client.py, pusher/http.py), and Pusher's own
 //! request-signature library (`signature`, its spec's error texts).
 //!
 //! Layout, one concept per file:

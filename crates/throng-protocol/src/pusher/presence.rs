@@ -3,10 +3,10 @@
 //! `user_data` (`{"id": .., ...}`), both JSON text inside a JSON string,
 //! signed by the app's backend as that text.
 //!
-//! Pusher's limits (`docs/channels/using_channels/presence-channels.md`):
+//! Pusher's limits (docs/channels/using_channels/presence-channels.md):
 //! 100 members per presence channel, a user id of at most 128 characters
 //! (a number is allowed, as its text), a `user_info` of at most 1 KB.
-//! Sign-in ids must be non-empty strings (`pusher-js`'s `src/core/user.ts`
+//! Sign-in ids must be non-empty strings (`pusher-js`'s src/core/user.ts
 //! drops a sign-in whose id is not one); the same 128-character bound
 //! applies, so a user's `#server-to-user-{id}` channel is always a valid
 //! name.

@@ -1,9 +1,9 @@
 //! Frames the server sends, each encoded straight into a caller's buffer.
 //!
 //! The shapes are Pusher's protocol document's, checked against what
-//! `pusher-js` reads (`src/core/connection/protocol/protocol.ts`
+//! `pusher-js` reads (src/core/connection/protocol/protocol.ts
 //! `decodeMessage`: `data` is `JSON.parse`d when it is a string;
-//! `src/core/channels/presence_channel.ts` and `members.ts` for presence):
+//! src/core/channels/presence_channel.ts and `members.ts` for presence):
 //! - `pusher:connection_established`: `data` is a JSON *string* holding
 //!   `{"socket_id":..,"activity_timeout":..}`.
 //! - app events, `pusher_internal:*`: `data` is a JSON string holding the

@@ -1,6 +1,6 @@
 //! The signatures of Pusher's protocol, all HMAC-SHA256 with the app's
-//! secret, written as lowercase hex (`docs/channels/library_auth_reference/auth-signatures.md`,
-//! `server_api/webhooks.md`):
+//! secret, written as lowercase hex (docs/channels/library_auth_reference/auth-signatures.md,
+//! server_api/webhooks.md):
 //! - channel authorization: `KEY:HMAC(secret, "socket_id:channel")`, with
 //!   `":channel_data"` appended for presence channels;
 //! - user sign-in: `KEY:HMAC(secret, "socket_id::user::user_data")`;
@@ -12,7 +12,7 @@
 //! (`subtle`), after a length check that refuses an oversized `auth`
 //! before any hashing. The signing side is here too, for tests, the load
 //! generator and example backends; it matches the `pusher` Node SDK's
-//! `authorizeChannel` and `authenticateUser` (`lib/auth.js`) byte for byte.
+//! `authorizeChannel` and `authenticateUser` (lib/auth.js) byte for byte.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;

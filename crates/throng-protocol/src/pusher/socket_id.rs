@@ -1,7 +1,7 @@
 //! Socket ids: `<digits>.<digits>`, as Pusher hands them out in
 //! `pusher:connection_established` and as every server SDK checks them
-//! (`/^\d+\.\d+$/` in Node's `lib/pusher.js`, `\A\d+\.\d+\Z` in Python's
-//! `pusher/util.py`). A client signs its subscriptions with it and a trigger
+//! (`/^\d+\.\d+$/` in Node's lib/pusher.js, `\A\d+\.\d+\Z` in Python's
+//! pusher/util.py). A client signs its subscriptions with it and a trigger
 //! names one to leave out, so it must be unique across the server's nodes
 //! and restarts: the server picks the two numbers (for example a per-process
 //! random number and a per-socket counter); this file only writes and reads

@@ -1,4 +1,4 @@
-//! Webhook bodies in Pusher's format (`docs/channels/server_api/webhooks.md`):
+//! Webhook bodies in Pusher's format (docs/channels/server_api/webhooks.md):
 //! a POST of `{"time_ms": .., "events": [..]}` (batched: several events per
 //! body), signed with the app's secret in `X-Pusher-Signature`
 //! ([`super::signature::webhook_signature`]) and naming the key in
