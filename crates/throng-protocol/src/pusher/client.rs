@@ -100,7 +100,7 @@ pub enum FrameError {
         "event {0:?} is not a client event: events sent by clients must start with \"client-\""
     )]
     NotClientEvent(String),
-    #[error("the event name is {0} bytes long, over the limit of 200: use a shorter name")]
+    #[error("the event name is {0} characters long, over the limit of 200: use a shorter name")]
     EventNameTooLong(usize),
     #[error("client event {0:?} has no \"channel\": say which channel it is for")]
     NoChannel(String),
@@ -165,8 +165,10 @@ pub fn decode(frame: &[u8], max_len: usize) -> Result<ClientFrame<'_>, FrameErro
         _ => FrameError::NotJson,
     })?;
     let name = env.event;
-    if name.len() > MAX_EVENT_NAME_LEN {
-        return Err(FrameError::EventNameTooLong(name.len()));
+    // Characters, as the SDKs count them (bytes first: cheaper, and a
+    // bound on the count).
+    if name.len() > MAX_EVENT_NAME_LEN && name.chars().count() > MAX_EVENT_NAME_LEN {
+        return Err(FrameError::EventNameTooLong(name.chars().count()));
     }
     match &*name {
         event::PING => Ok(ClientFrame::Ping),
