@@ -46,9 +46,15 @@ fn allocations(f: impl FnOnce()) -> usize {
 
 #[test]
 fn the_counter_counts() {
-    assert_eq!(allocations(|| drop(std::hint::black_box(String::from("x")))), 1);
+    assert_eq!(
+        allocations(|| drop(std::hint::black_box(String::from("x")))),
+        1
+    );
     let mut small = Vec::with_capacity(8);
-    assert!(allocations(|| server::ping(&mut small)) >= 1, "a full buffer grows");
+    assert!(
+        allocations(|| server::ping(&mut small)) >= 1,
+        "a full buffer grows"
+    );
 }
 
 #[test]
