@@ -96,6 +96,9 @@ rm -f "$backend_log"
 stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium, the example backend"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
 
+stage "Pusher wire layer: pusher-js, Laravel Echo and the pusher SDKs for Node and Python"
+node --test --test-concurrency=1 --test-timeout=300000 tests/pusher/
+
 # The container image's binary, built as the Containerfile builds it (static,
 # musl; the `ci` profile rather than `release`, to build faster), then
 # tests/image: it is static, it serves as the image runs it, and the

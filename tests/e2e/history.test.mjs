@@ -331,12 +331,12 @@ test("a shard that drops a history message for a full inbox closes its subscribe
 })
 
 test("a join the app backend decides recovers once it accepts", T, async () => {
-  const backend = await startBackend("history-hook-secret")
+  const backend = await startBackend("history-hook-secret-of-at-least-32-bytes")
   const hooked = path.join(dir, "hooked.toml")
   writeFileSync(hooked, `
 [hooks]
 url = "http://127.0.0.1:${backend.port}/throng"
-secret = "history-hook-secret"
+secret = "history-hook-secret-of-at-least-32-bytes"
 timeout_ms = 10000
 [[topics]]
 pattern = "hooked:*"

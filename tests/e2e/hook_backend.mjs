@@ -1,5 +1,5 @@
 // A small app backend for the hooks tests (node:http, no framework): it
-// answers throng's POST /throng/join and /throng/push as the README's hooks
+// answers throng's POST /throng/join and /throng/push as docs/hooks.md's
 // contract says, checks every request's x-throng-signature, and tells the
 // test what it saw on GET /stats. It takes lifecycle events on POST
 // /throng/events (a JSON array; `events` lists every event received, a
@@ -32,6 +32,7 @@ async function connect(req, response){
     case "anon": return {user: null}
     case "error": return {error: {reason: "banned"}}
     case "forbidden": response.writeHead(403); response.end(); return undefined
+    case "locked": response.writeHead(403, {"content-type": "application/json"}); response.end(JSON.stringify({error: {reason: "account locked"}})); return undefined
     case "down": response.writeHead(500); response.end(); return undefined
     case "slow": await sleep(5000); return {user: "late"}
     default: return {error: {reason: "no token"}}

@@ -13,7 +13,7 @@ import {LongPoll} from "phoenix"
 import {startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout, RawPhx, readMetric, pushResult} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
-const SECRET = "hook-test-secret"
+const SECRET = "hook-test-secret-of-at-least-32-bytes"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-"))
 let backend, server
 const sockets = []

@@ -9,8 +9,8 @@ const MISSED = Number(process.argv[2] || 30)
 const CONFIG = new URL("rejoin.toml", import.meta.url).pathname
 writeFileSync(CONFIG, `[[topics]]\npattern = "feed:*"\nhistory_size = 2000\n`)
 const redis = await startRedis()
-const srv = await startThrong(["--redis", redis.url, "--config", CONFIG, "--api-key", "k"])
-const pub = async n => { const r = await fetch(`http://127.0.0.1:${srv.apiPort}/api/broadcast`, {method: "POST", headers: {"x-api-key": "k", "content-type": "application/json"}, body: JSON.stringify({topic: "feed:1", event: "n", payload: {n}})}); if(r.status !== 200) throw new Error(await r.text()) }
+const srv = await startThrong(["--redis", redis.url, "--config", CONFIG, "--api-key", "rejoin-run-api-key"])
+const pub = async n => { const r = await fetch(`http://127.0.0.1:${srv.apiPort}/api/broadcast`, {method: "POST", headers: {"x-api-key": "rejoin-run-api-key", "content-type": "application/json"}, body: JSON.stringify({topic: "feed:1", event: "n", payload: {n}})}); if(r.status !== 200) throw new Error(await r.text()) }
 const clients = []
 for(let i = 0; i < 50; i++){
   const socket = await connectPhoenix(srv.wsUrl, "2.0.0", {reconnectAfterMs: () => 50})

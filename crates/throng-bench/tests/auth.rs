@@ -122,7 +122,7 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
 
 #[test]
 fn a_target_checks_the_tokens() {
-    let server = serve_jwt("the-right-secret");
+    let server = serve_jwt("the-right-secret-of-at-least-32-bytes");
     let target = server.1.to_string();
     let no_secret = run_bench(
         &[
@@ -163,7 +163,7 @@ fn a_target_checks_the_tokens() {
         "--auth",
         "jwt",
         "--auth-jwt-secret",
-        "the-right-secret",
+        "the-right-secret-of-at-least-32-bytes",
     ];
     let (out, r, ctx) = bench("auth-right.json", "50", &right);
     assert!(out.status.success(), "{ctx}");

@@ -83,6 +83,9 @@ struct Api {
     /// `--api-timeout`: for a request's body.
     timeout: Duration,
     dashboard: Arc<crate::dashboard::Dashboard>,
+    /// Turns true when the API stops: streams (the dashboard's) end then,
+    /// so a stop waits for no open stream.
+    stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Api {
@@ -423,7 +426,7 @@ async fn dashboard_stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     api.check(&headers)?;
-    api.dashboard.open(&api.endpoint)
+    api.dashboard.open(&api.endpoint, api.stopped.clone())
 }
 
 async fn not_found() -> ApiError {
@@ -590,6 +593,7 @@ pub(crate) fn start(
                     key,
                     timeout: limits.api_timeout,
                     dashboard: Default::default(),
+                    stopped: stopped.clone(),
                 });
                 let tls = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
                 serve(listener, app, &limits, node, tls, stopped).await;

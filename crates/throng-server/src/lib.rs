@@ -193,10 +193,12 @@ impl Server {
         backplane: Arc<dyn Backplane>,
         presence: Arc<dyn PresenceStore>,
     ) -> Result<Server, Error> {
+        // A weak secret starts nothing (settings built in code included).
+        config.check_secrets()?;
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;
-        let policy = rules::Policy::new(config.topics.clone());
+        let policy = rules::Policy::new(config.topics.clone()).with_history(&config.history);
         let policy_history = policy.any_history();
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
@@ -370,7 +372,7 @@ impl Server {
     /// The address to open in a browser: the bound one, with a wildcard
     /// (0.0.0.0, ::) replaced by loopback.
     pub fn url(&self) -> String {
-        page_url(self.addr)
+        page_url(self.addr, self.node.tls.is_some())
     }
 
     /// A handle for broadcasting and sending infos from outside callbacks.
@@ -407,13 +409,15 @@ impl Server {
     }
 }
 
-/// `http://ADDR/` for a listening address, loopback for a wildcard one.
-pub fn page_url(addr: SocketAddr) -> String {
+/// `http://ADDR/` (`https://` with `tls`) for a listening address,
+/// loopback for a wildcard one.
+pub fn page_url(addr: SocketAddr, tls: bool) -> String {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     let ip = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
         ip => ip,
     };
-    format!("http://{}/", SocketAddr::new(ip, addr.port()))
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{}/", SocketAddr::new(ip, addr.port()))
 }

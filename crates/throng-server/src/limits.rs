@@ -4,7 +4,7 @@
 //! connections against the connection caps ([`Admission`]).
 //!
 //! Each bound, its default and what a client sees when it hits it is in the
-//! README's "Limits and defaults" table. The bounds that live elsewhere:
+//! "Limits and defaults" table of `docs/configuration.md`. The bounds that live elsewhere:
 //! `--max-message-bytes`, `--max-outbound-bytes` and
 //! `--max-channels-per-socket` (config.rs), and where each is enforced:
 //! - the HTTP head deadline: the shard's once-a-second sweep
@@ -264,7 +264,7 @@ pub fn check_refs(msg: &Message<'_>, max: usize) -> Result<(), &'static str> {
 /// over the bytes, no allocation: the text is valid JSON already (the
 /// serializer checked it), so only strings (where brackets are text) need
 /// telling apart. Numbers are kept as they came (`1e400`, a 5,000-digit
-/// integer: JSON allows them; the README says what receivers may do).
+/// integer: JSON allows them; the docs say what receivers may do).
 pub fn json_too_deep(json: &[u8], max: usize) -> bool {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in json {

@@ -43,29 +43,3 @@ impl FileConfig {
         })
     }
 }
-
-/// The `[auth]` keys, which the `--auth-*` flags set.
-const AUTH_KEYS: &[&str] = &[
-    "mode",
-    "secret_key_base",
-    "salt",
-    "max_age",
-    "jwt_secret",
-    "jwt_public_key",
-    "jwt_public_key_file",
-    "jwt_algorithm",
-];
-
-/// For a file refused by serde: if a top-level key is an `--auth-*` flag
-/// spelt with underscores (`auth_jwt_secret`), how to write it instead.
-pub(super) fn table_key_hint(text: &str) -> Option<String> {
-    let table: toml::Table = toml::from_str(text).ok()?;
-    table.keys().find_map(|key| {
-        let inner = key.strip_prefix("auth_")?;
-        AUTH_KEYS.contains(&inner).then(|| {
-            format!(
-                "\nhint: `{key}` belongs in the [auth] table, as `{inner}`:\n    [auth]\n    {inner} = ..."
-            )
-        })
-    })
-}

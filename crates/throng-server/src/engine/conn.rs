@@ -30,8 +30,13 @@ pub(crate) enum Kind {
     /// more.
     Ws { wire: Wire, echo: bool, deflate: u8 },
     /// Closing while output flushes: our last bytes are queued or sent;
-    /// waiting to shut down and for the peer's FIN.
-    Closing { shut: bool },
+    /// waiting to shut down and for the peer's FIN. `answered`: the peer's
+    /// close frame came (before ours or after it): the closing handshake is
+    /// complete, and the connection is closed as soon as it is shut down,
+    /// without waiting for a FIN (RFC 6455 7.1.1: the server closes the
+    /// TCP connection first; a browser waits for it, holding a drain's
+    /// exit for its 3 s linger).
+    Closing { shut: bool, answered: bool },
 }
 
 /// A connection. Kept small: this is what an idle socket costs in user space.

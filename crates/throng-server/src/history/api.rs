@@ -49,7 +49,7 @@ pub async fn answer(
             code: "no_history",
             message: format!(
                 "topic {topic:?} keeps no history: give its [[topics]] rule a history_size \
-                 (README: History and recovery)"
+                 (docs/history.md)"
             ),
         });
     };

@@ -78,9 +78,61 @@ impl Answer {
     }
 }
 
+/// A connect refusal's reason as a person reads it: of `{"error": E}` (or
+/// a 401/403 body), E's `reason` when it is a string, E itself when it is
+/// one, else E's JSON; a body that is no JSON, its text. At most
+/// `crate::refusals::MAX_QUOTED` bytes (a reason is a sentence, not
+/// a page), on one line.
+pub fn reason_text(json_or_text: &[u8]) -> String {
+    use serde_json::Value;
+    let text = String::from_utf8_lossy(json_or_text);
+    let said = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(mut o)) => {
+            let inner = o.remove("error").unwrap_or(Value::Object(o));
+            match inner {
+                Value::String(s) => s,
+                Value::Object(mut e) => match e.remove("reason") {
+                    Some(Value::String(s)) => s,
+                    _ if e.is_empty() => String::new(),
+                    _ => Value::Object(e).to_string(),
+                },
+                Value::Null => String::new(),
+                other => other.to_string(),
+            }
+        }
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => text.into_owned(),
+    };
+    let one_line: String = said
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    crate::refusals::quoted(&one_line).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_read_as_sentences() {
+        assert_eq!(
+            reason_text(br#"{"error":{"reason":"not logged in"}}"#),
+            "not logged in"
+        );
+        assert_eq!(reason_text(br#"{"error":"banned"}"#), "banned");
+        assert_eq!(reason_text(br#"{"reason":"banned"}"#), "banned");
+        assert_eq!(reason_text(br#"{"error":{"code":7}}"#), r#"{"code":7}"#);
+        assert_eq!(reason_text(b"Forbidden\r\n\tgo away"), "Forbidden go away");
+        assert_eq!(reason_text(b""), "");
+        assert_eq!(reason_text(br#"{}"#), "");
+        let long = format!(r#"{{"error":{{"reason":"{}"}}}}"#, "x".repeat(5000));
+        assert!(reason_text(long.as_bytes()).len() <= crate::refusals::MAX_QUOTED + 3);
+    }
 
     #[test]
     fn shapes() {

@@ -29,8 +29,9 @@ use super::{Failure, Hook, HooksConfig};
 pub enum Outcome {
     Answer(Answer),
     Failed(Failure),
-    /// A connect the backend refused with 401 or 403.
-    Refused,
+    /// A connect the backend refused with 401 or 403, with the reason its
+    /// body gave (`answer::reason_text`; empty when it gave none).
+    Refused(String),
 }
 
 /// The answer to call `id` of a shard.
@@ -251,17 +252,18 @@ impl HookClient {
             );
         }
         self.down_logged.store(false, Relaxed);
+        let refusal =
+            status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN;
+        if hook == Hook::Connect && refusal {
+            let reason = body.as_deref().map(super::answer::reason_text);
+            return Outcome::Refused(reason.unwrap_or_default());
+        }
         let Some(body) = body else {
             return self.bad(
                 hook,
                 format_args!("answer over {max} bytes (--hook-max-answer-bytes)"),
             );
         };
-        let refusal =
-            status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN;
-        if hook == Hook::Connect && refusal {
-            return Outcome::Refused;
-        }
         if !status.is_success() {
             return self.bad(
                 hook,
@@ -309,7 +311,7 @@ impl HookClient {
         if !self.bad_logged.swap(true, Relaxed) {
             tracing::warn!(
                 hook = hook.name(),
-                "bad answer from the app backend's {} hook: {why}; the client gets {} (counted in throng_hook_bad_answers_total; logged once until a good answer). Fix: answer 2xx with a JSON object as the README's hooks section shows",
+                "bad answer from the app backend's {} hook: {why}; the client gets {} (counted in throng_hook_bad_answers_total; logged once until a good answer). Fix: answer 2xx with a JSON object as docs/hooks.md shows",
                 hook.name(),
                 Failure::BadAnswer.reply()
             );

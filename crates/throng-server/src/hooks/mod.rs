@@ -49,7 +49,7 @@ mod tls;
 mod waits;
 
 pub use crate::rules::TopicHook;
-pub use answer::{Answer, BroadcastAnswer, UserId};
+pub use answer::{reason_text, Answer, BroadcastAnswer, UserId};
 pub(crate) use client::Answers;
 pub use client::{HookAnswer, HookClient, Outcome};
 pub use events::{Event, EventType, Events, FLUSH_AT_EXIT};

@@ -22,7 +22,10 @@ settings! {
         /// Send lifecycle events (connect, disconnect, occupied, vacated, presence_join, presence_leave) to URL/events, in batched POSTs of a JSON array, retried until taken [default: off]
         #[arg(long = "hook-events", env = "THRONG_HOOK_EVENTS")]
         pub events: bool,
-        /// The key of every request's x-throng-signature: sha256=<hex HMAC-SHA256(secret, body)> [default: none, requests unsigned]
+        /// The app's page where users sign in (http:// or https://), when the connect hook decides who connects: the start banner points there, and a connect the backend refuses says to sign in there [default: none]
+        #[arg(long = "hook-page-url", value_name = "URL", env = "THRONG_HOOK_PAGE_URL")]
+        pub page_url: Option<String>,
+        /// The key of every request's x-throng-signature: sha256=<hex HMAC-SHA256(secret, body)>, 32 bytes or more [default: none, requests unsigned]
         #[arg(long = "hook-secret", value_name = "SECRET", env = "THRONG_HOOK_SECRET", hide_env_values = true)]
         pub secret: Option<String>,
         /// PEM file of the certificate authorities to trust for an https:// backend (a private CA) [default: the system's roots]
@@ -59,6 +62,8 @@ pub struct HooksConfig {
     pub url: Option<String>,
     pub connect: bool,
     pub events: bool,
+    /// The app's sign-in page (`--hook-page-url`), for people.
+    pub page_url: Option<String>,
     pub secret: Option<String>,
     /// CA certificates for an https:// backend; `None`: the system's.
     pub ca_file: Option<PathBuf>,
@@ -101,6 +106,18 @@ impl HookArgs {
                 ));
             }
         }
+        let page_url = self.page_url.clone().filter(|u| !u.is_empty());
+        if let Some(u) = &page_url {
+            let ok = u.parse::<hyper::Uri>().is_ok_and(|uri| {
+                matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some()
+            });
+            if !ok {
+                return Err(format!(
+                    "--hook-page-url {u:?} ([hooks] page_url): want the page's address, \
+                     http://HOST[:PORT][/PATH] or https://..., e.g. http://127.0.0.1:8000/"
+                ));
+            }
+        }
         if (self.connect || self.events) && url.is_none() {
             return Err("hooks connect/events need a url: set [hooks] url or --hook-url".into());
         }
@@ -114,6 +131,7 @@ impl HookArgs {
             url,
             connect: self.connect,
             events: self.events,
+            page_url,
             secret: self.secret.clone().filter(|s| !s.is_empty()),
             ca_file: self.ca_file.clone(),
             timeout: Duration::from_millis(timeout_ms),
@@ -184,5 +202,10 @@ mod tests {
         })
         .contains("timeout_ms"));
         assert!(toml::from_str::<HookArgs>("urll = \"x\"").is_err());
+        assert!(bad(HookArgs {
+            page_url: Some("127.0.0.1:8000".into()),
+            ..Default::default()
+        })
+        .contains("--hook-page-url \"127.0.0.1:8000\""));
     }
 }

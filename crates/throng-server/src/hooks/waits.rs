@@ -53,6 +53,9 @@ pub(crate) struct HeldUpgrade {
     pub connect: Option<crate::channel::ConnectInfo>,
     /// The user a token authenticated, if any (the backend's wins).
     pub user: Option<String>,
+    /// A `GET /socket/check` (`crate::http`): accepted, `response` (a
+    /// `204`) goes out and the connection closes.
+    pub check: bool,
 }
 
 /// A call of connection (or long-poll session) `key` on `topic`.

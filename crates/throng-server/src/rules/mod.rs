@@ -118,6 +118,78 @@ impl TopicRule {
     }
 }
 
+/// `--history PATTERN=SIZE[/SECS]`: history for the topics matching
+/// PATTERN without a config file, as a `[[topics]]` rule's `history_size`
+/// (and `history_ttl`) give it. It gives history only: who may join stays
+/// the rules' to say. A `[[topics]]` rule that matches a topic first and
+/// has `history_size` wins over the flag for that topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryPattern {
+    /// Topics it is for: `*` any run, `{user}` any user.
+    pub pattern: String,
+    pub history: HistoryRule,
+}
+
+impl HistoryPattern {
+    /// `PATTERN=SIZE` or `PATTERN=SIZE/SECS` (the `--history` flag).
+    pub fn parse(spec: &str) -> Result<HistoryPattern, String> {
+        let example = |pattern: &str| {
+            format!(
+                "e.g. --history '{pattern}=100' (the last 100 messages of each matching topic, \
+                 kept {DEFAULT_HISTORY_TTL} s after its last one) or '{pattern}=100/3600' \
+                 (kept an hour)"
+            )
+        };
+        let bad = |why: String| format!("--history {spec:?}: {why}");
+        let Some((pattern, size)) = spec.split_once('=') else {
+            let pattern = if spec.is_empty() { "rooms:*" } else { spec };
+            return Err(bad(format!(
+                "expected PATTERN=SIZE[/SECS], {}",
+                example(pattern)
+            )));
+        };
+        if pattern.is_empty() {
+            return Err(bad(format!("the pattern is empty, {}", example("rooms:*"))));
+        }
+        let (size, ttl) = match size.split_once('/') {
+            Some((size, ttl)) => (size, Some(ttl)),
+            None => (size, None),
+        };
+        let size: usize = size
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_HISTORY_SIZE).contains(n))
+            .ok_or_else(|| {
+                bad(format!(
+                    "SIZE must be 1..={MAX_HISTORY_SIZE} messages, got {size:?}; {}",
+                    example(pattern)
+                ))
+            })?;
+        let ttl: u64 = match ttl {
+            None => DEFAULT_HISTORY_TTL,
+            Some(t) => t
+                .trim()
+                .parse()
+                .ok()
+                .filter(|t| (1..=MAX_HISTORY_TTL).contains(t))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "SECS must be 1..={MAX_HISTORY_TTL} seconds, got {t:?}; {}",
+                        example(pattern)
+                    ))
+                })?,
+        };
+        Ok(HistoryPattern {
+            pattern: pattern.to_string(),
+            history: HistoryRule {
+                size,
+                ttl: std::time::Duration::from_secs(ttl),
+            },
+        })
+    }
+}
+
 fn any_event() -> Vec<String> {
     vec!["*".into()]
 }
@@ -131,6 +203,9 @@ pub struct Policy {
     /// When some rule keeps history: every rule's pattern with `{user}`
     /// as `*`, and its history (empty otherwise, so broadcasts skip it).
     history: Vec<(String, Option<HistoryRule>)>,
+    /// `--history` patterns (`{user}` as `*`): for topics whose first
+    /// matching rule keeps none.
+    flag_history: Vec<(String, HistoryRule)>,
 }
 
 /// The reply to a join or push the rules refuse.
@@ -149,20 +224,36 @@ impl Policy {
             rules,
             any_hooks,
             history,
+            flag_history: Vec::new(),
         }
     }
 
-    /// Whether some rule keeps history.
+    /// These rules with the `--history` patterns `flags` added.
+    pub fn with_history(mut self, flags: &[HistoryPattern]) -> Policy {
+        let flag = |h: &HistoryPattern| (h.pattern.replace(USER, "*"), h.history);
+        self.flag_history = flags.iter().map(flag).collect();
+        self
+    }
+
+    /// Whether some rule or `--history` pattern keeps history.
     pub fn any_history(&self) -> bool {
-        !self.history.is_empty()
+        !self.history.is_empty() || !self.flag_history.is_empty()
     }
 
     /// The history kept for `topic`: that of the first rule whose pattern
     /// matches it, with `{user}` matching any user (a broadcast has no
-    /// socket, and the topic names the user already).
+    /// socket, and the topic names the user already); when that rule keeps
+    /// none (or no rule matches), that of the first `--history` pattern
+    /// matching it.
     pub fn history(&self, topic: &str) -> Option<HistoryRule> {
         let found = self.history.iter().find(|(p, _)| matches(p, topic, None));
-        found.and_then(|(_, h)| *h)
+        found.and_then(|(_, h)| *h).or_else(|| {
+            let flag = self
+                .flag_history
+                .iter()
+                .find(|(p, _)| matches(p, topic, None));
+            flag.map(|(_, h)| *h)
+        })
     }
 
     fn rule(&self, topic: &str, user: Option<&str>) -> Option<&TopicRule> {
@@ -184,6 +275,31 @@ impl Policy {
             Some(JoinRule::Anyone) => true,
             Some(JoinRule::Users) => user.is_some(),
             Some(JoinRule::Nobody) | None => false,
+        }
+    }
+
+    /// Why [`Policy::may_join`] refuses this socket `topic` (for the log;
+    /// call it only for a refused join).
+    pub fn join_refusal<'a>(&'a self, topic: &str, who: Who<'a>) -> JoinRefusal<'a> {
+        let user = who.user;
+        if let Some(channels) = who.connect.and_then(|c| c.channels.as_deref()) {
+            if !channels.iter().any(|p| matches(p, topic, user)) {
+                return JoinRefusal::ChannelsClaim;
+            }
+        }
+        match self.rule(topic, user) {
+            Some(rule) => JoinRefusal::Rule {
+                rule,
+                anonymous: user.is_none(),
+            },
+            // A rule for the topic of another user (or of a user, for an
+            // anonymous socket).
+            None => match self.rules.iter().find(|r| {
+                r.pattern.contains(USER) && matches(&r.pattern.replace(USER, "*"), topic, None)
+            }) {
+                Some(rule) => JoinRefusal::OtherUser { rule, user },
+                None => JoinRefusal::NoRule,
+            },
         }
     }
 
@@ -225,6 +341,79 @@ impl Policy {
             }
         }
         out
+    }
+}
+
+/// Why the rules refused a join ([`Policy::join_refusal`]), written for
+/// the log: what refused it and how to let it through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinRefusal<'a> {
+    /// The token's `channels` claim lists no pattern matching the topic.
+    ChannelsClaim,
+    /// Rules are configured and none matches the topic.
+    NoRule,
+    /// The first rule matching the topic refuses this socket.
+    Rule {
+        rule: &'a TopicRule,
+        anonymous: bool,
+    },
+    /// A `{user}` rule matches the topic for another user than this
+    /// socket's (`None`: an anonymous socket).
+    OtherUser {
+        rule: &'a TopicRule,
+        user: Option<&'a str>,
+    },
+}
+
+impl std::fmt::Display for JoinRefusal<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinRefusal::ChannelsClaim => f.write_str(
+                "the token's `channels` claim lists no pattern matching it \
+                 (mint the token with this topic in `channels`, or without the claim)",
+            ),
+            JoinRefusal::NoRule => f.write_str(
+                "no [[topics]] rule matches it, and with rules configured a topic no rule \
+                 matches cannot be joined (add a rule whose pattern matches it)",
+            ),
+            JoinRefusal::OtherUser { rule, user } => {
+                let p = &rule.pattern;
+                match user {
+                    None => write!(
+                        f,
+                        "[[topics]] pattern = {p:?} takes only the user the topic names, and \
+                         this socket has no user (connect with a token ([auth]) or through a \
+                         connect hook that names the user)"
+                    ),
+                    Some(u) => write!(
+                        f,
+                        "[[topics]] pattern = {p:?} takes only the user the topic names, and \
+                         this socket's user is {u:?}"
+                    ),
+                }
+            }
+            JoinRefusal::Rule { rule, anonymous } => {
+                let p = &rule.pattern;
+                match rule.join {
+                    JoinRule::Users if *anonymous => write!(
+                        f,
+                        "[[topics]] pattern = {p:?} has join = \"users\" and this socket has \
+                         no user (connect with a token ([auth]) or through a connect hook that \
+                         names the user, or make the rule join = \"anyone\")"
+                    ),
+                    join => write!(
+                        f,
+                        "[[topics]] pattern = {p:?} has join = \"{}\" (change the rule, or \
+                         add one for this topic above it)",
+                        match join {
+                            JoinRule::Anyone => "anyone",
+                            JoinRule::Users => "users",
+                            JoinRule::Nobody => "nobody",
+                        }
+                    ),
+                }
+            }
+        }
     }
 }
 
@@ -371,6 +560,82 @@ mod tests {
             p.route_patterns(),
             vec!["private:*".to_string(), "rooms:*".into(), "admin:*".into()]
         );
+    }
+
+    #[test]
+    fn refusals_say_which_rule() {
+        let p = policy();
+        let alice = who(Some("alice"), None);
+        let anon = who(None, None);
+        let said = |topic: &str, c: &ConnectInfo| p.join_refusal(topic, w(c)).to_string();
+        assert!(
+            said("admin:x", &alice).contains(r#"pattern = "admin:*" has join = "nobody""#),
+            "{}",
+            said("admin:x", &alice)
+        );
+        assert!(said("private:alice", &anon)
+            .contains("takes only the user the topic names, and this socket has no user"));
+        let bob = who(Some("bob"), None);
+        assert!(said("private:alice", &bob).contains("this socket's user is \"bob\""));
+        let users: Vec<TopicRule> =
+            serde_json::from_str(r#"[{"pattern":"members:*","join":"users"}]"#).unwrap();
+        let members = Policy::new(users);
+        assert!(members
+            .join_refusal("members:1", w(&anon))
+            .to_string()
+            .contains(r#"has join = "users" and this socket has no user"#));
+        assert!(said("elsewhere", &alice).contains("no [[topics]] rule matches it"));
+        let limited = who(Some("u"), Some(&["rooms:lobby"]));
+        assert_eq!(
+            p.join_refusal("rooms:x", w(&limited)),
+            JoinRefusal::ChannelsClaim
+        );
+        assert!(said("rooms:x", &limited).contains("`channels` claim"));
+    }
+
+    #[test]
+    fn history_flags_and_rules_combine() {
+        let flags: Vec<HistoryPattern> = ["rooms:*=100", "inbox:{user}=5/60", "*=7"]
+            .iter()
+            .map(|s| HistoryPattern::parse(s).unwrap())
+            .collect();
+        let rules: Vec<TopicRule> = serde_json::from_str(
+            r#"[{"pattern":"rooms:vip","history_size":3},{"pattern":"rooms:*"},{"pattern":"inbox:*"}]"#,
+        )
+        .unwrap();
+        let p = Policy::new(rules).with_history(&flags);
+        let size = |t: &str| p.history(t).map(|h| (h.size, h.ttl.as_secs()));
+        // A rule with history_size wins for its topics.
+        assert_eq!(size("rooms:vip"), Some((3, 600)));
+        // A rule without: the flag's.
+        assert_eq!(size("rooms:lobby"), Some((100, 600)));
+        assert_eq!(size("inbox:42"), Some((5, 60)));
+        assert_eq!(size("other"), Some((7, 600)));
+        // The flag gives history, not access: the rules still refuse.
+        assert!(!p.may_join("other", Who::default()));
+        // Flags alone.
+        let alone = Policy::default().with_history(&flags[..1]);
+        assert!(alone.any_history() && !Policy::default().any_history());
+        assert_eq!(alone.history("rooms:lobby").map(|h| h.size), Some(100));
+        assert!(alone.history("feed:1").is_none());
+        assert!(alone.may_join("feed:1", Who::default()));
+    }
+
+    #[test]
+    fn history_flags_parse_with_examples() {
+        let h = HistoryPattern::parse("rooms:*=100/3600").unwrap();
+        assert_eq!((h.history.size, h.history.ttl.as_secs()), (100, 3600));
+        for (bad, says) in [
+            ("rooms:*", "--history 'rooms:*=100'"),
+            ("rooms:*=0", "SIZE must be 1..=10000"),
+            ("rooms:*=lots", "SIZE must be 1..=10000"),
+            ("rooms:*=10001", "SIZE must be 1..=10000"),
+            ("rooms:*=5/0", "SECS must be 1..=86400"),
+            ("=5", "the pattern is empty"),
+        ] {
+            let err = HistoryPattern::parse(bad).unwrap_err();
+            assert!(err.contains(says) && err.contains("e.g."), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@
 //! ~4.8 KB a rustls connection holds after its handshake.
 //!
 //! kTLS (the kernel's record layer, `tcp_available_ulp` listing `tls`) is
-//! not used: this project's machines do not offer it; see README, TLS.
+//! not used: this project's machines do not offer it; see `docs/tls.md`.
 
 use std::io::{self, Read};
 use std::sync::Arc;

@@ -46,7 +46,11 @@ impl Conns {
         let queued = conn.queued();
         match row.flush {
             Flush::Abort => self.remove(node, key, code),
-            Flush::Drop | Flush::Now if !ws => self.remove(node, key, code),
+            Flush::Drop if !ws => self.remove(node, key, code),
+            Flush::Now if !ws && !queued => self.remove(node, key, code),
+            Flush::Now if !ws => {
+                self.close_frame_after_output(key, ws, None, "", code, false);
+            }
             Flush::Now if !queued => {
                 if let Some(code) = row.code {
                     let at = self.reply.len();
@@ -63,10 +67,14 @@ impl Conns {
                     e.out.truncate(keep as usize);
                     e.out_bytes = e.out.front().map_or(0, |c| c.rest().len());
                 }
-                self.close_frame_after_output(key, ws, row.code, row.text, code);
+                let (code_, text) = (row.code, row.text);
+                self.close_frame_after_output(key, ws, code_, text, code, false);
             }
             Flush::After => {
-                self.close_frame_after_output(key, ws, row.code, row.text, code);
+                // The peer's close, echoed: the handshake is complete.
+                let answered = ws && matches!(reason, CloseReason::PeerClosed(_));
+                let (code_, text) = (row.code, row.text);
+                self.close_frame_after_output(key, ws, code_, text, code, answered);
             }
         }
     }
@@ -82,6 +90,7 @@ impl Conns {
         code: Option<u16>,
         text: &str,
         event_code: u16,
+        answered: bool,
     ) {
         if ws {
             match code {
@@ -91,13 +100,13 @@ impl Conns {
             }
         }
         // Closing first: the frame is then queued past the output bounds.
-        self.start_closing(key, event_code);
+        self.start_closing(key, event_code, answered);
         self.flush_reply(key);
     }
 
     /// Sends what is gathered, then half-closes once the queue drains. The
     /// channels end now; the socket lingers only to deliver the close.
-    fn start_closing(&mut self, key: usize, code: u16) {
+    fn start_closing(&mut self, key: usize, code: u16, answered: bool) {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
@@ -105,7 +114,10 @@ impl Conns {
             return;
         }
         let socket = conn.take_socket();
-        conn.kind = Kind::Closing { shut: false };
+        conn.kind = Kind::Closing {
+            shut: false,
+            answered,
+        };
         conn.last_active = self.now;
         if let Some(e) = conn.extra.as_mut() {
             e.input = Vec::new();
@@ -124,7 +136,11 @@ impl Conns {
         if conn.queued() || !self.reply.is_empty() {
             return;
         }
-        if let Kind::Closing { shut: false } = conn.kind {
+        if let Kind::Closing {
+            shut: false,
+            answered,
+        } = conn.kind
+        {
             if let Some(tls) = &mut self.tls {
                 if tls.backlogged(key) {
                     return;
@@ -132,7 +148,47 @@ impl Conns {
                 tls.close_notify(key, &mut conn.sock);
             }
             let _ = conn.sock.shutdown(std::net::Shutdown::Write);
-            conn.kind = Kind::Closing { shut: true };
+            conn.kind = Kind::Closing {
+                shut: true,
+                answered,
+            };
+            if answered {
+                self.doom(Outlet::Conn(key), CloseReason::Gone);
+            }
+        }
+    }
+
+    /// Bytes that came on closing connection `key`: dropped, but for the
+    /// peer's close frame, which completes the closing handshake (the
+    /// connection then ends once shut down, `Kind::Closing`). Frames are
+    /// read only as far as their headers say; an HTTP connection's bytes
+    /// are never one (a frame's first byte has its top bit set).
+    pub fn closing_input(&mut self, key: usize, data: &mut [u8]) {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return;
+        };
+        let Kind::Closing {
+            shut,
+            answered: false,
+        } = conn.kind
+        else {
+            return;
+        };
+        let mut pos = 0;
+        while let Ok(Some(f)) =
+            frame::decode_frame_with(&mut data[pos..], frame::Role::Server, u64::MAX, true)
+        {
+            pos += f.consumed;
+            if f.opcode == Opcode::Close {
+                conn.kind = Kind::Closing {
+                    shut,
+                    answered: true,
+                };
+                if shut {
+                    self.doom(Outlet::Conn(key), CloseReason::Gone);
+                }
+                return;
+            }
         }
     }
 

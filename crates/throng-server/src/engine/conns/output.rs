@@ -42,7 +42,7 @@ impl Conns {
             self.reply.clear();
         }
         if let Some(conn) = self.slab.get(key) {
-            if let Kind::Closing { shut: false } = conn.kind {
+            if let Kind::Closing { shut: false, .. } = conn.kind {
                 self.try_shutdown(key);
             }
         }
@@ -237,7 +237,7 @@ impl Conns {
             .poll
             .reregister(&mut conn.sock, Token(key), Interest::READABLE);
         conn.trim();
-        if let Kind::Closing { shut: false } = conn.kind {
+        if let Kind::Closing { shut: false, .. } = conn.kind {
             self.try_shutdown(key);
         }
     }

@@ -247,7 +247,10 @@ impl<P: Protocol> Shard<P> {
                         }
                     }
                 }
-                Kind::Closing { .. } => return data.len(),
+                Kind::Closing { .. } => {
+                    self.conns.closing_input(key, &mut data[pos..]);
+                    return data.len();
+                }
             }
         }
         pos

@@ -272,8 +272,9 @@ impl Phx<'_> {
         let answer = match outcome {
             Outcome::Answer(a) if a.error.is_none() => a,
             Outcome::Failed(_) => return self.lp_refuse_held(key, 503, &held),
-            _ => {
+            refused => {
                 ShardStats::add(&self.conns.stats.auth_refusals, 1);
+                log_connect_refused(self.node, "long-poll", &refused_reason(&refused));
                 return self.lp_refuse_held(key, 403, &held);
             }
         };
@@ -300,6 +301,11 @@ impl Phx<'_> {
             Outcome::Answer(a) if a.error.is_none() => a,
             refused => return self.refuse_upgrade(key, refused),
         };
+        if held.check {
+            // `/socket/check`: the connect would pass.
+            self.conns.send(key, &held.response);
+            return self.conns.close(self.node, key, CloseReason::Finished);
+        }
         let mut connect = held.connect;
         let user = accepted_user(answer.user, held.user, &mut connect);
         if let Some(assigns) = answer.assigns {
@@ -332,14 +338,11 @@ impl Phx<'_> {
                     f.reply()
                 ),
             ),
-            _ => {
+            refused => {
                 ShardStats::add(&self.conns.stats.auth_refusals, 1);
-                crate::page::error_response(
-                    403,
-                    "Forbidden",
-                    "",
-                    "the app backend refused this connection\n",
-                )
+                let reason = refused_reason(&refused);
+                log_connect_refused(self.node, "WebSocket", &reason);
+                crate::page::error_response(403, "Forbidden", "", &refused_body(self.node, &reason))
             }
         };
         self.conns.send(key, &resp);
@@ -366,6 +369,56 @@ impl Phx<'_> {
         });
         self.after_socket(outlet, fail);
     }
+}
+
+/// Why the connect hook refused, as its answer says (`{"error": ...}`, or
+/// a 401/403 body): one bounded line, empty when it says nothing.
+fn refused_reason(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Answer(a) => a
+            .error
+            .as_deref()
+            .map(|e| crate::hooks::reason_text(e.get().as_bytes()))
+            .unwrap_or_default(),
+        Outcome::Refused(reason) => reason.clone(),
+        Outcome::Failed(_) => String::new(),
+    }
+}
+
+/// The body of the 403 a connect refused by the connect hook gets: the
+/// backend's reason, and where to sign in when `[hooks] page_url` says.
+pub(crate) fn refused_body(node: &Node, reason: &str) -> String {
+    let mut body = String::from("the app backend refused this connection");
+    if !reason.is_empty() {
+        body.push_str(": ");
+        body.push_str(reason);
+    }
+    if let Some(page) = &node.config.hooks.page_url {
+        body.push_str(&format!(" (sign in at {page})"));
+    }
+    body.push('\n');
+    body
+}
+
+/// Logs a connect refused by the connect hook (rate-limited,
+/// `crate::refusals`).
+fn log_connect_refused(node: &Node, transport: &str, reason: &str) {
+    let detail = crate::refusals::Lazy(|f| {
+        let reason = if reason.is_empty() {
+            "(no reason given)"
+        } else {
+            reason
+        };
+        write!(
+            f,
+            "{transport}: the app backend's connect hook said {reason:?}"
+        )
+    });
+    node.refusals.note(
+        crate::refusals::Reason::ConnectHook,
+        "connect refused (403)",
+        &detail,
+    );
 }
 
 /// The user an accepted connect hook leaves the socket with: the backend's,

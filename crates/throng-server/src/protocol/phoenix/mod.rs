@@ -2,9 +2,9 @@
 //! it: one folder over the engine (`crate::engine`), which knows no
 //! protocol. [`Phoenix`] is what the engine calls
 //! ([`Protocol`](crate::engine::Protocol)); the rest is Phoenix's alone:
-//! - `upgrade.rs`: its routes on the public port (`/socket/websocket`, and
-//!   `/socket/longpoll` for `longpoll/`), the upgrade's `vsn`, params and
-//!   `authToken`;
+//! - `upgrade.rs`: its routes on the public port (`/socket/websocket`,
+//!   `/socket/check` in `check.rs`, and `/socket/longpoll` for
+//!   `longpoll/`), the upgrade's `vsn`, params and `authToken`;
 //! - `socket/`: the socket state machine (heartbeat, join, leave, duplicate
 //!   join, dispatch, replies; joins and pushes through the app backend's
 //!   hooks; presence), with no I/O, as `Phoenix.Socket`;
@@ -21,6 +21,7 @@
 //!   written with the app-facing API of `crate::channel`.
 
 pub mod chat;
+mod check;
 pub mod echo;
 mod hooks;
 pub(crate) mod longpoll;
@@ -149,6 +150,7 @@ impl Phx<'_> {
         let upgrade::Open {
             mut connect,
             hook_headers,
+            check,
         } = up.open;
         let mut user = None;
         match self.node.auth.authenticate(connect.as_ref()) {
@@ -175,8 +177,15 @@ impl Phx<'_> {
                 deflate: up.deflate,
                 connect,
                 user,
+                check,
             };
             return self.hook_connect(key, held, &hook_headers);
+        }
+        if check {
+            // `/socket/check`: the connect would pass.
+            self.conns.send(key, &up.response);
+            self.conns.close(self.node, key, CloseReason::Finished);
+            return;
         }
         if !self
             .conns

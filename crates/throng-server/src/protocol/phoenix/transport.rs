@@ -194,6 +194,10 @@ impl Transport for ShardTransport<'_> {
         )
     }
 
+    fn refusals(&self) -> Option<&crate::refusals::RefusalLog> {
+        Some(&self.node.refusals)
+    }
+
     fn hook_cancel_join(&mut self, topic: &str) {
         self.parts.hook_waits.cancel_join(self.outlet.key(), topic);
     }

@@ -18,6 +18,7 @@ use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use throng_protocol::{handshake, Vsn, Wire};
 
+use super::check::CHECK_PATH;
 use super::longpoll::http::LongPoll;
 use crate::channel::ConnectInfo;
 use crate::config::Config;
@@ -39,6 +40,9 @@ pub(crate) struct Open {
     /// With the connect hook: the request headers it is sent
     /// ([`crate::hooks::CONNECT_HEADERS`]); empty otherwise.
     pub hook_headers: Vec<(&'static str, String)>,
+    /// A `GET /socket/check` (`check.rs`): the response is its `204`,
+    /// sent, and the connection closed, where an upgrade would switch.
+    pub check: bool,
 }
 
 /// Phoenix's route for a request on the public port, if it is one of its paths.
@@ -48,6 +52,14 @@ pub(crate) fn route(head: &Head<'_, '_>, config: &Config) -> Option<Route<Open, 
             Ok(u) => Route::Upgrade(Box::new(u)),
             Err(e) => Route::Error(e),
         }),
+        CHECK_PATH => Some(
+            match check_origin(head, config)
+                .and_then(|()| super::check::request(head.req, head.query, config.hooks.connect))
+            {
+                Ok(u) => Route::Upgrade(Box::new(u)),
+                Err(e) => Route::Error(e),
+            },
+        ),
         LONGPOLL_PATH if config.longpoll_window.is_some() => {
             Some(super::longpoll::http::request(head, config))
         }
@@ -70,9 +82,8 @@ pub(crate) fn query_params(query: &str) -> (Option<String>, Vec<(String, String)
     (vsn, params)
 }
 
-/// Checks a Phoenix upgrade request and builds its `101` response.
-fn upgrade(head: &Head<'_, '_>, config: &Config) -> Result<Upgrade<Open>, HttpError> {
-    // Phoenix checks the origin before anything else of the upgrade.
+/// Refuses (403) a request whose `Origin` is not allowed (`check_origin`).
+fn check_origin(head: &Head<'_, '_>, config: &Config) -> Result<(), HttpError> {
     let origin = head.header("origin");
     let origin_text = origin.map(|o| std::str::from_utf8(o).unwrap_or("null"));
     let host = head
@@ -90,6 +101,13 @@ fn upgrade(head: &Head<'_, '_>, config: &Config) -> Result<Upgrade<Open>, HttpEr
         e.origin_refused = true;
         return Err(e);
     }
+    Ok(())
+}
+
+/// Checks a Phoenix upgrade request and builds its `101` response.
+fn upgrade(head: &Head<'_, '_>, config: &Config) -> Result<Upgrade<Open>, HttpError> {
+    // Phoenix checks the origin before anything else of the upgrade.
+    check_origin(head, config)?;
     let req = head.req;
     // The handshake's own errors (426, 400) come before the socket's.
     let accept = check_websocket(req)?;
@@ -124,6 +142,7 @@ fn upgrade(head: &Head<'_, '_>, config: &Config) -> Result<Upgrade<Open>, HttpEr
         open: Open {
             connect,
             hook_headers,
+            check: false,
         },
     })
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use throng_protocol::{OwnedPayload, Payload, Ref, RefBuf};
 
+use super::refused::Refused;
 use super::{Join, Mux, Transport};
 use crate::hooks::{Failure, Hook, JoinRequest, Outcome, PushRequest, TopicHook, Waiting};
 use crate::metrics::ShardStats;
@@ -73,8 +74,8 @@ impl<T: Transport> Mux<'_, T> {
         topic: &str,
         f: Failure,
     ) {
-        ShardStats::add(&self.t.stats().refused_joins, 1);
-        self.reply(join_ref, msg_ref, topic, Err(Payload::Json(f.reply())));
+        let reply = Payload::Json(f.reply());
+        self.refuse_join(Refused::HookFailed(f), join_ref, msg_ref, topic, reply);
     }
 
     /// The backend's answer to a join this socket holds open.
@@ -100,28 +101,20 @@ impl<T: Transport> Mux<'_, T> {
         let answer = match outcome {
             Outcome::Failed(f) => return self.hook_refused(join_ref, msg_ref, topic, f),
             // Only a connect is refused by status.
-            Outcome::Refused => {
+            Outcome::Refused(_) => {
                 return self.hook_refused(join_ref, msg_ref, topic, Failure::BadAnswer)
             }
             Outcome::Answer(a) => a,
         };
         if let Some(error) = &answer.error {
-            ShardStats::add(&self.t.stats().refused_joins, 1);
-            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(error.get())));
-            return;
+            let error = error.get();
+            let why = Refused::Hook(error);
+            return self.refuse_join(why, join_ref, msg_ref, topic, Payload::Json(error));
         }
         // Other joins may have completed while this one waited.
         if self.joins.len() >= self.cx.max_channels {
-            let stats = self.t.stats();
-            ShardStats::add(&stats.refused_joins, 1);
-            ShardStats::add(&stats.channel_limit_refusals, 1);
-            self.reply(
-                join_ref,
-                msg_ref,
-                topic,
-                Err(Payload::Json(super::TOO_MANY)),
-            );
-            return;
+            let too_many = Payload::Json(super::TOO_MANY);
+            return self.refuse_join(Refused::TooMany, join_ref, msg_ref, topic, too_many);
         }
         let slot = self.t.subscribe(topic);
         let assigns = answer
@@ -217,7 +210,7 @@ impl<T: Transport> Mux<'_, T> {
             Outcome::Failed(f) => {
                 return self.reply(join_ref, msg_ref, topic, Err(Payload::Json(f.reply())))
             }
-            Outcome::Refused => {
+            Outcome::Refused(_) => {
                 let bad = Err(Payload::Json(Failure::BadAnswer.reply()));
                 return self.reply(join_ref, msg_ref, topic, bad);
             }

@@ -16,6 +16,7 @@
 
 mod hooked;
 mod presence;
+mod refused;
 
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ use crate::metrics::ShardStats;
 use crate::presence::PresenceRule;
 use crate::rules::Policy;
 use crate::rules::UNAUTHORIZED;
+use refused::Refused;
 
 pub(crate) use crate::engine::socket::{push_join, Join, Joins};
 pub(crate) use presence::Tracked;
@@ -119,6 +121,10 @@ pub(crate) trait Transport {
         _wait: crate::hooks::Waiting,
     ) -> Result<(), crate::hooks::Failure> {
         Err(crate::hooks::Failure::Unavailable)
+    }
+    /// Where refused joins are logged (`crate::refusals`); none, nothing is.
+    fn refusals(&self) -> Option<&crate::refusals::RefusalLog> {
+        None
     }
     /// Drops a join this connection holds open on `topic` (a leave).
     fn hook_cancel_join(&mut self, _topic: &str) {}
@@ -362,28 +368,23 @@ impl<'a, T: Transport> Mux<'a, T> {
     ) {
         let router: &'a Router = self.cx.router;
         // The socket id and control topics are the server's own.
-        let route = (!is_reserved(topic)).then(|| router.route(topic)).flatten();
+        let reserved = is_reserved(topic);
+        let route = (!reserved).then(|| router.route(topic)).flatten();
         let Some(channel) = route else {
-            ShardStats::add(&self.t.stats().refused_joins, 1);
             // A null join_ref, as Phoenix: a join no channel routes is
             // answered by `encode_ignore/2`, whose `%Reply{}` sets `ref` and
             // `topic` only (phoenixframework/phoenix, `lib/phoenix/socket.ex`).
             // No client we tried needs the join_ref echoed.
-            self.reply(None, msg_ref, topic, Err(Payload::Json(UNMATCHED)));
-            return;
+            let why = Refused::Unmatched { reserved };
+            return self.refuse_join(why, None, msg_ref, topic, Payload::Json(UNMATCHED));
         };
         if !self.cx.policy.may_join(topic, self.cx.who) {
-            let stats = self.t.stats();
-            ShardStats::add(&stats.refused_joins, 1);
-            ShardStats::add(&stats.policy_refusals, 1);
-            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(UNAUTHORIZED)));
-            return;
+            let unauthorized = Payload::Json(UNAUTHORIZED);
+            return self.refuse_join(Refused::Rule, join_ref, msg_ref, topic, unauthorized);
         }
         if self.joins.len() >= self.cx.max_channels {
-            ShardStats::add(&self.t.stats().refused_joins, 1);
-            ShardStats::add(&self.t.stats().channel_limit_refusals, 1);
-            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(TOO_MANY)));
-            return;
+            let too_many = Payload::Json(TOO_MANY);
+            return self.refuse_join(Refused::TooMany, join_ref, msg_ref, topic, too_many);
         }
         let cost = |join_ref: Option<usize>, topic: usize| {
             std::mem::size_of::<Join>() + join_ref.unwrap_or(0) + topic
@@ -398,25 +399,21 @@ impl<'a, T: Transport> Mux<'a, T> {
             .sum();
         let stored = join_ref.map(RefBuf::from);
         if held + cost(stored.as_ref().map(RefBuf::len), topic.len()) > self.cx.max_join_bytes {
-            ShardStats::add(&self.t.stats().refused_joins, 1);
-            ShardStats::add(&self.t.stats().socket_budget_refusals, 1);
-            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(OVER_BUDGET)));
-            return;
+            let over = Payload::Json(OVER_BUDGET);
+            return self.refuse_join(Refused::Budget, join_ref, msg_ref, topic, over);
         }
         // Presence configured for the topic: the join's key, checked before
         // the channel runs so that a key too long refuses the join.
         let rules: &'a [PresenceRule] = self.cx.presence;
         let rule = rules.iter().find(|r| r.matches(topic));
         let key = rule.and_then(|r| r.key_of(payload, self.cx.who));
-        if key
+        if let Some(n) = key
             .as_ref()
-            .is_some_and(|k| k.len() > self.cx.max_presence_bytes)
+            .map(String::len)
+            .filter(|n| *n > self.cx.max_presence_bytes)
         {
-            let stats = self.t.stats();
-            ShardStats::add(&stats.refused_joins, 1);
-            ShardStats::add(&stats.presence_refused, 1);
-            self.reply(join_ref, msg_ref, topic, Err(Payload::Json(KEY_TOO_LONG)));
-            return;
+            let why = Refused::PresenceKey(n);
+            return self.refuse_join(why, join_ref, msg_ref, topic, Payload::Json(KEY_TOO_LONG));
         }
         if self.hooked(topic, crate::hooks::TopicHook::Join) {
             return self.hook_join(join_ref, msg_ref, topic, payload, key);
@@ -466,8 +463,8 @@ impl<'a, T: Transport> Mux<'a, T> {
                 }
             }
             Err(response) => {
-                ShardStats::add(&self.t.stats().refused_joins, 1);
-                self.reply(join_ref, msg_ref, topic, Err(response.as_payload()));
+                let reply = response.as_payload();
+                self.refuse_join(Refused::Channel, join_ref, msg_ref, topic, reply);
                 effects.clear();
                 self.scratch.effects = effects;
             }
