@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::forward::wire::Forward;
 use crate::metrics::ShardStats;
-use crate::protocol::phoenix::longpoll::forward::wire::Forward;
 
 /// How long a cluster-wide question waits for the other nodes' reports.
 pub const GATHER_WAIT: Duration = Duration::from_millis(300);

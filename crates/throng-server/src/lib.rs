@@ -99,11 +99,13 @@ pub mod api;
 mod api_error;
 pub mod auth;
 pub mod bind;
+mod budget;
 pub mod channel;
 pub mod config;
 pub mod control;
 pub mod dashboard;
 mod engine;
+mod forward;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod health;
@@ -122,6 +124,7 @@ pub mod scrape;
 mod setting;
 pub mod sys;
 pub mod tls;
+mod write;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};

@@ -24,12 +24,12 @@ use crate::auth::{Auth, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
+use crate::forward::wire::Forward;
+use crate::forward::{self, Answer, Request as LongPollRequest};
 use crate::hooks::{Event, EventType};
 use crate::limits::Admission;
 use crate::metrics::ShardStats;
 use crate::page::Pages;
-use crate::protocol::phoenix::longpoll::forward::wire::Forward;
-use crate::protocol::phoenix::longpoll::forward::{self, Answer, Request as LongPollRequest};
 use crate::rules::Policy;
 
 /// Sockets a second a drain closes, at most (see [`Node::drain_window`]).

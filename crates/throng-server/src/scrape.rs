@@ -66,7 +66,7 @@ pub fn render(node: &Node) -> String {
         "throng_outbound_memory_bytes",
         "gauge",
         "Output held for clients: queued bytes of their own and live broadcasts.",
-        crate::engine::budget::outbound_memory(),
+        crate::budget::outbound_memory(),
     );
     let (mut inbox_bytes, mut inbox_dropped) = (0, 0);
     for peer in &node.peers {

@@ -36,9 +36,9 @@
 //!   users and their sockets;
 //! - [`http`]: what a request asks for (the engine's pages, or a protocol's
 //!   route), without I/O; [`ws`]: WebSocket messages from frames; [`close`]:
-//!   the one table of close reasons; [`budget`]: the outbound memory
-//!   budget; `write.rs`: the one nonblocking socket write, under plain and
-//!   TLS output (`crate::tls` holds the sessions).
+//!   the one table of close reasons. Below it: `crate::budget` (the
+//!   outbound memory budget), `crate::write` (the one nonblocking socket
+//!   write, under plain and TLS output) and `crate::tls` (the sessions).
 //!
 //! ## The port a protocol answers through
 //! A protocol is lent [`Conns`] and calls, for its sockets:
@@ -58,7 +58,6 @@
 //! event is over ([`Protocol::closed`]) and before the loop accepts again,
 //! so no new connection can take its key first.
 
-pub(crate) mod budget;
 pub(crate) mod close;
 pub(crate) mod conn;
 pub(crate) mod conns;
@@ -69,7 +68,6 @@ pub(crate) mod protocol;
 mod shard;
 pub(crate) mod socket;
 pub(crate) mod users;
-pub(crate) mod write;
 pub(crate) mod ws;
 
 use mio::Token;

@@ -47,9 +47,9 @@ pub(crate) enum Chunk {
 
 impl Chunk {
     /// Bytes of this connection alone, counted in the outbound budget
-    /// (`crate::engine::budget`) until the chunk is dropped.
+    /// (`crate::budget`) until the chunk is dropped.
     pub fn owned(bytes: Vec<u8>) -> Chunk {
-        crate::engine::budget::owned_queued(bytes.len());
+        crate::budget::owned_queued(bytes.len());
         Chunk::Owned(bytes, 0)
     }
 
@@ -78,7 +78,7 @@ impl Chunk {
 impl Drop for Chunk {
     fn drop(&mut self) {
         if let Chunk::Owned(v, _) = self {
-            crate::engine::budget::owned_released(v.len());
+            crate::budget::owned_released(v.len());
         }
     }
 }

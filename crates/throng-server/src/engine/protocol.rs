@@ -23,7 +23,7 @@
 
 use throng_protocol::{Opcode, Wire};
 
-use super::http::{Head, HttpError, Upgrade};
+use super::http::{Head, Route, Upgrade};
 use super::outlet::{Closed, SessionWork};
 use super::Conns;
 use crate::config::Config;
@@ -35,20 +35,6 @@ pub(crate) struct Cx<'a, S> {
     pub node: &'a Node,
     pub conns: &'a mut Conns,
     pub me: &'a mut S,
-}
-
-/// What a protocol made of an HTTP request.
-pub(crate) enum Route<O, R> {
-    /// An upgrade to one of its WebSockets (the engine writes nothing yet:
-    /// [`Protocol::upgraded`] decides).
-    Upgrade(Box<Upgrade<O>>),
-    /// A request it answers itself ([`Protocol::request`]), with the bytes
-    /// it used (head and body).
-    Request(usize, Box<R>),
-    /// Refused: the engine writes the error and closes the connection.
-    Error(HttpError),
-    /// Its body is not all here yet: read more.
-    Incomplete,
 }
 
 /// A wire protocol the engine serves.

@@ -28,6 +28,8 @@
 //! broadcast the same event to the topic) on every rule's pattern that the
 //! chat app does not route, so a config-only deployment has channels.
 
+pub mod chat;
+
 use serde::{Deserialize, Serialize};
 
 use crate::channel::Who;

@@ -35,8 +35,8 @@ use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError};
 use rustls::{HandshakeKind, ServerConfig};
 
-use crate::engine::write::write_some;
 use crate::metrics::ShardStats;
+use crate::write::write_some;
 
 use super::records;
 use records::Records;

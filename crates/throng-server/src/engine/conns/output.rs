@@ -16,13 +16,13 @@ use throng_pubsub::Broadcast;
 use throng_pubsub::presence::encode::{COUNT as PRESENCE_COUNT, DIFF as PRESENCE_DIFF};
 
 use super::Conns;
-use crate::engine::budget;
+use crate::budget;
 use crate::engine::close::CloseReason;
 use crate::engine::conn::{Chunk, Kind};
 use crate::engine::outlet::{Outlet, SessionWork};
-use crate::engine::write::{write_some, write_some_vectored};
 use crate::history::recovery::Hold;
 use crate::metrics::ShardStats;
+use crate::write::{write_some, write_some_vectored};
 
 impl Conns {
     /// Appends a frame around `body` to the frames gathered for the

@@ -18,7 +18,6 @@
 
 use throng_protocol::{handshake, Wire};
 
-use super::protocol::{Protocol, Route};
 use crate::config::Config;
 
 /// Largest request head accepted.
@@ -95,8 +94,23 @@ impl HttpError {
     }
 }
 
-/// What the request at the front of the bytes asks for.
-pub(crate) enum Action<P: Protocol> {
+/// What a protocol made of an HTTP request.
+pub(crate) enum Route<O, R> {
+    /// An upgrade to one of its WebSockets (the engine writes nothing yet:
+    /// [`Protocol::upgraded`] decides).
+    Upgrade(Box<Upgrade<O>>),
+    /// A request it answers itself ([`Protocol::request`]), with the bytes
+    /// it used (head and body).
+    Request(usize, Box<R>),
+    /// Refused: the engine writes the error and closes the connection.
+    Error(HttpError),
+    /// Its body is not all here yet: read more.
+    Incomplete,
+}
+
+/// What the request at the front of the bytes asks for, for a server
+/// whose protocols' upgrades carry `O` and whose own requests are `R`.
+pub(crate) enum Action<O, R> {
     /// The head is not complete yet: read more.
     Incomplete,
     /// Serve a page; the connection stays open if `keep_alive`.
@@ -108,13 +122,13 @@ pub(crate) enum Action<P: Protocol> {
     /// The WebSocket echo (`--echo`): the `101` and deflate's window bits.
     Echo(Vec<u8>, u8),
     /// An upgrade to a protocol's socket.
-    Upgrade(Box<Upgrade<P::Open>>),
+    Upgrade(Box<Upgrade<O>>),
     /// A protocol's own request.
-    Request(Box<P::Request>),
+    Request(Box<R>),
     Error(HttpError),
 }
 
-impl<P: Protocol> std::fmt::Debug for Action<P> {
+impl<O, R> std::fmt::Debug for Action<O, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Action::Incomplete => f.write_str("Incomplete"),
@@ -129,7 +143,13 @@ impl<P: Protocol> std::fmt::Debug for Action<P> {
 
 /// Reads one request head from `data`; returns the bytes it used (all of
 /// them for an error, which ends the connection) and what to do.
-pub(crate) fn handle<P: Protocol>(data: &[u8], config: &Config, proto: &P) -> (usize, Action<P>) {
+/// What is not the engine's own goes to `route` (the protocols'
+/// [`Protocol::route`](super::Protocol::route)).
+pub(crate) fn handle<O, R>(
+    data: &[u8],
+    config: &Config,
+    route: impl FnOnce(&Head<'_, '_>, &Config) -> Option<Route<O, R>>,
+) -> (usize, Action<O, R>) {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(data) {
@@ -186,7 +206,7 @@ pub(crate) fn handle<P: Protocol>(data: &[u8], config: &Config, proto: &P) -> (u
         head_len,
         keep_alive,
     };
-    match proto.route(&head, config) {
+    match route(&head, config) {
         Some(Route::Upgrade(u)) => return (head_len, Action::Upgrade(u)),
         Some(Route::Request(used, r)) => return (used, Action::Request(r)),
         Some(Route::Error(e)) => return (data.len(), Action::Error(e)),
@@ -215,7 +235,7 @@ pub(crate) fn handle<P: Protocol>(data: &[u8], config: &Config, proto: &P) -> (u
     (head_len, action)
 }
 
-fn too_large<P: Protocol>(body: &'static str) -> Action<P> {
+fn too_large<O, R>(body: &'static str) -> Action<O, R> {
     Action::Error(HttpError::new(431, "Request Header Fields Too Large", body))
 }
 
@@ -355,6 +375,9 @@ fn redact(target: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Protocol;
+    use crate::protocol::phoenix::longpoll::http::LongPoll;
+    use crate::protocol::phoenix::upgrade::Open;
     use crate::protocol::phoenix::Phoenix;
 
     fn cfg() -> Config {
@@ -365,8 +388,8 @@ mod tests {
         }
     }
 
-    fn h(data: &[u8], config: &Config) -> (usize, Action<Phoenix>) {
-        handle(data, config, &Phoenix)
+    fn h(data: &[u8], config: &Config) -> (usize, Action<Open, LongPoll>) {
+        handle(data, config, |head, config| Phoenix.route(head, config))
     }
 
     const KEY: &str = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";

@@ -177,7 +177,9 @@ impl<P: Protocol> Shard<P> {
                     }
                     return pos;
                 }
-                Kind::Http => match http::handle(&data[pos..], &self.node.config, &*self.proto) {
+                Kind::Http => match http::handle(&data[pos..], &self.node.config, |head, config| {
+                    self.proto.route(head, config)
+                }) {
                     (_, Action::Incomplete) => return pos,
                     (used, action) => {
                         self.turn += 1;
@@ -282,7 +284,7 @@ impl<P: Protocol> Shard<P> {
     }
 
     /// Does what an HTTP request asked for.
-    fn http(&mut self, key: usize, action: Action<P>) {
+    fn http(&mut self, key: usize, action: Action<P::Open, P::Request>) {
         let node = &*self.node;
         let conns = &mut self.conns;
         match action {
@@ -397,7 +399,7 @@ impl<P: Protocol> Shard<P> {
                 ShardStats::add(&self.conns.stats.messages_in, 1);
                 if echo {
                     #[cfg(feature = "test-hooks")]
-                    crate::protocol::phoenix::echo::test_panic(&self.node, &data);
+                    crate::panic::test_panic(&self.node, &data);
                     let window = self.conns.deflate_of(key);
                     self.conns.frame_out_compressed(window, opcode, &data, true);
                     return;

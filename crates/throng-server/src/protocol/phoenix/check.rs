@@ -14,12 +14,25 @@
 
 use throng_protocol::{Vsn, Wire};
 
-use super::upgrade::{query_params, Open};
+use super::upgrade::{check_origin, query_params, Open};
 use crate::channel::ConnectInfo;
+use crate::config::Config;
+use crate::engine::http::{Head, Route};
 use crate::engine::http::{HttpError, Upgrade};
 
 /// The path.
 pub(crate) const CHECK_PATH: &str = "/socket/check";
+
+/// The route of a check: refused as an upgrade would be (its origin
+/// first), else an [`Upgrade`] whose response is the `204`.
+pub(super) fn route<R>(head: &Head<'_, '_>, config: &Config) -> Route<Open, R> {
+    match check_origin(head, config)
+        .and_then(|()| request(head.req, head.query, config.hooks.connect))
+    {
+        Ok(u) => Route::Upgrade(Box::new(u)),
+        Err(e) => Route::Error(e),
+    }
+}
 
 /// The answer of a check the connect would pass.
 const WOULD_CONNECT: &[u8] =
@@ -27,7 +40,7 @@ const WOULD_CONNECT: &[u8] =
 
 /// The check asked by `req` (GET or HEAD, no body), as an [`Upgrade`]
 /// whose response is the `204`.
-pub(super) fn request(
+fn request(
     req: &httparse::Request<'_, '_>,
     query: &str,
     hook_headers: bool,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use throng_protocol::{Vsn, Wire};
 
-use super::shard::Phx;
+use super::Phx;
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
 use crate::engine::outlet::Outlet;

@@ -31,18 +31,78 @@ pub(crate) mod socket;
 mod transport;
 pub(crate) mod upgrade;
 
+use std::collections::HashMap;
+
 use throng_protocol::{Opcode, Vsn, Wire};
 
 use crate::config::Config;
 use crate::engine::close::CloseReason;
+use crate::engine::http::Route;
 use crate::engine::http::{Head, Upgrade, MAX_REQUEST_HEAD};
 use crate::engine::outlet::{Closed, Outlet, SessionWork};
-use crate::engine::protocol::Route;
-use crate::engine::{Cx, Protocol};
+use crate::engine::{Conns, Cx, Protocol};
 use crate::metrics::ShardStats;
 use crate::node::{Node, ShardMsg};
 use longpoll::http::LongPoll;
-use shard::{Phx, State};
+use socket::{Scratch, Tracked};
+
+/// What Phoenix keeps on a shard.
+pub(crate) struct State {
+    /// Buffers a socket call borrows, so that a message costs no allocation.
+    pub scratch: Scratch,
+    pub parts: Parts,
+}
+
+/// The parts of [`State`] a socket's transport reaches.
+pub(crate) struct Parts {
+    /// Long-poll sessions owned here and requests waited on here.
+    pub lp: longpoll::State,
+    /// Joins and pushes waiting for the app backend (`crate::hooks`).
+    pub hook_waits: crate::hooks::Waits,
+    /// Presences of this shard's joins, by (registry key, registry topic
+    /// index); empty unless presence is in use.
+    pub tracked: HashMap<(usize, u32), Tracked>,
+}
+
+impl State {
+    pub fn new(node: &Node) -> State {
+        State {
+            scratch: Scratch::default(),
+            parts: Parts {
+                lp: longpoll::State::new(
+                    node.backplane.node_id(),
+                    node.config
+                        .longpoll_window
+                        .map_or(0, |w| w.as_millis() as u64),
+                    node.config.max_outbound_bytes,
+                    node.config.max_message_bytes,
+                ),
+                hook_waits: Default::default(),
+                tracked: HashMap::new(),
+            },
+        }
+    }
+}
+
+/// One call's view of the shard for Phoenix.
+pub(crate) struct Phx<'a> {
+    pub node: &'a Node,
+    pub conns: &'a mut Conns,
+    pub parts: &'a mut Parts,
+    pub scratch: &'a mut Scratch,
+}
+
+impl<'a> Phx<'a> {
+    /// The view of what the engine lends.
+    pub fn of(cx: &'a mut Cx<'_, State>) -> Phx<'a> {
+        Phx {
+            node: cx.node,
+            conns: &mut *cx.conns,
+            parts: &mut cx.me.parts,
+            scratch: &mut cx.me.scratch,
+        }
+    }
+}
 
 /// The Phoenix Channels protocol, for the engine.
 pub(crate) struct Phoenix;
@@ -61,7 +121,14 @@ impl Protocol for Phoenix {
         head: &Head<'_, '_>,
         config: &Config,
     ) -> Option<Route<upgrade::Open, LongPoll>> {
-        upgrade::route(head, config)
+        match head.path {
+            upgrade::WEBSOCKET_PATH => Some(upgrade::websocket(head, config)),
+            check::CHECK_PATH => Some(check::route(head, config)),
+            upgrade::LONGPOLL_PATH if config.longpoll_window.is_some() => {
+                Some(longpoll::http::request(head, config))
+            }
+            _ => None,
+        }
     }
 
     fn upgraded(&self, cx: &mut Cx<'_, State>, key: usize, up: Upgrade<upgrade::Open>) {

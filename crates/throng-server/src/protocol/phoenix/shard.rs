@@ -11,15 +11,13 @@
 //! ended) are matched on it here and in `transport.rs`, and nowhere else
 //! outside `longpoll/`.
 
-use std::collections::HashMap;
-
 use throng_protocol::frame::{close_code, Opcode};
 use throng_protocol::serializer::{self, Sender};
 use throng_protocol::{Vsn, Wire};
 
-use super::longpoll;
-use super::socket::{Cx as SocketCx, Mux, Scratch, Tracked};
-use super::transport::ShardTransport;
+use super::socket::{Cx as SocketCx, Mux};
+use super::transport::{socket_of, ShardTransport};
+use super::Phx;
 use crate::channel::{ConnectInfo, Info, Who};
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
@@ -27,68 +25,11 @@ use crate::engine::conns::output::Sent;
 use crate::engine::outlet::{Closed, Outlet};
 use crate::engine::socket::{Joins, SocketState};
 use crate::engine::users::Id;
-use crate::engine::{Conns, Cx};
 use crate::history::recovery::Pending;
 use crate::hooks::EventType;
 use crate::node::Node;
 
-/// What Phoenix keeps on a shard.
-pub(crate) struct State {
-    /// Buffers a socket call borrows, so that a message costs no allocation.
-    pub scratch: Scratch,
-    pub parts: Parts,
-}
-
-/// The parts of [`State`] a socket's transport reaches.
-pub(crate) struct Parts {
-    /// Long-poll sessions owned here and requests waited on here.
-    pub lp: longpoll::State,
-    /// Joins and pushes waiting for the app backend (`crate::hooks`).
-    pub hook_waits: crate::hooks::Waits,
-    /// Presences of this shard's joins, by (registry key, registry topic
-    /// index); empty unless presence is in use.
-    pub tracked: HashMap<(usize, u32), Tracked>,
-}
-
-impl State {
-    pub fn new(node: &Node) -> State {
-        State {
-            scratch: Scratch::default(),
-            parts: Parts {
-                lp: longpoll::State::new(
-                    node.backplane.node_id(),
-                    node.config
-                        .longpoll_window
-                        .map_or(0, |w| w.as_millis() as u64),
-                    node.config.max_outbound_bytes,
-                    node.config.max_message_bytes,
-                ),
-                hook_waits: Default::default(),
-                tracked: HashMap::new(),
-            },
-        }
-    }
-}
-
-/// One call's view of the shard for Phoenix.
-pub(crate) struct Phx<'a> {
-    pub node: &'a Node,
-    pub conns: &'a mut Conns,
-    pub parts: &'a mut Parts,
-    pub scratch: &'a mut Scratch,
-}
-
-impl<'a> Phx<'a> {
-    /// The view of what the engine lends.
-    pub fn of(cx: &'a mut Cx<'_, State>) -> Phx<'a> {
-        Phx {
-            node: cx.node,
-            conns: &mut *cx.conns,
-            parts: &mut cx.me.parts,
-            scratch: &mut cx.me.scratch,
-        }
-    }
-
+impl Phx<'_> {
     /// A complete WebSocket message on the Phoenix socket of `key`.
     pub fn message(&mut self, key: usize, vsn: Vsn, opcode: Opcode, data: &[u8]) {
         let msg = match serializer::decode(vsn, opcode, data, Sender::Client) {
@@ -306,31 +247,6 @@ impl<'a> Phx<'a> {
                 (!s.dead).then_some(s.vsn)
             }
         }
-    }
-}
-
-/// The socket state of `outlet`: a connection's, or a session's.
-pub(crate) fn socket_of<'s>(
-    conns: &'s mut Conns,
-    parts: &'s mut Parts,
-    outlet: Outlet,
-) -> Option<&'s mut SocketState> {
-    match outlet {
-        Outlet::Conn(key) => Some(&mut conns.slab.get_mut(key)?.socket),
-        Outlet::Session(idx) => Some(&mut parts.lp.sessions.get_mut(idx)?.socket),
-    }
-}
-
-/// The control budget of `outlet` (`--control-rate`), kept beside its
-/// state by each carrier.
-pub(crate) fn control_tat_of<'s>(
-    conns: &'s mut Conns,
-    parts: &'s mut Parts,
-    outlet: Outlet,
-) -> Option<&'s mut u32> {
-    match outlet {
-        Outlet::Conn(key) => Some(&mut conns.slab.get_mut(key)?.control_tat),
-        Outlet::Session(idx) => Some(&mut parts.lp.sessions.get_mut(idx)?.control_tat),
     }
 }
 

@@ -10,12 +10,13 @@ use throng_protocol::OwnedPayload;
 use throng_pubsub::{Broadcast, Slot, Tracker};
 
 use super::longpoll::Item;
-use super::shard::{control_tat_of, socket_of, Parts};
 use super::socket::{Tracked, Transport};
+use super::Parts;
 use crate::auth::rate::Verdict;
 use crate::engine::close::CloseReason;
 use crate::engine::conn::Kind;
 use crate::engine::outlet::Outlet;
+use crate::engine::socket::SocketState;
 use crate::engine::Conns;
 use crate::hooks::EventType;
 use crate::metrics::ShardStats;
@@ -236,5 +237,30 @@ impl Transport for ShardTransport<'_> {
         self.conns
             .recovery
             .start(node, shard, key, idx, topic, since, held)
+    }
+}
+
+/// The socket state of `outlet`: a connection's, or a session's.
+pub(crate) fn socket_of<'s>(
+    conns: &'s mut Conns,
+    parts: &'s mut Parts,
+    outlet: Outlet,
+) -> Option<&'s mut SocketState> {
+    match outlet {
+        Outlet::Conn(key) => Some(&mut conns.slab.get_mut(key)?.socket),
+        Outlet::Session(idx) => Some(&mut parts.lp.sessions.get_mut(idx)?.socket),
+    }
+}
+
+/// The control budget of `outlet` (`--control-rate`), kept beside its
+/// state by each carrier.
+pub(crate) fn control_tat_of<'s>(
+    conns: &'s mut Conns,
+    parts: &'s mut Parts,
+    outlet: Outlet,
+) -> Option<&'s mut u32> {
+    match outlet {
+        Outlet::Conn(key) => Some(&mut conns.slab.get_mut(key)?.control_tat),
+        Outlet::Session(idx) => Some(&mut parts.lp.sessions.get_mut(idx)?.control_tat),
     }
 }

@@ -18,12 +18,10 @@ use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use throng_protocol::{handshake, Vsn, Wire};
 
-use super::check::CHECK_PATH;
-use super::longpoll::http::LongPoll;
 use crate::channel::ConnectInfo;
 use crate::config::Config;
+use crate::engine::http::Route;
 use crate::engine::http::{accept_websocket, check_websocket, Head, HttpError, Upgrade};
-use crate::engine::protocol::Route;
 
 /// phoenix.js's `authToken` subprotocol prefix (`constants.js`).
 const AUTH_TOKEN_PREFIX: &str = "base64url.bearer.phx.";
@@ -45,25 +43,11 @@ pub(crate) struct Open {
     pub check: bool,
 }
 
-/// Phoenix's route for a request on the public port, if it is one of its paths.
-pub(crate) fn route(head: &Head<'_, '_>, config: &Config) -> Option<Route<Open, LongPoll>> {
-    match head.path {
-        WEBSOCKET_PATH => Some(match upgrade(head, config) {
-            Ok(u) => Route::Upgrade(Box::new(u)),
-            Err(e) => Route::Error(e),
-        }),
-        CHECK_PATH => Some(
-            match check_origin(head, config)
-                .and_then(|()| super::check::request(head.req, head.query, config.hooks.connect))
-            {
-                Ok(u) => Route::Upgrade(Box::new(u)),
-                Err(e) => Route::Error(e),
-            },
-        ),
-        LONGPOLL_PATH if config.longpoll_window.is_some() => {
-            Some(super::longpoll::http::request(head, config))
-        }
-        _ => None,
+/// An upgrade at [`WEBSOCKET_PATH`]: the socket to open, or the refusal.
+pub(crate) fn websocket<R>(head: &Head<'_, '_>, config: &Config) -> Route<Open, R> {
+    match upgrade(head, config) {
+        Ok(u) => Route::Upgrade(Box::new(u)),
+        Err(e) => Route::Error(e),
     }
 }
 
@@ -83,7 +67,7 @@ pub(crate) fn query_params(query: &str) -> (Option<String>, Vec<(String, String)
 }
 
 /// Refuses (403) a request whose `Origin` is not allowed (`check_origin`).
-fn check_origin(head: &Head<'_, '_>, config: &Config) -> Result<(), HttpError> {
+pub(crate) fn check_origin(head: &Head<'_, '_>, config: &Config) -> Result<(), HttpError> {
     let origin = head.header("origin");
     let origin_text = origin.map(|o| std::str::from_utf8(o).unwrap_or("null"));
     let host = head
@@ -177,6 +161,8 @@ fn auth_subprotocols(req: &httparse::Request<'_, '_>) -> Result<(bool, Option<St
 mod tests {
     use super::*;
     use crate::engine::http::{handle, Action};
+    use crate::engine::Protocol;
+    use crate::protocol::phoenix::longpoll::http::LongPoll;
     use crate::protocol::phoenix::Phoenix;
 
     fn cfg() -> Config {
@@ -187,8 +173,8 @@ mod tests {
         }
     }
 
-    fn h(data: &[u8], config: &Config) -> (usize, Action<Phoenix>) {
-        handle(data, config, &Phoenix)
+    fn h(data: &[u8], config: &Config) -> (usize, Action<Open, LongPoll>) {
+        handle(data, config, |head, config| Phoenix.route(head, config))
     }
 
     const KEY: &str = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";

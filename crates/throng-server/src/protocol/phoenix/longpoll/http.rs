@@ -16,8 +16,8 @@ use throng_protocol::Vsn;
 
 use crate::channel::ConnectInfo;
 use crate::config::Config;
+use crate::engine::http::Route;
 use crate::engine::http::{body_length, Head, HttpError};
-use crate::engine::protocol::Route;
 use crate::protocol::phoenix::longpoll::Token;
 use crate::protocol::phoenix::upgrade::{query_params, Open};
 
@@ -134,10 +134,11 @@ pub(crate) fn request(head: &Head<'_, '_>, config: &Config) -> Route<Open, LongP
 mod tests {
     use super::*;
     use crate::engine::http::{handle, Action, Page};
+    use crate::engine::Protocol;
     use crate::protocol::phoenix::Phoenix;
 
-    fn h(data: &[u8], config: &Config) -> (usize, Action<Phoenix>) {
-        handle(data, config, &Phoenix)
+    fn h(data: &[u8], config: &Config) -> (usize, Action<Open, LongPoll>) {
+        handle(data, config, |head, config| Phoenix.route(head, config))
     }
 
     fn cfg() -> Config {

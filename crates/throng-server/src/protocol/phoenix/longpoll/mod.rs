@@ -59,11 +59,10 @@
 //!   goes back to the session ([`Ask::Return`]), whose next poll gets its
 //!   messages. Phoenix loses them.
 
-pub(crate) mod forward;
 pub(crate) mod http;
 mod shard;
 
-pub(crate) use crate::protocol::phoenix::longpoll::forward::{token, wire};
+pub(crate) use crate::forward::{token, wire};
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -78,7 +77,7 @@ use throng_pubsub::Broadcast;
 use crate::channel::ConnectInfo;
 use crate::engine::close::CloseReason;
 use crate::engine::socket::SocketState;
-pub(crate) use crate::protocol::phoenix::longpoll::forward::status_body;
+pub(crate) use crate::forward::status_body;
 pub(crate) use token::{Secret, Token};
 pub(crate) use wire::{Answer, Ask, ReplyTo, Request};
 

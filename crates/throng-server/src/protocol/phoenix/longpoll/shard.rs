@@ -28,7 +28,7 @@ use crate::protocol::phoenix::longpoll::{
     self, poll_body, status_body, Answer, Ask, Item, Parked, ReplyTo, Request, Secret, Session,
     Token, Waiting, FORWARD_GRACE_MS,
 };
-use crate::protocol::phoenix::shard::Phx;
+use crate::protocol::phoenix::Phx;
 use crate::refusals::Reason;
 
 impl Phx<'_> {
