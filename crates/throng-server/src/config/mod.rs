@@ -170,7 +170,7 @@ impl ServeArgs {
                 toml::from_str::<FileConfig>(&text)
                     .map_err(|e| {
                         let hint = file::table_key_hint(&text).unwrap_or_default();
-                        format!("{}: {e}{hint}", path.display())
+                        format!("{}: {}{hint}", path.display(), file::toml_error(&e, &text))
                     })
                     .and_then(|f| {
                         f.into_args()
@@ -207,6 +207,13 @@ impl ServeArgs {
                 "rediss+cluster://",
             ];
             if !schemes.iter().any(|s| url.starts_with(s)) {
+                // Its password, if it has one, is not shown.
+                let url = match url.contains("://") {
+                    true => throng_pubsub::link::redact(url),
+                    false => {
+                        throng_pubsub::link::redact(&format!("redis://{url}"))[8..].to_string()
+                    }
+                };
                 return Err(Error::Config(format!(
                     "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
                      redis://USER:PASSWORD@HOST:PORT with a password, \
@@ -415,6 +422,20 @@ mod tests {
         assert_eq!(c.limits.max_connections, 7);
         assert_eq!(c.max_message_bytes, 64 << 10);
         assert!(c.max_message_bytes * 16 <= c.max_outbound_bytes);
+    }
+
+    /// Found by the `config_toml` fuzz target: a Redis URL without its
+    /// scheme was shown whole, password and all, in the error.
+    #[test]
+    fn a_redis_url_refused_hides_its_password() {
+        for url in ["u:pa55word@h:6379", "http://u:pa55word@h:6379"] {
+            let args = ServeArgs {
+                redis: Some(url.into()),
+                ..Default::default()
+            };
+            let e = args.resolve().expect_err(url).to_string();
+            assert!(!e.contains("pa55word") && e.contains("u:***@h:6379"), "{e}");
+        }
     }
 
     #[test]
