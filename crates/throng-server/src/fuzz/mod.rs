@@ -19,10 +19,10 @@
 //! | `inflate` | permessage-deflate: the shard's bounded inflater, the negotiation | `inflate.rs` |
 //!
 //! Adding a target (the Pusher protocol's parser is the next one): a file
-//! here with `pub fn NAME(data: &[u8])` that panics when an invariant
-//! breaks; a row in [`TARGETS`]; a `fuzz/fuzz_targets/NAME.rs` calling it
+//! here with `pub fn name(data: &[u8])` that panics when an invariant
+//! breaks; a row in [`TARGETS`]; a `fuzz/fuzz_targets/<name>.rs` calling it
 //! and its `[[bin]]` in `fuzz/Cargo.toml`; a few seeds in
-//! `fuzz/corpus/NAME/` (then `cargo fuzz cmin`); a row in
+//! `fuzz/corpus/<name>/` (then `cargo fuzz cmin`); a row in
 //! `fuzz/README.md`. CI then replays its corpus and fuzzes it
 //! (`scripts/fuzz.sh`).
 
