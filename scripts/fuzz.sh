@@ -5,7 +5,8 @@
 # a scratch folder. Exits 1 if any target fails, after printing the input
 # that failed (hex and base64), where it is kept and how to replay it.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]      (FUZZ_JOBS=2 by default)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      (FUZZ_JOBS=2 by default;
+#                                               FUZZ_MERGE=1 keeps new coverage)
 #
 # The engine is libFuzzer (the libfuzzer-sys crate), coverage-guided. The
 # toolchain: nightly with AddressSanitizer when a nightly is installed or
@@ -101,6 +102,16 @@ for t in "${targets[@]}"; do
   fi
 done
 wait
+
+# FUZZ_MERGE=1: what the runs found that adds coverage goes into the kept
+# corpus (libFuzzer's -merge=1, as `cargo fuzz cmin` keeps one input per
+# feature), to commit after a long run by hand; CI leaves the corpus as is.
+if [ "${FUZZ_MERGE:-0}" = 1 ]; then
+  for t in "${targets[@]}"; do
+    "$bin/$t" -merge=1 -max_len="$(max_len "$t")" "fuzz/corpus/$t" "$work/$t" >"$work/$t.merge.log" 2>&1 ||
+      echo "fuzz: merging $t's new inputs failed (see above)"
+  done
+fi
 
 stat() { sed -n "s/^stat::$2: *//p" "$work/$1.log" | tail -1; }
 failed=0
