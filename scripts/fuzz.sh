@@ -120,7 +120,8 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t: $(stat "$t" number_of_executed_units) runs in $secs s, ${cov:-cov: ?} edges, $(find "$work/$t" -type f | wc -l) new inputs, peak RSS $(stat "$t" peak_rss_mb) MB: $(cat "$work/$t.status")"
   if [ "$(cat "$work/$t.status")" != ok ]; then
     failed=1
-    tail -n 60 "$work/$t.log"
+    grep -m1 -A2 "panicked at" "$work/$t.log" || true
+    tail -n 30 "$work/$t.log"
     for a in fuzz/artifacts/"$t"-*; do
       [ -f "$a" ] || continue
       echo "fuzz: the input that failed $t, kept in $a ($(wc -c <"$a") bytes):"

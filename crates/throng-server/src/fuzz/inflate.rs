@@ -10,8 +10,8 @@
 //!
 //! Asserts, beside no panic:
 //! - bounded memory: a message inflates to at most its bound, and the
-//!   buffer holds at most about twice the bound plus one step, whatever the
-//!   data claims (a decompression bomb stops at the bound);
+//!   buffer grows for it to at most about twice the bound plus one step,
+//!   whatever the data claims (a decompression bomb stops at the bound);
 //! - a message inflates (or fails) the same with the shard's reused
 //!   inflater as with a fresh one, and to the same bytes as an unbounded
 //!   inflate when it fits: no state leaks from one message to the next;
@@ -41,17 +41,14 @@ pub fn inflate(data: &[u8]) {
         let (message, next) = tail.split_at(n);
         rest = next;
         let max = BOUNDS[usize::from(bound & 3)];
+        let before = out.capacity();
         let got = inflater.inflate(message, max, &mut out);
-        assert!(
-            out.len() <= max + 1,
-            "{} bytes inflated past {max}",
-            out.len()
-        );
+        assert!(out.len() <= max + 1, "{} inflated past {max}", out.len());
+        // The buffer grows for this message to about twice its bound at
+        // most (it may hold more, kept from an earlier message).
         let held = out.capacity();
-        assert!(
-            held <= 2 * (max + 1) + 16 * 1024,
-            "{held} bytes held for {max}"
-        );
+        let grown = 2 * (max + 1) + 16 * 1024;
+        assert!(held <= before.max(grown), "{held} bytes held for {max}");
         let fresh = inflate_once(message, max);
         match (&got, &fresh) {
             (Ok(()), Ok(f)) => assert_eq!(&out, f, "a reused inflater differs"),
