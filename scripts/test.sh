@@ -5,7 +5,8 @@
 # end-to-end suites, the container image's (static binary, FROM scratch
 # image in podman) and the third-party client compatibility test (real
 # Tsung) against the real binary.
-# Each suite is bounded; the whole run takes a few minutes.
+# Each suite is bounded; the whole run takes a few minutes, and fuzzes
+# every parser for a minute (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,6 +87,13 @@ scripts/check-fn-lengths.py
 
 stage "no import cycles between the modules of any crate"
 scripts/check-import-cycles.py
+
+# The corpus replay ran with the unit tests (fuzz::tests); this fuzzes each
+# target for 60 s, two at a time (libFuzzer; nightly with AddressSanitizer
+# when rustup has or can get a nightly, else stable: fuzz/README.md).
+# libfuzzer-sys compiles libFuzzer with g++ (installed above).
+stage "fuzz: every target of fuzz/ for 60 s"
+scripts/fuzz.sh 60
 
 if [ -n "$backend_npm" ]; then
   stage "npm ci --prefix examples/backend (started with the cargo build)"

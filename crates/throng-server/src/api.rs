@@ -177,7 +177,7 @@ fn body<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()))
 }
 
-fn topic_ok(topic: &str) -> Result<(), ApiError> {
+pub(crate) fn topic_ok(topic: &str) -> Result<(), ApiError> {
     if let Some(why) = crate::limits::topic_error(topic) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -203,14 +203,18 @@ struct BroadcastIn<'a> {
     payload: Option<&'a RawValue>,
 }
 
-async fn broadcast(
-    State(api): State<Api>,
-    headers: HeaderMap,
-    raw: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    api.check(&headers)?;
-    let bytes = bytes_of(&api, &headers, raw).await?;
-    let req: BroadcastIn<'_> = body(&bytes)?;
+/// A broadcast the API takes: its topic, event and payload.
+#[derive(Debug)]
+pub(crate) struct BroadcastReq {
+    pub topic: String,
+    pub event: String,
+    pub payload: OwnedPayload,
+}
+
+/// Reads and checks a `POST /api/broadcast` body (JSON nesting within
+/// `depth`), or the 400 that says why not.
+pub(crate) fn broadcast_request(bytes: &[u8], depth: usize) -> Result<BroadcastReq, ApiError> {
+    let req: BroadcastIn<'_> = body(bytes)?;
     topic_ok(&req.topic)?;
     if req.event.is_empty() {
         return Err(ApiError::new(
@@ -230,7 +234,6 @@ async fn broadcast(
             ),
         ));
     }
-    let depth = api.endpoint.node().config.limits.max_json_depth;
     if req
         .payload
         .is_some_and(|raw| crate::limits::json_too_deep(raw.get().as_bytes(), depth))
@@ -247,6 +250,23 @@ async fn broadcast(
         Some(raw) => OwnedPayload::Json(raw.get().to_string()),
         None => OwnedPayload::empty(),
     };
+    Ok(BroadcastReq {
+        topic: req.topic,
+        event: req.event,
+        payload,
+    })
+}
+
+async fn broadcast(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    api.check(&headers)?;
+    let bytes = bytes_of(&api, &headers, raw).await?;
+    let depth = api.endpoint.node().config.limits.max_json_depth;
+    let req = broadcast_request(&bytes, depth)?;
+    let payload = req.payload;
     match api.endpoint.publish(&req.topic, &req.event, payload).await {
         // A topic with history: the message's position (`crate::history`).
         Ok(Some(msg_ref)) => Ok(Json(json!({"ok": true, "ref": msg_ref}))),
@@ -266,10 +286,23 @@ async fn broadcast(
 }
 
 #[derive(Deserialize, Debug)]
-struct DisconnectIn {
-    user: String,
+pub(crate) struct DisconnectIn {
+    pub user: String,
     #[serde(default)]
-    revoke: bool,
+    pub revoke: bool,
+}
+
+/// Reads and checks a `POST /api/disconnect` body, or the 400 that says why not.
+pub(crate) fn disconnect_request(bytes: &[u8]) -> Result<DisconnectIn, ApiError> {
+    let req: DisconnectIn = body(bytes)?;
+    if req.user.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_user",
+            "user is empty",
+        ));
+    }
+    Ok(req)
 }
 
 async fn disconnect(
@@ -279,14 +312,7 @@ async fn disconnect(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     api.check(&headers)?;
     let bytes = bytes_of(&api, &headers, raw).await?;
-    let req: DisconnectIn = body(&bytes)?;
-    if req.user.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_user",
-            "user is empty",
-        ));
-    }
+    let req = disconnect_request(&bytes)?;
     api.endpoint.disconnect(&req.user, req.revoke);
     Ok(Json(json!({"ok": true, "revoked": req.revoke})))
 }
@@ -321,9 +347,9 @@ async fn stats(
 }
 
 #[derive(Deserialize)]
-struct PresenceQuery {
+pub(crate) struct PresenceQuery {
     #[serde(default)]
-    topic: Option<String>,
+    pub topic: Option<String>,
 }
 
 async fn presence(

@@ -39,6 +39,7 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
     let table: toml::Table = match toml::from_str(&text) {
         Ok(t) => t,
         Err(e) => {
+            let e = super::file::toml_error(&e, &text);
             let _ = writeln!(report, "error: {} is not valid TOML: {e}", file.display());
             return Checked { report, ok: false };
         }

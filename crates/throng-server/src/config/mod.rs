@@ -178,7 +178,7 @@ impl ServeArgs {
                     .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
                 keys::check(path, &text).map_err(Error::Config)?;
                 toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| format!("{}: {e}", path.display()))
+                    .map_err(|e| format!("{}: {}", path.display(), file::toml_error(&e, &text)))
                     .and_then(|f| {
                         f.into_args()
                             .map_err(|e| format!("{}: {e}", path.display()))
@@ -219,6 +219,13 @@ impl ServeArgs {
                 "rediss+cluster://",
             ];
             if !schemes.iter().any(|s| url.starts_with(s)) {
+                // Its password, if it has one, is not shown.
+                let url = match url.contains("://") {
+                    true => throng_pubsub::link::redact(url),
+                    false => {
+                        throng_pubsub::link::redact(&format!("redis://{url}"))[8..].to_string()
+                    }
+                };
                 return Err(Error::Config(format!(
                     "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
                      redis://USER:PASSWORD@HOST:PORT with a password, \
@@ -456,6 +463,20 @@ mod tests {
         assert_eq!(c.limits.max_connections, 7);
         assert_eq!(c.max_message_bytes, 64 << 10);
         assert!(c.max_message_bytes * 16 <= c.max_outbound_bytes);
+    }
+
+    /// Found by the `config_toml` fuzz target: a Redis URL without its
+    /// scheme was shown whole, password and all, in the error.
+    #[test]
+    fn a_redis_url_refused_hides_its_password() {
+        for url in ["u:pa55word@h:6379", "http://u:pa55word@h:6379"] {
+            let args = ServeArgs {
+                redis: Some(url.into()),
+                ..Default::default()
+            };
+            let e = args.resolve().expect_err(url).to_string();
+            assert!(!e.contains("pa55word") && e.contains("u:***@h:6379"), "{e}");
+        }
     }
 
     #[test]

@@ -64,7 +64,10 @@ impl Answer {
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err("not a JSON object".into());
         }
-        let a: Answer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        // UTF-8 throughout: serde_json checks it only where it reads, not
+        // in the fields it skips.
+        let text = std::str::from_utf8(body).map_err(|_| "not UTF-8".to_string())?;
+        let a: Answer = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let is_object = |v: &RawValue| v.get().trim_start().starts_with('{');
         if a.assigns.as_deref().is_some_and(|v| !is_object(v)) {
             return Err("assigns is not an object".into());
@@ -153,6 +156,9 @@ mod tests {
             br#"{"assigns":[1]}"#,
             br#"{"broadcast":{"payload":{}}}"#,
             br#"{"broadcast":{"event":""}}"#,
+            // Found by the `hook_answer` fuzz target: invalid UTF-8 in a
+            // field the answer does not read was accepted.
+            b"{\"reply\":null,\"other\":{\"pa\x82load\":1}}",
         ] {
             assert!(
                 Answer::parse(bad).is_err(),

@@ -14,7 +14,7 @@
 //! joins: [`RuledRoomChannel`] takes every `rooms:*` topic they let through
 //! (so `pattern = "rooms:*"` with `join = "anyone"` opens every room, as a
 //! reader of the rule expects), and relays events other than the two above
-//! as the relay channel does (`crate::relay`). [`rule_warnings`] says what
+//! as the relay channel does (`crate::protocol::phoenix::relay`). [`rule_warnings`] says what
 //! differs from the relay on those topics.
 
 use serde::{Deserialize, Serialize};
@@ -107,7 +107,7 @@ pub fn router() -> Router {
 /// join already (a topic no rule matches cannot be joined), so any
 /// `rooms:*` topic joins; `new:msg` and `presence:update` as
 /// [`RoomChannel`], any other event relayed as it came
-/// ([`Relay`](crate::relay::Relay)).
+/// ([`Relay`](crate::protocol::phoenix::relay::Relay)).
 pub struct RuledRoomChannel;
 
 impl Channel for RuledRoomChannel {
@@ -123,7 +123,7 @@ impl Channel for RuledRoomChannel {
     ) -> Option<Reply> {
         match event {
             "new:msg" | "presence:update" => RoomChannel.handle_in(event, payload, socket),
-            _ => crate::relay::Relay.handle_in(event, payload, socket),
+            _ => crate::protocol::phoenix::relay::Relay.handle_in(event, payload, socket),
         }
     }
 }

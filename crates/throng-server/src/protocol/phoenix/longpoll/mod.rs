@@ -410,10 +410,49 @@ pub(crate) fn post_message(line: &[u8]) -> Option<(throng_protocol::frame::Opcod
     }
 }
 
+/// Why a POST ends its session: a line that is no Phoenix message.
+pub(crate) const NOT_A_MESSAGE: crate::engine::close::CloseReason<'static> =
+    crate::engine::close::CloseReason::Protocol {
+        code: throng_protocol::frame::close_code::INVALID_PAYLOAD,
+        text: "not a Phoenix message",
+    };
+
+/// A POSTed message (as [`post_message`] read it) as the session's socket
+/// takes it: decoded with the session's serializer, its refs within
+/// `--max-ref-bytes` as a WebSocket message's are; else why the session
+/// ends.
+pub(crate) fn decode_post(
+    decoded: &(throng_protocol::frame::Opcode, Vec<u8>),
+    vsn: Vsn,
+    max_ref: usize,
+) -> Result<throng_protocol::Message<'_>, crate::engine::close::CloseReason<'static>> {
+    use throng_protocol::serializer::{decode, Sender};
+    let msg = decode(vsn, decoded.0, &decoded.1, Sender::Client).map_err(|_| NOT_A_MESSAGE)?;
+    crate::limits::check_refs(&msg, max_ref)
+        .map_err(crate::engine::close::CloseReason::RefTooLong)?;
+    Ok(msg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use throng_protocol::OwnedPayload;
+
+    #[test]
+    fn a_posted_message_has_the_ref_bound_of_a_websockets() {
+        let line = br#"["1","123456789","room:a","phx_join",{}]"#;
+        let decoded = post_message(line).expect("a message");
+        assert!(decode_post(&decoded, Vsn::V2, 9).is_ok());
+        assert!(matches!(
+            decode_post(&decoded, Vsn::V2, 8),
+            Err(crate::engine::close::CloseReason::RefTooLong(_))
+        ));
+        let junk = post_message(b"[1]").expect("text");
+        assert!(matches!(
+            decode_post(&junk, Vsn::V2, 8),
+            Err(crate::engine::close::CloseReason::Protocol { .. })
+        ));
+    }
 
     fn token() -> Token {
         Token {

@@ -12,8 +12,6 @@
 
 use std::sync::Arc;
 
-use throng_protocol::frame::close_code;
-use throng_protocol::serializer::{self, Sender};
 use throng_protocol::Vsn;
 use throng_pubsub::Broadcast;
 
@@ -338,25 +336,24 @@ impl Phx<'_> {
         let Some(vsn) = self.parts.lp.sessions.get(idx).map(|s| s.vsn) else {
             return;
         };
+        let max_ref = self.node.config.limits.max_ref_bytes;
         for line in lines {
             let decoded = longpoll::post_message(line);
-            let msg = decoded
-                .as_ref()
-                .and_then(|(op, data)| serializer::decode(vsn, *op, data, Sender::Client).ok());
-            let Some(msg) = msg else {
-                // As a WebSocket that sends a non-Phoenix message: it ends.
-                tracing::debug!(
-                    session = idx,
-                    "long-poll POST with a message that is not one"
-                );
-                self.parts.lp.doom(
-                    idx,
-                    CloseReason::Protocol {
-                        code: close_code::INVALID_PAYLOAD,
-                        text: "not a Phoenix message",
-                    },
-                );
-                return self.lp_reply(reply, status_body(400));
+            let msg = decoded.as_ref().map_or(Err(longpoll::NOT_A_MESSAGE), |d| {
+                longpoll::decode_post(d, vsn, max_ref)
+            });
+            let msg = match msg {
+                Ok(msg) => msg,
+                Err(reason) => {
+                    // As a WebSocket that sends a non-Phoenix message, or
+                    // a ref past --max-ref-bytes: it ends.
+                    tracing::debug!(
+                        session = idx,
+                        "long-poll POST with a message that is not one, or a ref too long"
+                    );
+                    self.parts.lp.doom(idx, reason);
+                    return self.lp_reply(reply, status_body(400));
+                }
             };
             ShardStats::add(&self.conns.stats.messages_in, 1);
             let fail = self.with_socket(Outlet::Session(idx), vsn, |mux| mux.handle_in(msg));

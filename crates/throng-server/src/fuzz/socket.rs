@@ -1,6 +1,5 @@
-//! The Phoenix message layer as one function of bytes, for the fuzzer
-//! (`fuzz/fuzz_targets/phoenix_socket.rs`; built only with the `fuzzing`
-//! feature). It runs the code a shard runs on a WebSocket's input, with the
+//! Target `phoenix_socket`: the Phoenix message layer as one function of
+//! bytes. It runs the code a shard runs on a WebSocket's input, with the
 //! socket replaced by a recording transport: frames (decoded with the
 //! shard's bound on a message in progress), `ws::on_frame` (fragments,
 //! control frames, UTF-8), the serializer, the ref bound, and the Phoenix
