@@ -356,7 +356,10 @@ impl<P: Protocol> Shard<P> {
     pub(super) fn settle(&mut self) {
         while self.conns.unsettled() {
             self.conns.close_doomed(&self.node);
-            while let Some(closed) = self.conns.closed.pop() {
+            // In the order they closed: a socket's end before its
+            // connection's removal, whose protocol forgets it then.
+            let mut closed_now = std::mem::take(&mut self.conns.closed);
+            for closed in closed_now.drain(..) {
                 let key = closed.key;
                 let socket = closed.socket.is_some();
                 self.proto.closed(cx!(self), closed);
@@ -364,6 +367,10 @@ impl<P: Protocol> Shard<P> {
                     self.conns.users.remove(key as u32);
                 }
                 self.conns.recovery.forget(key);
+            }
+            if self.conns.closed.is_empty() {
+                // Its capacity back, for the next event's closes.
+                self.conns.closed = closed_now;
             }
             let work = std::mem::take(&mut self.conns.sessions);
             for w in work {

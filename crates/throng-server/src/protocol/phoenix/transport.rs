@@ -96,6 +96,9 @@ impl Transport for ShardTransport<'_> {
         }
         let b = Arc::new(Broadcast::new(topic, event, payload, exclude));
         self.conns.publish(self.node, b);
+        if !self.conns.sessions.is_empty() {
+            self.parts.lp.take_work(&mut self.conns.sessions);
+        }
     }
 
     fn stats(&self) -> &ShardStats {

@@ -314,6 +314,34 @@ impl State {
         }
     }
 
+    /// A broadcast for session `idx`: the shared broadcast is buffered, not
+    /// a copy of its bytes.
+    pub fn deliver(&mut self, idx: usize, b: &Arc<Broadcast>) {
+        let Some(len) = self
+            .sessions
+            .get(idx)
+            .filter(|s| !s.dead)
+            .and_then(|s| b.body(s.vsn))
+            .map(|body| body.len())
+        else {
+            return;
+        };
+        self.push(idx, Item::Shared(b.clone()), len);
+    }
+
+    /// Takes the engine's work for this shard's sessions now (a broadcast
+    /// a socket's callback made reaches the sessions before that socket's
+    /// reply, as it reaches connections: Phoenix's fastlane order).
+    pub fn take_work(&mut self, work: &mut Vec<crate::engine::outlet::SessionWork>) {
+        use crate::engine::outlet::SessionWork;
+        for w in work.drain(..) {
+            match w {
+                SessionWork::Deliver(idx, b) => self.deliver(idx, &b),
+                SessionWork::Doom(idx, reason) => self.doom(idx, reason),
+            }
+        }
+    }
+
     /// Marks session `idx` for ending once this call is over.
     pub fn doom(&mut self, idx: usize, reason: CloseReason<'static>) {
         if let Some(s) = self.sessions.get_mut(idx) {

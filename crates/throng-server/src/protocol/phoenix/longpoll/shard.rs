@@ -371,18 +371,7 @@ impl Phx<'_> {
     /// A broadcast for session `idx`: the shared broadcast is buffered, not
     /// a copy of its bytes.
     pub fn lp_deliver(&mut self, idx: usize, b: &Arc<Broadcast>) {
-        let Some(len) = self
-            .parts
-            .lp
-            .sessions
-            .get(idx)
-            .filter(|s| !s.dead)
-            .and_then(|s| b.body(s.vsn))
-            .map(|body| body.len())
-        else {
-            return;
-        };
-        self.parts.lp.push(idx, Item::Shared(b.clone()), len);
+        self.parts.lp.deliver(idx, b);
     }
 
     /// Ends session `idx`: its channels terminate, a parked poll gets 410,
