@@ -64,6 +64,12 @@ impl Ids {
     }
 }
 
+/// The shard any node's socket id names (this node's or not), if it is
+/// one this server could have written.
+pub(crate) fn shard_named(id: &str) -> Option<usize> {
+    SocketId::parse(id).map(|id| (id.high % 1000) as usize)
+}
+
 /// Draws a socket's secret: a keyed hash of a counter, so each is
 /// unpredictable without a system call per connection.
 pub(crate) struct Secrets {
@@ -101,6 +107,9 @@ mod tests {
         assert_eq!(ids.locate(id), Some((3, 123_456, 4_000_000_000)));
         assert_eq!(Ids { tag: ids.tag + 1 }.locate(id), None, "another node's");
         assert_eq!(ids.locate("1.2"), None);
+        assert_eq!(shard_named(id), Some(3));
+        assert_eq!(shard_named("1002.5"), Some(2));
+        assert_eq!(shard_named("x"), None);
         let mut s = Secrets::new();
         assert_ne!(s.draw(), s.draw());
     }
