@@ -4,12 +4,14 @@
 // receiving; signed requests refused as Pusher refuses them (a bad
 // signature, key or timestamp, a body_md5 that is not the body's, a body
 // over --pusher-max-api-body-bytes answered 413 before it is sent, more than
-// 100 channels, a batch over 10) and the metrics. The bounds on requests
+// 100 channels, a batch over 10) and the metrics; the official `pusher`
+// Python SDK (3.3.4, in a venv under target/) for the same calls. The bounds on requests
 // that wait on the cluster (503, 504) are tests/cluster/pusher_api.test.mjs's.
 import {test, after} from "node:test"
 import assert from "node:assert/strict"
 import {startServer, readMetric} from "./helpers.mjs"
 import {APP, APP_FLAG, sdk, client, closeAll, call, signed, rawHead, until} from "./pusher_api_helpers.mjs"
+import {runPythonJson} from "../pusher/python.mjs"
 
 const T = {timeout: 60000}
 const servers = []
@@ -22,7 +24,7 @@ async function server(args = []){
 }
 
 test("trigger and triggerBatch reach pusher-js subscribers; socket_id leaves its socket out", T, async t => {
-  const s = await server()
+  const s = await server(["--shards", "4"])
   const clients = []
   t.after(() => closeAll(clients))
   const a = await client(s.port)
@@ -49,6 +51,22 @@ test("trigger and triggerBatch reach pusher-js subscribers; socket_id leaves its
   await a.next("news", "after")
   assert.deepEqual(a.events.filter(e => e.event === "mine"), [], "a did not get its own event")
   // A batch: each event to its channel, in order.
+  // Every socket left out in turn, wherever it is (four shards: the same
+  // shard as the request's connection, or another).
+  const spread = []
+  for(let i = 0; i < 6; i++){ spread.push(await client(s.port)) }
+  clients.push(...spread)
+  for(const c of spread){ await c.subscribe("spread") }
+  for(const [i, c] of spread.entries()){
+    await api.trigger("spread", `own-${i}`, {i}, {socket_id: c.socketId()})
+  }
+  await api.trigger("spread", "all", {})
+  for(const [i, c] of spread.entries()){
+    await c.next("spread", "all")
+    const got = c.events.filter(e => e.event.startsWith("own-")).map(e => e.event).sort()
+    const want = spread.map((_, j) => `own-${j}`).filter(e => e !== `own-${i}`).sort()
+    assert.deepEqual(got, want, `client ${i} got every event but its own`)
+  }
   const batch = await api.triggerBatch([
     {channel: "news", name: "b1", data: JSON.stringify({i: 1})},
     {channel: "private-room", name: "b2", data: JSON.stringify({i: 2}), socket_id: a.socketId()},
@@ -176,4 +194,53 @@ test("bounds: a body over the limit gets 413 before it is sent; 100 channels, 10
   assert.equal(big.status, 413)
   assert.match(big.body.error, /over the app's limit of 10240/)
   assert.equal(await readMetric(s.apiUrl, "throng_pusher_api_requests_total", '{route="events",status="413"}'), 2)
+})
+
+test("the Python SDK: trigger, trigger_batch, channel queries, send_to_user, terminate_user_connections", {timeout: 300000}, async t => {
+  const s = await server()
+  const clients = []
+  t.after(() => closeAll(clients))
+  const a = await client(s.port, {user: "p1"})
+  const b = await client(s.port, {user: "p2"})
+  clients.push(a, b)
+  for(const c of clients){ await c.subscribe("presence-py") }
+  await a.subscribe("news")
+  const py = (...calls) => runPythonJson("sdk_calls.py",
+    [String(s.port), APP.id, APP.key, APP.secret, ...calls.map(c => JSON.stringify(c))], 240000)
+  // Presence is counted as of the last presence flush: await it.
+  await until(async () => (await py(["channel_info", "presence-py", ["user_count"]]))[0].ok?.user_count === 2,
+    60000, "user_count 2")
+  const [excluded, both, batch, channels, channel, users, toUser] = await py(
+    ["trigger", "presence-py", "py-mine", {n: 1}, a.socketId()],
+    ["trigger", ["news", "presence-py"], "py-event", {n: 2}],
+    ["trigger_batch", [{channel: "news", name: "py-batch", data: {n: 3}}]],
+    ["channels_info", "presence-", ["user_count"]],
+    ["channel_info", "presence-py", ["user_count", "subscription_count"]],
+    ["users_info", "presence-py"],
+    ["send_to_user", "p2", "py-note", {n: 4}],
+  )
+  for(const r of [excluded, both, batch, toUser]){ assert.deepEqual(r, {ok: {}}) }
+  assert.deepEqual(channels, {ok: {channels: {"presence-py": {user_count: 2}}}})
+  assert.deepEqual(channel, {ok: {occupied: true, user_count: 2, subscription_count: 2}})
+  assert.deepEqual(users.ok.users.map(u => u.id).sort(), ["p1", "p2"])
+  assert.deepEqual(await b.next("presence-py", "py-mine"), {n: 1})
+  assert.deepEqual(await a.next("presence-py", "py-event"), {n: 2})
+  assert.deepEqual(a.events.filter(e => e.event === "py-mine"), [], "p1 did not get its own event")
+  assert.deepEqual(await a.next("news", "py-batch"), {n: 3})
+  assert.deepEqual(await b.next(null, "py-note"), {n: 4})
+  // The SDK's own check, and terminate (without /apps/ID, as this SDK sends it).
+  const gone = a.closed()
+  const [tooMany, terminated] = await py(
+    ["trigger", Array.from({length: 101}, (_, i) => `c${i}`), "e", "x"],
+    ["terminate_user_connections", "p1"],
+  )
+  assert.equal(tooMany.error, "ValueError", "the SDK checks 100 channels itself")
+  assert.deepEqual(terminated, {ok: {}})
+  assert.equal(await gone, "disconnected")
+  assert.equal(b.pusher.connection.state, "connected")
+  // A refused signature, as the SDK reports it.
+  const bad = await runPythonJson("sdk_calls.py", [String(s.port), APP.id, APP.key, "another-secret-of-20-bytes",
+    JSON.stringify(["trigger", "news", "e", "x"])])
+  assert.equal(bad[0].error, "PusherBadAuth")
+  assert.match(bad[0].message, /^\{"error":"Invalid signature/)
 })

@@ -67,8 +67,10 @@ export async function client(port, {user = null, ms = 10000} = {}){
     },
     /** Resolves with the state pusher-js ends in after its socket closes (and the close code). */
     closed(wait = ms){
+      const down = ["disconnected", "unavailable"]
+      if(down.includes(pusher.connection.state)){ return Promise.resolve(pusher.connection.state) }
       return withTimeout(new Promise(resolve => {
-        const cb = s => { if(s.current === "disconnected" || s.current === "unavailable"){ resolve(s.current) } }
+        const cb = s => { if(down.includes(s.current)){ resolve(s.current) } }
         pusher.connection.bind("state_change", cb)
       }), wait, "the socket closed")
     },
