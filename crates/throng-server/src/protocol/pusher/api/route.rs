@@ -9,7 +9,7 @@
 //! connection once answered (its body is never read).
 //!
 //! The Python SDK 3.3.4 sends `POST /users/{id}/terminate_connections`
-//! without `/apps/{id}` (`pusher/pusher_client.py`): its app is the key's.
+//! without `/apps/{id}` (its `pusher_client.py`): its app is the key's.
 
 use std::borrow::Cow;
 
