@@ -72,7 +72,7 @@ impl Run {
             }
             if now >= next_line {
                 next_line = now + Duration::from_secs(1);
-                self.progress("presence", None);
+                self.progress("presence");
             }
             if let Some(c) = self.agents.total() {
                 let seen = c.presence.total().messages;

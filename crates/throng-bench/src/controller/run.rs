@@ -101,8 +101,8 @@ pub(super) struct Run {
     pub auth: crate::cli::AuthMode,
     pub(super) next_trace: Instant,
     pub(super) next_sample: Instant,
-    /// The progress line's connection rate: handshakes counted at the
-    /// window's start, and the rate over the last full window.
+    /// The progress line's rate: joins counted at the window's start, and
+    /// the rate over the last full window.
     rate_from: (Instant, u64),
     rate_now: f64,
 }
@@ -295,11 +295,12 @@ impl Run {
         }
     }
 
-    /// The progress line. Its rate is handshakes per second over the last
-    /// second (over the ramp-up, to the last join, once it has settled): the timeline's
-    /// rate, a sample's worth behind, showed `0 conn/s` with hundreds
-    /// joined.
-    pub(super) fn progress(&mut self, phase: &str, chosen: Option<f64>) {
+    /// The progress line. Its one rate is joins per second over the last
+    /// second (over the ramp-up, to the last join, once it has settled):
+    /// the timeline's rate, a sample's worth behind, showed `0 conn/s` with
+    /// hundreds joined, and a second unlabelled figure beside it (adaptive
+    /// arrival's chosen rate) read as a contradiction.
+    pub(super) fn progress(&mut self, phase: &str) {
         let Some(c) = self.agents.total() else {
             return;
         };
@@ -311,19 +312,19 @@ impl Run {
             } else {
                 now.duration_since(self.start).as_secs_f64()
             };
-            c.connected as f64 / secs.max(1e-3)
+            c.joined as f64 / secs.max(1e-3)
         } else {
             let (t0, c0) = self.rate_from;
             let dt = now.duration_since(t0).as_secs_f64();
             if dt >= 1.0 || (self.rate_now == 0.0 && dt >= 0.2) {
-                self.rate_now = c.connected.saturating_sub(c0) as f64 / dt;
+                self.rate_now = c.joined.saturating_sub(c0) as f64 / dt;
             }
             if dt >= 1.0 {
-                self.rate_from = (now, c.connected);
+                self.rate_from = (now, c.joined);
             }
             self.rate_now
         };
-        progress_line(phase, &c, self.sc.total_users(), rate, chosen, self.tty);
+        progress_line(phase, &c, self.sc.total_users(), rate, self.tty);
     }
 
     /// Phase 2, when the run has floor writers: the floor (`floor`).
@@ -448,7 +449,7 @@ impl Run {
                     } else {
                         Duration::from_secs(1)
                     };
-                self.progress("ramp-up", control.as_ref().map(|c| c.rate()));
+                self.progress("ramp-up");
             }
             if now.duration_since(self.start).as_secs_f64() > settle_limit {
                 eprintln!("\nwarning: the ramp-up did not settle in {settle_limit:.0} s; going on");
@@ -457,7 +458,7 @@ impl Run {
         }
         self.trace_point();
         let secs = self.start.elapsed().as_secs_f64();
-        self.progress("settled", control.as_ref().map(|c| c.rate()));
+        self.progress("settled");
         if self.tty {
             eprintln!();
         }
