@@ -167,7 +167,11 @@ impl Run {
         let mut timeouts = timeout_context(&self.trace, slots, self.sc.connect_timeout);
         timeouts.hb_interval_secs = self.sc.heartbeat;
         timeouts.hb_late_secs = fin.hb_late_max_ms as f64 / 1000.0;
-        attribute(&fin.errors, timeouts)
+        attribute(
+            &fin.errors,
+            timeouts,
+            self.auth == crate::cli::AuthMode::Jwt,
+        )
     }
 
     /// The server's CPU per join over the first `secs` of the run, µs.

@@ -469,7 +469,12 @@ impl Engine {
                 d.eof += 1;
                 Slots::bump(&mut self.slots.closes, self.arrivals.started_at);
             }
-            ErrKind::Handshake => e.handshake += 1,
+            ErrKind::Handshake(status) => {
+                e.handshake += 1;
+                if status != 0 {
+                    *d.handshake_status.entry(status).or_default() += 1;
+                }
+            }
             ErrKind::Ports | ErrKind::Fds | ErrKind::Buffers | ErrKind::Capacity => {
                 e.local_limit += 1;
                 match kind {

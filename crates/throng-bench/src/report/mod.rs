@@ -134,8 +134,10 @@ pub struct Attributed {
     /// `timeout_tcp`, `close_code_1011`, `ports`, ...
     pub kind: String,
     pub count: u64,
-    /// `server`, `load generator`, or `kernel` (a limit of the host's
-    /// settings, on the load generator's side).
+    /// `server`, `load generator`, `kernel` (a limit of the host's
+    /// settings, on the load generator's side), `other processes`, or
+    /// `settings` (the bench's flags against the server's: an upgrade
+    /// refused for the clients' credentials, HTTP 401 or 403, or 404).
     pub whose: String,
     pub why: String,
 }
