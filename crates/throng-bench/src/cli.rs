@@ -674,7 +674,9 @@ mod tests {
                     .collect::<Vec<_>>()
                     .join(" ");
                 let said = help.matches("[default:").count();
-                let by_clap = usize::from(!arg.get_default_values().is_empty() && !arg.is_hide_default_value_set());
+                let by_clap = usize::from(
+                    !arg.get_default_values().is_empty() && !arg.is_hide_default_value_set(),
+                );
                 assert!(
                     said + by_clap <= 1,
                     "--{} gives its default {} times: {help}",

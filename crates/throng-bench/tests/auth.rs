@@ -154,7 +154,10 @@ fn a_target_checks_the_tokens() {
     assert!(!out.status.success(), "{ctx}");
     assert_eq!(r["connections"]["joined"], 0, "{ctx}");
     assert_eq!(r["errors"]["total"], 50, "{ctx}");
-    assert_eq!(r["errors"]["detail"]["handshake_status"]["403"], 50, "{ctx}");
+    assert_eq!(
+        r["errors"]["detail"]["handshake_status"]["403"], 50,
+        "{ctx}"
+    );
     let verdict = r["verdict"].as_str().unwrap();
     assert!(
         verdict.starts_with("the server refused the clients' tokens (HTTP 403): --auth-jwt-secret must be the secret the server checks tokens with"),
@@ -196,7 +199,10 @@ fn a_refused_handshake_reports_its_status_and_the_fix() {
     assert_eq!(out.status.code(), Some(1), "{ctx}");
     assert_eq!(r["connections"]["joined"], 0, "{ctx}");
     assert_eq!(r["errors"]["by_kind"]["handshake"], 40, "{ctx}");
-    assert_eq!(r["errors"]["detail"]["handshake_status"]["403"], 40, "{ctx}");
+    assert_eq!(
+        r["errors"]["detail"]["handshake_status"]["403"], 40,
+        "{ctx}"
+    );
     let verdict = r["verdict"].as_str().unwrap();
     assert!(
         verdict.starts_with("the server refused the clients' authentication (HTTP 403): it wants a token; pass --auth jwt and --auth-jwt-secret"),
@@ -205,5 +211,8 @@ fn a_refused_handshake_reports_its_status_and_the_fix() {
     assert!(!verdict.contains("was the limit"), "{ctx}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("handshake_403 40: settings"), "{ctx}");
-    assert!(stdout.contains("pass --auth jwt and --auth-jwt-secret"), "{ctx}");
+    assert!(
+        stdout.contains("pass --auth jwt and --auth-jwt-secret"),
+        "{ctx}"
+    );
 }

@@ -103,7 +103,9 @@ impl FloorPhase<'_> {
         // Whatever happened: the agents reset their floor sockets, the writers go.
         let _ = self.agents.send_all(&ToAgent::FloorEnd);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.agents.links.iter().all(|a| a.floor_closed) && Instant::now() < deadline {
+        while !self.agents.links.iter().all(|a| a.floor_closed || a.lost)
+            && Instant::now() < deadline
+        {
             self.agents.pump(Duration::from_millis(20))?;
         }
         w.links.finish();
@@ -177,6 +179,7 @@ impl FloorPhase<'_> {
         loop {
             self.agents.pump(Duration::from_millis(20))?;
             w.links.pump(Duration::ZERO)?;
+            gone(self.agents, &w.links)?;
             let Some(c) = self.agents.total() else {
                 continue;
             };
@@ -307,6 +310,7 @@ impl FloorPhase<'_> {
         loop {
             self.agents.pump(Duration::from_millis(10))?;
             w.links.pump(Duration::ZERO)?;
+            gone(self.agents, &w.links)?;
             let c = self.agents.total().unwrap_or_default();
             let written = rounds.clone().all(|r| {
                 w.links
@@ -347,6 +351,17 @@ impl FloorPhase<'_> {
             machine: sys::machine_cpu().map(|(busy, _)| busy),
         }
     }
+}
+
+/// An error once an agent or a floor writer is lost (`Agents` has said
+/// which, and why): the floor cannot be whole without it.
+fn gone(agents: &Agents, writers: &Agents) -> Result<(), BenchError> {
+    if agents.ending() || writers.ending() {
+        return Err(BenchError::Limit(
+            "an agent or floor writer went away during the floor".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The slowest writer's time to write `round`, s.

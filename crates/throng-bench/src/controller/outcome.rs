@@ -74,12 +74,7 @@ impl Run {
         let server_cpu_us_per_join = self.server_cpu_us_per_join(fin.joined, joins_until);
         let broadcast_sent = broadcast.sent;
         Report {
-            verdict: verdict(
-                &attributed,
-                adaptive.as_ref(),
-                self.sc.total_users(),
-                fin.joined,
-            ),
+            verdict: self.verdict(&attributed, adaptive.as_ref(), fin.joined),
             floor: floor.clone(),
             heartbeats: self.heartbeat_figures(fin, &plateau, &hold, ramp.secs),
             os: self.os.clone(),
@@ -120,8 +115,33 @@ impl Run {
                 ..percentiles(&c.hists)
             },
             timeline: self.timeline.samples.clone(),
-            status: "done".into(),
+            status: match self.agents.lost.first() {
+                Some(l) => format!(
+                    "ended early: agent {} went away during the {}",
+                    l.agent, l.phase
+                ),
+                None => "done".into(),
+            },
             failures: Vec::new(),
+            agents_lost: self.agents.lost.clone(),
+            slow_agents: self.agents.slow.clone(),
+        }
+    }
+
+    /// The run's verdict: who was the limit (`verdict`), or none when an
+    /// agent went away and the run ended early.
+    fn verdict(
+        &self,
+        attributed: &[report::Attributed],
+        adaptive: Option<&AdaptiveArrival>,
+        joined: u64,
+    ) -> String {
+        match self.agents.lost.first() {
+            Some(l) => format!(
+                "none: the run ended early, agent {} went away during the {} ({}); the figures are those until then",
+                l.agent, l.phase, l.why
+            ),
+            None => verdict(attributed, adaptive, self.sc.total_users(), joined),
         }
     }
 

@@ -181,6 +181,9 @@ mod tests {
         let line = progress_text("ramp-up", &c, 1000, 1234.4);
         assert!(line.contains("1234 joins/s"), "{line}");
         assert_eq!(line.matches("/s").count(), 1, "{line}");
-        assert!(line.starts_with("ramp-up [###############---------------] 500/1000 users"), "{line}");
+        assert!(
+            line.starts_with("ramp-up [###############---------------] 500/1000 users"),
+            "{line}"
+        );
     }
 }

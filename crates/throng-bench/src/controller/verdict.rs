@@ -507,7 +507,9 @@ mod tests {
         let a = attribute(&e, TimeoutContext::default(), true);
         let v = verdict(&a, None, 50, 0);
         assert!(
-            v.starts_with("the server refused the clients' tokens (HTTP 403): --auth-jwt-secret must be"),
+            v.starts_with(
+                "the server refused the clients' tokens (HTTP 403): --auth-jwt-secret must be"
+            ),
             "{v}"
         );
         // Another status is the server's own answer.

@@ -76,9 +76,49 @@ pub struct Report {
     /// `"done"` (the live dashboard's snapshots say which phase is running).
     pub status: String,
     /// The run's own success criteria it failed (every user joined, no
-    /// error, every broadcast sent), one line each; empty: it passed, and
-    /// `throng bench` exits 0.
+    /// error, every broadcast sent, no agent lost), one line each; empty:
+    /// it passed, and `throng bench` exits 0.
     pub failures: Vec<String>,
+    /// Agents that went away before their final report (their process
+    /// exited, or their link closed): the run ended in that phase, with
+    /// the figures so far (empty: none).
+    pub agents_lost: Vec<AgentLost>,
+    /// Agents that sent nothing for a while (starved or stopped) and spoke
+    /// again: the run waited for them (empty: none).
+    pub slow_agents: Vec<SlowAgent>,
+}
+
+/// An agent that went away mid-run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AgentLost {
+    pub agent: usize,
+    pub pid: u32,
+    /// The phase it went away in: `floor`, `ramp-up`, `plateau`, `hold`,
+    /// `storm` or `collect`.
+    pub phase: String,
+    /// Why: its link closed (and how its process exited), or it was
+    /// silent, its process alive, past the bench's limit.
+    pub why: String,
+    /// Seconds from its last message to its going.
+    pub silent_secs: f64,
+    /// Its last progress, in words. Its counters then are in the run's
+    /// totals; its histograms and receipts are lost with it.
+    pub last_progress: String,
+}
+
+/// An agent that sent nothing for `silent_secs` and then spoke again.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SlowAgent {
+    pub agent: usize,
+    pub pid: u32,
+    /// The phase its silence began in.
+    pub phase: String,
+    pub silent_secs: f64,
+    /// Its process when it was looked at: `stopped`, `running`,
+    /// `sleeping`, `waiting on I/O`, or `remote` (not looked at).
+    pub state: String,
 }
 
 /// The scenario that ran.

@@ -204,6 +204,7 @@ pub fn table(r: &Report) -> String {
         },
     );
     row(&mut s, "verdict", r.verdict.clone());
+    agent_rows(&mut s, r);
     arrival_rows(&mut s, r);
     broadcast_rows(&mut s, r);
     if let Some(p) = &r.presence {
@@ -214,6 +215,30 @@ pub fn table(r: &Report) -> String {
     end_rows(&mut s, r);
     s.push_str(GLOSSARY);
     s
+}
+
+/// Agents lost (the run ended early) and agents that were slow.
+fn agent_rows(s: &mut String, r: &Report) {
+    for l in &r.agents_lost {
+        row(
+            s,
+            "agent lost (the run ended early)",
+            format!(
+                "agent {} (pid {}) went away during the {}: {}; its last progress ({:.1} s before): {}; the figures below are those so far",
+                l.agent, l.pid, l.phase, l.why, l.silent_secs, l.last_progress
+            ),
+        );
+    }
+    for a in &r.slow_agents {
+        row(
+            s,
+            "slow agent (waited for)",
+            format!(
+                "agent {} (pid {}) sent nothing for {:.0} s from the {} (its process {}), then went on",
+                a.agent, a.pid, a.silent_secs, a.phase, a.state
+            ),
+        );
+    }
 }
 
 /// Connections, arrival and handshake latency.
