@@ -264,7 +264,11 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                 }
                 Cmd::Msg(ToAgent::Start) => engine.start(),
                 Cmd::Msg(ToAgent::Rate { per_sec }) => engine.set_rate(per_sec),
-                Cmd::Msg(ToAgent::Floor { writers }) => engine.floor_connect(writers),
+                Cmd::Msg(ToAgent::Floor {
+                    writers,
+                    sockets,
+                    heartbeat_scale,
+                }) => engine.floor_connect(writers, sockets, heartbeat_scale),
                 Cmd::Msg(ToAgent::FloorEnd) => {
                     engine.floor_close();
                     writer.send(ToController::FloorClosed);

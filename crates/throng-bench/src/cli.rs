@@ -24,6 +24,13 @@ pub struct BenchArgs {
     /// (`auto`: when the run broadcasts, with the embedded server and local agents).
     #[arg(long, value_enum, default_value_t = FloorMode::Auto, num_args = 0..=1, default_missing_value = "on")]
     pub floor: FloorMode,
+    /// The floor measures on at most this many sockets (0: one per user),
+    /// spread over every agent and writer, and scales its times to the
+    /// run's users per receiver, its heartbeats a second and its rounds'
+    /// overlap kept the run's: a full floor at 1,000,000 took longer than
+    /// the run. The report says when it did (`floor.scale`).
+    #[arg(long, default_value_t = 200_000, value_name = "SOCKETS")]
+    pub floor_sample: u64,
     /// A running server (HOST:PORT) instead of the embedded `throng serve`.
     /// Server-side figures need its /metrics on that port: start it with
     /// `throng serve --public-metrics`.

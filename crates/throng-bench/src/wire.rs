@@ -112,9 +112,15 @@ pub enum ToAgent {
     Rate {
         per_sec: f64,
     },
-    /// Open a floor socket per user, user `g` to `writers[g % len]`.
+    /// Open a floor socket per user (per user of the first `sockets`: a
+    /// sample), user `g` to `writers[g % len]`, each heartbeating every
+    /// user interval times `heartbeat_scale` (default 1).
     Floor {
         writers: Vec<SocketAddr>,
+        #[serde(default)]
+        sockets: Option<u64>,
+        #[serde(default)]
+        heartbeat_scale: Option<f64>,
     },
     /// Reset every floor socket.
     FloorEnd,

@@ -500,6 +500,7 @@ fn floor_writers(
         threads,
         frame: FloorFrame::of(sc),
         train,
+        sample: args.floor_sample,
     })
 }
 

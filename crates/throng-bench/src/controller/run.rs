@@ -350,7 +350,6 @@ impl Run {
         FloorPhase {
             agents: &mut self.agents,
             probe: &self.probe,
-            users: self.sc.total_users(),
             min_available: self.min_available,
         }
         .run(w)

@@ -335,7 +335,7 @@ impl Engine {
     /// has heartbeats: a fraction of the interval fixed by the user's id
     /// (Fibonacci hashing), at least 1 ms and at most one interval.
     pub(super) fn start_heartbeats(&mut self, token: usize) {
-        let hb = self.heartbeat_ms;
+        let hb = self.heartbeat_interval(token);
         if hb == 0 {
             return;
         }

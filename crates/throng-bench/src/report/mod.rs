@@ -265,12 +265,18 @@ pub struct FloorReport {
     /// server's shards per process).
     pub writers: usize,
     pub threads_per_writer: u32,
-    /// Sockets (one per user), and those that failed to open.
+    /// Sockets (one per user, or a sample of them: `scale`), and those
+    /// that failed to open.
     pub sockets: u64,
     pub failed: u64,
+    /// The run's users, and users / sockets: what the sample's times are
+    /// multiplied by (1: a socket per user, nothing scaled). The figures in
+    /// ms below are at the run's size (scaled); `sample_*` as measured.
+    pub users: u64,
+    pub scale: f64,
     /// Seconds to open them all.
     pub connect_secs: f64,
-    /// Each round: the stamp to the last receipt, ms.
+    /// Each round that had every receipt: the stamp to the last receipt, ms.
     pub rounds_last_ms: Vec<f64>,
     /// The slowest writer's time to write a round, ms.
     pub rounds_write_ms: Vec<f64>,
@@ -295,8 +301,17 @@ pub struct FloorReport {
     /// users' own schedule, answered by the writers; 0: the run has none).
     #[serde(default)]
     pub heartbeats_per_sec: f64,
+    /// The rounds and the train as measured on the sample, ms (the same
+    /// as `rounds_last_ms` and `train_last_ms` when `scale` is 1).
+    pub sample_rounds_last_ms: Vec<f64>,
+    pub sample_train_last_ms: Vec<f64>,
+    /// Every round had every receipt; if not, which round was short, by
+    /// how many, and what that means for the ratio (`incomplete`).
+    pub complete: bool,
+    pub incomplete: Option<String>,
     /// What else ran: the floor comes before the ramp-up, so no server
-    /// connection or server work is under it; the heartbeats are.
+    /// connection or server work is under it; the heartbeats are. And, on
+    /// a sample, how it was scaled and what scaling does not carry.
     pub note: String,
 }
 

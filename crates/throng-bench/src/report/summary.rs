@@ -398,6 +398,26 @@ fn floor_rows(s: &mut String, r: &Report, f: &crate::report::FloorReport) {
             }
         ),
     );
+    if f.scale > 1.0 {
+        row(
+            s,
+            "floor sample",
+            format!(
+                "measured on {} of the {} users' sockets, times above x{:.2} (per receiver; as measured: {} ms); a floor on every socket would likely be slower, so the ratio errs high (--floor-sample 0: every socket)",
+                int(f.sockets),
+                int(f.users),
+                f.scale,
+                f.sample_rounds_last_ms
+                    .iter()
+                    .map(|x| float(*x))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    if let Some(why) = &f.incomplete {
+        row(s, "floor incomplete", why.clone());
+    }
     row(
         s,
         "last receiver / floor",
