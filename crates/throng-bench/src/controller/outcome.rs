@@ -520,15 +520,22 @@ fn broadcasts(
         last_p50_ms: bcast_last_p50,
         floor_ratio: floor_side.and_then(|(p50, _)| floor_ratio(compared_p50, p50)),
         floor_ratio_worst: floor_side.and_then(|(_, worst)| floor_ratio(compared_worst, worst)),
-        floor_compared: floor.as_ref().map(|f| match &f.incomplete {
-            Some(why) if f.rounds_last_ms.is_empty() => format!("no ratio: {why}"),
-            Some(why) => format!("{floor_compared} (the floor's complete rounds only: {why})"),
-            None => floor_compared,
-        }),
+        floor_compared: floor.map(|f| with_incomplete(f, floor_compared)),
         server_cpu_us_per_receiver: per_receipt(hold_cpu.server_pct),
         agent_cpu_us_per_receiver: per_receipt(Some(hold_cpu.agents_pct.iter().sum())),
         machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
         per_broadcast: per_broadcast(&c.bcasts),
+    }
+}
+
+/// What the broadcasts were compared with, and, when the floor stopped
+/// short of receipts, that the ratio uses only its complete rounds (or
+/// that there is none).
+fn with_incomplete(f: &FloorReport, compared: String) -> String {
+    match &f.incomplete {
+        Some(why) if f.rounds_last_ms.is_empty() => format!("no ratio: {why}"),
+        Some(why) => format!("{compared} (the floor's complete rounds only: {why})"),
+        None => compared,
     }
 }
 
@@ -703,6 +710,23 @@ mod tests {
             recv: 10,
             last_ns: last_ms * 1_000_000,
         }
+    }
+
+    /// A floor short of receipts says so where the ratio is given: no
+    /// ratio without a complete round, the complete rounds only otherwise.
+    #[test]
+    fn an_incomplete_floor_says_what_the_ratio_is_against() {
+        let mut f = FloorReport {
+            incomplete: Some("floor round 1 had 9 of 10 receipts".into()),
+            ..Default::default()
+        };
+        let c = with_incomplete(&f, "all 1 broadcasts".into());
+        assert_eq!(c, "no ratio: floor round 1 had 9 of 10 receipts");
+        f.rounds_last_ms = vec![100.0];
+        let c = with_incomplete(&f, "all 1 broadcasts".into());
+        assert!(c.starts_with("all 1 broadcasts (the floor's complete rounds only: floor round 1"));
+        f.incomplete = None;
+        assert_eq!(with_incomplete(&f, "x".into()), "x");
     }
 
     /// Only broadcasts that had the machine to themselves compare with the
