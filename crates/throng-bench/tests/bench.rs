@@ -533,3 +533,40 @@ fn a_floor_on_a_sample_is_scaled_and_says_so() {
         "{ctx}"
     );
 }
+
+/// On a terminal, with the dashboard on, the run ends by itself: it once
+/// kept the dashboard up until Enter was pressed. `script` gives the run a
+/// terminal for stdin and stderr; nothing is ever typed into it.
+#[test]
+fn a_run_on_a_terminal_ends_by_itself() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` (util-linux) to give the run a terminal");
+        return;
+    }
+    let port = common::free_port().to_string();
+    let bench = common::throng_bin();
+    let cmd = format!(
+        "{} bench --connections 20 --arrival-rate 200 --heartbeat 0 --floor off --dashboard-port {port}",
+        bench.display()
+    );
+    // stdin stays open (a pipe script forwards to the terminal) and silent.
+    let child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start script");
+    let out = wait_bench(child, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("dashboard: http://"),
+        "the dashboard was on: {text}"
+    );
+    assert!(!text.contains("press Enter"), "{text}");
+}
