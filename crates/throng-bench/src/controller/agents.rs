@@ -348,6 +348,7 @@ impl Agents {
         while ready < self.links.len() {
             match self.rx.recv_timeout(Duration::from_secs(20)) {
                 Ok(Event::Msg(i, m)) => {
+                    self.links[i].heard = Instant::now();
                     if let ToController::Ready {
                         rss,
                         users,
@@ -386,12 +387,7 @@ impl Agents {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {
-                Ok(Event::Msg(i, m)) => self.heard(i, *m),
-                Ok(Event::Gone(i, why)) => {
-                    if self.links[i].final_.is_none() && !self.links[i].finished {
-                        self.lose(i, why);
-                    }
-                }
+                Ok(event) => self.event(event),
                 Err(RecvTimeoutError::Timeout) => break,
                 Err(RecvTimeoutError::Disconnected) => {
                     // Every reader has ended: nothing will come.
@@ -403,8 +399,25 @@ impl Agents {
                 break;
             }
         }
+        // Everything that has arrived is heard before anyone is judged silent.
+        while let Ok(event) = self.rx.try_recv() {
+            self.event(event);
+        }
         self.watch();
         Ok(())
+    }
+
+    /// A line from a link, or its end (an agent's going after its final
+    /// report, or a floor writer's after `finish`, is no loss).
+    fn event(&mut self, event: Event) {
+        match event {
+            Event::Msg(i, m) => self.heard(i, *m),
+            Event::Gone(i, why) => {
+                if self.links[i].final_.is_none() && !self.links[i].finished {
+                    self.lose(i, why);
+                }
+            }
+        }
     }
 
     /// A line from agent `i`: a sign of life (ending a silence, said and

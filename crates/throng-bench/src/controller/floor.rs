@@ -136,6 +136,7 @@ impl FloorPhase<'_> {
     /// their floor sockets and the writers exit; `None` when it could not
     /// be measured (the run goes on without it).
     pub(super) fn run(&mut self, mut w: Writers) -> Result<Option<Floor>, BenchError> {
+        w.links.phase = "floor";
         let result = self.measure_floor(&mut w);
         // Whatever happened: the agents reset their floor sockets, the writers go.
         let _ = self.agents.send_all(&ToAgent::FloorEnd);
