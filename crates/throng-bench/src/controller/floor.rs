@@ -24,12 +24,16 @@
 //! this machine ran twice as slow it took 9-12 minutes, a round 180 s, and
 //! lost receipts (966,447 and 20,013 of 1,000,000): it took longer than the
 //! run it calibrated and measured less than it claimed. What scaling does
-//! not carry: the kernel's cost per socket grows with the socket count
-//! (cache and hash-table misses): recorded floors ran 5-10 us per receiver
-//! at 100,000 and 9-16 at 1,000,000, so a scaled floor can come out faster
-//! than a full one, and a broadcast's ratio to it higher: the conservative
-//! side, said in the report's note (`--floor-sample 0` measures every
-//! user's socket).
+//! not carry, both said in the report's note (`--floor-sample 0` measures
+//! every user's socket): the kernel's cost per socket grows with the socket
+//! count (cache and hash-table misses: recorded floors ran 5-10 us per
+//! receiver at 100,000 and 9-16 at 1,000,000), which makes a scaled floor
+//! faster and a ratio to it higher; and each round's fixed costs (wakeups,
+//! the controller's word to the writers: tens of ms), which scaling
+//! multiplies, making it slower and the ratio lower. The first weighs at
+//! the default's size (rounds of seconds), the second only on small
+//! samples (19,000 users on a sample of 5,000: its train came out 1.9x the
+//! full floor's, its rounds alone within the spread).
 //!
 //! **Every receipt, or said.** A round waits for every one of its receipts;
 //! one that stalls ([`ROUND_STALL`] without a receipt) or outlasts the

@@ -649,7 +649,7 @@ fn floor_note(f: &Floor, hb_rate: f64) -> String {
     );
     if f.scale > 1.0 {
         note.push_str(&format!(
-            "; on a sample: {} of the {} users' sockets, spread over every agent and writer, heartbeating {:.1}x as often (the run's heartbeats a second) and the train's rounds {:.1}x closer; its times are multiplied by {:.2} (per receiver, the same fan-out). The kernel's cost per socket grows with the socket count, so a floor on every socket would likely be slower than this one: a broadcast's ratio to it errs high, never flattering (--floor-sample 0 measures every socket)",
+            "; on a sample: {} of the {} users' sockets, spread over every agent and writer, heartbeating {:.1}x as often (the run's heartbeats a second) and the train's rounds {:.1}x closer; its times are multiplied by {:.2} (per receiver, the same fan-out). Not carried: the kernel's cost per socket grows with the socket count, so a floor on every socket would be slower (this ratio errs high); and each round's fixed costs (tens of ms) are multiplied too (errs low), which weighs only when the sample's rounds are short (--floor-sample 0 measures every socket)",
             f.sockets, f.users, f.scale, f.scale, f.scale
         ));
     }

@@ -403,7 +403,7 @@ fn floor_rows(s: &mut String, r: &Report, f: &crate::report::FloorReport) {
             s,
             "floor sample",
             format!(
-                "measured on {} of the {} users' sockets, times above x{:.2} (per receiver; as measured: {} ms); a floor on every socket would likely be slower, so the ratio errs high (--floor-sample 0: every socket)",
+                "measured on {} of the {} users' sockets, times above x{:.2} (per receiver; as measured: {} ms); see floor.note for what scaling does not carry (--floor-sample 0: every socket)",
                 int(f.sockets),
                 int(f.users),
                 f.scale,
