@@ -32,8 +32,8 @@
 //! the controller's word to the writers: tens of ms), which scaling
 //! multiplies, making it slower and the ratio lower. The first weighs at
 //! the default's size (rounds of seconds), the second only on small
-//! samples (19,000 users on a sample of 5,000: its train came out 1.9x the
-//! full floor's, its rounds alone within the spread).
+//! samples, and neither stood out of a loaded machine's spread at 19,000
+//! users on a sample of 5,000 (BENCHMARKS.md, "The floor on a sample").
 //!
 //! **Every receipt, or said.** A round waits for every one of its receipts;
 //! one that stalls ([`ROUND_STALL`] without a receipt) or outlasts the
