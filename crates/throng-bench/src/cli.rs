@@ -24,6 +24,13 @@ pub struct BenchArgs {
     /// (`auto`: when the run broadcasts, with the embedded server and local agents).
     #[arg(long, value_enum, default_value_t = FloorMode::Auto, num_args = 0..=1, default_missing_value = "on")]
     pub floor: FloorMode,
+    /// The floor measures on at most this many sockets (0: one per user),
+    /// spread over every agent and writer, and scales its times to the
+    /// run's users per receiver, its heartbeats a second and its rounds'
+    /// overlap kept the run's: a full floor at 1,000,000 took longer than
+    /// the run. The report says when it did (`floor.scale`).
+    #[arg(long, default_value_t = 200_000, value_name = "SOCKETS")]
+    pub floor_sample: u64,
     /// A running server (HOST:PORT) instead of the embedded `throng serve`.
     /// Server-side figures need its /metrics on that port: start it with
     /// `throng serve --public-metrics`.
@@ -121,8 +128,8 @@ pub struct BenchArgs {
     /// `auto` does so when the connections overfill the host's table.
     #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
     pub netns: NetnsMode,
-    /// The live dashboard's port (0 = off). On a terminal it stays up after
-    /// the run until Enter is pressed.
+    /// The live dashboard's port (0 = off): the run's progress in a
+    /// browser while it runs (the HTML report keeps the final figures).
     #[arg(long, default_value_t = 8091, value_name = "PORT")]
     pub dashboard_port: u16,
     /// Run the hooks scenario instead of a load: a built-in app backend and
@@ -261,8 +268,7 @@ pub struct LoadArgs {
     pub broadcast_after: f64,
     /// Bytes of text each broadcast carries besides its timestamp (built-in
     /// scenario), as a `"pad"` field of notification-like JSON text: with
-    /// --deflate, what compression does to a notification of that size
-    /// [default: 0]
+    /// --deflate, what compression does to a notification of that size.
     #[arg(long, default_value_t = 0, value_name = "BYTES")]
     pub broadcast_pad: usize,
     /// New users per second, on a fixed schedule. Without it (and without
@@ -648,6 +654,44 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
             .map_err(|e| BenchError::Scenario(e.to_string()))?;
         cli.bench.load()
+    }
+
+    /// No flag's help gives its default twice: clap prints `[default: X]`
+    /// for a flag with a default value, so the text must not say it too
+    /// (`--broadcast-pad` did: `[default: 0] [default: 0]`).
+    #[test]
+    fn no_help_gives_a_default_twice() {
+        use clap::CommandFactory;
+        #[derive(Parser)]
+        struct Agent {
+            #[command(flatten)]
+            agent: AgentArgs,
+        }
+        #[derive(Parser)]
+        struct Tune {
+            #[command(flatten)]
+            tune: TuneArgs,
+        }
+        for cmd in [Cli::command(), Agent::command(), Tune::command()] {
+            for arg in cmd.get_arguments() {
+                let help = [arg.get_help(), arg.get_long_help()]
+                    .iter()
+                    .flatten()
+                    .map(|h| h.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let said = help.matches("[default:").count();
+                let by_clap = usize::from(
+                    !arg.get_default_values().is_empty() && !arg.is_hide_default_value_set(),
+                );
+                assert!(
+                    said + by_clap <= 1,
+                    "--{} gives its default {} times: {help}",
+                    arg.get_id(),
+                    said + by_clap
+                );
+            }
+        }
     }
 
     fn phoenix_xml() -> String {
