@@ -101,36 +101,30 @@ pub mod auth;
 pub mod bind;
 mod budget;
 pub mod channel;
-pub mod chat;
-mod close;
 pub mod config;
 pub mod control;
 pub mod dashboard;
-pub mod echo;
+mod engine;
 mod forward;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod health;
 pub mod history;
 pub mod hooks;
-mod http;
 pub mod limits;
-mod longpoll;
 pub mod metrics;
 pub mod node;
 mod page;
 pub mod panic;
-mod pending;
 pub mod presence;
+mod protocol;
 pub mod refusals;
-pub mod relay;
+pub mod rules;
 pub mod scrape;
 mod setting;
-mod socket;
 pub mod sys;
 pub mod tls;
-mod transport;
-mod ws;
+mod write;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -146,6 +140,7 @@ pub use channel::{
 pub use config::{Config, ServeArgs};
 pub use node::{Endpoint, Node};
 pub use presence::PresenceRule;
+pub use protocol::phoenix::{chat, echo, relay};
 
 /// File descriptors kept back from the limit for listeners, epoll, logs.
 pub const FD_MARGIN: u64 = 64;
@@ -206,7 +201,7 @@ impl Server {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;
-        let policy = auth::Policy::new(config.topics.clone()).with_history(&config.history);
+        let policy = rules::Policy::new(config.topics.clone()).with_history(&config.history);
         let policy_history = policy.any_history();
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
@@ -233,7 +228,7 @@ impl Server {
         let mut inboxes = Vec::new();
         for _ in 0..config.shards {
             let poll = Poll::new()?;
-            let waker = Arc::new(Waker::new(poll.registry(), transport::WAKER)?);
+            let waker = Arc::new(Waker::new(poll.registry(), engine::WAKER)?);
             let (tx, rx) = crossbeam_channel::unbounded();
             polls.push(poll);
             peers.push(node::Peer::new(
@@ -328,10 +323,11 @@ impl Server {
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
         let mut threads = Vec::new();
+        let proto = Arc::new(protocol::Protocols {});
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
         {
-            let shard = transport::Shard::new(id, poll, listener, inbox, node.clone())?;
+            let shard = engine::Shard::new(id, poll, listener, inbox, node.clone(), proto.clone())?;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("throng-shard-{id}"))
@@ -361,7 +357,7 @@ impl Server {
             auth = %node.config.auth.mode.name(),
             shards = node.config.shards,
             fd_limit,
-            conn_struct_bytes = transport::CONN_SIZE,
+            conn_struct_bytes = engine::CONN_SIZE,
             "open-files limit {fd_limit} allows about {} connections in this process",
             fd_limit.saturating_sub(FD_MARGIN)
         );

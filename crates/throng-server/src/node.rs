@@ -8,7 +8,7 @@
 //! [`Handler`]: broadcasts from other nodes come in through it, and so do
 //! the control messages of other nodes (`crate::control`: cluster-wide
 //! questions, disconnects, revocations, long-poll requests and answers
-//! forwarded, see `crate::longpoll`).
+//! forwarded, see `crate::protocol::phoenix::longpoll`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -20,7 +20,7 @@ use throng_protocol::OwnedPayload;
 use throng_pubsub::presence::Flushed;
 use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics, Route, Tracker};
 
-use crate::auth::{Auth, Policy, PushLimit};
+use crate::auth::{Auth, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
@@ -30,6 +30,7 @@ use crate::hooks::{Event, EventType};
 use crate::limits::Admission;
 use crate::metrics::ShardStats;
 use crate::page::Pages;
+use crate::rules::Policy;
 
 /// Sockets a second a drain closes, at most (see [`Node::drain_window`]).
 pub const DRAIN_RATE: u64 = 1000;
@@ -276,7 +277,7 @@ impl Node {
     /// then gets the topic's messages in offset order. Returns the ref.
     pub(crate) fn publish_history(
         &self,
-        rule: crate::auth::HistoryRule,
+        rule: crate::rules::HistoryRule,
         topic: Arc<str>,
         event: String,
         payload: OwnedPayload,

@@ -58,7 +58,7 @@ pub fn serve(config: Config) -> Result<(), Error> {
     let worker = config.worker_index;
     // The chat app (which lets the rules decide its joins when there are
     // rules), and a relay channel on every rule's topics it does not route.
-    let policy = throng_server::auth::Policy::new(config.topics.clone());
+    let policy = throng_server::rules::Policy::new(config.topics.clone());
     let mut router = if policy.rules.is_empty() {
         chat::router()
     } else {

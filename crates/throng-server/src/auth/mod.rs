@@ -38,7 +38,6 @@ pub mod mint;
 pub(crate) mod origin;
 mod phoenix_token;
 pub(crate) mod rate;
-pub(crate) mod rules;
 pub mod secret;
 
 use std::collections::HashMap;
@@ -50,7 +49,6 @@ use serde::{Deserialize, Serialize};
 
 pub use origin::CheckOrigin;
 pub use rate::PushLimit;
-pub use rules::{HistoryPattern, HistoryRule, JoinRefusal, JoinRule, Policy, TopicHook, TopicRule};
 
 use crate::channel::ConnectInfo;
 use crate::Error;

@@ -212,7 +212,7 @@ pub fn warnings(config: &Config) -> Vec<String> {
             ));
         }
     }
-    out.extend(crate::chat::rule_warnings(&config.topics));
+    out.extend(crate::rules::chat::rule_warnings(&config.topics));
     if let Ok(limit) = crate::sys::raise_fd_limit() {
         let room = limit.saturating_sub(crate::FD_MARGIN);
         let cap = config.limits.max_connections as u64;

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use super::auth::AuthArgs;
 use super::HookArgs;
 use super::ServeArgs;
-use crate::auth::TopicRule;
 use crate::limits::LimitArgs;
+use crate::rules::TopicRule;
 
 /// The config file's shape: the same settings as the flags.
 #[derive(Deserialize, Default, Debug)]

@@ -17,7 +17,7 @@ use toml_edit::{ImDocument, Item, TableLike};
 
 use super::template::{file_keys, FileKey, TABLE_ONLY};
 
-/// The keys of a `[[topics]]` table (`crate::auth::TopicRule`).
+/// The keys of a `[[topics]]` table (`crate::rules::TopicRule`).
 pub(super) const TOPIC_KEYS: &[&str] = &[
     "pattern",
     "join",
@@ -322,11 +322,11 @@ mod tests {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        toml::from_str::<crate::auth::TopicRule>(&topic).unwrap();
+        toml::from_str::<crate::rules::TopicRule>(&topic).unwrap();
         toml::from_str::<crate::presence::RuleFile>(
             "pattern = \"a\"\nkey = \"b\"\nmode = \"count\"",
         )
         .unwrap();
-        assert!(toml::from_str::<crate::auth::TopicRule>("pattern = \"a\"\nx = 1").is_err());
+        assert!(toml::from_str::<crate::rules::TopicRule>("pattern = \"a\"\nx = 1").is_err());
     }
 }

@@ -52,9 +52,8 @@ mod check;
 mod file;
 mod files;
 mod flags;
-mod hooks;
-mod secrets;
 mod keys;
+mod secrets;
 mod template;
 mod workers;
 
@@ -62,17 +61,18 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::auth::{AuthConfig, CheckOrigin, TopicRule};
+use crate::auth::{AuthConfig, CheckOrigin};
 use crate::limits::Limits;
 use crate::presence::PresenceRule;
+use crate::rules::TopicRule;
 use crate::Error;
 
+pub use crate::hooks::settings::{HookArgs, HooksConfig};
 pub use crate::setting::whole;
 pub use auth::AuthArgs;
 pub use check::{check_config, Checked};
 use file::FileConfig;
 pub use flags::{parse_bind, ServeArgs};
-pub use hooks::{HookArgs, HooksConfig};
 pub use template::{file_keys, gen_config, serve_command, FileKey};
 
 /// Resolved settings.
@@ -113,7 +113,7 @@ pub struct Config {
     /// `[[topics]]`: who may join and push where.
     pub topics: Vec<TopicRule>,
     /// `--history`: history for topics, without a config file.
-    pub history: Vec<crate::auth::HistoryPattern>,
+    pub history: Vec<crate::rules::HistoryPattern>,
     /// Pushes a second per socket (0 = unlimited), burst, strikes before 1008.
     pub push_rate: f64,
     pub push_burst: u32,
@@ -289,7 +289,7 @@ impl ServeArgs {
         let history = s
             .history
             .iter()
-            .map(|spec| crate::auth::HistoryPattern::parse(spec))
+            .map(|spec| crate::rules::HistoryPattern::parse(spec))
             .collect::<Result<Vec<_>, _>>()
             .map_err(Error::Config)?;
         let push_rate = s.push_rate();
@@ -584,7 +584,7 @@ mod tests {
              [[topics]]\npattern = \"*\"\n",
         )
         .unwrap();
-        let p = crate::auth::Policy::new(c.topics.clone());
+        let p = crate::rules::Policy::new(c.topics.clone());
         let h = p.history("feed:1").unwrap();
         assert_eq!((h.size, h.ttl), (100, Duration::from_secs(60)));
         let h = p.history("inbox:u1").unwrap();

@@ -26,7 +26,11 @@ use std::sync::OnceLock;
 use throng_protocol::handshake;
 
 use crate::config::Config;
-use crate::http::{handle, Action, HttpError, LongPoll, MAX_REQUEST_HEAD};
+use crate::engine::http::{handle, Action, HttpError, MAX_REQUEST_HEAD};
+use crate::engine::Protocol;
+use crate::protocol::phoenix::longpoll::http::LongPoll;
+use crate::protocol::phoenix::upgrade::{Open, LONGPOLL_PATH};
+use crate::protocol::phoenix::Phoenix;
 
 /// The configurations a run picks from (resolving one per input would
 /// cost more than the input).
@@ -56,13 +60,19 @@ fn configs() -> &'static [Config] {
     })
 }
 
+/// A request as the public port reads it: the engine's routes, then
+/// Phoenix's.
+fn read(data: &[u8], config: &Config) -> (usize, Action<Open, LongPoll>) {
+    handle(data, config, |head, config| Phoenix.route(head, config))
+}
+
 /// Feeds `data` to the request reader; panics if an invariant breaks.
 pub fn http_request(data: &[u8]) {
     let Some((&conf, data)) = data.split_first() else {
         return;
     };
     let config = &configs()[(conf & 15) as usize];
-    let (used, action) = handle(data, config);
+    let (used, action) = read(data, config);
     match action {
         Action::Incomplete => {
             assert_eq!(used, 0, "read more, having used {used} bytes");
@@ -88,13 +98,19 @@ pub fn http_request(data: &[u8]) {
         }
         Action::Upgrade(u) => {
             assert!(used <= MAX_REQUEST_HEAD);
-            check_upgrade(&data[..used], config, &u);
+            if !u.open.check {
+                check_upgrade(&data[..used], config, &u.response, u.deflate);
+            }
         }
-        Action::LongPoll(lp) => check_longpoll(data, used, config, &lp),
+        Action::Echo(response, deflate) => {
+            assert!(used <= MAX_REQUEST_HEAD);
+            check_upgrade(&data[..used], config, &response, deflate);
+        }
+        Action::Request(lp) => check_longpoll(data, used, config, &lp),
     }
     // A request split across reads is read as one: each prefix waits.
     for cut in [used - 1, used / 2, used.saturating_sub(2)] {
-        let (n, action) = handle(&data[..cut], config);
+        let (n, action) = read(&data[..cut], config);
         assert!(
             n == 0 && matches!(action, Action::Incomplete),
             "{cut} of the {used} bytes of a request: {action:?}"
@@ -132,7 +148,11 @@ fn check_refusal(data: &[u8], config: &Config, e: &HttpError) {
     let path = target.split_once('?').map_or(target, |(p, _)| p);
     let ws = path == "/socket/websocket" || (config.echo && path == "/echo");
     if e.origin_refused {
-        assert_eq!((e.status, path), (403, "/socket/websocket"));
+        assert_eq!(e.status, 403);
+        assert!(
+            ["/socket/websocket", "/socket/check"].contains(&path),
+            "{path}"
+        );
     } else if ws {
         match handshake::check_request(&req) {
             Err(h) => assert_eq!(e.status, h.status(), "{h}"),
@@ -140,28 +160,26 @@ fn check_refusal(data: &[u8], config: &Config, e: &HttpError) {
             // authToken subprotocol (400).
             Ok(_) => assert!(e.status == 403 || e.status == 400, "{e:?}"),
         }
-    } else if path == crate::http::LONGPOLL_PATH && config.longpoll_window.is_some() {
+    } else if path == "/socket/check" {
+        assert!([403, 405].contains(&e.status), "{e:?}");
+    } else if path == LONGPOLL_PATH && config.longpoll_window.is_some() {
         assert!([400, 411, 413].contains(&e.status), "{e:?}");
     } else {
         assert_eq!(e.status, 405, "{e:?}");
     }
 }
 
-fn check_upgrade(head: &[u8], config: &Config, u: &crate::http::Upgrade) {
+fn check_upgrade(head: &[u8], config: &Config, response: &[u8], deflate: u8) {
     let mut headers = [httparse::EMPTY_HEADER; 48];
     let mut req = httparse::Request::new(&mut headers);
     assert!(matches!(req.parse(head), Ok(httparse::Status::Complete(_))));
     let accept = handshake::check_request(&req).expect("an upgrade passed the handshake");
-    let got = handshake::parse_client_response(&u.response, &accept);
-    assert_eq!(
-        got,
-        Ok(Some(u.response.len())),
-        "our client refuses the 101"
-    );
-    let text = String::from_utf8_lossy(&u.response);
+    let got = handshake::parse_client_response(response, &accept);
+    assert_eq!(got, Ok(Some(response.len())), "our client refuses the 101");
+    let text = String::from_utf8_lossy(response);
     let offered = text.contains("Sec-WebSocket-Extensions: permessage-deflate");
-    assert_eq!(offered, u.deflate != 0, "{text}");
-    assert!(u.deflate == 0 || (config.deflate && (8..=15).contains(&u.deflate)));
+    assert_eq!(offered, deflate != 0, "{text}");
+    assert!(deflate == 0 || (config.deflate && (8..=15).contains(&deflate)));
 }
 
 fn check_longpoll(data: &[u8], used: usize, config: &Config, lp: &LongPoll) {

@@ -21,9 +21,9 @@
 use throng_protocol::frame::Opcode;
 use throng_protocol::Vsn;
 
-use crate::close::CloseReason;
+use crate::engine::close::CloseReason;
 use crate::forward::wire::{Answer, Ask, Forward, ReplyTo, Request};
-use crate::longpoll::{
+use crate::protocol::phoenix::longpoll::{
     decode_post, poll_body, post_lines, post_message, returned_messages, Item, Secret, Token,
 };
 

@@ -24,9 +24,15 @@ fn reencode(frame: &ClientFrame<'_>) -> Vec<u8> {
             }
             if let Some(auth) = &s.auth {
                 let cd = s.channel_data.as_deref();
-                let _ = signature::verify_channel_auth("key", b"secret", "1.2", &s.channel, cd, auth);
+                let _ =
+                    signature::verify_channel_auth("key", b"secret", "1.2", &s.channel, cd, auth);
             }
-            client::encode_subscribe(&mut out, &s.channel, s.auth.as_deref(), s.channel_data.as_deref());
+            client::encode_subscribe(
+                &mut out,
+                &s.channel,
+                s.auth.as_deref(),
+                s.channel_data.as_deref(),
+            );
         }
         ClientFrame::Unsubscribe { channel } => client::encode_unsubscribe(&mut out, channel),
         ClientFrame::Signin { auth, user_data } => {

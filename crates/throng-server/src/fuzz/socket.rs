@@ -25,10 +25,10 @@ use throng_protocol::{OwnedPayload, Payload, Vsn};
 use throng_pubsub::{Broadcast, LocalPresence, Registry, Slot, Tracker};
 
 use crate::channel::{Channel, Info, Reply, Socket, Who};
+use crate::engine::pending::Extra;
+use crate::engine::ws::{on_frame, FrameAction};
 use crate::metrics::ShardStats;
-use crate::pending::Extra;
-use crate::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
-use crate::ws::{on_frame, FrameAction};
+use crate::protocol::phoenix::socket::{Cx, Join, Mux, Scratch, Tracked, Transport};
 
 /// A transport that keeps the registry and checks what would be sent.
 struct Recorder {
@@ -160,8 +160,8 @@ pub fn phoenix_socket(data: &[u8]) {
     };
     let split = rest.first().map_or(0, |&b| b as usize % (stream.len() + 1));
 
-    let router = crate::chat::router().channel("room:*", Busy);
-    let policy = crate::auth::Policy::default();
+    let router = crate::protocol::phoenix::chat::router().channel("room:*", Busy);
+    let policy = crate::rules::Policy::default();
     let cx = Cx {
         router: &router,
         policy: &policy,
@@ -180,7 +180,7 @@ pub fn phoenix_socket(data: &[u8]) {
         tracker: Tracker::new(Arc::new(LocalPresence::new())),
         tracked: HashMap::new(),
     };
-    let mut joins = crate::socket::Joins::new();
+    let mut joins = crate::protocol::phoenix::socket::Joins::new();
     let mut scratch = Scratch::default();
     let mut extra: Option<Box<Extra>> = None;
     let mut inflater = throng_protocol::deflate::Inflater::default();
@@ -220,7 +220,10 @@ pub fn phoenix_socket(data: &[u8]) {
                     match inflater.inflate(&data, max_message, &mut inflated) {
                         Ok(()) => {
                             assert!(inflated.len() <= max_message, "inflated past the bound");
-                            crate::ws::checked(op, std::borrow::Cow::Owned(inflated.clone()))
+                            crate::engine::ws::checked(
+                                op,
+                                std::borrow::Cow::Owned(inflated.clone()),
+                            )
                         }
                         Err(_) => return, // closed with 1009 or 1007
                     }

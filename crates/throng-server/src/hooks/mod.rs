@@ -43,12 +43,12 @@ mod client;
 mod events;
 mod occupancy;
 mod request;
+pub mod settings;
 mod stats;
 mod tls;
 mod waits;
 
-pub use crate::auth::TopicHook;
-pub use crate::config::{HookArgs, HooksConfig};
+pub use crate::rules::TopicHook;
 pub use answer::{reason_text, Answer, BroadcastAnswer, UserId};
 pub(crate) use client::Answers;
 pub use client::{HookAnswer, HookClient, Outcome};
@@ -56,6 +56,7 @@ pub use events::{Event, EventType, Events, FLUSH_AT_EXIT};
 pub use occupancy::Occupancy;
 pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
+pub use settings::{HookArgs, HooksConfig};
 pub(crate) use waits::{HeldSession, HeldUpgrade, Wait, Waiting, Waits};
 
 /// A hook: which backend path a request goes to, and its metrics label.
