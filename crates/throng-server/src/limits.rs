@@ -8,25 +8,25 @@
 //! `--max-message-bytes`, `--max-outbound-bytes` and
 //! `--max-channels-per-socket` (config.rs), and where each is enforced:
 //! - the HTTP head deadline: the shard's once-a-second sweep
-//!   (`transport/shard/sweep.rs`), against the connection's `last_active`,
+//!   (`engine/shard/sweep.rs`), against the connection's `last_active`,
 //!   which for an HTTP connection is when its current request began (no
 //!   timer per connection);
 //! - connection caps: [`Admission`], at accept, and at a long-poll
 //!   session's start (a session is a connection, whatever carries its
-//!   requests; `transport/conns/longpoll.rs`, with its start rate per
+//!   requests; `protocol/phoenix/longpoll/shard.rs`, with its start rate per
 //!   address);
 //! - a connection's turn of its shard's loop (reads, messages) and the
 //!   control budget (heartbeats, joins, leaves, control frames, tiny
-//!   fragments): `transport/shard/input.rs`, `socket/`;
+//!   fragments): `engine/shard/input.rs`, `socket/`;
 //! - payloads: [`json_too_deep`] for pushes, joins and API broadcasts,
 //!   [`topic_error`] for API topics;
 //! - the server API's timeouts and connection cap: `api.rs`;
 //! - a socket's memory: a message in progress (kept fragments plus a
 //!   half-received frame) is bounded by `--max-message-bytes` as a whole
-//!   (`transport/shard/input.rs`), and what its joins store (join_refs, topic names)
+//!   (`engine/shard/input.rs`), and what its joins store (join_refs, topic names)
 //!   by what `--max-socket-bytes` leaves after that (`socket/`), refs by
 //!   [`check_refs`];
-//! - outbound memory: per connection in `transport/conns/output.rs`, for
+//! - outbound memory: per connection in `engine/conns/output.rs`, for
 //!   the node in `budget.rs`; shard inboxes in `node.rs`; the
 //!   Redis publish queue in `throng-pubsub`.
 

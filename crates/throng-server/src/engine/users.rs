@@ -105,7 +105,7 @@ impl Users {
     }
 
     /// Adds socket `key` (its registry key) of user `id`. A socket's end
-    /// removes it (`Conns::end_socket`), so a key reused by another socket
+    /// removes it (`Shard::settle`, once its protocol ended it), so a key reused by another socket
     /// has no user until one is added.
     pub fn add(&mut self, id: &str, key: u32) {
         self.remove(key);

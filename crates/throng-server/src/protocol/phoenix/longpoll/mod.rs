@@ -21,7 +21,7 @@
 //! A [`Session`] lives on the shard that created it, in its own slab, and
 //! runs the same Phoenix socket (`crate::protocol::phoenix::socket::Mux`) as a WebSocket,
 //! holding the same `SocketState`: it is subscribed in the shard's
-//! registry as an `Outlet::LongPoll` (`transport/outlet.rs`; delivery tells
+//! registry as an `Outlet::Session` (`engine/outlet.rs`; delivery tells
 //! it from a WebSocket with one bit test), and what the
 //! socket sends it (replies, pushes, broadcasts: the shared
 //! [`Broadcast`] itself, not a copy) waits in its buffer until a poll takes
