@@ -1,7 +1,9 @@
 //! The once-a-second sweep that replaces a timer per connection: idle
 //! WebSockets (read first, and asked of the kernel, before they are closed),
 //! HTTP connections past the head deadline, closing connections past their
-//! linger, and long-poll sessions' windows and expiries. Each ends through
+//! linger, and long-poll sessions' windows and expiries; topic histories
+//! past their ttl are forgotten (`MemoryHistory::sweep_if_due`: even when
+//! nothing is published after them). Each connection ends through
 //! [`Conns::close`](crate::transport::Conns::close) with its reason.
 
 use super::Shard;
@@ -13,6 +15,9 @@ impl Shard {
     /// Once a second: closes idle sockets and finishes lingering closes;
     /// long-poll windows and expiries.
     pub(super) fn sweep(&mut self) {
+        if let Some(history) = &self.node.history {
+            history.sweep_if_due(std::time::Instant::now());
+        }
         self.conns.lp_sweep(&self.node, &mut self.scratch);
         self.conns.close_doomed(&self.node, &mut self.scratch);
         let now = self.conns.now;
