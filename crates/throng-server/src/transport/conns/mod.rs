@@ -116,6 +116,22 @@ pub(crate) struct Conns {
 }
 
 impl Conns {
+    /// Publishes the sizes of the shard's tables to its counters (once a
+    /// second, from the sweep).
+    pub fn publish_sizes(&self) {
+        self.stats.sizes(&crate::metrics::TableSizes {
+            users: self.users.len(),
+            user_sockets: self.users.sockets_len(),
+            hook_waits: self.hook_waits.len(),
+            hook_socket_ids: self.hook_waits.socket_ids_len(),
+            hook_assigns: self.hook_waits.assigns.len(),
+            history_reads_waiting: self.pending.len(),
+            presence_joins: self.tracked.len(),
+            longpoll_requests_waiting: self.lp.waiting.len(),
+            longpoll_rate_entries: self.lp.starts.len(),
+        });
+    }
+
     /// Adds the turn's local counts to the shared counters.
     pub fn flush_counters(&mut self) {
         if self.msgs_out > 0 || self.bytes_out > 0 {

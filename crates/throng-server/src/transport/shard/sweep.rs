@@ -3,7 +3,8 @@
 //! HTTP connections past the head deadline, closing connections past their
 //! linger, and long-poll sessions' windows and expiries; topic histories
 //! past their ttl are forgotten (`MemoryHistory::sweep_if_due`: even when
-//! nothing is published after them). Each connection ends through
+//! nothing is published after them); the sizes of the shard's tables go
+//! to `/metrics`. Each connection ends through
 //! [`Conns::close`](crate::transport::Conns::close) with its reason.
 
 use super::Shard;
@@ -20,6 +21,7 @@ impl Shard {
         }
         self.conns.lp_sweep(&self.node, &mut self.scratch);
         self.conns.close_doomed(&self.node, &mut self.scratch);
+        self.conns.publish_sizes();
         let now = self.conns.now;
         let idle = self
             .node
