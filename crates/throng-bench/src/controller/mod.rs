@@ -18,7 +18,8 @@
 //! phases' measurements into the [`Report`](crate::report::Report),
 //! `presence` its presence part; `hooks` is the hooks scenario's run
 //! (`--hooks`, [`crate::hooks`]); `storm` the reconnect storm's
-//! (`--storm`, [`crate::storm`]).
+//! (`--storm`, [`crate::storm`]); `soak` the soak's (`--soak`,
+//! [`crate::soak`]).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
 //! forwards its lines over a channel; the dashboard thread only reads the
@@ -35,6 +36,7 @@ mod outcome;
 mod presence;
 mod probe;
 mod run;
+mod soak;
 mod storm;
 mod timeline;
 mod tls;
@@ -99,6 +101,9 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
     if args.storm {
         return storm::run(&args);
+    }
+    if let Some(secs) = args.soak {
+        return soak::run(&args, secs);
     }
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
