@@ -88,6 +88,19 @@ struct Body {
 #[serde(default)]
 struct Response {
     recovered: Option<bool>,
+    /// An error reply's reason.
+    reason: Option<String>,
+}
+
+impl Body {
+    /// The reply as words: `ok`, or its status and reason.
+    fn said(&self) -> String {
+        let status = self.status.as_deref().unwrap_or("no status");
+        match self.response.as_ref().and_then(|r| r.reason.as_deref()) {
+            Some(reason) => format!("{status} ({reason})"),
+            None => status.to_string(),
+        }
+    }
 }
 
 /// A session's channels.
@@ -268,20 +281,17 @@ impl<'a> Channels<'a> {
             }),
             Sent::Join { topic: t, .. } => {
                 sh.count(|s| s.join_errors += 1);
-                sh.error(format!("a join of {t} was answered {:?}", body.status));
+                sh.error(format!("a join of {t} was answered {}", body.said()));
             }
             Sent::Leave if ok => sh.count(|s| s.leaves += 1),
             Sent::Push if ok => sh.count(|s| s.push_ok += 1),
             Sent::Push => {
                 sh.count(|s| s.push_errors += 1);
-                sh.error(format!("a push on {topic} was answered {:?}", body.status));
+                sh.error(format!("a push on {topic} was answered {}", body.said()));
             }
             Sent::Heartbeat if ok => sh.count(|s| s.heartbeats += 1),
             Sent::Leave | Sent::Heartbeat => {
-                sh.error(format!(
-                    "a leave or heartbeat was answered {:?}",
-                    body.status
-                ));
+                sh.error(format!("a leave or heartbeat was answered {}", body.said()));
             }
         }
     }

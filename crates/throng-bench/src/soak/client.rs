@@ -79,7 +79,7 @@ impl Shared {
     pub fn error(&self, why: String) {
         let mut s = self.status.borrow_mut();
         s.errors += 1;
-        s.first_error.get_or_insert(why);
+        s.note(why);
     }
 
     /// Changes the status.
@@ -191,7 +191,7 @@ async fn slot(sh: Rc<Shared>, i: u64) {
 }
 
 /// How a session ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum End {
     /// A close frame (1000), then the server's close.
     Close,
@@ -199,9 +199,9 @@ enum End {
     Reset,
     /// The socket closed without a close frame (a FIN).
     Drop,
-    /// The server closed it (its close frame's code), or the connection
-    /// was lost.
-    Server(u16),
+    /// The server closed it (its close frame's code and reason), or the
+    /// connection was lost.
+    Server(u16, String),
     Lost,
 }
 
@@ -239,15 +239,14 @@ async fn ws_session(
         Ok(Err(e)) => {
             sh.count(|s| {
                 s.connect_errors += 1;
-                s.first_error.get_or_insert(format!("connect: {e}"));
+                s.note(format!("connect: {e}"));
             });
             return false;
         }
         Err(_) => {
             sh.count(|s| {
                 s.connect_errors += 1;
-                s.first_error
-                    .get_or_insert(format!("connect: no upgrade within {CONNECT_TIMEOUT:?}"));
+                s.note(format!("connect: no upgrade within {CONNECT_TIMEOUT:?}"));
             });
             return false;
         }
@@ -304,9 +303,7 @@ impl Ws<'_> {
         let mut action_at = now + self.ch.next_action(rng);
         loop {
             if let Err(e) = self.flush().await {
-                self.ch.sh.count(|s| {
-                    s.first_error.get_or_insert(format!("write: {e}"));
-                });
+                self.ch.sh.count(|s| s.note(format!("write: {e}")));
                 return End::Lost;
             }
             let next = end_at.min(heartbeat_at).min(action_at);
@@ -359,11 +356,14 @@ impl Ws<'_> {
             match f.opcode {
                 Opcode::Text => self.ch.message(payload),
                 Opcode::Close => {
-                    let code = match payload {
-                        [a, b, ..] => u16::from_be_bytes([*a, *b]),
-                        _ => 1005,
+                    let (code, reason) = match payload {
+                        [a, b, rest @ ..] => (
+                            u16::from_be_bytes([*a, *b]),
+                            String::from_utf8_lossy(rest).into_owned(),
+                        ),
+                        _ => (1005, String::new()),
                     };
-                    end = Some(End::Server(code));
+                    end = Some(End::Server(code, reason));
                 }
                 _ => {}
             }
@@ -398,10 +398,13 @@ impl Ws<'_> {
                 sh.count(|s| s.ended_reset += 1);
             }
             End::Drop => sh.count(|s| s.ended_drop += 1),
-            End::Server(1001) => sh.count(|s| s.server_disconnects += 1),
-            End::Server(code) => {
+            // The server API's disconnect of the session's user.
+            End::Server(1001, reason) if reason == "disconnect" => {
+                sh.count(|s| s.server_disconnects += 1);
+            }
+            End::Server(code, reason) => {
                 sh.count(|s| s.server_closes += 1);
-                sh.error(format!("the server closed a socket with {code}"));
+                sh.error(format!("the server closed a socket with {code} {reason:?}"));
             }
             End::Lost => {
                 sh.count(|s| s.server_closes += 1);

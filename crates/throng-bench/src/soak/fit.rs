@@ -276,7 +276,11 @@ mod tests {
 
     #[test]
     fn steady_noise_and_a_return_pass() {
-        let count = |t: f64| if (0.0..=300.0).contains(&t) { 5000.0 + noise(t, 40.0) } else if t > 330.0 { 0.0 } else { 7.0 };
+        let count = |t: f64| match t {
+            t if t < 0.0 || t > 330.0 => 0.0,
+            t if t <= 300.0 => 5000.0 + noise(t, 40.0),
+            _ => 7.0,
+        };
         let s = samples(count, "throng_connections");
         let v = judge(&s, "throng_connections", &W, 0.0).unwrap();
         assert!(!v.grew, "{v:?}");

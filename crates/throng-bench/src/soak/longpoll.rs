@@ -150,7 +150,7 @@ pub(super) async fn session(
         Err(e) => {
             sh.count(|s| {
                 s.connect_errors += 1;
-                s.first_error.get_or_insert(e);
+                s.note(e);
             });
             return false;
         }

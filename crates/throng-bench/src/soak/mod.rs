@@ -186,8 +186,26 @@ pub struct Status {
     /// other than 1001, a push or join answered with an error.
     pub errors: u64,
     pub first_error: Option<String>,
+    /// Errors and connect errors by kind (their text with topic numbers
+    /// left out), at most [`KINDS`] kinds (then `other`).
+    pub error_kinds: std::collections::BTreeMap<String, u64>,
     /// The process's last line.
     pub done: bool,
+}
+
+/// Kinds of errors a status keeps apart.
+pub const KINDS: usize = 32;
+
+/// An error's kind: its text with each topic's number left out
+/// (`soak:hook:85` -> `soak:hook:*`).
+pub fn kind_of(why: &str) -> String {
+    why.split(' ')
+        .map(|w| match w.strip_prefix("soak:").and_then(|r| r.split_once(':')) {
+            Some((k, _)) => format!("soak:{k}:*"),
+            None => w.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Status {
@@ -226,6 +244,25 @@ impl Status {
         if self.first_error.is_none() {
             self.first_error.clone_from(&o.first_error);
         }
+        for (k, n) in &o.error_kinds {
+            self.count_kind(k, *n);
+        }
+    }
+
+    /// Counts `n` errors of kind `kind`.
+    pub fn count_kind(&mut self, kind: &str, n: u64) {
+        let key = if self.error_kinds.len() >= KINDS && !self.error_kinds.contains_key(kind) {
+            "other"
+        } else {
+            kind
+        };
+        *self.error_kinds.entry(key.to_string()).or_default() += n;
+    }
+
+    /// Notes an error's text: its kind counted, the first one kept.
+    pub fn note(&mut self, why: String) {
+        self.count_kind(&kind_of(&why), 1);
+        self.first_error.get_or_insert(why);
     }
 
     /// Sessions open now.
@@ -296,6 +333,18 @@ mod tests {
         sum.add(&a);
         sum.add(&a);
         assert_eq!((sum.ws_open, sum.errors), (6, 2));
+        let mut s = Status::default();
+        s.note("a push on soak:hook:85 was answered error (backend timeout)".into());
+        s.note("a push on soak:hook:3 was answered error (backend timeout)".into());
+        assert_eq!(
+            s.error_kinds["a push on soak:hook:* was answered error (backend timeout)"],
+            2
+        );
+        for i in 0..40 {
+            s.count_kind(&format!("kind {i}"), 1);
+        }
+        assert_eq!(s.error_kinds.len(), KINDS + 1);
+        assert_eq!(s.error_kinds["other"], 40 - (KINDS as u64 - 1));
         assert_eq!(sum.first_error.as_deref(), Some("x"));
         let line = serde_json::to_string(&Command::Stop).unwrap();
         assert_eq!(serde_json::from_str::<Command>(&line).unwrap(), Command::Stop);
