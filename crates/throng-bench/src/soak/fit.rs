@@ -7,7 +7,7 @@
 //!   last, must both stay within the noise band: three times the residuals'
 //!   standard deviation, or three times the population's own relative noise
 //!   times the series' level (a count that follows the population moves as
-//!   it does), and at least 1 (a count moving by one is not growth). A
+//!   it does), and at least 1% of its level and 1 (see [`LEVEL_SHARE`]). A
 //!   line fitted to stationary noise rises by a fraction of one standard
 //!   deviation over a window of a hundred samples or more, so the band is
 //!   far from what noise alone reaches; a leak of one thing a second over
@@ -27,6 +27,13 @@ use super::series::{Kind, Samples, SESSIONS};
 
 /// A count is back when it is this close to its value before the clients.
 pub const RETURN_TOLERANCE: f64 = 0.5;
+/// A series moving by less than this share of its level is not growing:
+/// the pool of keep-alive connections to the backend, or the sockets
+/// between a client's close and the server's, move a count of open files
+/// in steps that a short window reads as a slope. A smaller leak of
+/// something the clients hold is still caught when they leave: counts must
+/// come back to exactly where they started.
+pub const LEVEL_SHARE: f64 = 0.01;
 /// Memory may grow this much (percent) over the second half.
 pub const MEMORY_GROWTH_PCT: f64 = 5.0;
 
@@ -151,8 +158,10 @@ pub fn judge(s: &Samples, name: &str, w: &Windows, pop_noise: f64) -> Option<Ver
     let (start, end) = (mean(&y[..tenth]), mean(&y[y.len() - tenth..]));
     let (line_start, line_end) = (line.at(w.from), line.at(w.to));
     let rise = line_end - line_start;
+    let level = mean(&y).abs();
     let band = (3.0 * line.noise)
-        .max(3.0 * pop_noise * mean(&y).abs())
+        .max(3.0 * pop_noise * level)
+        .max(LEVEL_SHARE * level)
         .max(1.0);
     let mut v = Verdict {
         kind,
