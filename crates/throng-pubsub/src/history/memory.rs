@@ -427,6 +427,19 @@ mod tests {
     }
 
     #[test]
+    fn a_due_sweep_forgets_expired_topics_with_nothing_published() {
+        let h = MemoryHistory::new(1 << 20);
+        let now = Instant::now();
+        publish(&h, "t", 10, 3, now);
+        h.sweep_if_due(now + SWEEP_EVERY * 2);
+        assert_eq!(h.stats.topics.load(Relaxed), 1, "not past its ttl yet");
+        h.sweep_if_due(now + TTL + SWEEP_EVERY * 4);
+        assert_eq!(h.stats.topics.load(Relaxed), 0);
+        assert_eq!(h.stats.bytes.load(Relaxed), 0);
+        assert_eq!(h.stats.expired.load(Relaxed), 1);
+    }
+
+    #[test]
     fn the_byte_budget_bounds_every_topic() {
         let one = Entry {
             offset: 1,
