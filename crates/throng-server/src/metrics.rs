@@ -153,7 +153,10 @@ impl ShardStats {
         set(&self.hook_assigns, sizes.hook_assigns);
         set(&self.history_reads_waiting, sizes.history_reads_waiting);
         set(&self.presence_joins, sizes.presence_joins);
-        set(&self.longpoll_requests_waiting, sizes.longpoll_requests_waiting);
+        set(
+            &self.longpoll_requests_waiting,
+            sizes.longpoll_requests_waiting,
+        );
         set(&self.longpoll_rate_entries, sizes.longpoll_rate_entries);
     }
 }

@@ -96,14 +96,8 @@ fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
 /// own success criteria (so a CI job can gate on the exit status).
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     children::kill_on_signal()?;
-    if args.hooks {
-        return hooks::run(&args);
-    }
-    if args.storm {
-        return storm::run(&args);
-    }
-    if let Some(secs) = args.soak {
-        return soak::run(&args, secs);
+    if let Some(done) = scenario_of_its_own(&args) {
+        return done;
     }
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
@@ -194,6 +188,18 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     drop(embedded);
     let report = result?;
     publish(&run, report, &args, &report_path, dashboard)
+}
+
+/// The scenarios that run servers and clients of their own instead of a
+/// load: `--hooks`, `--storm`, `--soak`.
+fn scenario_of_its_own(args: &BenchArgs) -> Option<Result<(), BenchError>> {
+    if args.hooks {
+        return Some(hooks::run(args));
+    }
+    if args.storm {
+        return Some(storm::run(args));
+    }
+    args.soak.map(|secs| soak::run(args, secs))
 }
 
 /// Each agent's capacity, one per Tsung client (none without `--tsung`):

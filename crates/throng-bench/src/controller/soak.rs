@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::children;
@@ -89,7 +89,9 @@ impl Plan {
             ));
         }
         let population = args.load.connections.unwrap_or(DEFAULT_POPULATION);
-        let churn = args.soak_churn.unwrap_or_else(|| default_churn(population, secs));
+        let churn = args
+            .soak_churn
+            .unwrap_or_else(|| default_churn(population, secs));
         if !(churn.is_finite() && churn > 0.0 && churn <= population as f64) {
             return Err(BenchError::Usage(format!(
                 "--soak-churn {churn}: more than 0 and at most --connections ({population}) new sessions a second"
@@ -154,7 +156,10 @@ pub(super) fn run(args: &BenchArgs, secs: f64) -> Result<(), BenchError> {
     let html = args.report.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("throng-bench-soak-{}.html", std::process::id()))
     });
-    std::fs::write(&html, crate::report::html::page(&serde_json::to_string(&report)?, false))?;
+    std::fs::write(
+        &html,
+        crate::report::html::page(&serde_json::to_string(&report)?, false),
+    )?;
     eprintln!("report: {} (open it in a browser)", html.display());
     if report.passed {
         Ok(())
@@ -410,7 +415,7 @@ impl Clock {
         let next = now.floor() + 1.0;
         std::thread::sleep(Duration::from_secs_f64((next - now).max(0.0)));
         let t = (self.now() * 10.0).round() / 10.0;
-        let mut row = target.sample(self.taken % PSS_EVERY == 0);
+        let mut row = target.sample(self.taken.is_multiple_of(PSS_EVERY));
         row.insert(SESSIONS.into(), sessions as f64);
         self.taken += 1;
         self.samples.push(t, row);

@@ -149,17 +149,25 @@ async fn calls(
             todo.push(broadcast(Topics::history(next_history), n));
             next_history = (next_history + 1) % topics.history.max(1);
         }
-        if n % 5 == 0 {
+        if n.is_multiple_of(5) {
             let u = user(rng.u64(0..population.max(1)));
-            todo.push(("POST", "/api/disconnect".into(), format!("{{\"user\":\"{u}\"}}")));
+            todo.push((
+                "POST",
+                "/api/disconnect".into(),
+                format!("{{\"user\":\"{u}\"}}"),
+            ));
             let q = Topics::presence(rng.u32(0..topics.presence));
             todo.push(("GET", format!("/api/presence?topic={q}"), String::new()));
             todo.push(("GET", "/api/stats".into(), String::new()));
         }
-        if n % 25 == 0 {
+        if n.is_multiple_of(25) {
             todo.push(("GET", "/api/topics".into(), String::new()));
             let h = Topics::history(rng.u32(0..topics.history));
-            todo.push(("GET", format!("/api/history?topic={h}&limit=10"), String::new()));
+            todo.push((
+                "GET",
+                format!("/api/history?topic={h}&limit=10"),
+                String::new(),
+            ));
         }
         for (method, path, body) in todo {
             let k = rng.usize(0..apis.len());

@@ -8,7 +8,7 @@
 
 use serde::Deserialize;
 
-use super::client::{exp, Shared};
+use super::shared::{exp, Shared};
 use super::{Topics, API_EVENT, HOOK_EVENT, PUSH_EVENT};
 
 /// What a session does next (besides heartbeats).
@@ -54,7 +54,8 @@ pub(super) fn first_topics(t: &Topics, g: u64, rng: &mut fastrand::Rng) -> Vec<S
 
 /// Slot `g`'s history topic, if it keeps one.
 pub(super) fn history_topic(t: &Topics, g: u64) -> Option<String> {
-    (g % 2 == 0).then(|| Topics::history(((g / 2) % u64::from(t.history)) as u32))
+    g.is_multiple_of(2)
+        .then(|| Topics::history(((g / 2) % u64::from(t.history)) as u32))
 }
 
 /// What a sent message waits for.

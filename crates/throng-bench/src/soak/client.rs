@@ -23,7 +23,7 @@
 //! so.
 
 use std::cell::{Cell, RefCell};
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::channels::Channels;
+use super::shared::{exp, stopped_during, Shared};
 use super::{source, user, Command, Orders, Status, STATUS_EVERY};
 use crate::error::BenchError;
 use crate::{join, sys};
@@ -62,39 +63,6 @@ pub fn run(orders: &str) -> Result<(), BenchError> {
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, main(orders));
     Ok(())
-}
-
-/// What the process's slots share (one thread: no locks).
-pub(super) struct Shared {
-    pub orders: Orders,
-    pub status: RefCell<Status>,
-    /// `true` once [`Command::Stop`] came.
-    pub stop: watch::Sender<bool>,
-    /// Slots still running.
-    live: Cell<u64>,
-}
-
-impl Shared {
-    /// Counts an error, keeping the first one's text.
-    pub fn error(&self, why: String) {
-        let mut s = self.status.borrow_mut();
-        s.errors += 1;
-        s.note(why);
-    }
-
-    /// Changes the status.
-    pub fn count(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut self.status.borrow_mut());
-    }
-
-    fn print(&self, done: bool) {
-        let mut s = self.status.borrow().clone();
-        s.done = done;
-        let mut out = io::stdout().lock();
-        let _ = serde_json::to_writer(&mut out, &s);
-        let _ = out.write_all(b"\n");
-        let _ = out.flush();
-    }
 }
 
 async fn main(orders: Orders) {
@@ -143,22 +111,6 @@ async fn main(orders: Orders) {
         shared.print(false);
     }
     shared.print(true);
-}
-
-/// A sample of the exponential distribution of mean `mean`.
-pub(super) fn exp(rng: &mut fastrand::Rng, mean: f64) -> f64 {
-    -mean * (1.0 - rng.f64()).ln()
-}
-
-/// Waits `d`; `true` if the run stopped meanwhile.
-pub(super) async fn stopped_during(stop: &mut watch::Receiver<bool>, d: Duration) -> bool {
-    if *stop.borrow() {
-        return true;
-    }
-    tokio::select! {
-        _ = tokio::time::sleep(d) => *stop.borrow(),
-        _ = stop.changed() => true,
-    }
 }
 
 /// One slot, for the process's life: session after session.
@@ -280,7 +232,12 @@ impl Ws<'_> {
     /// Writes the channels' outbox, each message a masked text frame.
     async fn flush(&mut self) -> io::Result<()> {
         for m in self.ch.outbox.drain(..) {
-            encode_frame(&mut self.out, Opcode::Text, m.as_bytes(), Some([3, 1, 4, 1]));
+            encode_frame(
+                &mut self.out,
+                Opcode::Text,
+                m.as_bytes(),
+                Some([3, 1, 4, 1]),
+            );
         }
         let r = join::write_all(&self.stream, &self.out).await;
         self.out.clear();
@@ -379,7 +336,12 @@ impl Ws<'_> {
         match end {
             End::Close => {
                 self.ch.outbox.clear();
-                encode_frame(&mut self.out, Opcode::Close, &1000u16.to_be_bytes(), Some([1; 4]));
+                encode_frame(
+                    &mut self.out,
+                    Opcode::Close,
+                    &1000u16.to_be_bytes(),
+                    Some([1; 4]),
+                );
                 if self.flush().await.is_ok() {
                     // Until the server's close (or it hangs up), briefly.
                     let _ = tokio::time::timeout(CLOSE_WAIT, async {

@@ -256,7 +256,14 @@ mod tests {
             let t = i as f64;
             let mut row: std::collections::BTreeMap<String, f64> =
                 [(name.to_string(), f(t))].into();
-            row.insert(SESSIONS.into(), if t < 0.0 || t > 300.0 { 0.0 } else { 1000.0 });
+            row.insert(
+                SESSIONS.into(),
+                if (0.0..=300.0).contains(&t) {
+                    1000.0
+                } else {
+                    0.0
+                },
+            );
             s.push(t, row);
         }
         s
@@ -286,7 +293,7 @@ mod tests {
     #[test]
     fn steady_noise_and_a_return_pass() {
         let count = |t: f64| match t {
-            t if t < 0.0 || t > 330.0 => 0.0,
+            t if !(0.0..=330.0).contains(&t) => 0.0,
             t if t <= 300.0 => 5000.0 + noise(t, 40.0),
             _ => 7.0,
         };
@@ -301,7 +308,13 @@ mod tests {
     #[test]
     fn a_leak_is_named() {
         // One a second on top of the noise: 150 over the window.
-        let leak = |t: f64| if t < 0.0 { 0.0 } else { 5000.0 + noise(t, 40.0) + t.min(300.0) };
+        let leak = |t: f64| {
+            if t < 0.0 {
+                0.0
+            } else {
+                5000.0 + noise(t, 40.0) + t.min(300.0)
+            }
+        };
         let s = samples(leak, "throng_users");
         let v = judge(&s, "throng_users", &W, 0.0).unwrap();
         assert!(v.grew, "{v:?}");
@@ -317,10 +330,22 @@ mod tests {
     #[test]
     fn memory_is_judged_by_its_growth_over_the_second_half() {
         let flat = |t: f64| 100e6 + t.min(150.0) * 1e5 + noise(t, 1e5);
-        let v = judge(&samples(flat, "process:rss_bytes"), "process:rss_bytes", &W, 0.0).unwrap();
+        let v = judge(
+            &samples(flat, "process:rss_bytes"),
+            "process:rss_bytes",
+            &W,
+            0.0,
+        )
+        .unwrap();
         assert!(!v.grew && v.growth_pct.unwrap() < 1.0, "{v:?}");
         let growing = |t: f64| 100e6 + t * 1e5;
-        let v = judge(&samples(growing, "process:rss_bytes"), "process:rss_bytes", &W, 0.0).unwrap();
+        let v = judge(
+            &samples(growing, "process:rss_bytes"),
+            "process:rss_bytes",
+            &W,
+            0.0,
+        )
+        .unwrap();
         assert!(v.grew && v.growth_pct.unwrap() > 5.0, "{v:?}");
         assert_eq!(v.before, None, "memory need not come back");
     }

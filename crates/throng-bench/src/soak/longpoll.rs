@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::channels::Channels;
-use super::client::{stopped_during, Shared};
+use super::shared::{stopped_during, Shared};
 use super::{source, user};
 use crate::join;
 

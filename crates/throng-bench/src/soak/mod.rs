@@ -33,6 +33,7 @@ pub mod fit;
 pub mod longpoll;
 pub mod report;
 pub mod series;
+mod shared;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -200,10 +201,12 @@ pub const KINDS: usize = 32;
 /// (`soak:hook:85` -> `soak:hook:*`).
 pub fn kind_of(why: &str) -> String {
     why.split(' ')
-        .map(|w| match w.strip_prefix("soak:").and_then(|r| r.split_once(':')) {
-            Some((k, _)) => format!("soak:{k}:*"),
-            None => w.to_string(),
-        })
+        .map(
+            |w| match w.strip_prefix("soak:").and_then(|r| r.split_once(':')) {
+                Some((k, _)) => format!("soak:{k}:*"),
+                None => w.to_string(),
+            },
+        )
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -347,6 +350,9 @@ mod tests {
         assert_eq!(s.error_kinds["other"], 40 - (KINDS as u64 - 1));
         assert_eq!(sum.first_error.as_deref(), Some("x"));
         let line = serde_json::to_string(&Command::Stop).unwrap();
-        assert_eq!(serde_json::from_str::<Command>(&line).unwrap(), Command::Stop);
+        assert_eq!(
+            serde_json::from_str::<Command>(&line).unwrap(),
+            Command::Stop
+        );
     }
 }

@@ -168,7 +168,11 @@ impl SoakReport {
             .map(|(k, v)| format!("{k} {}/{}", v.ok, v.ok + v.errors))
             .collect();
         let _ = writeln!(o, "  server API (ok/calls): {}", api.join(", "));
-        let backend: Vec<String> = self.backend.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let backend: Vec<String> = self
+            .backend
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
         let _ = writeln!(o, "  app backend requests: {}", backend.join(", "));
         let _ = writeln!(
             o,
@@ -221,7 +225,7 @@ fn num(v: f64) -> String {
         let s = n.unsigned_abs().to_string();
         let mut out = String::new();
         for (i, ch) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
+            if i > 0 && (s.len() - i).is_multiple_of(3) {
                 out.push(',');
             }
             out.push(ch);

@@ -72,8 +72,11 @@ impl Kind {
             | "process:pss_bytes"
             | "redis:used_memory_bytes"
             | "throng_process_resident_memory_bytes" => Kind::Memory,
-            "throng_max_connections" | "throng_ready" | "throng_draining"
-            | "throng_hook_circuit_state" | SESSIONS => Kind::Level,
+            "throng_max_connections"
+            | "throng_ready"
+            | "throng_draining"
+            | "throng_hook_circuit_state"
+            | SESSIONS => Kind::Level,
             b if b.ends_with("_connected") => Kind::Level,
             _ => Kind::Count,
         }
@@ -95,10 +98,7 @@ impl Samples {
         let n = self.t.len();
         self.t.push(t);
         for (name, v) in row {
-            let col = self
-                .series
-                .entry(name)
-                .or_insert_with(|| vec![f64::NAN; n]);
+            let col = self.series.entry(name).or_insert_with(|| vec![f64::NAN; n]);
             col.push(v);
         }
         for col in self.series.values_mut() {
