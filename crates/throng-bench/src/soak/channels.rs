@@ -109,8 +109,10 @@ pub(super) struct Channels<'a> {
     pub sh: &'a Shared,
     g: u64,
     next_ref: u64,
-    /// Topics joined (or joining), with their join_ref.
-    joined: Vec<(String, String)>,
+    /// Topics joined (or joining), with their join_ref and whether their
+    /// join was answered `ok` (pushes go only to those, as phoenix.js
+    /// holds them until then).
+    joined: Vec<(String, String, bool)>,
     /// Refs sent, waiting for their reply.
     waiting: Vec<(String, Sent)>,
     /// The slot's history topic, and the last ref it saw there.
@@ -167,15 +169,15 @@ impl<'a> Channels<'a> {
             with_since,
         };
         self.waiting.push((jr.clone(), sent));
-        self.joined.push((topic, jr));
+        self.joined.push((topic, jr, false));
     }
 
     /// Leaves the joined topic that starts with `prefix`, if any.
     fn leave(&mut self, prefix: &str) -> bool {
-        let Some(i) = self.joined.iter().position(|(t, _)| t.starts_with(prefix)) else {
+        let Some(i) = self.joined.iter().position(|(t, ..)| t.starts_with(prefix)) else {
             return false;
         };
-        let (topic, jr) = self.joined.swap_remove(i);
+        let (topic, jr, _) = self.joined.swap_remove(i);
         let r = self.next_ref();
         self.queue(Some(&jr), &r, &topic, "phx_leave", "{}");
         self.waiting.push((r, Sent::Leave));
@@ -184,10 +186,10 @@ impl<'a> Channels<'a> {
 
     /// Pushes `event` to the joined topic that starts with `prefix`, if any.
     fn push(&mut self, prefix: &str, event: &str) -> bool {
-        let Some((topic, jr)) = self
+        let Some((topic, jr, _)) = self
             .joined
             .iter()
-            .find(|(t, _)| t.starts_with(prefix))
+            .find(|(t, _, ok)| *ok && t.starts_with(prefix))
             .cloned()
         else {
             return false;
@@ -250,7 +252,10 @@ impl<'a> Channels<'a> {
                 let Some(i) = r.and_then(|r| self.waiting.iter().position(|(w, _)| w == r)) else {
                     return;
                 };
-                let (_, sent) = self.waiting.swap_remove(i);
+                let (r, sent) = self.waiting.swap_remove(i);
+                if let Sent::Join { .. } = sent {
+                    self.joined(&r, body.status.as_deref() == Some("ok"));
+                }
                 self.reply(sent, &body, topic);
             }
             "phx_close" => {}
@@ -262,6 +267,18 @@ impl<'a> Channels<'a> {
                         *self.since = Some(r.to_string());
                     }
                 }
+            }
+        }
+    }
+
+    /// The join of join_ref `jr` was answered: `ok`, or refused (then it
+    /// is not joined).
+    fn joined(&mut self, jr: &str, ok: bool) {
+        if let Some(i) = self.joined.iter().position(|(_, j, _)| j == jr) {
+            if ok {
+                self.joined[i].2 = true;
+            } else {
+                self.joined.swap_remove(i);
             }
         }
     }

@@ -179,6 +179,9 @@ pub fn judge(s: &Samples, name: &str, w: &Windows, pop_noise: f64) -> Option<Ver
         grew: false,
         why: None,
     };
+    if kind == Kind::Shown {
+        return Some(v);
+    }
     if kind == Kind::Memory {
         let pct = if line_start > 0.0 {
             rise / line_start * 100.0

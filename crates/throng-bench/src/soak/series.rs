@@ -62,6 +62,9 @@ pub enum Kind {
     /// A setting or a state (a limit, readiness, a link up): judged by its
     /// slope only.
     Level,
+    /// Drawn, not judged: memory the allocator keeps for reuse, which rises
+    /// after a peak by design (the RSS it is part of is judged).
+    Shown,
 }
 
 impl Kind {
@@ -71,7 +74,9 @@ impl Kind {
             "process:rss_bytes"
             | "process:pss_bytes"
             | "redis:used_memory_bytes"
-            | "throng_process_resident_memory_bytes" => Kind::Memory,
+            | "throng_process_resident_memory_bytes"
+            | "throng_heap_allocated_bytes" => Kind::Memory,
+            "throng_heap_free_bytes" => Kind::Shown,
             "throng_max_connections"
             | "throng_ready"
             | "throng_draining"
