@@ -120,10 +120,10 @@ mod tests {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         {
             let (before, _) = super::heap().unwrap();
-            let held = vec![7u8; 4 << 20];
+            let held = std::hint::black_box(vec![7u8; 4 << 20]);
             let (with, _) = super::heap().unwrap();
             assert!(with >= before + (4 << 20), "{before} then {with}");
-            drop(held);
+            drop(std::hint::black_box(held));
         }
         assert!(super::raise_fd_limit().unwrap() >= 256);
     }
