@@ -51,7 +51,7 @@ pub struct BenchArgs {
     /// claims `{"sub":"u<user number>","exp":<now + 1 day>}`), so every
     /// socket is a different user; the embedded server runs with
     /// `--auth jwt` and the --auth-jwt-secret (default: a fresh random one)
-    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "storm"])]
+    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "storm", "soak"])]
     pub auth: AuthMode,
     /// With --auth jwt: the HS256 secret the tokens are signed with. Needed
     /// with --target (the secret that server was given as
@@ -211,6 +211,54 @@ pub struct BenchArgs {
     /// commandstats`.
     #[arg(long, help_heading = "Reconnect storm scenario")]
     pub storm_redis: bool,
+    /// Run the soak instead of a load, for DURATION (`180`, `90s`, `3m`,
+    /// `1h`): --connections sessions (default 5000) held steady on its own
+    /// server while they churn: connects and disconnects (close frames,
+    /// resets, dropped sockets), joins and leaves of rooms, presence
+    /// topics, topics whose joins and pushes go to a built-in app backend
+    /// (connect, join, push hooks and lifecycle events), history topics
+    /// rejoined with `since`, long-poll sessions, pushes, heartbeats and
+    /// server API calls. The server's RSS, PSS, open files, threads and
+    /// every gauge of its /metrics are sampled once a second; the run fails
+    /// (exit status 1) when any grew over the second half beyond its noise
+    /// (memory: 5% or more), or a count did not come back once the clients
+    /// left. The HTML report charts every series.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = crate::soak::parse_duration,
+        help_heading = "Soak scenario",
+        conflicts_with_all = ["hooks", "storm"]
+    )]
+    pub soak: Option<f64>,
+    /// New sessions a second while the soak holds its population (each
+    /// session lives --connections / this many seconds on average)
+    /// [default: 1% of --connections, or more in a soak too short for the
+    /// population to turn over three times in its first half]
+    #[arg(
+        long,
+        value_name = "PER_SEC",
+        allow_negative_numbers = true,
+        requires = "soak",
+        help_heading = "Soak scenario"
+    )]
+    pub soak_churn: Option<f64>,
+    /// The soak's server as `throng serve --workers N`, joined through a
+    /// redis-server the bench starts (each worker holds up to its
+    /// open-files limit) [default: as many as --connections need]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "soak",
+        help_heading = "Soak scenario"
+    )]
+    pub workers: Option<u32>,
+    /// Run the soak's server with `--redis` on a redis-server the bench
+    /// starts (the backplane, history, presence and occupancy in Redis;
+    /// always so with 2 or more workers), and sample Redis's memory and
+    /// keys too.
+    #[arg(long, requires = "soak", help_heading = "Soak scenario")]
+    pub redis: bool,
     /// What the users do (last: clap keeps a flattened struct's help
     /// heading for the flags after it): the scenario and its size, schedule and
     /// heartbeats ([`LoadArgs::load`] turns them into the scenario).
@@ -368,11 +416,11 @@ pub enum FloorMode {
 #[derive(clap::Args, Debug, Clone)]
 pub struct AgentArgs {
     /// The controller's address (printed by `throng bench --remote-agents N`).
-    #[arg(long, required_unless_present = "storm_client")]
+    #[arg(long, required_unless_present_any = ["storm_client", "soak_client"])]
     pub controller: Option<SocketAddr>,
     /// The controller's token (printed by `throng bench --remote-agents N`);
     /// prefer the environment variable, which `ps` does not show.
-    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true, required_unless_present = "storm_client")]
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true, required_unless_present_any = ["storm_client", "soak_client"])]
     pub token: Option<String>,
     /// Be a floor writer instead (started by `throng bench` itself; see
     /// the floor measurement in crates/throng-bench/src/floor/).
@@ -383,6 +431,11 @@ pub struct AgentArgs {
     /// see crates/throng-bench/src/storm/).
     #[arg(long, hide = true, value_name = "ORDERS")]
     pub storm_client: Option<String>,
+    /// Be a soak client process instead, its orders (JSON) here and its
+    /// commands on stdin (started by `throng bench --soak` itself; see
+    /// crates/throng-bench/src/soak/).
+    #[arg(long, hide = true, value_name = "ORDERS")]
+    pub soak_client: Option<String>,
 }
 
 /// `throng tune`: print (or apply) OS settings and the limits that cap a run.

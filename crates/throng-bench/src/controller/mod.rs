@@ -18,7 +18,8 @@
 //! phases' measurements into the [`Report`](crate::report::Report),
 //! `presence` its presence part; `hooks` is the hooks scenario's run
 //! (`--hooks`, [`crate::hooks`]); `storm` the reconnect storm's
-//! (`--storm`, [`crate::storm`]).
+//! (`--storm`, [`crate::storm`]); `soak` the soak's (`--soak`,
+//! [`crate::soak`]).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
 //! forwards its lines over a channel; the dashboard thread only reads the
@@ -35,6 +36,7 @@ mod outcome;
 mod presence;
 mod probe;
 mod run;
+mod soak;
 mod storm;
 mod timeline;
 mod tls;
@@ -94,11 +96,8 @@ fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
 /// own success criteria (so a CI job can gate on the exit status).
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     children::kill_on_signal()?;
-    if args.hooks {
-        return hooks::run(&args);
-    }
-    if args.storm {
-        return storm::run(&args);
+    if let Some(done) = scenario_of_its_own(&args) {
+        return done;
     }
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
@@ -191,6 +190,18 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     drop(embedded);
     let report = result?;
     publish(&run, report, &args, &report_path)
+}
+
+/// The scenarios that run servers and clients of their own instead of a
+/// load: `--hooks`, `--storm`, `--soak`.
+fn scenario_of_its_own(args: &BenchArgs) -> Option<Result<(), BenchError>> {
+    if args.hooks {
+        return Some(hooks::run(args));
+    }
+    if args.storm {
+        return Some(storm::run(args));
+    }
+    args.soak.map(|secs| soak::run(args, secs))
 }
 
 /// Each agent's capacity, one per Tsung client (none without `--tsung`):

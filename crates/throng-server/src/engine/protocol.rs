@@ -122,6 +122,12 @@ pub(crate) trait Protocol: Send + Sync + Sized + 'static {
         let _ = cx;
     }
 
+    /// Adds the sizes of the tables it keeps on a shard (`/metrics`: each
+    /// must come back down when what it is for ends).
+    fn sizes(&self, me: &Self::Shard, sizes: &mut crate::metrics::TableSizes) {
+        let _ = (me, sizes);
+    }
+
     /// Whether it has work left over for the next turn at once (the loop
     /// then does not wait for events).
     fn behind(&self, me: &Self::Shard) -> bool {

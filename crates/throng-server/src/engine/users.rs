@@ -158,6 +158,11 @@ impl Users {
     pub fn len(&self) -> usize {
         self.distinct
     }
+
+    /// Sockets with a user on this shard.
+    pub fn sockets_len(&self) -> usize {
+        self.index.len()
+    }
 }
 
 #[cfg(test)]
@@ -244,6 +249,7 @@ mod tests {
                 }
                 let distinct: std::collections::HashSet<&String> = model.values().collect();
                 proptest::prop_assert_eq!(u.len(), distinct.len());
+                proptest::prop_assert_eq!(u.sockets_len(), model.len());
                 for id in &distinct {
                     let mut want: Vec<u32> = model.iter().filter(|(_, v)| v == id).map(|(k, _)| *k).collect();
                     want.sort();
