@@ -102,7 +102,7 @@
 //! 9. then to this shard's subscribers (`Conns::deliver`,
 //!    `engine/conns/output.rs`): each gets the frame of the wire it speaks,
 //! 10. written with one `write` per subscriber and no allocation
-//!    (`send_to`, `write.rs`), queued only for what the kernel refuses.
+//!     (`send_to`, `write.rs`), queued only for what the kernel refuses.
 //!
 //! ## Design
 //! N shard threads (default: one per core), each with its own epoll and its

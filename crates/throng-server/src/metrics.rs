@@ -36,6 +36,12 @@ pub struct ShardStats {
     pub refused_total_cap: AtomicU64,
     /// Connections refused at accept: `--max-connections-per-ip` were open from its address.
     pub refused_per_ip: AtomicU64,
+    /// Connections refused at accept: memory available was under
+    /// `--min-available-memory-bytes`.
+    pub refused_memory: AtomicU64,
+    /// Connections refused at accept: the process was at its open-files
+    /// limit (taken with the descriptor kept in reserve, answered 503).
+    pub refused_files: AtomicU64,
     /// HTTP connections closed because a head took longer than `--handshake-timeout`.
     pub handshake_timeouts: AtomicU64,
     /// Sockets closed (1008) for a join_ref or ref over `--max-ref-bytes`.
@@ -394,6 +400,18 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Connections refused with 503 because --max-connections-per-ip were open from the address.",
         |s| &s.refused_per_ip,
+    ),
+    (
+        "throng_connections_refused_memory_total",
+        "counter",
+        "Connections refused (503) because memory available was under --min-available-memory-bytes.",
+        |s| &s.refused_memory,
+    ),
+    (
+        "throng_connections_refused_files_total",
+        "counter",
+        "Connections refused (503) because the process was at its open-files limit (ulimit -n): run more workers or raise the limit.",
+        |s| &s.refused_files,
     ),
     (
         "throng_handshake_timeouts_total",

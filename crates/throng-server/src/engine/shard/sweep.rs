@@ -21,6 +21,10 @@ impl<P: Protocol> Shard<P> {
         if let Some(history) = &self.node.history {
             history.sweep_if_due(std::time::Instant::now());
         }
+        if self.id == 0 {
+            // Once a second for the node: new connections wait while memory is low.
+            self.node.admission.check_memory();
+        }
         self.proto.sweep(cx!(self));
         self.settle();
         self.publish_sizes();
