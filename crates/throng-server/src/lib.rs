@@ -339,7 +339,10 @@ impl Server {
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
         let mut threads = Vec::new();
-        let proto = Arc::new(protocol::Protocols {});
+        let proto = Arc::new(protocol::Protocols {
+            phoenix: protocol::phoenix::Phoenix,
+            pusher: protocol::pusher::Pusher::new(&node.config.pusher),
+        });
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
         {

@@ -28,6 +28,11 @@ pub struct ShardStats {
     pub slow_reader_closes: AtomicU64,
     pub idle_timeout_closes: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// Sockets their protocol refused once upgraded (Pusher: an unknown
+    /// app key, an app over its connection quota).
+    pub protocol_refusals: AtomicU64,
+    /// Pusher sockets open (`crate::protocol::pusher`).
+    pub pusher_sockets: AtomicU64,
     pub joins: AtomicU64,
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
@@ -196,6 +201,12 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "gauge",
         "Open WebSocket connections.",
         |s| &s.websockets,
+    ),
+    (
+        "throng_pusher_sockets",
+        "gauge",
+        "Open Pusher Channels sockets (of throng_websockets).",
+        |s| &s.pusher_sockets,
     ),
     (
         "throng_longpoll_sessions",
@@ -388,6 +399,12 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Connections and long-poll sessions closed for protocol errors.",
         |s| &s.protocol_errors,
+    ),
+    (
+        "throng_protocol_refusals_total",
+        "counter",
+        "Sockets their protocol refused once upgraded, with the protocol's close code (Pusher: 4001 an unknown app key, 4004 an app over its max_connections).",
+        |s| &s.protocol_refusals,
     ),
     (
         "throng_connections_refused_total",

@@ -21,7 +21,7 @@ use throng_protocol::Wire;
 
 use super::Conns;
 use crate::channel::ConnectInfo;
-use crate::engine::conn::Kind;
+use crate::engine::conn::{Kind, Mark};
 use crate::limits::Refusal;
 use crate::metrics::ShardStats;
 use crate::node::Node;
@@ -127,8 +127,8 @@ impl Conns {
         conn.last_active = now;
         conn.kind = Kind::Ws {
             wire,
-            echo: false,
             deflate,
+            mark: Mark::None,
         };
         conn.socket.connect = connect.map(Arc::new);
         if deflate != 0 {
