@@ -11,9 +11,11 @@
 pub(crate) mod phoenix;
 pub(crate) mod pusher;
 
-use throng_protocol::{Opcode, Wire};
+use throng_protocol::{Family, Opcode, Wire};
+use throng_pubsub::Broadcast;
 
 use crate::config::Config;
+use crate::engine::conn::Conn;
 use crate::engine::http::{Head, Route, Upgrade};
 use crate::engine::outlet::{Closed, SessionWork};
 use crate::engine::{Cx, Protocol};
@@ -164,6 +166,13 @@ impl Protocol for Protocols {
 
     fn inbox(&self, cx: &mut Cx<'_, Shard>, msg: ShardMsg) {
         self.phoenix.inbox(&mut phx(cx), msg)
+    }
+
+    fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {
+        match Family::of_topic(&b.topic) {
+            Family::Pusher => self.pusher.delivers(conn, topic, b),
+            Family::Phoenix => self.phoenix.delivers(conn, topic, b),
+        }
     }
 
     fn turn_end(&self, cx: &mut Cx<'_, Shard>) {

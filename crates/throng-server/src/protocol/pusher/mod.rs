@@ -30,12 +30,13 @@ use std::sync::Arc;
 
 use throng_protocol::pusher::server;
 use throng_protocol::{Opcode, Wire};
+use throng_pubsub::Broadcast;
 
 use crate::auth::PushLimit;
 use crate::config::pusher::PusherConfig;
 use crate::config::Config;
 use crate::engine::close::CloseReason;
-use crate::engine::conn::{Kind, Mark};
+use crate::engine::conn::{Conn, Kind, Mark};
 use crate::engine::http::{Head, Route, Upgrade};
 use crate::engine::outlet::Closed;
 use crate::engine::{Conns, Cx, Protocol};
@@ -198,6 +199,10 @@ impl Protocol for Pusher {
         }
         self.apps.release(sock.app);
         ShardStats::sub(&px.conns.stats.pusher_sockets, 1);
+    }
+
+    fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {
+        presence::delivers(conn, topic, b)
     }
 
     fn idle_after(&self, wire: Wire) -> Option<u32> {
