@@ -23,6 +23,15 @@ settings! {
         /// The webhook URL of every app given by --pusher-app or THRONG_PUSHER_APPS: channel_occupied, channel_vacated, member_added, member_removed, client_event and cache_miss events, signed with the app's secret, as Pusher sends them [default: none, no webhooks]
         #[arg(long = "pusher-webhook-url", help_heading = "Pusher Channels", value_name = "URL", env = "THRONG_PUSHER_WEBHOOK_URL")]
         pub webhook_url: Option<String>,
+        /// Webhook events an app may have waiting for its webhook URL; past it new ones are dropped and counted (throng_pusher_webhook_events_dropped_total)
+        #[arg(long = "pusher-webhook-queue", help_heading = "Pusher Channels", value_name = "N", value_parser = whole::<usize>, env = "THRONG_PUSHER_WEBHOOK_QUEUE")]
+        pub webhook_queue: Option<usize> = 10000,
+        /// Webhook events in one POST at most (a batch also goes out 100 ms after its first event)
+        #[arg(long = "pusher-webhook-batch", help_heading = "Pusher Channels", value_name = "N", value_parser = whole::<usize>, env = "THRONG_PUSHER_WEBHOOK_BATCH")]
+        pub webhook_batch: Option<usize> = 100,
+        /// Milliseconds a webhook URL has to answer a POST; a POST not answered 2xx in time is sent again, with backoff, until it is
+        #[arg(long = "pusher-webhook-timeout-ms", help_heading = "Pusher Channels", value_name = "MS", value_parser = whole::<u64>, env = "THRONG_PUSHER_WEBHOOK_TIMEOUT_MS")]
+        pub webhook_timeout_ms: Option<u64> = 5000,
         /// Seconds without a message from a Pusher socket before the server sends it pusher:ping (it also tells clients this in pusher:connection_established); one that stays silent 30 s more is closed with 4201
         #[arg(long = "pusher-activity-timeout", help_heading = "Pusher Channels", value_name = "SECS", value_parser = whole::<u32>, env = "THRONG_PUSHER_ACTIVITY_TIMEOUT")]
         pub activity_timeout: Option<u32> = 120,
@@ -120,6 +129,12 @@ pub struct PusherConfig {
     pub cache_ttl: u64,
     /// The HTTP API's body bound.
     pub max_api_body_bytes: usize,
+    /// Webhook events queued per app at most.
+    pub webhook_queue: usize,
+    /// Webhook events per POST at most.
+    pub webhook_batch: usize,
+    /// How long a webhook URL has to answer.
+    pub webhook_timeout: std::time::Duration,
 }
 
 impl Default for PusherConfig {
@@ -172,12 +187,21 @@ impl PusherArgs {
                  (pusher-js pings after the least of its own 120 s and this)"
             ));
         }
+        let webhook_timeout_ms = self.webhook_timeout_ms();
+        if !(1..=600_000).contains(&webhook_timeout_ms) {
+            return Err(format!(
+                "pusher webhook_timeout_ms must be 1..=600000, got {webhook_timeout_ms}"
+            ));
+        }
         Ok(PusherConfig {
             apps,
             activity_timeout,
             client_event_rate: self.client_event_rate(),
             cache_ttl: self.cache_ttl(),
             max_api_body_bytes: self.max_api_body_bytes(),
+            webhook_queue: self.webhook_queue().max(1),
+            webhook_batch: self.webhook_batch().max(1),
+            webhook_timeout: std::time::Duration::from_millis(webhook_timeout_ms),
         })
     }
 }

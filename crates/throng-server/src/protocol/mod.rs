@@ -165,7 +165,13 @@ impl Protocol for Protocols {
     }
 
     fn inbox(&self, cx: &mut Cx<'_, Shard>, msg: ShardMsg) {
-        self.phoenix.inbox(&mut phx(cx), msg)
+        match msg {
+            // A Pusher cache channel's read of its last event.
+            ShardMsg::Replay(a) if Family::of_topic(&a.topic) == Family::Pusher => {
+                self.pusher.inbox(&mut psh(cx), ShardMsg::Replay(a))
+            }
+            msg => self.phoenix.inbox(&mut phx(cx), msg),
+        }
     }
 
     fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {

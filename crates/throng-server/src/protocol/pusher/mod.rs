@@ -11,6 +11,8 @@
 //!   sockets on this node; `ids.rs`: socket ids;
 //! - `socket.rs`: what a socket sends (ping, subscribe, unsubscribe,
 //!   sign-in, client events); `presence.rs`: presence channels;
+//!   `cache.rs`: cache channels' last event; `webhooks.rs`: what goes to
+//!   the app's webhooks;
 //! - this file: [`Pusher`] for the engine, and what it keeps per shard
 //!   ([`State`]: each socket's app and id secret, 8 bytes a connection slot
 //!   on a shard that serves Pusher, none on one that does not).
@@ -20,10 +22,12 @@
 //! itself, made once by whoever sends it.
 
 mod apps;
+mod cache;
 mod ids;
 mod presence;
 mod socket;
 mod upgrade;
+mod webhooks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -41,7 +45,7 @@ use crate::engine::http::{Head, Route, Upgrade};
 use crate::engine::outlet::Closed;
 use crate::engine::{Conns, Cx, Protocol};
 use crate::metrics::ShardStats;
-use crate::node::Node;
+use crate::node::{Node, ShardMsg};
 pub(crate) use apps::Apps;
 pub(crate) use upgrade::Open;
 
@@ -199,6 +203,13 @@ impl Protocol for Pusher {
         }
         self.apps.release(sock.app);
         ShardStats::sub(&px.conns.stats.pusher_sockets, 1);
+    }
+
+    fn inbox(&self, cx: &mut Cx<'_, State>, msg: ShardMsg) {
+        if let ShardMsg::Replay(a) = msg {
+            let mut px = Px::of(self, cx);
+            px.cache_answer(*a);
+        }
     }
 
     fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {

@@ -44,19 +44,22 @@ struct Member {
 
 impl Px<'_> {
     /// A presence channel's subscription, signed already: its member
-    /// tracked, the members sent.
+    /// tracked, the members sent; false when it is refused.
     pub(super) fn presence_subscribe(
         &mut self,
         key: usize,
         sock: Sock,
         topic: &str,
         s: &Subscribe<'_>,
-    ) {
+    ) -> bool {
         let channel: &str = &s.channel;
         let data = s.channel_data.as_deref().unwrap_or("");
         let member = match presence::parse_channel_data(data) {
             Ok(m) => m,
-            Err(e) => return self.presence_error(key, channel, &e.to_string(), 400),
+            Err(e) => {
+                self.presence_error(key, channel, &e.to_string(), 400);
+                return false;
+            }
         };
         let app = self.pusher.apps.get(sock.app);
         let max = app.max_presence_members;
@@ -67,7 +70,8 @@ impl Px<'_> {
                 "the channel has {} members, the most this app allows (max_presence_members = {max})",
                 members.upcoming
             );
-            return self.presence_error(key, channel, &why, 403);
+            self.presence_error(key, channel, &why, 403);
+            return false;
         }
         let info = member.user_info.unwrap_or("null");
         let fields = format!("\"user_info\":{info}");
@@ -93,16 +97,19 @@ impl Px<'_> {
         self.out(key, |o| {
             server::presence_subscription_succeeded(o, channel, list)
         });
+        self.webhook_member(sock, topic, &user_id, true);
+        true
     }
 
     /// A presence subscription ended: its member leaves.
-    pub(super) fn presence_leave(&mut self, _key: usize, _sock: Sock, topic: &str, join: &Join) {
+    pub(super) fn presence_leave(&mut self, _key: usize, sock: Sock, topic: &str, join: &Join) {
         if let Some(m) = join
             .assigns
             .as_ref()
             .and_then(|a| a.downcast_ref::<Member>())
         {
             self.node.presence.untrack(topic, &m.user_id, m.seq);
+            self.webhook_member(sock, topic, &m.user_id, false);
         }
     }
 
