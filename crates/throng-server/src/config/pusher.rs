@@ -32,7 +32,7 @@ settings! {
         /// Milliseconds a webhook URL has to answer a POST; a POST not answered 2xx in time is sent again, with backoff, until it is
         #[arg(long = "pusher-webhook-timeout-ms", help_heading = "Pusher Channels", value_name = "MS", value_parser = whole::<u64>, env = "THRONG_PUSHER_WEBHOOK_TIMEOUT_MS")]
         pub webhook_timeout_ms: Option<u64> = 5000,
-        /// Seconds without a message from a Pusher socket before the server sends it pusher:ping (it also tells clients this in pusher:connection_established); one that stays silent 30 s more is closed with 4201
+        /// Seconds without a message from a Pusher socket before the server sends it pusher:ping (it also tells clients this in pusher:connection_established); one that stays silent 30 s more (or as long again, when that is shorter) is closed with 4201
         #[arg(long = "pusher-activity-timeout", help_heading = "Pusher Channels", value_name = "SECS", value_parser = whole::<u32>, env = "THRONG_PUSHER_ACTIVITY_TIMEOUT")]
         pub activity_timeout: Option<u32> = 120,
         /// Client events (client-*) a Pusher socket may send a second (as Pusher: 10); past it they are dropped and answered pusher:error 4301

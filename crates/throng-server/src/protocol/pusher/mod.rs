@@ -50,7 +50,8 @@ pub(crate) use apps::Apps;
 pub(crate) use upgrade::Open;
 
 /// Seconds a pinged socket has to answer before it is closed with 4201
-/// (Pusher's protocol page, Sockudo: 30).
+/// (Pusher's protocol page, Sockudo: 30), at most: with an activity
+/// timeout shorter than that, as long as it.
 const PONG_WAIT: u32 = 30;
 
 /// The Pusher Channels protocol, for the engine.
@@ -239,7 +240,7 @@ impl Protocol for Pusher {
         }
         // Pinged and still silent: closed with 4201 (the idle close's code
         // for a Pusher socket) once the pong's wait is over.
-        quiet < self.activity_timeout + PONG_WAIT
+        quiet < self.activity_timeout + PONG_WAIT.min(self.activity_timeout)
     }
 }
 
