@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use throng_protocol::pusher::{presence, server};
 use throng_pubsub::presence::Mode;
-use throng_pubsub::Broadcast;
+use throng_pubsub::{Broadcast, MemberTag};
 
 use super::{Px, Sock};
 use crate::engine::conn::Conn;
@@ -143,8 +143,37 @@ pub(super) fn delivers(conn: &Conn, topic: u32, b: &Broadcast) -> bool {
         .find(|j| j.slot.topic == topic)
         .and_then(|j| j.assigns.as_ref())
         .and_then(|a| a.downcast_ref::<Member>());
-    match member {
-        Some(m) => m.user_id != tag.key && m.generation < tag.generation,
-        None => true,
+    member.is_none_or(|m| m.hears(tag))
+}
+
+impl Member {
+    /// Whether this subscription is told member event `tag`: not about
+    /// its own user (its list has it), and newer than its list.
+    fn hears(&self, tag: &MemberTag) -> bool {
+        self.user_id != tag.key && self.generation < tag.generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subscription_hears_of_others_after_its_list() {
+        let m = Member {
+            user_id: "u1".into(),
+            seq: 1,
+            generation: 5,
+        };
+        let tag = |key: &str, generation| MemberTag {
+            key: key.into(),
+            generation,
+        };
+        assert!(m.hears(&tag("u2", 6)));
+        assert!(!m.hears(&tag("u1", 6)), "its own user: another tab");
+        // A flush its list already had: on its way through the shard's
+        // inbox when the list was read.
+        assert!(!m.hears(&tag("u2", 5)));
+        assert!(!m.hears(&tag("u2", 4)));
     }
 }
