@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::answer::Answer;
 use super::breaker::Breaker;
@@ -100,7 +100,11 @@ pub(super) fn runtime(name: &str) -> io::Result<tokio::runtime::Handle> {
 }
 
 /// An [`Http`] client whose connects give up after `timeout`.
-pub(super) fn http_client(timeout: Duration, ca_file: Option<&std::path::Path>) -> io::Result<Http> {
+pub(super) fn http_client(
+    timeout: Duration,
+    idle_timeout: Duration,
+    ca_file: Option<&std::path::Path>,
+) -> io::Result<Http> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.set_connect_timeout(Some(timeout));
@@ -110,8 +114,12 @@ pub(super) fn http_client(timeout: Duration, ca_file: Option<&std::path::Path>) 
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
+    // The pool's idle timeout takes effect only with a timer: without
+    // one, idle connections were closed only when next checked out, so
+    // after a burst up to POOL_IDLE of them stayed open for good.
     Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_idle_timeout(idle_timeout)
+        .pool_timer(TokioTimer::new())
         .pool_max_idle_per_host(POOL_IDLE)
         .build(connector))
 }
@@ -129,7 +137,7 @@ impl HookClient {
         };
         let uris = [uri(Hook::Join)?, uri(Hook::Push)?, uri(Hook::Connect)?];
         let runtime = runtime("throng-hooks")?;
-        let client = http_client(config.timeout, config.ca_file.as_deref())?;
+        let client = http_client(config.timeout, config.idle_timeout, config.ca_file.as_deref())?;
         let events = config.events.then(|| -> io::Result<Arc<Events>> {
             let target = super::events::Target {
                 client: client.clone(),

@@ -129,6 +129,10 @@ impl Format for PusherFormat {
 /// Stripes of the member counts (no lock shared by every join).
 const STRIPES: usize = 16;
 
+/// How long an idle connection to a webhook URL is kept for the next batch
+/// (as the hooks' `idle_timeout_ms` default).
+const WEBHOOK_IDLE: Duration = Duration::from_secs(30);
+
 /// The separator of a member's key: `#` is in no presence channel's name.
 const MEMBER_SEP: char = '#';
 
@@ -152,7 +156,7 @@ impl Webhooks {
             return Ok(None);
         }
         let runtime = super::client::runtime("throng-webhooks")?;
-        let client = super::client::http_client(config.webhook_timeout, ca_file)?;
+        let client = super::client::http_client(config.webhook_timeout, WEBHOOK_IDLE, ca_file)?;
         let stats = Arc::new(EventStats::default());
         let mut apps = Vec::new();
         for app in &config.apps {
