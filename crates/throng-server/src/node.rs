@@ -525,7 +525,9 @@ impl throng_pubsub::OccupancySink for Node {
 
     fn occupied(&self, topic: &str) {
         match &self.webhooks {
-            Some(w) if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher => {
+            Some(w)
+                if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher =>
+            {
                 w.occupancy(topic, true)
             }
             _ => self.topic_event(EventType::Occupied, topic),
@@ -534,7 +536,9 @@ impl throng_pubsub::OccupancySink for Node {
 
     fn vacated(&self, topic: &str) {
         match &self.webhooks {
-            Some(w) if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher => {
+            Some(w)
+                if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher =>
+            {
                 w.occupancy(topic, false)
             }
             _ => self.topic_event(EventType::Vacated, topic),

@@ -583,9 +583,24 @@ mod tests {
         let fresh = t.members(&topic, "u1");
         assert_eq!((fresh.list.len(), fresh.upcoming), (0, 0));
         // Two tabs of u1 and one of u2 in one interval: one member_added each.
-        let (a, _) = t.track(&topic, Mode::List, "u1".into(), r#""user_info":{"n":1}"#.into());
-        let (b, _) = t.track(&topic, Mode::List, "u1".into(), r#""user_info":{"n":1}"#.into());
-        t.track(&topic, Mode::List, "u2".into(), r#""user_info":null"#.into());
+        let (a, _) = t.track(
+            &topic,
+            Mode::List,
+            "u1".into(),
+            r#""user_info":{"n":1}"#.into(),
+        );
+        let (b, _) = t.track(
+            &topic,
+            Mode::List,
+            "u1".into(),
+            r#""user_info":{"n":1}"#.into(),
+        );
+        t.track(
+            &topic,
+            Mode::List,
+            "u2".into(),
+            r#""user_info":null"#.into(),
+        );
         let before = t.members(&topic, "u3");
         assert_eq!(before.list.len(), 0, "as of the last flush");
         assert_eq!((before.upcoming, before.upcoming_has_key), (2, false));

@@ -134,7 +134,15 @@ pub(crate) fn read(
     if let Some(redis) = node.history_redis.clone() {
         let since = since.map(str::to_string);
         let name = std::sync::Arc::clone(&topic);
-        let read = move || redis.read(&name, since.as_deref(), usize::MAX, rule.size, Box::new(then));
+        let read = move || {
+            redis.read(
+                &name,
+                since.as_deref(),
+                usize::MAX,
+                rule.size,
+                Box::new(then),
+            )
+        };
         node.backplane.when_subscribed(&topic, Box::new(read));
     } else if let Some(store) = &node.history {
         let now = std::time::Instant::now();

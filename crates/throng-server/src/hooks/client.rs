@@ -137,7 +137,11 @@ impl HookClient {
         };
         let uris = [uri(Hook::Join)?, uri(Hook::Push)?, uri(Hook::Connect)?];
         let runtime = runtime("throng-hooks")?;
-        let client = http_client(config.timeout, config.idle_timeout, config.ca_file.as_deref())?;
+        let client = http_client(
+            config.timeout,
+            config.idle_timeout,
+            config.ca_file.as_deref(),
+        )?;
         let events = config.events.then(|| -> io::Result<Arc<Events>> {
             let target = super::events::Target {
                 client: client.clone(),

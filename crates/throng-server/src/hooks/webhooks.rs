@@ -122,7 +122,10 @@ impl Format for PusherFormat {
 
     fn headers(&self, body: &[u8]) -> Vec<(&'static str, String)> {
         let signature = webhook_signature(self.secret.as_bytes(), body).to_hex();
-        vec![(KEY_HEADER, self.key.clone()), (SIGNATURE_HEADER, signature)]
+        vec![
+            (KEY_HEADER, self.key.clone()),
+            (SIGNATURE_HEADER, signature),
+        ]
     }
 }
 
@@ -394,9 +397,15 @@ mod tests {
 
     #[test]
     fn topics_and_member_keys_name_their_app_channel_and_user() {
-        assert_eq!(Webhooks::split("presence-a#u#1"), ("presence-a", Some("u#1")));
+        assert_eq!(
+            Webhooks::split("presence-a#u#1"),
+            ("presence-a", Some("u#1"))
+        );
         assert_eq!(Webhooks::split("private-a"), ("private-a", None));
-        assert_eq!(Webhooks::split("#server-to-user-1"), ("#server-to-user-1", None));
+        assert_eq!(
+            Webhooks::split("#server-to-user-1"),
+            ("#server-to-user-1", None)
+        );
         assert_eq!(
             &*Webhooks::member_key("pusher/1/presence-a", "u"),
             "pusher/1/presence-a#u"

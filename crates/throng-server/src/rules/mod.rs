@@ -644,10 +644,21 @@ mod tests {
         let ttl = std::time::Duration::from_secs(30);
         let p = p.with_pusher_cache(ttl);
         let size = |t: &str| p.history(t).map(|h| (h.size, h.ttl.as_secs()));
-        for cache in ["cache-x", "private-cache-x", "presence-cache-x", "private-encrypted-cache-x"] {
+        for cache in [
+            "cache-x",
+            "private-cache-x",
+            "presence-cache-x",
+            "private-encrypted-cache-x",
+        ] {
             assert_eq!(size(&format!("pusher/1/{cache}")), Some((1, 30)), "{cache}");
         }
-        for other in ["x", "private-x", "presence-x", "cache", "#server-to-user-cache-1"] {
+        for other in [
+            "x",
+            "private-x",
+            "presence-x",
+            "cache",
+            "#server-to-user-cache-1",
+        ] {
             assert_eq!(size(&format!("pusher/1/{other}")), None, "{other}");
         }
         assert!(Policy::default().with_pusher_cache(ttl).any_history());

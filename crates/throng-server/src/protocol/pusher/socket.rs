@@ -271,8 +271,11 @@ impl Px<'_> {
             return;
         };
         let exclude = Some((self.conns.id, key));
-        let (topic, event, payload): (Arc<str>, _, _) =
-            (Arc::from(topic), e.event.to_string(), OwnedPayload::Json(frame));
+        let (topic, event, payload): (Arc<str>, _, _) = (
+            Arc::from(topic),
+            e.event.to_string(),
+            OwnedPayload::Json(frame),
+        );
         if let Some(rule) = self.node.policy.history(&topic) {
             // A cache channel keeps its last event (`cache.rs`).
             self.node
