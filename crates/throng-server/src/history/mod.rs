@@ -120,10 +120,11 @@ pub(crate) fn with_recovered(response: &str, recovered: bool) -> Option<String> 
 
 /// Reads `topic`'s history after `since` (without: the newest messages
 /// kept, as a Pusher cache channel's subscription reads its last event;
-/// `rule` keeps it) and hands what it found to `then`: at once from this process's store, or once
-/// Redis answers (the read waits until the node's subscription of the
-/// topic is active: every later message then comes live). The one read of
-/// a rejoin, whichever store keeps the history.
+/// `rule` keeps it) and hands what it found to `then`: at once from this
+/// process's store, or once Redis answers (the read waits until the
+/// node's subscription of the topic is active: every later message then
+/// comes live). The one read of a rejoin, whichever store keeps the
+/// history.
 pub(crate) fn read(
     node: &crate::node::Node,
     rule: crate::rules::HistoryRule,
