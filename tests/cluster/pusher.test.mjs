@@ -5,17 +5,18 @@
 // own user); webhooks (a real backend) get channel_occupied,
 // channel_vacated, member_added and member_removed exactly once however
 // many nodes saw the change; a node killed (SIGKILL) has its members
-// removed everywhere after --presence-timeout, once; a cache channel's
+// removed everywhere after --presence-timeout, once; an app's
+// max_presence_members counts every node's members; a cache channel's
 // last event is kept in Redis and replayed on the other node.
 import {test} from "node:test"
 import assert from "node:assert/strict"
-import {mkdtempSync} from "node:fs"
+import {mkdtempSync, writeFileSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
 import {startRedis, startThrong, waitFor, sleep} from "./helpers.mjs"
 import {clusterAvailable, startCluster} from "./redis_cluster.mjs"
 import {
-  appArgs, client, connected, subscribed, once, record, disconnectAll, startWebhookBackend,
+  APP_ID, KEY, SECRET, appArgs, client, connected, subscribed, once, record, disconnectAll, startWebhookBackend,
 } from "../pusher/channels_helpers.mjs"
 
 const ARGS = ["--presence-interval", "50", "--presence-timeout", "2", "--api-bind", "127.0.0.1:0"]
@@ -162,6 +163,46 @@ test("cache channels in a cluster: the last event is kept in Redis and replayed 
       c.disconnect()
       return first?.n === 2
     }, 15000, "node B to replay the last event")
+  } finally {
+    disconnectAll(clients)
+    await nodeA.stop()
+    await nodeB.stop()
+    await redis.stop()
+  }
+})
+
+test("max_presence_members counts the members of every node: a new user is refused on either node, another tab is not", {timeout: 60000}, async () => {
+  const redis = await startRedis()
+  const file = path.join(mkdtempSync(path.join(tmpdir(), "throng-pusher-limit-")), "throng.toml")
+  writeFileSync(file, `[[pusher.apps]]\nid = "${APP_ID}"\nkey = "${KEY}"\nsecret = "${SECRET}"\nmax_presence_members = 2\n`)
+  const serve = ["--config", file, "--redis", redis.url, ...ARGS]
+  const nodeA = await startThrong(serve)
+  const nodeB = await startThrong(serve)
+  const clients = []
+  const on = async (node, id) => {
+    const c = client(node.port, {user: {user_id: id, user_info: null}})
+    clients.push(c)
+    await connected(c)
+    return c
+  }
+  const refused = async (node, id) => {
+    const err = await once((await on(node, id)).subscribe("presence-full"), "pusher:subscription_error", 5000)
+    assert.equal(err.status, 403, `${id} on port ${node.port}`)
+    assert.match(err.error, /max_presence_members = 2/)
+  }
+  try {
+    const m1 = await member(await on(nodeA, "m1"), "presence-full")
+    const m2 = await member(await on(nodeB, "m2"), "presence-full")
+    await waitFor(() => m1.have.has("m2") && m2.have.has("m1"), 10000, "m1 on A and m2 on B to see each other")
+    await refused(nodeA, "m3")
+    await refused(nodeB, "m4")
+    const tab = await subscribed(await on(nodeA, "m2"), "presence-full")
+    assert.equal(tab.data.count, 2, "m2's tab on the other node is no new member")
+    // m1 leaves: its place is free on both nodes once they know.
+    m1.ch.pusher.disconnect()
+    await waitFor(() => !m2.have.has("m1"), 10000, "m1 to leave")
+    const m5 = await subscribed(await on(nodeB, "m5"), "presence-full")
+    assert.equal(m5.data.count, 2)
   } finally {
     disconnectAll(clients)
     await nodeA.stop()

@@ -139,6 +139,9 @@ const WEBHOOK_IDLE: Duration = Duration::from_secs(30);
 /// The separator of a member's key: `#` is in no presence channel's name.
 const MEMBER_SEP: char = '#';
 
+/// One stripe of the member counts: sockets of this node per member key.
+type MemberCounts = HashMap<Arc<str>, u32>;
+
 /// Every Pusher app's webhooks, with this node's members of presence
 /// channels (for `member_added` / `member_removed`).
 pub struct Webhooks {
@@ -147,7 +150,7 @@ pub struct Webhooks {
     apps: Vec<Option<Arc<Events<PusherFormat>>>>,
     by_id: HashMap<String, usize>,
     /// This node's sockets per member key, of apps with a webhook URL.
-    members: Box<[Mutex<HashMap<Arc<str>, u32>>]>,
+    members: Box<[Mutex<MemberCounts>]>,
     stats: Arc<EventStats>,
 }
 
