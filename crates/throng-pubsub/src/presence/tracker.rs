@@ -546,6 +546,53 @@ impl PresenceSink for Tracker {
     }
 }
 
+/// A Pusher presence channel's frame for a member that came or went: the
+/// event and the frame, the broadcast's payload (`Broadcast` sends a
+/// Pusher channel's payload as its frame), and its tag: the member and
+/// flush `generation`, so that delivery leaves out the subscribers whose
+/// member list has the change already (the member's own sockets, and those
+/// that read the list after this flush: `crate::MemberTag`).
+fn pusher_member(
+    topic: &str,
+    change: &MemberChange,
+    generation: u64,
+) -> ((&'static str, String), MemberTag) {
+    use throng_protocol::pusher::server;
+    // `pusher/<app id>/<channel>`.
+    let channel = topic
+        .strip_prefix(PUSHER_TOPIC_PREFIX)
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(topic, |(_, channel)| channel);
+    let mut out = Vec::with_capacity(96);
+    let (event, key) = match change {
+        MemberChange::Added(key, _, fields) => {
+            // The meta a Pusher presence tracks: `"user_info":<json>`.
+            let (_, info) = pusher_meta(fields);
+            server::member_added(&mut out, channel, key, info);
+            ("pusher_internal:member_added", key)
+        }
+        MemberChange::Removed(key) => {
+            server::member_removed(&mut out, channel, key);
+            ("pusher_internal:member_removed", key)
+        }
+    };
+    let tag = MemberTag {
+        key: key.clone(),
+        generation,
+    };
+    ((event, String::from_utf8(out).unwrap_or_default()), tag)
+}
+
+/// A Pusher presence's meta fields, `"_socket":N,"user_info":<json>`: the
+/// socket (shard << 32 | connection key) and the user info's JSON.
+pub fn pusher_meta(fields: &str) -> (Option<u64>, Option<&str>) {
+    let Some(rest) = fields.strip_prefix("\"_socket\":") else {
+        return (None, fields.strip_prefix("\"user_info\":"));
+    };
+    let (n, rest) = rest.split_once(',').unwrap_or((rest, ""));
+    (n.parse().ok(), rest.strip_prefix("\"user_info\":"))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -666,51 +713,4 @@ mod tests {
             "{metrics}"
         );
     }
-}
-
-/// A Pusher presence channel's frame for a member that came or went: the
-/// event and the frame, the broadcast's payload (`Broadcast` sends a
-/// Pusher channel's payload as its frame), and its tag: the member and
-/// flush `generation`, so that delivery leaves out the subscribers whose
-/// member list has the change already (the member's own sockets, and those
-/// that read the list after this flush: `crate::MemberTag`).
-fn pusher_member(
-    topic: &str,
-    change: &MemberChange,
-    generation: u64,
-) -> ((&'static str, String), MemberTag) {
-    use throng_protocol::pusher::server;
-    // `pusher/<app id>/<channel>`.
-    let channel = topic
-        .strip_prefix(PUSHER_TOPIC_PREFIX)
-        .and_then(|rest| rest.split_once('/'))
-        .map_or(topic, |(_, channel)| channel);
-    let mut out = Vec::with_capacity(96);
-    let (event, key) = match change {
-        MemberChange::Added(key, _, fields) => {
-            // The meta a Pusher presence tracks: `"user_info":<json>`.
-            let (_, info) = pusher_meta(fields);
-            server::member_added(&mut out, channel, key, info);
-            ("pusher_internal:member_added", key)
-        }
-        MemberChange::Removed(key) => {
-            server::member_removed(&mut out, channel, key);
-            ("pusher_internal:member_removed", key)
-        }
-    };
-    let tag = MemberTag {
-        key: key.clone(),
-        generation,
-    };
-    ((event, String::from_utf8(out).unwrap_or_default()), tag)
-}
-
-/// A Pusher presence's meta fields, `"_socket":N,"user_info":<json>`: the
-/// socket (shard << 32 | connection key) and the user info's JSON.
-pub fn pusher_meta(fields: &str) -> (Option<u64>, Option<&str>) {
-    let Some(rest) = fields.strip_prefix("\"_socket\":") else {
-        return (None, fields.strip_prefix("\"user_info\":"));
-    };
-    let (n, rest) = rest.split_once(',').unwrap_or((rest, ""));
-    (n.parse().ok(), rest.strip_prefix("\"user_info\":"))
 }
