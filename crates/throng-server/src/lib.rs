@@ -261,7 +261,8 @@ impl Server {
         }
         let config_limits = config.limits.clone();
         let hooks = hooks::HookClient::start(&config.hooks)?;
-        let webhooks = hooks::Webhooks::start(&config.pusher, config.hooks.ca_file.as_deref())?;
+        let webhooks =
+            hooks::Webhooks::start(&config.pusher.webhooks(), config.hooks.ca_file.as_deref())?;
         let presence = Tracker::with_count_rate(presence, config.presence_count_rate);
         // With --redis, topic history lives in Redis Streams, shared by
         // every node (`crate::history`).

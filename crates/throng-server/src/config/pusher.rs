@@ -137,6 +137,25 @@ pub struct PusherConfig {
     pub webhook_timeout: std::time::Duration,
 }
 
+impl PusherConfig {
+    /// What the apps' webhooks need of these settings.
+    pub fn webhooks(&self) -> crate::hooks::WebhookSettings {
+        use crate::hooks::{WebhookApp, WebhookSettings};
+        let apps = self.apps.iter().map(|a| WebhookApp {
+            id: a.id.clone(),
+            key: a.key.clone(),
+            secret: a.secret.clone(),
+            url: a.webhook_url.clone(),
+        });
+        WebhookSettings {
+            apps: apps.collect(),
+            queue: self.webhook_queue,
+            batch: self.webhook_batch,
+            timeout: self.webhook_timeout,
+        }
+    }
+}
+
 impl Default for PusherConfig {
     fn default() -> Self {
         PusherArgs::default()

@@ -61,7 +61,7 @@ pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
 pub use settings::{HookArgs, HooksConfig};
 pub(crate) use waits::{HeldSession, HeldUpgrade, Wait, Waiting, Waits};
-pub use webhooks::{Webhook, Webhooks};
+pub use webhooks::{Webhook, WebhookApp, WebhookSettings, Webhooks};
 
 /// A hook: which backend path a request goes to, and its metrics label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

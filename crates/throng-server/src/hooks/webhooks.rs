@@ -39,7 +39,6 @@ use throng_pubsub::metrics::write_metric;
 
 use super::events::{EventStats, Events, Format, Names, Target};
 use super::request::now_ms;
-use crate::config::pusher::PusherConfig;
 
 /// One webhook event, as a shard or the occupancy queues it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,10 +141,33 @@ const MEMBER_SEP: char = '#';
 /// One stripe of the member counts: sockets of this node per member key.
 type MemberCounts = HashMap<Arc<str>, u32>;
 
+/// What the webhooks need of the Pusher settings (`--pusher-webhook-*`,
+/// each app's `webhook_url`), given by the node's start (the settings'
+/// module sits above this one).
+pub struct WebhookSettings {
+    /// Every Pusher app, in the settings' order.
+    pub apps: Vec<WebhookApp>,
+    /// Events queued per app at most.
+    pub queue: usize,
+    /// Events per POST at most.
+    pub batch: usize,
+    /// How long a webhook URL has to answer a POST.
+    pub timeout: Duration,
+}
+
+/// One Pusher app's webhook: where it goes and what signs it.
+pub struct WebhookApp {
+    pub id: String,
+    pub key: String,
+    pub secret: String,
+    /// `None`: this app has no webhooks.
+    pub url: Option<String>,
+}
+
 /// Every Pusher app's webhooks, with this node's members of presence
 /// channels (for `member_added` / `member_removed`).
 pub struct Webhooks {
-    /// By app (the order of `PusherConfig::apps`): its queue, when it has
+    /// By app (the order of [`WebhookSettings::apps`]): its queue, when it has
     /// a webhook URL.
     apps: Vec<Option<Arc<Events<PusherFormat>>>>,
     by_id: HashMap<String, usize>,
@@ -157,16 +179,16 @@ pub struct Webhooks {
 impl Webhooks {
     /// Starts the webhooks' thread when some app has a webhook URL
     /// (`ca_file`: the roots an https:// URL is checked against).
-    pub fn start(config: &PusherConfig, ca_file: Option<&Path>) -> io::Result<Option<Webhooks>> {
-        if config.apps.iter().all(|a| a.webhook_url.is_none()) {
+    pub fn start(config: &WebhookSettings, ca_file: Option<&Path>) -> io::Result<Option<Webhooks>> {
+        if config.apps.iter().all(|a| a.url.is_none()) {
             return Ok(None);
         }
         let runtime = super::client::runtime("throng-webhooks")?;
-        let client = super::client::http_client(config.webhook_timeout, WEBHOOK_IDLE, ca_file)?;
+        let client = super::client::http_client(config.timeout, WEBHOOK_IDLE, ca_file)?;
         let stats = Arc::new(EventStats::default());
         let mut apps = Vec::new();
         for app in &config.apps {
-            let Some(url) = &app.webhook_url else {
+            let Some(url) = &app.url else {
                 apps.push(None);
                 continue;
             };
@@ -177,8 +199,8 @@ impl Webhooks {
             let target = Target {
                 client: client.clone(),
                 uri,
-                timeout: config.webhook_timeout,
-                batch: config.webhook_batch,
+                timeout: config.timeout,
+                batch: config.batch,
             };
             let format = PusherFormat {
                 key: app.key.clone(),
@@ -191,7 +213,7 @@ impl Webhooks {
                 dropped_metric: "throng_pusher_webhook_events_dropped_total",
                 retries_metric: "throng_pusher_webhook_retries_total",
             };
-            let queue = config.webhook_queue;
+            let queue = config.queue;
             let events = Events::start_with(&runtime, queue, target, format, names, stats.clone());
             apps.push(Some(events));
         }
