@@ -357,6 +357,10 @@ mod tests {
             args.resolve(&[], None).unwrap_err()
         };
         assert!(bad("1:key").contains("ID:KEY:SECRET"));
+        assert!(
+            !bad("1:key").contains("1:key"),
+            "the value given is not shown"
+        );
         // Two parts: the second may be a secret given without its key.
         let two = bad("1:s3cr3t-given-alone");
         assert!(!two.contains("s3cr3t"), "no secret shown: {two}");
