@@ -33,6 +33,10 @@ pub struct ShardStats {
     pub protocol_refusals: AtomicU64,
     /// Pusher sockets open (`crate::protocol::pusher`).
     pub pusher_sockets: AtomicU64,
+    /// Pusher cache channel subscriptions that got the channel's last event.
+    pub pusher_cache_hits: AtomicU64,
+    /// Pusher cache channel subscriptions that got `pusher:cache_miss`.
+    pub pusher_cache_misses: AtomicU64,
     pub joins: AtomicU64,
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
@@ -242,6 +246,18 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "gauge",
         "Open Pusher Channels sockets (of throng_websockets).",
         |s| &s.pusher_sockets,
+    ),
+    (
+        "throng_pusher_cache_hits_total",
+        "counter",
+        "Pusher cache channel subscriptions that got the channel's last event.",
+        |s| &s.pusher_cache_hits,
+    ),
+    (
+        "throng_pusher_cache_misses_total",
+        "counter",
+        "Pusher cache channel subscriptions that got pusher:cache_miss (no event kept, or kept longer than --pusher-cache-ttl).",
+        |s| &s.pusher_cache_misses,
     ),
     (
         "throng_longpoll_sessions",

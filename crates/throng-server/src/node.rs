@@ -209,8 +209,11 @@ pub struct Node {
     pub api_refusals: std::sync::atomic::AtomicU64,
     /// The app backend's client, when `[hooks]` has a url.
     pub hooks: Option<Arc<crate::hooks::HookClient>>,
-    /// Who decides `occupied`/`vacated` events, with `[hooks] events`.
+    /// Who decides `occupied`/`vacated` events, with `[hooks] events`
+    /// or Pusher webhooks.
     pub occupancy: OnceLock<crate::hooks::Occupancy>,
+    /// Pusher apps' webhooks, when some app has a webhook URL.
+    pub webhooks: Option<crate::hooks::Webhooks>,
     /// API connections closed for a head or body later than `--api-timeout`.
     pub api_timeouts: std::sync::atomic::AtomicU64,
     /// API connections refused (503) past `--max-api-connections`.
@@ -463,6 +466,31 @@ impl Node {
         }
     }
 
+    /// Whether the occupancy engine follows `topic` (it is told of the
+    /// node's first and last subscribers of it): a Phoenix topic with
+    /// `[hooks] events`, a Pusher channel (or a presence member's key) of
+    /// an app with a webhook URL.
+    pub(crate) fn wants_occupancy(&self, topic: &str) -> bool {
+        match throng_protocol::Family::of_topic(topic) {
+            throng_protocol::Family::Pusher => {
+                self.webhooks.as_ref().is_some_and(|w| w.wants(topic))
+            }
+            throng_protocol::Family::Phoenix => {
+                self.hooks.as_ref().and_then(|h| h.events()).is_some()
+            }
+        }
+    }
+
+    /// Tells the occupancy engine, if it follows `topic`, that the node's
+    /// first subscriber of it came or its last went.
+    pub(crate) fn occupancy_changed(&self, topic: &Arc<str>) {
+        if let Some(o) = self.occupancy.get() {
+            if self.wants_occupancy(topic) {
+                o.changed(self, topic);
+            }
+        }
+    }
+
     /// Queues an `occupied` or `vacated` event for `topic`.
     pub(crate) fn topic_event(&self, kind: EventType, topic: &str) {
         if let Some(events) = self.hooks.as_ref().and_then(|h| h.events()) {
@@ -509,19 +537,43 @@ impl crate::hooks::Answers for Node {
 
 impl throng_pubsub::OccupancySink for Node {
     fn has_topic(&self, topic: &str) -> bool {
-        self.topics.contains(topic)
+        // A Pusher presence member's key: whether the node has a socket
+        // of that user there.
+        if let Some(has) = self.webhooks.as_ref().and_then(|w| w.has_member(topic)) {
+            return has;
+        }
+        self.topics.contains(topic) && self.wants_occupancy(topic)
     }
 
     fn topics(&self) -> Vec<Arc<str>> {
-        self.topics.names()
+        let mut topics = self.topics.names();
+        topics.retain(|t| self.wants_occupancy(t));
+        if let Some(w) = &self.webhooks {
+            topics.extend(w.member_keys());
+        }
+        topics
     }
 
     fn occupied(&self, topic: &str) {
-        self.topic_event(EventType::Occupied, topic);
+        match &self.webhooks {
+            Some(w)
+                if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher =>
+            {
+                w.occupancy(topic, true)
+            }
+            _ => self.topic_event(EventType::Occupied, topic),
+        }
     }
 
     fn vacated(&self, topic: &str) {
-        self.topic_event(EventType::Vacated, topic);
+        match &self.webhooks {
+            Some(w)
+                if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher =>
+            {
+                w.occupancy(topic, false)
+            }
+            _ => self.topic_event(EventType::Vacated, topic),
+        }
     }
 }
 

@@ -192,9 +192,12 @@ pub fn render(node: &Node) -> String {
     node.presence.render_metrics(&mut out);
     if let Some(hooks) = &node.hooks {
         hooks.render_metrics(&mut out);
-        if let Some(o) = node.occupancy.get() {
-            o.render_metrics(&mut out);
-        }
+    }
+    if let Some(w) = &node.webhooks {
+        w.render_metrics(&mut out);
+    }
+    if let Some(o) = node.occupancy.get() {
+        o.render_metrics(&mut out);
     }
     out
 }

@@ -11,9 +11,11 @@
 pub(crate) mod phoenix;
 pub(crate) mod pusher;
 
-use throng_protocol::{Opcode, Wire};
+use throng_protocol::{Family, Opcode, Wire};
+use throng_pubsub::Broadcast;
 
 use crate::config::Config;
+use crate::engine::conn::Conn;
 use crate::engine::http::{Head, Route, Upgrade};
 use crate::engine::outlet::{Closed, SessionWork};
 use crate::engine::{Cx, Protocol};
@@ -178,7 +180,18 @@ impl Protocol for Protocols {
     fn inbox(&self, cx: &mut Cx<'_, Shard>, msg: ShardMsg) {
         match msg {
             ShardMsg::Pusher(_) => self.pusher.inbox(&mut psh(cx), msg),
+            // A Pusher cache channel's read of its last event.
+            ShardMsg::Replay(a) if Family::of_topic(&a.topic) == Family::Pusher => {
+                self.pusher.inbox(&mut psh(cx), ShardMsg::Replay(a))
+            }
             msg => self.phoenix.inbox(&mut phx(cx), msg),
+        }
+    }
+
+    fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {
+        match Family::of_topic(&b.topic) {
+            Family::Pusher => self.pusher.delivers(conn, topic, b),
+            Family::Phoenix => self.phoenix.delivers(conn, topic, b),
         }
     }
 

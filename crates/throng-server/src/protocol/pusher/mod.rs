@@ -13,6 +13,8 @@
 //!   sign-in, client events); `presence.rs`: presence channels;
 //! - `api/`: the HTTP API (`/apps/{id}/...`, signed), its triggers and its
 //!   answers from the cluster's figures;
+//!   `cache.rs`: cache channels' last event; `webhooks.rs`: what goes to
+//!   the app's webhooks;
 //! - this file: [`Pusher`] for the engine, and what it keeps per shard
 //!   ([`State`]: each socket's app and id secret, 8 bytes a connection slot
 //!   on a shard that serves Pusher, none on one that does not).
@@ -23,21 +25,24 @@
 
 mod api;
 mod apps;
+mod cache;
 mod ids;
 mod presence;
 mod socket;
 mod upgrade;
+mod webhooks;
 
 use std::sync::Arc;
 
 use throng_protocol::pusher::server;
 use throng_protocol::{Opcode, Wire};
+use throng_pubsub::Broadcast;
 
 use crate::auth::PushLimit;
 use crate::config::pusher::PusherConfig;
 use crate::config::Config;
 use crate::engine::close::CloseReason;
-use crate::engine::conn::{Kind, Mark};
+use crate::engine::conn::{Conn, Kind, Mark};
 use crate::engine::http::{Head, Route, Upgrade};
 use crate::engine::outlet::Closed;
 use crate::engine::{Conns, Cx, Protocol};
@@ -48,7 +53,8 @@ pub(crate) use apps::Apps;
 pub(crate) use upgrade::Open;
 
 /// Seconds a pinged socket has to answer before it is closed with 4201
-/// (Pusher's protocol page, Sockudo: 30).
+/// (Pusher's protocol page, Sockudo: 30), at most: with an activity
+/// timeout shorter than that, as long as it.
 const PONG_WAIT: u32 = 30;
 
 /// The Pusher Channels protocol, for the engine.
@@ -225,13 +231,22 @@ impl Protocol for Pusher {
     }
 
     fn inbox(&self, cx: &mut Cx<'_, State>, msg: ShardMsg) {
-        if let ShardMsg::Pusher(msg) = msg {
-            api::inbox(self, cx, *msg);
+        match msg {
+            ShardMsg::Pusher(msg) => api::inbox(self, cx, *msg),
+            ShardMsg::Replay(a) => {
+                let mut px = Px::of(self, cx);
+                px.cache_answer(*a);
+            }
+            _ => {}
         }
     }
 
     fn sweep(&self, cx: &mut Cx<'_, State>) {
         api::sweep(self, cx);
+    }
+
+    fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {
+        presence::delivers(conn, topic, b)
     }
 
     fn idle_after(&self, wire: Wire) -> Option<u32> {
@@ -257,7 +272,7 @@ impl Protocol for Pusher {
         }
         // Pinged and still silent: closed with 4201 (the idle close's code
         // for a Pusher socket) once the pong's wait is over.
-        quiet < self.activity_timeout + PONG_WAIT
+        quiet < self.activity_timeout + PONG_WAIT.min(self.activity_timeout)
     }
 }
 
