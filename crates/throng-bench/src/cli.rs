@@ -36,8 +36,9 @@ pub struct BenchArgs {
     /// `throng serve --public-metrics`.
     #[arg(long, value_name = "HOST:PORT")]
     pub target: Option<String>,
-    /// Connect over TLS (wss://). The embedded server gets a fresh ECDSA
-    /// P-256 certificate for 127.0.0.1 that the agents trust; a --target
+    /// Connect over TLS (wss://). The embedded server (or the storm's)
+    /// gets a fresh ECDSA P-256 certificate for 127.0.0.1 that the clients
+    /// trust; every user's first connect is a full handshake. A --target
     /// needs --tls-ca (its /metrics is then not read: server figures come
     /// only with the embedded server)
     #[arg(long)]
@@ -49,9 +50,10 @@ pub struct BenchArgs {
     /// How the clients authenticate when they connect. `jwt`: each user
     /// connects with its own HS256 token (`token=` in the connect URL,
     /// claims `{"sub":"u<user number>","exp":<now + 1 day>}`), so every
-    /// socket is a different user; the embedded server runs with
-    /// `--auth jwt` and the --auth-jwt-secret (default: a fresh random one)
-    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "storm", "soak"])]
+    /// socket is a different user; the embedded server (or the storm's)
+    /// runs with `--auth jwt` and the --auth-jwt-secret (default: a fresh
+    /// random one)
+    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "soak"])]
     pub auth: AuthMode,
     /// With --auth jwt: the HS256 secret the tokens are signed with. Needed
     /// with --target (the secret that server was given as
@@ -211,6 +213,18 @@ pub struct BenchArgs {
     /// commandstats`.
     #[arg(long, help_heading = "Reconnect storm scenario")]
     pub storm_redis: bool,
+    /// The storm as a deploy makes it: instead of the clients cutting their
+    /// sockets, the server is stopped with SIGTERM (its drain closes every
+    /// socket with 1012 and it exits) and started again on the same port;
+    /// every client reconnects as phoenix.js does (with its token under
+    /// --auth jwt, resuming TLS where the server still knows its ticket)
+    /// and rejoins with `since`. The history is in Redis (as
+    /// --storm-redis), which outlives the server. Reports the time from
+    /// the first 1012 to the last recovery, reconnects per second, server
+    /// CPU per reconnect, and the failed connects by kind (refused while
+    /// the server was down, resets, 503s) and the closes by code.
+    #[arg(long, requires = "storm", help_heading = "Reconnect storm scenario")]
+    pub storm_restart: bool,
     /// Run the soak instead of a load, for DURATION (`180`, `90s`, `3m`,
     /// `1h`): --connections sessions (default 5000) held steady on its own
     /// server while they churn: connects and disconnects (close frames,

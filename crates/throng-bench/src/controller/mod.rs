@@ -18,7 +18,8 @@
 //! phases' measurements into the [`Report`](crate::report::Report),
 //! `presence` its presence part; `hooks` is the hooks scenario's run
 //! (`--hooks`, [`crate::hooks`]); `storm` the reconnect storm's
-//! (`--storm`, [`crate::storm`]); `soak` the soak's (`--soak`,
+//! (`--storm`, [`crate::storm`]; its servers in `storm_servers`, its
+//! client processes in `storm_clients`); `soak` the soak's (`--soak`,
 //! [`crate::soak`]).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
@@ -38,6 +39,8 @@ mod probe;
 mod run;
 mod soak;
 mod storm;
+mod storm_clients;
+mod storm_servers;
 mod timeline;
 mod tls;
 mod verdict;
@@ -347,7 +350,7 @@ fn import_notes(args: &BenchArgs, imp: &crate::tsung::TsungImport) {
 /// `--auth jwt`'s secret: `--auth-jwt-secret` (which [`BenchArgs::load`]
 /// requires with `--target`), else a fresh random one; none without
 /// `--auth jwt`.
-fn jwt_secret(args: &BenchArgs) -> Result<Option<String>, BenchError> {
+pub(super) fn jwt_secret(args: &BenchArgs) -> Result<Option<String>, BenchError> {
     Ok(match (args.auth, args.auth_jwt_secret.as_deref()) {
         (AuthMode::None, _) => None,
         (AuthMode::Jwt, Some(s)) if !s.is_empty() => Some(s.to_string()),
