@@ -47,6 +47,27 @@ pub struct BenchArgs {
     /// the server's certificate, checked against the --target host
     #[arg(long, value_name = "FILE", requires = "tls")]
     pub tls_ca: Option<PathBuf>,
+    /// With --tls: first run the same load in plaintext (same flags, no
+    /// floor), then over TLS, in this one invocation; the report puts the
+    /// two side by side: server memory per idle joined socket (PSS), the
+    /// broadcasts' last receiver, server CPU per receipt and per join, and
+    /// the handshake rounds' CPU per connect (a resumed TLS connect beside
+    /// a plaintext one). The run takes twice as long
+    #[arg(long, requires = "tls", conflicts_with_all = ["target", "remote_agents"])]
+    pub compare_plain: bool,
+    /// With --tls (and both runs of --compare-plain): after the run, the
+    /// handshake rounds on the embedded server: 3 rounds of this many new
+    /// clients connecting and joining (full TLS handshakes), each followed
+    /// by the same clients returning with their session tickets (resumed
+    /// handshakes), reporting server CPU per connect of each (0: none)
+    #[arg(long, default_value_t = 2000, value_name = "SOCKETS")]
+    pub handshake_sample: u64,
+    /// The embedded server keeps the last SIZE messages of each topic the
+    /// scenario broadcasts on (`throng serve --history TOPIC=SIZE`, 1 to
+    /// 10000): every broadcast is stored as it goes out, as on a server
+    /// whose clients rejoin with `since` [default: no history]
+    #[arg(long, value_name = "SIZE", conflicts_with = "target")]
+    pub history: Option<u32>,
     /// How the clients authenticate when they connect. `jwt`: each user
     /// connects with its own HS256 token (`token=` in the connect URL,
     /// claims `{"sub":"u<user number>","exp":<now + 1 day>}`), so every
@@ -498,6 +519,13 @@ impl BenchArgs {
         }
         if let Some(h) = self.hold.filter(|h| !(h.is_finite() && *h >= 0.0)) {
             return bad("--hold", h, "seconds must be 0 or more");
+        }
+        if let Some(h) = self.history.filter(|h| !(1..=10_000).contains(h)) {
+            return bad(
+                "--history",
+                f64::from(h),
+                "1 to 10000 messages a topic keeps",
+            );
         }
         let no_secret = self.auth_jwt_secret.as_deref().is_none_or(str::is_empty);
         if let (AuthMode::Jwt, Some(t), true) = (self.auth, &self.target, no_secret) {

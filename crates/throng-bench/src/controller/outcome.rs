@@ -101,6 +101,10 @@ impl Run {
                 cpu_secs: c.controller_cpu,
             },
             storm: storm_figures(&storm),
+            // Filled in after the report: the rounds run after it, and
+            // the comparison needs the plaintext run's.
+            handshakes: None,
+            tls_vs_plain: None,
             bottleneck: bottleneck_of(&cpu, "the ramp-up", behind),
             broadcast_bottleneck: (broadcast_sent > 0)
                 .then(|| bottleneck_of(&hold_cpu, "broadcasts", None)),
@@ -322,6 +326,8 @@ impl Run {
                 crate::cli::AuthMode::Jwt => "jwt",
             }
             .into(),
+            tls: self.tls,
+            history_size: self.history_size,
             cpu_pct_ramp,
             cpu_secs: plateau
                 .server
