@@ -57,9 +57,12 @@ pub enum Reason {
     SocketBudget,
     /// A join whose presence key is over `--max-presence-bytes`.
     PresenceKey,
+    /// A Pusher socket refused once upgraded: a key no app has, a bad URL,
+    /// an app at its `max_connections`.
+    Pusher,
 }
 
-const REASONS: usize = 13;
+const REASONS: usize = 14;
 
 impl Reason {
     fn index(self) -> usize {
@@ -70,7 +73,12 @@ impl Reason {
     fn is_app(self) -> bool {
         !matches!(
             self,
-            Reason::NoToken | Reason::BadToken | Reason::Origin | Reason::Vsn | Reason::Capacity
+            Reason::NoToken
+                | Reason::BadToken
+                | Reason::Origin
+                | Reason::Vsn
+                | Reason::Capacity
+                | Reason::Pusher
         )
     }
 
@@ -127,6 +135,10 @@ impl Reason {
             }
             Reason::PresenceKey => {
                 "raise --max-presence-bytes, or key presence by something shorter (--presence)"
+            }
+            Reason::Pusher => {
+                "a Pusher client connects to /app/KEY?protocol=7 with the key of an app given by \
+                 --pusher-app or [[pusher.apps]]; an app's max_connections bounds its sockets"
             }
         }
     }
