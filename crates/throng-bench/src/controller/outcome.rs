@@ -101,10 +101,6 @@ impl Run {
                 cpu_secs: c.controller_cpu,
             },
             storm: storm_figures(&storm),
-            // Filled in after the report: the rounds run after it, and
-            // the comparison needs the plaintext run's.
-            handshakes: None,
-            tls_vs_plain: None,
             bottleneck: bottleneck_of(&cpu, "the ramp-up", behind),
             broadcast_bottleneck: (broadcast_sent > 0)
                 .then(|| bottleneck_of(&hold_cpu, "broadcasts", None)),
@@ -129,6 +125,8 @@ impl Run {
             failures: Vec::new(),
             agents_lost: self.agents.lost.clone(),
             slow_agents: self.agents.slow.clone(),
+            // The handshake rounds and `--compare-plain` fill in theirs.
+            ..Report::default()
         }
     }
 

@@ -129,6 +129,97 @@ impl TlsVsPlain {
     }
 }
 
+/// The summary's rows of the handshake rounds and of `--compare-plain`.
+pub(super) fn rows(s: &mut String, r: &super::Report, row: &dyn Fn(&mut String, &str, String)) {
+    let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0} us"));
+    if let Some(h) = &r.handshakes {
+        let how = if h.tls { "over TLS" } else { "plain TCP" };
+        let resumed = if h.tls {
+            format!(
+                "; {} of {} returning clients resumed",
+                h.resumed, h.returning
+            )
+        } else {
+            String::new()
+        };
+        let failed = match &h.first_error {
+            Some(e) => format!("; {} failed (first: {e})", h.failed),
+            None => String::new(),
+        };
+        row(
+            s,
+            "server CPU per connect + join",
+            format!(
+                "{how}, median of {} rounds of {} clients: new {} ({:.0}/s), returning {} ({:.0}/s){resumed}{failed}",
+                h.rounds,
+                h.sockets,
+                us(h.new_cpu_us),
+                h.new_per_sec,
+                us(h.returning_cpu_us),
+                h.returning_per_sec
+            ),
+        );
+    }
+    let Some(c) = &r.tls_vs_plain else {
+        return;
+    };
+    let pair = |p: &Pair, unit: &str| {
+        let v = |x: Option<f64>| match x {
+            Some(x) if x < 100.0 => format!("{x:.1}{unit}"),
+            Some(x) => format!("{x:.0}{unit}"),
+            None => "-".to_string(),
+        };
+        let ratio = p.ratio.map_or(String::new(), |x| format!(" ({x:.2}x)"));
+        format!("plaintext {}, TLS {}{ratio}", v(p.plain), v(p.tls))
+    };
+    row(
+        s,
+        "TLS against plaintext (--compare-plain)",
+        format!(
+            "the plaintext run first: {} joined, {} error(s), {:.0} s",
+            c.plain_joined, c.plain_errors, c.plain_duration_secs
+        ),
+    );
+    let added = c
+        .pss_added_by_tls
+        .map_or(String::new(), |a| format!("; TLS adds {a:.0} B"));
+    row(
+        s,
+        "  memory per idle joined socket (PSS)",
+        pair(&c.pss_bytes_per_conn, " B") + &added,
+    );
+    row(
+        s,
+        "  broadcasts' last receiver (slowest)",
+        pair(&c.broadcast_last_ms, " ms"),
+    );
+    row(
+        s,
+        "  broadcasts' last receiver (median)",
+        pair(&c.broadcast_last_p50_ms, " ms"),
+    );
+    row(
+        s,
+        "  server CPU per receiver",
+        pair(&c.server_cpu_us_per_receiver, " us"),
+    );
+    row(
+        s,
+        "  server CPU per join (ramp-up)",
+        pair(&c.server_cpu_us_per_join, " us"),
+    );
+    row(
+        s,
+        "  connect + join, new client",
+        pair(&c.connect_cpu_us_new, " us"),
+    );
+    row(
+        s,
+        "  connect + join, returning client",
+        pair(&c.connect_cpu_us_returning, " us") + " (TLS: resumed)",
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +252,13 @@ mod tests {
         assert_eq!(c.server_cpu_us_per_join, Pair::default());
         let none = Pair::of(Some(0.0), Some(1.0));
         assert_eq!(none.ratio, None);
+        let mut report = tls.clone();
+        report.tls_vs_plain = Some(c);
+        let t = super::super::summary::table(&report);
+        assert!(
+            t.contains("plaintext 2000 B, TLS 3200 B (1.60x); TLS adds 1200 B"),
+            "{t}"
+        );
+        assert!(t.contains("new 400 us"), "{t}");
     }
 }
