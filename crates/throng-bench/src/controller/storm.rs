@@ -45,12 +45,12 @@ const DEFAULT_CLIENTS: u64 = 100_000;
 /// Messages each topic keeps: far more than a storm's outage misses.
 const HISTORY_SIZE: u32 = 1000;
 /// The longest each wait may take before the run gives up on it: the
-/// joins (and rejoins) get 400 s, or 1 ms per client when that is longer
+/// joins (and rejoins) get 400 s, or 2 ms per client when that is longer
 /// (a million TLS handshakes on 2 cores take longer than 400 s).
 const JOIN_LIMIT: Duration = Duration::from_secs(400);
 
 fn join_limit(n: u64) -> Duration {
-    JOIN_LIMIT.max(Duration::from_millis(n))
+    JOIN_LIMIT.max(Duration::from_millis(n.saturating_mul(2)))
 }
 const DELIVERY_LIMIT: Duration = Duration::from_secs(120);
 /// How long a restart's server may take to drain and exit after SIGTERM

@@ -74,7 +74,7 @@ pub struct Storm {
     /// `cut` (every client closed its socket at once) or `restart` (the
     /// server stopped with SIGTERM and started again: `--storm-restart`).
     pub mode: &'static str,
-    /// Every client rejoined within the bench's limit (400 s, or 1 ms per client when longer).
+    /// Every client rejoined within the bench's limit (400 s, or 2 ms per client when longer).
     pub complete: bool,
     /// Messages per second published through the API meanwhile.
     pub publish_rate: f64,
