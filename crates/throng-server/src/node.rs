@@ -24,6 +24,7 @@ use crate::auth::{Auth, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
+use crate::forward::pusher::{PusherMsg, RemoteTrigger};
 use crate::forward::wire::Forward;
 use crate::forward::{self, Answer, Request as LongPollRequest};
 use crate::hooks::{Event, EventType};
@@ -58,6 +59,9 @@ pub(crate) enum ShardMsg {
     HistoryLost(Arc<str>),
     /// The answer to a history read of a join with `since` (Redis).
     Replay(Box<ReplayAnswer>),
+    /// The Pusher protocol's: a trigger that leaves out one of this
+    /// shard's sockets, an HTTP API answer (`crate::forward::pusher`).
+    Pusher(Box<PusherMsg>),
 }
 
 /// The answer to a history read of a join of connection `key` on `topic`,
@@ -79,6 +83,7 @@ impl ShardMsg {
         match self {
             ShardMsg::Broadcast(b) => b.held(),
             ShardMsg::Info(topic, _) | ShardMsg::HistoryLost(topic) => 64 + topic.len(),
+            ShardMsg::Pusher(m) => m.cost(),
             _ => 256,
         }
     }
@@ -321,13 +326,27 @@ impl Node {
     /// Counts this node's subscribers (each shard its own) and hands the
     /// report to `done`, on the thread of the last shard to answer.
     pub fn report(&self, done: impl FnOnce(NodeReport) + Send + 'static) {
+        self.report_under(None, done);
+    }
+
+    /// [`Node::report`], of the topics under `prefix` only (and without
+    /// the counters) when it is set.
+    pub(crate) fn report_under(
+        &self,
+        prefix: Option<Arc<str>>,
+        done: impl FnOnce(NodeReport) + Send + 'static,
+    ) {
+        let counters = match prefix {
+            None => (self.report_counters)(self),
+            Some(_) => Default::default(),
+        };
         let report = NodeReport {
             node: self.control.node_id.clone(),
             stats: StatsSummary::of(&self.stats, self.shard_inbox_bytes()),
-            counters: (self.report_counters)(self),
+            counters,
             ..Default::default()
         };
-        let c = Collector::new(self.peers.len(), report, Box::new(done));
+        let c = Collector::new(self.peers.len(), report, prefix, Box::new(done));
         for peer in &self.peers {
             peer.send(ShardMsg::Report(c.clone()));
         }
@@ -336,9 +355,9 @@ impl Node {
     /// A cluster-wide request or answer from node `from`.
     fn on_request(&self, from: u64, req: Request) {
         match req {
-            Request::Gather { id } => {
+            Request::Gather { id, prefix } => {
                 let backplane = self.backplane.clone();
-                self.report(move |report| {
+                self.report_under(prefix.map(Arc::from), move |report| {
                     let report = Box::new(report);
                     let msg = Message::Request(Request::Report { id, report });
                     backplane.send_control(Route::Node(from), msg.encode());
@@ -403,6 +422,17 @@ impl Node {
         }
     }
 
+    /// A Pusher trigger from another node: to the shard its socket id
+    /// names (shard 0 if there is no such shard here), which delivers it
+    /// to the node's subscribers.
+    fn on_pusher_trigger(&self, t: RemoteTrigger) {
+        let shard = usize::from(t.shard);
+        let peer = self.peers.get(shard).or_else(|| self.peers.first());
+        if let Some(peer) = peer {
+            peer.send(ShardMsg::Pusher(Box::new(PusherMsg::Remote(Box::new(t)))));
+        }
+    }
+
     /// Closes every socket of `user` on this node's shards.
     fn disconnect_local(&self, user: &str) {
         let user: Arc<str> = Arc::from(user);
@@ -460,6 +490,7 @@ impl Handler for Node {
         match Message::decode(body) {
             Some(Message::Request(req)) => self.on_request(from, req),
             Some(Message::LongPoll(forward)) => self.on_forward(forward),
+            Some(Message::Pusher(t)) => self.on_pusher_trigger(t),
             None => tracing::debug!(
                 from = format_args!("{from:016x}"),
                 "dropped an unreadable control message"
@@ -652,16 +683,24 @@ impl Endpoint {
     /// from the question (for another node: a round trip over the
     /// backplane's control lane and its shards' counting).
     pub async fn gather_timed(&self) -> Vec<(NodeReport, Duration)> {
+        self.gather_under(None).await
+    }
+
+    /// [`Endpoint::gather_timed`], each node counting only the topics
+    /// under `prefix` (and sending no counters) when it is set: what a
+    /// question about a few topics needs.
+    pub(crate) async fn gather_under(&self, prefix: Option<&str>) -> Vec<(NodeReport, Duration)> {
         let node = &self.node;
         let asked = tokio::time::Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let id = node.control.expect(tx.clone());
         let local = tx.clone();
-        node.report(move |r| {
+        node.report_under(prefix.map(Arc::from), move |r| {
             let _ = local.send(r);
         });
         let mut out = Vec::new();
-        let ask = Message::Request(Request::Gather { id });
+        let prefix = prefix.map(str::to_owned);
+        let ask = Message::Request(Request::Gather { id, prefix });
         if node.backplane.send_control(Route::Cluster, ask.encode()) {
             let deadline = asked + control::GATHER_WAIT;
             while let Ok(Some(r)) = tokio::time::timeout_at(deadline, rx.recv()).await {

@@ -518,6 +518,52 @@ impl PresenceSink for Tracker {
     }
 }
 
+/// A Pusher presence channel's frame for a member that came or went: the
+/// event and the frame, the broadcast's payload (`Broadcast` sends a
+/// Pusher channel's payload as its frame).
+/// A member's own socket (its `"_socket"` field, on this node) is left
+/// out: its subscription's member list had it already.
+fn pusher_member(
+    topic: &str,
+    change: &MemberChange,
+    me: u64,
+) -> ((&'static str, String), Option<(usize, usize)>) {
+    use throng_protocol::pusher::server;
+    // `pusher/<app id>/<channel>`.
+    let channel = topic
+        .strip_prefix(PUSHER_TOPIC_PREFIX)
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(topic, |(_, channel)| channel);
+    let mut out = Vec::with_capacity(96);
+    let mut exclude = None;
+    let event = match change {
+        MemberChange::Added(key, owner, fields) => {
+            // The meta a Pusher presence tracks: `"_socket":N,"user_info":<json>`.
+            let (socket, info) = pusher_meta(fields);
+            if *owner == me {
+                exclude = socket.map(|n| ((n >> 32) as usize, (n & 0xffff_ffff) as usize));
+            }
+            server::member_added(&mut out, channel, key, info);
+            "pusher_internal:member_added"
+        }
+        MemberChange::Removed(key) => {
+            server::member_removed(&mut out, channel, key);
+            "pusher_internal:member_removed"
+        }
+    };
+    ((event, String::from_utf8(out).unwrap_or_default()), exclude)
+}
+
+/// A Pusher presence's meta fields, `"_socket":N,"user_info":<json>`: the
+/// socket (shard << 32 | connection key) and the user info's JSON.
+pub fn pusher_meta(fields: &str) -> (Option<u64>, Option<&str>) {
+    let Some(rest) = fields.strip_prefix("\"_socket\":") else {
+        return (None, fields.strip_prefix("\"user_info\":"));
+    };
+    let (n, rest) = rest.split_once(',').unwrap_or((rest, ""));
+    (n.parse().ok(), rest.strip_prefix("\"user_info\":"))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -563,50 +609,4 @@ mod tests {
             "{metrics}"
         );
     }
-}
-
-/// A Pusher presence channel's frame for a member that came or went: the
-/// event and the frame, the broadcast's payload (`Broadcast` sends a
-/// Pusher channel's payload as its frame).
-/// A member's own socket (its `"_socket"` field, on this node) is left
-/// out: its subscription's member list had it already.
-fn pusher_member(
-    topic: &str,
-    change: &MemberChange,
-    me: u64,
-) -> ((&'static str, String), Option<(usize, usize)>) {
-    use throng_protocol::pusher::server;
-    // `pusher/<app id>/<channel>`.
-    let channel = topic
-        .strip_prefix(PUSHER_TOPIC_PREFIX)
-        .and_then(|rest| rest.split_once('/'))
-        .map_or(topic, |(_, channel)| channel);
-    let mut out = Vec::with_capacity(96);
-    let mut exclude = None;
-    let event = match change {
-        MemberChange::Added(key, owner, fields) => {
-            // The meta a Pusher presence tracks: `"_socket":N,"user_info":<json>`.
-            let (socket, info) = pusher_meta(fields);
-            if *owner == me {
-                exclude = socket.map(|n| ((n >> 32) as usize, (n & 0xffff_ffff) as usize));
-            }
-            server::member_added(&mut out, channel, key, info);
-            "pusher_internal:member_added"
-        }
-        MemberChange::Removed(key) => {
-            server::member_removed(&mut out, channel, key);
-            "pusher_internal:member_removed"
-        }
-    };
-    ((event, String::from_utf8(out).unwrap_or_default()), exclude)
-}
-
-/// A Pusher presence's meta fields, `"_socket":N,"user_info":<json>`: the
-/// socket (shard << 32 | connection key) and the user info's JSON.
-pub fn pusher_meta(fields: &str) -> (Option<u64>, Option<&str>) {
-    let Some(rest) = fields.strip_prefix("\"_socket\":") else {
-        return (None, fields.strip_prefix("\"user_info\":"));
-    };
-    let (n, rest) = rest.split_once(',').unwrap_or((rest, ""));
-    (n.parse().ok(), rest.strip_prefix("\"user_info\":"))
 }

@@ -35,6 +35,12 @@ settings! {
         /// Largest body the Pusher HTTP API reads (POST /apps/ID/events and batch_events); a larger one gets 413 before it is read
         #[arg(long = "pusher-max-api-body-bytes", help_heading = "Pusher Channels", value_name = "BYTES", value_parser = whole::<usize>, env = "THRONG_PUSHER_MAX_API_BODY_BYTES")]
         pub max_api_body_bytes: Option<usize> = 262144,
+        /// Pusher HTTP API requests that may wait on the cluster's figures at once on this server (channel and user queries, triggers with info); past it one gets 503 at once
+        #[arg(long = "pusher-max-api-requests", help_heading = "Pusher Channels", value_name = "N", value_parser = whole::<usize>, env = "THRONG_PUSHER_MAX_API_REQUESTS")]
+        pub max_api_requests: Option<usize> = 256,
+        /// Seconds a Pusher HTTP API request may wait on the cluster's figures; past it it gets 504
+        #[arg(long = "pusher-api-timeout", help_heading = "Pusher Channels", value_name = "SECS", value_parser = whole::<u64>, env = "THRONG_PUSHER_API_TIMEOUT")]
+        pub api_timeout: Option<u64> = 10,
         /// The [[pusher.apps]] tables as JSON (set by the supervisor for its workers: use [[pusher.apps]] in the config file)
         #[arg(long = "pusher-apps-json", hide = true, env = "THRONG_PUSHER_APPS_JSON", hide_env_values = true)]
         #[serde(skip_deserializing)]
@@ -120,6 +126,10 @@ pub struct PusherConfig {
     pub cache_ttl: u64,
     /// The HTTP API's body bound.
     pub max_api_body_bytes: usize,
+    /// HTTP API requests waiting on the cluster at once.
+    pub max_api_requests: usize,
+    /// Seconds an HTTP API request may wait on the cluster.
+    pub api_timeout: u64,
 }
 
 impl Default for PusherConfig {
@@ -172,12 +182,21 @@ impl PusherArgs {
                  (pusher-js pings after the least of its own 120 s and this)"
             ));
         }
+        let (max_api_requests, api_timeout) = (self.max_api_requests(), self.api_timeout());
+        if max_api_requests == 0 || !(1..=3600).contains(&api_timeout) {
+            return Err(format!(
+                "pusher max_api_requests must be at least 1 and api_timeout 1..=3600 seconds, \
+                 got {max_api_requests} and {api_timeout}"
+            ));
+        }
         Ok(PusherConfig {
             apps,
             activity_timeout,
             client_event_rate: self.client_event_rate(),
             cache_ttl: self.cache_ttl(),
             max_api_body_bytes: self.max_api_body_bytes(),
+            max_api_requests,
+            api_timeout,
         })
     }
 }
@@ -314,7 +333,10 @@ mod tests {
             args.resolve(&[], None).unwrap_err()
         };
         assert!(bad("1:key").contains("ID:KEY:SECRET"));
-        assert!(!bad("1:key").contains("key:"), "no secret shown");
+        assert!(
+            !bad("1:key").contains("1:key"),
+            "the value given is not shown"
+        );
         assert!(bad("1:key:short").contains("too short, needs 20"));
         assert!(bad(&format!("a/b:key:{SECRET}")).contains("id must be"));
         let twice = PusherArgs {
