@@ -38,7 +38,6 @@ ALLOWED = {
     ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,
     ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 140,
     ("crates/throng-server/src/engine/close.rs", "row"): 111,
-    ("crates/throng-server/src/engine/shard/input.rs", "process"): 107,
     ("crates/throng-pubsub/src/presence/memory.rs", "handle"): 104,
     ("crates/throng-bench/src/tsung.rs", "import"): 103,
 }
