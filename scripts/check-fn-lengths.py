@@ -39,7 +39,6 @@ ALLOWED = {
     ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 140,
     ("crates/throng-server/src/engine/close.rs", "row"): 111,
     ("crates/throng-pubsub/src/presence/memory.rs", "handle"): 104,
-    ("crates/throng-bench/src/tsung.rs", "import"): 103,
 }
 
 
