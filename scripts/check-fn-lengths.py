@@ -34,7 +34,6 @@ LIMIT = 100
 ALLOWED = {
     ("crates/throng-server/src/scrape.rs", "render"): 184,
     ("crates/throng-server/src/lib.rs", "start_with_presence"): 184,
-    ("crates/throng-bench/src/agent.rs", "run"): 161,
     ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,
     ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 140,
     ("crates/throng-server/src/engine/close.rs", "row"): 111,
