@@ -37,7 +37,6 @@ ALLOWED = {
     ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,
     ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 140,
     ("crates/throng-server/src/engine/close.rs", "row"): 111,
-    ("crates/throng-pubsub/src/presence/memory.rs", "handle"): 104,
 }
 
 
