@@ -29,14 +29,15 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 CRATES = "crates"
 LIMIT = 100
 
-# Functions over LIMIT lines that predate the check, with their length when
-# listed: (path, fn name) -> lines. To split: issue 39 item 6.
+# Functions over LIMIT lines that predate the check: (path, fn name) ->
+# their length when listed. Each may shrink, not grow; remove its entry once
+# it is split.
 ALLOWED = {
-    ("crates/throng-server/src/scrape.rs", "render"): 184,
-    ("crates/throng-server/src/lib.rs", "start_with_presence"): 184,
-    ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,
-    ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 140,
-    ("crates/throng-server/src/engine/close.rs", "row"): 111,
+    ("crates/throng-server/src/scrape.rs", "render"): 184,  # to split: issue 39 item 6 (the metrics registry)
+    ("crates/throng-server/src/lib.rs", "start_with_presence"): 184,  # to split: issue 39 item 6
+    ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,  # to split: issue 39 item 6
+    ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 140,  # to split: issue 39 item 6
+    ("crates/throng-server/src/engine/close.rs", "row"): 111,  # to split: issue 39 item 6
 }
 
 
