@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{Engine, CONN_SIZE};
 use crate::error::BenchError;
+use crate::plan::Plan;
 use crate::sys;
 use crate::wire::{self, Final, ToAgent, ToController};
 
@@ -182,17 +183,8 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
     let (soft, _) = sys::raise_fd_limit();
     let capacity = soft.saturating_sub(FD_MARGIN).max(1);
     let (mut out, mut input) = link(controller, token, wire::Role::Agent)?;
-    let mut plan = loop {
-        match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE)? {
-            Some(ToAgent::Plan(p)) => break p,
-            Some(ToAgent::Ping) => {}
-            Some(other) => {
-                return Err(BenchError::Protocol(format!(
-                    "expected a plan, got {other:?}"
-                )))
-            }
-            None => return Ok(()),
-        }
+    let Some(mut plan) = await_plan(&mut input)? else {
+        return Ok(());
     };
     plan.capacity = plan.capacity.min(capacity);
     let index = plan.index;
@@ -200,11 +192,85 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
     // One waker for both threads: mio allows one per poll.
     let waker = Arc::new(engine.waker()?);
     let (tx, rx) = mpsc::channel();
-    let reader_tx = tx.clone();
-    let reader_waker = Arc::clone(&waker);
+    spawn_reader(input, tx.clone(), Arc::clone(&waker));
+    let rss = sys::proc_sample("self").map(|s| s.rss).unwrap_or(0);
+    wire::send(
+        &mut out,
+        &ToController::Ready {
+            rss,
+            users: engine.planned_users(),
+            conn_size: CONN_SIZE,
+        },
+    )?;
+    let writer = Writer::spawn(out, move |why| {
+        let _ = tx.send(Cmd::Lost(why));
+        let _ = waker.wake();
+    });
+    let mut last_progress = Instant::now();
+    // Bytes received at the last idle report, and at the last heap trim.
+    let (mut idle_bytes, mut trimmed_bytes) = (u64::MAX, 0u64);
+    loop {
+        engine.turn(Duration::from_millis(50))?;
+        while let Ok(cmd) = rx.try_recv() {
+            match on_cmd(&mut engine, &writer, cmd, index)? {
+                Next::Go => {}
+                Next::Lost => return Ok(()),
+                Next::Finish => return writer.finish(),
+            }
+        }
+        // A gauge refresh walks every connection (~0.1 ms per 19,000): ten a
+        // second while users arrive, one a second before they start and once
+        // they have all settled, so 50 idle agents at 1M do not spend a core
+        // counting (and the controller hears from each at least once a second).
+        let c = &engine.counters;
+        let arriving =
+            engine.started() && !(c.arrivals_done && c.connecting == 0 && c.awaiting == 0);
+        let floor = engine.floor_opening() || c.floor_connecting > 0 || c.floor_open > 0;
+        let busy = arriving || floor;
+        let every = Duration::from_millis(if busy { 100 } else { 1000 });
+        if last_progress.elapsed() >= every {
+            last_progress = Instant::now();
+            // A burst of messages (presence states and diffs: gigabytes in
+            // pieces on every connection at once) is over: hand the
+            // buffers it left free back, so the RSS reported is what the
+            // connections hold (see sys::trim_heap).
+            // (Over: less than 1 MiB in the last second, after more than
+            // 64 MiB since the last trim; heartbeats never stop entirely.)
+            let received = engine.counters.bytes_in;
+            let quiet = received.saturating_sub(idle_bytes) < 1 << 20;
+            if !busy && quiet && received - trimmed_bytes > 64 << 20 {
+                sys::trim_heap();
+                trimmed_bytes = received;
+            }
+            idle_bytes = if busy { u64::MAX } else { received };
+            engine.refresh_gauges();
+            writer.progress(&engine.counters);
+        }
+    }
+}
+
+/// Waits for the controller's plan (answering nothing to its pings);
+/// `None` when the controller closes the link first.
+fn await_plan(input: &mut BufReader<TcpStream>) -> Result<Option<Box<Plan>>, BenchError> {
+    loop {
+        match wire::recv::<ToAgent>(input, wire::MAX_LINE)? {
+            Some(ToAgent::Plan(p)) => return Ok(Some(p)),
+            Some(ToAgent::Ping) => {}
+            Some(other) => {
+                return Err(BenchError::Protocol(format!(
+                    "expected a plan, got {other:?}"
+                )))
+            }
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Starts the thread that reads the controller's messages into `tx`
+/// (pings dropped), ending with why the link was lost; wakes the engine
+/// after each.
+fn spawn_reader(mut input: BufReader<TcpStream>, tx: mpsc::Sender<Cmd>, waker: Arc<mio::Waker>) {
     std::thread::spawn(move || {
-        let waker = reader_waker;
-        let tx = reader_tx;
         loop {
             match wire::recv::<ToAgent>(&mut input, wire::MAX_LINE) {
                 Ok(Some(ToAgent::Ping)) => continue,
@@ -236,101 +302,70 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
         }
         let _ = waker.wake();
     });
-    let rss = sys::proc_sample("self").map(|s| s.rss).unwrap_or(0);
-    wire::send(
-        &mut out,
-        &ToController::Ready {
-            rss,
-            users: engine.planned_users(),
-            conn_size: CONN_SIZE,
-        },
-    )?;
-    let writer = Writer::spawn(out, move |why| {
-        let _ = tx.send(Cmd::Lost(why));
-        let _ = waker.wake();
-    });
-    let mut last_progress = Instant::now();
-    // Bytes received at the last idle report, and at the last heap trim.
-    let (mut idle_bytes, mut trimmed_bytes) = (u64::MAX, 0u64);
-    loop {
-        engine.turn(Duration::from_millis(50))?;
-        while let Ok(cmd) = rx.try_recv() {
-            match cmd {
-                Cmd::Lost(why) => {
-                    // A warning: a run that loses an agent says only that
-                    // the agent went away, so the agent says why.
-                    tracing::warn!("agent {index}: link to the controller lost ({why}); exiting");
-                    return Ok(());
-                }
-                Cmd::Msg(ToAgent::Start) => engine.start(),
-                Cmd::Msg(ToAgent::Rate { per_sec }) => engine.set_rate(per_sec),
-                Cmd::Msg(ToAgent::Floor {
-                    writers,
-                    sockets,
-                    heartbeat_scale,
-                }) => engine.floor_connect(writers, sockets, heartbeat_scale),
-                Cmd::Msg(ToAgent::FloorEnd) => {
-                    engine.floor_close();
-                    writer.send(ToController::FloorClosed);
-                }
-                Cmd::Msg(ToAgent::Release) => engine.release(),
-                Cmd::Msg(ToAgent::StopArrivals) => engine.stop_arrivals(),
-                Cmd::Msg(ToAgent::Storm) => {
-                    engine.storm();
-                    writer.send(ToController::StormDone);
-                }
-                Cmd::Msg(ToAgent::Finish) => {
-                    engine.refresh_gauges();
-                    let fin = Final {
-                        counters: engine.counters.clone(),
-                        hists: engine.hists.to_wire(),
-                        bcasts: engine.bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
-                        slots: engine.slots.clone(),
-                        floor: engine.floor_bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
-                        presence: engine.presence.to_wire(),
-                    };
-                    writer.send(ToController::Final(Box::new(fin)));
-                    return writer.finish();
-                }
-                Cmd::Msg(
-                    m @ (ToAgent::Plan(_)
-                    | ToAgent::Challenge { .. }
-                    | ToAgent::Ping
-                    | ToAgent::FloorWrite(_)
-                    | ToAgent::Fire { .. }),
-                ) => {
-                    return Err(BenchError::Protocol(format!("unexpected {m:?}")));
-                }
-            }
+}
+
+/// What the agent does after a command.
+enum Next {
+    Go,
+    /// The link is lost: exit.
+    Lost,
+    /// The final report is sent: finish the link and exit.
+    Finish,
+}
+
+/// Does what the controller (or the lost link) asked.
+fn on_cmd(engine: &mut Engine, writer: &Writer, cmd: Cmd, index: u32) -> Result<Next, BenchError> {
+    match cmd {
+        Cmd::Lost(why) => {
+            // A warning: a run that loses an agent says only that
+            // the agent went away, so the agent says why.
+            tracing::warn!("agent {index}: link to the controller lost ({why}); exiting");
+            return Ok(Next::Lost);
         }
-        // A gauge refresh walks every connection (~0.1 ms per 19,000): ten a
-        // second while users arrive, one a second before they start and once
-        // they have all settled, so 50 idle agents at 1M do not spend a core
-        // counting (and the controller hears from each at least once a second).
-        let c = &engine.counters;
-        let arriving =
-            engine.started() && !(c.arrivals_done && c.connecting == 0 && c.awaiting == 0);
-        let floor = engine.floor_opening() || c.floor_connecting > 0 || c.floor_open > 0;
-        let busy = arriving || floor;
-        let every = Duration::from_millis(if busy { 100 } else { 1000 });
-        if last_progress.elapsed() >= every {
-            last_progress = Instant::now();
-            // A burst of messages (presence states and diffs: gigabytes in
-            // pieces on every connection at once) is over: hand the
-            // buffers it left free back, so the RSS reported is what the
-            // connections hold (see sys::trim_heap).
-            // (Over: less than 1 MiB in the last second, after more than
-            // 64 MiB since the last trim; heartbeats never stop entirely.)
-            let received = engine.counters.bytes_in;
-            let quiet = received.saturating_sub(idle_bytes) < 1 << 20;
-            if !busy && quiet && received - trimmed_bytes > 64 << 20 {
-                sys::trim_heap();
-                trimmed_bytes = received;
-            }
-            idle_bytes = if busy { u64::MAX } else { received };
+        Cmd::Msg(ToAgent::Start) => engine.start(),
+        Cmd::Msg(ToAgent::Rate { per_sec }) => engine.set_rate(per_sec),
+        Cmd::Msg(ToAgent::Floor {
+            writers,
+            sockets,
+            heartbeat_scale,
+        }) => engine.floor_connect(writers, sockets, heartbeat_scale),
+        Cmd::Msg(ToAgent::FloorEnd) => {
+            engine.floor_close();
+            writer.send(ToController::FloorClosed);
+        }
+        Cmd::Msg(ToAgent::Release) => engine.release(),
+        Cmd::Msg(ToAgent::StopArrivals) => engine.stop_arrivals(),
+        Cmd::Msg(ToAgent::Storm) => {
+            engine.storm();
+            writer.send(ToController::StormDone);
+        }
+        Cmd::Msg(ToAgent::Finish) => {
             engine.refresh_gauges();
-            writer.progress(&engine.counters);
+            writer.send(ToController::Final(Box::new(final_report(engine))));
+            return Ok(Next::Finish);
         }
+        Cmd::Msg(
+            m @ (ToAgent::Plan(_)
+            | ToAgent::Challenge { .. }
+            | ToAgent::Ping
+            | ToAgent::FloorWrite(_)
+            | ToAgent::Fire { .. }),
+        ) => {
+            return Err(BenchError::Protocol(format!("unexpected {m:?}")));
+        }
+    }
+    Ok(Next::Go)
+}
+
+/// The agent's last words: its counters, histograms and samples.
+fn final_report(engine: &Engine) -> Final {
+    Final {
+        counters: engine.counters.clone(),
+        hists: engine.hists.to_wire(),
+        bcasts: engine.bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
+        slots: engine.slots.clone(),
+        floor: engine.floor_bcasts.iter().map(|(k, v)| (*k, *v)).collect(),
+        presence: engine.presence.to_wire(),
     }
 }
 

@@ -120,25 +120,7 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
             }
             "sessions" => {
                 for s in elements(section).filter(|s| s.has_tag_name("session")) {
-                    if let Some(t) = attr(s, "type") {
-                        if t != "ts_websocket" {
-                            return Err(BenchError::Tsung(format!(
-                                "session type {t}: only ts_websocket sessions can run"
-                            )));
-                        }
-                    }
-                    let mut steps = Vec::new();
-                    session_steps(s, &mut steps, &mut notes)?;
-                    roles.push(Role {
-                        name: attr(s, "name").unwrap_or("session").to_string(),
-                        count: None,
-                        weight: Some(
-                            attr(s, "probability")
-                                .and_then(|p| p.parse().ok())
-                                .unwrap_or(100.0),
-                        ),
-                        session: steps,
-                    });
+                    roles.push(session_role(s, &mut notes)?);
                 }
             }
             "monitoring" => {
@@ -171,6 +153,29 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
         clients,
         server,
         notes,
+    })
+}
+
+/// A `<session>` as a role: its steps, its probability as the weight.
+fn session_role(s: Node<'_, '_>, notes: &mut Vec<String>) -> Result<Role, BenchError> {
+    if let Some(t) = attr(s, "type") {
+        if t != "ts_websocket" {
+            return Err(BenchError::Tsung(format!(
+                "session type {t}: only ts_websocket sessions can run"
+            )));
+        }
+    }
+    let mut steps = Vec::new();
+    session_steps(s, &mut steps, notes)?;
+    Ok(Role {
+        name: attr(s, "name").unwrap_or("session").to_string(),
+        count: None,
+        weight: Some(
+            attr(s, "probability")
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(100.0),
+        ),
+        session: steps,
     })
 }
 

@@ -129,40 +129,12 @@ struct Retiring {
 /// until SIGTERM/SIGINT; see the module docs.
 pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
     throng_pubsub::backplane::redis::check_with(redis_url, &config.redis_options())?;
-    let reservation =
-        throng_server::bind::reserve(config.addr, config.public_share(), Purpose::Public)?;
-    let port = reservation
-        .local_addr()?
-        .as_socket()
-        .map_or(0, |a| a.port());
+    let (reservation, port, _api_reservations) = reserve_ports(&config)?;
     let addr = SocketAddr::new(config.addr.ip(), port);
-    // The workers' API ports (PORT+i) are held the same way, so no other
-    // process shares them by accident while a worker restarts.
-    let _api_reservations = match config.api_bind {
-        Some(api) if api.port() != 0 => (0..config.workers)
-            .map(|i| {
-                let at = SocketAddr::new(api.ip(), api.port().saturating_add(i as u16));
-                throng_server::bind::reserve(at, Share::Exclusive, Purpose::Api)
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        _ => Vec::new(),
-    };
     let exe = std::env::current_exe()?;
 
     let (tx, rx) = crossbeam_channel::unbounded();
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    {
-        let tx = tx.clone();
-        std::thread::Builder::new()
-            .name("throng-signals".into())
-            .spawn(move || {
-                for sig in signals.forever() {
-                    if tx.send(Event::Signal(sig)).is_err() {
-                        break;
-                    }
-                }
-            })?;
-    }
+    forward_signals(&tx)?;
 
     let spawn = |w: &mut Worker| -> std::io::Result<()> {
         w.generation += 1;
@@ -182,20 +154,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
         );
         Ok(())
     };
-    let mut workers: Vec<Worker> = (0..config.workers)
-        .map(|index| Worker {
-            index,
-            generation: 0,
-            child: None,
-            pid: 0,
-            started: Instant::now(),
-            capacity: 0,
-            api: None,
-            listening: false,
-            restart_at: None,
-            quick_deaths: 0,
-        })
-        .collect();
+    let mut workers = new_workers(config.workers);
     let stop_timeout = config.limits.drain + CLOSE_LINGER + STOP_MARGIN;
     for w in &mut workers {
         if let Err(e) = spawn(w) {
@@ -209,20 +168,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
     let mut up = false;
     loop {
         match rx.recv_timeout(TICK) {
-            Ok(Event::Signal(SIGHUP)) => {
-                if !up || rolling.is_some() {
-                    tracing::warn!("SIGHUP: a start or rolling restart is in progress; ignored");
-                } else {
-                    tracing::info!(
-                        "SIGHUP: rolling restart of {} workers, one at a time",
-                        workers.len()
-                    );
-                    rolling = Some(Rolling {
-                        pending: (0..workers.len()).collect(),
-                        retiring: None,
-                    });
-                }
-            }
+            Ok(Event::Signal(SIGHUP)) => on_sighup(up, &mut rolling, workers.len()),
             Ok(Event::Signal(sig)) => {
                 tracing::info!(
                     signal = sig,
@@ -240,25 +186,8 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                 generation,
                 line,
             }) => {
-                let w = &mut workers[index];
-                if w.generation != generation {
+                if !on_line(&mut workers[index], generation, &line, up) {
                     continue;
-                }
-                if let Some(n) = line.strip_prefix("capacity ") {
-                    w.capacity = n.trim().parse().unwrap_or(0);
-                } else if let Some(a) = line.strip_prefix("api at ") {
-                    w.api = Some(a.trim().to_string());
-                } else if line.starts_with("listening on ") {
-                    w.listening = true;
-                    if up {
-                        tracing::info!(
-                            worker = index,
-                            pid = w.pid,
-                            "worker {index} (pid {}) restarted and listening",
-                            w.pid
-                        );
-                        announce(&[worker_line(w)]);
-                    }
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -266,73 +195,12 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
         }
 
         let now = Instant::now();
-        for i in 0..workers.len() {
-            let w = &mut workers[i];
-            if let Some(child) = &mut w.child {
-                let status = match child.try_wait() {
-                    Ok(Some(status)) => status,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        tracing::error!(worker = w.index, error = %e, "cannot check worker");
-                        continue;
-                    }
-                };
-                w.child = None;
-                w.listening = false;
-                if !up {
-                    let (index, status) = (w.index, describe(status));
-                    stop_all(&mut workers, None, SIGTERM, stop_timeout);
-                    return Err(Error::WorkerStart { index, status });
-                }
-                w.quick_deaths = if w.started.elapsed() < CRASH_LOOP {
-                    w.quick_deaths + 1
-                } else {
-                    0
-                };
-                let delay = match w.quick_deaths {
-                    0 => Duration::ZERO,
-                    n => (CRASH_LOOP * 2u32.saturating_pow(n - 1)).min(CRASH_LOOP_MAX),
-                };
-                tracing::error!(
-                    worker = w.index,
-                    pid = w.pid,
-                    status = %describe(status),
-                    "worker {} (pid {}) exited ({}); restarting it in {delay:?}",
-                    w.index,
-                    w.pid,
-                    describe(status),
-                );
-                w.restart_at = Some(now + delay);
-            }
-            if w.child.is_none() && w.restart_at.is_some_and(|at| at <= now) {
-                if let Err(e) = spawn(w) {
-                    tracing::error!(worker = w.index, error = %e, "cannot start worker; retrying in 1 s");
-                    w.restart_at = Some(now + CRASH_LOOP);
-                }
-            }
-        }
+        reap(&mut workers, up, now, &spawn, stop_timeout)?;
 
         if !up {
             if workers.iter().all(|w| w.listening) {
                 up = true;
-                let total: u64 = workers.iter().map(|w| w.capacity).sum();
-                tracing::info!(
-                    %addr,
-                    workers = workers.len(),
-                    capacity = total,
-                    "{} workers listening on {addr}; together they allow about {total} connections",
-                    workers.len()
-                );
-                // Worker 0's API first, for scripts that want one API.
-                let mut lines: Vec<String> = workers[0]
-                    .api
-                    .iter()
-                    .map(|a| format!("api at {a}"))
-                    .collect();
-                lines.push(format!("listening on {addr}"));
-                lines.extend(workers.iter().map(worker_line));
-                lines.push(open_line(&config, addr));
-                announce(&lines);
+                announce_up(&workers, &config, addr);
             } else if now > deadline {
                 stop_all(&mut workers, None, SIGTERM, stop_timeout);
                 return Err(Error::StartTimeout(START_TIMEOUT));
@@ -347,6 +215,187 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
             }
         }
     }
+}
+
+/// Reserves the public port (its number, when 0 was asked) and the
+/// workers' API ports, held while the supervisor runs.
+fn reserve_ports(config: &Config) -> Result<(socket2::Socket, u16, Vec<socket2::Socket>), Error> {
+    let reservation =
+        throng_server::bind::reserve(config.addr, config.public_share(), Purpose::Public)?;
+    let port = reservation
+        .local_addr()?
+        .as_socket()
+        .map_or(0, |a| a.port());
+    // The workers' API ports (PORT+i) are held the same way, so no other
+    // process shares them by accident while a worker restarts.
+    let api_reservations = match config.api_bind {
+        Some(api) if api.port() != 0 => (0..config.workers)
+            .map(|i| {
+                let at = SocketAddr::new(api.ip(), api.port().saturating_add(i as u16));
+                throng_server::bind::reserve(at, Share::Exclusive, Purpose::Api)
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
+    Ok((reservation, port, api_reservations))
+}
+
+/// Starts the thread that turns SIGTERM, SIGINT and SIGHUP into events.
+fn forward_signals(tx: &Sender<Event>) -> Result<(), Error> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let tx = tx.clone();
+    std::thread::Builder::new()
+        .name("throng-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(Event::Signal(sig)).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// The workers' slots, none started yet.
+fn new_workers(count: usize) -> Vec<Worker> {
+    (0..count)
+        .map(|index| Worker {
+            index,
+            generation: 0,
+            child: None,
+            pid: 0,
+            started: Instant::now(),
+            capacity: 0,
+            api: None,
+            listening: false,
+            restart_at: None,
+            quick_deaths: 0,
+        })
+        .collect()
+}
+
+/// SIGHUP: starts a rolling restart, unless a start or one is in progress.
+fn on_sighup(up: bool, rolling: &mut Option<Rolling>, workers: usize) {
+    if !up || rolling.is_some() {
+        tracing::warn!("SIGHUP: a start or rolling restart is in progress; ignored");
+    } else {
+        tracing::info!("SIGHUP: rolling restart of {workers} workers, one at a time");
+        *rolling = Some(Rolling {
+            pending: (0..workers).collect(),
+            retiring: None,
+        });
+    }
+}
+
+/// Notes a line a worker printed; false when it came from an older
+/// generation of that worker (ignored).
+fn on_line(w: &mut Worker, generation: u64, line: &str, up: bool) -> bool {
+    if w.generation != generation {
+        return false;
+    }
+    if let Some(n) = line.strip_prefix("capacity ") {
+        w.capacity = n.trim().parse().unwrap_or(0);
+    } else if let Some(a) = line.strip_prefix("api at ") {
+        w.api = Some(a.trim().to_string());
+    } else if line.starts_with("listening on ") {
+        w.listening = true;
+        if up {
+            tracing::info!(
+                worker = w.index,
+                pid = w.pid,
+                "worker {} (pid {}) restarted and listening",
+                w.index,
+                w.pid
+            );
+            announce(&[worker_line(w)]);
+        }
+    }
+    true
+}
+
+/// Notes the workers that exited and restarts those whose delay is over;
+/// an exit before every worker is up stops them all (an error).
+fn reap(
+    workers: &mut [Worker],
+    up: bool,
+    now: Instant,
+    spawn: &impl Fn(&mut Worker) -> std::io::Result<()>,
+    stop_timeout: Duration,
+) -> Result<(), Error> {
+    for i in 0..workers.len() {
+        let w = &mut workers[i];
+        if let Some(child) = &mut w.child {
+            let status = match child.try_wait() {
+                Ok(Some(status)) => status,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::error!(worker = w.index, error = %e, "cannot check worker");
+                    continue;
+                }
+            };
+            w.child = None;
+            w.listening = false;
+            if !up {
+                let (index, status) = (w.index, describe(status));
+                stop_all(workers, None, SIGTERM, stop_timeout);
+                return Err(Error::WorkerStart { index, status });
+            }
+            schedule_restart(w, status, now);
+        }
+        if w.child.is_none() && w.restart_at.is_some_and(|at| at <= now) {
+            if let Err(e) = spawn(w) {
+                tracing::error!(worker = w.index, error = %e, "cannot start worker; retrying in 1 s");
+                w.restart_at = Some(now + CRASH_LOOP);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sets when a worker that exited restarts: at once, or later and later
+/// while it keeps dying within CRASH_LOOP of its start.
+fn schedule_restart(w: &mut Worker, status: ExitStatus, now: Instant) {
+    w.quick_deaths = if w.started.elapsed() < CRASH_LOOP {
+        w.quick_deaths + 1
+    } else {
+        0
+    };
+    let delay = match w.quick_deaths {
+        0 => Duration::ZERO,
+        n => (CRASH_LOOP * 2u32.saturating_pow(n - 1)).min(CRASH_LOOP_MAX),
+    };
+    tracing::error!(
+        worker = w.index,
+        pid = w.pid,
+        status = %describe(status),
+        "worker {} (pid {}) exited ({}); restarting it in {delay:?}",
+        w.index,
+        w.pid,
+        describe(status),
+    );
+    w.restart_at = Some(now + delay);
+}
+
+/// Logs and prints that every worker is listening, with their lines.
+fn announce_up(workers: &[Worker], config: &Config, addr: SocketAddr) {
+    let total: u64 = workers.iter().map(|w| w.capacity).sum();
+    tracing::info!(
+        %addr,
+        workers = workers.len(),
+        capacity = total,
+        "{} workers listening on {addr}; together they allow about {total} connections",
+        workers.len()
+    );
+    // Worker 0's API first, for scripts that want one API.
+    let mut lines: Vec<String> = workers[0]
+        .api
+        .iter()
+        .map(|a| format!("api at {a}"))
+        .collect();
+    lines.push(format!("listening on {addr}"));
+    lines.extend(workers.iter().map(worker_line));
+    lines.push(open_line(config, addr));
+    announce(&lines);
 }
 
 /// One tick of a rolling restart; true once it is done.

@@ -203,21 +203,7 @@ impl Engine {
                     },
                 );
             }
-            Cmd::Publish(id, topic, delta) => {
-                if !self.live(id) {
-                    return; // rewritten from the node's state when it is back
-                }
-                let hash = self.hashes.entry((id, topic.clone())).or_default();
-                for (_, m) in &delta.leaves {
-                    hash.remove(&m.seq);
-                }
-                for (k, m) in &delta.joins {
-                    hash.insert(m.seq, (k.clone(), m.clone()));
-                }
-                for w in self.watchers(&topic, id) {
-                    w.apply(&topic, delta.clone());
-                }
-            }
+            Cmd::Publish(id, topic, delta) => self.publish(id, topic, delta),
             Cmd::Watch(id, topic) => {
                 if self.live(id) {
                     self.subs.entry(topic.clone()).or_default().insert(id);
@@ -232,22 +218,7 @@ impl Engine {
                     }
                 }
             }
-            Cmd::Fetch(topic, done) => {
-                if !self.up {
-                    done(Err(crate::Error::PresenceUnavailable(
-                        "the engine is down".into(),
-                    )));
-                    return;
-                }
-                let mut out: Vec<(u64, super::Entries)> = self
-                    .hashes
-                    .iter()
-                    .filter(|((o, t), h)| *t == topic && !h.is_empty() && self.alive(*o))
-                    .map(|((o, _), h)| (*o, h.values().cloned().collect()))
-                    .collect();
-                out.sort_by_key(|(o, _)| *o);
-                done(Ok(out));
-            }
+            Cmd::Fetch(topic, done) => self.fetch(topic, done),
             Cmd::Kill(id) => {
                 if let Some(m) = self.members.get_mut(&id) {
                     m.killed = true;
@@ -291,6 +262,42 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Member `id`'s change on `topic`: kept in its hash, passed to the
+    /// topic's watchers.
+    fn publish(&mut self, id: u64, topic: Arc<str>, delta: Delta) {
+        if !self.live(id) {
+            return; // rewritten from the node's state when it is back
+        }
+        let hash = self.hashes.entry((id, topic.clone())).or_default();
+        for (_, m) in &delta.leaves {
+            hash.remove(&m.seq);
+        }
+        for (k, m) in &delta.joins {
+            hash.insert(m.seq, (k.clone(), m.clone()));
+        }
+        for w in self.watchers(&topic, id) {
+            w.apply(&topic, delta.clone());
+        }
+    }
+
+    /// Answers `done` with every live node's presences on `topic`, by node.
+    fn fetch(&self, topic: Arc<str>, done: FetchReply) {
+        if !self.up {
+            done(Err(crate::Error::PresenceUnavailable(
+                "the engine is down".into(),
+            )));
+            return;
+        }
+        let mut out: Vec<(u64, super::Entries)> = self
+            .hashes
+            .iter()
+            .filter(|((o, t), h)| *t == topic && !h.is_empty() && self.alive(*o))
+            .map(|((o, _), h)| (*o, h.values().cloned().collect()))
+            .collect();
+        out.sort_by_key(|(o, _)| *o);
+        done(Ok(out));
     }
 
     /// Member `id` (re)connects: rewrites its presences, then watches its

@@ -62,6 +62,20 @@ impl AuthArgs {
         self.or(file)
     }
 
+    /// `revoke_skew`, within 0..=MAX_REVOKE_SKEW_SECS.
+    pub(super) fn check_revoke_skew(&self) -> Result<(), crate::Error> {
+        let skew = self.revoke_skew();
+        if skew > crate::auth::MAX_REVOKE_SKEW_SECS {
+            return Err(crate::Error::Config(format!(
+                "auth revoke_skew must be 0..={} seconds, got {skew} (a token signed that long \
+                 after a revocation is still refused: keep it to the clock difference between \
+                 your app and throng, a few seconds)",
+                crate::auth::MAX_REVOKE_SKEW_SECS
+            )));
+        }
+        Ok(())
+    }
+
     /// The settings `crate::auth` verifies with.
     pub fn config(self) -> AuthConfig {
         let revoke_skew = Some(self.revoke_skew());

@@ -1,9 +1,10 @@
 //! `throng serve`'s settings (`ServeArgs`): the top-level keys of the
 //! config file, each also a flag and a `THRONG_*` variable, defined once
-//! with [`settings!`] (see `setting.rs`); kept apart from resolving them
-//! because the list alone is long.
+//! with [`settings!`] (see `setting.rs`), and each one's check (its range,
+//! its syntax: `checked_*`), which [`ServeArgs::resolve`] calls in order;
+//! the merge itself stays in `mod.rs`.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::de::Error as _;
@@ -14,7 +15,10 @@ use crate::auth::origin::CheckOriginToml;
 use crate::auth::CheckOrigin;
 use crate::limits::LimitArgs;
 use crate::presence::{PresenceRule, RuleFile};
+use crate::rules::{HistoryPattern, TopicRule};
 use crate::setting::{settings, whole};
+use crate::tls::TlsFiles;
+use crate::Error;
 
 /// `--bind`: an IP address, or a host name resolved to its first address
 /// (as `throng bench --target localhost:4000` does).
@@ -175,6 +179,211 @@ settings! {
         /// The other bounds (`limits.rs`): top-level keys, as these.
         #[command(flatten, next_help_heading = "Limits")]
         pub limits: LimitArgs,
+    }
+}
+
+impl ServeArgs {
+    /// `workers`, within 1..=[`MAX_WORKERS`](super::MAX_WORKERS).
+    pub(super) fn checked_workers(&self) -> Result<usize, Error> {
+        let workers = self.workers();
+        if workers == 0 || workers > super::MAX_WORKERS {
+            return Err(Error::Config(format!(
+                "workers must be 1..={}, got {workers}",
+                super::MAX_WORKERS
+            )));
+        }
+        Ok(workers)
+    }
+
+    /// `redis`, a Redis URL if given (none when empty); more than one
+    /// worker needs it.
+    pub(super) fn checked_redis(&self, workers: usize) -> Result<Option<String>, Error> {
+        let redis = self.redis.clone().filter(|url| !url.is_empty());
+        if let Some(url) = &redis {
+            let schemes = [
+                "redis://",
+                "rediss://",
+                "redis+unix://",
+                "unix://",
+                "redis+cluster://",
+                "rediss+cluster://",
+            ];
+            if !schemes.iter().any(|s| url.starts_with(s)) {
+                // Its password, if it has one, is not shown.
+                let url = match url.contains("://") {
+                    true => throng_pubsub::link::redact(url),
+                    false => {
+                        throng_pubsub::link::redact(&format!("redis://{url}"))[8..].to_string()
+                    }
+                };
+                return Err(Error::Config(format!(
+                    "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
+                     redis://USER:PASSWORD@HOST:PORT with a password, \
+                     redis+cluster://HOST:PORT,HOST:PORT for a Redis Cluster)"
+                )));
+            }
+        }
+        if workers > 1 && redis.is_none() {
+            return Err(Error::Config(format!(
+                "--workers {workers} needs --redis URL: each worker is a separate node, \
+                 and only a backplane carries broadcasts between them"
+            )));
+        }
+        Ok(redis)
+    }
+
+    /// `shards`, within 1..=MAX_SHARDS; by default each worker's share of
+    /// the cores.
+    pub(super) fn checked_shards(&self, workers: usize) -> Result<usize, Error> {
+        // The cores are shared by the workers: by default each runs its share.
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let shards = self.shards.unwrap_or((cores / workers).max(1));
+        if shards == 0 || shards > throng_pubsub::MAX_SHARDS {
+            return Err(Error::Config(format!(
+                "shards must be 1..={}, got {shards}",
+                throng_pubsub::MAX_SHARDS
+            )));
+        }
+        Ok(shards)
+    }
+
+    /// `longpoll_window`, within 0..=3600 seconds.
+    pub(super) fn checked_longpoll_window(&self) -> Result<u64, Error> {
+        let window = self.longpoll_window();
+        if window > 3600 {
+            return Err(Error::Config(format!(
+                "longpoll_window must be 0..=3600 seconds, got {window}"
+            )));
+        }
+        Ok(window)
+    }
+
+    /// `max_message_bytes`, at least 125.
+    pub(super) fn checked_max_message_bytes(&self) -> Result<usize, Error> {
+        let max_message_bytes = self.max_message_bytes();
+        if max_message_bytes < 125 {
+            return Err(Error::Config(
+                "max_message_bytes must be at least 125".into(),
+            ));
+        }
+        Ok(max_message_bytes)
+    }
+
+    /// `check_origin` parsed; the default policy when not given.
+    pub(super) fn checked_check_origin(&self) -> Result<CheckOrigin, Error> {
+        Ok(match &self.check_origin {
+            Some(policy) => policy.parse().map_err(Error::Config)?,
+            None => CheckOrigin::default(),
+        })
+    }
+
+    /// `topic_rules_json` parsed, each rule's history checked.
+    pub(super) fn checked_topic_rules(&self) -> Result<Vec<TopicRule>, Error> {
+        let topics: Vec<TopicRule> = match &self.topic_rules_json {
+            Some(json) => serde_json::from_str(json)
+                .map_err(|e| Error::Config(format!("topic rules: {e}")))?,
+            None => Vec::new(),
+        };
+        for rule in &topics {
+            rule.check_history().map_err(Error::Config)?;
+        }
+        Ok(topics)
+    }
+
+    /// `history`'s patterns parsed.
+    pub(super) fn checked_history(&self) -> Result<Vec<HistoryPattern>, Error> {
+        self.history
+            .iter()
+            .map(|spec| HistoryPattern::parse(spec))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Config)
+    }
+
+    /// `push_rate`, within 0..=1000 a second.
+    pub(super) fn checked_push_rate(&self) -> Result<f64, Error> {
+        let push_rate = self.push_rate();
+        if !(0.0..=1000.0).contains(&push_rate) {
+            return Err(Error::Config(format!(
+                "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
+            )));
+        }
+        Ok(push_rate)
+    }
+
+    /// `api_bind` as an address (a host name resolved), none for "none";
+    /// by default localhost's DEFAULT_API_PORT, or a free port with `port` 0.
+    pub(super) fn checked_api_bind(&self, port: u16) -> Result<Option<SocketAddr>, Error> {
+        Ok(match self.api_bind.as_deref() {
+            // `--port 0` (tests, the bench) picks a free API port too.
+            None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
+            None => Some(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                super::DEFAULT_API_PORT,
+            )),
+            Some("none" | "off" | "") => None,
+            // IP:PORT, or HOST:PORT resolved (localhost:4001).
+            Some(a) => Some(
+                a.parse()
+                    .ok()
+                    .or_else(|| {
+                        std::net::ToSocketAddrs::to_socket_addrs(a)
+                            .ok()
+                            .and_then(|mut addrs| addrs.next())
+                    })
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "api_bind {a:?}: want IP:PORT or HOST:PORT (127.0.0.1:4001), or none"
+                        ))
+                    })?,
+            ),
+        })
+    }
+
+    /// `presence`'s rules parsed.
+    pub(super) fn checked_presence(&self) -> Result<Vec<PresenceRule>, Error> {
+        self.presence
+            .iter()
+            .map(|spec| PresenceRule::parse(spec))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Config)
+    }
+
+    /// `presence_interval`, within 10..=60000 ms.
+    pub(super) fn checked_presence_interval(&self) -> Result<u64, Error> {
+        let interval = self.presence_interval();
+        if !(10..=60_000).contains(&interval) {
+            return Err(Error::Config(format!(
+                "presence_interval must be 10..=60000 ms, got {interval}"
+            )));
+        }
+        Ok(interval)
+    }
+
+    /// `presence_timeout`, at least 1 s.
+    pub(super) fn checked_presence_timeout(&self) -> Result<u64, Error> {
+        let timeout = self.presence_timeout();
+        if timeout == 0 {
+            return Err(Error::Config(
+                "presence_timeout must be at least 1 s".into(),
+            ));
+        }
+        Ok(timeout)
+    }
+
+    /// `tls_cert`/`tls_key` and `api_tls_cert`/`api_tls_key`, each pair
+    /// given whole or not at all.
+    pub(super) fn checked_tls(&self) -> Result<(Option<TlsFiles>, Option<TlsFiles>), Error> {
+        let tls = TlsFiles::pair(self.tls_cert.clone(), self.tls_key.clone(), "tls")
+            .map_err(Error::Config)?;
+        let api_tls = TlsFiles::pair(
+            self.api_tls_cert.clone(),
+            self.api_tls_key.clone(),
+            "api_tls",
+        )
+        .map_err(Error::Config)?;
+        Ok((tls, api_tls))
     }
 }
 

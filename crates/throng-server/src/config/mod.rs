@@ -36,8 +36,10 @@
 //!    `THRONG_MY_SETTING`, the file key `my_setting`, `gen-config`,
 //!    `check-config` and the workers' command line follow from the field.
 //! 2. Read it where [`ServeArgs::resolve`] builds the [`Config`]
-//!    (`s.my_setting()` is the value with its default; check its range
-//!    there, with an error that says the fix), into a `Config` field.
+//!    (`s.my_setting()` is the value with its default), into a `Config`
+//!    field; a range to check gets a `checked_my_setting` beside the
+//!    group's definition (`flags.rs` for `ServeArgs`), with an error that
+//!    says the fix, which `resolve` calls.
 //! 3. One row in a table of `docs/configuration.md` (flags, or limits): the cli test
 //!    `readme_tables_list_exactly_the_serve_flags` fails until it is there.
 //!
@@ -58,7 +60,7 @@ mod secrets;
 mod template;
 mod workers;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -173,23 +175,11 @@ impl Default for Config {
 }
 
 impl ServeArgs {
-    /// Merges flags over the config file over defaults.
+    /// Merges flags over the config file over defaults; each setting's
+    /// check lives beside its definition (`flags.rs`, `auth.rs`, the
+    /// groups' `resolve`) and runs here in this order.
     pub fn resolve(self) -> Result<Config, Error> {
-        let file = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-                keys::check(path, &text).map_err(Error::Config)?;
-                toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| format!("{}: {}", path.display(), file::toml_error(&e, &text)))
-                    .and_then(|f| {
-                        f.into_args()
-                            .map_err(|e| format!("{}: {e}", path.display()))
-                    })
-                    .map_err(Error::Config)?
-            }
-            None => ServeArgs::default(),
-        };
+        let file = self.file_args()?;
         let auth = self.auth.clone().over(file.auth.clone());
         let args = self.clone();
         // Flags over the file, field by field; `settings` is what a worker
@@ -205,155 +195,30 @@ impl ServeArgs {
         let s = &settings;
         let port = s.port();
         let bind = s.bind();
-        let workers = s.workers();
-        if workers == 0 || workers > MAX_WORKERS {
-            return Err(Error::Config(format!(
-                "workers must be 1..={MAX_WORKERS}, got {workers}"
-            )));
-        }
-        let redis = s.redis.clone().filter(|url| !url.is_empty());
-        if let Some(url) = &redis {
-            let schemes = [
-                "redis://",
-                "rediss://",
-                "redis+unix://",
-                "unix://",
-                "redis+cluster://",
-                "rediss+cluster://",
-            ];
-            if !schemes.iter().any(|s| url.starts_with(s)) {
-                // Its password, if it has one, is not shown.
-                let url = match url.contains("://") {
-                    true => throng_pubsub::link::redact(url),
-                    false => {
-                        throng_pubsub::link::redact(&format!("redis://{url}"))[8..].to_string()
-                    }
-                };
-                return Err(Error::Config(format!(
-                    "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
-                     redis://USER:PASSWORD@HOST:PORT with a password, \
-                     redis+cluster://HOST:PORT,HOST:PORT for a Redis Cluster)"
-                )));
-            }
-        }
-        if workers > 1 && redis.is_none() {
-            return Err(Error::Config(format!(
-                "--workers {workers} needs --redis URL: each worker is a separate node, \
-                 and only a backplane carries broadcasts between them"
-            )));
-        }
-        // The cores are shared by the workers: by default each runs its share.
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        let shards = s.shards.unwrap_or((cores / workers).max(1));
-        if shards == 0 || shards > throng_pubsub::MAX_SHARDS {
-            return Err(Error::Config(format!(
-                "shards must be 1..={}, got {shards}",
-                throng_pubsub::MAX_SHARDS
-            )));
-        }
+        let workers = s.checked_workers()?;
+        let redis = s.checked_redis(workers)?;
+        let shards = s.checked_shards(workers)?;
         let idle = s.idle_timeout();
-        let window = s.longpoll_window();
-        if window > 3600 {
-            return Err(Error::Config(format!(
-                "longpoll_window must be 0..=3600 seconds, got {window}"
-            )));
-        }
-        let max_message_bytes = s.max_message_bytes();
-        if max_message_bytes < 125 {
-            return Err(Error::Config(
-                "max_message_bytes must be at least 125".into(),
-            ));
-        }
+        let window = s.checked_longpoll_window()?;
+        let max_message_bytes = s.checked_max_message_bytes()?;
         let auth = s.auth.clone().config();
-        let skew = s.auth.revoke_skew();
-        if skew > crate::auth::MAX_REVOKE_SKEW_SECS {
-            return Err(Error::Config(format!(
-                "auth revoke_skew must be 0..={} seconds, got {skew} (a token signed that long \
-                 after a revocation is still refused: keep it to the clock difference between \
-                 your app and throng, a few seconds)",
-                crate::auth::MAX_REVOKE_SKEW_SECS
-            )));
-        }
+        s.auth.check_revoke_skew()?;
         let hooks = s.hooks.resolve().map_err(Error::Config)?;
         let pusher = s
             .pusher
             .resolve(&[], args.config.as_deref())
             .map_err(Error::Config)?;
-        let check_origin = match &s.check_origin {
-            Some(policy) => policy.parse().map_err(Error::Config)?,
-            None => CheckOrigin::default(),
-        };
-        let topics: Vec<TopicRule> = match &s.topic_rules_json {
-            Some(json) => serde_json::from_str(json)
-                .map_err(|e| Error::Config(format!("topic rules: {e}")))?,
-            None => Vec::new(),
-        };
-        for rule in &topics {
-            rule.check_history().map_err(Error::Config)?;
-        }
-        let history = s
-            .history
-            .iter()
-            .map(|spec| crate::rules::HistoryPattern::parse(spec))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Error::Config)?;
-        let push_rate = s.push_rate();
-        if !(0.0..=1000.0).contains(&push_rate) {
-            return Err(Error::Config(format!(
-                "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
-            )));
-        }
+        let check_origin = s.checked_check_origin()?;
+        let topics = s.checked_topic_rules()?;
+        let history = s.checked_history()?;
+        let push_rate = s.checked_push_rate()?;
         // Empty or short: refused above, by the weak-secret rule.
         let api_key = s.api_key.clone();
-        let api_bind = match s.api_bind.as_deref() {
-            // `--port 0` (tests, the bench) picks a free API port too.
-            None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
-            None => Some(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::LOCALHOST),
-                DEFAULT_API_PORT,
-            )),
-            Some("none" | "off" | "") => None,
-            // IP:PORT, or HOST:PORT resolved (localhost:4001).
-            Some(a) => Some(
-                a.parse()
-                    .ok()
-                    .or_else(|| {
-                        std::net::ToSocketAddrs::to_socket_addrs(a)
-                            .ok()
-                            .and_then(|mut addrs| addrs.next())
-                    })
-                    .ok_or_else(|| {
-                        Error::Config(format!(
-                            "api_bind {a:?}: want IP:PORT or HOST:PORT (127.0.0.1:4001), or none"
-                        ))
-                    })?,
-            ),
-        };
-        let presence = s
-            .presence
-            .iter()
-            .map(|spec| PresenceRule::parse(spec))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(Error::Config)?;
-        let interval = s.presence_interval();
-        if !(10..=60_000).contains(&interval) {
-            return Err(Error::Config(format!(
-                "presence_interval must be 10..=60000 ms, got {interval}"
-            )));
-        }
-        let timeout = s.presence_timeout();
-        if timeout == 0 {
-            return Err(Error::Config(
-                "presence_timeout must be at least 1 s".into(),
-            ));
-        }
-        let tls = crate::tls::TlsFiles::pair(s.tls_cert.clone(), s.tls_key.clone(), "tls")
-            .map_err(Error::Config)?;
-        let api_tls =
-            crate::tls::TlsFiles::pair(s.api_tls_cert.clone(), s.api_tls_key.clone(), "api_tls")
-                .map_err(Error::Config)?;
+        let api_bind = s.checked_api_bind(port)?;
+        let presence = s.checked_presence()?;
+        let interval = s.checked_presence_interval()?;
+        let timeout = s.checked_presence_timeout()?;
+        let (tls, api_tls) = s.checked_tls()?;
         files::check(s).map_err(Error::Config)?;
         Ok(Config {
             tls,
@@ -394,6 +259,26 @@ impl ServeArgs {
             presence_timeout: Duration::from_secs(timeout),
             max_presence_bytes: s.max_presence_bytes(),
             settings,
+        })
+    }
+
+    /// The settings of `--config`'s file (checked for unknown keys), or
+    /// none.
+    fn file_args(&self) -> Result<ServeArgs, Error> {
+        Ok(match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                keys::check(path, &text).map_err(Error::Config)?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| format!("{}: {}", path.display(), file::toml_error(&e, &text)))
+                    .and_then(|f| {
+                        f.into_args()
+                            .map_err(|e| format!("{}: {e}", path.display()))
+                    })
+                    .map_err(Error::Config)?
+            }
+            None => ServeArgs::default(),
         })
     }
 }

@@ -40,6 +40,17 @@ struct Recorder {
 }
 
 impl Recorder {
+    /// An empty recorder for a socket speaking `vsn`.
+    fn new(vsn: Vsn) -> Recorder {
+        Recorder {
+            registry: Registry::default(),
+            stats: ShardStats::default(),
+            vsn,
+            tracker: Tracker::new(Arc::new(LocalPresence::new())),
+            tracked: HashMap::new(),
+        }
+    }
+
     fn check_sent(&self, opcode: Opcode, body: &[u8]) {
         if let Err(e) = serializer::decode(self.vsn, opcode, body, Sender::Server) {
             panic!(
@@ -173,13 +184,7 @@ pub fn phoenix_socket(data: &[u8]) {
         max_presence_bytes: 1024,
         max_json_depth: 128,
     };
-    let mut t = Recorder {
-        registry: Registry::default(),
-        stats: ShardStats::default(),
-        vsn,
-        tracker: Tracker::new(Arc::new(LocalPresence::new())),
-        tracked: HashMap::new(),
-    };
+    let mut t = Recorder::new(vsn);
     let mut joins = crate::protocol::phoenix::socket::Joins::new();
     let mut scratch = Scratch::default();
     let mut extra: Option<Box<Extra>> = None;
@@ -190,16 +195,9 @@ pub fn phoenix_socket(data: &[u8]) {
         input.extend_from_slice(chunk);
         let mut pos = 0;
         loop {
-            // The shard's bound on a message in progress (engine/shard/input.rs).
-            let frag = extra
-                .as_ref()
-                .and_then(|e| e.frag.as_ref())
-                .map_or(0, |(_, f)| f.len());
-            assert!(frag <= max_message, "a fragment of {frag} bytes is kept");
-            let frame_max = max_message.saturating_sub(frag).max(125);
+            let frame_max = frame_max(&extra, max_message);
             // As a socket that negotiated permessage-deflate: RSV1 allowed.
-            let f = match decode_frame_with(&mut input[pos..], Role::Server, frame_max as u64, true)
-            {
+            let f = match decode_frame_with(&mut input[pos..], Role::Server, frame_max, true) {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(_) => return,
@@ -214,21 +212,8 @@ pub fn phoenix_socket(data: &[u8]) {
                 &input[payload],
                 max_message,
             );
-            // A compressed message inflates within the bound or closes.
-            let action = match action {
-                FrameAction::Compressed(op, data) => {
-                    match inflater.inflate(&data, max_message, &mut inflated) {
-                        Ok(()) => {
-                            assert!(inflated.len() <= max_message, "inflated past the bound");
-                            crate::engine::ws::checked(
-                                op,
-                                std::borrow::Cow::Owned(inflated.clone()),
-                            )
-                        }
-                        Err(_) => return, // closed with 1009 or 1007
-                    }
-                }
-                action => action,
+            let Some(action) = inflate(action, &mut inflater, &mut inflated, max_message) else {
+                return; // closed with 1009 or 1007
             };
             match action {
                 FrameAction::Message(opcode, bytes) => {
@@ -245,16 +230,7 @@ pub fn phoenix_socket(data: &[u8]) {
                         scratch: &mut scratch,
                     };
                     mux.handle_in(msg);
-                    assert!(joins.len() <= max_channels, "{} joins", joins.len());
-                    let held: usize = joins
-                        .iter()
-                        .map(|j| {
-                            std::mem::size_of::<Join>()
-                                + j.join_ref.as_ref().map_or(0, throng_protocol::RefBuf::len)
-                                + t.topic_name(j.slot.topic).map_or(0, |n| n.len())
-                        })
-                        .sum();
-                    assert!(held <= max_join_bytes, "joins hold {held} bytes");
+                    assert_joins_bounded(&joins, &t, max_channels, max_join_bytes);
                 }
                 FrameAction::Fail(..) | FrameAction::Close(_) => return,
                 FrameAction::Ping(_) | FrameAction::None | FrameAction::Compressed(..) => {}
@@ -269,6 +245,56 @@ pub fn phoenix_socket(data: &[u8]) {
         scratch: &mut scratch,
     }
     .close();
+}
+
+/// The most a frame may carry now: the shard's bound on a message in
+/// progress (engine/shard/input.rs), less the fragments kept.
+fn frame_max(extra: &Option<Box<Extra>>, max_message: usize) -> u64 {
+    let frag = extra
+        .as_ref()
+        .and_then(|e| e.frag.as_ref())
+        .map_or(0, |(_, f)| f.len());
+    assert!(frag <= max_message, "a fragment of {frag} bytes is kept");
+    max_message.saturating_sub(frag).max(125) as u64
+}
+
+/// A compressed message inflated within the bound, as a message; `None`
+/// when it does not inflate (the socket closes).
+fn inflate<'a>(
+    action: FrameAction<'a>,
+    inflater: &mut throng_protocol::deflate::Inflater,
+    inflated: &mut Vec<u8>,
+    max_message: usize,
+) -> Option<FrameAction<'a>> {
+    Some(match action {
+        FrameAction::Compressed(op, data) => match inflater.inflate(&data, max_message, inflated) {
+            Ok(()) => {
+                assert!(inflated.len() <= max_message, "inflated past the bound");
+                crate::engine::ws::checked(op, std::borrow::Cow::Owned(inflated.clone()))
+            }
+            Err(_) => return None,
+        },
+        action => action,
+    })
+}
+
+/// Asserts the socket's joins within their bounds: count and bytes held.
+fn assert_joins_bounded(
+    joins: &crate::protocol::phoenix::socket::Joins,
+    t: &Recorder,
+    max_channels: usize,
+    max_join_bytes: usize,
+) {
+    assert!(joins.len() <= max_channels, "{} joins", joins.len());
+    let held: usize = joins
+        .iter()
+        .map(|j| {
+            std::mem::size_of::<Join>()
+                + j.join_ref.as_ref().map_or(0, throng_protocol::RefBuf::len)
+                + t.topic_name(j.slot.topic).map_or(0, |n| n.len())
+        })
+        .sum();
+    assert!(held <= max_join_bytes, "joins hold {held} bytes");
 }
 
 /// Masked client frames from `[fin|opcode] [len] [payload]` records.

@@ -152,151 +152,33 @@ impl Tls {
             return Err(io::ErrorKind::NotConnected.into());
         };
         loop {
-            let kept = s.inq.len();
-            self.cbuf[..kept].copy_from_slice(&s.inq);
-            let n = match sock.read(&mut self.cbuf[kept..]) {
-                Ok(0) => {
+            let Some((len, more)) = fill(s, &mut self.cbuf, sock, &self.stats)? else {
+                return Ok(Got {
+                    plain: 0,
+                    more: false,
+                });
+            };
+            self.obuf.clear();
+            let cbuf = &mut self.cbuf[..len];
+            let progress = match &mut s.stage {
+                Stage::Handshake(_) => {
+                    handshake(s, key, cbuf, &mut self.obuf, out, sock, &self.stats)?
+                }
+                Stage::Records(r) => open_records(r, &mut s.inq, cbuf, out)?,
+                Stage::Ended => return Err(io::ErrorKind::InvalidData.into()),
+            };
+            match progress {
+                Progress::Plain(plain) => return Ok(Got { plain, more }),
+                Progress::End => {
                     return Ok(Got {
                         plain: 0,
                         more: false,
                     })
                 }
-                Ok(n) => n,
-                Err(e) => return Err(e),
-            };
-            s.inq = Vec::new();
-            let more = kept + n == self.cbuf.len();
-            if !s.started {
-                s.started = true;
-                // A TLS connection opens with a handshake record (22); an
-                // HTTP request with a method's letters.
-                if self.cbuf[0] != 22 {
-                    if self.cbuf[0].is_ascii_uppercase() {
-                        let _ = write_some(sock, PLAINTEXT_REFUSAL);
-                    }
-                    ShardStats::add(&self.stats.tls_plaintext_refusals, 1);
-                    return Err(io::ErrorKind::InvalidData.into());
-                }
+                // No plaintext yet (a handshake flight, a record's start):
+                // read again, until the socket has nothing more.
+                Progress::Again => {}
             }
-            self.obuf.clear();
-            let len = kept + n;
-            let conn = match &mut s.stage {
-                Stage::Handshake(conn) => conn,
-                Stage::Records(r) => {
-                    let opened = r
-                        .open(&mut self.cbuf[..len], out)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                    if opened.used < len {
-                        s.inq = self.cbuf[opened.used..len].to_vec();
-                    }
-                    if opened.closed && opened.plain == 0 {
-                        return Ok(Got {
-                            plain: 0,
-                            more: false,
-                        });
-                    }
-                    if opened.plain > 0 {
-                        return Ok(Got {
-                            plain: opened.plain,
-                            more,
-                        });
-                    }
-                    continue;
-                }
-                Stage::Ended => return Err(io::ErrorKind::InvalidData.into()),
-            };
-            let mut pos = 0;
-            let mut plain = 0;
-            let mut failed = None;
-            let mut peer_closed = false;
-            let mut idle = false;
-            loop {
-                let status = conn.process_tls_records(&mut self.cbuf[pos..len]);
-                let discard = status.discard;
-                match status.state {
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                    Ok(ConnectionState::ReadTraffic(mut r)) => {
-                        while let Some(rec) = r.next_record() {
-                            let rec = rec.map_err(io::Error::other)?;
-                            let end = plain + rec.payload.len();
-                            if end > out.len() {
-                                // Plaintext is never longer than its
-                                // ciphertext: out is as long as cbuf.
-                                return Err(io::ErrorKind::InvalidData.into());
-                            }
-                            out[plain..end].copy_from_slice(rec.payload);
-                            plain = end;
-                        }
-                    }
-                    Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                        if !encode(&mut self.obuf, |b| e.encode(b)) {
-                            failed = Some(rustls::Error::General("encode".into()));
-                            break;
-                        }
-                    }
-                    Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-                    Ok(ConnectionState::PeerClosed | ConnectionState::Closed) => {
-                        peer_closed = true;
-                        pos += discard;
-                        break;
-                    }
-                    Ok(state) => {
-                        idle = matches!(state, ConnectionState::WriteTraffic(_));
-                        pos += discard;
-                        break;
-                    }
-                }
-                pos += discard;
-            }
-            if let Some(e) = failed {
-                // The fatal alert rustls queued, if any, then the end.
-                if let Ok(ConnectionState::EncodeTlsData(mut e)) =
-                    conn.process_tls_records(&mut []).state
-                {
-                    encode(&mut self.obuf, |b| e.encode(b));
-                }
-                let _ = write_some(sock, &self.obuf);
-                ShardStats::add(&self.stats.tls_handshake_failures, !s.open as u64);
-                tracing::debug!(key, "TLS failed: {e}");
-                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-            }
-            if pos < len {
-                s.inq = self.cbuf[pos..len].to_vec();
-            }
-            if !s.open && !conn.is_handshaking() {
-                s.open = true;
-                ShardStats::add(&self.stats.tls_handshakes, 1);
-                if conn.handshake_kind() == Some(HandshakeKind::Resumed) {
-                    ShardStats::add(&self.stats.tls_resumptions, 1);
-                }
-            }
-            if !self.obuf.is_empty() {
-                s.send(sock, &self.obuf)?;
-            }
-            if s.open && idle && !peer_closed {
-                // Handshake and ticket done, nothing pending: keep only
-                // the record layer (`records.rs`).
-                if let Stage::Handshake(conn) = std::mem::replace(&mut s.stage, Stage::Ended) {
-                    s.stage = Stage::Records(
-                        Records::take(*conn)
-                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
-                    );
-                }
-            }
-            if peer_closed && plain == 0 {
-                return Ok(Got {
-                    plain: 0,
-                    more: false,
-                });
-            }
-            if plain > 0 {
-                return Ok(Got { plain, more });
-            }
-            // No plaintext yet (a handshake flight, a record's start):
-            // read again, until the socket has nothing more.
         }
     }
 
@@ -440,6 +322,219 @@ impl Session {
         self.out_at = 0;
         Ok(true)
     }
+}
+
+/// What one read's ciphertext gave.
+enum Progress {
+    /// Plaintext, this many bytes of the caller's buffer.
+    Plain(usize),
+    /// The peer's end (close_notify), no plaintext.
+    End,
+    /// Nothing yet: read again.
+    Again,
+}
+
+/// Reads the socket into `cbuf` after the kept start of a record; the
+/// bytes now there and whether the read filled `cbuf`, or `None` at the
+/// peer's FIN. Refuses a connection whose first byte opens no TLS record.
+#[inline]
+fn fill(
+    s: &mut Session,
+    cbuf: &mut [u8],
+    sock: &mut TcpStream,
+    stats: &ShardStats,
+) -> io::Result<Option<(usize, bool)>> {
+    let kept = s.inq.len();
+    cbuf[..kept].copy_from_slice(&s.inq);
+    let n = match sock.read(&mut cbuf[kept..]) {
+        Ok(0) => return Ok(None),
+        Ok(n) => n,
+        Err(e) => return Err(e),
+    };
+    s.inq = Vec::new();
+    let more = kept + n == cbuf.len();
+    if !s.started {
+        s.started = true;
+        // A TLS connection opens with a handshake record (22); an
+        // HTTP request with a method's letters.
+        if cbuf[0] != 22 {
+            if cbuf[0].is_ascii_uppercase() {
+                let _ = write_some(sock, PLAINTEXT_REFUSAL);
+            }
+            ShardStats::add(&stats.tls_plaintext_refusals, 1);
+            return Err(io::ErrorKind::InvalidData.into());
+        }
+    }
+    Ok(Some((kept + n, more)))
+}
+
+/// Decrypts `cbuf`'s records into `out` with the record layer alone; an
+/// incomplete record's start is kept in `inq`.
+#[inline]
+fn open_records(
+    r: &mut Records,
+    inq: &mut Vec<u8>,
+    cbuf: &mut [u8],
+    out: &mut [u8],
+) -> io::Result<Progress> {
+    let len = cbuf.len();
+    let opened = r
+        .open(cbuf, out)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    if opened.used < len {
+        *inq = cbuf[opened.used..len].to_vec();
+    }
+    if opened.closed && opened.plain == 0 {
+        return Ok(Progress::End);
+    }
+    if opened.plain > 0 {
+        return Ok(Progress::Plain(opened.plain));
+    }
+    Ok(Progress::Again)
+}
+
+/// Takes `cbuf`'s ciphertext through the handshake, writes rustls's
+/// answer, and once the handshake is done keeps only the record layer.
+fn handshake(
+    s: &mut Session,
+    key: usize,
+    cbuf: &mut [u8],
+    obuf: &mut Vec<u8>,
+    out: &mut [u8],
+    sock: &mut TcpStream,
+    stats: &ShardStats,
+) -> io::Result<Progress> {
+    let Stage::Handshake(conn) = &mut s.stage else {
+        return Err(io::ErrorKind::InvalidData.into());
+    };
+    let len = cbuf.len();
+    let d = drive(conn, cbuf, obuf, out)?;
+    if let Some(e) = d.failed {
+        return Err(fail(conn, obuf, sock, stats, s.open, key, e));
+    }
+    if d.pos < len {
+        s.inq = cbuf[d.pos..len].to_vec();
+    }
+    if !s.open && !conn.is_handshaking() {
+        s.open = true;
+        ShardStats::add(&stats.tls_handshakes, 1);
+        if conn.handshake_kind() == Some(HandshakeKind::Resumed) {
+            ShardStats::add(&stats.tls_resumptions, 1);
+        }
+    }
+    if !obuf.is_empty() {
+        s.send(sock, obuf)?;
+    }
+    if s.open && d.idle && !d.peer_closed {
+        // Handshake and ticket done, nothing pending: keep only
+        // the record layer (`records.rs`).
+        if let Stage::Handshake(conn) = std::mem::replace(&mut s.stage, Stage::Ended) {
+            s.stage = Stage::Records(
+                Records::take(*conn).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
+            );
+        }
+    }
+    if d.peer_closed && d.plain == 0 {
+        return Ok(Progress::End);
+    }
+    if d.plain > 0 {
+        return Ok(Progress::Plain(d.plain));
+    }
+    Ok(Progress::Again)
+}
+
+/// Where [`drive`] left the handshake.
+struct Driven {
+    /// Ciphertext bytes rustls took.
+    pos: usize,
+    /// Plaintext bytes put in `out`.
+    plain: usize,
+    failed: Option<rustls::Error>,
+    peer_closed: bool,
+    /// Nothing left to do but traffic.
+    idle: bool,
+}
+
+/// Runs rustls's state machine over `cbuf`: plaintext into `out`, its
+/// answer's ciphertext into `obuf`, until it waits for more.
+#[inline]
+fn drive(
+    conn: &mut UnbufferedServerConnection,
+    cbuf: &mut [u8],
+    obuf: &mut Vec<u8>,
+    out: &mut [u8],
+) -> io::Result<Driven> {
+    let len = cbuf.len();
+    let mut d = Driven {
+        pos: 0,
+        plain: 0,
+        failed: None,
+        peer_closed: false,
+        idle: false,
+    };
+    loop {
+        let status = conn.process_tls_records(&mut cbuf[d.pos..len]);
+        let discard = status.discard;
+        match status.state {
+            Err(e) => {
+                d.failed = Some(e);
+                break;
+            }
+            Ok(ConnectionState::ReadTraffic(mut r)) => {
+                while let Some(rec) = r.next_record() {
+                    let rec = rec.map_err(io::Error::other)?;
+                    let end = d.plain + rec.payload.len();
+                    if end > out.len() {
+                        // Plaintext is never longer than its
+                        // ciphertext: out is as long as cbuf.
+                        return Err(io::ErrorKind::InvalidData.into());
+                    }
+                    out[d.plain..end].copy_from_slice(rec.payload);
+                    d.plain = end;
+                }
+            }
+            Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                if !encode(obuf, |b| e.encode(b)) {
+                    d.failed = Some(rustls::Error::General("encode".into()));
+                    break;
+                }
+            }
+            Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+            Ok(ConnectionState::PeerClosed | ConnectionState::Closed) => {
+                d.peer_closed = true;
+                d.pos += discard;
+                break;
+            }
+            Ok(state) => {
+                d.idle = matches!(state, ConnectionState::WriteTraffic(_));
+                d.pos += discard;
+                break;
+            }
+        }
+        d.pos += discard;
+    }
+    Ok(d)
+}
+
+/// Sends the fatal alert rustls queued, if any, counts a failed handshake
+/// (`open`: it had completed) and gives the error that ends the
+/// connection.
+fn fail(
+    conn: &mut UnbufferedServerConnection,
+    obuf: &mut Vec<u8>,
+    sock: &mut TcpStream,
+    stats: &ShardStats,
+    open: bool,
+    key: usize,
+    e: rustls::Error,
+) -> io::Error {
+    if let Ok(ConnectionState::EncodeTlsData(mut e)) = conn.process_tls_records(&mut []).state {
+        encode(obuf, |b| e.encode(b));
+    }
+    let _ = write_some(sock, obuf);
+    ShardStats::add(&stats.tls_handshake_failures, !open as u64);
+    tracing::debug!(key, "TLS failed: {e}");
+    io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
 /// Appends what `f` encodes to `out`, growing it as rustls asks.

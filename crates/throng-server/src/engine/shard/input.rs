@@ -5,6 +5,7 @@
 //! one concept: bytes in -> actions.
 
 use std::io::{self, Read};
+use std::ops::ControlFlow;
 
 use throng_protocol::frame::{self, close_code, decode_frame_with, Opcode, Role};
 
@@ -195,64 +196,10 @@ impl<P: Protocol> Shard<P> {
                     wire,
                     deflate,
                     mark,
-                } => {
-                    let echo = mark == Mark::Echo;
-                    let max = self.conns.settings.max_message;
-                    // A message in progress is bounded as a whole: kept
-                    // fragments plus the frame arriving (refused at its
-                    // header), so a socket never pins more than one message.
-                    let frag = conn
-                        .extra
-                        .as_ref()
-                        .and_then(|e| e.frag.as_ref())
-                        .map_or(0, |(_, f)| f.len());
-                    let frame_max = max.saturating_sub(frag).max(125);
-                    let rsv1 = deflate != 0;
-                    match decode_frame_with(&mut data[pos..], Role::Server, frame_max as u64, rsv1)
-                    {
-                        Ok(Some(f)) => {
-                            let payload = pos + f.payload.start..pos + f.payload.end;
-                            pos += f.consumed;
-                            self.turn += 1;
-                            let tiny = f.payload.len() < TINY_FRAGMENT
-                                && (!f.fin || f.opcode == Opcode::Continuation);
-                            let control = matches!(f.opcode, Opcode::Ping | Opcode::Pong);
-                            if (tiny || control) && !self.control_frame(key) {
-                                return data.len();
-                            }
-                            let conn = &mut self.conns.slab[key];
-                            let action = ws::on_frame(
-                                &mut conn.extra,
-                                f.fin,
-                                f.opcode,
-                                f.compressed,
-                                &data[payload],
-                                max,
-                            );
-                            self.ws(key, wire, echo, action);
-                        }
-                        Ok(None) => {
-                            if data.len() - pos > frame_max + frame::MAX_HEADER_LEN {
-                                let reason = CloseReason::Protocol {
-                                    code: close_code::TOO_BIG,
-                                    text: "message too big",
-                                };
-                                self.conns.close(&self.node, key, reason);
-                                return data.len();
-                            }
-                            return pos;
-                        }
-                        Err(e) => {
-                            let text = e.to_string();
-                            let reason = CloseReason::Protocol {
-                                code: e.close_code(),
-                                text: &text,
-                            };
-                            self.conns.close(&self.node, key, reason);
-                            return data.len();
-                        }
-                    }
-                }
+                } => match self.ws_frame(key, data, pos, wire, deflate, mark) {
+                    ControlFlow::Continue(next) => pos = next,
+                    ControlFlow::Break(used) => return used,
+                },
                 Kind::Closing { .. } => {
                     self.conns.closing_input(key, &mut data[pos..]);
                     return data.len();
@@ -260,6 +207,77 @@ impl<P: Protocol> Shard<P> {
             }
         }
         pos
+    }
+
+    /// Handles the WebSocket frame at `data[pos..]`, if whole: `Continue`
+    /// with the position after it, or `Break` with the bytes used when the
+    /// connection stops here (a frame incomplete, the connection failed).
+    #[inline]
+    fn ws_frame(
+        &mut self,
+        key: usize,
+        data: &mut [u8],
+        mut pos: usize,
+        wire: throng_protocol::Wire,
+        deflate: u8,
+        mark: Mark,
+    ) -> ControlFlow<usize, usize> {
+        let echo = mark == Mark::Echo;
+        let max = self.conns.settings.max_message;
+        // A message in progress is bounded as a whole: kept
+        // fragments plus the frame arriving (refused at its
+        // header), so a socket never pins more than one message.
+        let frag = self.conns.slab[key]
+            .extra
+            .as_ref()
+            .and_then(|e| e.frag.as_ref())
+            .map_or(0, |(_, f)| f.len());
+        let frame_max = max.saturating_sub(frag).max(125);
+        let rsv1 = deflate != 0;
+        match decode_frame_with(&mut data[pos..], Role::Server, frame_max as u64, rsv1) {
+            Ok(Some(f)) => {
+                let payload = pos + f.payload.start..pos + f.payload.end;
+                pos += f.consumed;
+                self.turn += 1;
+                let tiny =
+                    f.payload.len() < TINY_FRAGMENT && (!f.fin || f.opcode == Opcode::Continuation);
+                let control = matches!(f.opcode, Opcode::Ping | Opcode::Pong);
+                if (tiny || control) && !self.control_frame(key) {
+                    return ControlFlow::Break(data.len());
+                }
+                let conn = &mut self.conns.slab[key];
+                let action = ws::on_frame(
+                    &mut conn.extra,
+                    f.fin,
+                    f.opcode,
+                    f.compressed,
+                    &data[payload],
+                    max,
+                );
+                self.ws(key, wire, echo, action);
+                ControlFlow::Continue(pos)
+            }
+            Ok(None) => {
+                if data.len() - pos > frame_max + frame::MAX_HEADER_LEN {
+                    let reason = CloseReason::Protocol {
+                        code: close_code::TOO_BIG,
+                        text: "message too big",
+                    };
+                    self.conns.close(&self.node, key, reason);
+                    return ControlFlow::Break(data.len());
+                }
+                ControlFlow::Break(pos)
+            }
+            Err(e) => {
+                let text = e.to_string();
+                let reason = CloseReason::Protocol {
+                    code: e.close_code(),
+                    text: &text,
+                };
+                self.conns.close(&self.node, key, reason);
+                ControlFlow::Break(data.len())
+            }
+        }
     }
 
     /// Charges a ping, a pong or a tiny fragment to the connection's

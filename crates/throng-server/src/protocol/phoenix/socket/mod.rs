@@ -386,27 +386,12 @@ impl<'a, T: Transport> Mux<'a, T> {
             let too_many = Payload::Json(TOO_MANY);
             return self.refuse_join(Refused::TooMany, join_ref, msg_ref, topic, too_many);
         }
-        let cost = |join_ref: Option<usize>, topic: usize| {
-            std::mem::size_of::<Join>() + join_ref.unwrap_or(0) + topic
-        };
-        let held: usize = self
-            .joins
-            .iter()
-            .map(|j| {
-                let topic = self.t.topic_name(j.slot.topic).map_or(0, |t| t.len());
-                cost(j.join_ref.as_ref().map(RefBuf::len), topic)
-            })
-            .sum();
         let stored = join_ref.map(RefBuf::from);
-        if held + cost(stored.as_ref().map(RefBuf::len), topic.len()) > self.cx.max_join_bytes {
+        if self.over_join_bytes(stored.as_ref().map(RefBuf::len), topic.len()) {
             let over = Payload::Json(OVER_BUDGET);
             return self.refuse_join(Refused::Budget, join_ref, msg_ref, topic, over);
         }
-        // Presence configured for the topic: the join's key, checked before
-        // the channel runs so that a key too long refuses the join.
-        let rules: &'a [PresenceRule] = self.cx.presence;
-        let rule = rules.iter().find(|r| r.matches(topic));
-        let key = rule.and_then(|r| r.key_of(payload, self.cx.who));
+        let (rule, key) = self.presence_key(topic, payload);
         if let Some(n) = key
             .as_ref()
             .map(String::len)
@@ -433,18 +418,7 @@ impl<'a, T: Transport> Mux<'a, T> {
         );
         match result {
             Ok(response) => {
-                let slot = self.t.subscribe(topic);
-                push_join(
-                    self.joins,
-                    Join {
-                        slot,
-                        join_ref: stored,
-                        assigns,
-                    },
-                );
-                let stats = self.t.stats();
-                ShardStats::add(&stats.channels, 1);
-                ShardStats::add(&stats.joins, 1);
+                self.add_join(topic, stored, assigns);
                 match crate::history::since_of(payload) {
                     None => self.reply(join_ref, msg_ref, topic, Ok(response.as_payload())),
                     Some(since) => {
@@ -452,15 +426,7 @@ impl<'a, T: Transport> Mux<'a, T> {
                     }
                 }
                 let i = self.joins.len() - 1;
-                self.apply(i, &mut effects);
-                if rule.is_some() {
-                    self.auto_presence(i, key);
-                }
-                let infos = std::mem::take(&mut effects.infos);
-                self.scratch.effects = effects;
-                if !infos.is_empty() {
-                    self.run_infos(i, infos);
-                }
+                self.after_join(i, effects, rule.is_some(), key);
             }
             Err(response) => {
                 let reply = response.as_payload();
@@ -468,6 +434,71 @@ impl<'a, T: Transport> Mux<'a, T> {
                 effects.clear();
                 self.scratch.effects = effects;
             }
+        }
+    }
+
+    /// Whether a join holding `join_ref` bytes of join_ref and `topic`
+    /// bytes of topic name would pass the bytes the socket's joins may hold.
+    #[inline]
+    fn over_join_bytes(&self, join_ref: Option<usize>, topic: usize) -> bool {
+        let cost = |join_ref: Option<usize>, topic: usize| {
+            std::mem::size_of::<Join>() + join_ref.unwrap_or(0) + topic
+        };
+        let held: usize = self
+            .joins
+            .iter()
+            .map(|j| {
+                let topic = self.t.topic_name(j.slot.topic).map_or(0, |t| t.len());
+                cost(j.join_ref.as_ref().map(RefBuf::len), topic)
+            })
+            .sum();
+        held + cost(join_ref, topic) > self.cx.max_join_bytes
+    }
+
+    /// Presence configured for the topic: its rule and the join's key,
+    /// found before the channel runs so that a key too long refuses the
+    /// join.
+    #[inline]
+    fn presence_key(
+        &self,
+        topic: &str,
+        payload: Payload<'_>,
+    ) -> (Option<&'a PresenceRule>, Option<String>) {
+        let rules: &'a [PresenceRule] = self.cx.presence;
+        let rule = rules.iter().find(|r| r.matches(topic));
+        let key = rule.and_then(|r| r.key_of(payload, self.cx.who));
+        (rule, key)
+    }
+
+    /// Subscribes the socket to `topic` and keeps the join, counted.
+    #[inline]
+    fn add_join(&mut self, topic: &str, stored: Option<RefBuf>, assigns: crate::channel::Assigns) {
+        let slot = self.t.subscribe(topic);
+        push_join(
+            self.joins,
+            Join {
+                slot,
+                join_ref: stored,
+                assigns,
+            },
+        );
+        let stats = self.t.stats();
+        ShardStats::add(&stats.channels, 1);
+        ShardStats::add(&stats.joins, 1);
+    }
+
+    /// After join `i`'s reply: what its channel's join did (pushes,
+    /// broadcasts), its presence when `tracked`, then its infos.
+    #[inline]
+    fn after_join(&mut self, i: usize, mut effects: Effects, tracked: bool, key: Option<String>) {
+        self.apply(i, &mut effects);
+        if tracked {
+            self.auto_presence(i, key);
+        }
+        let infos = std::mem::take(&mut effects.infos);
+        self.scratch.effects = effects;
+        if !infos.is_empty() {
+            self.run_infos(i, infos);
         }
     }
 
