@@ -31,6 +31,10 @@
 //!   every number once, in order; its client processes and publisher.
 //!   [`join`]: one socket's connect, upgrade and `phx_join` over tokio,
 //!   for both scenarios.
+//! - [`pusher`]: the Pusher Channels protocol's side of a run
+//!   (`--protocol pusher`): the app, the channel, the client frames, and
+//!   broadcasts triggered through the HTTP API from a thread beside the
+//!   engine.
 //! - [`report`]: the typed [`report::Report`], its JSON, terminal summary
 //!   and offline HTML; [`dashboard`]: the live page on port 8091.
 //! - [`tune`]: OS settings and the limits that cap a run; [`netns`]: a
@@ -66,7 +70,7 @@
 //! A module uses only modules in a layer below it
 //! (`scripts/check-import-cycles.py` checks there is no cycle):
 //! 1. `error`, `hist`, `jwt`, `slots`, `sys`: plain types and OS reads
-//! 2. `hooks`, `presence`, `storm`
+//! 2. `hooks`, `presence`, `pusher`, `storm`
 //! 3. `scenario`, `stats`
 //! 4. `floor`, `plan` (an agent's orders, its TLS settings included), `report`, `tsung`
 //! 5. `dashboard`, `engine`, `wire`
@@ -89,6 +93,7 @@ pub mod jwt;
 pub mod netns;
 pub mod plan;
 pub mod presence;
+pub mod pusher;
 pub mod report;
 pub mod scenario;
 pub mod slots;
