@@ -148,6 +148,7 @@ fn started_engine(sc: crate::scenario::Scenario, addr: SocketAddr) -> Engine {
         adaptive: false,
         tls: None,
         auth_jwt_secret: None,
+        pusher_secret: None,
     })
     .unwrap();
     engine.start();
@@ -244,6 +245,7 @@ fn engine_counts_close_codes() {
         adaptive: false,
         tls: None,
         auth_jwt_secret: None,
+        pusher_secret: None,
     })
     .unwrap();
     engine.start();
