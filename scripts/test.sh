@@ -122,4 +122,15 @@ if [ -d tests/cluster ]; then
   stage "cluster: real redis-server, workers, failures"
   node --test --test-concurrency=1 --test-timeout=90000 tests/cluster/
 fi
+
+# A soak: 5,000 sessions churned for 3 minutes (connects, closes and
+# resets, joins and leaves, presence, hooks to a real backend, long-poll,
+# history rejoins with since, server API calls) on 2 workers and Redis;
+# exit status 1 when a series of the server grew or a count did not come
+# back once the clients left (crates/throng-bench/src/soak/). ~4.5 minutes.
+stage "soak: 3 minutes, 5,000 sessions on 2 workers and Redis; fails on growth"
+soak_dir=$(mktemp -d)
+"$THRONG_BIN" bench --soak 3m --connections 5000 --workers 2 \
+  --json "$soak_dir/soak.json" --report "$soak_dir/soak.html"
+rm -rf "$soak_dir"
 echo "== all passed in ${SECONDS}s"

@@ -61,7 +61,7 @@ pub(crate) enum ShardMsg {
 }
 
 /// The answer to a history read of a join of connection `key` on `topic`,
-/// back on its shard ([`ShardMsg::Replay`]; `transport/conns/history.rs` reads it).
+/// back on its shard ([`ShardMsg::Replay`]; `history/recovery.rs` and its protocol read it).
 pub(crate) struct ReplayAnswer {
     /// The shard's number for the read: a later join of the same socket
     /// and topic has another.
@@ -180,7 +180,7 @@ pub struct Node {
     /// New connections against `--max-connections` and `--max-connections-per-ip`.
     pub(crate) admission: Admission,
     /// When the drain began and how long it spreads its closes over,
-    /// once it has (`transport/shard/drain.rs`).
+    /// once it has (`engine/shard/drain.rs`).
     /// The log lines of refused clients, one per reason per interval.
     pub refusals: crate::refusals::RefusalLog,
     pub(crate) drain: OnceLock<(Instant, Duration)>,

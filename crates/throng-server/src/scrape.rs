@@ -63,6 +63,38 @@ pub fn render(node: &Node) -> String {
     );
     write_metric(
         &mut out,
+        "throng_available_memory_bytes",
+        "gauge",
+        "Memory available to this process at the last check (once a second: MemAvailable, or the cgroup's limit less its use; 0 with --min-available-memory-bytes 0, which turns the check off); under --min-available-memory-bytes new connections are refused.",
+        node.admission.available_memory.load(Relaxed),
+    );
+    if let Some(overflows) = sys::listen_overflows() {
+        write_metric(
+            &mut out,
+            "throng_host_listen_overflows_total",
+            "counter",
+            "The host's connections dropped because a listener's accept queue was full (ListenOverflows, every listener of the machine): the client retries its SYN; rising while this server is busy means it accepts too slowly.",
+            overflows,
+        );
+    }
+    if let Some((allocated, free)) = sys::heap() {
+        write_metric(
+            &mut out,
+            "throng_heap_allocated_bytes",
+            "gauge",
+            "Bytes the allocator has handed out and not had back (glibc's mallinfo2: chunks in use and blocks in mappings of their own). The RSS stays up after a peak; this does not: growth here is memory held.",
+            allocated,
+        );
+        write_metric(
+            &mut out,
+            "throng_heap_free_bytes",
+            "gauge",
+            "Bytes freed but kept by the allocator for reuse (part of the RSS).",
+            free,
+        );
+    }
+    write_metric(
+        &mut out,
         "throng_outbound_memory_bytes",
         "gauge",
         "Output held for clients: queued bytes of their own and live broadcasts.",

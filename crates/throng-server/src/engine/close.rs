@@ -42,7 +42,7 @@ pub(crate) enum CloseReason<'a> {
     Lingered,
     /// An HTTP connection did not send a whole request head in
     /// `--handshake-timeout` (answered 408 when a head had begun,
-    /// `transport/conns/admission.rs`).
+    /// `engine/conns/admission.rs`).
     HandshakeTimeout,
     /// An HTTP connection pipelined more than one request behind a
     /// long-poll waiting for its answer.

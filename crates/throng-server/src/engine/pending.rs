@@ -1,7 +1,7 @@
 //! What a connection holds only while something is pending: [`Extra`]
 //! (bytes of an incomplete frame or request, a fragmented message, output
 //! the kernel has not taken yet) and its queued output [`Chunk`]s. A
-//! connection (`transport/conn.rs`) keeps them in one box, freed when
+//! connection (`engine/conn.rs`) keeps them in one box, freed when
 //! empty; `crate::engine::ws` fills in a fragmented message. Below both, so that
 //! the frame layer needs nothing of the transport.
 

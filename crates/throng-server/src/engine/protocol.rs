@@ -122,6 +122,12 @@ pub(crate) trait Protocol: Send + Sync + Sized + 'static {
         let _ = cx;
     }
 
+    /// Adds the sizes of the tables it keeps on a shard (`/metrics`: each
+    /// must come back down when what it is for ends).
+    fn sizes(&self, me: &Self::Shard, sizes: &mut crate::metrics::TableSizes) {
+        let _ = (me, sizes);
+    }
+
     /// Seconds without a byte from a socket speaking `wire` before the
     /// sweep hands it to [`Protocol::idle`]: `None` for `--idle-timeout`.
     fn idle_after(&self, wire: Wire) -> Option<u32> {

@@ -105,7 +105,7 @@ impl Users {
     }
 
     /// Adds socket `key` (its registry key) of user `id`. A socket's end
-    /// removes it (`Conns::end_socket`), so a key reused by another socket
+    /// removes it (`Shard::settle`, once its protocol ended it), so a key reused by another socket
     /// has no user until one is added.
     pub fn add(&mut self, id: &str, key: u32) {
         self.remove(key);
@@ -157,6 +157,11 @@ impl Users {
     /// Users with a socket on this shard.
     pub fn len(&self) -> usize {
         self.distinct
+    }
+
+    /// Sockets with a user on this shard.
+    pub fn sockets_len(&self) -> usize {
+        self.index.len()
     }
 }
 
@@ -244,6 +249,7 @@ mod tests {
                 }
                 let distinct: std::collections::HashSet<&String> = model.values().collect();
                 proptest::prop_assert_eq!(u.len(), distinct.len());
+                proptest::prop_assert_eq!(u.sockets_len(), model.len());
                 for id in &distinct {
                     let mut want: Vec<u32> = model.iter().filter(|(_, v)| v == id).map(|(k, _)| *k).collect();
                     want.sort();

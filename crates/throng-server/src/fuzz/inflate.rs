@@ -1,5 +1,5 @@
 //! Target `inflate`: permessage-deflate's inflating side as a shard runs
-//! it (`transport/shard/inflate.rs`): one `Inflater` and one output buffer
+//! it (`engine/shard/inflate.rs`): one `Inflater` and one output buffer
 //! for every message, reset per message, each bounded by
 //! `--max-message-bytes`; and the extension's negotiation
 //! (`deflate::negotiate`), which reads the client's header.
@@ -63,7 +63,7 @@ pub fn inflate(data: &[u8]) {
             }
         }
         // The shard's buffer after a message: kept up to 256 KiB
-        // (`KEEP`, `transport/conns/deflate.rs`), larger ones freed.
+        // (`KEEP`, `engine/conns/deflate.rs`), larger ones freed.
         out.clear();
         if out.capacity() > 256 << 10 {
             out = Vec::new();

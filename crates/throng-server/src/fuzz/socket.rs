@@ -190,7 +190,7 @@ pub fn phoenix_socket(data: &[u8]) {
         input.extend_from_slice(chunk);
         let mut pos = 0;
         loop {
-            // The shard's bound on a message in progress (transport/shard/input.rs).
+            // The shard's bound on a message in progress (engine/shard/input.rs).
             let frag = extra
                 .as_ref()
                 .and_then(|e| e.frag.as_ref())

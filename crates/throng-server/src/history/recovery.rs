@@ -75,6 +75,11 @@ impl Recovery {
         !self.replayed.is_empty() || !self.pending.is_empty()
     }
 
+    /// Joins waiting for their history read.
+    pub fn waiting(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Whether live message `b` for subscriber `key` of topic `idx` was in
     /// its replay already.
     #[inline]

@@ -8,14 +8,14 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::answer::Answer;
 use super::breaker::Breaker;
@@ -111,8 +111,12 @@ impl HookClient {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
+        // The pool's idle timeout takes effect only with a timer: without
+        // one, idle connections were closed only when next checked out, so
+        // after a burst up to POOL_IDLE of them stayed open for good.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(config.idle_timeout)
+            .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(POOL_IDLE)
             .build(connector);
         let events = config.events.then(|| -> io::Result<Arc<Events>> {

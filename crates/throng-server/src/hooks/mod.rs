@@ -23,7 +23,7 @@
 //! A connect hook (`connect = true`) holds a WebSocket upgrade the same way:
 //! the `101` goes out when the backend accepts, a 403 or 503 otherwise.
 //!
-//! - `config/hooks.rs` (in `crate::config`, with the other settings): the
+//! - `hooks/settings.rs` (in `crate::config`, with the other settings): the
 //!   `[hooks]` keys and `--hook-*` flags;
 //! - `client.rs`: the HTTP client, its bounds and timeout;
 //! - `breaker.rs`: the circuit breaker;

@@ -52,6 +52,9 @@ settings! {
         /// Consecutive failures (unreachable, timeout, 5xx) after which the circuit opens: hooks are answered {"reason":"backend unavailable"} at once, and one request a second probes the backend until it answers
         #[arg(long = "hook-breaker-failures", value_name = "N", env = "THRONG_HOOK_BREAKER_FAILURES")]
         pub breaker_failures: Option<u32> = 5,
+        /// Milliseconds a keep-alive connection to the backend may stay idle before throng closes it (keep it under the backend's own keep-alive timeout)
+        #[arg(long = "hook-idle-timeout-ms", value_name = "MS", env = "THRONG_HOOK_IDLE_TIMEOUT_MS")]
+        pub idle_timeout_ms: Option<u64> = 30000,
     }
 }
 
@@ -76,6 +79,9 @@ pub struct HooksConfig {
     pub events_queue: usize,
     /// Lifecycle events per POST at most (`--hook-events-batch`).
     pub events_batch: usize,
+    /// How long an idle keep-alive connection to the backend is kept
+    /// (`--hook-idle-timeout-ms`).
+    pub idle_timeout: Duration,
 }
 
 impl Default for HooksConfig {
@@ -127,6 +133,12 @@ impl HookArgs {
                 "hooks timeout_ms must be 1..=600000, got {timeout_ms}"
             ));
         }
+        let idle_ms = self.idle_timeout_ms();
+        if !(1..=86_400_000).contains(&idle_ms) {
+            return Err(format!(
+                "hooks idle_timeout_ms must be 1..=86400000 (a day), got {idle_ms}"
+            ));
+        }
         Ok(HooksConfig {
             url,
             connect: self.connect,
@@ -141,6 +153,7 @@ impl HookArgs {
             breaker_failures: self.breaker_failures().max(1),
             events_queue: self.events_queue().max(1),
             events_batch: self.events_batch().max(1),
+            idle_timeout: Duration::from_millis(idle_ms),
         })
     }
 }
@@ -179,6 +192,7 @@ mod tests {
         assert_eq!(c.secret.as_deref(), Some("s"));
         assert_eq!(c.timeout, Duration::from_millis(70));
         assert_eq!(c.max_in_flight_per_socket, 16);
+        assert_eq!(c.idle_timeout, Duration::from_secs(30));
         assert!(HookArgs::default().resolve().unwrap().url.is_none());
     }
 
@@ -201,6 +215,12 @@ mod tests {
             ..Default::default()
         })
         .contains("timeout_ms"));
+        assert!(bad(HookArgs {
+            url: Some("http://x".into()),
+            idle_timeout_ms: Some(0),
+            ..Default::default()
+        })
+        .contains("idle_timeout_ms"));
         assert!(toml::from_str::<HookArgs>("urll = \"x\"").is_err());
         assert!(bad(HookArgs {
             page_url: Some("127.0.0.1:8000".into()),

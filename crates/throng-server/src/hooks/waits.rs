@@ -108,6 +108,16 @@ impl Waits {
         })
     }
 
+    /// Calls waiting for their answer, and pushes queued behind one.
+    pub fn len(&self) -> usize {
+        self.calls.len() + self.queues.values().map(VecDeque::len).sum::<usize>()
+    }
+
+    /// Sockets with a `socket_id` number.
+    pub fn socket_ids_len(&self) -> usize {
+        self.socket_ids.len()
+    }
+
     /// What socket `key` has waiting.
     pub fn held(&self, key: usize) -> usize {
         if self.per_socket.is_empty() {

@@ -174,6 +174,11 @@ impl Protocol for Protocols {
         self.phoenix.sweep(&mut phx(cx));
     }
 
+    fn sizes(&self, me: &Shard, sizes: &mut crate::metrics::TableSizes) {
+        self.phoenix.sizes(&me.phoenix, sizes);
+        self.pusher.sizes(&me.pusher, sizes);
+    }
+
     fn idle_after(&self, wire: Wire) -> Option<u32> {
         match wire {
             Wire::Pusher => self.pusher.idle_after(wire),

@@ -14,7 +14,7 @@
 //! picks up new files by itself, without its supervisor's rolling restart.
 //!
 //! The per-connection side (the shard's unbuffered sessions) is
-//! `transport/tls.rs`; the API's is `tokio-rustls` in `api.rs`.
+//! `tls/session.rs`; the API's is `tokio-rustls` in `api.rs`.
 
 mod records;
 pub(crate) mod session;
@@ -201,7 +201,7 @@ impl Tls {
         config.send_tls13_tickets = 1;
         config.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
         // After its handshake a connection keeps only its traffic keys
-        // (`transport/tls/records.rs`), taken out as for kTLS.
+        // (`tls/records.rs`), taken out as for kTLS.
         config.enable_secret_extraction = true;
         Ok(Tls {
             certs,

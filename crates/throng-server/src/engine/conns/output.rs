@@ -332,7 +332,7 @@ impl Conns {
 
 /// One write of plaintext `parts` (one, or a few written as one vectored
 /// write) to connection `key`: to its socket, or through its TLS session
-/// (which may take less, at most `transport/tls.rs`'s `WRITE_MAX`);
+/// (which may take less, at most `tls/session.rs`'s `WRITE_MAX`);
 /// `WouldBlock` is zero bytes.
 pub(crate) fn write_plain(
     tls: &mut Option<crate::tls::session::Tls>,

@@ -1,8 +1,12 @@
 //! The once-a-second sweep that replaces a timer per connection: idle
 //! WebSockets (read first, and asked of the kernel, before they are closed),
 //! HTTP connections past the head deadline, closing connections past their
-//! linger, and long-poll sessions' windows and expiries. Each ends through
-//! [`Conns::close`](crate::engine::Conns::close) with its reason.
+//! linger, and its protocol's own sweep (long-poll sessions' windows and
+//! expiries); topic histories past their ttl are forgotten
+//! (`MemoryHistory::sweep_if_due`: even when nothing is published after
+//! them); the sizes of the shard's tables go to `/metrics`. Each
+//! connection ends through [`Conns::close`](crate::engine::Conns::close)
+//! with its reason.
 
 use super::{cx, Shard};
 use crate::engine::close::CloseReason;
@@ -14,8 +18,16 @@ impl<P: Protocol> Shard<P> {
     /// Once a second: closes idle sockets and finishes lingering closes;
     /// the protocol's own sweep (its sessions' windows and expiries).
     pub(super) fn sweep(&mut self) {
+        if let Some(history) = &self.node.history {
+            history.sweep_if_due(std::time::Instant::now());
+        }
+        if self.id == 0 {
+            // Once a second for the node: new connections wait while memory is low.
+            self.node.admission.check_memory();
+        }
         self.proto.sweep(cx!(self));
         self.settle();
+        self.publish_sizes();
         let now = self.conns.now;
         let idle = self
             .node
@@ -148,5 +160,20 @@ impl<P: Protocol> Shard<P> {
                 "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001)"
             );
         }
+    }
+}
+
+impl<P: Protocol> Shard<P> {
+    /// Publishes the sizes of the shard's tables to its counters (once a
+    /// second): the engine's, then its protocol's.
+    fn publish_sizes(&self) {
+        let mut sizes = crate::metrics::TableSizes {
+            users: self.conns.users.len(),
+            user_sockets: self.conns.users.sockets_len(),
+            history_reads_waiting: self.conns.recovery.waiting(),
+            ..Default::default()
+        };
+        self.proto.sizes(&self.me, &mut sizes);
+        self.conns.stats.sizes(&sizes);
     }
 }

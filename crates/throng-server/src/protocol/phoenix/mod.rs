@@ -196,6 +196,16 @@ impl Protocol for Phoenix {
     fn behind(&self, me: &State) -> bool {
         me.parts.lp.behind
     }
+
+    fn sizes(&self, me: &State, sizes: &mut crate::metrics::TableSizes) {
+        let p = &me.parts;
+        sizes.hook_waits = p.hook_waits.len();
+        sizes.hook_socket_ids = p.hook_waits.socket_ids_len();
+        sizes.hook_assigns = p.hook_waits.assigns.len();
+        sizes.presence_joins = p.tracked.len();
+        sizes.longpoll_requests_waiting = p.lp.waiting.len();
+        sizes.longpoll_rate_entries = p.lp.starts.len();
+    }
 }
 
 /// Runs `f` on Phoenix's view of the shard, then ends the sessions it

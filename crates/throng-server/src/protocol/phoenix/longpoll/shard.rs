@@ -6,8 +6,8 @@
 //! end-of-turn answers and the once-a-second window and expiry checks).
 //!
 //! A session's Phoenix socket is the same `Mux` a WebSocket runs, through
-//! the same `ShardTransport` (`phoenix.rs`): it is an `Outlet::LongPoll`
-//! (`transport/outlet.rs`), and what the socket sends goes to the session's buffer
+//! the same `ShardTransport` (`../transport.rs`): it is an `Outlet::Session`
+//! (`engine/outlet.rs`), and what the socket sends goes to the session's buffer
 //! instead of a socket.
 
 use std::sync::Arc;
@@ -126,6 +126,8 @@ impl Phx<'_> {
                     Refusal::Total => &self.conns.stats.refused_total_cap,
                     Refusal::PerIp => &self.conns.stats.refused_per_ip,
                     Refusal::Sessions => &self.conns.stats.longpoll_cap_refusals,
+                    Refusal::Memory => &self.conns.stats.refused_memory,
+                    Refusal::Files => &self.conns.stats.refused_files,
                 };
                 ShardStats::add(counter, 1);
                 return self.lp_respond(key, &status_body(503), keep_alive);
@@ -166,7 +168,7 @@ impl Phx<'_> {
     }
 
     /// Opens a session for connection `key` (admitted already), and answers
-    /// 410 with its token. Returns its registry key (`Outlet::LongPoll`).
+    /// 410 with its token. Returns its registry key (`Outlet::Session`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn lp_open_session(
         &mut self,
