@@ -559,7 +559,11 @@ impl BenchArgs {
         };
         let l = &self.load;
         if l.scenario.is_some() || l.tsung.is_some() {
-            return refuse(if l.scenario.is_some() { "--scenario" } else { "--tsung" });
+            return refuse(if l.scenario.is_some() {
+                "--scenario"
+            } else {
+                "--tsung"
+            });
         }
         if l.presence.is_some() {
             return refuse("--presence");

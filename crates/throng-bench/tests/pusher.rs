@@ -84,7 +84,10 @@ fn client_events_on_a_private_channel_with_the_floor() {
     // The floor read Pusher's frame (each round at every socket), and the
     // broadcasts compare with it.
     assert_eq!(r["floor"]["receivers"], 3 * 150, "{ctx}");
-    assert!(r["broadcast"]["floor_ratio"].as_f64().unwrap() > 0.0, "{ctx}");
+    assert!(
+        r["broadcast"]["floor_ratio"].as_f64().unwrap() > 0.0,
+        "{ctx}"
+    );
     // The server answered subscriptions, not Phoenix joins.
     assert_eq!(r["server"]["channels_joined"], 150.0, "{ctx}");
 }
@@ -182,7 +185,11 @@ fn a_target_checks_the_signatures() {
     assert!(!ok, "{ctx}");
     assert_eq!(r["connections"]["joined"], 0, "{ctx}");
     assert_eq!(r["errors"]["by_kind"]["error_reply"], 40, "{ctx}");
-    assert_eq!(metric(server.1, "throng_refused_joins_total"), 40.0, "{ctx}");
+    assert_eq!(
+        metric(server.1, "throng_refused_joins_total"),
+        40.0,
+        "{ctx}"
+    );
 
     let right = [
         "--target",
@@ -227,7 +234,10 @@ fn triggers_through_the_http_api_reach_every_subscriber() {
     assert_eq!(r["errors"]["total"], 0, "{ctx}");
     assert_eq!(r["broadcast"]["sent"], 3, "{ctx}");
     assert_eq!(r["broadcast"]["receivers"], 3 * 150, "{ctx}");
-    assert!(r["broadcast"]["floor_ratio"].as_f64().unwrap() > 0.0, "{ctx}");
+    assert!(
+        r["broadcast"]["floor_ratio"].as_f64().unwrap() > 0.0,
+        "{ctx}"
+    );
 }
 
 /// What Pusher cannot run is refused before anything starts, the flag named.

@@ -128,8 +128,14 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         jwt: jwt_secret(&args)?,
         pusher: pusher_secret,
     };
-    let (embedded, target, presence_args) =
-        server_side(&args, &sc, per_process, hard, &bench_tls.server_args, &secrets)?;
+    let (embedded, target, presence_args) = server_side(
+        &args,
+        &sc,
+        per_process,
+        hard,
+        &bench_tls.server_args,
+        &secrets,
+    )?;
     let tsung_caps = tsung_caps(imported.as_ref(), per_process);
     let local = local_agents(&args, users, per_process, tsung_caps.len());
     if let Some(imp) = &imported {

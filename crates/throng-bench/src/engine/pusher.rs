@@ -76,7 +76,10 @@ impl PusherSide {
     /// The signature of connection `token`'s subscription to `channel`
     /// (its socket id is then forgotten).
     pub(super) fn auth(&mut self, token: usize, channel: &str) -> String {
-        let id = self.ids.remove(&(token as u32)).unwrap_or(SocketId::new(0, 0));
+        let id = self
+            .ids
+            .remove(&(token as u32))
+            .unwrap_or(SocketId::new(0, 0));
         signature::channel_auth(
             &self.key,
             self.secret.as_bytes(),

@@ -555,7 +555,9 @@ fn heartbeats_fall_on_the_shared_grid() {
 /// `secret` (`subscription_succeeded`, or `subscription_error` 401),
 /// relays client events to every other socket, pings each socket once
 /// and answers `pusher:ping`. Returns its address and the pongs it got.
-fn stand_in_pusher(secret: &'static str) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+fn stand_in_pusher(
+    secret: &'static str,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     use std::io::{Read as _, Write as _};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
@@ -586,7 +588,10 @@ fn stand_in_pusher(secret: &'static str) -> (SocketAddr, std::sync::Arc<std::syn
                 server::ping(&mut body);
                 out.extend(frame(&body));
                 s.write_all(&out).unwrap();
-                peers.lock().unwrap().push((n as u64, s.try_clone().unwrap()));
+                peers
+                    .lock()
+                    .unwrap()
+                    .push((n as u64, s.try_clone().unwrap()));
                 let mut chunk = [0u8; 4096];
                 let mut pending: Vec<u8> = Vec::new();
                 loop {
@@ -613,7 +618,11 @@ fn stand_in_pusher(secret: &'static str) -> (SocketAddr, std::sync::Arc<std::syn
                                     server::subscription_succeeded(&mut body, &sub.channel);
                                 } else {
                                     server::subscription_error(
-                                        &mut body, &sub.channel, "AuthError", "no", 401,
+                                        &mut body,
+                                        &sub.channel,
+                                        "AuthError",
+                                        "no",
+                                        401,
                                     );
                                 }
                                 s.write_all(&frame(&body)).unwrap();
@@ -730,6 +739,7 @@ fn a_wrong_secret_is_a_refused_pusher_subscription() {
     let c = &engine.counters;
     assert_eq!((c.connected, c.joined), (users, 0), "{c:?}");
     assert_eq!(c.errors.error_reply, users, "{c:?}");
+}
 
 /// Floor sockets on a sample of this agent's users: only the sample's
 /// count opens, and each heartbeats as many times more often as the

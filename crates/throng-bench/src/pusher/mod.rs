@@ -59,9 +59,7 @@ pub struct PusherSpec {
 }
 
 /// How a publisher's broadcast reaches the channel.
-#[derive(
-    Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum, Default,
-)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Trigger {
     /// `POST /apps/{id}/events` on the server's HTTP API (as an app's

@@ -82,7 +82,8 @@ impl TriggerThread {
                         }
                         Err(e) => {
                             seen.failed.fetch_add(1, Relaxed);
-                            let mut first = seen.first_error.lock().unwrap_or_else(|e| e.into_inner());
+                            let mut first =
+                                seen.first_error.lock().unwrap_or_else(|e| e.into_inner());
                             if first.is_none() {
                                 tracing::warn!("a broadcast's trigger failed: {e}");
                                 *first = Some(e);
@@ -154,7 +155,10 @@ impl Conn {
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))
             .map_err(|e| lost(e.to_string()))?;
-        let send = self.send.as_mut().ok_or_else(|| lost("no connection".into()))?;
+        let send = self
+            .send
+            .as_mut()
+            .ok_or_else(|| lost("no connection".into()))?;
         let res = match send.send_request(req).await {
             Ok(r) => r,
             Err(e) => {

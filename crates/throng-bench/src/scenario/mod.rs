@@ -560,10 +560,14 @@ pub fn describe(sc: &Scenario, adaptive: bool) -> String {
     let mut s = String::new();
     match &sc.pusher {
         Some(p) => {
-            let channel = sc.roles.iter().flat_map(|r| &r.session).find_map(|s| match s {
-                Step::Join { topic, .. } => Some(topic.as_str()),
-                _ => None,
-            });
+            let channel = sc
+                .roles
+                .iter()
+                .flat_map(|r| &r.session)
+                .find_map(|s| match s {
+                    Step::Join { topic, .. } => Some(topic.as_str()),
+                    _ => None,
+                });
             let how = match p.trigger {
                 pusher::Trigger::Api => "through the HTTP API",
                 pusher::Trigger::ClientEvent => "as client events",

@@ -315,7 +315,12 @@ fn pusher_op(spec: &PusherSpec, step: &Step) -> Result<Option<Op>, BenchError> {
         },
         Step::Join { topic, .. } => {
             let auth = pusher::needs_auth(topic).then(|| topic.as_str().into());
-            send(pusher::subscribe_template(topic), SendKind::Join, true, auth)?
+            send(
+                pusher::subscribe_template(topic),
+                SendKind::Join,
+                true,
+                auth,
+            )?
         }
         Step::Push {
             topic,
@@ -336,7 +341,12 @@ fn pusher_op(spec: &PusherSpec, step: &Step) -> Result<Option<Op>, BenchError> {
                 None,
             )?
         }
-        Step::Leave(topic) => send(pusher::unsubscribe_frame(topic), SendKind::Leave, false, None)?,
+        Step::Leave(topic) => send(
+            pusher::unsubscribe_frame(topic),
+            SendKind::Leave,
+            false,
+            None,
+        )?,
         Step::Send(text) | Step::SendBinary(text) => Op::Send {
             tpl: Template::parse(text)?,
             opcode: if matches!(step, Step::SendBinary(_)) {
