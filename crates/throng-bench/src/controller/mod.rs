@@ -124,10 +124,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let os = tune::os_settings(users);
     let tcp = netns::for_run(args.netns, local_only, users)?;
     let bench_tls = tls::setup(&args)?;
-    let secrets = Secrets {
-        jwt: jwt_secret(&args)?,
-        pusher: pusher_secret,
-    };
+    let secrets = Secrets::of(&args, pusher_secret)?;
     let (embedded, target, presence_args) = server_side(
         &args,
         &sc,
@@ -138,10 +135,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     )?;
     let tsung_caps = tsung_caps(imported.as_ref(), per_process);
     let local = local_agents(&args, users, per_process, tsung_caps.len());
-    if let Some(imp) = &imported {
-        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
-        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
-    }
+    tsung_mapping(imported.as_ref(), local);
     let total_agents = local + args.remote_agents;
     setup_notes(&os, users, soft, hard, per_process);
     eprintln!(
@@ -149,10 +143,7 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         scenario::describe(&sc, adaptive)
     );
     let listener = TcpListener::bind(&args.listen)?;
-    let token = match &args.token {
-        Some(t) if !t.is_empty() => t.clone(),
-        _ => wire::new_token()?,
-    };
+    let token = run_token(&args)?;
     let mut agents = connect_agents(&args, &listener, &token, local, total_agents)?;
     let plan = Plan {
         index: 0,
@@ -169,12 +160,10 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     };
     send_plans(&mut agents, plan, &tsung_caps)?;
     let conn_size = agents.await_ready()?;
-    let writers = if floor_on {
-        let processes = embedded.as_ref().map_or(1, |e| e.workers);
-        Some(floor_writers(&args, &sc, &listener, &token, processes)?)
-    } else {
-        None
-    };
+    let processes = embedded.as_ref().map_or(1, |e| e.workers);
+    let writers = floor_on
+        .then(|| floor_writers(&args, &sc, &listener, &token, processes))
+        .transpose()?;
     let probe = probe_of(embedded.as_ref(), target, args.target_pid);
     let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
     let report_path = args.report.clone().unwrap_or_else(default_report_path);
@@ -347,6 +336,14 @@ fn listening(target: &str) -> Result<(), BenchError> {
     }
 }
 
+/// Says where an imported Tsung config's clients run.
+fn tsung_mapping(imported: Option<&crate::tsung::TsungImport>, local: u32) {
+    if let Some(imp) = imported {
+        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
+        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
+    }
+}
+
 /// What a `--tsung` import changed or left out, on stderr.
 fn import_notes(args: &BenchArgs, imp: &crate::tsung::TsungImport) {
     for n in &imp.notes {
@@ -379,6 +376,23 @@ type ServerSide = (Option<Embedded>, SocketAddr, Vec<String>);
 struct Secrets {
     jwt: Option<String>,
     pusher: Option<String>,
+}
+
+impl Secrets {
+    fn of(args: &BenchArgs, pusher: Option<String>) -> Result<Secrets, BenchError> {
+        Ok(Secrets {
+            jwt: jwt_secret(args)?,
+            pusher,
+        })
+    }
+}
+
+/// The token agents authenticate with: `--token`, else a fresh one.
+fn run_token(args: &BenchArgs) -> Result<String, BenchError> {
+    match &args.token {
+        Some(t) if !t.is_empty() => Ok(t.clone()),
+        _ => Ok(wire::new_token()?),
+    }
 }
 
 /// The server side: the embedded `throng serve` (and what it was given for
