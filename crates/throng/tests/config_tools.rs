@@ -74,7 +74,10 @@ fn gen_config_has_every_flag_and_passes_check_config() {
         if flag.starts_with("--pusher-") {
             assert!(at > pusher_at, "{flag} belongs under [pusher]");
         } else if flag.starts_with("--hook-") {
-            assert!(at > hooks_at && at < pusher_at, "{flag} belongs under [hooks]");
+            assert!(
+                at > hooks_at && at < pusher_at,
+                "{flag} belongs under [hooks]"
+            );
         } else if flag == "--auth" || flag.starts_with("--auth-") {
             assert!(at > auth_at && at < hooks_at, "{flag} belongs under [auth]");
         } else {

@@ -314,7 +314,10 @@ mod tests {
             args.resolve(&[], None).unwrap_err()
         };
         assert!(bad("1:key").contains("ID:KEY:SECRET"));
-        assert!(!bad("1:key").contains("1:key"), "the value given is not shown");
+        assert!(
+            !bad("1:key").contains("1:key"),
+            "the value given is not shown"
+        );
         assert!(bad("1:key:short").contains("too short, needs 20"));
         assert!(bad(&format!("a/b:key:{SECRET}")).contains("id must be"));
         let twice = PusherArgs {
