@@ -86,6 +86,24 @@ pub struct BenchArgs {
         hide_env_values = true
     )]
     pub auth_jwt_secret: Option<String>,
+    /// With --protocol pusher: the app the clients connect to, as
+    /// ID:KEY:SECRET; the secret signs private channels' subscriptions and
+    /// the HTTP API's triggers. Needed with --target (the app that server
+    /// has); the embedded server is given it [default: a fresh app for the
+    /// embedded server]
+    #[arg(
+        long,
+        value_name = "ID:KEY:SECRET",
+        env = "THRONG_BENCH_PUSHER_APP",
+        hide_env_values = true
+    )]
+    pub pusher_app: Option<String>,
+    /// With --target on this machine: the server's process id, so that
+    /// its CPU and memory are read from /proc, as the embedded server's
+    /// are (for a server without throng's /metrics, such as another
+    /// Pusher server)
+    #[arg(long, value_name = "PID", requires = "target")]
+    pub target_pid: Option<u32>,
     /// Local agent processes [default: as many as the connections need].
     #[arg(long, value_name = "COUNT", allow_negative_numbers = true)]
     pub agents: Option<u32>,
@@ -386,6 +404,25 @@ pub struct LoadArgs {
     /// Use the v1 serializer (JSON objects) in the built-in scenario.
     #[arg(long)]
     pub v1: bool,
+    /// The protocol the built-in scenario's users speak: `phoenix`
+    /// (Phoenix Channels, /socket/websocket) or `pusher` (the Pusher
+    /// Channels protocol as pusher-js speaks it: /app/KEY?protocol=7, a
+    /// subscription per user, `pusher:ping` every 120 s; the embedded
+    /// server runs with a Pusher app, see --pusher-app)
+    #[arg(long, value_enum, default_value_t = Protocol::Phoenix)]
+    pub protocol: Protocol,
+    /// With --protocol pusher: the channel everyone subscribes to:
+    /// `public` (lobby) or `private` (private-lobby, each subscription
+    /// signed with the app's secret as an app's auth endpoint signs it)
+    #[arg(long, value_enum, default_value_t, value_name = "KIND")]
+    pub pusher_channel: crate::pusher::Channel,
+    /// With --protocol pusher: how the publishers broadcast: `api`
+    /// (POST /apps/ID/events on the server's HTTP API, signed as the
+    /// Pusher server SDKs sign: every subscriber receives it) or
+    /// `client-event` (a client-new-msg event on the publisher's socket,
+    /// private channels only: every other subscriber receives it)
+    #[arg(long, value_enum, default_value_t, value_name = "HOW")]
+    pub pusher_trigger: crate::pusher::Trigger,
     /// Every client offers permessage-deflate (WebSocket compression, as
     /// browsers and Node's ws do) and inflates what arrives compressed; the
     /// server compresses messages of 256 bytes or more
@@ -404,6 +441,15 @@ pub struct LoadArgs {
     /// to every subscriber. Against --target, the rule the server has.
     #[arg(long)]
     pub presence: Option<String>,
+}
+
+/// `throng bench --protocol`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Phoenix Channels.
+    Phoenix,
+    /// The Pusher Channels protocol.
+    Pusher,
 }
 
 /// `throng bench --auth`.
@@ -500,6 +546,9 @@ pub struct Load {
     /// scenario without --arrival-rate or --duration); the scenario's one
     /// phase starts at [`ADAPTIVE_START`] per second.
     pub adaptive: bool,
+    /// `--protocol pusher`: the app's secret (the agents sign with it; the
+    /// embedded server is given the app).
+    pub pusher_secret: Option<String>,
 }
 
 /// Adaptive arrival's first rate, users per second: low, so that even a
@@ -533,7 +582,71 @@ impl BenchArgs {
                 "--auth jwt with --target {t}: the tokens must be signed with that server's HS256 secret; add --auth-jwt-secret SECRET (what it was started with as --auth-jwt-secret), or leave --target out to run the embedded server with a fresh secret"
             )));
         }
-        self.load.load()
+        let mut load = self.load.load()?;
+        if self.load.protocol == Protocol::Pusher {
+            load.pusher_secret = Some(self.over_pusher(&mut load.scenario)?);
+        }
+        Ok(load)
+    }
+
+    /// `--protocol pusher`: the built-in scenario over Pusher, with the
+    /// app of `--pusher-app` (else a fresh one for the embedded server);
+    /// returns the app's secret. What Pusher cannot run is refused here,
+    /// with the flag named.
+    fn over_pusher(&self, sc: &mut Scenario) -> Result<String, BenchError> {
+        let refuse = |what: &str| {
+            Err(BenchError::Usage(format!(
+                "--protocol pusher with {what}: the Pusher run is the built-in scenario (subscribe, broadcast, hold); leave {what} out"
+            )))
+        };
+        let l = &self.load;
+        if l.scenario.is_some() || l.tsung.is_some() {
+            return refuse(if l.scenario.is_some() {
+                "--scenario"
+            } else {
+                "--tsung"
+            });
+        }
+        if l.presence.is_some() {
+            return refuse("--presence");
+        }
+        if self.auth != AuthMode::None {
+            return refuse("--auth");
+        }
+        if self.hooks || self.storm {
+            return refuse(if self.hooks { "--hooks" } else { "--storm" });
+        }
+        let broadcasts = sc.expected_broadcasts() > 0;
+        crate::pusher::check(l.pusher_channel, l.pusher_trigger, broadcasts)?;
+        if self.tls && broadcasts && l.pusher_trigger == crate::pusher::Trigger::Api {
+            return Err(BenchError::Usage(
+                "--tls with --protocol pusher's broadcasts through the HTTP API: the bench's trigger speaks plain HTTP; add --pusher-channel private --pusher-trigger client-event, or leave --tls out".into(),
+            ));
+        }
+        let (id, key, secret) = match (&self.pusher_app, &self.target) {
+            (Some(app), _) => crate::pusher::parse_app(app)
+                .map_err(|e| BenchError::Usage(format!("--pusher-app: {e}")))?,
+            (None, Some(t)) => {
+                return Err(BenchError::Usage(format!(
+                    "--protocol pusher with --target {t}: the clients need that server's app; add --pusher-app ID:KEY:SECRET (as it was started with, e.g. throng serve --pusher-app ID:KEY:SECRET)"
+                )))
+            }
+            (None, None) => (
+                crate::pusher::DEFAULT_APP_ID.to_string(),
+                crate::pusher::DEFAULT_APP_KEY.to_string(),
+                crate::wire::new_token()?,
+            ),
+        };
+        let spec = crate::pusher::PusherSpec {
+            app_id: id,
+            key,
+            trigger: l.pusher_trigger,
+        };
+        scenario::over_pusher(sc, spec, l.pusher_channel.name());
+        if let Some(h) = l.heartbeat {
+            sc.heartbeat = h;
+        }
+        Ok(secret)
     }
 }
 
@@ -600,6 +713,7 @@ impl LoadArgs {
             scenario,
             tsung,
             adaptive,
+            pusher_secret: None,
         })
     }
 

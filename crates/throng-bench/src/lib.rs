@@ -34,6 +34,10 @@
 //! - [`handshakes`]: the handshake rounds (`--tls`, `--compare-plain`):
 //!   new clients and the same clients returning with their TLS tickets,
 //!   for the server's CPU per connect of each.
+//! - [`pusher`]: the Pusher Channels protocol's side of a run
+//!   (`--protocol pusher`): the app, the channel, the client frames, and
+//!   broadcasts triggered through the HTTP API from a thread beside the
+//!   engine.
 //! - [`soak`]: the soak (`--soak DURATION`): a steady population churned
 //!   for a long time against a server whose memory, open files, threads
 //!   and every `/metrics` gauge are sampled once a second and judged for
@@ -73,7 +77,7 @@
 //! A module uses only modules in a layer below it
 //! (`scripts/check-import-cycles.py` checks there is no cycle):
 //! 1. `error`, `hist`, `jwt`, `slots`, `sys`: plain types and OS reads
-//! 2. `hooks`, `presence`, `storm`, `soak`
+//! 2. `hooks`, `presence`, `pusher`, `storm`, `soak`
 //! 3. `scenario`, `stats`
 //! 4. `floor`, `plan` (an agent's orders, its TLS settings included), `report`, `tsung`
 //! 5. `dashboard`, `engine`, `wire`
@@ -97,6 +101,7 @@ pub mod jwt;
 pub mod netns;
 pub mod plan;
 pub mod presence;
+pub mod pusher;
 pub mod report;
 pub mod scenario;
 pub mod slots;

@@ -38,4 +38,8 @@ pub struct Plan {
     /// its own token signed with it ([`crate::jwt`]).
     #[serde(default)]
     pub auth_jwt_secret: Option<String>,
+    /// `--protocol pusher`: the app's secret, which signs private
+    /// channels' subscriptions and the HTTP API's triggers.
+    #[serde(default)]
+    pub pusher_secret: Option<String>,
 }

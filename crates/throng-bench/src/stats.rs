@@ -63,6 +63,13 @@ pub struct ErrorDetail {
     pub fds: u64,
     pub buffers: u64,
     pub capacity: u64,
+    /// Over Pusher, of `error_reply`: `pusher:error` frames by code (0:
+    /// none given), such as 4301 for client events over the rate.
+    #[serde(deserialize_with = "code_keys")]
+    pub pusher_errors: BTreeMap<u16, u64>,
+    /// Over Pusher, of `error_reply`: broadcasts the HTTP API refused or
+    /// never answered (the agent logs the first one's answer).
+    pub trigger_failed: u64,
 }
 
 /// Reads close codes (and HTTP statuses) keyed by their JSON text (`{"1001": 3}`). serde's
@@ -98,6 +105,10 @@ impl ErrorDetail {
         self.fds += o.fds;
         self.buffers += o.buffers;
         self.capacity += o.capacity;
+        for (code, n) in &o.pusher_errors {
+            *self.pusher_errors.entry(*code).or_default() += n;
+        }
+        self.trigger_failed += o.trigger_failed;
     }
 }
 
@@ -174,6 +185,10 @@ pub struct Counters {
     /// Stamped broadcasts published, and stamped receipts.
     pub bcast_sent: u64,
     pub bcast_recv: u64,
+    /// Of `bcast_sent`, those their sender does not receive (Pusher's
+    /// client events are not echoed): one receipt fewer due each.
+    #[serde(default)]
+    pub bcast_unechoed: u64,
     pub errors: Errors,
     /// The agent's resident set size, bytes.
     pub rss: u64,
@@ -232,6 +247,7 @@ impl Counters {
         self.presence.add(&o.presence);
         self.bcast_sent += o.bcast_sent;
         self.bcast_recv += o.bcast_recv;
+        self.bcast_unechoed += o.bcast_unechoed;
         self.errors.add(&o.errors);
         self.rss += o.rss;
         self.cpu_secs += o.cpu_secs;
@@ -258,9 +274,9 @@ impl Counters {
     }
 
     /// Broadcast receipts due so far: every broadcast sent, to every open
-    /// connection.
+    /// connection (but its sender, for one not echoed).
     pub fn receipts_due(&self) -> u64 {
-        self.bcast_sent * self.open
+        (self.bcast_sent * self.open).saturating_sub(self.bcast_unechoed)
     }
 }
 

@@ -144,6 +144,7 @@ pub fn import(xml: &str) -> Result<TsungImport, BenchError> {
         reply_timeout: 10.0,
         presence: None,
         deflate: false,
+        pusher: None,
         phases,
         roles,
     };

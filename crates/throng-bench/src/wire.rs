@@ -427,6 +427,7 @@ mod tests {
             adaptive: false,
             tls: None,
             auth_jwt_secret: None,
+            pusher_secret: None,
         }));
         let mut buf = Vec::new();
         send(&mut buf, &plan).unwrap();

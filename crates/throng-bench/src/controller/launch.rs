@@ -46,6 +46,38 @@ pub(crate) fn presence_server_args(
     out
 }
 
+/// Over Pusher with client events: the client event rate a publisher
+/// needs of the embedded server, when Pusher's 10 a second (burst 10)
+/// would refuse some of its broadcasts (0: no limit, for broadcasts sent
+/// at once); `None` when 10 a second takes them.
+pub(crate) fn client_event_rate(sc: &crate::scenario::Scenario) -> Option<u32> {
+    use crate::scenario::Step;
+    fn publishes(steps: &[Step], out: &mut Vec<(u32, f64)>) {
+        for s in steps {
+            match s {
+                Step::Publish {
+                    count, interval, ..
+                } => out.push((*count, *interval)),
+                Step::Loop { steps, .. } => publishes(steps, out),
+                _ => {}
+            }
+        }
+    }
+    let mut all = Vec::new();
+    for r in &sc.roles {
+        publishes(&r.session, &mut all);
+    }
+    let (count, interval) = all.into_iter().max_by_key(|p| p.0)?;
+    if count <= 10 {
+        return None;
+    }
+    if interval <= 0.0 {
+        return Some(0);
+    }
+    let rate = (1.0 / interval).ceil().min(u32::MAX as f64) as u32;
+    (rate > 10).then_some(rate)
+}
+
 /// `current_exe` with `args`, quiet unless `THRONG_LOG` says otherwise.
 fn throng(args: &[&str]) -> Result<Command, BenchError> {
     let mut cmd = Command::new(std::env::current_exe()?);

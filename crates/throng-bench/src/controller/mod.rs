@@ -178,17 +178,23 @@ fn one_run(
         scenario: sc,
         tsung: imported,
         adaptive,
+        pusher_secret,
     } = load.clone();
     let users = sc.total_users();
     let bench_tls = tls::setup(args)?;
-    let (embedded, target, presence_args, jwt_secret) =
-        server_side(args, &sc, ctx.per_process, ctx.hard, &bench_tls.server_args)?;
+    let secrets = Secrets::of(args, pusher_secret)?;
+    let (embedded, target, presence_args) = server_side(
+        args,
+        &sc,
+        ctx.per_process,
+        ctx.hard,
+        &bench_tls.server_args,
+        &secrets,
+    )?;
+    let jwt_secret = secrets.jwt.clone();
     let tsung_caps = tsung_caps(imported.as_ref(), ctx.per_process);
     let local = local_agents(args, users, ctx.per_process, tsung_caps.len());
-    if let Some(imp) = &imported {
-        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
-        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
-    }
+    tsung_mapping(imported.as_ref(), local);
     let total_agents = local + args.remote_agents;
     setup_notes(&ctx.os, users, ctx.soft, ctx.hard, ctx.per_process);
     eprintln!(
@@ -197,10 +203,7 @@ fn one_run(
         if args.tls { " over TLS" } else { "" }
     );
     let listener = TcpListener::bind(&args.listen)?;
-    let token = match &args.token {
-        Some(t) if !t.is_empty() => t.clone(),
-        _ => wire::new_token()?,
-    };
+    let token = run_token(args)?;
     let mut agents = connect_agents(args, &listener, &token, local, total_agents)?;
     let plan = Plan {
         index: 0,
@@ -213,6 +216,7 @@ fn one_run(
         adaptive,
         tls: bench_tls.plan.clone(),
         auth_jwt_secret: jwt_secret.clone(),
+        pusher_secret: secrets.pusher,
     };
     send_plans(&mut agents, plan, &tsung_caps)?;
     let conn_size = agents.await_ready()?;
@@ -222,7 +226,7 @@ fn one_run(
     } else {
         None
     };
-    let probe = probe_of(embedded.as_ref(), target);
+    let probe = probe_of(embedded.as_ref(), target, args.target_pid);
     let handshakes = handshake_setup(
         args,
         &sc,
@@ -355,8 +359,8 @@ fn send_plans(agents: &mut Agents, plan: Plan, tsung_caps: &[u64]) -> Result<(),
 }
 
 /// What samples the server: the embedded one's processes, or a target's
-/// `/metrics` only.
-fn probe_of(embedded: Option<&Embedded>, target: SocketAddr) -> ServerProbe {
+/// `/metrics` (and its process, `--target-pid`, from `/proc`).
+fn probe_of(embedded: Option<&Embedded>, target: SocketAddr, pid: Option<u32>) -> ServerProbe {
     match embedded {
         Some(e) => ServerProbe::new(
             e.server.metrics,
@@ -365,7 +369,11 @@ fn probe_of(embedded: Option<&Embedded>, target: SocketAddr) -> ServerProbe {
             e.workers,
             e.redis.as_ref().map(|r| r.pid()),
         ),
-        None => ServerProbe::new(target, None, Vec::new(), 1, None),
+        None => {
+            let mut p = ServerProbe::new(target, None, pid.into_iter().collect(), 1, None);
+            p.target_pid = pid;
+            p
+        }
     }
 }
 
@@ -455,6 +463,14 @@ fn listening(target: &str) -> Result<(), BenchError> {
     }
 }
 
+/// Says where an imported Tsung config's clients run.
+fn tsung_mapping(imported: Option<&crate::tsung::TsungImport>, local: u32) {
+    if let Some(imp) = imported {
+        let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
+        eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
+    }
+}
+
 /// What a `--tsung` import changed or left out, on stderr.
 fn import_notes(args: &BenchArgs, imp: &crate::tsung::TsungImport) {
     for n in &imp.notes {
@@ -480,8 +496,31 @@ pub(super) fn jwt_secret(args: &BenchArgs) -> Result<Option<String>, BenchError>
 }
 
 /// What the server side is: the embedded server (or none), its address,
-/// what it was given for presence, and `--auth jwt`'s secret.
-type ServerSide = (Option<Embedded>, SocketAddr, Vec<String>, Option<String>);
+/// and what it was given for presence.
+type ServerSide = (Option<Embedded>, SocketAddr, Vec<String>);
+
+/// The run's secrets: `--auth jwt`'s, and the Pusher app's.
+struct Secrets {
+    jwt: Option<String>,
+    pusher: Option<String>,
+}
+
+impl Secrets {
+    fn of(args: &BenchArgs, pusher: Option<String>) -> Result<Secrets, BenchError> {
+        Ok(Secrets {
+            jwt: jwt_secret(args)?,
+            pusher,
+        })
+    }
+}
+
+/// The token agents authenticate with: `--token`, else a fresh one.
+fn run_token(args: &BenchArgs) -> Result<String, BenchError> {
+    match &args.token {
+        Some(t) if !t.is_empty() => Ok(t.clone()),
+        _ => Ok(wire::new_token()?),
+    }
+}
 
 /// The server side: the embedded `throng serve` (and what it was given for
 /// the scenario's presence), or the `--target`; with `--auth jwt` the
@@ -493,15 +532,15 @@ fn server_side(
     per_process: u64,
     hard: u64,
     tls_args: &[String],
+    secrets: &Secrets,
 ) -> Result<ServerSide, BenchError> {
-    let jwt_secret = jwt_secret(args)?;
     if let Some(t) = &args.target {
         if !sc.sends_heartbeats() {
             eprintln!(
                 "warning: this scenario sends no heartbeats: the server's idle timeout (throng's default 60 s) will close sessions that stay quiet longer"
             );
         }
-        return Ok((None, resolve(t)?, Vec::new(), jwt_secret));
+        return Ok((None, resolve(t)?, Vec::new()));
     }
     let users = sc.total_users();
     let idle = if sc.sends_heartbeats() {
@@ -536,14 +575,45 @@ fn server_side(
         );
     }
     let mut env = Vec::new();
-    if let Some(secret) = jwt_secret.as_deref() {
+    let pusher_app = pusher_server_args(sc, secrets, &mut server_args);
+    if let Some(app) = &pusher_app {
+        env.push(("THRONG_PUSHER_APPS", app.as_str()));
+    }
+    if let Some(secret) = secrets.jwt.as_deref() {
         eprintln!("auth: the embedded server runs with --auth jwt (the --auth-jwt-secret, else a fresh one); each user connects with its own token");
         server_args.extend(["--auth".to_string(), "jwt".to_string()]);
         env.push(("THRONG_AUTH_JWT_SECRET", secret));
     }
     let e = Embedded::start(users, per_process, hard, idle, &server_args, &env)?;
     let addr = e.server.addr;
-    Ok((Some(e), addr, presence, jwt_secret))
+    Ok((Some(e), addr, presence))
+}
+
+/// Over Pusher, what the embedded server needs: its app (`ID:KEY:SECRET`,
+/// returned for its environment, off the command line) and, when the
+/// publishers send client events faster than Pusher's 10 a second, a
+/// client event rate that lets them (unless `--server-arg` sets one).
+fn pusher_server_args(
+    sc: &scenario::Scenario,
+    secrets: &Secrets,
+    server_args: &mut Vec<String>,
+) -> Option<String> {
+    let spec = sc.pusher.as_ref()?;
+    let secret = secrets.pusher.as_deref().unwrap_or_default();
+    eprintln!(
+        "pusher: the embedded server runs with app {} (key {}) given in THRONG_PUSHER_APPS",
+        spec.app_id, spec.key
+    );
+    let given = server_args
+        .iter()
+        .any(|a| a.starts_with("--pusher-client-event-rate"));
+    if spec.trigger == crate::pusher::Trigger::ClientEvent && !given {
+        if let Some(rate) = launch::client_event_rate(sc) {
+            eprintln!("pusher: the embedded server runs with --pusher-client-event-rate {rate} (the publishers' rate; Pusher's is 10)");
+            server_args.extend(["--pusher-client-event-rate".into(), rate.to_string()]);
+        }
+    }
+    Some(format!("{}:{}:{secret}", spec.app_id, spec.key))
 }
 
 /// Local agent processes: `--agents`, else one per Tsung client or as

@@ -211,6 +211,12 @@ impl Run {
             description: scenario::describe(&self.sc, self.adaptive),
             serializer: vsn_name::of(self.sc.serializer).into(),
             heartbeat_secs: self.sc.heartbeat,
+            protocol: if self.sc.pusher.is_some() {
+                "pusher"
+            } else {
+                "phoenix"
+            }
+            .into(),
         }
     }
 
@@ -313,7 +319,7 @@ impl Run {
         report::Server {
             embedded: self.probe.pid.is_some(),
             address: self.probe.metrics.to_string(),
-            pid: self.probe.pid,
+            pid: self.probe.pid.or(self.probe.target_pid),
             rss_baseline: baseline.server.map(|s| s.rss),
             rss_plateau: plateau.server.map(|s| s.rss),
             bytes_per_conn: server_bytes,

@@ -22,6 +22,9 @@ pub(super) struct ServerProbe {
     fd_baseline: u64,
     /// Where `/metrics` is served: the server's address.
     pub metrics: SocketAddr,
+    /// A `--target`'s process (`--target-pid`), read from `/proc` as the
+    /// embedded server's are.
+    pub target_pid: Option<u32>,
 }
 
 impl ServerProbe {
@@ -44,6 +47,7 @@ impl ServerProbe {
             fd_baseline: open_fds(&fd_holders),
             fd_holders,
             metrics,
+            target_pid: None,
         }
     }
 

@@ -377,8 +377,13 @@ impl Run {
         let slab = sys::slab();
         if metrics.is_none() {
             eprintln!(
-                "warning: no /metrics from the server at {}: server-side figures will be missing (a throng server serves it on its public port with `throng serve --public-metrics`)",
-                self.probe.metrics
+                "warning: no /metrics from the server at {}: server-side figures will be missing (a throng server serves it on its public port with `throng serve --public-metrics`){}",
+                self.probe.metrics,
+                if self.probe.target_pid.is_some() {
+                    "; its CPU and memory are read from /proc (--target-pid)"
+                } else {
+                    "; for another server on this machine, add --target-pid PID to read its CPU and memory from /proc"
+                }
             );
         }
         let controller_cpu = sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0);

@@ -18,6 +18,8 @@ pub(super) enum State {
     Connecting,
     /// Upgrade request sent, waiting for 101.
     Handshaking,
+    /// Over Pusher: upgraded, waiting for `pusher:connection_established`.
+    Establishing,
     /// In a think time, until `deadline_ms`.
     Sleeping,
     /// Waiting for the reply to `await_ref`, until `deadline_ms`.

@@ -164,14 +164,23 @@ impl Engine {
     /// A frame from a floor writer: decoded and timed as a broadcast is
     /// (`on_message`), but counted as the floor's.
     pub(super) fn on_floor_frame(&mut self, token: usize, opcode: Opcode, data: &[u8]) {
-        let vsn = self.conns[token].vsn();
-        let Ok(msg) = serializer::decode(vsn, opcode, data, serializer::Sender::Server) else {
-            return;
+        let stamp = if self.pusher.is_some() {
+            // Decoded as a broadcast over Pusher is (`on_pusher_message`).
+            throng_protocol::pusher::server::decode(data)
+                .ok()
+                .and_then(|f| f.data)
+                .and_then(|d| find_stamp(d.get().as_bytes()))
+        } else {
+            let vsn = self.conns[token].vsn();
+            let Ok(msg) = serializer::decode(vsn, opcode, data, serializer::Sender::Server) else {
+                return;
+            };
+            let Payload::Json(p) = msg.payload else {
+                return;
+            };
+            find_stamp(p.as_bytes())
         };
-        let Payload::Json(p) = msg.payload else {
-            return;
-        };
-        let Some((key, sent_ns)) = find_stamp(p.as_bytes()) else {
+        let Some((key, sent_ns)) = stamp else {
             return;
         };
         let now = sys::realtime_ns();

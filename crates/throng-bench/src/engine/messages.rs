@@ -28,6 +28,9 @@ impl Engine {
     /// One message from the server: a reply, an error, or a push (timed if
     /// it carries a broadcast stamp).
     pub(super) fn on_message(&mut self, token: usize, opcode: Opcode, data: &[u8]) {
+        if self.pusher.is_some() {
+            return self.on_pusher_message(token, data);
+        }
         let vsn = self.conns[token].vsn();
         let Ok(msg) = serializer::decode(vsn, opcode, data, serializer::Sender::Server) else {
             self.counters.errors.other += 1;
@@ -64,13 +67,7 @@ impl Engine {
             _ => {
                 if let Payload::Json(p) = msg.payload {
                     if let Some((key, sent_ns)) = find_stamp(p.as_bytes()) {
-                        let now = sys::realtime_ns();
-                        let us = (now.saturating_sub(sent_ns) / 1000).max(1);
-                        self.hists.broadcast.saturating_record(us);
-                        self.counters.bcast_recv += 1;
-                        let b = self.bcasts.entry(key).or_default();
-                        b.recv += 1;
-                        b.last_ns = b.last_ns.max(now);
+                        self.on_broadcast(key, sent_ns);
                     }
                 }
             }
@@ -79,7 +76,7 @@ impl Engine {
 
     /// A reply to `msg_ref`: timed and counted if it is the one the
     /// connection tracks (a join's, or a waited push's).
-    fn on_reply(&mut self, token: usize, msg_ref: Option<u32>, ok: bool) {
+    pub(super) fn on_reply(&mut self, token: usize, msg_ref: Option<u32>, ok: bool) {
         let c = &mut self.conns[token];
         if c.await_ref == 0 || msg_ref != Some(c.await_ref) {
             return;
@@ -127,10 +124,16 @@ impl Engine {
             fixed_ref,
             stamp,
             presence,
+            ref auth,
             ..
         } = op
         else {
             return;
+        };
+        // A Pusher private channel's subscription: signed for this socket.
+        let auth = match (auth, self.pusher.as_mut()) {
+            (Some(channel), Some(p)) => p.auth(token, channel),
+            _ => String::new(),
         };
         let now_us = self.now_us();
         let c = &mut self.conns[token];
@@ -150,6 +153,7 @@ impl Engine {
                 msg_ref: r,
                 join_ref: c.join_ref,
                 now_ns,
+                auth: &auth,
             },
         );
         if track {
@@ -167,6 +171,17 @@ impl Engine {
             self.counters.bcast_sent += 1;
             let key = ((c.user as u64) << 32) | r as u64;
             self.bcasts.entry(key).or_default().sent_ns = now_ns;
+            // Pusher relays a client event to every subscriber but its sender.
+            if self.pusher.is_some() && kind == SendKind::Push {
+                self.counters.bcast_unechoed += 1;
+            }
+        }
+        if kind == SendKind::Trigger {
+            if let Some(p) = &self.pusher {
+                self.counters.msgs_out += 1;
+                p.trigger(&self.tbuf);
+            }
+            return;
         }
         self.send_frame(token, opcode);
     }
@@ -180,10 +195,14 @@ impl Engine {
             msg_ref: c.next_ref,
             join_ref: c.join_ref,
             now_ns: 0,
+            auth: "",
         };
         let i = c.vsn().index();
         self.tbuf.clear();
-        self.hb_tpl[i].render(&mut self.tbuf, &v);
+        match &self.pusher {
+            Some(p) => p.ping.render(&mut self.tbuf, &v),
+            None => self.hb_tpl[i].render(&mut self.tbuf, &v),
+        }
         if c.state.is_floor() {
             // The floor's: no message of the run.
             self.counters.floor_hb_sent += 1;

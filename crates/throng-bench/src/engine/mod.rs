@@ -41,6 +41,7 @@ mod floor;
 mod large;
 mod messages;
 mod presence;
+mod pusher;
 mod session;
 mod socket;
 #[cfg(test)]
@@ -165,6 +166,8 @@ pub struct Engine {
     /// reset per message, and its output.
     inflater: Option<Box<throng_protocol::deflate::Inflater>>,
     inflated: Vec<u8>,
+    /// Over Pusher (`--protocol pusher`): its side of the engine.
+    pusher: Option<pusher::PusherSide>,
 }
 
 /// Why a session ends.
@@ -212,6 +215,20 @@ impl Engine {
         let grid_ms = ((sc.heartbeat_grid * 1000.0).round() as u32).max(1);
         let epoch = Instant::now();
         let epoch_rt_ns = sys::realtime_ns();
+        let pusher = match &sc.pusher {
+            Some(spec) => {
+                let api = || crate::pusher::trigger::Api {
+                    target: plan.target,
+                    host: plan.host.clone(),
+                    app_id: spec.app_id.clone(),
+                    key: spec.key.clone(),
+                    secret: plan.pusher_secret.clone().unwrap_or_default(),
+                };
+                let secret = plan.pusher_secret.clone().unwrap_or_default();
+                Some(pusher::PusherSide::new(spec, secret, &programs, api)?)
+            }
+            None => None,
+        };
         let mut conns = Slab::new();
         let capacity = usize::try_from(plan.capacity).unwrap_or(usize::MAX);
         conns.reserve(users.min(capacity));
@@ -260,6 +277,7 @@ impl Engine {
             presence: PresenceLog::default(),
             inflater: None,
             inflated: Vec::new(),
+            pusher,
         })
     }
 
@@ -423,6 +441,9 @@ impl Engine {
             self.counters.floor_failed += u64::from(matches!(cause, Cause::Error(_)));
             return;
         }
+        if let Some(p) = self.pusher.as_mut() {
+            p.forget(token);
+        }
         self.counters.ended += 1;
         match cause {
             Cause::Done => {
@@ -505,7 +526,7 @@ impl Engine {
         let mut oldest_mark = now_us;
         for (_, c) in self.conns.iter_mut() {
             match c.state {
-                State::Connecting | State::Handshaking => {
+                State::Connecting | State::Handshaking | State::Establishing => {
                     connecting += 1;
                     oldest_mark = oldest_mark.min(c.mark_us);
                 }
@@ -516,7 +537,10 @@ impl Engine {
                 _ => {}
             }
             if c.sock.is_some()
-                && !matches!(c.state, State::Connecting | State::Handshaking)
+                && !matches!(
+                    c.state,
+                    State::Connecting | State::Handshaking | State::Establishing
+                )
                 && !c.state.is_floor()
             {
                 open += 1;
@@ -533,6 +557,10 @@ impl Engine {
         }
         for _ in 0..timeouts {
             self.count_error(ErrKind::TimeoutReply);
+        }
+        if let Some(failed) = self.pusher.as_mut().map(pusher::PusherSide::new_failures) {
+            self.counters.errors.error_reply += failed;
+            self.counters.errors.detail.trigger_failed += failed;
         }
         let k = &mut self.counters;
         k.open = open;

@@ -80,7 +80,7 @@ impl Engine {
                     self.advance(t);
                 }
                 State::Connecting => self.drop_conn(t, Cause::Error(ErrKind::TimeoutTcp)),
-                State::Handshaking => {
+                State::Handshaking | State::Establishing => {
                     self.drop_conn(t, Cause::Error(ErrKind::TimeoutUpgrade));
                 }
                 State::Awaiting => self.drop_conn(t, Cause::Error(ErrKind::TimeoutReply)),

@@ -148,6 +148,7 @@ fn started_engine(sc: crate::scenario::Scenario, addr: SocketAddr) -> Engine {
         adaptive: false,
         tls: None,
         auth_jwt_secret: None,
+        pusher_secret: None,
     })
     .unwrap();
     engine.start();
@@ -244,6 +245,7 @@ fn engine_counts_close_codes() {
         adaptive: false,
         tls: None,
         auth_jwt_secret: None,
+        pusher_secret: None,
     })
     .unwrap();
     engine.start();
@@ -547,6 +549,198 @@ fn heartbeats_fall_on_the_shared_grid() {
     assert!(phases.len() > 3, "without a grid, phases spread: {off:?}");
 }
 
+/// A stand-in Pusher server on threads: upgrades, sends
+/// `pusher:connection_established` (socket id `7.<n>`), answers
+/// `pusher:subscribe` after checking a private channel's signature with
+/// `secret` (`subscription_succeeded`, or `subscription_error` 401),
+/// relays client events to every other socket, pings each socket once
+/// and answers `pusher:ping`. Returns its address and the pongs it got.
+fn stand_in_pusher(
+    secret: &'static str,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use throng_protocol::pusher::{client, server, signature, ClientFrame};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peers: Arc<Mutex<Vec<(u64, std::net::TcpStream)>>> = Arc::default();
+    let pongs = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&pongs);
+    let frame = |body: &[u8]| {
+        let mut f = Vec::new();
+        encode_frame(&mut f, Opcode::Text, body, None);
+        f
+    };
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut s) = stream else { break };
+            let (peers, pongs) = (Arc::clone(&peers), Arc::clone(&seen));
+            std::thread::spawn(move || {
+                let Some(mut out) = read_upgrade(&mut s) else {
+                    return;
+                };
+                let id = format!("7.{n}");
+                let mut body = Vec::new();
+                server::connection_established(&mut body, &id, 120);
+                out.extend(frame(&body));
+                body.clear();
+                server::ping(&mut body);
+                out.extend(frame(&body));
+                s.write_all(&out).unwrap();
+                peers
+                    .lock()
+                    .unwrap()
+                    .push((n as u64, s.try_clone().unwrap()));
+                let mut chunk = [0u8; 4096];
+                let mut pending: Vec<u8> = Vec::new();
+                loop {
+                    while let Ok(Some(f)) =
+                        decode_frame(&mut pending, throng_protocol::Role::Server, 1 << 20)
+                    {
+                        let data = pending[f.payload.clone()].to_vec();
+                        pending.drain(..f.consumed);
+                        let mut body = Vec::new();
+                        match client::decode(&data, 1 << 16) {
+                            Ok(ClientFrame::Subscribe(sub)) => {
+                                let auth = sub.auth.as_deref().unwrap_or("");
+                                let ok = !crate::pusher::needs_auth(&sub.channel)
+                                    || signature::verify_channel_auth(
+                                        "k",
+                                        secret.as_bytes(),
+                                        &id,
+                                        &sub.channel,
+                                        None,
+                                        auth,
+                                    )
+                                    .is_ok();
+                                if ok {
+                                    server::subscription_succeeded(&mut body, &sub.channel);
+                                } else {
+                                    server::subscription_error(
+                                        &mut body,
+                                        &sub.channel,
+                                        "AuthError",
+                                        "no",
+                                        401,
+                                    );
+                                }
+                                s.write_all(&frame(&body)).unwrap();
+                            }
+                            Ok(ClientFrame::ClientEvent(e)) => {
+                                let data = e.data.map(server::Data::from_json);
+                                server::event(&mut body, &e.event, &e.channel, data, None);
+                                let f = frame(&body);
+                                for (m, p) in peers.lock().unwrap().iter_mut() {
+                                    if *m != n as u64 {
+                                        let _ = p.write_all(&f);
+                                    }
+                                }
+                            }
+                            Ok(ClientFrame::Ping) => {
+                                server::pong(&mut body);
+                                s.write_all(&frame(&body)).unwrap();
+                            }
+                            Ok(ClientFrame::Pong) => {
+                                pongs.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {}
+                        }
+                    }
+                    let n = s.read(&mut chunk).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    pending.extend_from_slice(&chunk[..n]);
+                }
+            });
+        }
+    });
+    (addr, pongs)
+}
+
+/// The engine over Pusher against the stand-in: `users` subscribe to a
+/// private channel signed with `secret`, one publishes 2 client events.
+fn pusher_engine(secret: &str, users: u64) -> (Engine, u64) {
+    let (addr, pongs) = stand_in_pusher("the-apps-secret");
+    let mut sc = chat(Phase::at_rate(users, 2000.0), 1, 2, 0.0, Vsn::V2);
+    let spec = crate::pusher::PusherSpec {
+        app_id: "1".into(),
+        key: "k".into(),
+        trigger: crate::pusher::Trigger::ClientEvent,
+    };
+    crate::scenario::over_pusher(&mut sc, spec, "private-lobby");
+    let mut engine = Engine::new(Plan {
+        scenario: sc,
+        target: addr,
+        host: addr.to_string(),
+        bind_sources: true,
+        index: 0,
+        agents: 1,
+        capacity: 1000,
+        adaptive: false,
+        tls: None,
+        auth_jwt_secret: None,
+        pusher_secret: Some(secret.into()),
+    })
+    .unwrap();
+    engine.start();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        engine.turn(Duration::from_millis(5)).unwrap();
+        engine.refresh_gauges();
+        let c = &engine.counters;
+        let settled = c.arrivals_done && c.connecting == 0 && c.awaiting == 0;
+        if settled && (c.at_barrier == users || c.ended == users) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not settle: {c:?}");
+    }
+    engine.release();
+    let due = 2 * (users - 1);
+    while engine.counters.joined == users && engine.counters.bcast_recv < due {
+        engine.turn(Duration::from_millis(5)).unwrap();
+        assert!(Instant::now() < deadline, "{:?}", engine.counters);
+    }
+    // Every socket answered the server's ping.
+    while pongs.load(std::sync::atomic::Ordering::Relaxed) < engine.counters.connected {
+        engine.turn(Duration::from_millis(5)).unwrap();
+        assert!(Instant::now() < deadline, "pongs missing");
+    }
+    engine.refresh_gauges();
+    (engine, due)
+}
+
+/// Over Pusher: each socket waits for `connection_established`, signs its
+/// private subscription with its socket id, is timed to
+/// `subscription_succeeded`, answers the server's ping; the publisher's
+/// client events reach every other socket (not echoed), and the
+/// receipts due count one fewer per broadcast.
+#[test]
+fn engine_runs_a_pusher_session_against_a_stand_in_server() {
+    let users = 12;
+    let (engine, due) = pusher_engine("the-apps-secret", users);
+    let c = &engine.counters;
+    assert_eq!((c.connected, c.joined), (users, users), "{c:?}");
+    assert_eq!(c.errors.total(), 0, "{c:?}");
+    assert_eq!((c.bcast_sent, c.bcast_unechoed), (2, 2));
+    assert_eq!(c.bcast_recv, due);
+    assert_eq!(c.receipts_due(), due);
+    assert_eq!(engine.hists.join.len(), users);
+    assert!(engine.bcasts.values().all(|b| b.recv == users - 1));
+}
+
+/// Signed with the wrong secret, every subscription is refused: a
+/// `pusher:subscription_error` is the join's error reply.
+#[test]
+fn a_wrong_secret_is_a_refused_pusher_subscription() {
+    let users = 6;
+    let (engine, _) = pusher_engine("not-the-apps-secret", users);
+    let c = &engine.counters;
+    assert_eq!((c.connected, c.joined), (users, 0), "{c:?}");
+    assert_eq!(c.errors.error_reply, users, "{c:?}");
+}
+
 /// Floor sockets on a sample of this agent's users: only the sample's
 /// count opens, and each heartbeats as many times more often as the
 /// sample is smaller (the run's heartbeats a second, on fewer sockets).
@@ -567,6 +761,7 @@ fn a_floor_sample_opens_its_share_and_beats_faster() {
         adaptive: false,
         tls: None,
         auth_jwt_secret: None,
+        pusher_secret: None,
     })
     .unwrap();
     engine.floor_connect(vec![addr], Some(2), Some(0.25));

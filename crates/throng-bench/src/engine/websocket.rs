@@ -323,7 +323,12 @@ impl Engine {
         let now_us = self.now_us();
         let c = &mut self.conns[token];
         let us = now_us.saturating_sub(c.mark_us).max(1);
-        c.state = State::Running;
+        // Over Pusher the session goes on at `connection_established`.
+        c.state = if self.pusher.is_some() {
+            State::Establishing
+        } else {
+            State::Running
+        };
         self.hists.connect.saturating_record(us);
         self.counters.connected += 1;
         Slots::bump(&mut self.slots.connects, self.arrivals.started_at);

@@ -23,6 +23,10 @@
 //! threads answer each with one fixed reply frame (`writer/thread.rs`), the
 //! least any server must do for one. `--heartbeat 0` measures both without.
 //!
+//! Over Pusher (`--protocol pusher`) the frame is the event frame every
+//! subscriber receives (the same channel, event name and data, stamped),
+//! and the heartbeat's answer `pusher:pong`.
+//!
 //! This module holds what the three sides share: the frame a floor writer
 //! writes ([`FloorFrame`]) and its orders ([`FloorOrder`]). The writer
 //! process (`throng agent --floor-writer`, started by the controller like an
@@ -30,10 +34,11 @@
 //! `engine/floor.rs`, the controller's in `controller/floor.rs`.
 
 use serde::{Deserialize, Serialize};
-use throng_protocol::frame::encode_frame;
+use throng_protocol::frame::{encode_frame, Opcode};
 use throng_protocol::{serializer, Payload, Vsn};
 
 use crate::error::BenchError;
+use crate::pusher::{self, Trigger};
 use crate::scenario::{vsn_name, Scenario, Step, Template, Vars};
 
 /// The frame a broadcast of the run carries, to be written by the floor writers.
@@ -45,6 +50,11 @@ pub struct FloorFrame {
     pub event: String,
     /// The payload template (with `%%stamp%%`).
     pub payload: String,
+    /// Over Pusher (`--protocol pusher`): how the broadcast is sent, which
+    /// names its event; the frame is then Pusher's event frame, and the
+    /// heartbeat's answer `pusher:pong`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pusher: Option<Trigger>,
 }
 
 impl FloorFrame {
@@ -73,6 +83,7 @@ impl FloorFrame {
             topic: topic.into(),
             event: event.into(),
             payload: payload.into(),
+            pusher: sc.pusher.as_ref().map(|p| p.trigger),
         }
     }
 
@@ -88,11 +99,18 @@ impl FloorFrame {
                 msg_ref: round,
                 join_ref: 0,
                 now_ns: stamp_ns,
+                auth: "",
             },
         );
         let payload = String::from_utf8(payload)
             .map_err(|_| BenchError::Scenario("a publish payload is not UTF-8".into()))?;
         let mut msg = Vec::new();
+        if let Some(trigger) = self.pusher {
+            pusher::event_frame(&mut msg, trigger, &self.event, &self.topic, &payload);
+            let mut frame = Vec::with_capacity(msg.len() + 10);
+            encode_frame(&mut frame, Opcode::Text, &msg, None);
+            return Ok(frame);
+        }
         let opcode = serializer::encode_broadcast(
             self.vsn,
             &mut msg,
@@ -110,6 +128,12 @@ impl FloorFrame {
     /// for all: the agents do not match the floor's replies).
     pub fn heartbeat_reply(&self) -> Result<Vec<u8>, BenchError> {
         let mut msg = Vec::new();
+        if self.pusher.is_some() {
+            throng_protocol::pusher::server::pong(&mut msg);
+            let mut frame = Vec::with_capacity(msg.len() + 2);
+            encode_frame(&mut frame, Opcode::Text, &msg, None);
+            return Ok(frame);
+        }
         let opcode = serializer::encode_reply(
             self.vsn,
             &mut msg,

@@ -140,6 +140,9 @@ pub struct ScenarioInfo {
     /// `"v1"` or `"v2"`.
     pub serializer: String,
     pub heartbeat_secs: f64,
+    /// `"phoenix"`, or `"pusher"` (`--protocol pusher`).
+    #[serde(default)]
+    pub protocol: String,
 }
 
 /// Users (Tsung's word for sessions) and their connections.

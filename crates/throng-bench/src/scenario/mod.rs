@@ -22,6 +22,7 @@ use throng_protocol::Vsn;
 pub use self::program::{Op, Program, SendKind};
 pub use self::template::{find_stamp, Seg, Template, Vars, STAMP_PREFIX};
 use crate::error::BenchError;
+use crate::pusher::{self, PusherSpec};
 
 /// The load: arrival phases, and what the users do.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -60,6 +61,12 @@ pub struct Scenario {
     /// compressed (`throng bench --deflate`). Off by default.
     #[serde(default)]
     pub deflate: bool,
+    /// Speak the Pusher Channels protocol instead of Phoenix's (`throng
+    /// bench --protocol pusher`): a topic is a channel, a join a
+    /// subscription, a publish a trigger through the HTTP API or a client
+    /// event (see [`crate::pusher`]). None by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pusher: Option<PusherSpec>,
     /// Arrival phases, run one after the other.
     pub phases: Vec<Phase>,
     /// Roles; each user takes one (see [`Scenario::role_of`]).
@@ -478,9 +485,36 @@ pub fn chat(
         reply_timeout: default_timeout(),
         presence: None,
         deflate: false,
+        pusher: None,
         phases: vec![phase],
         roles,
     }
+}
+
+/// The built-in scenario over Pusher (`--protocol pusher`): every user
+/// connects to the app's socket URL and subscribes to `channel`; the
+/// publishers broadcast `new-msg` on it as `spec.trigger` says; each socket
+/// pings every [`pusher::PING_SECS`], as `pusher-js` does.
+pub fn over_pusher(sc: &mut Scenario, spec: PusherSpec, channel: &str) {
+    let path = spec.connect_path();
+    for role in &mut sc.roles {
+        for step in &mut role.session {
+            match step {
+                Step::Connect(p) => *p = path.clone(),
+                Step::Join { topic, payload } => {
+                    *topic = channel.into();
+                    *payload = empty_object();
+                }
+                Step::Publish { topic, event, .. } => {
+                    *topic = channel.into();
+                    *event = "new-msg".into();
+                }
+                _ => {}
+            }
+        }
+    }
+    sc.heartbeat = pusher::PING_SECS;
+    sc.pusher = Some(spec);
 }
 
 /// Makes every publisher wait `secs` before its first broadcast (the
@@ -524,7 +558,32 @@ pub fn pad_publish(sc: &mut Scenario, bytes: usize) {
 /// `adaptive`: its users arrive at a rate the controller chooses.
 pub fn describe(sc: &Scenario, adaptive: bool) -> String {
     let mut s = String::new();
-    let _ = write!(s, "{} ({:?}", sc.name, sc.serializer);
+    match &sc.pusher {
+        Some(p) => {
+            let channel = sc
+                .roles
+                .iter()
+                .flat_map(|r| &r.session)
+                .find_map(|s| match s {
+                    Step::Join { topic, .. } => Some(topic.as_str()),
+                    _ => None,
+                });
+            let how = match p.trigger {
+                pusher::Trigger::Api => "through the HTTP API",
+                pusher::Trigger::ClientEvent => "as client events",
+            };
+            let _ = write!(
+                s,
+                "{} (Pusher, app {}, channel {}, broadcasts {how}",
+                sc.name,
+                p.app_id,
+                channel.unwrap_or("-")
+            );
+        }
+        None => {
+            let _ = write!(s, "{} ({:?}", sc.name, sc.serializer);
+        }
+    }
     if adaptive {
         let _ = write!(
             s,

@@ -7,6 +7,7 @@ use throng_protocol::{serializer, Message, Opcode, Payload, Vsn};
 
 use super::{Role, Scenario, Step, Template};
 use crate::error::BenchError;
+use crate::pusher::{self, PusherSpec};
 
 /// What a send is, for accounting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +15,9 @@ pub enum SendKind {
     Join,
     Push,
     Leave,
+    /// A Pusher broadcast sent through the server's HTTP API, not the
+    /// socket: the template is the request's body.
+    Trigger,
 }
 
 /// One instruction of a compiled session.
@@ -29,7 +33,8 @@ pub enum Op {
     /// carries (otherwise `%%ref%%` takes the connection's next ref).
     /// `presence`: a join of a topic the scenario's presence rule covers
     /// (any raw join, when it has one): its time is recorded for join
-    /// visibility.
+    /// visibility. `auth`: the Pusher channel whose signature `%%auth%%`
+    /// carries (a private channel's subscription).
     Send {
         tpl: Template,
         opcode: Opcode,
@@ -39,6 +44,7 @@ pub enum Op {
         fixed_ref: Option<u32>,
         stamp: bool,
         presence: bool,
+        auth: Option<Box<str>>,
     },
     Think {
         ms: u32,
@@ -124,6 +130,12 @@ fn compile_steps(
     vsn: &mut Vsn,
 ) -> Result<(), BenchError> {
     for step in steps {
+        if let Some(spec) = &sc.pusher {
+            if let Some(op) = pusher_op(spec, step)? {
+                ops.push(op);
+                continue;
+            }
+        }
         match step {
             Step::Connect(path) => {
                 let path = if path.is_empty() {
@@ -155,6 +167,7 @@ fn compile_steps(
                 fixed_ref: None,
                 stamp: false,
                 presence: sc.presence_rule()?.is_some_and(|r| r.matches(topic)),
+                auth: None,
             }),
             Step::Push {
                 topic,
@@ -173,6 +186,7 @@ fn compile_steps(
                     fixed_ref: None,
                     stamp,
                     presence: false,
+                    auth: None,
                 })
             }
             Step::Leave(topic) => ops.push(Op::Send {
@@ -184,6 +198,7 @@ fn compile_steps(
                 fixed_ref: None,
                 stamp: false,
                 presence: false,
+                auth: None,
             }),
             Step::Send(text) | Step::SendBinary(text) => {
                 let opcode = if matches!(step, Step::SendBinary(_)) {
@@ -203,6 +218,7 @@ fn compile_steps(
                     fixed_ref,
                     stamp,
                     presence: kind == SendKind::Join && sc.presence.is_some(),
+                    auth: None,
                 });
             }
             Step::Think(secs) => {
@@ -225,7 +241,19 @@ fn compile_steps(
                 interval,
                 payload,
             } => {
-                let tpl = message_template(*vsn, topic, event, payload, false)?;
+                let (tpl, kind) = match &sc.pusher {
+                    Some(spec) => (
+                        pusher_publish(spec, topic, event, payload)?,
+                        match spec.trigger {
+                            pusher::Trigger::Api => SendKind::Trigger,
+                            pusher::Trigger::ClientEvent => SendKind::Push,
+                        },
+                    ),
+                    None => (
+                        message_template(*vsn, topic, event, payload, false)?,
+                        SendKind::Push,
+                    ),
+                };
                 if !tpl.has_stamp() {
                     return Err(BenchError::Scenario(
                         "a publish payload needs %%stamp%% so receivers can time it".into(),
@@ -236,12 +264,13 @@ fn compile_steps(
                     ops.push(Op::Send {
                         tpl: tpl.clone(),
                         opcode: Opcode::Text,
-                        kind: SendKind::Push,
+                        kind,
                         track: false,
                         wait: false,
                         fixed_ref: None,
                         stamp: true,
                         presence: false,
+                        auth: None,
                     });
                     if ms > 0 {
                         ops.push(Op::Think { ms });
@@ -255,6 +284,113 @@ fn compile_steps(
         }
     }
     Ok(())
+}
+
+/// A step over Pusher (`--protocol pusher`), compiled to its op, or
+/// `None` for the steps both protocols share (think, loops, barrier,
+/// hold, disconnect; a publish compiles through [`pusher_publish`] inside
+/// its loop).
+fn pusher_op(spec: &PusherSpec, step: &Step) -> Result<Option<Op>, BenchError> {
+    let send = |text: String, kind: SendKind, wait: bool, auth: Option<Box<str>>| {
+        Ok::<_, BenchError>(Op::Send {
+            tpl: Template::parse(&text)?,
+            opcode: Opcode::Text,
+            kind,
+            track: wait,
+            wait,
+            fixed_ref: None,
+            stamp: text.contains("%%stamp%%"),
+            presence: false,
+            auth,
+        })
+    };
+    Ok(Some(match step {
+        Step::Connect(path) => Op::Connect {
+            path: if path.is_empty() {
+                spec.connect_path()
+            } else {
+                path.clone()
+            },
+            vsn: Vsn::V2,
+        },
+        Step::Join { topic, .. } => {
+            let auth = pusher::needs_auth(topic).then(|| topic.as_str().into());
+            send(
+                pusher::subscribe_template(topic),
+                SendKind::Join,
+                true,
+                auth,
+            )?
+        }
+        Step::Push {
+            topic,
+            event,
+            payload,
+            wait,
+        } => {
+            if *wait {
+                return Err(BenchError::Scenario(format!(
+                    "push {event:?} with wait: a Pusher client event gets no reply to wait for"
+                )));
+            }
+            check_json(payload)?;
+            send(
+                pusher::client_event_template(topic, event, payload),
+                SendKind::Push,
+                false,
+                None,
+            )?
+        }
+        Step::Leave(topic) => send(
+            pusher::unsubscribe_frame(topic),
+            SendKind::Leave,
+            false,
+            None,
+        )?,
+        Step::Send(text) | Step::SendBinary(text) => Op::Send {
+            tpl: Template::parse(text)?,
+            opcode: if matches!(step, Step::SendBinary(_)) {
+                Opcode::Binary
+            } else {
+                Opcode::Text
+            },
+            kind: SendKind::Push,
+            track: false,
+            wait: false,
+            fixed_ref: None,
+            stamp: text.contains("%%stamp%%"),
+            presence: false,
+            auth: None,
+        },
+        _ => return Ok(None),
+    }))
+}
+
+/// A publish over Pusher: a trigger through the HTTP API, or a client
+/// event on the publisher's socket.
+fn pusher_publish(
+    spec: &PusherSpec,
+    channel: &str,
+    event: &str,
+    payload: &str,
+) -> Result<Template, BenchError> {
+    check_json(payload)?;
+    Template::parse(&match spec.trigger {
+        pusher::Trigger::Api => pusher::trigger_body_template(channel, event, payload),
+        pusher::Trigger::ClientEvent => pusher::client_event_template(channel, event, payload),
+    })
+}
+
+/// A payload that is JSON once its substitutions are made.
+fn check_json(payload: &str) -> Result<(), BenchError> {
+    let sample = Template::parse(payload)?.sample();
+    serde_json::from_str::<serde_json::Value>(&sample)
+        .map(|_| ())
+        .map_err(|e| {
+            BenchError::Scenario(format!(
+                "payload is not JSON after substitution ({sample}): {e}"
+            ))
+        })
 }
 
 fn compile_loop(

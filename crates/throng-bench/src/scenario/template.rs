@@ -22,6 +22,9 @@ pub enum Seg {
     JoinRef,
     /// `%%stamp%%`: `throng:<user>:<ref>:<now_ns>`, a broadcast receivers time.
     Stamp,
+    /// `%%auth%%`: a Pusher private channel's signature for this socket
+    /// (`KEY:HMAC`), computed as the op is sent.
+    Auth,
 }
 
 /// A message with its substitutions, split once at compile time.
@@ -31,11 +34,13 @@ pub struct Template {
 }
 
 /// What a template needs at render time.
-pub struct Vars {
+pub struct Vars<'a> {
     pub user_id: u64,
     pub msg_ref: u32,
     pub join_ref: u32,
     pub now_ns: u64,
+    /// `%%auth%%`'s text (empty when the template has none).
+    pub auth: &'a str,
 }
 
 impl Template {
@@ -54,9 +59,10 @@ impl Template {
                 "ref" => Seg::Ref,
                 "join_ref" => Seg::JoinRef,
                 "stamp" => Seg::Stamp,
+                "auth" => Seg::Auth,
                 other => {
                     return Err(BenchError::Scenario(format!(
-                        "unknown substitution %%{other}%% (known: user_id, ts_user_server:get_unique_id, now_ns, ref, join_ref, stamp)"
+                        "unknown substitution %%{other}%% (known: user_id, ts_user_server:get_unique_id, now_ns, ref, join_ref, stamp, auth)"
                     )))
                 }
             };
@@ -90,6 +96,7 @@ impl Template {
                 Seg::NowNs => num(out, v.now_ns),
                 Seg::Ref => num(out, v.msg_ref as u64),
                 Seg::JoinRef => num(out, v.join_ref as u64),
+                Seg::Auth => out.extend_from_slice(v.auth.as_bytes()),
                 Seg::Stamp => {
                     out.extend_from_slice(STAMP_PREFIX.as_bytes());
                     num(out, v.user_id);
@@ -112,6 +119,7 @@ impl Template {
                 msg_ref: 2,
                 join_ref: 1,
                 now_ns: 3,
+                auth: "key:signature",
             },
         );
         String::from_utf8_lossy(&out).into_owned()
@@ -188,6 +196,7 @@ mod tests {
                 msg_ref: 7,
                 join_ref: 1,
                 now_ns: 0,
+                auth: "",
             },
         );
         assert_eq!(out, br#"{"user":"42","r":7}"#);
@@ -209,6 +218,7 @@ mod tests {
                 msg_ref: 9,
                 join_ref: 1,
                 now_ns: 1_700_000_000_123_456_789,
+                auth: "",
             },
         );
         assert_eq!(
