@@ -36,7 +36,7 @@ ALLOWED = {
     ("crates/throng-server/src/scrape.rs", "render"): 188,  # to split: issue 39 item 6 (the metrics registry); +4 for the Pusher webhooks and cache lines
     ("crates/throng-server/src/lib.rs", "start_with_presence"): 191,  # to split: issue 39 item 6; +7 for the Pusher webhooks and cache channels
     ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,  # to split: issue 39 item 6
-    ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 140,  # to split: issue 39 item 6
+    ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 163,  # to split: issue 39 item 6; +23 for the Pusher steps
     ("crates/throng-server/src/engine/close.rs", "row"): 111,  # to split: issue 39 item 6
 }
 

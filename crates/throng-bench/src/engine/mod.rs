@@ -178,6 +178,15 @@ enum Cause {
     Error(ErrKind),
 }
 
+/// Phoenix's heartbeat in serializer `vsn`, its ref filled per send.
+fn heartbeat_template(vsn: Vsn) -> Template {
+    let text = match vsn {
+        Vsn::V1 => r#"{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"%%ref%%"}"#,
+        Vsn::V2 => r#"[null,"%%ref%%","phoenix","heartbeat",{}]"#,
+    };
+    Template::parse(text).expect("static heartbeat template")
+}
+
 impl Engine {
     pub fn new(plan: Plan) -> io::Result<Engine> {
         let programs = plan
@@ -197,15 +206,6 @@ impl Engine {
             } else {
                 Vec::new()
             };
-        let hb = |vsn| {
-            let text = match vsn {
-                Vsn::V1 => {
-                    r#"{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"%%ref%%"}"#
-                }
-                Vsn::V2 => r#"[null,"%%ref%%","phoenix","heartbeat",{}]"#,
-            };
-            Template::parse(text).expect("static heartbeat template")
-        };
         let sc = &plan.scenario;
         let secs_ms = |s: f64| (s * 1000.0).round().clamp(1.0, u32::MAX as f64 / 4.0) as u32;
         let users = {
@@ -242,7 +242,7 @@ impl Engine {
             } else {
                 0
             },
-            hb_tpl: Vsn::ALL.map(hb),
+            hb_tpl: Vsn::ALL.map(heartbeat_template),
             connect_timeout_ms: secs_ms(sc.connect_timeout),
             reply_timeout_ms: secs_ms(sc.reply_timeout),
             arrivals: Arrivals::new(sc, plan.index as u64, plan.agents as u64, plan.adaptive),
