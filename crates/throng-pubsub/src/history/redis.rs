@@ -147,7 +147,7 @@ impl RedisHistory {
             reads: HashMap::new(),
             next_read: 0,
         };
-        crate::link::start("throng-history", &shown, client, task)?;
+        crate::link::start("throng-history", &shown, client, options, task)?;
         Ok(RedisHistory {
             tx,
             node_id,

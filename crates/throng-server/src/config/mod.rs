@@ -97,6 +97,8 @@ pub struct Config {
     pub redis: Option<String>,
     /// CA certificates to trust for `rediss://`; `None`: the system's.
     pub redis_ca_file: Option<PathBuf>,
+    /// How long Redis may take to answer (`--redis-timeout-ms`).
+    pub redis_timeout: Duration,
     /// Share the public port with other processes (`--reuse-port`)
     /// instead of refusing to start when it is held.
     pub reuse_port: bool,
@@ -314,6 +316,12 @@ impl ServeArgs {
                 "presence_timeout must be at least 1 s".into(),
             ));
         }
+        let redis_timeout = s.redis_timeout_ms();
+        if !(100..=300_000).contains(&redis_timeout) {
+            return Err(Error::Config(format!(
+                "redis_timeout_ms must be 100..=300000 ms, got {redis_timeout}"
+            )));
+        }
         let tls = crate::tls::TlsFiles::pair(s.tls_cert.clone(), s.tls_key.clone(), "tls")
             .map_err(Error::Config)?;
         let api_tls =
@@ -346,6 +354,7 @@ impl ServeArgs {
             log_requests: s.log_requests,
             redis,
             redis_ca_file: s.redis_ca_file.clone(),
+            redis_timeout: Duration::from_millis(redis_timeout),
             reuse_port: s.reuse_port,
             workers,
             worker_index: s.worker_index,
@@ -385,6 +394,7 @@ impl Config {
         throng_pubsub::RedisOptions {
             ca_file: self.redis_ca_file.clone(),
             queue_bytes: self.limits.redis_queue_bytes,
+            timeout: self.redis_timeout,
         }
     }
 }
