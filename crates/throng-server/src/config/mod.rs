@@ -446,6 +446,28 @@ mod tests {
     }
 
     #[test]
+    fn the_redis_timeout_reaches_the_link_and_is_bounded() {
+        let c = ServeArgs::default().resolve().unwrap();
+        assert_eq!(c.redis_options().timeout, Duration::from_secs(5));
+        let c = ServeArgs {
+            redis_timeout_ms: Some(1500),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.redis_options().timeout, Duration::from_millis(1500));
+        for bad in [0, 99, 300_001] {
+            let err = ServeArgs {
+                redis_timeout_ms: Some(bad),
+                ..Default::default()
+            }
+            .resolve()
+            .unwrap_err();
+            assert!(err.to_string().contains("redis_timeout_ms"), "{err}");
+        }
+    }
+
+    #[test]
     fn workers_need_redis() {
         let err = ServeArgs {
             workers: Some(2),
