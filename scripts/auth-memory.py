@@ -6,7 +6,7 @@ import base64, hashlib, hmac, json, os, socket, subprocess, sys, time
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
 AUTH = sys.argv[2] if len(sys.argv) > 2 else "jwt"
 BIN = os.environ.get("THRONG_BIN", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "throng"))
-SECRET = b"s3cret"
+SECRET = b"s3cret-for-the-auth-memory-script"  # 32 bytes or more: the server refuses shorter
 def b64(b): return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 def jwt(sub):
     h = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())

@@ -7,7 +7,8 @@
 import zlib from "node:zlib"
 import {startServer, RawWs, OP} from "../tests/e2e/helpers.mjs"
 
-const server = await startServer(["--api-key", "k"])
+const KEY = "deflate-bytes-script-key"
+const server = await startServer(["--api-key", KEY])
 const join = async deflate => {
   const ws = await RawWs.connect(server.port, {
     extraHeaders: deflate ? ["Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"] : [],
@@ -57,7 +58,7 @@ const notification = {
   message: "Your order has shipped and is on its way: the carrier expects to deliver it on Friday between 9:00 and 13:00.",
   links: {order: "https://shop.example.com/orders/ord_8842", tracking: "https://track.example.com/1Z999AA10123456784"},
 }
-const res = await fetch(`${server.apiUrl}/api/broadcast`, {method: "POST", headers: {"x-api-key": "k", "content-type": "application/json"},
+const res = await fetch(`${server.apiUrl}/api/broadcast`, {method: "POST", headers: {"x-api-key": KEY, "content-type": "application/json"},
   body: JSON.stringify({topic: "rooms:lobby", event: "notification", payload: notification})})
 if(!res.ok){ throw new Error(`broadcast: HTTP ${res.status}`) }
 const zn = await next(z.ws, "notification")

@@ -5,7 +5,8 @@
 # end-to-end suites, the container image's (static binary, FROM scratch
 # image in podman) and the third-party client compatibility test (real
 # Tsung) against the real binary.
-# Each suite is bounded; the whole run takes a few minutes.
+# Each suite is bounded; the whole run takes a few minutes, and fuzzes
+# every parser for a minute (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -87,6 +88,13 @@ scripts/check-fn-lengths.py
 stage "no import cycles between the modules of any crate"
 scripts/check-import-cycles.py
 
+# The corpus replay ran with the unit tests (fuzz::tests); this fuzzes each
+# target for 60 s, two at a time (libFuzzer; nightly with AddressSanitizer
+# when rustup has or can get a nightly, else stable: fuzz/README.md).
+# libfuzzer-sys compiles libFuzzer with g++ (installed above).
+stage "fuzz: every target of fuzz/ for 60 s"
+scripts/fuzz.sh 60
+
 if [ -n "$backend_npm" ]; then
   stage "npm ci --prefix examples/backend (started with the cargo build)"
   wait "$backend_npm" || { cat "$backend_log" >&2; echo "npm ci --prefix examples/backend failed" >&2; exit 1; }
@@ -95,6 +103,9 @@ rm -f "$backend_log"
 
 stage "end-to-end: phoenix.js client, malformed input, HTTP, Chromium, the example backend"
 node --test --test-concurrency=1 --test-timeout=60000 tests/e2e/
+
+stage "Pusher wire layer: pusher-js, Laravel Echo and the pusher SDKs for Node and Python"
+node --test --test-concurrency=1 --test-timeout=300000 tests/pusher/
 
 # The container image's binary, built as the Containerfile builds it (static,
 # musl; the `ci` profile rather than `release`, to build faster), then
@@ -111,4 +122,15 @@ if [ -d tests/cluster ]; then
   stage "cluster: real redis-server, workers, failures"
   node --test --test-concurrency=1 --test-timeout=90000 tests/cluster/
 fi
+
+# A soak: 5,000 sessions churned for 3 minutes (connects, closes and
+# resets, joins and leaves, presence, hooks to a real backend, long-poll,
+# history rejoins with since, server API calls) on 2 workers and Redis;
+# exit status 1 when a series of the server grew or a count did not come
+# back once the clients left (crates/throng-bench/src/soak/). ~4.5 minutes.
+stage "soak: 3 minutes, 5,000 sessions on 2 workers and Redis; fails on growth"
+soak_dir=$(mktemp -d)
+"$THRONG_BIN" bench --soak 3m --connections 5000 --workers 2 \
+  --json "$soak_dir/soak.json" --report "$soak_dir/soak.html"
+rm -rf "$soak_dir"
 echo "== all passed in ${SECONDS}s"

@@ -68,26 +68,46 @@ function start(){
     status.title = `connected over ${status.dataset.transport}`
     setStatus(status, "connected")
   })
-  // phoenix.js cannot see why a connect failed (a 403 for a missing token
-  // or a refused origin looks like any error): after a few, point at the
-  // server's log, which names the reason.
-  let errors = 0
-  socket.onOpen(() => { errors = 0 })
+  // A browser cannot read why a WebSocket was refused (the 403's body), so
+  // after a connect fails the page asks the server once (until the next
+  // open) with the same token: GET /socket/check answers what the connect
+  // would get, its 403 or 503 with the reason (a token that expired, the
+  // app backend's connect hook saying "not logged in"), or 204. At most
+  // one small request per failed streak, its text cut to 300 characters.
+  let why = ""
+  let probed = false
+  const showDown = () => setStatus(status, "disconnected", `disconnected, retrying${why ? `: ${why}` : ""}`)
+  const askWhy = async () => {
+    try {
+      const headers = authToken ? {"x-phoenix-authtoken": authToken} : {}
+      const res = await fetch("/socket/check?vsn=2.0.0", {headers, cache: "no-store"})
+      if(res.status === 204 || res.status === 404){ return }
+      const text = (await res.text()).trim().slice(0, 300)
+      why = `the server refused the connection (${res.status}): ${text}`
+      if(status.dataset.state === "disconnected"){ showDown() }
+    } catch(_e){ /* the server is out of reach: the retries say so */ }
+  }
+  socket.onOpen(() => { why = ""; probed = false })
   socket.onError(() => {
-    errors += 1
-    const why = errors >= 3 ? " (the server's log says why, e.g. a token is needed)" : ""
-    setStatus(status, "disconnected", `disconnected, retrying${why}`)
+    showDown()
+    if(!probed){ probed = true; askWhy() }
   })
   socket.onClose(() => { if(status.dataset.state !== "disconnected"){ setStatus(status, "disconnected") } })
 
   // The room's channel and its presence. params as a closure, so a rejoin
   // after a reconnect uses the current name; a rename joins again under
   // the new name, so the online list shows it (the presence key is the
-  // join's `user` param).
+  // join's `user` param). With history on the server (`throng serve
+  // --history 'rooms:*=100'`) each message's ref is its position: a rejoin
+  // sends the last one seen as `since`, and gets what it missed first.
   const room = {channel: null, presence: null}
+  let since = null
   const join = () => {
-    const channel = socket.channel(TOPIC, () => ({user: userName()}))
-    channel.on("new:msg", payload => renderMessage(list, payload))
+    const channel = socket.channel(TOPIC, () => (since ? {user: userName(), since} : {user: userName()}))
+    channel.on("new:msg", (payload, ref) => {
+      if(typeof ref === "string"){ since = ref }
+      renderMessage(list, payload)
+    })
     const presence = new Presence(channel)
     let synced = false
     presence.onSync(() => { synced = true; renderOnline(byId("online"), presence) })
@@ -105,6 +125,13 @@ function start(){
         if(reply && Array.isArray(reply.messages)){
           list.replaceChildren()
           reply.messages.forEach(m => renderMessage(list, m))
+        }
+        // A rejoin whose missed messages the history no longer holds.
+        if(reply && reply.recovered === false){
+          const note = document.createElement("li")
+          note.className = "notice"
+          note.textContent = "some messages sent while you were away are no longer kept"
+          list.appendChild(note)
         }
         setStatus(status, "joined")
         // Without presence on the server, say how to turn it on.

@@ -1,7 +1,7 @@
 // The pages a person sees on the backend: log in (which sets the session
 // cookie the connect hook reads, then sends the browser to throng's chat
 // page) and log out. Cookies belong to a host, not a port, so the cookie
-// set here on 127.0.0.1:8000 reaches throng on 127.0.0.1:4000.
+// set here on the backend's port reaches throng's port on the same host.
 //
 // A demo login: any name not taken by a rule below is accepted without a
 // password. A real app checks a password (or its identity provider) in
@@ -10,7 +10,11 @@ import express from "express"
 import {parse as parseCookie} from "cookie"
 import {SESSION_MS} from "./db.js"
 
-const NAME = /^[A-Za-z0-9_-]{1,32}$/
+// The characters of a name, as one class both for the server's check and
+// the form's `pattern`, which browsers compile with the `v` flag: there a
+// literal hyphen in a class must be escaped (`[a-z_-]` is a syntax error).
+const NAME_CHARS = String.raw`[A-Za-z0-9_\-]`
+const NAME = new RegExp(`^${NAME_CHARS}{1,32}$`, "v")
 
 const escape = s => String(s).replace(/[&<>"']/g, c => `&#${c.charCodeAt(0)};`)
 
@@ -42,7 +46,7 @@ export function pagesRouter({store, chatUrl}){
     const error = req.query.error ? `<p class="error">${escape(req.query.error)}</p>` : ""
     res.type("html").send(page("throng chat: log in", `${error}
 <form method="post" action="/login">
-<label>Your name <input id="name" name="name" required maxlength="32" pattern="[A-Za-z0-9_-]+" autofocus></label>
+<label>Your name <input id="name" name="name" required maxlength="32" pattern="${NAME_CHARS}+" autofocus></label>
 <button id="login">Log in</button></form>
 <p>Then the chat opens at <a href="${chat}">${chat}</a>. (<code>mallory</code> is banned, to see a refused join.)</p>`))
   })

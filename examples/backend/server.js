@@ -1,44 +1,51 @@
-// A chat app's backend behind throng (README "The chat app with a
-// backend"): express on 127.0.0.1:8000, SQLite in chat.db.
+// A chat app's backend behind throng (docs/hooks.md, "The example
+// backend"): express, SQLite.
 //
 //   node examples/backend/server.js
 //   throng serve --config examples/backend/throng.toml
 //
-// then open http://127.0.0.1:8000/ to log in. Settings (environment):
-//   PORT               8000 (0: any free port; the chosen one is printed)
-//   HOST               127.0.0.1
-//   CHAT_DB            chat.db beside this file
-//   THRONG_HOOK_SECRET the secret throng signs with (throng reads the same
-//                      variable); without it, throng.toml's development secret
+// then open the backend's page (printed at start) to log in. Both read
+// throng.toml: throng's port is its `port`, the backend's the port of its
+// `[hooks] url`, the shared secret its `[hooks] secret` (settings.js).
+// Settings (environment):
+//   THRONG_PORT        throng's port (throng reads it too); default throng.toml's
+//   THRONG_HOOK_URL    where throng sends hooks (throng reads it too); the
+//                      backend listens on its port; default throng.toml's
+//   THRONG_HOOK_SECRET the secret throng signs with (throng reads it too);
+//                      default throng.toml's development secret
+//   PORT               the backend's port instead (0: any free port; printed)
+//   HOST               the address to listen on instead of the hook URL's host
+//   CHAT_DB            the SQLite file; default chat.db in
+//                      $XDG_DATA_HOME/throng-example-backend (~/.local/share/...)
 //   THRONG_URL         the chat page to go to once logged in
-//                      (default: port 4000 of the host the browser used)
+//                      (default: throng's port on the host the browser used)
 //   HOOK_MAX_AGE_MS    60000: hook requests signed longer ago (or ahead) are refused
 //
 // Routes: GET / and POST /login, /logout (pages.js); POST /throng/* from
 // throng (hooks.js); GET /rooms/:topic/online, who is online in a room,
 // kept from throng's lifecycle events.
 import express from "express"
-import path from "node:path"
-import {fileURLToPath} from "node:url"
 import {openDb} from "./db.js"
 import {hooksRouter} from "./hooks.js"
 import {pagesRouter} from "./pages.js"
+import {settings} from "./settings.js"
 
-const here = path.dirname(fileURLToPath(import.meta.url))
-// throng.toml's secret, for trying the example on one machine only.
-const DEV_SECRET = "dev-only-secret-change-me"
-
-const port = Number(process.env.PORT ?? 8000)
-const host = process.env.HOST || "127.0.0.1"
-const secret = process.env.THRONG_HOOK_SECRET || DEV_SECRET
-const maxAgeMs = Number(process.env.HOOK_MAX_AGE_MS || 60000)
 const log = line => console.error(`[backend] ${line}`)
-if(secret === DEV_SECRET){
-  log("THRONG_HOOK_SECRET is not set: using the development secret of throng.toml; set the same secret for both in production")
+let config
+try {
+  config = settings()
+} catch(e){
+  log(e.message)
+  process.exit(1)
+}
+const {port, host, secret, chatUrl} = config
+const maxAgeMs = Number(process.env.HOOK_MAX_AGE_MS || 60000)
+if(config.secretIsFiles){
+  log("THRONG_HOOK_SECRET is not set: using the development secret of throng.toml; set the same long random secret for both anywhere but your own machine")
 }
 
-const store = openDb(process.env.CHAT_DB || path.join(here, "chat.db"))
-const chatUrl = req => process.env.THRONG_URL || `${req.protocol}://${req.hostname}:4000/`
+const store = openDb(config.db)
+log(`messages and sessions in ${config.db} (set CHAT_DB for another file)`)
 
 const app = express()
 app.disable("x-powered-by")

@@ -13,7 +13,7 @@ import path from "node:path"
 import {startRedis, startThrong, connectionOwners, waitFor, sleep, feedClient} from "./helpers.mjs"
 import {closePhoenix} from "../e2e/helpers.mjs"
 
-const KEY = "history-api-key"
+const KEY = "history-api-key-0123456789"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-cluster-history-"))
 const config = path.join(dir, "history.toml")
 writeFileSync(config, `

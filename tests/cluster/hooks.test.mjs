@@ -11,7 +11,7 @@ import path from "node:path"
 import {startRedis, startThrong, lobbyClient, closeAll, clientsOnEveryWorker, waitFor, sleep} from "./helpers.mjs"
 import {startBackend} from "../e2e/hook_helpers.mjs"
 
-const SECRET = "cluster-hook-secret"
+const SECRET = "cluster-hook-secret-of-at-least-32-bytes"
 const N = 12
 
 test("pushes through the push hook broadcast to both workers, exactly once", {timeout: 30000}, async t => {

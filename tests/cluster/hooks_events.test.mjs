@@ -12,7 +12,7 @@ import {startRedis, startThrong, waitFor, sleep, lobbyClient, closeAll, clientsO
 import {connectPhoenix, closePhoenix, joinResult} from "../e2e/helpers.mjs"
 import {startBackend} from "../e2e/hook_helpers.mjs"
 
-const SECRET = "cluster-events-secret"
+const SECRET = "cluster-events-secret-of-at-least-32-bytes"
 
 /** A backend, Redis and (with `twoNodes`) two nodes on them. */
 async function setup(t, {twoNodes = true} = {}){

@@ -10,12 +10,12 @@
 // in-flight bounds are hooks.test.mjs's, against its scripted backend.)
 import {test, before, after} from "node:test"
 import assert from "node:assert/strict"
-import {mkdtempSync, rmSync} from "node:fs"
+import {existsSync, mkdtempSync, readFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
 import {THRONG_BIN, startServer, closePhoenix, joinResult, nextEvent, withTimeout, httpRequest, launchChromium, readMetric, pushResult, blockWebSockets} from "./helpers.mjs"
 import {
-  BACKEND_SECRET, freePort, requireBackendDeps, startExampleBackend, login, connectWithCookie,
+  BACKEND_DIR, BACKEND_SECRET, freePort, requireBackendDeps, startExampleBackend, login, connectWithCookie,
 } from "./example_backend.mjs"
 import {sign} from "../../examples/backend/signature.js"
 import {until} from "./presence_helpers.mjs"
@@ -141,6 +141,43 @@ test("Chromium: log in, chat over WebSocket and long-poll, messages saved in SQL
 test("Chromium: a banned user's join is refused with the backend's reason", {timeout: 30000}, async () => {
   const mallory = await loggedInPage("mallory", {status: "join failed"})
   assert.equal((await mallory.page.textContent("#status")).trim(), "join failed: you are banned from this room")
+})
+
+test("Chromium: the login form's name pattern is a valid regular expression (browsers compile it with the v flag) and is enforced", {timeout: 30000}, async () => {
+  const context = await browser.newContext()
+  contexts.push(context)
+  const page = await context.newPage()
+  const logged = []
+  page.on("console", m => logged.push(`${m.type()}: ${m.text()}`))
+  page.on("pageerror", err => logged.push(`pageerror: ${err.message}`))
+  await page.goto(`${backend.url}/`, {waitUntil: "load", timeout: 10000})
+  const valid = name => page.evaluate(n => { const el = document.getElementById("name"); el.value = n; return el.checkValidity() }, name)
+  // An invalid pattern is ignored by the browser (and logged): "not a name!" would pass.
+  assert.equal(await valid("not a name!"), false)
+  assert.equal(await valid("a-b_C9"), true)
+  assert.equal(await valid("-"), true)
+  assert.deepEqual(logged, [], logged.join("\n"))
+})
+
+test("the example backend's ports and secret are throng.toml's, the variables throng reads override them, and its SQLite file is outside the checkout", {timeout: 20000}, async () => {
+  const data = mkdtempSync(path.join(tmpdir(), "throng-backend-data-"))
+  const hookPort = await freePort()
+  const env = {XDG_DATA_HOME: data, THRONG_PORT: "4321", THRONG_HOOK_URL: `http://127.0.0.1:${hookPort}/throng`, PORT: undefined, CHAT_DB: undefined, THRONG_URL: undefined, THRONG_HOOK_SECRET: undefined}
+  const other = await startExampleBackend(env)
+  try {
+    assert.equal(other.port, hookPort, "the backend listens on the port of throng's hook URL")
+    assert.equal((await login(other.url, "zoe")).location, "http://127.0.0.1:4321/", "a logged-in browser goes to throng's port")
+    assert.ok(existsSync(path.join(data, "throng-example-backend/chat.db")), "the SQLite file in the data directory")
+    assert.ok(!existsSync(path.join(BACKEND_DIR, "chat.db")), "nothing written into the checkout")
+    // Unset, the secret is throng.toml's: a request signed with it is taken.
+    const secret = readFileSync(path.join(BACKEND_DIR, "throng.toml"), "utf8").match(/^secret = "(.*)"$/m)[1]
+    const body = JSON.stringify([])
+    const r = await fetch(`${other.url}/throng/events`, {method: "POST", body, headers: {"content-type": "application/json", "x-throng-signature": sign(secret, body)}})
+    assert.equal(r.status, 200, await r.text())
+  } finally {
+    await other.stop()
+    rmSync(data, {recursive: true, force: true})
+  }
 })
 
 test("the join reply carries the room's last 50 messages, oldest first; a phoenix.js client sees a browser-less message", async () => {

@@ -3,7 +3,7 @@
 // long-poll, and phxsocket and chunnel, Python clients from PyPI), the null join_ref
 // of an unmatched join, Phoenix.Token from Phoenix 1.3/1.4 and float max
 // ages, JWTs minted by PyJWT (fractional times, aud, iss, sub), and
-// revocation of tokens signed within the clock-skew allowance.
+// revocation of tokens signed within the revoke skew (--auth-revoke-skew).
 import {test, describe, before, after} from "node:test"
 import assert from "node:assert/strict"
 import {randomBytes} from "node:crypto"
@@ -14,7 +14,7 @@ import {python, runPython, pyjwt} from "./python.mjs"
 const T = {timeout: 30000}
 const SECRET = "a-phoenix-secret-key-base-of-at-least-sixty-four-bytes-0123456789"
 const SALT = "user socket"
-const JWT_SECRET = "jwt-secret-for-the-compat-tests"
+const JWT_SECRET = "jwt-secret-for-the-compat-tests-of-at-least-32-bytes"
 
 /** The HTTP status of a WebSocket upgrade to `target`. */
 async function upgradeStatus(port, target){
@@ -157,12 +157,17 @@ describe("Phoenix.Token as older Phoenix and Plug.Crypto sign it", () => {
     assert.equal(await wsWithToken(server.port, signed(30, 86400.5)), 101)
   })
 
-  test("revoke refuses a token signed ahead within the clock-skew allowance", T, async () => {
-    const ahead = phoenixToken(SECRET, SALT, "rita", {signedAtMs: Date.now() + 30_000})
+  test("revoke refuses a token signed ahead within the revoke skew, and takes one signed after it", T, async () => {
+    const before = Date.now()
+    // 1.5 s ahead of the revocation: within the default 2 s revoke skew.
+    const ahead = phoenixToken(SECRET, SALT, "rita", {signedAtMs: before + 1500})
     assert.equal(await wsWithToken(server.port, ahead), 101)
     assert.equal((await revoke(server.apiPort, "rita")).status, 200)
+    const after = Date.now()
     assert.equal(await wsWithToken(server.port, ahead), 403)
-    assert.equal(await wsWithToken(server.port, phoenixToken(SECRET, SALT, "rita")), 403)
+    assert.equal(await wsWithToken(server.port, phoenixToken(SECRET, SALT, "rita", {signedAtMs: before})), 403)
+    const later = phoenixToken(SECRET, SALT, "rita", {signedAtMs: after + 3000})
+    assert.equal(await wsWithToken(server.port, later), 101)
   })
 })
 
@@ -208,11 +213,14 @@ describe("JWTs minted by PyJWT", () => {
     }
   })
 
-  test("revoke refuses a token whose iat is ahead within the allowance", T, async () => {
-    const ahead = await pyjwt(JWT_SECRET, claims({sub: "rob", iat: now() + 30}))
+  test("revoke refuses a token whose fractional iat is within the revoke skew, and takes a later one", T, async () => {
+    const before = now()
+    const ahead = await pyjwt(JWT_SECRET, claims({sub: "rob", iat: before + 1.5}))
     assert.equal(await wsWithToken(server.port, ahead), 101)
     assert.equal((await revoke(server.apiPort, "rob")).status, 200)
+    const after = now()
     assert.equal(await wsWithToken(server.port, ahead), 403)
+    assert.equal(await wsWithToken(server.port, await pyjwt(JWT_SECRET, claims({sub: "rob", iat: after + 3}))), 101)
   })
 })
 

@@ -94,11 +94,11 @@ before(async () => {
   if(!haveChromium){ return }
   // live:* topics: joined by anyone, served by the relay channel; hooked:*
   // joins are asked of an app backend (the page shows the hook's latency).
-  backend = await startBackend("dashboard-hook-secret")
+  backend = await startBackend("dashboard-hook-secret-of-at-least-32-bytes")
   const config = path.join(mkdtempSync(path.join(os.tmpdir(), "throng-dashboard-")), "throng.toml")
   writeFileSync(config, `[hooks]
 url = "http://127.0.0.1:${backend.port}/throng"
-secret = "dashboard-hook-secret"
+secret = "dashboard-hook-secret-of-at-least-32-bytes"
 
 [[topics]]
 pattern = "live:*"

@@ -1,11 +1,11 @@
-// The deploy/ examples, the Containerfile and the README's container
-// commands say what the server and each other accept: every `throng serve`
+// The deploy/ examples, the Containerfile and the container commands of
+// docs/operations.md (section Container image) say what the server and each other accept: every `throng serve`
 // argument list in them (Kubernetes args, compose commands, the systemd
 // ExecStart, the image's THRONG_* variables) passes `throng check-config`,
 // the stop timeouts are longer than the drain they wait for, the YAML
 // parses (PyYAML) and hangs together (probes on declared ports, the
 // Service's selector, compose's Redis and Containerfile), and every image
-// they name is the one the README's build command tags. (Building and
+// they name is the one the docs' build command tags. (Building and
 // running the image: tests/image/image.test.mjs.)
 import {test} from "node:test"
 import assert from "node:assert/strict"
@@ -14,6 +14,7 @@ import {existsSync, readFileSync, writeFileSync, mkdtempSync} from "node:fs"
 import os from "node:os"
 import path from "node:path"
 import {REPO_ROOT, THRONG_BIN} from "./helpers.mjs"
+import {section} from "./docs.mjs"
 
 const read = name => readFileSync(path.join(REPO_ROOT, name), "utf8")
 
@@ -25,20 +26,18 @@ function yaml(name){
   return JSON.parse(r.stdout)
 }
 
-/** The README's build and run commands (section Container image) and the image name they use. */
+/** The docs' build and run commands (section Container image) and the image name they use; the key is made before, in the environment. */
 function readmeImage(){
-  const readme = read("README.md")
-  const at = readme.indexOf("\n### Container image\n")
-  assert.ok(at >= 0, "README has a section ### Container image")
-  const block = readme.slice(at).match(/```sh\n([\s\S]*?)```/)[1].trim().split("\n")
-  assert.equal(block.length, 2, "two commands: build and run")
-  const [build, run] = block
+  const block = section("## Container image").blocks.find(b => b.lang === "sh").text.trim().split("\n")
+  assert.equal(block.length, 3, "three commands: the key, build and run")
+  const [key, build, run] = block
+  assert.match(key, /^export THRONG_API_KEY=\$\(openssl rand -hex \d+\)\s/, "a fresh key for the server API")
   const tag = build.match(/^podman build -t (\S+) -f Containerfile \.$/)?.[1]
   assert.ok(tag, `the build command: ${build}`)
   return {build, run, tag, words: run.split(/\s+/)}
 }
 
-/** Whether `image` (compose, Kubernetes) is the README's tag, with or without :latest. */
+/** Whether `image` (compose, Kubernetes) is the docs' tag, with or without :latest. */
 const isReadmeImage = (image, tag) => image === tag || image === `${tag}:latest`
 const dir = mkdtempSync(path.join(os.tmpdir(), "throng-deploy-"))
 const empty = path.join(dir, "empty.toml")
@@ -63,7 +62,7 @@ test("Kubernetes: the args pass check-config; probes, ports, user and the grace 
   const pod = deployment.spec.template
   const [container] = pod.spec.containers
   const {tag} = readmeImage()
-  assert.ok(isReadmeImage(container.image, tag), `image ${container.image}, README builds ${tag}`)
+  assert.ok(isReadmeImage(container.image, tag), `image ${container.image}, the docs build ${tag}`)
 
   const args = container.args
   assert.equal(args[0], "serve")
@@ -97,7 +96,7 @@ test("Kubernetes: the args pass check-config; probes, ports, user and the grace 
   for(const p of service.spec.ports){ assert.ok(p.targetPort in ports, `Service targetPort ${p.targetPort}`) }
 })
 
-test("compose: Redis and two nodes of the README's image; commands pass check-config; limits, key, and stop after the drain", {timeout: 20000}, () => {
+test("compose: Redis and two nodes of the docs' image; commands pass check-config; limits, key, and stop after the drain", {timeout: 20000}, () => {
   const [compose] = yaml("deploy/compose.yaml")
   const {tag} = readmeImage()
   const nodes = Object.entries(compose.services).filter(([, s]) => isReadmeImage(s.image, tag))
@@ -165,18 +164,18 @@ test("Containerfile: non-root, SIGTERM, exposed ports, and its THRONG_* variable
   assert.deepEqual(exposed, [4000, Number(env.THRONG_API_BIND.split(":").pop())])
 })
 
-test("README: the image's build and run commands are the Containerfile's, and the run gives what the image needs", {timeout: 20000}, () => {
+test("docs, Container image: the image's build and run commands are the Containerfile's, and the run gives what the image needs", {timeout: 20000}, () => {
   const {build, run, tag, words} = readmeImage()
   const text = read("Containerfile")
   // The Containerfile's header shows the same two commands.
-  assert.ok(text.includes(`#   ${build} `), "the Containerfile's header has the README's build command")
-  assert.ok(text.includes(`#   ${run}\n`), "the Containerfile's header has the README's run command")
+  assert.ok(text.includes(`#   ${build} `), "the Containerfile's header has the docs' build command")
+  assert.ok(text.includes(`#   ${run}\n`), "the Containerfile's header has the docs' run command")
   assert.deepEqual(words.slice(0, 2), ["podman", "run"])
   assert.equal(words.at(-1), tag, "the run command runs the image the build tags")
   const option = name => words.flatMap((w, i) => w === name ? [words[i + 1]] : [])
   const [soft, hard] = option("--ulimit").find(u => u.startsWith("nofile="))?.slice(7).split(":").map(Number) ?? []
   assert.ok(soft >= 65536 && hard >= soft, "an open-files limit for many connections")
-  assert.ok(option("-e").some(e => e.startsWith("THRONG_API_KEY=")), "an API key")
+  assert.ok(option("-e").includes("THRONG_API_KEY"), "the API key, passed on from the environment (never a key written in the command)")
   const published = option("-p")
   assert.ok(published.includes("4000:4000"))
   assert.ok(published.includes("127.0.0.1:4001:4001"), "the API on the host's loopback only")

@@ -10,7 +10,7 @@ import WebSocket from "ws"
 import {REPO_ROOT, withTimeout, phoenixSocket, closePhoenix} from "./helpers.mjs"
 
 export const BACKEND_DIR = path.join(REPO_ROOT, "examples/backend")
-export const BACKEND_SECRET = "example-backend-test-secret"
+export const BACKEND_SECRET = "example-backend-test-secret-of-at-least-32-bytes"
 
 /** The example's own dependencies, installed by `npm ci --prefix examples/backend` (scripts/test.sh). */
 export function requireBackendDeps(){

@@ -12,7 +12,7 @@ const T = {timeout: 30000}
 const json = res => JSON.parse(res.body.toString("utf8"))
 
 test("healthz and readyz answer 200 on both listeners, without an API key", T, async () => {
-  const server = await startServer(["--api-bind", "127.0.0.1:0", "--api-key", "k3y"])
+  const server = await startServer(["--api-bind", "127.0.0.1:0", "--api-key", "k3y-of-16-bytes-or-more"])
   try {
     for(const port of [server.port, server.apiPort]){
       const h = await httpRequest(port, "GET", "/healthz")

@@ -331,12 +331,12 @@ test("a shard that drops a history message for a full inbox closes its subscribe
 })
 
 test("a join the app backend decides recovers once it accepts", T, async () => {
-  const backend = await startBackend("history-hook-secret")
+  const backend = await startBackend("history-hook-secret-of-at-least-32-bytes")
   const hooked = path.join(dir, "hooked.toml")
   writeFileSync(hooked, `
 [hooks]
 url = "http://127.0.0.1:${backend.port}/throng"
-secret = "history-hook-secret"
+secret = "history-hook-secret-of-at-least-32-bytes"
 timeout_ms = 10000
 [[topics]]
 pattern = "hooked:*"
@@ -476,5 +476,42 @@ test("GET /api/history: the messages after a position, and whether none was lost
   const metrics = await (await fetch(`${server.apiUrl}/metrics`)).text()
   for(const name of ["throng_history_bytes", "throng_history_recoveries_total", "throng_history_evicted_total"]){
     assert.match(metrics, new RegExp(`^${name} \\d+$`, "m"))
+  }
+})
+
+test("a topic's history is forgotten history_ttl after its last message, with nothing published after it", {timeout: 30000}, async () => {
+  // Its own server: one topic of a 1 s ttl, one message, then silence.
+  // The in-process history used to forget expired topics only when some
+  // topic was published to, so after a busy hour a quiet server kept every
+  // history (up to --max-history-bytes) for good (found by bench --soak).
+  const briefConfig = path.join(dir, "brief.toml")
+  writeFileSync(briefConfig, `
+[[topics]]
+pattern = "brief:*"
+history_size = 10
+history_ttl = 1
+`)
+  const brief = await startServer(["--config", briefConfig])
+  try {
+    const res = await fetch(`${brief.apiUrl}/api/broadcast`, {
+      method: "POST", headers: {"content-type": "application/json"},
+      body: JSON.stringify({topic: "brief:1", event: "e", payload: {n: 1}}),
+    })
+    assert.match((await res.json()).ref, /^[0-9a-f]+\.1$/)
+    const gauge = async () => {
+      const text = await (await fetch(`${brief.apiUrl}/metrics`)).text()
+      return Number(text.match(/^throng_history_topics (\d+)$/m)[1])
+    }
+    assert.equal(await gauge(), 1, "the topic's history is kept")
+    const deadline = Date.now() + 10000
+    while(await gauge() !== 0){
+      assert.ok(Date.now() < deadline, "the history was still kept 10 s after its 1 s ttl")
+      await new Promise(resolve => setTimeout(resolve, 100))
+    }
+    const text = await (await fetch(`${brief.apiUrl}/metrics`)).text()
+    assert.match(text, /^throng_history_bytes 0$/m)
+    assert.match(text, /^throng_history_expired_total 1$/m)
+  } finally {
+    await brief.stop()
   }
 })

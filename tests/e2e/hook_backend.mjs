@@ -1,10 +1,11 @@
 // A small app backend for the hooks tests (node:http, no framework): it
-// answers throng's POST /throng/join and /throng/push as the README's hooks
+// answers throng's POST /throng/join and /throng/push as docs/hooks.md's
 // contract says, checks every request's x-throng-signature, and tells the
 // test what it saw on GET /stats. It takes lifecycle events on POST
 // /throng/events (a JSON array; `events` lists every event received, a
 // retried one again, with the POST it came in) and answers 500 to the next
-// N of them after GET /control?events_fail=N. Run as its own process, so that a test
+// N of them after GET /control?events_fail=N; `openHookConnections` counts the
+// connections throng's requests came on that are still open. Run as its own process, so that a test
 // can kill it and start it again on the same port:
 //   node hook_backend.mjs PORT SECRET   (prints "backend listening on PORT")
 // With HOOK_TLS_CERT and HOOK_TLS_KEY (PEM files) it serves HTTPS.
@@ -32,6 +33,7 @@ async function connect(req, response){
     case "anon": return {user: null}
     case "error": return {error: {reason: "banned"}}
     case "forbidden": response.writeHead(403); response.end(); return undefined
+    case "locked": response.writeHead(403, {"content-type": "application/json"}); response.end(JSON.stringify({error: {reason: "account locked"}})); return undefined
     case "down": response.writeHead(500); response.end(); return undefined
     case "slow": await sleep(5000); return {user: "late"}
     default: return {error: {reason: "no token"}}
@@ -71,13 +73,19 @@ async function push(req){
 const tls = process.env.HOOK_TLS_CERT
   ? {cert: readFileSync(process.env.HOOK_TLS_CERT), key: readFileSync(process.env.HOOK_TLS_KEY)}
   : null
+// The connections throng's hook requests came on, until each closes.
+const hookConnections = new Set()
 const handler = (request, response) => {
+  if(request.url.startsWith("/throng/") && !hookConnections.has(request.socket)){
+    hookConnections.add(request.socket)
+    request.socket.once("close", () => hookConnections.delete(request.socket))
+  }
   const chunks = []
   request.on("data", c => chunks.push(c))
   request.on("end", async () => {
     if(request.method === "GET" && request.url === "/stats"){
       response.writeHead(200, {"content-type": "application/json"})
-      return response.end(JSON.stringify(stats))
+      return response.end(JSON.stringify({...stats, openHookConnections: hookConnections.size}))
     }
     if(request.method === "GET" && request.url.startsWith("/control?")){
       const q = new URLSearchParams(request.url.slice("/control?".length))

@@ -13,7 +13,7 @@ import {LongPoll} from "phoenix"
 import {startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, withTimeout, RawPhx, readMetric, pushResult} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
-const SECRET = "hook-test-secret"
+const SECRET = "hook-test-secret-of-at-least-32-bytes"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-"))
 let backend, server
 const sockets = []
@@ -221,5 +221,47 @@ test("a push's ref reaches the backend as the JSON value the client sent", async
     assert.deepEqual(seen.map(p => p.ref), [7, "8", null])
   } finally {
     c.destroy()
+  }
+})
+
+test("keep-alive connections to the backend are closed once idle for idle_timeout_ms", {timeout: 30000}, async () => {
+  // Its own backend and server: joins held by the backend at once open
+  // several connections; idle, each must be closed. Without a timer the
+  // pool closed an idle connection only when it next took one, so after a
+  // burst they stayed open for good (found by bench --soak).
+  const own = await startBackend(SECRET)
+  const idleConfig = path.join(dir, "idle.toml")
+  writeFileSync(idleConfig, `
+[hooks]
+url = "http://127.0.0.1:${own.port}/throng"
+secret = "${SECRET}"
+idle_timeout_ms = 300
+
+[[topics]]
+pattern = "rooms:*"
+join = "anyone"
+hooks = ["join"]
+`)
+  const srv = await startServer(["--config", idleConfig])
+  const mine = []
+  try {
+    const joins = []
+    for(let i = 0; i < 4; i++){
+      const socket = await connectPhoenix(srv.wsUrl, "2.0.0")
+      mine.push(socket)
+      joins.push(joinResult(socket.channel(`rooms:idle${i}`, {delay_ms: 300})))
+    }
+    for(const r of await Promise.all(joins)){ assert.equal(r.status, "ok", JSON.stringify(r)) }
+    const opened = (await own.stats()).openHookConnections
+    assert.ok(opened >= 2, `joins held at once came on several connections (${opened})`)
+    const deadline = Date.now() + 10000
+    while((await own.stats()).openHookConnections > 0){
+      assert.ok(Date.now() < deadline, "connections to the backend still open 10 s after a 300 ms idle timeout")
+      await new Promise(resolve => setTimeout(resolve, 100))
+    }
+  } finally {
+    for(const s of mine){ await closePhoenix(s) }
+    await srv.stop()
+    await own.kill()
   }
 })

@@ -9,10 +9,11 @@ import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
 import {LongPoll} from "phoenix"
-import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout, RawHttp, readMetric} from "./helpers.mjs"
+import {existsSync} from "node:fs"
+import {startServer, connectPhoenix, closePhoenix, joinResult, httpRequest, withTimeout, RawHttp, readMetric, CHROMIUM, launchChromium} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
-const SECRET = "connect-test-secret"
+const SECRET = "connect-test-secret-of-at-least-32-bytes"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-connect-"))
 let backend, server
 const sockets = []
@@ -100,6 +101,58 @@ test("refused sockets get 403 before the upgrade; a failing or slow backend 503"
   sockets.push(socket)
   assert.deepEqual(await joinResult(socket.channel("rooms:vip")), {status: "error", response: {reason: "unauthorized"}})
   assert.ok(server.alive())
+})
+
+/** Waits (5 s at most) for a line of the server's log with every one of `parts`. */
+async function logLine(parts){
+  const found = () => server.stderr().split("\n").find(l => parts.every(p => l.includes(p)))
+  for(let i = 0; i < 250 && !found(); i++){ await new Promise(resolve => setTimeout(resolve, 20)) }
+  assert.ok(found(), `no log line with ${JSON.stringify(parts)} in\n${server.stderr()}`)
+  return found()
+}
+
+test("a refused connect says the backend's reason: in the 403, in the log and at /socket/check", async () => {
+  const refused = await upgrade("error")
+  assert.equal(refused.status, 403)
+  assert.equal(refused.body.toString(), "the app backend refused this connection: banned\n")
+  let line = await logLine(["connect refused (403)", "connect hook said \"banned\""])
+  assert.match(line, / INFO /)
+  // A 403 status with a body: its reason.
+  const locked = await upgrade("locked")
+  assert.equal(locked.body.toString(), "the app backend refused this connection: account locked\n")
+  // What a page can read: the same answer without the upgrade, 204 for a
+  // connect that would pass.
+  const check = token => httpRequest(server.port, "GET", `/socket/check?vsn=2.0.0&token=${token}`)
+  const why = await check("none")
+  assert.equal(why.status, 403)
+  assert.equal(why.body.toString(), "the app backend refused this connection: no token\n")
+  assert.equal((await check("good")).status, 204)
+  assert.equal((await check("down")).status, 503)
+  assert.equal((await httpRequest(server.port, "POST", "/socket/check?vsn=2.0.0")).status, 405)
+  // The backend saw the check as a connect, with its params.
+  const stats = await backend.stats()
+  assert.ok(stats.connects.some(c => c.params.token === "none"))
+  line = await logLine(["connect refused (403)"])
+  assert.ok(!line.includes("Cookie") && !line.includes("abc"), line)
+})
+
+test("the chat page shows why the backend refused it", {timeout: 30000}, async t => {
+  if(!existsSync(CHROMIUM)){
+    t.skip(`${CHROMIUM} not found: install the Debian package \`chromium\` to run the browser test`)
+    return
+  }
+  const browser = await launchChromium()
+  try {
+    const page = await browser.newPage()
+    // The page connects with no token param: the backend answers "no token".
+    await page.goto(`${server.url}/`, {waitUntil: "load", timeout: 10000})
+    await page.locator("#status", {hasText: "no token"}).waitFor({timeout: 15000})
+    const text = await page.textContent("#status")
+    assert.match(text, /refused the connection \(403\): the app backend refused this connection: no token/)
+    assert.ok(!text.includes("log says why"), text)
+  } finally {
+    await browser.close()
+  }
 })
 
 test("long-poll: an accepted session is the backend's user; refused and failing ones get 403 and 503", async () => {

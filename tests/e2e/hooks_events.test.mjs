@@ -16,7 +16,7 @@ import {LongPoll} from "phoenix"
 import {startServer, connectPhoenix, closePhoenix, joinResult, withTimeout, readMetric} from "./helpers.mjs"
 import {startBackend} from "./hook_helpers.mjs"
 
-const SECRET = "events-test-secret"
+const SECRET = "events-test-secret-of-at-least-32-bytes"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hook-events-"))
 let backend, server
 const sockets = []

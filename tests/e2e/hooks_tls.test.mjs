@@ -10,7 +10,7 @@ import {startServer, connectPhoenix, closePhoenix, joinResult} from "./helpers.m
 import {startBackend} from "./hook_helpers.mjs"
 import {until} from "./presence_helpers.mjs"
 
-const SECRET = "tls-hook-secret"
+const SECRET = "tls-hook-secret-of-at-least-32-bytes"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-hooks-tls-"))
 const cert = path.join(dir, "cert.pem")
 const key = path.join(dir, "key.pem")

@@ -14,7 +14,7 @@ import {phoenixToken} from "./tokens.mjs"
 const T = {timeout: 20000}
 const SECRET = "a-phoenix-secret-key-base-of-at-least-sixty-four-bytes-0123456789"
 const SALT = "user socket"
-const API_KEY = "lp-api-key"
+const API_KEY = "lp-api-key-0123456789"
 const token = user => phoenixToken(SECRET, SALT, user)
 
 let server

@@ -1,32 +1,72 @@
-// The README's first-hour commands, run verbatim so they cannot drift
-// (issue 27): the quick start's `throng serve` line and what it prints, its
-// `curl` broadcast reaching two joined clients with the online list on, the
-// API's route list, the Server API section's curl block, and the
-// Authentication section's `throng token` lines against a server running
-// examples/jwt.toml, and the two commands of The chat app with a backend.
-// Only the ports differ: THRONG_PORT=0 in the
-// environment (the README's commands pass no --port) and the API address
-// the server printed in place of localhost:4001.
-import {test} from "node:test"
+// The documentation's commands, run verbatim so they cannot drift (issues
+// 27 and 38): every command block (a fence tagged `sh`) of README.md and
+// docs/*.md runs here, is run by another test that says so, or says why it
+// is not run (the last test checks that). The quick start's `throng serve`
+// line and what it prints, its `curl` broadcast reaching two joined
+// clients with the online list on, the API's route list; your own rooms
+// from a config file; the chat app with a backend; `throng token`'s lines
+// against the servers they mint for; the server API's curl block;
+// gen-config and check-config; the presence flags; `throng tune`; the
+// dashboard. Only the ports differ: THRONG_PORT=0 in the environment (the
+// commands pass no --port) and the API address the server printed in place
+// of localhost:4001. A block run as a script finds `throng` on its PATH.
+import {test, after} from "node:test"
 import assert from "node:assert/strict"
-import {spawn, execFileSync} from "node:child_process"
-import {readFileSync, mkdtempSync, rmSync} from "node:fs"
+import {spawn, spawnSync, execFileSync} from "node:child_process"
+import {readFileSync, mkdtempSync, rmSync, writeFileSync, symlinkSync, existsSync} from "node:fs"
 import path from "node:path"
 import {tmpdir} from "node:os"
+import {randomBytes} from "node:crypto"
 import {REPO_ROOT, THRONG_BIN, withTimeout, connectPhoenix, closePhoenix, joinResult, nextEvent, startServer} from "./helpers.mjs"
 import {startExampleBackend, login, connectWithCookie} from "./example_backend.mjs"
+import {section, commandBlocks, untaggedBlocks, sections, COMMAND_LANGS} from "./docs.mjs"
 
-const README = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8")
-
-/** The fenced blocks of the section titled `title` (up to the next heading of its level). */
+/** The fenced blocks' texts of the section titled `title`, wherever the docs keep it. */
 function blocks(title){
-  const start = README.indexOf(`\n${title}\n`)
-  assert.ok(start >= 0, `README has no section ${title}`)
-  const level = title.match(/^#+/)[0]
-  const rest = README.slice(start + title.length + 2)
-  const end = rest.search(new RegExp(`\\n${level} `))
-  const body = end >= 0 ? rest.slice(0, end) : rest
-  return [...body.matchAll(/```[a-z]*\n([\s\S]*?)```/g)].map(m => m[1])
+  return section(title).blocks.map(b => b.text)
+}
+
+/** The command blocks the tests below run, as {title, i}: declared when this file loads, so that the last test knows them all even when a name pattern skips some. */
+const runs = []
+
+/** Declares that a test below runs the `i`th block of section `title`; returns a function giving its text. */
+function runsBlock(title, i){
+  runs.push({title, i})
+  return () => {
+    const s = section(title)
+    const b = s.blocks[i]
+    assert.ok(b && COMMAND_LANGS.has(b.lang), `${s.file}, ${title}: block ${i} is not a command block`)
+    return b.text
+  }
+}
+
+const QUICK_START = "## Quick start (60 seconds)"
+const QUICK_START_SERVE = runsBlock(QUICK_START, 0)
+const QUICK_START_CURL = runsBlock(QUICK_START, 2)
+const API_CALLS = runsBlock("## The calls", 0)
+const TOKENS = runsBlock("## Authentication", 0)
+const BACKEND = runsBlock("## The chat app with a backend", 0)
+const OWN_ROOMS = "## Your own rooms, without Rust"
+const OWN_ROOMS_SERVE = runsBlock(OWN_ROOMS, 1)
+const CONFIG_TOOLS = runsBlock("## Where settings come from", 0)
+const PRESENCE_FLAGS = runsBlock("## Turning presence on", 0)
+const TUNE = runsBlock("## First, the machine", 0)
+const DASHBOARD = runsBlock("## Dashboard", 0)
+
+const scratch = mkdtempSync(path.join(tmpdir(), "throng-readme-"))
+after(() => rmSync(scratch, {recursive: true, force: true}))
+
+/** A folder for one test's files. */
+const folder = name => mkdtempSync(path.join(scratch, `${name}-`))
+
+/** PATH with `throng` (THRONG_BIN) first, for blocks run as shell scripts. */
+function pathWithThrong(){
+  const bin = path.join(scratch, "bin")
+  if(!existsSync(bin)){
+    execFileSync("mkdir", ["-p", bin])
+    symlinkSync(THRONG_BIN, path.join(bin, "throng"))
+  }
+  return `${bin}:${process.env.PATH}`
 }
 
 /** Shell words of a command line (single quotes, no expansion), comment dropped. */
@@ -37,8 +77,8 @@ function words(line){
 }
 
 /** Runs `throng ARGS` (the README's words after `throng`); resolves with its stdout lines once `listening on` and the URL line are out. */
-function serveVerbatim(args, env = {}){
-  const proc = spawn(THRONG_BIN, args, {cwd: REPO_ROOT, env: {...process.env, THRONG_PORT: "0", ...env}, stdio: ["ignore", "pipe", "pipe"]})
+function serveVerbatim(args, env = {}, cwd = REPO_ROOT){
+  const proc = spawn(THRONG_BIN, args, {cwd, env: {...process.env, THRONG_PORT: "0", ...env}, stdio: ["ignore", "pipe", "pipe"]})
   let out = ""
   let err = ""
   proc.stderr.on("data", c => { err += c })
@@ -58,7 +98,9 @@ function serveVerbatim(args, env = {}){
 }
 
 test("quick start: the serve line, its output, the broadcast and the route list", {timeout: 30000}, async () => {
-  const [install, printed] = blocks("## Quick start (60 seconds)")
+  // The install line is not run: the tests run the binary built from the same source.
+  const install = QUICK_START_SERVE()
+  const printed = blocks(QUICK_START)[1]
   const serveLine = install.split("\n").find(l => l.startsWith("throng serve"))
   const server = serveVerbatim(words(serveLine).slice(1))
   const sockets = []
@@ -82,10 +124,11 @@ test("quick start: the serve line, its output, the broadcast and the route list"
       assert.equal(typeof await state, "object")
       got.push(nextEvent(channel, "new:msg", 5000, p => p.user === "bot"))
     }
-    const apiBlock = blocks("## Quick start (60 seconds)")[2]
+    const apiBlock = QUICK_START_CURL()
     const curl = apiBlock.trim().replaceAll("localhost:4001", api)
     const answer = execFileSync("sh", ["-c", curl], {encoding: "utf8", timeout: 5000})
-    assert.equal(answer, "{\"ok\":true}\n")
+    // With --history the answer carries the message's position in the room's history.
+    assert.match(answer, /^\{"ok":true,"ref":"[0-9a-f]+\.1"\}\n$/)
     for(const p of await Promise.all(got)){ assert.deepEqual(p, {user: "bot", body: "hi"}) }
 
     const routes = execFileSync("curl", ["-s", `${api}/`], {encoding: "utf8", timeout: 5000})
@@ -100,10 +143,11 @@ test("quick start: the serve line, its output, the broadcast and the route list"
 })
 
 test("Server API: the curl block runs as written", {timeout: 30000}, async () => {
-  const server = await startServer(["--api-key", "change-me"])
+  const key = randomBytes(24).toString("hex")
+  const server = await startServer(["--api-key", key])
   try {
-    const script = blocks("## Server API")[0].replaceAll("localhost:4001", `127.0.0.1:${server.apiPort}`)
-    const out = execFileSync("sh", ["-ec", script], {encoding: "utf8", timeout: 15000})
+    const script = API_CALLS().replaceAll("localhost:4001", `127.0.0.1:${server.apiPort}`)
+    const out = execFileSync("sh", ["-ec", script], {encoding: "utf8", timeout: 15000, env: {...process.env, THRONG_API_KEY: key}})
     assert.match(out, /^\{"ok":true\}$/m)
     assert.match(out, /^\{"ok":true,"revoked":true\}$/m)
     assert.match(out, /^\{"routes":/m)
@@ -113,7 +157,7 @@ test("Server API: the curl block runs as written", {timeout: 30000}, async () =>
 })
 
 test("Authentication: throng token's lines mint tokens examples/jwt.toml accepts; a refusal is logged", {timeout: 30000}, async () => {
-  const lines = blocks("## Authentication").flatMap(b => b.split("\n")).filter(l => l.startsWith("throng token --config examples/jwt.toml"))
+  const lines = TOKENS().split("\n").filter(l => l.startsWith("throng token --config examples/jwt.toml"))
   assert.ok(lines.length >= 2, "the README's throng token lines")
   const server = await startServer(["--config", "examples/jwt.toml", "--api-bind", "none"])
   const sockets = []
@@ -137,8 +181,7 @@ test("Authentication: throng token's lines mint tokens examples/jwt.toml accepts
 })
 
 test("The chat app with a backend: its two commands run as written, and a logged-in user chats", {timeout: 30000}, async () => {
-  const [block] = blocks("## The chat app with a backend")
-  const [backendLine, serveLine, ...rest] = block.trim().split("\n")
+  const [backendLine, serveLine, ...rest] = BACKEND().trim().split("\n")
   assert.deepEqual(rest, [], "two commands")
   // The install half is scripts/test.sh's (it runs before the tests); the
   // rest runs verbatim, with PORT=0 and throng told the backend's port.
@@ -176,3 +219,175 @@ test("The chat app with a backend: its two commands run as written, and a logged
     rmSync(dir, {recursive: true, force: true})
   }
 })
+
+test("Authentication: the Phoenix.Token line mints a token a server checking Phoenix.Tokens accepts", {timeout: 30000}, async () => {
+  const line = TOKENS().split("\n").find(l => l.startsWith("throng token --mode phoenix_token"))
+  assert.ok(line, "the README's Phoenix.Token line")
+  // As `mix phx.gen.secret` makes one: 64 characters.
+  const secretKeyBase = randomBytes(48).toString("base64")
+  const token = execFileSync("sh", ["-ec", line.replace(/\s+#.*$/, "")], {cwd: REPO_ROOT, encoding: "utf8", timeout: 5000,
+    env: {...process.env, PATH: pathWithThrong(), SECRET_KEY_BASE: secretKeyBase}}).trim()
+  const server = await startServer(["--auth", "phoenix_token", "--auth-secret-key-base", secretKeyBase, "--api-bind", "none"])
+  let socket
+  try {
+    socket = await connectPhoenix(server.wsUrl, "2.0.0", {params: {token}})
+    assert.equal((await joinResult(socket.channel("rooms:lobby", {}))).status, "ok")
+  } finally {
+    if(socket){ await closePhoenix(socket) }
+    await server.stop()
+  }
+})
+
+test("your own rooms: the rules file and its serve line; members push what the rules allow, the rest is refused", {timeout: 30000}, async () => {
+  const [rules] = blocks(OWN_ROOMS)
+  const cwd = folder("rooms")
+  writeFileSync(path.join(cwd, "rooms.toml"), rules)
+  const server = serveVerbatim(words(OWN_ROOMS_SERVE().trim()).slice(1), {}, cwd)
+  const sockets = []
+  try {
+    const lines = await server.ready
+    const port = Number(lines.find(l => l.startsWith("listening on")).split(":").pop())
+    const api = lines.find(l => l.startsWith("api at ")).slice("api at ".length)
+    const member = async topic => {
+      const socket = await connectPhoenix(`ws://127.0.0.1:${port}`, "2.0.0")
+      sockets.push(socket)
+      const channel = socket.channel(topic, {})
+      return {channel, joined: await joinResult(channel)}
+    }
+    const [red1, red2] = [await member("team:red"), await member("team:red")]
+    assert.equal(red1.joined.status, "ok")
+    const seen = nextEvent(red2.channel, "new:msg")
+    red1.channel.push("new:msg", {body: "hello red"})
+    assert.deepEqual(await seen, {body: "hello red"})
+    const refusal = (channel, event) => new Promise(resolve => channel.push(event, {}).receive("error", resolve).receive("ok", () => resolve("ok")))
+    assert.deepEqual(await refusal(red1.channel, "typing"), {reason: "unauthorized"}, "an event the rule does not list")
+    const news = await member("news")
+    assert.equal(news.joined.status, "ok")
+    assert.deepEqual(await refusal(news.channel, "new:msg"), {reason: "unauthorized"}, "news is read-only")
+    assert.deepEqual((await member("elsewhere:1")).joined, {status: "error", response: {reason: "unmatched topic"}}, "no rule matches")
+    // news keeps a history: the server API's broadcast there gets its position.
+    const published = nextEvent(news.channel, "new:msg")
+    const answer = execFileSync("curl", ["-s", "-X", "POST", `${api}/api/broadcast`, "-d", JSON.stringify({topic: "news", event: "new:msg", payload: {body: "extra"}})], {encoding: "utf8", timeout: 5000})
+    assert.match(answer, /^\{"ok":true,"ref":"[0-9a-f]+\.1"\}\n$/)
+    assert.deepEqual(await published, {body: "extra"})
+  } finally {
+    await Promise.all(sockets.map(s => closePhoenix(s)))
+    await server.stop()
+  }
+})
+
+test("configuration: gen-config, check-config and serve --config run as written", {timeout: 30000}, async () => {
+  const [gen, check, serve, ...rest] = CONFIG_TOOLS().trim().split("\n").map(l => l.replace(/\s+#.*$/, ""))
+  assert.deepEqual(rest, [])
+  const cwd = folder("config")
+  const env = {...process.env, PATH: pathWithThrong()}
+  execFileSync("sh", ["-ec", gen], {cwd, env, timeout: 5000})
+  const report = execFileSync("sh", ["-ec", check], {cwd, env, encoding: "utf8", timeout: 5000})
+  assert.match(report, /^port = 4000 +# file$/m)
+  const server = serveVerbatim(words(serve).slice(1), {}, cwd)
+  try {
+    const lines = await server.ready
+    assert.ok(lines.some(l => l.startsWith("listening on")), lines.join("\n"))
+  } finally {
+    await server.stop()
+  }
+})
+
+test("presence: both --presence lines serve the online list and the count", {timeout: 30000}, async () => {
+  const [list, count] = PRESENCE_FLAGS().trim().split("\n")
+  // The count's key is the authenticated user: that server checks JWTs, set in its environment.
+  const auth = {THRONG_AUTH: "jwt", THRONG_AUTH_JWT_SECRET: randomBytes(48).toString("base64")}
+  const cases = [[list, "rooms:lobby", "presence_state", {}], [count, "rooms:lobby", "presence_count", auth]]
+  for(const [line, topic, event, env] of cases){
+    const server = serveVerbatim(words(line).slice(1), env)
+    let socket
+    try {
+      const lines = await server.ready
+      const port = Number(lines.find(l => l.startsWith("listening on")).split(":").pop())
+      const params = env.THRONG_AUTH ? {token: execFileSync(THRONG_BIN, ["token", "--user", "ann"], {encoding: "utf8", env: {...process.env, ...env}, stdio: ["ignore", "pipe", "ignore"]}).trim()} : {}
+      socket = await connectPhoenix(`ws://127.0.0.1:${port}`, "2.0.0", {params})
+      const channel = socket.channel(topic, {user: "ann"})
+      const got = nextEvent(channel, event)
+      assert.equal((await joinResult(channel)).status, "ok", line)
+      assert.equal(typeof await got, "object", `${line}: ${event}`)
+    } finally {
+      if(socket){ await closePhoenix(socket) }
+      await server.stop()
+    }
+  }
+})
+
+test("benchmarking: throng tune's dry run says what a run needs and changes nothing", {timeout: 15000}, () => {
+  const line = TUNE().trim()
+  const out = execFileSync(THRONG_BIN, words(line).slice(1), {encoding: "utf8", timeout: 10000})
+  assert.match(out, /^OS settings for a run of 100000 connections/m)
+  assert.match(out, /dry run/)
+})
+
+test("dashboard: the block starts a server with a fresh key; the page loads, its figures need the key", {timeout: 30000}, async () => {
+  const script = DASHBOARD()
+  const proc = spawn("sh", ["-ec", script], {detached: true, stdio: ["ignore", "pipe", "pipe"],
+    env: {...process.env, PATH: pathWithThrong(), THRONG_PORT: "0"}})
+  let out = ""
+  proc.stdout.on("data", c => { out += c })
+  const exited = new Promise(resolve => proc.once("exit", resolve))
+  try {
+    await withTimeout((async () => {
+      while(!/^api at \S+$/m.test(out)){
+        if(proc.exitCode !== null){ throw new Error(`the block exited ${proc.exitCode}: ${out}`) }
+        await new Promise(r => setTimeout(r, 20))
+      }
+    })(), 10000, "the key and the server's lines")
+    const key = out.split("\n")[0]
+    assert.match(key, /^[0-9a-f]{48}$/, "the key the block printed")
+    const api = out.match(/^api at (\S+)$/m)[1]
+    const status = (...args) => execFileSync("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", ...args], {encoding: "utf8", timeout: 5000})
+    assert.equal(status(`${api}/dashboard`), "200")
+    assert.equal(status(`${api}/api/stats`), "401", "without the key")
+    // The stream never ends: curl stops it after 3 s (exit 28), by then holding samples.
+    const sample = spawnSync("curl", ["-s", "-N", "--max-time", "3", `${api}/api/dashboard`, "-H", `X-API-Key: ${key}`],
+      {encoding: "utf8", timeout: 10000}).stdout
+    assert.match(sample, /^data: \{/m, "one sample of the stream")
+  } finally {
+    try { process.kill(-proc.pid, "SIGTERM") } catch(_e){ /* gone */ }
+    await exited
+  }
+})
+
+test("every command block of README.md and docs/ is run by a test above, run by another test that names its section, or says why not", () => {
+  const problems = []
+  const ran = new Set()
+  for(const {title, i} of runs){
+    try {
+      const s = section(title)
+      ran.add(`${s.file}:${s.blocks[i]?.line}`)
+    } catch(e){ problems.push(e.message) }
+  }
+  const titles = sections().map(s => s.title)
+  const repeated = titles.filter((t, i) => titles.indexOf(t) !== i)
+  if(repeated.length){ problems.push(`headings used twice (a test finds a section by its heading): ${[...new Set(repeated)].join(", ")}`) }
+  for(const {file, line} of untaggedBlocks()){ problems.push(`${file}:${line}: a fence without a language (sh for commands, text for output)`) }
+  for(const b of commandBlocks()){
+    const where = `${file(b)} (${b.heading})`
+    if(ran.has(`${b.file}:${b.line}`)){ continue }
+    if(b.note?.startsWith("not run by the tests:")){
+      if(b.note.length < "not run by the tests: ".length + 20){ problems.push(`${where}: say why it is not run`) }
+      continue
+    }
+    const by = b.note?.match(/^run by (.*)$/)?.[1]
+    if(by){
+      const heading = b.heading.replace(/^#+ /, "")
+      for(const test of by.match(/tests\/\S+\.mjs/g) ?? []){
+        const text = existsSync(path.join(REPO_ROOT, test)) ? readFileSync(path.join(REPO_ROOT, test), "utf8") : null
+        if(text === null){ problems.push(`${where}: ${test} does not exist`) }
+        else if(!text.includes(heading)){ problems.push(`${where}: ${test} does not name the section ${JSON.stringify(heading)}`) }
+      }
+      continue
+    }
+    problems.push(`${where}: no test runs it: run it in tests/e2e/readme.test.mjs, or say why not before its fence (<!-- not run by the tests: ... -->)`)
+  }
+  assert.deepEqual(problems, [], problems.join("\n"))
+})
+
+/** "FILE:LINE" of a block. */
+const file = b => `${b.file}:${b.line}`

@@ -14,6 +14,7 @@ import tls from "node:tls"
 import os from "node:os"
 import path from "node:path"
 import WebSocket from "ws"
+import {section} from "./docs.mjs"
 import {
   startServer, connectPhoenix, closePhoenix, joinResult, nextEvent, pushResult, withTimeout,
   CHROMIUM, httpRequest, blockWebSockets,
@@ -217,10 +218,8 @@ test("Chromium loads the chat page over https:// and joins over wss://", T, asyn
   assert.ok(polls.length > 0 && polls.every(u => u.startsWith("https://")), JSON.stringify(polls.slice(0, 3)))
 })
 
-test("the README's TLS example works as written", T, async t => {
-  const readme = readFileSync(path.join(import.meta.dirname, "../../README.md"), "utf8")
-  const section = readme.slice(readme.indexOf("\n### TLS\n"), readme.indexOf("\n### TLS, behind a terminator\n"))
-  const block = section.match(/```sh\n([\s\S]*?)```/)[1]
+test("the docs' TLS example (docs/tls.md) works as written", T, async t => {
+  const block = section("## throng terminates TLS").blocks.find(b => b.lang === "sh").text
   const lines = block.replace(/\\\n/g, " ").split("\n").filter(l => l && !l.startsWith("#"))
   const [gen, serve, curl] = lines
   assert.match(gen, /^openssl req /)

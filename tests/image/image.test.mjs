@@ -13,7 +13,7 @@
 //   verbatim, built on a first stage that holds this binary (so nothing is
 //   downloaded: the Containerfile's own first stage compiles in Alpine's
 //   Rust image, which this suite does not pull); run with podman by the
-//   README's run command (adapted to this sandbox: see readmeRun), the
+//   docs' run command (docs/operations.md, "## Container image"; adapted to this sandbox: see readmeRun), the
 //   same checks plus the chat page in Chromium, the image's user, stop
 //   signal and size, and `podman stop` draining it.
 //
@@ -31,6 +31,7 @@ import {randomBytes} from "node:crypto"
 import {
   REPO_ROOT, THRONG_BIN, withTimeout, httpRequest, connectPhoenix, closePhoenix, joinResult, nextEvent, CHROMIUM, launchChromium
 } from "../e2e/helpers.mjs"
+import {section} from "../e2e/docs.mjs"
 
 const KEY = randomBytes(16).toString("hex")
 const REQUIRE_PODMAN = process.env.THRONG_REQUIRE_PODMAN === "1"
@@ -214,30 +215,33 @@ function buildContext(dir){
 }
 
 /**
- * The README's `podman run` line (section Container image) as this sandbox
- * can run it: its options but `-p` (the host's network instead, with free
- * ports through THRONG_PORT and THRONG_API_BIND) and an open-files limit
- * within this machine's hard limit; `--name` added, the test's tag for the
- * image name. Returns {options, key}, the key being the README's
- * THRONG_API_KEY.
+ * The docs' `podman run` line (docs/operations.md, "## Container image")
+ * as this sandbox can run it: its options but `-p` (the host's network
+ * instead, with free ports through THRONG_PORT and THRONG_API_BIND) and an
+ * open-files limit within this machine's hard limit; `--name` added, the
+ * test's tag for the image name. The docs pass the API key on from the
+ * environment (`-e THRONG_API_KEY`, after `export THRONG_API_KEY=...`): the
+ * key is a fresh one, in the environment podman runs with. Returns
+ * {options, key, env}.
  */
 function readmeRun(name, nofileLimit){
-  const readme = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8")
-  const section = readme.slice(readme.indexOf("\n### Container image\n"))
-  const run = section.match(/```sh\n[^\n]*\n(podman run [^\n]*)\n```/)
-  assert.ok(run, "README, Container image: a podman run line after the build line")
-  const words = run[1].split(/\s+/).slice(2, -1)
+  const lines = section("## Container image").blocks.find(b => b.lang === "sh").text.trim().split("\n")
+  const run = lines.find(l => l.startsWith("podman run "))
+  assert.ok(run, "docs, Container image: a podman run line")
+  assert.ok(lines.some(l => l.startsWith("export THRONG_API_KEY=")), "the docs export the key the run passes on")
+  const words = run.split(/\s+/).slice(2, -1)
   const options = ["--name", name, "--network", "host"]
-  let key
+  let passed = false
   for(let i = 0; i < words.length; i++){
     const [w, v] = [words[i], words[i + 1]]
     if(w === "-p"){ i++; continue }
     if(w === "--ulimit" && v.startsWith("nofile=")){ options.push(w, `nofile=${nofileLimit}:${nofileLimit}`); i++; continue }
-    if(w === "-e" && v.startsWith("THRONG_API_KEY=")){ key = v.slice("THRONG_API_KEY=".length) }
+    if(w === "-e" && v === "THRONG_API_KEY"){ passed = true }
     options.push(w)
   }
-  assert.ok(key, "the README's run sets THRONG_API_KEY")
-  return {options, key}
+  assert.ok(passed, "the docs' run passes THRONG_API_KEY on")
+  const key = randomBytes(24).toString("hex")
+  return {options, key, env: {...process.env, THRONG_API_KEY: key}}
 }
 
 /** The open-files limit to give the container: the runtime's default exceeds this machine's hard limit. */
@@ -295,7 +299,7 @@ test("the FROM scratch image: chat page in Chromium, phoenix.js, API; non-root, 
     assert.equal(probe.status, 0, `the image's /throng --version:\n${probe.stdout}\n${probe.stderr}`)
     assert.match(probe.stdout, /^throng \d+\.\d+\.\d+/)
 
-    // The README's run command, on the host's network (this sandbox has no
+    // The docs' run command, on the host's network (this sandbox has no
     // other) with ports chosen free here; as deploy/kubernetes.yaml runs
     // it: a read-only root file system, no capabilities, no privilege
     // escalation.
@@ -304,7 +308,7 @@ test("the FROM scratch image: chat page in Chromium, phoenix.js, API; non-root, 
     const readme = readmeRun(name, nofile())
     server = await launch("podman", [...PODMAN, "run", ...readme.options, "--ulimit", "nproc=4096:4096",
       "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-      "-e", `THRONG_PORT=${port}`, "-e", `THRONG_API_BIND=0.0.0.0:${apiPort}`, tag], {}, 60000)
+      "-e", `THRONG_PORT=${port}`, "-e", `THRONG_API_BIND=0.0.0.0:${apiPort}`, tag], {env: readme.env}, 60000)
     assert.deepEqual([server.port, server.apiPort], [port, apiPort])
 
     const pid = podman(["inspect", "--format", "{{.State.Pid}}", name]).stdout.trim()

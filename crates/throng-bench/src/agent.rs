@@ -9,10 +9,12 @@
 //! stopped, and the server closed those connections as idle. A progress
 //! report the writer has not sent yet is not queued behind: the next one
 //! carries newer counters.
-//! The link is authenticated first (see [`crate::wire`]); progress goes out
-//! at least once a second from then on, so the controller can tell a live
-//! agent from a hung one, and an agent that hears nothing from its
-//! controller for [`wire::LINK_TIMEOUT`] exits.
+//! The link is authenticated first (see [`crate::wire`]); from then on the
+//! writer thread says `alive` each second nothing else went out, in the
+//! normal scheduling class however busy the engine keeps the rest of the
+//! process, so the controller can tell a live agent from a gone one; an
+//! agent that hears nothing from its controller for [`wire::LINK_TIMEOUT`]
+//! exits.
 
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
@@ -34,8 +36,11 @@ enum Cmd {
     Lost(String),
 }
 
-/// The link's writing half, on its own thread (see the module docs).
-struct Writer {
+/// The link's writing half, on its own thread (see the module docs), which
+/// also says `alive` each [`wire::ALIVE_EVERY`] nothing else went out: the
+/// controller's sign of a live agent, on a thread the engine's load cannot
+/// starve (it runs in the normal scheduling class, not `SCHED_BATCH`).
+pub(crate) struct Writer {
     tx: Option<mpsc::Sender<ToController>>,
     /// A progress report is queued or being written.
     progress_out: Arc<AtomicBool>,
@@ -44,17 +49,24 @@ struct Writer {
 
 impl Writer {
     /// Writes what it is given to `out`; a failed write ends the link,
-    /// told to the engine as a `Cmd::Lost` on `lost`.
-    fn spawn(mut out: TcpStream, lost: mpsc::Sender<Cmd>, waker: Arc<mio::Waker>) -> Writer {
+    /// told (why) to `lost`.
+    pub(crate) fn spawn(mut out: TcpStream, lost: impl FnOnce(String) + Send + 'static) -> Writer {
         let (tx, rx) = mpsc::channel::<ToController>();
         let progress_out = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&progress_out);
         let thread = std::thread::spawn(move || {
-            for msg in rx {
+            if !sys::set_thread_normal_scheduling() {
+                tracing::debug!("the link's writer keeps the process's scheduling policy");
+            }
+            loop {
+                let msg = match rx.recv_timeout(wire::ALIVE_EVERY) {
+                    Ok(msg) => msg,
+                    Err(mpsc::RecvTimeoutError::Timeout) => ToController::Alive,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                };
                 let progress = matches!(msg, ToController::Progress(_));
                 if let Err(e) = wire::send(&mut out, &msg) {
-                    let _ = lost.send(Cmd::Lost(format!("writing to the controller: {e}")));
-                    let _ = waker.wake();
+                    lost(format!("writing to the controller: {e}"));
                     return Err(e);
                 }
                 if progress {
@@ -71,7 +83,7 @@ impl Writer {
         }
     }
 
-    fn send(&self, msg: ToController) {
+    pub(crate) fn send(&self, msg: ToController) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(msg);
         }
@@ -85,7 +97,7 @@ impl Writer {
     }
 
     /// Sends what is queued and ends the link.
-    fn finish(mut self) -> Result<(), BenchError> {
+    pub(crate) fn finish(mut self) -> Result<(), BenchError> {
         drop(self.tx.take());
         match self.thread.take().map(|t| t.join()) {
             Some(Ok(r)) => r,
@@ -207,7 +219,16 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                 }
                 Err(e) => {
                     // Silent past LINK_TIMEOUT, or a bad line.
-                    let _ = tx.send(Cmd::Lost(e.to_string()));
+                    let why = if wire::is_timeout(&e) {
+                        format!(
+                            "the controller sent nothing for {} s (it pings every {} s): it is gone, stopped or hung",
+                            wire::LINK_TIMEOUT.as_secs(),
+                            wire::PING_EVERY.as_secs()
+                        )
+                    } else {
+                        e.to_string()
+                    };
+                    let _ = tx.send(Cmd::Lost(why));
                     break;
                 }
             }
@@ -224,7 +245,10 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
             conn_size: CONN_SIZE,
         },
     )?;
-    let writer = Writer::spawn(out, tx, waker);
+    let writer = Writer::spawn(out, move |why| {
+        let _ = tx.send(Cmd::Lost(why));
+        let _ = waker.wake();
+    });
     let mut last_progress = Instant::now();
     // Bytes received at the last idle report, and at the last heap trim.
     let (mut idle_bytes, mut trimmed_bytes) = (u64::MAX, 0u64);
@@ -240,7 +264,11 @@ pub fn run(controller: SocketAddr, token: &str) -> Result<(), BenchError> {
                 }
                 Cmd::Msg(ToAgent::Start) => engine.start(),
                 Cmd::Msg(ToAgent::Rate { per_sec }) => engine.set_rate(per_sec),
-                Cmd::Msg(ToAgent::Floor { writers }) => engine.floor_connect(writers),
+                Cmd::Msg(ToAgent::Floor {
+                    writers,
+                    sockets,
+                    heartbeat_scale,
+                }) => engine.floor_connect(writers, sockets, heartbeat_scale),
                 Cmd::Msg(ToAgent::FloorEnd) => {
                     engine.floor_close();
                     writer.send(ToController::FloorClosed);

@@ -24,6 +24,13 @@ pub struct BenchArgs {
     /// (`auto`: when the run broadcasts, with the embedded server and local agents).
     #[arg(long, value_enum, default_value_t = FloorMode::Auto, num_args = 0..=1, default_missing_value = "on")]
     pub floor: FloorMode,
+    /// The floor measures on at most this many sockets (0: one per user),
+    /// spread over every agent and writer, and scales its times to the
+    /// run's users per receiver, its heartbeats a second and its rounds'
+    /// overlap kept the run's: a full floor at 1,000,000 took longer than
+    /// the run. The report says when it did (`floor.scale`).
+    #[arg(long, default_value_t = 200_000, value_name = "SOCKETS")]
+    pub floor_sample: u64,
     /// A running server (HOST:PORT) instead of the embedded `throng serve`.
     /// Server-side figures need its /metrics on that port: start it with
     /// `throng serve --public-metrics`.
@@ -44,7 +51,7 @@ pub struct BenchArgs {
     /// claims `{"sub":"u<user number>","exp":<now + 1 day>}`), so every
     /// socket is a different user; the embedded server runs with
     /// `--auth jwt` and the --auth-jwt-secret (default: a fresh random one)
-    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "storm"])]
+    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "storm", "soak"])]
     pub auth: AuthMode,
     /// With --auth jwt: the HS256 secret the tokens are signed with. Needed
     /// with --target (the secret that server was given as
@@ -121,8 +128,8 @@ pub struct BenchArgs {
     /// `auto` does so when the connections overfill the host's table.
     #[arg(long, value_enum, default_value_t = NetnsMode::Auto)]
     pub netns: NetnsMode,
-    /// The live dashboard's port (0 = off). On a terminal it stays up after
-    /// the run until Enter is pressed.
+    /// The live dashboard's port (0 = off): the run's progress in a
+    /// browser while it runs (the HTML report keeps the final figures).
     #[arg(long, default_value_t = 8091, value_name = "PORT")]
     pub dashboard_port: u16,
     /// Run the hooks scenario instead of a load: a built-in app backend and
@@ -204,6 +211,54 @@ pub struct BenchArgs {
     /// commandstats`.
     #[arg(long, help_heading = "Reconnect storm scenario")]
     pub storm_redis: bool,
+    /// Run the soak instead of a load, for DURATION (`180`, `90s`, `3m`,
+    /// `1h`): --connections sessions (default 5000) held steady on its own
+    /// server while they churn: connects and disconnects (close frames,
+    /// resets, dropped sockets), joins and leaves of rooms, presence
+    /// topics, topics whose joins and pushes go to a built-in app backend
+    /// (connect, join, push hooks and lifecycle events), history topics
+    /// rejoined with `since`, long-poll sessions, pushes, heartbeats and
+    /// server API calls. The server's RSS, PSS, open files, threads and
+    /// every gauge of its /metrics are sampled once a second; the run fails
+    /// (exit status 1) when any grew over the second half beyond its noise
+    /// (memory: 5% or more), or a count did not come back once the clients
+    /// left. The HTML report charts every series.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = crate::soak::parse_duration,
+        help_heading = "Soak scenario",
+        conflicts_with_all = ["hooks", "storm"]
+    )]
+    pub soak: Option<f64>,
+    /// New sessions a second while the soak holds its population (each
+    /// session lives --connections / this many seconds on average)
+    /// [default: 1% of --connections, or more in a soak too short for the
+    /// population to turn over three times in its first half]
+    #[arg(
+        long,
+        value_name = "PER_SEC",
+        allow_negative_numbers = true,
+        requires = "soak",
+        help_heading = "Soak scenario"
+    )]
+    pub soak_churn: Option<f64>,
+    /// The soak's server as `throng serve --workers N`, joined through a
+    /// redis-server the bench starts (each worker holds up to its
+    /// open-files limit) [default: as many as --connections need]
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "soak",
+        help_heading = "Soak scenario"
+    )]
+    pub workers: Option<u32>,
+    /// Run the soak's server with `--redis` on a redis-server the bench
+    /// starts (the backplane, history, presence and occupancy in Redis;
+    /// always so with 2 or more workers), and sample Redis's memory and
+    /// keys too.
+    #[arg(long, requires = "soak", help_heading = "Soak scenario")]
+    pub redis: bool,
     /// What the users do (last: clap keeps a flattened struct's help
     /// heading for the flags after it): the scenario and its size, schedule and
     /// heartbeats ([`LoadArgs::load`] turns them into the scenario).
@@ -261,8 +316,7 @@ pub struct LoadArgs {
     pub broadcast_after: f64,
     /// Bytes of text each broadcast carries besides its timestamp (built-in
     /// scenario), as a `"pad"` field of notification-like JSON text: with
-    /// --deflate, what compression does to a notification of that size
-    /// [default: 0]
+    /// --deflate, what compression does to a notification of that size.
     #[arg(long, default_value_t = 0, value_name = "BYTES")]
     pub broadcast_pad: usize,
     /// New users per second, on a fixed schedule. Without it (and without
@@ -362,11 +416,11 @@ pub enum FloorMode {
 #[derive(clap::Args, Debug, Clone)]
 pub struct AgentArgs {
     /// The controller's address (printed by `throng bench --remote-agents N`).
-    #[arg(long, required_unless_present = "storm_client")]
+    #[arg(long, required_unless_present_any = ["storm_client", "soak_client"])]
     pub controller: Option<SocketAddr>,
     /// The controller's token (printed by `throng bench --remote-agents N`);
     /// prefer the environment variable, which `ps` does not show.
-    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true, required_unless_present = "storm_client")]
+    #[arg(long, env = crate::wire::TOKEN_ENV, hide_env_values = true, required_unless_present_any = ["storm_client", "soak_client"])]
     pub token: Option<String>,
     /// Be a floor writer instead (started by `throng bench` itself; see
     /// the floor measurement in crates/throng-bench/src/floor/).
@@ -377,6 +431,11 @@ pub struct AgentArgs {
     /// see crates/throng-bench/src/storm/).
     #[arg(long, hide = true, value_name = "ORDERS")]
     pub storm_client: Option<String>,
+    /// Be a soak client process instead, its orders (JSON) here and its
+    /// commands on stdin (started by `throng bench --soak` itself; see
+    /// crates/throng-bench/src/soak/).
+    #[arg(long, hide = true, value_name = "ORDERS")]
+    pub soak_client: Option<String>,
 }
 
 /// `throng tune`: print (or apply) OS settings and the limits that cap a run.
@@ -648,6 +707,44 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
             .map_err(|e| BenchError::Scenario(e.to_string()))?;
         cli.bench.load()
+    }
+
+    /// No flag's help gives its default twice: clap prints `[default: X]`
+    /// for a flag with a default value, so the text must not say it too
+    /// (`--broadcast-pad` did: `[default: 0] [default: 0]`).
+    #[test]
+    fn no_help_gives_a_default_twice() {
+        use clap::CommandFactory;
+        #[derive(Parser)]
+        struct Agent {
+            #[command(flatten)]
+            agent: AgentArgs,
+        }
+        #[derive(Parser)]
+        struct Tune {
+            #[command(flatten)]
+            tune: TuneArgs,
+        }
+        for cmd in [Cli::command(), Agent::command(), Tune::command()] {
+            for arg in cmd.get_arguments() {
+                let help = [arg.get_help(), arg.get_long_help()]
+                    .iter()
+                    .flatten()
+                    .map(|h| h.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let said = help.matches("[default:").count();
+                let by_clap = usize::from(
+                    !arg.get_default_values().is_empty() && !arg.is_hide_default_value_set(),
+                );
+                assert!(
+                    said + by_clap <= 1,
+                    "--{} gives its default {} times: {help}",
+                    arg.get_id(),
+                    said + by_clap
+                );
+            }
+        }
     }
 
     fn phoenix_xml() -> String {

@@ -50,13 +50,18 @@ pub async fn connect(target: SocketAddr, src: IpAddr) -> io::Result<TcpStream> {
 /// The WebSocket upgrade to `/socket/websocket?vsn=2.0.0`, up to its 101;
 /// what the server sent after the 101 stays in `buf`.
 pub async fn upgrade(stream: &TcpStream, target: SocketAddr, buf: &mut Vec<u8>) -> io::Result<()> {
+    upgrade_to(stream, target, "/socket/websocket?vsn=2.0.0", buf).await
+}
+
+/// [`upgrade`] to `path` (socket params in its query).
+pub async fn upgrade_to(
+    stream: &TcpStream,
+    target: SocketAddr,
+    path: &str,
+    buf: &mut Vec<u8>,
+) -> io::Result<()> {
     let mut out = Vec::with_capacity(256);
-    let accept = write_client_request(
-        &mut out,
-        &target.to_string(),
-        "/socket/websocket?vsn=2.0.0",
-        [7; 16],
-    );
+    let accept = write_client_request(&mut out, &target.to_string(), path, [7; 16]);
     write_all(stream, &out).await?;
     loop {
         read_more(stream, buf).await?;

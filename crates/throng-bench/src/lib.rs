@@ -31,6 +31,10 @@
 //!   every number once, in order; its client processes and publisher.
 //!   [`join`]: one socket's connect, upgrade and `phx_join` over tokio,
 //!   for both scenarios.
+//! - [`soak`]: the soak (`--soak DURATION`): a steady population churned
+//!   for a long time against a server whose memory, open files, threads
+//!   and every `/metrics` gauge are sampled once a second and judged for
+//!   growth; its client processes, server API calls and verdicts.
 //! - [`report`]: the typed [`report::Report`], its JSON, terminal summary
 //!   and offline HTML; [`dashboard`]: the live page on port 8091.
 //! - [`tune`]: OS settings and the limits that cap a run; [`netns`]: a
@@ -66,7 +70,7 @@
 //! A module uses only modules in a layer below it
 //! (`scripts/check-import-cycles.py` checks there is no cycle):
 //! 1. `error`, `hist`, `jwt`, `slots`, `sys`: plain types and OS reads
-//! 2. `hooks`, `presence`, `storm`
+//! 2. `hooks`, `presence`, `storm`, `soak`
 //! 3. `scenario`, `stats`
 //! 4. `floor`, `plan` (an agent's orders, its TLS settings included), `report`, `tsung`
 //! 5. `dashboard`, `engine`, `wire`
@@ -92,6 +96,7 @@ pub mod presence;
 pub mod report;
 pub mod scenario;
 pub mod slots;
+pub mod soak;
 pub mod stats;
 pub mod storm;
 pub mod sys;
@@ -114,6 +119,9 @@ pub fn run_bench(args: BenchArgs) -> Result<(), BoxError> {
 pub fn run_agent(args: AgentArgs) -> Result<(), BoxError> {
     if let Some(orders) = &args.storm_client {
         return storm::client::run(orders).map_err(Into::into);
+    }
+    if let Some(orders) = &args.soak_client {
+        return soak::client::run(orders).map_err(Into::into);
     }
     let (Some(controller), Some(token)) = (args.controller, args.token.as_deref()) else {
         return Err("throng agent needs --controller and its token (printed by `throng bench --remote-agents N`)".into());

@@ -52,6 +52,10 @@ pub struct ErrorDetail {
     pub close_codes: BTreeMap<u16, u64>,
     pub reset: u64,
     pub eof: u64,
+    /// Of `handshake`: the HTTP statuses the server answered upgrades
+    /// with instead of 101 (403: it refused the clients' authentication).
+    #[serde(deserialize_with = "code_keys")]
+    pub handshake_status: BTreeMap<u16, u64>,
     /// Of `local_limit`: no local port (EADDRNOTAVAIL, EADDRINUSE), no file
     /// descriptor (EMFILE, ENFILE), no socket memory (ENOBUFS, ENOMEM), or
     /// the agent already held its capacity.
@@ -61,7 +65,7 @@ pub struct ErrorDetail {
     pub capacity: u64,
 }
 
-/// Reads close codes keyed by their JSON text (`{"1001": 3}`). serde's
+/// Reads close codes (and HTTP statuses) keyed by their JSON text (`{"1001": 3}`). serde's
 /// derived map would read them only from a plain document: inside the
 /// tagged messages of the controller link the keys arrive buffered as
 /// strings and a `u16` refuses them, and one server close then cut an
@@ -87,6 +91,9 @@ impl ErrorDetail {
         }
         self.reset += o.reset;
         self.eof += o.eof;
+        for (status, n) in &o.handshake_status {
+            *self.handshake_status.entry(*status).or_default() += n;
+        }
         self.ports += o.ports;
         self.fds += o.fds;
         self.buffers += o.buffers;

@@ -376,6 +376,28 @@ pub fn set_batch_scheduling() -> bool {
     }
 }
 
+/// Puts the calling thread back in the normal class (`SCHED_OTHER`) of a
+/// `SCHED_BATCH` process: the link's writing thread of an agent, which
+/// says `alive` every second and must get the CPU when it wakes however
+/// busy the agent's engine keeps the process's other threads.
+#[allow(unsafe_code)]
+pub fn set_thread_normal_scheduling() -> bool {
+    // SAFETY: as in `set_batch_scheduling`; on Linux pid 0 names the
+    // calling thread, and only it changes.
+    unsafe {
+        let param: libc::sched_param = std::mem::zeroed();
+        libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) == 0
+    }
+}
+
+/// A process's state letter (`/proc/PID/stat`: `R` running, `S` sleeping,
+/// `D` waiting on I/O, `T` stopped, `t` traced, `Z` zombie), if it exists.
+pub fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command may hold spaces and parentheses: the state follows the last ')'.
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
 /// Moves this thread into a new network namespace (`unshare(CLONE_NEWNET)`).
 #[allow(unsafe_code)]
 pub fn unshare_net() -> std::io::Result<()> {

@@ -383,7 +383,13 @@ const WORKER_MARGIN: u64 = 600;
 /// Server workers for `users` connections, each holding at most its hard
 /// open-files limit less [`WORKER_MARGIN`].
 pub(crate) fn server_workers(users: u64, hard: u64) -> u64 {
-    users.div_ceil(hard.saturating_sub(WORKER_MARGIN).max(1))
+    users.div_ceil(worker_capacity(hard))
+}
+
+/// The connections one server worker holds under the open-files limit
+/// `hard` (less [`WORKER_MARGIN`]).
+pub(crate) fn worker_capacity(hard: u64) -> u64 {
+    hard.saturating_sub(WORKER_MARGIN).max(1)
 }
 
 /// What caps a run here, as text.

@@ -20,6 +20,7 @@
 //! controller -> agent   finish
 //! agent -> controller   final {counters, hists, bcasts, slots}   (then it exits)
 //! controller -> agent   ping                       (every few seconds: the link is alive)
+//! agent -> controller   alive                      (each second nothing else went out)
 //! ```
 //!
 //! A floor writer ([`crate::floor`]) opens its link the same way, then:
@@ -35,11 +36,21 @@
 //! Bounds, so that neither a stranger on the controller's port nor a peer
 //! gone wrong can hold the other: before authentication a line is at most
 //! [`MAX_HELLO_LINE`] bytes and must come within [`HELLO_TIMEOUT`]; after, at
-//! most [`MAX_LINE`], and a link silent for [`LINK_TIMEOUT`] (both sides
-//! send something at least every second or every [`PING_EVERY`]) or that
-//! will not take a line for as long is dropped. The token proves each side to
-//! the other without crossing the wire; an agent whose controller
-//! connection closes exits.
+//! most [`MAX_LINE`], and a link that will not take a line for
+//! [`LINK_TIMEOUT`] is dropped. The token proves each side to the other
+//! without crossing the wire; an agent whose controller connection closes,
+//! or whose controller says nothing for [`LINK_TIMEOUT`] (it pings every
+//! [`PING_EVERY`]), exits.
+//!
+//! Liveness, the other way: an agent says `alive` every [`ALIVE_EVERY`]
+//! from its link's writing thread, which the load cannot starve (the
+//! engine's turns can take seconds on a saturated machine). The controller
+//! has no read timeout: an agent silent for [`SLOW_AFTER`] is looked at
+//! (its process alive: stopped, running, waiting) and reported slow, with
+//! for how long, never gone; only a closed link, a process that exited, or
+//! [`HUNG_AFTER`] of silence ends it. (A 60 s read timeout once declared a
+//! starved agent of a 1,000,000 run "gone: Resource temporarily
+//! unavailable (os error 11)", and threw the run away.)
 
 use std::io::{self, BufRead, Read, Write};
 use std::net::TcpStream;
@@ -63,8 +74,16 @@ pub const MAX_HELLO_LINE: usize = 4 * 1024;
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
 /// How long authentication may take.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// A link with no line for this long, or that takes no line for this long, is dead.
+/// An agent whose controller says nothing for this long exits; a link that
+/// takes no line for this long is dead.
 pub const LINK_TIMEOUT: Duration = Duration::from_secs(60);
+/// An agent says `alive` this often when it has said nothing else.
+pub const ALIVE_EVERY: Duration = Duration::from_secs(1);
+/// An agent silent this long is looked at and reported slow.
+pub const SLOW_AFTER: Duration = Duration::from_secs(5);
+/// An agent silent this long, its process alive, is hung: the run ends
+/// without it (a stopped or starved agent speaks well before).
+pub const HUNG_AFTER: Duration = Duration::from_secs(300);
 /// The controller pings each link this often (agents send progress at
 /// least once a second).
 pub const PING_EVERY: Duration = Duration::from_secs(5);
@@ -93,9 +112,15 @@ pub enum ToAgent {
     Rate {
         per_sec: f64,
     },
-    /// Open a floor socket per user, user `g` to `writers[g % len]`.
+    /// Open a floor socket per user (per user of the first `sockets`: a
+    /// sample), user `g` to `writers[g % len]`, each heartbeating every
+    /// user interval times `heartbeat_scale` (default 1).
     Floor {
         writers: Vec<SocketAddr>,
+        #[serde(default)]
+        sockets: Option<u64>,
+        #[serde(default)]
+        heartbeat_scale: Option<f64>,
     },
     /// Reset every floor socket.
     FloorEnd,
@@ -177,6 +202,14 @@ pub enum ToController {
         write_secs: f64,
         failed: u64,
     },
+    /// Nothing else to say: the agent is alive (every [`ALIVE_EVERY`]).
+    Alive,
+}
+
+/// Whether a link's error is a read or write timeout (which the socket
+/// reports as `WouldBlock`, "Resource temporarily unavailable").
+pub fn is_timeout(e: &BenchError) -> bool {
+    matches!(e, BenchError::Io(io) if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
 }
 
 /// Writes one message as a JSON line.
@@ -365,7 +398,9 @@ pub fn authenticate_agent(
             ))
         }
     }
-    stream.set_read_timeout(Some(LINK_TIMEOUT))?;
+    // No read timeout: silence is the controller's to judge (see the
+    // module docs), not the socket's.
+    stream.set_read_timeout(None)?;
     stream.set_write_timeout(Some(LINK_TIMEOUT))?;
     Ok((pid, role))
 }

@@ -120,9 +120,12 @@ fn metric(addr: SocketAddr, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
 }
 
+/// A secret of 32+ bytes: the server refuses shorter ones for HS256.
+const SECRET: &str = "the-right-secret-of-forty-eight-bytes-for-hs256!!";
+
 #[test]
 fn a_target_checks_the_tokens() {
-    let server = serve_jwt("the-right-secret");
+    let server = serve_jwt(SECRET);
     let target = server.1.to_string();
     let no_secret = run_bench(
         &[
@@ -145,12 +148,21 @@ fn a_target_checks_the_tokens() {
         "--auth",
         "jwt",
         "--auth-jwt-secret",
-        "wrong",
+        "a-wrong-secret-also-long-enough-to-be-a-good-one",
     ];
     let (out, r, ctx) = bench("auth-wrong.json", "50", &wrong);
     assert!(!out.status.success(), "{ctx}");
     assert_eq!(r["connections"]["joined"], 0, "{ctx}");
     assert_eq!(r["errors"]["total"], 50, "{ctx}");
+    assert_eq!(
+        r["errors"]["detail"]["handshake_status"]["403"], 50,
+        "{ctx}"
+    );
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("the server refused the clients' tokens (HTTP 403): --auth-jwt-secret must be the secret the server checks tokens with"),
+        "{ctx}"
+    );
     assert_eq!(
         metric(server.1, "throng_auth_refusals_total"),
         50.0,
@@ -163,7 +175,7 @@ fn a_target_checks_the_tokens() {
         "--auth",
         "jwt",
         "--auth-jwt-secret",
-        "the-right-secret",
+        SECRET,
     ];
     let (out, r, ctx) = bench("auth-right.json", "50", &right);
     assert!(out.status.success(), "{ctx}");
@@ -172,6 +184,35 @@ fn a_target_checks_the_tokens() {
     assert_eq!(
         metric(server.1, "throng_auth_refusals_total"),
         50.0,
+        "{ctx}"
+    );
+}
+
+/// A bench without tokens against a server that wants them: the server
+/// answers every upgrade 403, and the run says so, with the fix, instead
+/// of calling the server its limit.
+#[test]
+fn a_refused_handshake_reports_its_status_and_the_fix() {
+    let server = serve_jwt(SECRET);
+    let target = server.1.to_string();
+    let (out, r, ctx) = bench("auth-none.json", "40", &["--target", &target]);
+    assert_eq!(out.status.code(), Some(1), "{ctx}");
+    assert_eq!(r["connections"]["joined"], 0, "{ctx}");
+    assert_eq!(r["errors"]["by_kind"]["handshake"], 40, "{ctx}");
+    assert_eq!(
+        r["errors"]["detail"]["handshake_status"]["403"], 40,
+        "{ctx}"
+    );
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("the server refused the clients' authentication (HTTP 403): it wants a token; pass --auth jwt and --auth-jwt-secret"),
+        "{ctx}"
+    );
+    assert!(!verdict.contains("was the limit"), "{ctx}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("handshake_403 40: settings"), "{ctx}");
+    assert!(
+        stdout.contains("pass --auth jwt and --auth-jwt-secret"),
         "{ctx}"
     );
 }

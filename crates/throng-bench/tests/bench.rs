@@ -470,3 +470,103 @@ fn bench_storm_every_client_recovers_every_number() {
     assert_eq!(r["loss"]["errors"], 0);
     assert_eq!(r["clients_status"]["received"], 1000 * 10);
 }
+
+/// `--floor-sample` under the run's users: the floor opens that many
+/// sockets, spread over both agents, gets every receipt of every round,
+/// and reports its times scaled to the run (users / sockets) beside the
+/// times measured, saying so in the summary.
+#[test]
+fn a_floor_on_a_sample_is_scaled_and_says_so() {
+    let json = tmp("floor-sample.json");
+    let out = run_bench(
+        &[
+            "--connections",
+            "3000",
+            "--agents",
+            "2",
+            "--broadcasts",
+            "1",
+            "--floor-sample",
+            "1000",
+            "--heartbeat",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+            "--dashboard-port",
+            "0",
+        ],
+        Duration::from_secs(120),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ctx = format!("stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(out.status.success(), "{ctx}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let f = &r["floor"];
+    assert_eq!(f["sockets"], 1000, "{ctx}");
+    assert_eq!(f["users"], 3000, "{ctx}");
+    assert_eq!(f["scale"], 3.0, "{ctx}");
+    assert_eq!(f["complete"], true, "{ctx}");
+    assert!(f["incomplete"].is_null(), "{ctx}");
+    assert_eq!(f["receivers"], 1000 * 3, "every receipt of 3 rounds: {ctx}");
+    let (scaled, measured) = (
+        f["rounds_last_ms"].as_array().unwrap(),
+        f["sample_rounds_last_ms"].as_array().unwrap(),
+    );
+    assert_eq!(scaled.len(), 3, "{ctx}");
+    for (s, m) in scaled.iter().zip(measured) {
+        let (s, m) = (s.as_f64().unwrap(), m.as_f64().unwrap());
+        assert!(m > 0.0 && (s - 3.0 * m).abs() < 1e-6, "{s} vs {m}: {ctx}");
+    }
+    assert!(
+        f["note"]
+            .as_str()
+            .unwrap()
+            .contains("on a sample: 1000 of the 3000 users' sockets"),
+        "{ctx}"
+    );
+    assert!(r["broadcast"]["floor_ratio"].as_f64().is_some(), "{ctx}");
+    assert!(
+        stdout.contains("measured on 1,000 of the 3,000 users' sockets, times above x3.00"),
+        "{ctx}"
+    );
+}
+
+/// On a terminal, with the dashboard on, the run ends by itself: it once
+/// kept the dashboard up until Enter was pressed. `script` gives the run a
+/// terminal for stdin and stderr; nothing is ever typed into it.
+#[test]
+fn a_run_on_a_terminal_ends_by_itself() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no `script` (util-linux) to give the run a terminal");
+        return;
+    }
+    let port = common::free_port().to_string();
+    let bench = common::throng_bin();
+    let cmd = format!(
+        "{} bench --connections 20 --arrival-rate 200 --heartbeat 0 --floor off --dashboard-port {port}",
+        bench.display()
+    );
+    // stdin stays open (a pipe script forwards to the terminal) and silent.
+    let child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start script");
+    let out = wait_bench(child, Duration::from_secs(60));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("dashboard: http://"),
+        "the dashboard was on: {text}"
+    );
+    assert!(!text.contains("press Enter"), "{text}");
+}

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use throng_protocol::frame::{encode_header, Opcode};
 use throng_protocol::serializer::{encode_broadcast, encode_message};
-use throng_protocol::{OwnedPayload, Payload, Vsn};
+use throng_protocol::{OwnedPayload, Payload, Vsn, Wire};
 
 /// A subscriber that must not receive a broadcast (`broadcast_from`): the
 /// shard and the connection key there.
@@ -36,17 +36,18 @@ pub struct Broadcast {
     pub topic: Arc<str>,
     pub event: String,
     pub payload: OwnedPayload,
-    /// Complete WebSocket frames, indexed by [`Vsn::index`]; `None` where the
-    /// serializer cannot carry the payload (binary on v1).
-    frames: [Option<Box<[u8]>>; 2],
+    /// Complete WebSocket frames, indexed by [`Wire::index`]; `None` where the
+    /// wire cannot carry the payload (binary on Phoenix v1), or where the
+    /// topic's subscribers do not speak it.
+    frames: [Option<Box<[u8]>>; Wire::COUNT],
     /// Where each frame's message body starts (after the frame header): a
     /// transport that is not WebSocket (long-poll) sends the body alone.
-    body_at: [u8; 2],
+    body_at: [u8; Wire::COUNT],
     /// The same frames compressed (permessage-deflate, RFC 7692), made once
     /// by the first shard that delivers to a socket that negotiated it and
     /// then shared as the plain ones are; `None` inside where the message
     /// goes plain (short, or not smaller compressed).
-    deflated: [OnceLock<Option<Box<[u8]>>>; 2],
+    deflated: [OnceLock<Option<Box<[u8]>>>; Wire::COUNT],
     /// A connection that must not receive it (`broadcast_from`).
     pub exclude: Option<Exclude>,
     /// What it counts in [`live_bytes`], fixed at creation.
@@ -80,8 +81,8 @@ impl Broadcast {
         exclude: Option<Exclude>,
         position: Option<(&str, u64)>,
     ) -> Broadcast {
-        let mut frames: [Option<Box<[u8]>>; 2] = [None, None];
-        let mut body_at = [0u8; 2];
+        let mut frames: [Option<Box<[u8]>>; Wire::COUNT] = Default::default();
+        let mut body_at = [0u8; Wire::COUNT];
         let mut body = Vec::with_capacity(128);
         let msg_ref = position.map(|(r, _)| r);
         for vsn in Vsn::ALL {
@@ -110,7 +111,7 @@ impl Broadcast {
             payload,
             frames,
             body_at,
-            deflated: [OnceLock::new(), OnceLock::new()],
+            deflated: Default::default(),
             exclude,
             held,
             offset: position.map_or(0, |(_, o)| o),
@@ -126,20 +127,21 @@ impl Broadcast {
         self.held
     }
 
-    /// The frame a socket speaking `vsn` gets, if that serializer can carry it.
+    /// The frame a socket speaking `wire` gets, if that wire can carry it.
     #[inline]
-    pub fn frame(&self, vsn: Vsn) -> Option<&[u8]> {
-        self.frames[vsn.index()].as_deref()
+    pub fn frame(&self, wire: impl Into<Wire>) -> Option<&[u8]> {
+        self.frames[wire.into().index()].as_deref()
     }
 
     /// The frame a socket speaking `vsn` that negotiated permessage-deflate
     /// (with a full 15-bit window) gets, and whether it is the compressed
     /// one: compressed once, on the first call, for every such socket.
     #[inline]
-    pub fn frame_deflated(&self, vsn: Vsn) -> Option<(&[u8], bool)> {
-        let plain = self.frame(vsn)?;
-        let compressed = self.deflated[vsn.index()].get_or_init(|| {
-            let at = self.body_at[vsn.index()] as usize;
+    pub fn frame_deflated(&self, wire: impl Into<Wire>) -> Option<(&[u8], bool)> {
+        let wire = wire.into();
+        let plain = self.frame(wire)?;
+        let compressed = self.deflated[wire.index()].get_or_init(|| {
+            let at = self.body_at[wire.index()] as usize;
             let mut body = Vec::new();
             if !throng_protocol::deflate::compress(&plain[at..], 15, &mut body) {
                 return None;
@@ -164,25 +166,27 @@ impl Broadcast {
     /// The frame for `vsn`, compressed or plain as [`Broadcast::frame_deflated`]
     /// chose (for output queues, which hold which one they started).
     #[inline]
-    pub fn frame_as(&self, vsn: Vsn, compressed: bool) -> Option<&[u8]> {
+    pub fn frame_as(&self, wire: impl Into<Wire>, compressed: bool) -> Option<&[u8]> {
+        let wire = wire.into();
         if compressed {
-            self.deflated[vsn.index()].get()?.as_deref()
+            self.deflated[wire.index()].get()?.as_deref()
         } else {
-            self.frame(vsn)
+            self.frame(wire)
         }
     }
 
     /// The message body alone (the frame without its header), for transports
     /// that frame messages their own way.
-    pub fn body(&self, vsn: Vsn) -> Option<&[u8]> {
-        let at = self.body_at[vsn.index()] as usize;
-        self.frame(vsn).map(|f| &f[at..])
+    pub fn body(&self, wire: impl Into<Wire>) -> Option<&[u8]> {
+        let wire = wire.into();
+        let at = self.body_at[wire.index()] as usize;
+        self.frame(wire).map(|f| &f[at..])
     }
 
     /// Whether the message for `vsn` is binary (a v2 binary broadcast), not
     /// JSON text.
-    pub fn is_binary(&self, vsn: Vsn) -> bool {
-        self.frame(vsn).is_some_and(|f| f[0] & 0x0f == 0x2)
+    pub fn is_binary(&self, wire: impl Into<Wire>) -> bool {
+        self.frame(wire).is_some_and(|f| f[0] & 0x0f == 0x2)
     }
 
     /// Bytes of the largest frame: what one delivery may queue.

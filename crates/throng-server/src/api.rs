@@ -83,6 +83,9 @@ struct Api {
     /// `--api-timeout`: for a request's body.
     timeout: Duration,
     dashboard: Arc<crate::dashboard::Dashboard>,
+    /// Turns true when the API stops: streams (the dashboard's) end then,
+    /// so a stop waits for no open stream.
+    stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Api {
@@ -174,7 +177,7 @@ fn body<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_json", e.to_string()))
 }
 
-fn topic_ok(topic: &str) -> Result<(), ApiError> {
+pub(crate) fn topic_ok(topic: &str) -> Result<(), ApiError> {
     if let Some(why) = crate::limits::topic_error(topic) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -200,14 +203,18 @@ struct BroadcastIn<'a> {
     payload: Option<&'a RawValue>,
 }
 
-async fn broadcast(
-    State(api): State<Api>,
-    headers: HeaderMap,
-    raw: Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    api.check(&headers)?;
-    let bytes = bytes_of(&api, &headers, raw).await?;
-    let req: BroadcastIn<'_> = body(&bytes)?;
+/// A broadcast the API takes: its topic, event and payload.
+#[derive(Debug)]
+pub(crate) struct BroadcastReq {
+    pub topic: String,
+    pub event: String,
+    pub payload: OwnedPayload,
+}
+
+/// Reads and checks a `POST /api/broadcast` body (JSON nesting within
+/// `depth`), or the 400 that says why not.
+pub(crate) fn broadcast_request(bytes: &[u8], depth: usize) -> Result<BroadcastReq, ApiError> {
+    let req: BroadcastIn<'_> = body(bytes)?;
     topic_ok(&req.topic)?;
     if req.event.is_empty() {
         return Err(ApiError::new(
@@ -227,7 +234,6 @@ async fn broadcast(
             ),
         ));
     }
-    let depth = api.endpoint.node().config.limits.max_json_depth;
     if req
         .payload
         .is_some_and(|raw| crate::limits::json_too_deep(raw.get().as_bytes(), depth))
@@ -244,6 +250,23 @@ async fn broadcast(
         Some(raw) => OwnedPayload::Json(raw.get().to_string()),
         None => OwnedPayload::empty(),
     };
+    Ok(BroadcastReq {
+        topic: req.topic,
+        event: req.event,
+        payload,
+    })
+}
+
+async fn broadcast(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    api.check(&headers)?;
+    let bytes = bytes_of(&api, &headers, raw).await?;
+    let depth = api.endpoint.node().config.limits.max_json_depth;
+    let req = broadcast_request(&bytes, depth)?;
+    let payload = req.payload;
     match api.endpoint.publish(&req.topic, &req.event, payload).await {
         // A topic with history: the message's position (`crate::history`).
         Ok(Some(msg_ref)) => Ok(Json(json!({"ok": true, "ref": msg_ref}))),
@@ -263,10 +286,23 @@ async fn broadcast(
 }
 
 #[derive(Deserialize, Debug)]
-struct DisconnectIn {
-    user: String,
+pub(crate) struct DisconnectIn {
+    pub user: String,
     #[serde(default)]
-    revoke: bool,
+    pub revoke: bool,
+}
+
+/// Reads and checks a `POST /api/disconnect` body, or the 400 that says why not.
+pub(crate) fn disconnect_request(bytes: &[u8]) -> Result<DisconnectIn, ApiError> {
+    let req: DisconnectIn = body(bytes)?;
+    if req.user.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_user",
+            "user is empty",
+        ));
+    }
+    Ok(req)
 }
 
 async fn disconnect(
@@ -276,14 +312,7 @@ async fn disconnect(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     api.check(&headers)?;
     let bytes = bytes_of(&api, &headers, raw).await?;
-    let req: DisconnectIn = body(&bytes)?;
-    if req.user.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_user",
-            "user is empty",
-        ));
-    }
+    let req = disconnect_request(&bytes)?;
     api.endpoint.disconnect(&req.user, req.revoke);
     Ok(Json(json!({"ok": true, "revoked": req.revoke})))
 }
@@ -318,9 +347,9 @@ async fn stats(
 }
 
 #[derive(Deserialize)]
-struct PresenceQuery {
+pub(crate) struct PresenceQuery {
     #[serde(default)]
-    topic: Option<String>,
+    pub topic: Option<String>,
 }
 
 async fn presence(
@@ -423,7 +452,7 @@ async fn dashboard_stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     api.check(&headers)?;
-    api.dashboard.open(&api.endpoint)
+    api.dashboard.open(&api.endpoint, api.stopped.clone())
 }
 
 async fn not_found() -> ApiError {
@@ -590,6 +619,7 @@ pub(crate) fn start(
                     key,
                     timeout: limits.api_timeout,
                     dashboard: Default::default(),
+                    stopped: stopped.clone(),
                 });
                 let tls = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
                 serve(listener, app, &limits, node, tls, stopped).await;

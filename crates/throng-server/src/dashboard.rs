@@ -213,8 +213,14 @@ impl Drop for Open {
 
 impl Dashboard {
     /// A new stream (the key was checked), or the 503 past
-    /// `--max-dashboard-streams`. Runs on the API's runtime.
-    pub(crate) fn open(self: &Arc<Self>, endpoint: &Endpoint) -> Result<Response, ApiError> {
+    /// `--max-dashboard-streams`; it ends when `stopped` turns true (the
+    /// API stops at a drain's end, and waits for no stream). Runs on the
+    /// API's runtime.
+    pub(crate) fn open(
+        self: &Arc<Self>,
+        endpoint: &Endpoint,
+        stopped: watch::Receiver<bool>,
+    ) -> Result<Response, ApiError> {
         let node = endpoint.node().clone();
         let max = node.config.limits.max_dashboard_streams as u64;
         if node.dashboard_streams.fetch_add(1, Relaxed) >= max {
@@ -242,14 +248,21 @@ impl Dashboard {
             rx.mark_changed();
         }
         self.sample(endpoint.clone());
-        let events = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
-            loop {
-                rx.changed().await.ok()?;
-                // `None`: the sampler stopped (no stream was left) before this one came.
-                let latest = rx.borrow_and_update().clone();
-                if let Some(json) = latest {
-                    let event = Event::default().event("sample").data(&*json);
-                    return Some((Ok::<_, std::convert::Infallible>(event), (rx, guard)));
+        let events = futures_util::stream::unfold((rx, guard), move |(mut rx, guard)| {
+            let mut stopped = stopped.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        changed = rx.changed() => changed.ok()?,
+                        // Told to stop (or its API gone): the stream ends.
+                        _ = stopped.wait_for(|s| *s) => return None,
+                    }
+                    // `None`: the sampler stopped (no stream was left) before this one came.
+                    let latest = rx.borrow_and_update().clone();
+                    if let Some(json) = latest {
+                        let event = Event::default().event("sample").data(&*json);
+                        return Some((Ok::<_, std::convert::Infallible>(event), (rx, guard)));
+                    }
                 }
             }
         });

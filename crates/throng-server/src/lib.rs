@@ -1,75 +1,77 @@
 //! # throng-server
 //!
-//! The server: the transport (event loops, connections, HTTP and WebSocket),
-//! the Phoenix socket that multiplexes channels over a connection, the
-//! channel API apps write against, pages and metrics. Pub/sub (the
-//! registry, encode-once broadcasts, the backplane) is `throng-pubsub`.
+//! The server: an engine that knows no protocol (event loops, connections,
+//! HTTP heads, WebSocket frames, topics, encoded broadcasts), the wire
+//! protocols it serves, one folder each, the features they share (topic
+//! rules, history, hooks, presence, TLS, authentication), the channel API
+//! apps write against, pages and metrics. Pub/sub (the registry,
+//! encode-once broadcasts, the backplane, presence and history stores) is
+//! `throng-pubsub`.
 //!
-//! ## Layout, along Phoenix's own lines
-//! - [`config`]: flags, environment, TOML file; [`limits`]: the bounds
-//!   against hostile clients and faults (handshake deadline, connection
-//!   caps, socket memory, drain window, queue bounds) and where each is
-//!   enforced; [`panic`]: a panic on any thread aborts the process.
-//! - `transport/`: one event loop per core (`transport/shard/`), the lean
-//!   connection (`transport/conn.rs`), and a shard's connections and
-//!   sockets (`transport/conns/`: output and broadcast delivery, closing,
-//!   the Phoenix socket on a connection or long-poll session).
-//!   Phoenix's `Phoenix.Socket.Transport`.
-//! - `http`: what a request asks for (upgrade, long-poll, page, error),
-//!   without I/O.
-//! - `longpoll`: the long-poll transport's sessions, tokens and forwarding
-//!   (its shard side is `transport/conns/longpoll.rs`; the tokens and
-//!   forwarded values, which the node carries, are `forward/`). Phoenix's
-//!   `Phoenix.Transports.LongPoll`.
-//! - `ws`: WebSocket messages from frames (fragments, control frames).
-//! - `socket/`: the Phoenix multiplexer (heartbeat, join, leave, duplicate
-//!   join, dispatch, replies) as a state machine with no I/O, unit-tested
-//!   against a recording transport. Phoenix's `Phoenix.Socket`.
+//! ## Layout
+//! - `engine/`: one event loop per core (`engine/shard/`), the lean
+//!   connection (`engine/conn.rs`), a shard's connections, their registry
+//!   and output (`engine/conns/`: the port a protocol answers through),
+//!   the one close path and its table (`engine/close.rs`), HTTP routing
+//!   (`engine/http/`), and [`Protocol`](engine::Protocol), what the engine
+//!   asks of a wire protocol (`engine/protocol.rs`). Phoenix's
+//!   `Phoenix.Socket.Transport`, and Bandit's `WebSock`.
+//! - `protocol/`: the wire protocols, one folder each, and `Protocols`,
+//!   all of them as the engine is built with them. `protocol/phoenix/`:
+//!   its routes (`/socket/websocket`, `/socket/check`, `/socket/longpoll`),
+//!   the socket state machine (`socket/`: heartbeat, join, leave, duplicate
+//!   join, dispatch, replies, with no I/O; `Phoenix.Socket`), its shard
+//!   state and glue (`shard.rs`, `transport.rs`), the connect hook
+//!   (`hooks.rs`), the long-poll transport (`longpoll/`;
+//!   `Phoenix.Transports.LongPoll`), and its channels: [`chat`] (the
+//!   Phoenix team's 2M-connection benchmark's chat app), [`relay`] (topics
+//!   only config rules describe) and [`echo`] (a test channel).
 //! - [`channel`]: the app-facing API (`Channel`, `Socket`, `Router`).
 //!   Phoenix's `Phoenix.Channel`.
 //! - [`node`]: what the shards of one process share, and the [`Endpoint`]
 //!   handle for code outside callbacks. Phoenix's `Endpoint.broadcast`.
-//! - [`presence`]: presence rules (`--presence`) and the `Presence` handle
-//!   of a callback; `socket/presence.rs` applies them to a socket's joins,
-//!   and each shard flushes its share of the node's presence topics when its
-//!   poll times out (`transport/shard/mod.rs`). The state and the cluster are
-//!   `throng_pubsub::presence`.
-//! - [`metrics`]: per-shard counters; [`scrape`]: the `/metrics` page.
-//! - [`auth`]: connect authentication (Phoenix.Token, JWT), `check_origin`,
-//!   topic rules, the push budget, revocations.
-//! - [`bind`]: binding the listeners, and refusing a port another process
-//!   holds (`--reuse-port` to share it); [`refusals`]: the rate-limited log
-//!   lines of refused clients.
-//! - [`health`]: `GET /healthz` and `GET /readyz`, on both listeners.
-//! - [`api`]: the server API for app backends (broadcast, disconnect,
-//!   topics, stats, `/metrics`) on its own listener; [`control`]: the
-//!   nodes' own requests to each other over the backplane.
-//! - [`chat`]: the chat app of the Phoenix team's 2M-connection
-//!   benchmark, written with the API;
-//!   [`relay`]: the channel of topics only config rules describe.
-//! - [`echo`]: a test-only channel (`--echo`) that shows what a socket
-//!   connected with.
-//! - `page`: the chat page (template + layout) and fixed responses.
-//! - `fuzz` (feature `fuzzing`): the message layer as one function of
-//!   bytes, for `fuzz/`.
+//! - The features, a folder or file each, with their settings:
+//!   [`rules`] (`[[topics]]`: who may join and push where, history sizes),
+//!   [`history`] (positions, the one read of a rejoin and its recovery on a
+//!   shard, `GET /api/history`), [`hooks`] (the app backend's client, its
+//!   waits, lifecycle events, occupancy; `hooks/settings.rs`), [`presence`]
+//!   (rules and the `Presence` handle; the state is
+//!   `throng_pubsub::presence`), [`tls`] (certificates and the sessions
+//!   under every connection), [`auth`] (Phoenix.Token, JWT, `check_origin`,
+//!   the push budget, revocations, the weak-secret rule).
+//! - [`config`]: flags, environment, TOML file; [`limits`]: the bounds
+//!   against hostile clients and faults and where each is enforced;
+//!   [`panic`]: a panic on any thread aborts the process.
+//! - [`metrics`]: per-shard counters; [`scrape`]: the `/metrics` page;
+//!   [`health`]: `GET /healthz` and `GET /readyz`; [`dashboard`].
+//! - [`api`]: the server API for app backends on its own listener;
+//!   [`control`]: the nodes' own requests to each other over the
+//!   backplane; `forward/`: the long-poll requests and answers the node
+//!   carries between shards and nodes.
+//! - [`bind`]: binding the listeners; [`refusals`]: the rate-limited log
+//!   lines of refused clients; `page`: the chat page and fixed responses;
+//!   `fuzz/` (feature `fuzzing`): every reader of outside input as one
+//!   function of bytes, for `fuzz/`.
 //!
 //! ## Layers
 //! A module uses only modules of its layer's rank or below
 //! (`scripts/check-import-cycles.py` checks for cycles, in CI):
 //! 1. plain values and settings: `setting` (the `settings!` macro),
-//!    `sys`, `metrics` (the shard counters), `page`, `close`, `api_error`,
-//!    `bind`, `channel`, `tls`, `ws`; `budget` (the outbound memory
-//!    budget), `pending` (what a connection holds while busy), `forward`
-//!    (long-poll requests and answers between shards and nodes)
+//!    `sys`, `metrics` (the shard counters), `page`, `api_error`, `bind`,
+//!    `channel`, `tls`, `budget` (the outbound memory budget), `write` (the
+//!    one socket write), `panic`, `forward`
 //! 2. the settings groups and what they hold: `auth`, `limits`,
-//!    `presence`, `refusals`; then `config`, which gathers them
+//!    `presence`, `refusals`, `rules`; then `config`, which gathers them
 //! 3. what the node holds: `control` (the nodes' requests to each other),
 //!    `hooks` (the app backend's client)
 //! 4. `node`: what the shards of a process share, holding the types above
 //! 5. what reads the node: `history`, `health`, `scrape` (`/metrics`),
-//!    `dashboard`, `echo`, `chat`, `relay`, `http`, `longpoll`, `socket`
-//! 6. `transport`: the event loops, which drive everything below
-//! 7. `api` (the server API), `fuzz`, and this file (`Server`)
+//!    `dashboard`
+//! 6. `engine`: the event loops, which drive everything below and call
+//!    their protocol through the `Protocol` trait, naming none
+//! 7. `protocol`: the wire protocols, over the engine
+//! 8. `api` (the server API), `fuzz`, and this file (`Server`, which
+//!    builds the shards with every protocol)
 //!
 //! Where a lower module calls back up, it goes through what the node
 //! implements: the hook client's answers (`hooks::Answers`) and occupancy
@@ -77,22 +79,36 @@
 //! (`throng_pubsub::Handler`); the figures of a node's report are
 //! `dashboard::counters`, which `Server::start` gives the node.
 //!
-//! ## The path of a broadcast
-//! A client pushes `new:msg` on `rooms:lobby`. Its shard reads the frame
-//! into the shard's one buffer, `ws` makes it a message, the serializer
-//! decodes it in place, and the socket dispatches it to the channel, whose
-//! `broadcast` becomes one `Broadcast` encoded once per serializer into
-//! whole frames. The shard writes those bytes to its own subscribers of the
-//! topic (`transport/conns/output.rs`: a `write` per subscriber, no
-//! allocation), then hands an `Arc` of it to each other shard with
-//! subscribers (a channel and a wake per shard) and one copy to the
-//! backplane for the other nodes.
+//! ## The path of a broadcast, in ten hops
+//! A phoenix.js client pushes `new:msg` on `rooms:lobby`.
+//! 1. Its shard's loop reads the socket into the shard's one buffer
+//!    (`engine/shard/input.rs`, `on_readable`),
+//! 2. decodes a frame in place (`throng_protocol::frame`), and `engine/ws.rs`
+//!    makes it a message;
+//! 3. the engine hands the message to the socket's protocol
+//!    (`Protocol::message`; `protocol/phoenix/shard.rs`, `Phx::message`),
+//! 4. whose serializer decodes it in place (`throng_protocol::serializer`),
+//! 5. and the socket state machine dispatches it to the channel
+//!    (`protocol/phoenix/socket/`, `Mux::handle_in`, then the channel's
+//!    `handle_in`, [`chat`]);
+//! 6. the channel's `broadcast` reaches the state machine's port
+//!    (`protocol/phoenix/transport.rs`, `ShardTransport::broadcast`),
+//! 7. which makes one `Broadcast`, encoded once per wire its topic's
+//!    subscribers may speak into whole frames (`throng_pubsub::Broadcast`),
+//! 8. and publishes it through the engine's port (`Conns::publish`,
+//!    `engine/conns/topics.rs`): an `Arc` of it to each other shard with
+//!    subscribers and one copy to the backplane for the other nodes
+//!    (`Node::broadcast`),
+//! 9. then to this shard's subscribers (`Conns::deliver`,
+//!    `engine/conns/output.rs`): each gets the frame of the wire it speaks,
+//! 10. written with one `write` per subscriber and no allocation
+//!    (`send_to`, `write.rs`), queued only for what the kernel refuses.
 //!
 //! ## Design
 //! N shard threads (default: one per core), each with its own epoll and its
 //! own `SO_REUSEPORT` listener, so accepting, reading, joining and leaving
 //! never cross threads or take a lock. We use `mio` directly rather than a
-//! task per connection so that an idle connection is a ~56-byte slab entry
+//! task per connection so that an idle connection is an 80-byte slab entry
 //! with no buffer, no future and no timer.
 
 pub mod api;
@@ -101,36 +117,30 @@ pub mod auth;
 pub mod bind;
 mod budget;
 pub mod channel;
-pub mod chat;
-mod close;
 pub mod config;
 pub mod control;
 pub mod dashboard;
-pub mod echo;
+mod engine;
 mod forward;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzz;
 pub mod health;
 pub mod history;
 pub mod hooks;
-mod http;
 pub mod limits;
-mod longpoll;
 pub mod metrics;
 pub mod node;
 mod page;
 pub mod panic;
-mod pending;
 pub mod presence;
+mod protocol;
 pub mod refusals;
-pub mod relay;
+pub mod rules;
 pub mod scrape;
 mod setting;
-mod socket;
 pub mod sys;
 pub mod tls;
-mod transport;
-mod ws;
+mod write;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -146,6 +156,7 @@ pub use channel::{
 pub use config::{Config, ServeArgs};
 pub use node::{Endpoint, Node};
 pub use presence::PresenceRule;
+pub use protocol::phoenix::{chat, echo, relay};
 
 /// File descriptors kept back from the limit for listeners, epoll, logs.
 pub const FD_MARGIN: u64 = 64;
@@ -201,10 +212,12 @@ impl Server {
         backplane: Arc<dyn Backplane>,
         presence: Arc<dyn PresenceStore>,
     ) -> Result<Server, Error> {
+        // A weak secret starts nothing (settings built in code included).
+        config.check_secrets()?;
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;
-        let policy = auth::Policy::new(config.topics.clone());
+        let policy = rules::Policy::new(config.topics.clone()).with_history(&config.history);
         let policy_history = policy.any_history();
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
@@ -231,7 +244,7 @@ impl Server {
         let mut inboxes = Vec::new();
         for _ in 0..config.shards {
             let poll = Poll::new()?;
-            let waker = Arc::new(Waker::new(poll.registry(), transport::WAKER)?);
+            let waker = Arc::new(Waker::new(poll.registry(), engine::WAKER)?);
             let (tx, rx) = crossbeam_channel::unbounded();
             polls.push(poll);
             peers.push(node::Peer::new(
@@ -326,10 +339,11 @@ impl Server {
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
         let mut threads = Vec::new();
+        let proto = Arc::new(protocol::Protocols {});
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
         {
-            let shard = transport::Shard::new(id, poll, listener, inbox, node.clone())?;
+            let shard = engine::Shard::new(id, poll, listener, inbox, node.clone(), proto.clone())?;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("throng-shard-{id}"))
@@ -359,7 +373,7 @@ impl Server {
             auth = %node.config.auth.mode.name(),
             shards = node.config.shards,
             fd_limit,
-            conn_struct_bytes = transport::CONN_SIZE,
+            conn_struct_bytes = engine::CONN_SIZE,
             "open-files limit {fd_limit} allows about {} connections in this process",
             fd_limit.saturating_sub(FD_MARGIN)
         );
@@ -377,7 +391,7 @@ impl Server {
     /// The address to open in a browser: the bound one, with a wildcard
     /// (0.0.0.0, ::) replaced by loopback.
     pub fn url(&self) -> String {
-        page_url(self.addr)
+        page_url(self.addr, self.node.tls.is_some())
     }
 
     /// A handle for broadcasting and sending infos from outside callbacks.
@@ -414,13 +428,15 @@ impl Server {
     }
 }
 
-/// `http://ADDR/` for a listening address, loopback for a wildcard one.
-pub fn page_url(addr: SocketAddr) -> String {
+/// `http://ADDR/` (`https://` with `tls`) for a listening address,
+/// loopback for a wildcard one.
+pub fn page_url(addr: SocketAddr, tls: bool) -> String {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     let ip = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
         ip => ip,
     };
-    format!("http://{}/", SocketAddr::new(ip, addr.port()))
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{}/", SocketAddr::new(ip, addr.port()))
 }

@@ -4,29 +4,29 @@
 //! connections against the connection caps ([`Admission`]).
 //!
 //! Each bound, its default and what a client sees when it hits it is in the
-//! README's "Limits and defaults" table. The bounds that live elsewhere:
+//! "Limits and defaults" table of `docs/configuration.md`. The bounds that live elsewhere:
 //! `--max-message-bytes`, `--max-outbound-bytes` and
 //! `--max-channels-per-socket` (config.rs), and where each is enforced:
 //! - the HTTP head deadline: the shard's once-a-second sweep
-//!   (`transport/shard/sweep.rs`), against the connection's `last_active`,
+//!   (`engine/shard/sweep.rs`), against the connection's `last_active`,
 //!   which for an HTTP connection is when its current request began (no
 //!   timer per connection);
 //! - connection caps: [`Admission`], at accept, and at a long-poll
 //!   session's start (a session is a connection, whatever carries its
-//!   requests; `transport/conns/longpoll.rs`, with its start rate per
+//!   requests; `protocol/phoenix/longpoll/shard.rs`, with its start rate per
 //!   address);
 //! - a connection's turn of its shard's loop (reads, messages) and the
 //!   control budget (heartbeats, joins, leaves, control frames, tiny
-//!   fragments): `transport/shard/input.rs`, `socket/`;
+//!   fragments): `engine/shard/input.rs`, `socket/`;
 //! - payloads: [`json_too_deep`] for pushes, joins and API broadcasts,
 //!   [`topic_error`] for API topics;
 //! - the server API's timeouts and connection cap: `api.rs`;
 //! - a socket's memory: a message in progress (kept fragments plus a
 //!   half-received frame) is bounded by `--max-message-bytes` as a whole
-//!   (`transport/shard/input.rs`), and what its joins store (join_refs, topic names)
+//!   (`engine/shard/input.rs`), and what its joins store (join_refs, topic names)
 //!   by what `--max-socket-bytes` leaves after that (`socket/`), refs by
 //!   [`check_refs`];
-//! - outbound memory: per connection in `transport/conns/output.rs`, for
+//! - outbound memory: per connection in `engine/conns/output.rs`, for
 //!   the node in `budget.rs`; shard inboxes in `node.rs`; the
 //!   Redis publish queue in `throng-pubsub`.
 
@@ -264,7 +264,7 @@ pub fn check_refs(msg: &Message<'_>, max: usize) -> Result<(), &'static str> {
 /// over the bytes, no allocation: the text is valid JSON already (the
 /// serializer checked it), so only strings (where brackets are text) need
 /// telling apart. Numbers are kept as they came (`1e400`, a 5,000-digit
-/// integer: JSON allows them; the README says what receivers may do).
+/// integer: JSON allows them; the docs say what receivers may do).
 pub fn json_too_deep(json: &[u8], max: usize) -> bool {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in json {

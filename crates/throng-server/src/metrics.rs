@@ -118,6 +118,17 @@ pub struct ShardStats {
     pub deflate_messages_in: AtomicU64,
     /// Sockets closed (1009) because a message inflated past `--max-message-bytes`.
     pub deflate_too_big: AtomicU64,
+    /// The sizes of the shard's tables, set by its once-a-second sweep
+    /// ([`ShardStats::sizes`]): what a long run must not see grow.
+    pub users: AtomicU64,
+    pub user_sockets: AtomicU64,
+    pub hook_waits: AtomicU64,
+    pub hook_socket_ids: AtomicU64,
+    pub hook_assigns: AtomicU64,
+    pub history_reads_waiting: AtomicU64,
+    pub presence_joins: AtomicU64,
+    pub longpoll_requests_waiting: AtomicU64,
+    pub longpoll_rate_entries: AtomicU64,
 }
 
 impl ShardStats {
@@ -131,6 +142,38 @@ impl ShardStats {
     pub fn sub(counter: &AtomicU64, n: u64) {
         counter.store(counter.load(Relaxed).wrapping_sub(n), Relaxed);
     }
+
+    /// Sets the table sizes (owner-only; once a second, off the hot path).
+    pub fn sizes(&self, sizes: &TableSizes) {
+        let set = |c: &AtomicU64, n: usize| c.store(n as u64, Relaxed);
+        set(&self.users, sizes.users);
+        set(&self.user_sockets, sizes.user_sockets);
+        set(&self.hook_waits, sizes.hook_waits);
+        set(&self.hook_socket_ids, sizes.hook_socket_ids);
+        set(&self.hook_assigns, sizes.hook_assigns);
+        set(&self.history_reads_waiting, sizes.history_reads_waiting);
+        set(&self.presence_joins, sizes.presence_joins);
+        set(
+            &self.longpoll_requests_waiting,
+            sizes.longpoll_requests_waiting,
+        );
+        set(&self.longpoll_rate_entries, sizes.longpoll_rate_entries);
+    }
+}
+
+/// The entries of a shard's tables that live as long as what they are for
+/// (a socket, a join, a request): each must come back down when those end.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TableSizes {
+    pub users: usize,
+    pub user_sockets: usize,
+    pub hook_waits: usize,
+    pub hook_socket_ids: usize,
+    pub hook_assigns: usize,
+    pub history_reads_waiting: usize,
+    pub presence_joins: usize,
+    pub longpoll_requests_waiting: usize,
+    pub longpoll_rate_entries: usize,
 }
 
 /// One `/metrics` line per (name, type, help, which counter) of [`ShardStats`].
@@ -513,6 +556,66 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Sockets closed with 1009 because a compressed message inflated past --max-message-bytes (checked while inflating).",
         |s| &s.deflate_too_big,
+    ),
+    (
+        "throng_registry_topics",
+        "gauge",
+        "Topics in the shards' registries: each shard counts those its own sockets joined (a topic with subscribers on two shards counts twice).",
+        |s| &s.topics,
+    ),
+    (
+        "throng_users",
+        "gauge",
+        "Authenticated users with a socket, counted per shard (a user with sockets on two shards counts twice); as of the shards' last once-a-second sweep.",
+        |s| &s.users,
+    ),
+    (
+        "throng_user_sockets",
+        "gauge",
+        "Sockets with an authenticated user in the users table (what a disconnect of a user looks up); as of the last sweep.",
+        |s| &s.user_sockets,
+    ),
+    (
+        "throng_hook_waits",
+        "gauge",
+        "Connects, joins and pushes waiting for the app backend's answer, or queued behind a push of the same socket and topic; as of the last sweep.",
+        |s| &s.hook_waits,
+    ),
+    (
+        "throng_hook_socket_ids",
+        "gauge",
+        "Open sockets a hook request or event has named (their socket_id number, kept until they close); as of the last sweep.",
+        |s| &s.hook_socket_ids,
+    ),
+    (
+        "throng_hook_assigns",
+        "gauge",
+        "Open sockets whose connect hook answered assigns (kept until they close); as of the last sweep.",
+        |s| &s.hook_assigns,
+    ),
+    (
+        "throng_history_reads_waiting",
+        "gauge",
+        "Joins with since waiting for their history read in Redis; as of the last sweep.",
+        |s| &s.history_reads_waiting,
+    ),
+    (
+        "throng_presence_joins",
+        "gauge",
+        "Joins whose presence the shards track (each leaves with its join); as of the last sweep.",
+        |s| &s.presence_joins,
+    ),
+    (
+        "throng_longpoll_requests_waiting",
+        "gauge",
+        "Long-poll requests whose connection waits for an answer from another shard or node; as of the last sweep.",
+        |s| &s.longpoll_requests_waiting,
+    ),
+    (
+        "throng_longpoll_rate_entries",
+        "gauge",
+        "Addresses whose new long-poll sessions are being counted against --longpoll-session-rate (dropped once their budget is full again); as of the last sweep.",
+        |s| &s.longpoll_rate_entries,
     ),
 ];
 

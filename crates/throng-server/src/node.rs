@@ -8,7 +8,7 @@
 //! [`Handler`]: broadcasts from other nodes come in through it, and so do
 //! the control messages of other nodes (`crate::control`: cluster-wide
 //! questions, disconnects, revocations, long-poll requests and answers
-//! forwarded, see `crate::longpoll`).
+//! forwarded, see `crate::protocol::phoenix::longpoll`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -20,7 +20,7 @@ use throng_protocol::OwnedPayload;
 use throng_pubsub::presence::Flushed;
 use throng_pubsub::{Backplane, Broadcast, Handler, NodeTopics, Route, Tracker};
 
-use crate::auth::{Auth, Policy, PushLimit};
+use crate::auth::{Auth, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
@@ -30,6 +30,7 @@ use crate::hooks::{Event, EventType};
 use crate::limits::Admission;
 use crate::metrics::ShardStats;
 use crate::page::Pages;
+use crate::rules::Policy;
 
 /// Sockets a second a drain closes, at most (see [`Node::drain_window`]).
 pub const DRAIN_RATE: u64 = 1000;
@@ -60,7 +61,7 @@ pub(crate) enum ShardMsg {
 }
 
 /// The answer to a history read of a join of connection `key` on `topic`,
-/// back on its shard ([`ShardMsg::Replay`]; `transport/conns/history.rs` reads it).
+/// back on its shard ([`ShardMsg::Replay`]; `history/recovery.rs` and its protocol read it).
 pub(crate) struct ReplayAnswer {
     /// The shard's number for the read: a later join of the same socket
     /// and topic has another.
@@ -179,7 +180,7 @@ pub struct Node {
     /// New connections against `--max-connections` and `--max-connections-per-ip`.
     pub(crate) admission: Admission,
     /// When the drain began and how long it spreads its closes over,
-    /// once it has (`transport/shard/drain.rs`).
+    /// once it has (`engine/shard/drain.rs`).
     /// The log lines of refused clients, one per reason per interval.
     pub refusals: crate::refusals::RefusalLog,
     pub(crate) drain: OnceLock<(Instant, Duration)>,
@@ -276,7 +277,7 @@ impl Node {
     /// then gets the topic's messages in offset order. Returns the ref.
     pub(crate) fn publish_history(
         &self,
-        rule: crate::auth::HistoryRule,
+        rule: crate::rules::HistoryRule,
         topic: Arc<str>,
         event: String,
         payload: OwnedPayload,

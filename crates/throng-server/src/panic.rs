@@ -25,3 +25,15 @@ pub fn abort_on_panic() {
         std::process::abort();
     }));
 }
+
+/// Test only (the `test-hooks` feature, and the hidden
+/// `--test-panic-message`): a panic on a shard thread when an /echo
+/// message equals the text, to test that a panic ends the process.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn test_panic(node: &crate::Node, data: &[u8]) {
+    if let Some(m) = &node.config.limits.test_panic_message {
+        if m.as_bytes() == data {
+            panic!("--test-panic-message received on /echo");
+        }
+    }
+}

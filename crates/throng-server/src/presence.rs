@@ -52,7 +52,8 @@ impl KeySource {
             Some(("param", name)) if !name.is_empty() => Ok(KeySource::Param(name.into())),
             Some(("connect", name)) if !name.is_empty() => Ok(KeySource::ConnectParam(name.into())),
             _ => Err(format!(
-                "presence key {s:?}: expected user_id, param:NAME or connect:NAME"
+                "presence key {s:?}: expected user_id, param:NAME (a join param, e.g. \
+                 param:user) or connect:NAME (a socket param)"
             )),
         }
     }
@@ -77,9 +78,15 @@ fn parse_mode(s: Option<&str>) -> Result<Mode, String> {
 impl PresenceRule {
     /// `PATTERN=KEY` or `PATTERN=KEY/count` (the `--presence` flag).
     pub fn parse(spec: &str) -> Result<PresenceRule, String> {
-        let (pattern, key) = spec
-            .split_once('=')
-            .ok_or_else(|| format!("--presence {spec:?}: expected PATTERN=KEY[/count]"))?;
+        let (pattern, key) = spec.split_once('=').ok_or_else(|| {
+            let pattern = if spec.is_empty() { "rooms:lobby" } else { spec };
+            format!(
+                "--presence {spec:?}: expected PATTERN=KEY[/count], the topics and what keys \
+                 each join's presence, e.g. --presence '{pattern}=param:user' (the join's \
+                 `user` param), '{pattern}=user_id' (the authenticated user) or \
+                 '{pattern}=user_id/count' (a count instead of the list)"
+            )
+        })?;
         let (key, mode) = match key.rsplit_once('/') {
             Some((k, m @ ("count" | "list"))) => (k, Some(m)),
             _ => (key, None),
@@ -170,6 +177,12 @@ mod tests {
         for bad in ["rooms:*", "a=b", "a=param:", "=user_id", "a=user_id/many"] {
             assert!(PresenceRule::parse(bad).is_err(), "{bad}");
         }
+        // The wrong form shows the right one.
+        let err = PresenceRule::parse("rooms:lobby").unwrap_err();
+        assert!(err.contains("--presence 'rooms:lobby=param:user'"), "{err}");
+        assert!(PresenceRule::parse("a=b")
+            .unwrap_err()
+            .contains("param:user"));
     }
 
     #[test]

@@ -61,6 +61,22 @@ pub fn render(node: &Node) -> String {
         "User and system CPU time.",
         format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
     );
+    if let Some((allocated, free)) = sys::heap() {
+        write_metric(
+            &mut out,
+            "throng_heap_allocated_bytes",
+            "gauge",
+            "Bytes the allocator has handed out and not had back (glibc's mallinfo2: chunks in use and blocks in mappings of their own). The RSS stays up after a peak; this does not: growth here is memory held.",
+            allocated,
+        );
+        write_metric(
+            &mut out,
+            "throng_heap_free_bytes",
+            "gauge",
+            "Bytes freed but kept by the allocator for reuse (part of the RSS).",
+            free,
+        );
+    }
     write_metric(
         &mut out,
         "throng_outbound_memory_bytes",

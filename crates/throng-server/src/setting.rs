@@ -3,7 +3,7 @@
 //! `--help` text and its default, and the pieces it is built from
 //! ([`Layer`], [`help`], [`pass_on`]). Each settings group (the top-level
 //! keys in `flags.rs`, `[auth]` in `auth.rs`, `[hooks]` in
-//! `config/hooks.rs`, the limits in `limits.rs`) is one `settings!`
+//! `hooks/settings.rs`, the limits in `limits.rs`) is one `settings!`
 //! struct; ripgrep keeps its flags the same way (one definition each, in
 //! its crates/core/flags/defs.rs, from which help and docs are generated).
 //!

@@ -63,6 +63,25 @@ pub fn return_big_frees() {
     }
 }
 
+/// What the allocator holds: `(allocated, free)` bytes, from glibc's
+/// `mallinfo2`: handed out and not given back (the arenas' chunks in use
+/// plus the blocks in mappings of their own), and freed but kept in the
+/// arenas. After a peak the process's RSS stays up (freed memory is kept
+/// for reuse), so a long run's growth shows in `allocated`, not in the
+/// RSS. It walks the arenas' free lists under their locks: for a scrape,
+/// not a hot path. `None` on other C libraries.
+#[allow(unsafe_code)]
+pub fn heap() -> Option<(u64, u64)> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+        let m = unsafe { libc::mallinfo2() };
+        Some(((m.uordblks + m.hblkhd) as u64, m.fordblks as u64))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
 /// Milliseconds since the kernel last received data on TCP socket `sock`
 /// (`tcpi_last_data_recv` of `TCP_INFO`), by the kernel's clock: whether
 /// this process read it, and when, does not move it. `None` if the kernel
@@ -98,6 +117,14 @@ mod tests {
     fn reads_own_process() {
         assert!(super::rss_bytes().unwrap() > 0);
         assert!(super::cpu_seconds().unwrap() >= 0.0);
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        {
+            let (before, _) = super::heap().unwrap();
+            let held = std::hint::black_box(vec![7u8; 4 << 20]);
+            let (with, _) = super::heap().unwrap();
+            assert!(with >= before + (4 << 20), "{before} then {with}");
+            drop(std::hint::black_box(held));
+        }
         assert!(super::raise_fd_limit().unwrap() >= 256);
     }
 

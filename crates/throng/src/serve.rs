@@ -29,6 +29,12 @@ use crate::supervisor::{self, open_line, Error};
 /// Runs `throng serve` with resolved settings; blocks while it serves.
 pub fn serve(config: Config) -> Result<(), Error> {
     throng_server::panic::abort_on_panic();
+    // Once, by the process the user started (not again by each worker).
+    if config.worker_index.is_none() {
+        for warning in &config.secret_warnings {
+            tracing::warn!("{warning}");
+        }
+    }
     if config.workers > 1 && config.worker_index.is_none() {
         // `ServeArgs::resolve` refuses --workers above 1 without --redis.
         if let Some(url) = config.redis.clone() {
@@ -50,9 +56,17 @@ pub fn serve(config: Config) -> Result<(), Error> {
         _ => Arc::new(LocalPresence::new()),
     };
     let worker = config.worker_index;
-    // The chat app, and a relay channel on every rule's topics it does not route.
-    let mut router = chat::router();
-    let policy = throng_server::auth::Policy::new(config.topics.clone());
+    // The chat app (which lets the rules decide its joins when there are
+    // rules), and a relay channel on every rule's topics it does not route.
+    let policy = throng_server::rules::Policy::new(config.topics.clone());
+    let mut router = if policy.rules.is_empty() {
+        chat::router()
+    } else {
+        chat::router_under_rules()
+    };
+    for warning in chat::rule_warnings(&policy.rules) {
+        tracing::warn!("{warning}");
+    }
     for pattern in policy.route_patterns() {
         if !router.patterns().any(|p| p == pattern) {
             router = router.channel(&pattern, throng_server::relay::Relay);
@@ -90,7 +104,8 @@ pub fn serve(config: Config) -> Result<(), Error> {
     }
     let _ = writeln!(out, "listening on {}", server.addr);
     if worker.is_none() {
-        let _ = writeln!(out, "{}", open_line(&server.url()));
+        let banner = open_line(&server.node.config, server.addr);
+        let _ = writeln!(out, "{banner}");
     }
     let _ = out.flush();
     drop(out);

@@ -331,7 +331,7 @@ pub fn run(config: Config, redis_url: &str) -> Result<(), Error> {
                     .collect();
                 lines.push(format!("listening on {addr}"));
                 lines.extend(workers.iter().map(worker_line));
-                lines.push(open_line(&throng_server::page_url(addr)));
+                lines.push(open_line(&config, addr));
                 announce(&lines);
             } else if now > deadline {
                 stop_all(&mut workers, None, SIGTERM, stop_timeout);
@@ -478,8 +478,33 @@ fn start_worker(
 
 /// The line a person reads at start: where the chat page is (printed by a
 /// single node, `serve.rs`, and by the supervisor for its workers).
-pub fn open_line(url: &str) -> String {
-    format!("open {url} for the chat page, and again in a second tab to chat between them (Ctrl-C stops)")
+pub fn open_line(config: &throng_server::Config, addr: std::net::SocketAddr) -> String {
+    let tls = config.tls.is_some();
+    let url = throng_server::page_url(addr, tls);
+    let mut line = format!(
+        "open {url} for the chat page, and again in a second tab to chat between them (Ctrl-C stops)"
+    );
+    if tls {
+        let socket = url.replacen("https://", "wss://", 1);
+        line.push_str(&format!("; Phoenix clients connect to {socket}socket"));
+    }
+    let hooks = &config.hooks;
+    if hooks.connect {
+        // The chat page opens only for sockets the backend accepts: say
+        // where people sign in when the configuration names it.
+        let backend = hooks.url.as_deref().unwrap_or_default();
+        line = match &hooks.page_url {
+            Some(page) => format!(
+                "open {page} (the app's page) to sign in; the app backend's connect hook \
+                 ({backend}/connect) decides who connects to the chat page at {url} (Ctrl-C stops)"
+            ),
+            None => format!(
+                "{line}; the app backend's connect hook ({backend}/connect) decides who \
+                 connects (give --hook-page-url its sign-in page to have it named here)"
+            ),
+        };
+    }
+    line
 }
 
 /// Asks the kernel to SIGTERM the child when the supervisor dies.

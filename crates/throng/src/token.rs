@@ -2,7 +2,9 @@
 //! JWT, with the same `[auth]` settings `throng serve` reads (the config
 //! file, the `THRONG_AUTH_*` variables, or these flags), and checks it with
 //! the server's own verifier (`throng_server::auth::mint`). The token alone
-//! goes to stdout, how to use it to stderr.
+//! goes to stdout, how to use it to stderr. A secret the server would
+//! refuse (the weak-secret rule, `throng_server::auth::secret`) mints
+//! nothing: the settings are resolved as `serve` resolves them.
 
 use std::path::PathBuf;
 
@@ -22,9 +24,10 @@ pub struct TokenArgs {
     /// phoenix_token or jwt [default: the config's [auth] mode]
     #[arg(long, value_name = "MODE", env = "THRONG_AUTH")]
     pub mode: Option<Mode>,
-    /// Phoenix.Token: the secret_key_base
+    /// Phoenix.Token: the secret_key_base (as serve's --auth-secret-key-base)
     #[arg(
         long,
+        alias = "auth-secret-key-base",
         value_name = "KEY",
         env = "THRONG_AUTH_SECRET_KEY_BASE",
         hide_env_values = true
@@ -33,9 +36,10 @@ pub struct TokenArgs {
     /// Phoenix.Token: the salt [default: "user socket"]
     #[arg(long, value_name = "SALT", env = "THRONG_AUTH_SALT")]
     pub salt: Option<String>,
-    /// JWT: the HS256 secret
+    /// JWT: the HMAC secret (as serve's --auth-jwt-secret)
     #[arg(
         long,
+        alias = "auth-jwt-secret",
         value_name = "SECRET",
         env = "THRONG_AUTH_JWT_SECRET",
         hide_env_values = true

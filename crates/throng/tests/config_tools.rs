@@ -110,7 +110,7 @@ fn check_config_refuses_a_misspelt_key_and_names_the_right_one() {
 fn check_config_shows_sources_masks_secrets_and_warns_as_a_start_would() {
     let path = temp_file(
         "sources.toml",
-        "port = 4100\napi_bind = \"0.0.0.0:4999\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"s3cret\"\n",
+        "port = 4100\napi_bind = \"0.0.0.0:4999\"\n[auth]\nmode = \"jwt\"\njwt_secret = \"s3cret-s3cret-s3cret-s3cret-s3cret\"\n",
     );
     let (ok, report, err) = throng(
         &["check-config", path.to_str().unwrap(), "--shards", "3"],
@@ -131,4 +131,128 @@ fn check_config_shows_sources_masks_secrets_and_warns_as_a_start_would() {
         report.contains("warning: the server API listens beyond loopback"),
         "{report}"
     );
+}
+
+/// `serve --config` reports bad keys as `check-config` does (one code path,
+/// issue 38 item 3): each on its own line, at its line and column, with
+/// the nearest known key, and a key of another table says where it
+/// belongs.
+#[test]
+fn serve_and_check_config_report_bad_keys_alike() {
+    let path = temp_file(
+        "keys.toml",
+        "port = 0\nidle_timout = 5\nhistory_size = 100\n[auth]\njwt_secert = \"x\"\n",
+    );
+    let file = path.to_str().unwrap();
+    let (ok, _, serve_err) = throng(&["serve", "--config", file], &[]);
+    assert!(!ok, "serve started with bad keys");
+    let (ok, report, _) = throng(&["check-config", file], &[]);
+    assert!(!ok, "{report}");
+    for said in [
+        format!("{file}:2:1: unknown key `idle_timout`; did you mean `idle_timeout`?"),
+        format!(
+            "{file}:3:1: unknown key `history_size`; history_size belongs in a [[topics]] table"
+        ),
+        format!("{file}:5:1: unknown key `jwt_secert` in [auth]; did you mean `jwt_secret`?"),
+    ] {
+        assert!(serve_err.contains(&said), "serve: {said:?} in\n{serve_err}");
+        assert!(
+            report.contains(&said),
+            "check-config: {said:?} in\n{report}"
+        );
+    }
+    // One per line.
+    assert_eq!(
+        serve_err.matches(": unknown key `").count(),
+        3,
+        "{serve_err}"
+    );
+}
+
+/// A file a flag names that is not there names the flag (issue 38, item 3).
+#[test]
+fn a_missing_file_names_its_flag() {
+    let dir = std::env::temp_dir();
+    for (flag, other) in [
+        ("--tls-cert", "--tls-key"),
+        ("--api-tls-cert", "--api-tls-key"),
+    ] {
+        let (ok, _, err) = throng(
+            &[
+                "serve",
+                "--port",
+                "0",
+                flag,
+                "missing.pem",
+                other,
+                "missing.pem",
+            ],
+            &[],
+        );
+        assert!(!ok);
+        assert!(
+            err.contains(&format!("{flag} missing.pem: no such file")),
+            "{err}"
+        );
+    }
+    let missing = dir.join("throng-no-such-ca.pem");
+    let (ok, _, err) = throng(
+        &[
+            "serve",
+            "--port",
+            "0",
+            "--hook-url",
+            "https://127.0.0.1:9/throng",
+            "--hook-ca-file",
+            missing.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains(&format!(
+            "--hook-ca-file {}: no such file",
+            missing.display()
+        )),
+        "{err}"
+    );
+}
+
+/// Flags of the wrong form show the right one.
+#[test]
+fn presence_and_history_flags_of_the_wrong_form_show_an_example() {
+    let (ok, _, err) = throng(&["serve", "--port", "0", "--presence", "rooms:lobby"], &[]);
+    assert!(!ok);
+    assert!(err.contains("--presence 'rooms:lobby=param:user'"), "{err}");
+    let (ok, _, err) = throng(&["serve", "--port", "0", "--history", "rooms:*"], &[]);
+    assert!(!ok);
+    assert!(err.contains("--history 'rooms:*=100'"), "{err}");
+    let (ok, _, err) = throng(
+        &["serve", "--port", "0"],
+        &[("THRONG_HISTORY", "rooms:*=100,feed:*=0")],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("--history \"feed:*=0\": SIZE must be 1..=10000"),
+        "{err}"
+    );
+}
+
+/// A rule over the chat channel's topics: check-config says how they
+/// differ from the relay channel's, and what to do.
+#[test]
+fn check_config_warns_of_rules_over_the_chat_topics() {
+    let path = temp_file(
+        "rooms.toml",
+        "[[topics]]\npattern = \"rooms:*\"\njoin = \"anyone\"\n[[topics]]\npattern = \"chat:*\"\n",
+    );
+    let (ok, report, err) = throng(&["check-config", path.to_str().unwrap()], &[]);
+    assert!(ok, "{report}\n{err}");
+    let warning = report
+        .lines()
+        .find(|l| l.starts_with("warning: [[topics]] pattern = \"rooms:*\""))
+        .unwrap_or_else(|| panic!("no warning in\n{report}"));
+    assert!(warning.contains("built-in chat"), "{warning}");
+    assert!(warning.contains("use a prefix of your own"), "{warning}");
+    assert!(!report.contains("pattern = \"chat:*\" covers"), "{report}");
 }

@@ -1,6 +1,6 @@
 //! `serve --workers` over a secured Redis (issue 12, item 7): TLS with a
-//! private CA (`--redis-ca-file`) and a password, as the README's cluster
-//! example. A broadcast crosses the workers through it; a wrong password
+//! private CA (`--redis-ca-file`) and a password, as the cluster example
+//! of `docs/scaling.md`. A broadcast crosses the workers through it; a wrong password
 //! stops the start with an error that names the URL with it masked.
 
 mod common;

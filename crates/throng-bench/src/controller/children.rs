@@ -42,7 +42,7 @@ struct Partial {
 static PARTIAL: Mutex<Option<Partial>> = Mutex::new(None);
 
 /// The exit status of a run whose report is written (-1: not yet): a
-/// signal then (Ctrl-C at the dashboard's prompt) exits with it quietly.
+/// signal then (Ctrl-C as the process exits) exits with it quietly.
 static FINISHED: AtomicI32 = AtomicI32::new(-1);
 
 /// The run is over and its report written: a signal from now on ends the

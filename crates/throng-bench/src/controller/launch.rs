@@ -137,6 +137,9 @@ pub(super) struct Server {
     /// server API (plain HTTP on loopback).
     pub metrics: SocketAddr,
     workers: Arc<Mutex<Vec<u32>>>,
+    /// Each worker's server API, as the supervisor prints it
+    /// (`worker I pid P api ADDR`), in the order printed.
+    worker_apis: Arc<Mutex<Vec<SocketAddr>>>,
 }
 
 impl Server {
@@ -190,6 +193,8 @@ impl Server {
         let (tx, rx) = mpsc::channel();
         let workers = Arc::new(Mutex::new(Vec::new()));
         let pids = workers.clone();
+        let worker_apis = Arc::new(Mutex::new(Vec::new()));
+        let apis = worker_apis.clone();
         std::thread::spawn(move || {
             let mut sent = false;
             let mut api = None;
@@ -205,6 +210,9 @@ impl Server {
                         // run kills the workers with their supervisor.
                         children::started(pid);
                         pids.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+                    }
+                    if let Some(a) = line.split_whitespace().nth(5).and_then(|a| a.parse().ok()) {
+                        apis.lock().unwrap_or_else(|e| e.into_inner()).push(a);
                     }
                 }
                 if let Some(a) = line.trim().strip_prefix("api at ") {
@@ -233,6 +241,7 @@ impl Server {
                     metrics: api.filter(|_| tls).unwrap_or(addr),
                     api,
                     workers,
+                    worker_apis,
                 })
             }
             Err(_) => {
@@ -264,6 +273,28 @@ impl Server {
                 .clone();
             if w.len() >= expect || Instant::now() > deadline {
                 return w;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Server {
+    /// Each worker's server API (the `expect` workers'), or the server's
+    /// own when it runs alone.
+    pub(super) fn worker_apis(&self, expect: usize) -> Vec<SocketAddr> {
+        if expect <= 1 {
+            return self.api.into_iter().collect();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let a = self
+                .worker_apis
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if a.len() >= expect || Instant::now() > deadline {
+                return a;
             }
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -18,7 +18,8 @@
 //! phases' measurements into the [`Report`](crate::report::Report),
 //! `presence` its presence part; `hooks` is the hooks scenario's run
 //! (`--hooks`, [`crate::hooks`]); `storm` the reconnect storm's
-//! (`--storm`, [`crate::storm`]).
+//! (`--storm`, [`crate::storm`]); `soak` the soak's (`--soak`,
+//! [`crate::soak`]).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
 //! forwards its lines over a channel; the dashboard thread only reads the
@@ -35,6 +36,7 @@ mod outcome;
 mod presence;
 mod probe;
 mod run;
+mod soak;
 mod storm;
 mod timeline;
 mod tls;
@@ -94,11 +96,8 @@ fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
 /// own success criteria (so a CI job can gate on the exit status).
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     children::kill_on_signal()?;
-    if args.hooks {
-        return hooks::run(&args);
-    }
-    if args.storm {
-        return storm::run(&args);
+    if let Some(done) = scenario_of_its_own(&args) {
+        return done;
     }
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
@@ -181,14 +180,28 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         Arc::clone(&live),
     );
     run.presence_args = presence_args;
-    let dashboard = dashboard.and_then(|l| start_dashboard(l, args.dashboard_port, &live));
+    // The dashboard lives as long as the run: the process ends with it (a
+    // bench must end by itself; the HTML report keeps the final figures).
+    let _dashboard = dashboard.and_then(|l| start_dashboard(l, args.dashboard_port, &live));
     let result = run.execute();
     let _ = std::io::stderr().flush();
     // Whatever happened, leave no agent or server behind.
     run.agents.reap();
     drop(embedded);
     let report = result?;
-    publish(&run, report, &args, &report_path, dashboard)
+    publish(&run, report, &args, &report_path)
+}
+
+/// The scenarios that run servers and clients of their own instead of a
+/// load: `--hooks`, `--storm`, `--soak`.
+fn scenario_of_its_own(args: &BenchArgs) -> Option<Result<(), BenchError>> {
+    if args.hooks {
+        return Some(hooks::run(args));
+    }
+    if args.storm {
+        return Some(storm::run(args));
+    }
+    args.soak.map(|secs| soak::run(args, secs))
 }
 
 /// Each agent's capacity, one per Tsung client (none without `--tsung`):
@@ -258,14 +271,15 @@ fn start_dashboard(
 }
 
 /// The end of a run: the criteria judged, the summary printed, the JSON
-/// and HTML written, the dashboard kept up on a terminal; an `Err` when
-/// the run failed its criteria.
+/// and HTML written; an `Err` when the run failed its criteria. Nothing
+/// waits for the user: the run ends by itself (it once kept the dashboard
+/// up until Enter on a terminal, and a scripted run under `script` or a
+/// terminal multiplexer hung there).
 fn publish(
     run: &Run,
     mut report: crate::report::Report,
     args: &BenchArgs,
     report_path: &std::path::Path,
-    dashboard: Option<SocketAddr>,
 ) -> Result<(), BenchError> {
     report.failures = report.failed_criteria();
     let json = serde_json::to_string(&report)?;
@@ -278,9 +292,6 @@ fn publish(
     std::fs::write(report_path, html::page(&json, false))?;
     eprintln!("report: {} (open it in a browser)", report_path.display());
     children::finished(if report.failures.is_empty() { 0 } else { 1 });
-    if let Some(addr) = dashboard {
-        linger(addr);
-    }
     if report.failures.is_empty() {
         Ok(())
     } else {
@@ -500,27 +511,11 @@ fn floor_writers(
         threads,
         frame: FloorFrame::of(sc),
         train,
+        sample: args.floor_sample,
     })
 }
 
 /// Where the HTML report goes without `--report`.
 fn default_report_path() -> PathBuf {
     std::env::temp_dir().join(format!("throng-bench-{}.html", std::process::id()))
-}
-
-/// On a terminal, the dashboard stays up (with the final report) until
-/// Enter is pressed, at most 10 minutes: a short run is over before a
-/// browser opens it.
-fn linger(addr: SocketAddr) {
-    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-        return;
-    }
-    eprintln!("dashboard: http://{addr}/ shows the final report; press Enter to exit");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::stdin().read_line(&mut line);
-        let _ = tx.send(());
-    });
-    let _ = rx.recv_timeout(Duration::from_secs(600));
 }

@@ -74,12 +74,7 @@ impl Run {
         let server_cpu_us_per_join = self.server_cpu_us_per_join(fin.joined, joins_until);
         let broadcast_sent = broadcast.sent;
         Report {
-            verdict: verdict(
-                &attributed,
-                adaptive.as_ref(),
-                self.sc.total_users(),
-                fin.joined,
-            ),
+            verdict: self.verdict(&attributed, adaptive.as_ref(), fin.joined),
             floor: floor.clone(),
             heartbeats: self.heartbeat_figures(fin, &plateau, &hold, ramp.secs),
             os: self.os.clone(),
@@ -120,8 +115,33 @@ impl Run {
                 ..percentiles(&c.hists)
             },
             timeline: self.timeline.samples.clone(),
-            status: "done".into(),
+            status: match self.agents.lost.first() {
+                Some(l) => format!(
+                    "ended early: agent {} went away during the {}",
+                    l.agent, l.phase
+                ),
+                None => "done".into(),
+            },
             failures: Vec::new(),
+            agents_lost: self.agents.lost.clone(),
+            slow_agents: self.agents.slow.clone(),
+        }
+    }
+
+    /// The run's verdict: who was the limit (`verdict`), or none when an
+    /// agent went away and the run ended early.
+    fn verdict(
+        &self,
+        attributed: &[report::Attributed],
+        adaptive: Option<&AdaptiveArrival>,
+        joined: u64,
+    ) -> String {
+        match self.agents.lost.first() {
+            Some(l) => format!(
+                "none: the run ended early, agent {} went away during the {} ({}); the figures are those until then",
+                l.agent, l.phase, l.why
+            ),
+            None => verdict(attributed, adaptive, self.sc.total_users(), joined),
         }
     }
 
@@ -167,7 +187,11 @@ impl Run {
         let mut timeouts = timeout_context(&self.trace, slots, self.sc.connect_timeout);
         timeouts.hb_interval_secs = self.sc.heartbeat;
         timeouts.hb_late_secs = fin.hb_late_max_ms as f64 / 1000.0;
-        attribute(&fin.errors, timeouts)
+        attribute(
+            &fin.errors,
+            timeouts,
+            self.auth == crate::cli::AuthMode::Jwt,
+        )
     }
 
     /// The server's CPU per join over the first `secs` of the run, µs.
@@ -496,11 +520,22 @@ fn broadcasts(
         last_p50_ms: bcast_last_p50,
         floor_ratio: floor_side.and_then(|(p50, _)| floor_ratio(compared_p50, p50)),
         floor_ratio_worst: floor_side.and_then(|(_, worst)| floor_ratio(compared_worst, worst)),
-        floor_compared: floor.as_ref().map(|_| floor_compared),
+        floor_compared: floor.map(|f| with_incomplete(f, floor_compared)),
         server_cpu_us_per_receiver: per_receipt(hold_cpu.server_pct),
         agent_cpu_us_per_receiver: per_receipt(Some(hold_cpu.agents_pct.iter().sum())),
         machine_cpu_us_per_receiver: per_receipt(hold_cpu.machine_pct),
         per_broadcast: per_broadcast(&c.bcasts),
+    }
+}
+
+/// What the broadcasts were compared with, and, when the floor stopped
+/// short of receipts, that the ratio uses only its complete rounds (or
+/// that there is none).
+fn with_incomplete(f: &FloorReport, compared: String) -> String {
+    match &f.incomplete {
+        Some(why) if f.rounds_last_ms.is_empty() => format!("no ratio: {why}"),
+        Some(why) => format!("{compared} (the floor's complete rounds only: {why})"),
+        None => compared,
     }
 }
 
@@ -545,30 +580,30 @@ fn alone(bcasts: &BcastTable) -> Vec<f64> {
 }
 
 /// The floor as the report gives it: each round's last receipt from the
-/// agents' merged receipts (key: the round).
+/// agents' merged receipts (key: the round), at the run's size (a sample's
+/// times scaled, see `controller/floor.rs`).
 fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport {
-    let rounds_last_ms: Vec<f64> = f
+    let last = |key: usize, r: &super::floor::Round| {
+        table
+            .get(&(key as u64 + 1))
+            .map_or(0.0, |b| b.last_ns.saturating_sub(r.stamp_ns) as f64 / 1e6)
+    };
+    let sample_rounds_last_ms: Vec<f64> = f
         .rounds
         .iter()
         .enumerate()
-        .map(|(i, r)| {
-            table
-                .get(&(i as u64 + 1))
-                .map_or(0.0, |b| b.last_ns.saturating_sub(r.stamp_ns) as f64 / 1e6)
-        })
+        .map(|(i, r)| last(i, r))
         .collect();
-    let mut sorted = rounds_last_ms.clone();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let train_last_ms = f
+    let sample_train_last_ms: Vec<f64> = f
         .train
         .iter()
         .enumerate()
-        .map(|(k, r)| {
-            table
-                .get(&((f.rounds.len() + k) as u64 + 1))
-                .map_or(0.0, |b| b.last_ns.saturating_sub(r.stamp_ns) as f64 / 1e6)
-        })
+        .map(|(k, r)| last(f.rounds.len() + k, r))
         .collect();
+    let scaled = |v: &[f64]| v.iter().map(|x| x * f.scale).collect::<Vec<f64>>();
+    let rounds_last_ms = scaled(&sample_rounds_last_ms);
+    let mut sorted = rounds_last_ms.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
     let receivers = f.receivers;
     let per = |secs: f64| secs * 1e6 / receivers.max(1) as f64;
     let hb_rate = f.heartbeats as f64 / f.rounds_secs.max(1e-3);
@@ -577,9 +612,11 @@ fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport
         threads_per_writer: f.threads,
         sockets: f.sockets,
         failed: f.failed,
+        users: f.users,
+        scale: f.scale,
         connect_secs: f.connect_secs,
         rounds_write_ms: f.rounds.iter().map(|r| r.write_secs * 1e3).collect(),
-        train_last_ms,
+        train_last_ms: scaled(&sample_train_last_ms),
         train_interval_secs: f.train_interval,
         last_ms: sorted.last().copied().unwrap_or(0.0),
         last_p50_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
@@ -591,16 +628,32 @@ fn floor_report(f: &Floor, table: &BcastTable, receipts: Summary) -> FloorReport
         reader_cpu_us_per_receiver: per(f.agents_cpu_secs),
         machine_cpu_us_per_receiver: f.machine_busy_secs.map(per),
         heartbeats_per_sec: hb_rate,
-        note: format!(
-            "measured before the ramp-up: no server connection or server work underneath (the server used {} CPU s meanwhile); {}",
-            f.server_cpu_secs.map_or("-".to_string(), |s| format!("{s:.2}")),
-            if f.heartbeats > 0 {
-                format!("over the run's heartbeats: the floor's sockets heartbeat as the users will ({hb_rate:.0}/s over the rounds), each answered by the writers with one reply frame")
-            } else {
-                "no heartbeat underneath".to_string()
-            }
-        ),
+        sample_rounds_last_ms,
+        sample_train_last_ms,
+        complete: f.incomplete.is_none(),
+        incomplete: f.incomplete.clone(),
+        note: floor_note(f, hb_rate),
     }
+}
+
+/// What ran under the floor, and how a sample was scaled.
+fn floor_note(f: &Floor, hb_rate: f64) -> String {
+    let mut note = format!(
+        "measured before the ramp-up: no server connection or server work underneath (the server used {} CPU s meanwhile); {}",
+        f.server_cpu_secs.map_or("-".to_string(), |s| format!("{s:.2}")),
+        if f.heartbeats > 0 {
+            format!("over the run's heartbeats: the floor's sockets heartbeat as the users will ({hb_rate:.0}/s over the rounds), each answered by the writers with one reply frame")
+        } else {
+            "no heartbeat underneath".to_string()
+        }
+    );
+    if f.scale > 1.0 {
+        note.push_str(&format!(
+            "; on a sample: {} of the {} users' sockets, spread over every agent and writer, heartbeating {:.1}x as often (the run's heartbeats a second) and the train's rounds {:.1}x closer; its times are multiplied by {:.2} (per receiver, the same fan-out). Not carried: the kernel's cost per socket grows with the socket count, so a floor on every socket would be slower (this ratio errs high); and each round's fixed costs (tens of ms) are multiplied too (errs low), which weighs only when the sample's rounds are short (--floor-sample 0 measures every socket)",
+            f.sockets, f.users, f.scale, f.scale, f.scale
+        ));
+    }
+    note
 }
 
 /// Adaptive arrival's rates, and the rate sustained from the first cut to
@@ -657,6 +710,23 @@ mod tests {
             recv: 10,
             last_ns: last_ms * 1_000_000,
         }
+    }
+
+    /// A floor short of receipts says so where the ratio is given: no
+    /// ratio without a complete round, the complete rounds only otherwise.
+    #[test]
+    fn an_incomplete_floor_says_what_the_ratio_is_against() {
+        let mut f = FloorReport {
+            incomplete: Some("floor round 1 had 9 of 10 receipts".into()),
+            ..Default::default()
+        };
+        let c = with_incomplete(&f, "all 1 broadcasts".into());
+        assert_eq!(c, "no ratio: floor round 1 had 9 of 10 receipts");
+        f.rounds_last_ms = vec![100.0];
+        let c = with_incomplete(&f, "all 1 broadcasts".into());
+        assert!(c.starts_with("all 1 broadcasts (the floor's complete rounds only: floor round 1"));
+        f.incomplete = None;
+        assert_eq!(with_incomplete(&f, "x".into()), "x");
     }
 
     /// Only broadcasts that had the machine to themselves compare with the

@@ -60,6 +60,9 @@ impl Run {
         let mut next_line = start;
         loop {
             self.agents.pump(Duration::from_millis(50))?;
+            if self.agents.ending() {
+                break;
+            }
             let now = Instant::now();
             if now >= self.next_trace {
                 self.next_trace = now + Duration::from_millis(100);
@@ -72,7 +75,7 @@ impl Run {
             }
             if now >= next_line {
                 next_line = now + Duration::from_secs(1);
-                self.progress("presence", None);
+                self.progress("presence");
             }
             if let Some(c) = self.agents.total() {
                 let seen = c.presence.total().messages;

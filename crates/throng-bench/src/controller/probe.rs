@@ -135,7 +135,7 @@ fn open_fds(pids: &[u32]) -> u64 {
 /// descriptor it lists (~890 B each, kept until memory runs short), which
 /// at two million connections counted once a second was ~1.8 GB of slab
 /// and a core's worth of the controller's time.
-fn open_fds_of(pid: u32) -> u64 {
+pub(super) fn open_fds_of(pid: u32) -> u64 {
     let dir = format!("/proc/{pid}/fd");
     match std::fs::metadata(&dir) {
         // Every live process has stdin, stdout and stderr: a size of 0 is

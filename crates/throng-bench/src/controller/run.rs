@@ -19,6 +19,13 @@
 //! 7. [`Collected`]: the agents' final counters, histograms, receipts and
 //!    slots, merged.
 //!
+//! An agent lost mid-run (its process gone, see `agents`) ends the run
+//! early with the figures so far: the phase it went in stops, the next ones
+//! do only what ends the run cleanly (no arrivals start, no broadcast is
+//! released; the storm drops the survivors' connections; their final
+//! reports are merged with the lost agent's last progress), and the report
+//! names the agent, the phase and that progress.
+//!
 //! The main thread owns the run; agents' lines arrive over a channel
 //! ([`Agents::pump`]); the dashboard thread only reads the JSON snapshot
 //! behind `live`, which the run replaces once a sample.
@@ -101,8 +108,8 @@ pub(super) struct Run {
     pub auth: crate::cli::AuthMode,
     pub(super) next_trace: Instant,
     pub(super) next_sample: Instant,
-    /// The progress line's connection rate: handshakes counted at the
-    /// window's start, and the rate over the last full window.
+    /// The progress line's rate: joins counted at the window's start, and
+    /// the rate over the last full window.
     rate_from: (Instant, u64),
     rate_now: f64,
 }
@@ -241,15 +248,22 @@ impl Run {
         }
     }
 
-    /// Runs every phase and reports.
+    /// Runs every phase and reports (each phase named to the agents'
+    /// links, for what a lost or slow agent's report says).
     pub fn execute(&mut self) -> Result<Report, BenchError> {
         let mut baseline = self.baseline()?;
+        self.agents.phase = "floor";
         let floor = self.floor()?;
         self.begin(&mut baseline)?;
+        self.agents.phase = "ramp-up";
         let ramp = self.ramp_up()?;
+        self.agents.phase = "plateau";
         let plateau = self.plateau()?;
+        self.agents.phase = "hold";
         let hold = self.hold()?;
+        self.agents.phase = "storm";
         let storm = self.storm(&hold, baseline.metrics)?;
+        self.agents.phase = "collect";
         let collected = self.collect(&baseline)?;
         Ok(self.report(Phases {
             baseline,
@@ -295,11 +309,12 @@ impl Run {
         }
     }
 
-    /// The progress line. Its rate is handshakes per second over the last
-    /// second (over the ramp-up, to the last join, once it has settled): the timeline's
-    /// rate, a sample's worth behind, showed `0 conn/s` with hundreds
-    /// joined.
-    pub(super) fn progress(&mut self, phase: &str, chosen: Option<f64>) {
+    /// The progress line. Its one rate is joins per second over the last
+    /// second (over the ramp-up, to the last join, once it has settled):
+    /// the timeline's rate, a sample's worth behind, showed `0 conn/s` with
+    /// hundreds joined, and a second unlabelled figure beside it (adaptive
+    /// arrival's chosen rate) read as a contradiction.
+    pub(super) fn progress(&mut self, phase: &str) {
         let Some(c) = self.agents.total() else {
             return;
         };
@@ -311,19 +326,19 @@ impl Run {
             } else {
                 now.duration_since(self.start).as_secs_f64()
             };
-            c.connected as f64 / secs.max(1e-3)
+            c.joined as f64 / secs.max(1e-3)
         } else {
             let (t0, c0) = self.rate_from;
             let dt = now.duration_since(t0).as_secs_f64();
             if dt >= 1.0 || (self.rate_now == 0.0 && dt >= 0.2) {
-                self.rate_now = c.connected.saturating_sub(c0) as f64 / dt;
+                self.rate_now = c.joined.saturating_sub(c0) as f64 / dt;
             }
             if dt >= 1.0 {
-                self.rate_from = (now, c.connected);
+                self.rate_from = (now, c.joined);
             }
             self.rate_now
         };
-        progress_line(phase, &c, self.sc.total_users(), rate, chosen, self.tty);
+        progress_line(phase, &c, self.sc.total_users(), rate, self.tty);
     }
 
     /// Phase 2, when the run has floor writers: the floor (`floor`).
@@ -335,7 +350,6 @@ impl Run {
         FloorPhase {
             agents: &mut self.agents,
             probe: &self.probe,
-            users: self.sc.total_users(),
             min_available: self.min_available,
         }
         .run(w)
@@ -370,7 +384,9 @@ impl Run {
         self.start = Instant::now();
         baseline.start_rt = sys::realtime_ns();
         self.trace_point();
-        self.agents.send_all(&ToAgent::Start)?;
+        if !self.agents.ending() {
+            self.agents.send_all(&ToAgent::Start)?;
+        }
         self.timeline.restart(self.start);
         self.next_trace = self.start + Duration::from_millis(100);
         self.next_sample = self.start + self.timeline.every;
@@ -396,6 +412,9 @@ impl Run {
         let mut stopped = None;
         loop {
             self.agents.pump(Duration::from_millis(50))?;
+            if self.agents.ending() {
+                break;
+            }
             let now = Instant::now();
             let total = self.agents.total();
             if let Some(c) = &total {
@@ -448,7 +467,7 @@ impl Run {
                     } else {
                         Duration::from_secs(1)
                     };
-                self.progress("ramp-up", control.as_ref().map(|c| c.rate()));
+                self.progress("ramp-up");
             }
             if now.duration_since(self.start).as_secs_f64() > settle_limit {
                 eprintln!("\nwarning: the ramp-up did not settle in {settle_limit:.0} s; going on");
@@ -457,7 +476,7 @@ impl Run {
         }
         self.trace_point();
         let secs = self.start.elapsed().as_secs_f64();
-        self.progress("settled", control.as_ref().map(|c| c.rate()));
+        self.progress("settled");
         if self.tty {
             eprintln!();
         }
@@ -543,9 +562,18 @@ impl Run {
     /// every broadcast delivered, or the hold's limit (`hold_limit`), with a
     /// countdown on stderr.
     fn hold(&mut self) -> Result<Hold, BenchError> {
-        self.agents.send_all(&ToAgent::Release)?;
         let start = Instant::now();
         let t0 = self.start.elapsed().as_secs_f64();
+        if self.agents.ending() {
+            return Ok(Hold {
+                start,
+                t0,
+                t1: t0,
+                counters: self.agents.total().unwrap_or_default(),
+                backlog_drops: sys::softnet_dropped(),
+            });
+        }
+        self.agents.send_all(&ToAgent::Release)?;
         self.trace_point();
         let parks_forever = self
             .sc
@@ -558,6 +586,9 @@ impl Run {
         let mut next_line = start;
         loop {
             self.agents.pump(Duration::from_millis(50))?;
+            if self.agents.ending() {
+                break;
+            }
             let now = Instant::now();
             if now >= next_line {
                 next_line = now + Duration::from_secs(if self.tty { 1 } else { 10 });
@@ -674,7 +705,8 @@ impl Run {
             }
             self.agents.pump(pause)?;
         }
-        while !self.agents.links.iter().all(|a| a.storm_done) && Instant::now() < deadline {
+        while !self.agents.links.iter().all(|a| a.storm_done || a.lost) && Instant::now() < deadline
+        {
             self.agents.pump(Duration::from_millis(20))?;
         }
         self.sample();
@@ -686,18 +718,11 @@ impl Run {
         })
     }
 
-    /// Phase 7: the agents' final reports, merged.
+    /// Phase 7: the agents' final reports, merged (a lost agent's last
+    /// progress in their place).
     fn collect(&mut self, baseline: &Baseline) -> Result<Collected, BenchError> {
         self.agents.send_all(&ToAgent::Finish)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.agents.links.iter().all(|a| a.final_.is_some()) {
-            if Instant::now() > deadline {
-                return Err(BenchError::Protocol(
-                    "agents did not send their final report".into(),
-                ));
-            }
-            self.agents.pump(Duration::from_millis(50))?;
-        }
+        self.await_finals(Duration::from_secs(30))?;
         let controller_cpu =
             sys::proc_sample("self").map(|p| p.cpu_secs).unwrap_or(0.0) - baseline.controller_cpu;
         let secs = self.start.elapsed().as_secs_f64();
@@ -711,7 +736,14 @@ impl Run {
         let mut slots = Slots::default();
         let mut presence = crate::presence::Merged::default();
         for a in &self.agents.links {
-            let f = a.final_.as_ref().expect("checked above");
+            let Some(f) = a.final_.as_ref() else {
+                // Lost: its counters up to its last progress; its
+                // histograms, receipts and slots went with it.
+                if let Some(last) = &a.last {
+                    counters.add(last);
+                }
+                continue;
+            };
             slots.merge(&f.slots);
             hists.merge_wire(&f.hists);
             merge_bcasts(&mut bcasts, &f.bcasts);
@@ -729,6 +761,35 @@ impl Run {
             controller_cpu,
             secs,
         })
+    }
+}
+
+impl Run {
+    /// Waits until every agent has sent its final report or is lost. One
+    /// that is silent (slow, its process alive) is waited for until
+    /// `Agents` gives up on it; one that keeps saying it is alive but
+    /// sends no final report within `limit` is lost.
+    fn await_finals(&mut self, limit: Duration) -> Result<(), BenchError> {
+        let deadline = Instant::now() + limit;
+        while self.agents.links.iter().any(|a| a.awaited()) {
+            self.agents.pump(Duration::from_millis(50))?;
+            if Instant::now() <= deadline {
+                continue;
+            }
+            for i in 0..self.agents.links.len() {
+                let a = &self.agents.links[i];
+                if a.awaited() && !a.silent() {
+                    self.agents.lose(
+                        i,
+                        format!(
+                            "it sent no final report within {} s of being asked",
+                            limit.as_secs()
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -113,30 +113,9 @@ fn cpu_pct(a: f64, b: f64, secs: f64) -> f64 {
 }
 
 /// The progress line: rewritten in place on a terminal, one line a call
-/// otherwise; `chosen`: adaptive arrival's rate now.
-pub(super) fn progress_line(
-    phase: &str,
-    c: &Counters,
-    target: u64,
-    rate: f64,
-    chosen: Option<f64>,
-    tty: bool,
-) {
-    let target = target.max(1);
-    let width = 30;
-    let done = ((c.started as f64 / target as f64) * width as f64).round() as usize;
-    let chosen = chosen.map_or(String::new(), |r| format!(" (rate {r:.0}/s)"));
-    let line = format!(
-        "{phase:<7} [{}{}] {}/{} users  open {}  joined {}  {:.0} conn/s{chosen}  errors {}",
-        "#".repeat(done.min(width)),
-        "-".repeat(width - done.min(width)),
-        c.started,
-        target,
-        c.open,
-        c.joined,
-        rate,
-        c.errors.total()
-    );
+/// otherwise; `joins_per_sec`: its one rate, named.
+pub(super) fn progress_line(phase: &str, c: &Counters, target: u64, joins_per_sec: f64, tty: bool) {
+    let line = progress_text(phase, c, target, joins_per_sec);
     // A closed stderr must not stop the run: ignore write errors here.
     let mut err = std::io::stderr().lock();
     let _ = if tty {
@@ -144,6 +123,25 @@ pub(super) fn progress_line(
     } else {
         writeln!(err, "{line}")
     };
+}
+
+/// The progress line's text: the bar, users started of the target, open,
+/// joined, joins per second, errors.
+fn progress_text(phase: &str, c: &Counters, target: u64, joins_per_sec: f64) -> String {
+    let target = target.max(1);
+    let width = 30;
+    let done = ((c.started as f64 / target as f64) * width as f64).round() as usize;
+    format!(
+        "{phase:<7} [{}{}] {}/{} users  open {}  joined {}  {:.0} joins/s  errors {}",
+        "#".repeat(done.min(width)),
+        "-".repeat(width - done.min(width)),
+        c.started,
+        target,
+        c.open,
+        c.joined,
+        joins_per_sec,
+        c.errors.total()
+    )
 }
 
 /// The hold's countdown: seconds held of the limit, who is connected, and
@@ -165,4 +163,27 @@ pub(super) fn hold_line(held: f64, limit: f64, c: &Counters, tty: bool) {
     } else {
         writeln!(err, "{line}")
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One rate on the line, and it says what it counts.
+    #[test]
+    fn the_progress_line_names_its_one_rate() {
+        let c = Counters {
+            started: 500,
+            open: 480,
+            joined: 470,
+            ..Default::default()
+        };
+        let line = progress_text("ramp-up", &c, 1000, 1234.4);
+        assert!(line.contains("1234 joins/s"), "{line}");
+        assert_eq!(line.matches("/s").count(), 1, "{line}");
+        assert!(
+            line.starts_with("ramp-up [###############---------------] 500/1000 users"),
+            "{line}"
+        );
+    }
 }

@@ -10,7 +10,9 @@
 //! cannot be blamed for a queue its own load generator's CPU use built), or
 //! when an agent was full; other processes' when they saturated the
 //! machine; the kernel's (the load generator's host) when a local resource
-//! ran out: ports, files, socket memory.
+//! ran out: ports, files, socket memory; the run's settings' when the
+//! server refused the clients' upgrade for their credentials (HTTP 401 or
+//! 403): no limit was reached, the bench and the server disagree on auth.
 
 use crate::report::{AdaptiveArrival, Attributed};
 use crate::stats::Errors;
@@ -19,6 +21,8 @@ pub(super) const SERVER: &str = "server";
 pub(super) const LOAD_GENERATOR: &str = "load generator";
 pub(super) const KERNEL: &str = "kernel";
 pub(super) const OTHERS: &str = "other processes";
+/// The bench's flags against the server's settings (auth refused).
+pub(super) const SETTINGS: &str = "settings";
 
 /// Timeouts set beside the CPU of the moment they waited through: how many
 /// struck while the load generator had saturated an agent or the machine,
@@ -60,12 +64,14 @@ impl TimeoutContext {
     }
 }
 
-/// Each finer kind of error with a count, and whose it is.
-pub(super) fn attribute(e: &Errors, t: TimeoutContext) -> Vec<Attributed> {
+/// Each finer kind of error with a count, and whose it is; `jwt`: the
+/// clients connected with tokens (`--auth jwt`).
+pub(super) fn attribute(e: &Errors, t: TimeoutContext, jwt: bool) -> Vec<Attributed> {
     let mut out = Tally(Vec::new());
     timeouts(&mut out, e, t);
     closes(&mut out, e, t);
     refusals(&mut out, e);
+    upgrades_refused(&mut out, e, jwt);
     local_limits(&mut out, e);
     out.push("other", e.other, "unknown", "I/O or protocol errors".into());
     out.0
@@ -207,17 +213,52 @@ fn refusals(out: &mut Tally, e: &Errors) {
         "connection refused (ECONNREFUSED): nothing listening, or the server's listen backlog overflowed".into(),
     );
     out.push(
-        "handshake",
-        e.handshake,
-        SERVER,
-        "the server answered the upgrade with something other than 101".into(),
-    );
-    out.push(
         "error_reply",
         e.error_reply,
         SERVER,
         "the server refused a join or push (its answer: the application's choice)".into(),
     );
+}
+
+/// Upgrades the server answered with something other than 101, by HTTP
+/// status: 401 and 403 are its auth refusing the clients (the run's
+/// settings: `jwt` says whether they carried tokens), the others its own.
+fn upgrades_refused(out: &mut Tally, e: &Errors, jwt: bool) {
+    let d = &e.detail;
+    for (&status, &n) in &d.handshake_status {
+        let kind = format!("handshake_{status}");
+        match status {
+            401 | 403 => out.push(&kind, n, SETTINGS, auth_refused(status, jwt)),
+            404 => out.push(
+                &kind,
+                n,
+                SETTINGS,
+                "the server answered the upgrade with HTTP 404 (not found): it has no WebSocket endpoint at the scenario's path; check --target and the scenario's connect path".into(),
+            ),
+            _ => out.push(
+                &kind,
+                n,
+                SERVER,
+                format!("the server answered the upgrade with HTTP {status} instead of 101"),
+            ),
+        }
+    }
+    out.push(
+        "handshake",
+        e.handshake
+            .saturating_sub(d.handshake_status.values().sum::<u64>()),
+        SERVER,
+        "the server's answer to the upgrade was no 101 (malformed, too long, or a wrong Sec-WebSocket-Accept)".into(),
+    );
+}
+
+/// What an auth refusal of the upgrade means, and the fix.
+fn auth_refused(status: u16, jwt: bool) -> String {
+    if jwt {
+        format!("the server refused the clients' tokens (HTTP {status}): --auth-jwt-secret must be the secret the server checks tokens with (its --auth-jwt-secret or THRONG_AUTH_JWT_SECRET)")
+    } else {
+        format!("the server refused the clients' authentication (HTTP {status}): it wants a token; pass --auth jwt and --auth-jwt-secret with the secret the server checks tokens with")
+    }
 }
 
 /// Local resources that ran out: the kernel's (ports, files, socket
@@ -303,6 +344,16 @@ pub(super) fn verdict(
         count(KERNEL),
         count(OTHERS),
     );
+    // Refused for their credentials (or sent where no socket is): no
+    // limit was reached, and no other figure of the run means much.
+    let settings = count(SETTINGS);
+    if settings > 0 && settings >= server + generator + kernel + others {
+        let first = attributed.iter().find(|a| a.whose == SETTINGS);
+        return format!(
+            "{}; {settings} of {target} users were refused so (no limit was reached)",
+            first.map_or("", |a| a.why.as_str())
+        );
+    }
     if others > server + generator + kernel {
         return format!("other processes on the machine were the limit: {others} errors struck while they saturated it ({})", kinds(OTHERS));
     }
@@ -376,7 +427,7 @@ mod tests {
         // Timeouts on a machine with CPU to spare: the server's.
         let mut calm = TimeoutContext::default();
         calm.add(3, &cpu(120.0, 60.0, 40.0));
-        let a = attribute(&e, calm);
+        let a = attribute(&e, calm, false);
         let find = |k: &str| a.iter().find(|x| x.kind == k).unwrap().clone();
         assert_eq!(find("timeout_tcp").whose, SERVER);
         assert_eq!(find("close_code_1011").whose, SERVER);
@@ -388,7 +439,7 @@ mod tests {
         // load generator's.
         let mut busy = TimeoutContext::default();
         busy.add(3, &cpu(199.0, 60.0, 130.0));
-        let a = attribute(&e, busy);
+        let a = attribute(&e, busy, false);
         assert_eq!(
             a.iter().find(|x| x.kind == "timeout_tcp").unwrap().whose,
             LOAD_GENERATOR
@@ -402,7 +453,7 @@ mod tests {
         // Saturated by someone else: theirs.
         let mut others = TimeoutContext::default();
         others.add(3, &cpu(199.0, 5.0, 5.0));
-        let a = attribute(&e, others);
+        let a = attribute(&e, others, false);
         assert_eq!(
             a.iter().find(|x| x.kind == "timeout_tcp").unwrap().whose,
             OTHERS
@@ -427,11 +478,45 @@ mod tests {
             hb_late_secs: 2.0,
             ..Default::default()
         };
-        assert_eq!(attribute(&e, t)[0].whose, SERVER);
+        assert_eq!(attribute(&e, t, false)[0].whose, SERVER);
         t.hb_late_secs = 31.0;
-        let a = attribute(&e, t);
+        let a = attribute(&e, t, false);
         assert_eq!(a[0].whose, LOAD_GENERATOR);
         assert!(a[0].why.contains("31.0 s late"), "{}", a[0].why);
+    }
+
+    /// Upgrades refused with 403 are the run's settings, not a limit: the
+    /// verdict says what to pass, with or without tokens already.
+    #[test]
+    fn a_refused_upgrade_names_its_status_and_the_fix() {
+        let mut e = Errors {
+            handshake: 50,
+            ..Default::default()
+        };
+        e.detail.handshake_status.insert(403, 49);
+        let a = attribute(&e, TimeoutContext::default(), false);
+        assert_eq!(a[0].kind, "handshake_403");
+        assert_eq!(a[0].whose, SETTINGS);
+        assert_eq!((a[1].kind.as_str(), a[1].count), ("handshake", 1));
+        let v = verdict(&a, None, 50, 0);
+        assert!(
+            v.starts_with("the server refused the clients' authentication (HTTP 403): it wants a token; pass --auth jwt and --auth-jwt-secret"),
+            "{v}"
+        );
+        assert!(!v.contains("was the limit"), "{v}");
+        let a = attribute(&e, TimeoutContext::default(), true);
+        let v = verdict(&a, None, 50, 0);
+        assert!(
+            v.starts_with(
+                "the server refused the clients' tokens (HTTP 403): --auth-jwt-secret must be"
+            ),
+            "{v}"
+        );
+        // Another status is the server's own answer.
+        e.detail.handshake_status = [(503, 50)].into();
+        let a = attribute(&e, TimeoutContext::default(), false);
+        assert_eq!(a[0].whose, SERVER);
+        assert!(verdict(&a, None, 50, 0).starts_with("the server was the limit"));
     }
 
     /// A CPU window: the machine, the server and one agent, % of a core.

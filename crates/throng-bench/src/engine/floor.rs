@@ -9,8 +9,11 @@
 //! [`State::FloorConnecting`] and [`State::Floor`]: they are no sessions
 //! (not started, ended or counted as errors), and closing them resets them
 //! (no TIME_WAIT left behind before the real run). Open, each heartbeats
-//! as its user will (same interval, same first beat, on the same grid),
-//! counted apart (`floor_hb_sent`); the writers answer them.
+//! as its user will (same first beat, on the same grid), counted apart
+//! (`floor_hb_sent`); the writers answer them. On a sample of the users
+//! (the controller's `sockets` for this agent, its first users), each beats
+//! as many times more often as the sample is smaller, so the heartbeats a
+//! second under the floor are the run's.
 
 use std::net::SocketAddr;
 
@@ -39,18 +42,43 @@ pub(super) struct Opening {
 }
 
 impl Engine {
-    /// Opens one floor socket per user of this agent, user `g` to writer
-    /// `g % writers.len()`, at most [`WINDOW`] connecting at once.
-    pub fn floor_connect(&mut self, writers: Vec<SocketAddr>) {
+    /// Opens one floor socket per user of this agent (or for its first
+    /// `sockets` users: a sample), user `g` to writer `g % writers.len()`,
+    /// at most [`WINDOW`] connecting at once; their heartbeat interval is
+    /// the users' times `heartbeat_scale` (the sample's share of the
+    /// users, 1 without a sample).
+    pub fn floor_connect(
+        &mut self,
+        writers: Vec<SocketAddr>,
+        sockets: Option<u64>,
+        heartbeat_scale: Option<f64>,
+    ) {
         if writers.is_empty() {
             return;
         }
+        let scale = heartbeat_scale
+            .filter(|s| *s > 0.0 && *s <= 1.0)
+            .unwrap_or(1.0);
+        self.floor_hb_ms = match self.heartbeat_ms {
+            0 => 0,
+            hb => ((hb as f64 * scale).round() as u32).max(1),
+        };
+        let planned = self.planned_users();
         self.floor = Some(Opening {
             writers,
             next: 0,
-            total: self.planned_users(),
+            total: sockets.map_or(planned, |s| s.min(planned)),
         });
         self.open_floor_sockets();
+    }
+
+    /// A connection's heartbeat interval, ms (0: none): a floor socket's
+    /// own, else its user's.
+    pub(super) fn heartbeat_interval(&self, token: usize) -> u32 {
+        match self.conns.get(token) {
+            Some(c) if c.state.is_floor() => self.floor_hb_ms,
+            _ => self.heartbeat_ms,
+        }
     }
 
     /// Closes (resets) every floor socket.

@@ -153,6 +153,10 @@ pub struct Engine {
     pub slots: Slots,
     /// The floor's sockets still to open, while it is measured.
     floor: Option<floor::Opening>,
+    /// The floor sockets' heartbeat interval, ms: the users' own, or
+    /// shorter when the floor is measured on a sample of them (see
+    /// [`Engine::floor_connect`]).
+    floor_hb_ms: u32,
     /// The floor's frames, by key (writer 0 << 32 | round).
     pub floor_bcasts: BcastTable,
     /// Presence diffs, count steps and presence joins' times.
@@ -226,6 +230,7 @@ impl Engine {
             reply_timeout_ms: secs_ms(sc.reply_timeout),
             arrivals: Arrivals::new(sc, plan.index as u64, plan.agents as u64, plan.adaptive),
             floor: None,
+            floor_hb_ms: 0,
             floor_bcasts: BcastTable::new(),
             scenario: plan.scenario,
             timers: BinaryHeap::new(),
@@ -469,7 +474,12 @@ impl Engine {
                 d.eof += 1;
                 Slots::bump(&mut self.slots.closes, self.arrivals.started_at);
             }
-            ErrKind::Handshake => e.handshake += 1,
+            ErrKind::Handshake(status) => {
+                e.handshake += 1;
+                if status != 0 {
+                    *d.handshake_status.entry(status).or_default() += 1;
+                }
+            }
             ErrKind::Ports | ErrKind::Fds | ErrKind::Buffers | ErrKind::Capacity => {
                 e.local_limit += 1;
                 match kind {

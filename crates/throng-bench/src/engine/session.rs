@@ -60,7 +60,7 @@ impl Engine {
             if c.hb_ms == at && !matches!(c.state, State::Connecting | State::Handshaking) {
                 let late = now.wrapping_sub(at) as u64;
                 self.counters.hb_late_max_ms = self.counters.hb_late_max_ms.max(late);
-                let next = at.wrapping_add(self.heartbeat_ms);
+                let next = at.wrapping_add(self.heartbeat_interval(t));
                 self.send_heartbeat(t);
                 if self.conns.contains(t) {
                     self.schedule_heartbeat(t, next);

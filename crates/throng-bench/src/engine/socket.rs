@@ -25,7 +25,10 @@ pub(super) enum ErrKind {
     Reset,
     /// The stream ended without a close frame.
     Eof,
-    Handshake,
+    /// The upgrade was answered with this HTTP status instead of 101 (0:
+    /// no status: a malformed or oversized answer, or a wrong
+    /// Sec-WebSocket-Accept).
+    Handshake(u16),
     Ports,
     Fds,
     Buffers,

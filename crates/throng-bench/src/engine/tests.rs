@@ -546,3 +546,50 @@ fn heartbeats_fall_on_the_shared_grid() {
     let phases: std::collections::BTreeSet<u64> = off.iter().map(|ms| ms % 100 / 5).collect();
     assert!(phases.len() > 3, "without a grid, phases spread: {off:?}");
 }
+
+/// Floor sockets on a sample of this agent's users: only the sample's
+/// count opens, and each heartbeats as many times more often as the
+/// sample is smaller (the run's heartbeats a second, on fewer sockets).
+#[test]
+fn a_floor_sample_opens_its_share_and_beats_faster() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut sc = chat(Phase::at_rate(8, 1000.0), 0, 0, 0.0, Vsn::V2);
+    sc.heartbeat = 30.0;
+    let mut engine = Engine::new(Plan {
+        scenario: sc,
+        target: addr,
+        host: addr.to_string(),
+        bind_sources: true,
+        index: 0,
+        agents: 1,
+        capacity: 100,
+        adaptive: false,
+        tls: None,
+        auth_jwt_secret: None,
+    })
+    .unwrap();
+    engine.floor_connect(vec![addr], Some(2), Some(0.25));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.counters.floor_open < 2 {
+        engine.turn(Duration::from_millis(5)).unwrap();
+        assert!(Instant::now() < deadline, "{:?}", engine.counters);
+    }
+    engine.turn(Duration::from_millis(5)).unwrap();
+    assert_eq!(engine.counters.floor_open, 2, "only the sample opens");
+    let floor: Vec<usize> = engine
+        .conns
+        .iter()
+        .filter(|(_, c)| c.state.is_floor())
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(floor.len(), 2);
+    for t in floor {
+        assert_eq!(engine.heartbeat_interval(t), 7_500);
+    }
+    // Without a sample: the users' own interval.
+    engine.floor_close();
+    engine.floor_connect(vec![addr], None, None);
+    assert_eq!(engine.floor_hb_ms, 30_000);
+    drop(listener);
+}

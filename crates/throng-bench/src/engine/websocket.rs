@@ -9,7 +9,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 use throng_protocol::frame::{decode_frame_with, encode_frame, Opcode, Role};
 use throng_protocol::handshake::{
-    parse_client_response, write_client_request, write_client_request_with,
+    parse_client_response, write_client_request, write_client_request_with, ResponseError,
 };
 
 use super::conn::{Rx, State};
@@ -247,7 +247,7 @@ impl Engine {
             match parse_client_response(data, &expect) {
                 Ok(None) => {
                     if data.len() > 16 * 1024 {
-                        self.drop_conn(token, Cause::Error(ErrKind::Handshake));
+                        self.drop_conn(token, Cause::Error(ErrKind::Handshake(0)));
                         return data.len();
                     }
                     return 0;
@@ -262,7 +262,11 @@ impl Engine {
                         "handshake failed: {e}: {:?}",
                         String::from_utf8_lossy(&data[..data.len().min(200)])
                     );
-                    self.drop_conn(token, Cause::Error(ErrKind::Handshake));
+                    let status = match e {
+                        ResponseError::Status(code) => code,
+                        _ => 0,
+                    };
+                    self.drop_conn(token, Cause::Error(ErrKind::Handshake(status)));
                     return data.len();
                 }
             }
@@ -331,7 +335,7 @@ impl Engine {
     /// has heartbeats: a fraction of the interval fixed by the user's id
     /// (Fibonacci hashing), at least 1 ms and at most one interval.
     pub(super) fn start_heartbeats(&mut self, token: usize) {
-        let hb = self.heartbeat_ms;
+        let hb = self.heartbeat_interval(token);
         if hb == 0 {
             return;
         }

@@ -1,7 +1,8 @@
 //! A run's own success criteria, so a CI job can gate on `throng bench`'s
 //! exit status: every user the scenario starts joined, no error of any
 //! kind (a refused join too: the run did not do what it was set to), and
-//! every broadcast the publishers were to send was sent.
+//! every broadcast the publishers were to send was sent, and no agent went
+//! away before its final report.
 
 use super::Report;
 
@@ -38,6 +39,12 @@ impl Report {
         let b = &self.broadcast;
         if b.sent < b.expected_sent {
             failed.push(format!("{} of {} broadcasts sent", b.sent, b.expected_sent));
+        }
+        for l in &self.agents_lost {
+            failed.push(format!(
+                "agent {} (pid {}) went away during the {}: the run ended there, with the figures so far",
+                l.agent, l.pid, l.phase
+            ));
         }
         failed
     }

@@ -2,7 +2,10 @@
 //! [`Report`](super::Report)) is inlined and a small script draws SVG
 //! charts from it (no CDN, no external file). The live dashboard serves the
 //! same page with `live` set, and the script polls `/data.json` for
-//! [`Live`](super::Live) snapshots, then the report.
+//! [`Live`](super::Live) snapshots, then the report. A soak's report
+//! (`crate::soak::SoakReport`, `"scenario": "soak"`) is drawn by its own
+//! part of the script: a card per series, each worker's line beside the
+//! sum, the fit over the second half, and why a series failed.
 
 const PAGE: &str = r##"<!doctype html>
 <html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>throng bench</title>
@@ -26,6 +29,7 @@ svg text{font-size:11px;fill:#555} .legend span{margin-right:12px}
 <div class="card"><h2>Memory (MiB)</h2><div id="c_mem"></div></div>
 <div class="card"><h2>Latency percentiles (ms)</h2><div id="c_lat"></div></div>
 </div>
+<div class="grid" id="soak" style="display:none"></div>
 <script>
 const LIVE = /*LIVE*/false;
 let DATA = /*DATA*/null;
@@ -51,8 +55,58 @@ function chart(el, series, xlabel, logx){
   g+="</svg><div class='legend'>"+series.map((s,i)=>`<span style="color:${COLORS[i%COLORS.length]}">&#9632; ${s.name}</span>`).join("")+"</div>";
   document.getElementById(el).innerHTML=g;
 }
+function soakChart(s, w){
+  const W=440,H=200,L=64,B=28,T=8,R=10;
+  const lines=[{name:"all",points:s.points||[]}].concat(Object.keys(s.workers||{}).map(k=>({name:k,points:s.workers[k]})));
+  let xs=[],ys=[];
+  lines.forEach(l=>l.points.forEach(p=>{xs.push(p[0]);ys.push(p[1]);}));
+  if(!xs.length) return "<i>no samples</i>";
+  let x0=Math.min(...xs),x1=Math.max(...xs),y0=Math.min(...ys),y1=Math.max(...ys);
+  if(x1===x0)x1=x0+1;
+  if(y1===y0){y0-=1;y1+=1;}
+  const pad=(y1-y0)*0.05;y0-=pad;y1+=pad;
+  const X=x=>L+(x-x0)/(x1-x0)*(W-L-R), Y=y=>H-B-(y-y0)/(y1-y0)*(H-B-T);
+  let g=`<svg width="${W}" height="${H}">`;
+  for(let i=0;i<=4;i++){const y=y0+(y1-y0)*i/4;g+=`<line x1="${L}" x2="${W-R}" y1="${Y(y)}" y2="${Y(y)}" stroke="#eee"/><text x="${L-4}" y="${Y(y)+4}" text-anchor="end">${tick(y)}</text>`;}
+  for(let i=0;i<=4;i++){const x=x0+(x1-x0)*i/4;g+=`<text x="${X(x)}" y="${H-B+14}" text-anchor="middle">${fmt(x)}</text>`;}
+  g+=`<text x="${W-R}" y="${H-2}" text-anchor="end">s</text>`;
+  [[w.from,"second half"],[w.stopped,"stop"]].forEach(([x,label])=>{if(x>=x0&&x<=x1){g+=`<line x1="${X(x)}" x2="${X(x)}" y1="${T}" y2="${H-B}" stroke="#bbb" stroke-dasharray="4 3"/><text x="${X(x)+3}" y="${T+10}">${label}</text>`;}});
+  lines.slice().reverse().forEach((l,j)=>{const i=lines.length-1-j;const pts=l.points.map(p=>X(p[0]).toFixed(1)+","+Y(p[1]).toFixed(1)).join(" ");
+    g+=`<polyline fill="none" stroke="${COLORS[i%COLORS.length]}" stroke-width="${i===0?2:1}" points="${pts}"/>`;});
+  const v=s.verdict;
+  if(v){g+=`<line x1="${X(w.from)}" x2="${X(w.to)}" y1="${Y(v.line_start)}" y2="${Y(v.line_end)}" stroke="${v.grew?"#d62728":"#000"}" stroke-width="1.5" stroke-dasharray="6 3"/>`;}
+  g+="</svg><div class='legend'>"+lines.map((l,i)=>`<span style="color:${COLORS[i%COLORS.length]}">&#9632; ${l.name}</span>`).join("")+(v?"<span>- - fit over the second half</span>":"")+"</div>";
+  return g;
+}
+function renderSoak(d){
+  document.querySelectorAll(".grid")[0].style.display="none";
+  const box=document.getElementById("soak");box.style.display="";
+  const esc=v=>String(v).replace(/&/g,"&amp;").replace(/</g,"&lt;");
+  const c=d.clients||{},w=d.windows||{};
+  document.getElementById("sub").textContent="soak: "+fmt(d.duration_secs)+" s, "+fmt(d.population)+" sessions churned at "+fmt(d.churn_per_sec)+"/s, "+d.workers+" worker(s)"+(d.redis?" on Redis":"")+" — "+(d.passed?"passed":"FAILED");
+  const rows=[];const add=(k,v)=>rows.push(`<tr><td>${k}</td><td>${esc(v)}</td></tr>`);
+  add("result",d.passed?"passed: nothing grew, every count came back once the clients left, the load was held":"FAILED");
+  (d.grew||[]).forEach(g=>add("grew",g));
+  (d.load_missed||[]).forEach(g=>add("load not held",g));
+  add("sessions",fmt(c.connects)+" ("+fmt(c.longpoll_sessions)+" long-poll), "+fmt(c.connect_errors)+" connect errors");
+  add("joins / rejoins with since",fmt(c.joins)+" ("+fmt(c.join_errors)+" refused) / "+fmt((c.recovered||0)+(c.not_recovered||0))+" ("+fmt(c.recovered)+" recovered)");
+  add("leaves / pushes / heartbeats",fmt(c.leaves)+" / "+fmt(c.pushes)+" ("+fmt(c.push_ok)+" ok) / "+fmt(c.heartbeats));
+  add("ends","close "+fmt(c.ended_close)+", reset "+fmt(c.ended_reset)+", dropped "+fmt(c.ended_drop)+", long-poll expired "+fmt(c.ended_longpoll_expire)+", long-poll cut "+fmt(c.ended_longpoll_cut)+", server API disconnects "+fmt(c.server_disconnects)+", other server closes "+fmt(c.server_closes));
+  add("client errors",fmt(c.errors)+(c.first_error?" (first: "+c.first_error+")":""));
+  Object.entries(c.error_kinds||{}).forEach(([k,n])=>add("&nbsp;&nbsp;"+fmt(n)+" x",k));
+  add("server API",Object.entries(d.api||{}).map(([k,v])=>k+" "+v.ok+"/"+(v.ok+v.errors)).join(", "));
+  add("app backend requests",Object.entries(d.backend||{}).map(([k,v])=>k+" "+v).join(", "));
+  add("second half / stop / last sample",fmt(w.from)+"-"+fmt(w.to)+" s / "+fmt(w.stopped)+" s / "+fmt(w.last)+" s; population noise "+fmt((d.population_noise||0)*100)+"%");
+  add("server",(d.server_args||[]).join(" "));
+  let html=`<div class="card"><h2>Summary</h2><table>${rows.join("")}</table></div>`;
+  (d.series||[]).forEach(s=>{const v=s.verdict;
+    const how=v?(v.grew?"<b style='color:#d62728'>"+esc(v.why||"grew")+"</b>":(v.kind==="memory"?fmt(v.growth_pct)+"% over the second half":"slope "+fmt(v.slope_per_hour)+"/h, band "+fmt(v.band))+(v.before!==null&&v.before!==undefined?"; before "+fmt(v.before)+", after "+fmt(v.after):"")):"";
+    html+=`<div class="card"><h2>${esc(s.name)}</h2><div class="sub">${how}</div>${soakChart(s,w)}</div>`;});
+  box.innerHTML=html;
+}
 function render(d){
   if(!d) return;
+  if(d.scenario==="soak"){ renderSoak(d); return; }
   const tl=d.timeline||[];
   const col=k=>tl.map(s=>[s.t,s[k]]);
   document.getElementById("sub").textContent=(d.scenario&&d.scenario.description||d.scenario||"")+" — "+(d.status||"");
@@ -135,5 +189,12 @@ mod tests {
         assert!(report.contains("x<\\/script>"));
         assert!(report.contains("const LIVE = false"));
         assert!(page(d, true).contains("const LIVE = true"));
+    }
+
+    #[test]
+    fn a_soak_report_is_drawn_by_its_own_renderer() {
+        let report = page(r#"{"scenario": "soak", "series": []}"#, false);
+        assert!(report.contains(r#"if(d.scenario==="soak"){ renderSoak(d); return; }"#));
+        assert!(report.contains(r#"id="soak""#));
     }
 }

@@ -6,7 +6,7 @@
 //! samples and live snapshots in `live.rs`.
 //!
 //! The keys are the report's interface: `README.md`, `BENCHMARKS.md`, the
-//! recorded runs under `runs/` and the HTML read them, so a field is renamed
+//! text summaries of recorded runs under `benchmarks/runs/` and the HTML read them, so a field is renamed
 //! only when its name is wrong. Every figure is what the controller measured
 //! or merged from the agents (histograms merged, never averaged); a figure
 //! it could not get is `null`.
@@ -76,9 +76,49 @@ pub struct Report {
     /// `"done"` (the live dashboard's snapshots say which phase is running).
     pub status: String,
     /// The run's own success criteria it failed (every user joined, no
-    /// error, every broadcast sent), one line each; empty: it passed, and
-    /// `throng bench` exits 0.
+    /// error, every broadcast sent, no agent lost), one line each; empty:
+    /// it passed, and `throng bench` exits 0.
     pub failures: Vec<String>,
+    /// Agents that went away before their final report (their process
+    /// exited, or their link closed): the run ended in that phase, with
+    /// the figures so far (empty: none).
+    pub agents_lost: Vec<AgentLost>,
+    /// Agents that sent nothing for a while (starved or stopped) and spoke
+    /// again: the run waited for them (empty: none).
+    pub slow_agents: Vec<SlowAgent>,
+}
+
+/// An agent that went away mid-run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AgentLost {
+    pub agent: usize,
+    pub pid: u32,
+    /// The phase it went away in: `floor`, `ramp-up`, `plateau`, `hold`,
+    /// `storm` or `collect`.
+    pub phase: String,
+    /// Why: its link closed (and how its process exited), or it was
+    /// silent, its process alive, past the bench's limit.
+    pub why: String,
+    /// Seconds from its last message to its going.
+    pub silent_secs: f64,
+    /// Its last progress, in words. Its counters then are in the run's
+    /// totals; its histograms and receipts are lost with it.
+    pub last_progress: String,
+}
+
+/// An agent that sent nothing for `silent_secs` and then spoke again.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SlowAgent {
+    pub agent: usize,
+    pub pid: u32,
+    /// The phase its silence began in.
+    pub phase: String,
+    pub silent_secs: f64,
+    /// Its process when it was looked at: `stopped`, `running`,
+    /// `sleeping`, `waiting on I/O`, or `remote` (not looked at).
+    pub state: String,
 }
 
 /// The scenario that ran.
@@ -134,8 +174,10 @@ pub struct Attributed {
     /// `timeout_tcp`, `close_code_1011`, `ports`, ...
     pub kind: String,
     pub count: u64,
-    /// `server`, `load generator`, or `kernel` (a limit of the host's
-    /// settings, on the load generator's side).
+    /// `server`, `load generator`, `kernel` (a limit of the host's
+    /// settings, on the load generator's side), `other processes`, or
+    /// `settings` (the bench's flags against the server's: an upgrade
+    /// refused for the clients' credentials, HTTP 401 or 403, or 404).
     pub whose: String,
     pub why: String,
 }
@@ -223,12 +265,18 @@ pub struct FloorReport {
     /// server's shards per process).
     pub writers: usize,
     pub threads_per_writer: u32,
-    /// Sockets (one per user), and those that failed to open.
+    /// Sockets (one per user, or a sample of them: `scale`), and those
+    /// that failed to open.
     pub sockets: u64,
     pub failed: u64,
+    /// The run's users, and users / sockets: what the sample's times are
+    /// multiplied by (1: a socket per user, nothing scaled). The figures in
+    /// ms below are at the run's size (scaled); `sample_*` as measured.
+    pub users: u64,
+    pub scale: f64,
     /// Seconds to open them all.
     pub connect_secs: f64,
-    /// Each round: the stamp to the last receipt, ms.
+    /// Each round that had every receipt: the stamp to the last receipt, ms.
     pub rounds_last_ms: Vec<f64>,
     /// The slowest writer's time to write a round, ms.
     pub rounds_write_ms: Vec<f64>,
@@ -253,8 +301,17 @@ pub struct FloorReport {
     /// users' own schedule, answered by the writers; 0: the run has none).
     #[serde(default)]
     pub heartbeats_per_sec: f64,
+    /// The rounds and the train as measured on the sample, ms (the same
+    /// as `rounds_last_ms` and `train_last_ms` when `scale` is 1).
+    pub sample_rounds_last_ms: Vec<f64>,
+    pub sample_train_last_ms: Vec<f64>,
+    /// Every round had every receipt; if not, which round was short, by
+    /// how many, and what that means for the ratio (`incomplete`).
+    pub complete: bool,
+    pub incomplete: Option<String>,
     /// What else ran: the floor comes before the ramp-up, so no server
-    /// connection or server work is under it; the heartbeats are.
+    /// connection or server work is under it; the heartbeats are. And, on
+    /// a sample, how it was scaled and what scaling does not carry.
     pub note: String,
 }
 

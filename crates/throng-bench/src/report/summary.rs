@@ -204,6 +204,7 @@ pub fn table(r: &Report) -> String {
         },
     );
     row(&mut s, "verdict", r.verdict.clone());
+    agent_rows(&mut s, r);
     arrival_rows(&mut s, r);
     broadcast_rows(&mut s, r);
     if let Some(p) = &r.presence {
@@ -214,6 +215,30 @@ pub fn table(r: &Report) -> String {
     end_rows(&mut s, r);
     s.push_str(GLOSSARY);
     s
+}
+
+/// Agents lost (the run ended early) and agents that were slow.
+fn agent_rows(s: &mut String, r: &Report) {
+    for l in &r.agents_lost {
+        row(
+            s,
+            "agent lost (the run ended early)",
+            format!(
+                "agent {} (pid {}) went away during the {}: {}; its last progress ({:.1} s before): {}; the figures below are those so far",
+                l.agent, l.pid, l.phase, l.why, l.silent_secs, l.last_progress
+            ),
+        );
+    }
+    for a in &r.slow_agents {
+        row(
+            s,
+            "slow agent (waited for)",
+            format!(
+                "agent {} (pid {}) sent nothing for {:.0} s from the {} (its process {}), then went on",
+                a.agent, a.pid, a.silent_secs, a.phase, a.state
+            ),
+        );
+    }
 }
 
 /// Connections, arrival and handshake latency.
@@ -373,6 +398,26 @@ fn floor_rows(s: &mut String, r: &Report, f: &crate::report::FloorReport) {
             }
         ),
     );
+    if f.scale > 1.0 {
+        row(
+            s,
+            "floor sample",
+            format!(
+                "measured on {} of the {} users' sockets, times above x{:.2} (per receiver; as measured: {} ms); see floor.note for what scaling does not carry (--floor-sample 0: every socket)",
+                int(f.sockets),
+                int(f.users),
+                f.scale,
+                f.sample_rounds_last_ms
+                    .iter()
+                    .map(|x| float(*x))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    if let Some(why) = &f.incomplete {
+        row(s, "floor incomplete", why.clone());
+    }
     row(
         s,
         "last receiver / floor",

@@ -42,6 +42,13 @@ pub fn run_writer(controller: SocketAddr, token: &str) -> Result<(), BenchError>
             addr: listener.local_addr()?,
         },
     )?;
+    // From here on the link's writer thread sends (and says `alive` while a
+    // round keeps this thread busy: a round at 1,000,000 sockets on a slow
+    // machine took minutes). A failed write ends the link: the reader below
+    // sees it closed and this loop ends.
+    let out = crate::agent::Writer::spawn(out, |why| {
+        tracing::warn!("floor writer: link to the controller lost ({why})");
+    });
     let reply: Arc<[u8]> = order.frame.heartbeat_reply()?.into();
     let (done_tx, done) = mpsc::channel();
     let threads = (0..order.threads.max(1))
@@ -85,30 +92,24 @@ pub fn run_writer(controller: SocketAddr, token: &str) -> Result<(), BenchError>
             Ok(Some(ToAgent::Fire { round, stamp_ns })) => {
                 let frame = order.frame.render(round, stamp_ns)?;
                 let (write_secs, failed) = thread::round(&threads, &done, &frame);
-                wire::send(
-                    &mut out,
-                    &ToController::Fired {
-                        round,
-                        write_secs,
-                        failed,
-                    },
-                )?;
+                out.send(ToController::Fired {
+                    round,
+                    write_secs,
+                    failed,
+                });
             }
-            Ok(Some(ToAgent::Finish)) | Ok(None) => return Ok(()),
+            Ok(Some(ToAgent::Finish)) | Ok(None) => return out.finish(),
             Ok(Some(other)) => {
                 return Err(BenchError::Protocol(format!(
                     "a floor writer got {other:?}"
                 )))
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return out.finish(),
         }
-        wire::send(
-            &mut out,
-            &ToController::Accepted {
-                sockets: accepted.load(Ordering::Relaxed),
-            },
-        )?;
+        out.send(ToController::Accepted {
+            sockets: accepted.load(Ordering::Relaxed),
+        });
     }
 }
 

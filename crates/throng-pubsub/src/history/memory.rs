@@ -150,7 +150,7 @@ impl MemoryHistory {
         now: Instant,
         send: impl FnOnce(Position) -> R,
     ) -> R {
-        self.maybe_sweep(now);
+        self.sweep_if_due(now);
         let mut map = self.stripe(topic);
         let stale = map.get(&**topic).is_some_and(|r| r.expired(now));
         if stale {
@@ -259,7 +259,12 @@ impl MemoryHistory {
         then(found)
     }
 
-    fn maybe_sweep(&self, now: Instant) {
+    /// Forgets the topics past their ttl ([`MemoryHistory::sweep`]), at
+    /// most once every [`SWEEP_EVERY`] whoever calls: every publish does,
+    /// and so does the server's once-a-second sweep, so that a topic's
+    /// history goes its ttl after its last message even when nothing is
+    /// published after it.
+    pub fn sweep_if_due(&self, now: Instant) {
         let ms = now.saturating_duration_since(self.start).as_millis() as u64;
         let last = self.swept_at.load(Relaxed);
         if ms.saturating_sub(last) < SWEEP_EVERY.as_millis() as u64 {
@@ -419,6 +424,19 @@ mod tests {
         h.sweep(later + TTL * 2);
         assert_eq!(h.stats.topics.load(Relaxed), 0);
         assert_eq!(h.stats.messages.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn a_due_sweep_forgets_expired_topics_with_nothing_published() {
+        let h = MemoryHistory::new(1 << 20);
+        let now = Instant::now();
+        publish(&h, "t", 10, 3, now);
+        h.sweep_if_due(now + SWEEP_EVERY * 2);
+        assert_eq!(h.stats.topics.load(Relaxed), 1, "not past its ttl yet");
+        h.sweep_if_due(now + TTL + SWEEP_EVERY * 4);
+        assert_eq!(h.stats.topics.load(Relaxed), 0);
+        assert_eq!(h.stats.bytes.load(Relaxed), 0);
+        assert_eq!(h.stats.expired.load(Relaxed), 1);
     }
 
     #[test]

@@ -58,6 +58,13 @@ pub enum DecodeError {
     Utf8,
     #[error("{0} bytes after a presence message")]
     Trailing(usize),
+    /// A presence's meta that is not the members of a JSON object: it is
+    /// written into every client's `presence_state` and `presence_diff` as
+    /// it is, so it must be JSON there.
+    #[error("a presence meta is not a JSON object's members")]
+    Meta,
+    #[error("a replace message with leaves")]
+    ReplaceWithLeaves,
 }
 
 impl From<Truncated> for DecodeError {
@@ -86,6 +93,11 @@ pub fn read_value(owner: u64, field: &[u8], value: &[u8]) -> Result<(Arc<str>, M
     let prev = r.u64()?;
     let key = str(&mut r)?;
     let fields = std::str::from_utf8(r.rest()).map_err(|_| DecodeError::Utf8)?;
+    if !fields.is_empty()
+        && serde_json::from_str::<serde::de::IgnoredAny>(&format!("{{{fields}}}")).is_err()
+    {
+        return Err(DecodeError::Meta);
+    }
     Ok((
         key.into(),
         Meta {
@@ -158,6 +170,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         joins.push(read_value(owner, &seq.to_be_bytes(), v)?);
     }
     let n = r.u32()?;
+    if kind == KIND_REPLACE && n != 0 {
+        return Err(DecodeError::ReplaceWithLeaves);
+    }
     let mut leaves = Vec::with_capacity((n as usize).min(bytes.len() / 12));
     for _ in 0..n {
         let seq = r.u64()?;
@@ -230,6 +245,28 @@ mod tests {
             read_value(4, &field(&m), &value("k", &m)),
             Ok(("k".into(), m))
         );
+    }
+
+    /// What Redis hands a node must be what clients can read, and what
+    /// the node would write back (the `redis_messages` fuzz target checks
+    /// both): a meta that is no JSON, a replace with leaves it would drop.
+    #[test]
+    fn refuses_a_meta_that_is_not_json_and_a_replace_with_leaves() {
+        let bad = meta(4, 5, 0, r#""x":"y"}],"a"#);
+        assert_eq!(
+            read_value(4, &field(&bad), &value("k", &bad)),
+            Err(DecodeError::Meta)
+        );
+        let entries = vec![("c".into(), bad)];
+        assert_eq!(decode(&replace(3, &entries)), Err(DecodeError::Meta));
+        let good = vec![("c".into(), meta(3, 1, 0, r#""a":[1,{"b":2}]"#))];
+        let mut with_leaves = replace(3, &good);
+        let n = with_leaves.len();
+        with_leaves[n - 4..].copy_from_slice(&1u32.to_be_bytes());
+        with_leaves.extend_from_slice(&7u64.to_be_bytes());
+        put(&mut with_leaves, b"bob");
+        assert_eq!(decode(&with_leaves), Err(DecodeError::ReplaceWithLeaves));
+        assert!(decode(&replace(3, &good)).is_ok());
     }
 
     proptest! {

@@ -1,7 +1,9 @@
-//! JWT connect tokens, verified with the `jsonwebtoken` crate: HS256 with a
-//! shared secret, RS256 or ES256 with the issuer's public key (PEM).
+//! JWT connect tokens, verified with the `jsonwebtoken` crate: HS256 (or,
+//! chosen with `jwt_algorithm`, HS384 or HS512) with a shared secret, RS256
+//! or ES256 with the issuer's public key (PEM). The secret's length is the
+//! weak-secret rule's (`secret.rs`), checked before this is built.
 //!
-//! Claims (the README's table says the same):
+//! Claims (`docs/authentication.md`'s table says the same):
 //! - `sub`: the user id, a non-empty string or an integer (written in
 //!   decimal); any other value (a fraction such as `4.2`, a list) is refused;
 //! - `exp`: required, a number of seconds (integer or fraction, as standard
@@ -22,6 +24,7 @@
 //! no HS256 signed with a public key).
 
 use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::Algorithm::{HS256, HS384, HS512};
 use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
@@ -72,10 +75,12 @@ impl Jwt {
             .as_deref()
             .map(|a| match a.to_ascii_uppercase().as_str() {
                 "HS256" => Ok(Algorithm::HS256),
+                "HS384" => Ok(Algorithm::HS384),
+                "HS512" => Ok(Algorithm::HS512),
                 "RS256" => Ok(Algorithm::RS256),
                 "ES256" => Ok(Algorithm::ES256),
                 other => Err(bad(format!(
-                    "jwt_algorithm {other:?}: HS256, RS256 or ES256"
+                    "jwt_algorithm {other:?}: HS256, HS384, HS512, RS256 or ES256"
                 ))),
             })
             .transpose()?;
@@ -84,13 +89,11 @@ impl Jwt {
                 return Err(bad("give jwt_secret or a public key, not both".into()))
             }
             (Some(secret), None) => {
-                if wanted.is_some_and(|a| a != Algorithm::HS256) {
-                    return Err(bad("jwt_secret is for HS256".into()));
+                let alg = wanted.unwrap_or(Algorithm::HS256);
+                if !matches!(alg, HS256 | HS384 | HS512) {
+                    return Err(bad("jwt_secret is for HS256, HS384 or HS512".into()));
                 }
-                (
-                    DecodingKey::from_secret(secret.as_bytes()),
-                    Algorithm::HS256,
-                )
+                (DecodingKey::from_secret(secret.as_bytes()), alg)
             }
             (None, Some(pem)) => match wanted {
                 Some(Algorithm::ES256) => (
@@ -101,7 +104,11 @@ impl Jwt {
                     DecodingKey::from_rsa_pem(&pem).map_err(|e| bad(format!("RSA key: {e}")))?,
                     Algorithm::RS256,
                 ),
-                Some(_) => return Err(bad("HS256 needs jwt_secret, not a public key".into())),
+                Some(_) => {
+                    return Err(bad(
+                        "HS256, HS384 and HS512 need jwt_secret, not a public key".into(),
+                    ))
+                }
                 None => match DecodingKey::from_rsa_pem(&pem) {
                     Ok(k) => (k, Algorithm::RS256),
                     Err(_) => (
@@ -326,6 +333,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ec.verify(&expired, now_ms()).unwrap_err(), Refusal::Expired);
+    }
+
+    #[test]
+    fn hs384_and_hs512_when_the_algorithm_says_so() {
+        let claims = json!({"sub": "u3", "exp": now_s() + 60});
+        let secret = "k".repeat(64);
+        let token = |alg| {
+            encode(
+                &Header::new(alg),
+                &claims,
+                &EncodingKey::from_secret(secret.as_bytes()),
+            )
+            .unwrap()
+        };
+        for (name, alg) in [("HS384", Algorithm::HS384), ("hs512", Algorithm::HS512)] {
+            let mut c = cfg(Some(&secret), None);
+            c.jwt_algorithm = Some(name.into());
+            let v = Jwt::new(&c).unwrap();
+            assert_eq!(v.verify(&token(alg), now_ms()).unwrap().user.id, "u3");
+            // The configuration chooses, not the token's header.
+            assert!(v.verify(&token(Algorithm::HS256), now_ms()).is_err());
+        }
+        let hs256 = Jwt::new(&cfg(Some(&secret), None)).unwrap();
+        assert!(hs256.verify(&token(Algorithm::HS512), now_ms()).is_err());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde::Serialize;
 use sha2::Sha256;
 
+use super::secret::JwtHmac;
 use super::{now_ms, phoenix_token, Auth, AuthConfig, Mode};
 use crate::channel::ConnectInfo;
 use crate::Error;
@@ -40,6 +41,9 @@ pub fn mint(
     private_key_pem: Option<&[u8]>,
     claims: &Claims,
 ) -> Result<String, Error> {
+    // The server's verifier first: a secret it would refuse (the
+    // weak-secret rule) mints nothing.
+    let auth = Auth::new(config)?;
     let now = now_ms();
     let token = match config.mode {
         Mode::None => {
@@ -58,7 +62,6 @@ pub fn mint(
         }
         Mode::Jwt => jwt(config, private_key_pem, claims, now / 1000)?,
     };
-    let auth = Auth::new(config)?;
     let connect = ConnectInfo {
         params: Vec::new(),
         auth_token: Some(token.clone()),
@@ -133,7 +136,11 @@ fn jwt(
     let bad = |what: String| Error::Config(format!("jwt: {what}"));
     let (alg, key) = match (&config.jwt_secret, private_key_pem) {
         (Some(secret), _) => (
-            Algorithm::HS256,
+            match config.jwt_hmac() {
+                JwtHmac::Hs256 => Algorithm::HS256,
+                JwtHmac::Hs384 => Algorithm::HS384,
+                JwtHmac::Hs512 => Algorithm::HS512,
+            },
             EncodingKey::from_secret(secret.as_bytes()),
         ),
         (None, Some(pem)) => match config.jwt_algorithm.as_deref().map(str::to_ascii_uppercase) {
@@ -189,10 +196,50 @@ mod tests {
         assert!(mint(&pt, None, &claims()).unwrap().starts_with("SFMyNTY."));
         let jwt = AuthConfig {
             mode: Mode::Jwt,
-            jwt_secret: Some("change-me-too".into()),
+            jwt_secret: Some("j".repeat(32)),
             ..Default::default()
         };
         assert_eq!(mint(&jwt, None, &claims()).unwrap().split('.').count(), 3);
+        let hs512 = AuthConfig {
+            jwt_secret: Some("j".repeat(64)),
+            jwt_algorithm: Some("HS512".into()),
+            ..jwt.clone()
+        };
+        let token = mint(&hs512, None, &claims()).unwrap();
+        let header = URL_SAFE_NO_PAD
+            .decode(token.split('.').next().unwrap())
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&header).contains("\"HS512\""),
+            "{token}"
+        );
         assert!(mint(&AuthConfig::default(), None, &claims()).is_err());
+    }
+
+    #[test]
+    fn a_secret_the_server_would_refuse_mints_nothing() {
+        for config in [
+            AuthConfig {
+                mode: Mode::Jwt,
+                jwt_secret: Some(String::new()),
+                ..Default::default()
+            },
+            AuthConfig {
+                mode: Mode::Jwt,
+                jwt_secret: Some("j".repeat(31)),
+                ..Default::default()
+            },
+            AuthConfig {
+                mode: Mode::PhoenixToken,
+                secret_key_base: Some("k".repeat(19)),
+                ..Default::default()
+            },
+        ] {
+            let err = mint(&config, None, &claims()).unwrap_err().to_string();
+            assert!(
+                err.contains("too short") || err.contains("(empty)"),
+                "{err}"
+            );
+        }
     }
 }

@@ -20,11 +20,15 @@
 //! - `rate.rs`: the per-socket push budget, 4 bytes in the connection.
 //! - [`mint`]: test tokens (`throng token`), signed with the same settings
 //!   and checked by [`Auth::authenticate`] before they are handed out.
+//! - [`secret`]: the weak-secret rule every secret goes through (the JWT
+//!   secret and `secret_key_base` here, the hooks secret and the API key
+//!   in `config`).
 //!
 //! Revocations are kept in memory on every node (a `disconnect` with
 //! `revoke` from the server API reaches every node through the backplane):
-//! tokens of that user signed before the revocation are refused from then
-//! on, for [`REVOCATION_TTL`] or the configured max age if longer. With
+//! tokens of that user signed before the revocation, or up to the revoke
+//! skew (`--auth-revoke-skew`) after it, are refused from then on, for
+//! [`REVOCATION_TTL`] or the configured max age if longer. With
 //! `--redis` they are also kept in Redis for that long (see the `control` module),
 //! so a node started later knows them before it serves; a single node
 //! forgets them when it restarts.
@@ -34,7 +38,7 @@ pub mod mint;
 pub(crate) mod origin;
 mod phoenix_token;
 pub(crate) mod rate;
-pub(crate) mod rules;
+pub mod secret;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,7 +49,6 @@ use serde::{Deserialize, Serialize};
 
 pub use origin::CheckOrigin;
 pub use rate::PushLimit;
-pub use rules::{HistoryRule, JoinRule, Policy, TopicHook, TopicRule};
 
 use crate::channel::ConnectInfo;
 use crate::Error;
@@ -60,6 +63,14 @@ pub const CONTROL_PREFIX: &str = "throng:";
 pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
 /// How long a revocation is kept at least.
 pub const REVOCATION_TTL: Duration = Duration::from_secs(86_400);
+/// Seconds after a revocation within which a token signed is still taken
+/// for one from before it (`--auth-revoke-skew`'s default): the app that
+/// signs may run a little ahead of this server's clock. Short, so that a
+/// user who logs out and back in gets a token that connects. Apart from
+/// [`CLOCK_SKEW`], which bounds how far ahead any token may claim to be.
+pub const REVOKE_SKEW_SECS: u64 = 2;
+/// The largest `--auth-revoke-skew`.
+pub const MAX_REVOKE_SKEW_SECS: u64 = 3600;
 
 /// Whether clients may join or broadcast on `topic` (the socket id and
 /// control topics are the server's own).
@@ -113,12 +124,39 @@ pub struct AuthConfig {
     pub jwt_public_key: Option<String>,
     /// JWT: a file holding the PEM public key.
     pub jwt_public_key_file: Option<std::path::PathBuf>,
-    /// JWT: HS256, RS256 or ES256 [default: from the key].
+    /// JWT: HS256, HS384, HS512, RS256 or ES256 [default: from the key].
     pub jwt_algorithm: Option<String>,
     /// JWT: when set, the `aud` claim is required and must name it.
     pub jwt_audience: Option<String>,
     /// JWT: when set, the `iss` claim is required and must be it.
     pub jwt_issuer: Option<String>,
+    /// Seconds after a revocation within which signed tokens are revoked
+    /// too [default: [`REVOKE_SKEW_SECS`]].
+    pub revoke_skew: Option<u64>,
+}
+
+impl AuthConfig {
+    /// The HMAC a `jwt_secret` keys: HS384 or HS512 when `jwt_algorithm`
+    /// names it, else HS256.
+    pub fn jwt_hmac(&self) -> secret::JwtHmac {
+        match self.jwt_algorithm.as_deref().map(str::to_ascii_uppercase) {
+            Some(a) if a == "HS384" => secret::JwtHmac::Hs384,
+            Some(a) if a == "HS512" => secret::JwtHmac::Hs512,
+            _ => secret::JwtHmac::Hs256,
+        }
+    }
+
+    /// The weak-secret rule ([`secret::check`]) on the secrets this holds,
+    /// all come from `source`.
+    pub fn judge_secrets(&self, judged: &mut secret::Judged, source: &secret::Source) {
+        use secret::Kind;
+        judged.add(
+            Kind::JwtSecret(self.jwt_hmac()),
+            self.jwt_secret.as_deref(),
+            source,
+        );
+        judged.add(Kind::SecretKeyBase, self.secret_key_base.as_deref(), source);
+    }
 }
 
 /// A max age in seconds, whole or fractional (`86400`, `86400.0`, `0.5`), as
@@ -225,11 +263,25 @@ pub struct Auth {
     /// `revoked.len()`, read without the lock on every connect.
     revoked_len: AtomicUsize,
     revocation_ttl_ms: i64,
+    /// `--auth-revoke-skew` in ms.
+    revoke_skew_ms: i64,
 }
 
 impl Auth {
-    /// Builds the verifier for `config`; a missing or unreadable key is an error.
+    /// Builds the verifier for `config`; a missing or unreadable key is an
+    /// error, and so is a secret the weak-secret rule refuses (the settings
+    /// of the command line were checked as they were read, saying where
+    /// each came from; this holds for settings built in code too).
     pub fn new(config: &AuthConfig) -> Result<Auth, Error> {
+        let mut judged = secret::Judged::default();
+        config.judge_secrets(&mut judged, &secret::Source::Settings);
+        judged.result().map_err(Error::Config)?;
+        let skew = config.revoke_skew.unwrap_or(REVOKE_SKEW_SECS);
+        if skew > MAX_REVOKE_SKEW_SECS {
+            return Err(Error::Config(format!(
+                "revoke_skew must be 0..={MAX_REVOKE_SKEW_SECS} seconds, got {skew}"
+            )));
+        }
         let verifier = match config.mode {
             Mode::None => Verifier::None,
             Mode::PhoenixToken => {
@@ -252,6 +304,7 @@ impl Auth {
             revoked: Mutex::new(HashMap::new()),
             revoked_len: AtomicUsize::new(0),
             revocation_ttl_ms: ttl.min(i64::MAX as u64) as i64,
+            revoke_skew_ms: (skew * 1000) as i64,
         })
     }
 
@@ -296,13 +349,14 @@ impl Auth {
         Duration::from_millis(self.revocation_ttl_ms.max(0) as u64)
     }
 
-    /// Refuses `user`'s tokens signed up to `at_ms` (Unix ms) plus
-    /// [`CLOCK_SKEW`] from now on: a token may say it was signed up to that
-    /// far ahead and still be accepted, so one minted just before the
-    /// revocation by an app whose clock runs ahead must be refused too.
-    /// (The app's new tokens are accepted once that allowance has passed.)
+    /// Refuses `user`'s tokens signed up to `at_ms` (Unix ms) plus the
+    /// revoke skew (`--auth-revoke-skew`, [`REVOKE_SKEW_SECS`] by default)
+    /// from now on: one minted just before the revocation by an app whose
+    /// clock runs a little ahead is refused too, and one signed after that
+    /// (a user who logged out and back in) connects. Every node applies its
+    /// own skew to the revocation time it hears (`Request::Revoke`'s `at`).
     pub fn revoke(&self, user: &str, at_ms: i64) {
-        let at_ms = at_ms.saturating_add(CLOCK_SKEW.as_millis() as i64);
+        let at_ms = at_ms.saturating_add(self.revoke_skew_ms);
         let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
         // Expired ones go each time the map reaches a power of two: amortized
         // O(1), so the revocations a node reads from Redis at start (one call
@@ -361,7 +415,49 @@ mod tests {
     }
 
     #[test]
-    fn revocation_refuses_older_tokens_only() {
+    fn weak_secrets_build_no_verifier() {
+        for (cfg, says) in [
+            (
+                AuthConfig {
+                    mode: Mode::Jwt,
+                    jwt_secret: Some(String::new()),
+                    ..Default::default()
+                },
+                "(empty)",
+            ),
+            (
+                AuthConfig {
+                    mode: Mode::Jwt,
+                    jwt_secret: Some("j".repeat(40)),
+                    jwt_algorithm: Some("HS384".into()),
+                    ..Default::default()
+                },
+                "(40 bytes: too short, needs 48)",
+            ),
+            (
+                AuthConfig {
+                    mode: Mode::PhoenixToken,
+                    secret_key_base: Some("k".repeat(19)),
+                    ..Default::default()
+                },
+                "(19 bytes: too short, needs 20)",
+            ),
+        ] {
+            let err = Auth::new(&cfg).err().expect("refused").to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        // Long enough: HS384 with 48 bytes verifies.
+        Auth::new(&AuthConfig {
+            mode: Mode::Jwt,
+            jwt_secret: Some("j".repeat(48)),
+            jwt_algorithm: Some("HS384".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn revocation_refuses_tokens_up_to_the_skew_after_it() {
         let secret = "s".repeat(64);
         let cfg = AuthConfig {
             mode: Mode::PhoenixToken,
@@ -371,37 +467,35 @@ mod tests {
         };
         let auth = Auth::new(&cfg).unwrap();
         let now = now_ms();
-        let skew = CLOCK_SKEW.as_millis() as i64;
-        let old =
-            phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now - 1000, 86400);
-        // Signed ahead, within the clock-skew allowance: revoked too.
-        let ahead =
-            phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now + skew, 86400);
-        let new = phoenix_token::tests::sign_binary(&secret, "user socket", b"7", now, 86400);
-        let other =
-            phoenix_token::tests::sign_binary(&secret, "user socket", b"8", now - 1000, 86400);
+        let skew = REVOKE_SKEW_SECS as i64 * 1000;
+        let sign = |user: &[u8], at: i64| {
+            phoenix_token::tests::sign_binary(&secret, "user socket", user, at, 86400)
+        };
+        let old = sign(b"7", now - 1000);
+        let at_revoke = sign(b"7", now);
+        // Signed ahead by the skew exactly: taken for one from before.
+        let within = sign(b"7", now + skew);
+        // Signed 3 s after the revocation (a user who logged in again).
+        let after = sign(b"7", now + 3000);
+        let other = sign(b"8", now - 1000);
         assert_eq!(
             auth.authenticate(Some(&connect(&old))).unwrap().unwrap().id,
             "7"
         );
-        assert!(auth.authenticate(Some(&connect(&ahead))).is_ok());
-        auth.revoke("7", now - skew - 10);
-        assert_eq!(
-            auth.authenticate(Some(&connect(&old))),
-            Err(Refusal::Revoked)
-        );
-        // Signed after the revocation and its allowance.
-        assert_eq!(
-            auth.authenticate(Some(&connect(&new))).unwrap().unwrap().id,
-            "7"
-        );
         auth.revoke("7", now);
-        for revoked in [&old, &new, &ahead] {
+        for revoked in [&old, &at_revoke, &within] {
             assert_eq!(
                 auth.authenticate_at(Some(&connect(revoked)), now),
                 Err(Refusal::Revoked)
             );
         }
+        assert_eq!(
+            auth.authenticate_at(Some(&connect(&after)), now)
+                .unwrap()
+                .unwrap()
+                .id,
+            "7"
+        );
         assert_eq!(
             auth.authenticate(Some(&connect(&other)))
                 .unwrap()
@@ -409,6 +503,36 @@ mod tests {
                 .id,
             "8"
         );
+        // A longer skew reaches further; 0 revokes only up to the instant.
+        let long = Auth::new(&AuthConfig {
+            revoke_skew: Some(10),
+            ..cfg.clone()
+        })
+        .unwrap();
+        long.revoke("7", now);
+        assert_eq!(
+            long.authenticate_at(Some(&connect(&after)), now),
+            Err(Refusal::Revoked)
+        );
+        let none = Auth::new(&AuthConfig {
+            revoke_skew: Some(0),
+            ..cfg.clone()
+        })
+        .unwrap();
+        none.revoke("7", now);
+        assert_eq!(
+            none.authenticate_at(Some(&connect(&at_revoke)), now),
+            Err(Refusal::Revoked)
+        );
+        let just_after = sign(b"7", now + 1);
+        assert!(none
+            .authenticate_at(Some(&connect(&just_after)), now)
+            .is_ok());
+        assert!(Auth::new(&AuthConfig {
+            revoke_skew: Some(MAX_REVOKE_SKEW_SECS + 1),
+            ..cfg
+        })
+        .is_err());
         // The authToken wins over the param.
         let both = ConnectInfo {
             params: vec![("token".into(), "garbage".into())],

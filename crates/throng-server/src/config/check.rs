@@ -3,6 +3,9 @@
 //! through the same [`ServeArgs::resolve`]), and reports for a person or a
 //! CI job: each unknown key with the nearest known one, the effective value
 //! of every key and where it came from, and the warnings a start would log.
+//! Secrets are never printed: one the weak-secret rule refuses is the error
+//! (`(empty)`, `(12 bytes: too short, needs 32)`, never `[REDACTED]`), a
+//! good one shows as `[REDACTED]`.
 //! Exit code 0 when `serve` would accept the settings, 1 when not.
 
 use std::fmt::Write as _;
@@ -13,6 +16,7 @@ use clap::ArgMatches;
 
 use super::template::{file_keys, FileKey, TABLE_ONLY};
 use super::{Config, ServeArgs};
+use crate::auth::secret;
 
 /// What `check-config` found: the report to print, and whether `serve`
 /// would start with these settings.
@@ -35,6 +39,7 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
     let table: toml::Table = match toml::from_str(&text) {
         Ok(t) => t,
         Err(e) => {
+            let e = super::file::toml_error(&e, &text);
             let _ = writeln!(report, "error: {} is not valid TOML: {e}", file.display());
             return Checked { report, ok: false };
         }
@@ -44,10 +49,9 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
     let config = match args.resolve() {
         Ok(c) => c,
         Err(e) => {
+            // Unknown keys included, each at its line, as `serve` says them
+            // (the same `ServeArgs::resolve`, `keys.rs`).
             let _ = writeln!(report, "error: {e}");
-            for hint in unknown_keys(&table, &keys) {
-                let _ = writeln!(report, "{hint}");
-            }
             let _ = writeln!(
                 report,
                 "\n{}: refused; `throng serve` would not start with it",
@@ -86,7 +90,7 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
                 let _ = writeln!(report, "\n[{t}]");
             }
         }
-        match effective(k, &table, matches) {
+        match effective(k, &table, matches, config.auth.jwt_algorithm.as_deref()) {
             Some((value, source)) => {
                 let _ = writeln!(report, "{} = {value}  # {source}", k.key);
             }
@@ -118,21 +122,25 @@ pub fn check_config(file: &Path, mut args: ServeArgs, matches: &ArgMatches) -> C
     Checked { report, ok: true }
 }
 
-/// The value a key takes and where it came from, secrets masked.
-/// `None`: not set, and its default is described rather than a value.
+/// The value a key takes and where it came from, secrets masked (a secret
+/// of the weak-secret rule by its length, against `jwt_algorithm`'s
+/// minimum for the JWT secret). `None`: not set, and its default is
+/// described rather than a value.
 fn effective(
     k: &FileKey,
     file: &toml::Table,
     matches: &ArgMatches,
+    jwt_algorithm: Option<&str>,
 ) -> Option<(String, &'static str)> {
     let from_args = matches
         .value_source(&k.id)
         .filter(|s| matches!(s, ValueSource::CommandLine | ValueSource::EnvVariable));
-    let (value, source) = if let Some(source) = from_args {
+    let (value, source, raw) = if let Some(source) = from_args {
         let raw: Vec<String> = matches
             .get_raw(&k.id)
             .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
             .unwrap_or_default();
+        let one = raw.first().cloned();
         let value = if k.switch {
             (if k.negated { "false" } else { "true" }).to_string()
         } else {
@@ -146,13 +154,21 @@ fn effective(
         } else {
             "env"
         };
-        (value, source)
+        (value, source, one)
     } else if let Some(v) = lookup(file, k) {
-        (v.to_string(), "file")
+        (v.to_string(), "file", v.as_str().map(str::to_string))
     } else {
-        (k.default_value()?, "default")
+        (k.default_value()?, "default", None)
     };
-    Some((mask(k, value), source))
+    let value = match super::secrets::kind_of_key(&k.path(), jwt_algorithm) {
+        // `(empty)`, `(12 bytes: too short, needs 32)`, or `[REDACTED]`.
+        Some(kind) => match raw {
+            Some(raw) => toml::Value::String(secret::shown(kind, &raw)).to_string(),
+            None => mask(k, value),
+        },
+        None => mask(k, value),
+    };
+    Some((value, source))
 }
 
 /// A raw flag value as TOML: numbers and booleans bare, the rest quoted.
@@ -185,72 +201,9 @@ fn mask(k: &FileKey, value: String) -> String {
     value
 }
 
-/// Each key of `file` that is no key of the config, with the nearest known
-/// one when there is a close one.
-pub fn unknown_keys(file: &toml::Table, keys: &[FileKey]) -> Vec<String> {
-    let mut top: Vec<String> = keys
-        .iter()
-        .filter(|k| k.table.is_none())
-        .map(|k| k.key.clone())
-        .collect();
-    top.extend(keys.iter().filter_map(|k| k.table.map(str::to_string)));
-    top.extend(TABLE_ONLY.iter().map(|(k, _)| k.to_string()));
-    let mut out = Vec::new();
-    for (key, value) in file {
-        if !top.contains(key) {
-            // An `--auth-*` flag spelt as a top-level key: its table's key.
-            let in_table = keys.iter().find(|k| {
-                k.table
-                    .is_some_and(|t| key == &format!("{t}_{}", k.key) || *key == k.key)
-            });
-            let hint = match in_table {
-                Some(k) => format!(
-                    "; it belongs in the [{}] table: [{0}] {} = ...",
-                    k.table.unwrap_or_default(),
-                    k.key
-                ),
-                None => nearest(key, top.iter().map(String::as_str))
-                    .map(|n| format!("; did you mean `{n}`?"))
-                    .unwrap_or_default(),
-            };
-            out.push(format!("unknown key `{key}`{hint}"));
-            continue;
-        }
-        let Some(inner) = value.as_table() else {
-            continue;
-        };
-        let known: Vec<&str> = keys
-            .iter()
-            .filter(|k| k.table == Some(key.as_str()))
-            .map(|k| k.key.as_str())
-            .collect();
-        if known.is_empty() {
-            continue;
-        }
-        for ik in inner.keys() {
-            if !known.contains(&ik.as_str()) {
-                let hint = nearest(ik, known.iter().copied())
-                    .map(|n| format!("; did you mean `{n}`?"))
-                    .unwrap_or_default();
-                out.push(format!("unknown key `{ik}` in [{key}]{hint}"));
-            }
-        }
-    }
-    out
-}
-
-/// The known name closest to `key`, if it is close (a typo, not another word).
-fn nearest<'a>(key: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    known
-        .map(|k| (strsim::damerau_levenshtein(key, k), k))
-        .filter(|(d, k)| *d <= (k.len() / 3).max(2))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
 /// What a start with `config` would warn about.
 pub fn warnings(config: &Config) -> Vec<String> {
-    let mut out = Vec::new();
+    let mut out = config.secret_warnings.clone();
     if let Some(api) = config.api_bind {
         if config.api_key.is_none() && !api.ip().is_loopback() {
             out.push(format!(
@@ -259,6 +212,7 @@ pub fn warnings(config: &Config) -> Vec<String> {
             ));
         }
     }
+    out.extend(crate::rules::chat::rule_warnings(&config.topics));
     if let Ok(limit) = crate::sys::raise_fd_limit() {
         let room = limit.saturating_sub(crate::FD_MARGIN);
         let cap = config.limits.max_connections as u64;
@@ -272,30 +226,4 @@ pub fn warnings(config: &Config) -> Vec<String> {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_keys_name_the_nearest() {
-        let keys = file_keys();
-        let file: toml::Table = toml::from_str(
-            "idle_timout = 5\nport = 1\nauth_jwt_secret = \"x\"\nzzzzzzzz = 1\n[auth]\njwt_secert = \"y\"\n",
-        )
-        .unwrap();
-        let found = unknown_keys(&file, &keys).join("\n");
-        assert!(
-            found.contains("unknown key `idle_timout`; did you mean `idle_timeout`?"),
-            "{found}"
-        );
-        assert!(found.contains("[auth] jwt_secret"), "{found}");
-        assert!(
-            found.contains("`jwt_secert` in [auth]; did you mean `jwt_secret`?"),
-            "{found}"
-        );
-        assert!(found.contains("unknown key `zzzzzzzz`\n") || found.ends_with("`zzzzzzzz`"));
-        assert!(!found.contains("`port`"), "{found}");
-    }
 }

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use super::auth::AuthArgs;
 use super::HookArgs;
 use super::ServeArgs;
-use crate::auth::TopicRule;
 use crate::limits::LimitArgs;
+use crate::rules::TopicRule;
 
 /// The config file's shape: the same settings as the flags.
 #[derive(Deserialize, Default, Debug)]
@@ -44,28 +44,61 @@ impl FileConfig {
     }
 }
 
-/// The `[auth]` keys, which the `--auth-*` flags set.
-const AUTH_KEYS: &[&str] = &[
-    "mode",
-    "secret_key_base",
-    "salt",
-    "max_age",
-    "jwt_secret",
-    "jwt_public_key",
-    "jwt_public_key_file",
-    "jwt_algorithm",
-];
+/// A TOML error for a person, without the file's text where it could show
+/// a secret: toml quotes the lines the error is on, which for a secret's
+/// key (`api_key`, `*secret*`, `*password*`) or the Redis URL is the
+/// secret itself; those lines are left out, the position kept.
+pub(super) fn toml_error(e: &toml::de::Error, text: &str) -> String {
+    let Some(span) = e.span() else {
+        return e.to_string();
+    };
+    let start = text[..span.start.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let end = text[span.end.min(text.len())..]
+        .find('\n')
+        .map_or(text.len(), |i| span.end + i);
+    let lines = text.get(start..end).unwrap_or(text).to_ascii_lowercase();
+    let secret = ["secret", "password", "api_key", "redis"]
+        .iter()
+        .any(|k| lines.contains(k));
+    if !secret {
+        return e.to_string();
+    }
+    let line = 1 + text[..start].matches('\n').count();
+    format!(
+        "TOML error at line {line} (not shown: it holds a secret): {}",
+        e.message().trim_end()
+    )
+}
 
-/// For a file refused by serde: if a top-level key is an `--auth-*` flag
-/// spelt with underscores (`auth_jwt_secret`), how to write it instead.
-pub(super) fn table_key_hint(text: &str) -> Option<String> {
-    let table: toml::Table = toml::from_str(text).ok()?;
-    table.keys().find_map(|key| {
-        let inner = key.strip_prefix("auth_")?;
-        AUTH_KEYS.contains(&inner).then(|| {
-            format!(
-                "\nhint: `{key}` belongs in the [auth] table, as `{inner}`:\n    [auth]\n    {inner} = ..."
-            )
-        })
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `config_toml` fuzz target: a secret of the wrong type
+    /// was quoted back in the error (and so in serve's log and in
+    /// check-config's report).
+    #[test]
+    fn a_toml_error_never_quotes_a_secret() {
+        for text in [
+            "port = 1\n[auth]\njwt_secret = [\"leaked-secret-in-an-array\"]\n",
+            "api_key = \"unterminated-api-key-value\nport = 2\n",
+            "redis = 7 # redis://u:pa55word@h\n",
+        ] {
+            let e = toml::from_str::<FileConfig>(text).expect_err(text);
+            let shown = toml_error(&e, text);
+            assert!(
+                !shown.contains("leaked")
+                    && !shown.contains("unterminated")
+                    && !shown.contains("pa55"),
+                "{shown}"
+            );
+            assert!(shown.contains("line "), "{shown}");
+        }
+        // Other errors keep toml's quote of the line.
+        let text = "port = \"x\"\n";
+        let e = toml::from_str::<FileConfig>(text).expect_err(text);
+        assert!(toml_error(&e, text).contains("port = \"x\""));
+    }
 }

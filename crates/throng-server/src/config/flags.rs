@@ -102,6 +102,9 @@ settings! {
         #[arg(help_heading = "Presence", long, value_name = "PATTERN=KEY[/count]", env = "THRONG_PRESENCE", value_delimiter = ' ')]
         #[serde(deserialize_with = "de_presence")]
         pub presence: Vec<String>,
+        /// History for topics matching PATTERN (an exact topic, or with * for any run of characters): the last SIZE messages of each (1..=10000), kept SECS seconds after its last one (600 when not given), so a client that rejoins with `since` gets what it missed, as a [[topics]] rule's history_size gives it (a rule that matches a topic first and has history_size wins). History only: who may join stays the topic rules' to say. Repeatable, or comma-separated in the env var; e.g. --history 'rooms:*=100' [default: none]
+        #[arg(long, help_heading = "History", value_name = "PATTERN=SIZE[/SECS]", env = "THRONG_HISTORY", value_delimiter = ',')]
+        pub history: Vec<String>,
         /// Milliseconds between presence diffs: every change of an interval goes
         /// out as one presence_diff per topic
         #[arg(long, help_heading = "Presence", value_parser = whole::<u64>, value_name = "MS", env = "THRONG_PRESENCE_INTERVAL")]
@@ -139,7 +142,7 @@ settings! {
         /// The server API listener (broadcast, disconnect, topics, stats, /metrics); "none" = no API; with --workers, worker i listens on PORT+i [default: 127.0.0.1:4001, or 127.0.0.1:0 with --port 0]
         #[arg(long, help_heading = "Server API", value_name = "ADDR", env = "THRONG_API_BIND")]
         pub api_bind: Option<String>,
-        /// The key API requests must send in X-API-Key (GET /metrics needs none) [default: none: no key needed]
+        /// The key API requests must send in X-API-Key (GET /metrics needs none), 16 bytes or more [default: none: no key needed]
         #[arg(help_heading = "Server API", long, value_name = "KEY", env = "THRONG_API_KEY", hide_env_values = true)]
         pub api_key: Option<String>,
         /// Also serve /metrics on the public port (it is always on the API listener)

@@ -38,7 +38,7 @@
 //! 2. Read it where [`ServeArgs::resolve`] builds the [`Config`]
 //!    (`s.my_setting()` is the value with its default; check its range
 //!    there, with an error that says the fix), into a `Config` field.
-//! 3. One row in the README's Configuration (or Limits) table: the cli test
+//! 3. One row in a table of `docs/configuration.md` (flags, or limits): the cli test
 //!    `readme_tables_list_exactly_the_serve_flags` fails until it is there.
 //!
 //! A flag from before this layout (a plain `#[arg]` field with
@@ -50,8 +50,10 @@
 mod auth;
 mod check;
 mod file;
+mod files;
 mod flags;
-mod hooks;
+mod keys;
+mod secrets;
 mod template;
 mod workers;
 
@@ -59,17 +61,18 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::auth::{AuthConfig, CheckOrigin, TopicRule};
+use crate::auth::{AuthConfig, CheckOrigin};
 use crate::limits::Limits;
 use crate::presence::PresenceRule;
+use crate::rules::TopicRule;
 use crate::Error;
 
+pub use crate::hooks::settings::{HookArgs, HooksConfig};
 pub use crate::setting::whole;
 pub use auth::AuthArgs;
 pub use check::{check_config, Checked};
 use file::FileConfig;
 pub use flags::{parse_bind, ServeArgs};
-pub use hooks::{HookArgs, HooksConfig};
 pub use template::{file_keys, gen_config, serve_command, FileKey};
 
 /// Resolved settings.
@@ -111,6 +114,8 @@ pub struct Config {
     pub check_origin: CheckOrigin,
     /// `[[topics]]`: who may join and push where.
     pub topics: Vec<TopicRule>,
+    /// `--history`: history for topics, without a config file.
+    pub history: Vec<crate::rules::HistoryPattern>,
     /// Pushes a second per socket (0 = unlimited), burst, strikes before 1008.
     pub push_rate: f64,
     pub push_burst: u32,
@@ -138,6 +143,10 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsFiles>,
     /// TLS on the server API (`--api-tls-cert`, `--api-tls-key`).
     pub api_tls: Option<crate::tls::TlsFiles>,
+    /// What the weak-secret rule warns about (a secret long enough to
+    /// start with, shorter than it should be): logged at start, listed by
+    /// `check-config`. A secret it refuses is an error of `resolve`.
+    pub secret_warnings: Vec<String>,
     /// The settings as given (flags over the file), before defaults: what
     /// the supervisor of `--workers` hands each worker (`workers.rs`).
     pub settings: ServeArgs,
@@ -169,11 +178,9 @@ impl ServeArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                keys::check(path, &text).map_err(Error::Config)?;
                 toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| {
-                        let hint = file::table_key_hint(&text).unwrap_or_default();
-                        format!("{}: {e}{hint}", path.display())
-                    })
+                    .map_err(|e| format!("{}: {}", path.display(), file::toml_error(&e, &text)))
                     .and_then(|f| {
                         f.into_args()
                             .map_err(|e| format!("{}: {e}", path.display()))
@@ -183,12 +190,17 @@ impl ServeArgs {
             None => ServeArgs::default(),
         };
         let auth = self.auth.clone().over(file.auth.clone());
+        let args = self.clone();
         // Flags over the file, field by field; `settings` is what a worker
         // of `--workers` is handed (`workers.rs`).
         let settings = ServeArgs {
             auth,
             ..self.or(file)
         };
+        // Before anything else is checked or started: a weak secret is
+        // the first thing to fix.
+        let judged = secrets::judge(&args, &settings);
+        judged.result().map_err(Error::Config)?;
         let s = &settings;
         let port = s.port();
         let bind = s.bind();
@@ -209,6 +221,13 @@ impl ServeArgs {
                 "rediss+cluster://",
             ];
             if !schemes.iter().any(|s| url.starts_with(s)) {
+                // Its password, if it has one, is not shown.
+                let url = match url.contains("://") {
+                    true => throng_pubsub::link::redact(url),
+                    false => {
+                        throng_pubsub::link::redact(&format!("redis://{url}"))[8..].to_string()
+                    }
+                };
                 return Err(Error::Config(format!(
                     "redis {url:?} is not a Redis URL: write redis://{url} (rediss:// for TLS, \
                      redis://USER:PASSWORD@HOST:PORT with a password, \
@@ -247,6 +266,15 @@ impl ServeArgs {
             ));
         }
         let auth = s.auth.clone().config();
+        let skew = s.auth.revoke_skew();
+        if skew > crate::auth::MAX_REVOKE_SKEW_SECS {
+            return Err(Error::Config(format!(
+                "auth revoke_skew must be 0..={} seconds, got {skew} (a token signed that long \
+                 after a revocation is still refused: keep it to the clock difference between \
+                 your app and throng, a few seconds)",
+                crate::auth::MAX_REVOKE_SKEW_SECS
+            )));
+        }
         let hooks = s.hooks.resolve().map_err(Error::Config)?;
         let check_origin = match &s.check_origin {
             Some(policy) => policy.parse().map_err(Error::Config)?,
@@ -260,20 +288,20 @@ impl ServeArgs {
         for rule in &topics {
             rule.check_history().map_err(Error::Config)?;
         }
+        let history = s
+            .history
+            .iter()
+            .map(|spec| crate::rules::HistoryPattern::parse(spec))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Error::Config)?;
         let push_rate = s.push_rate();
         if !(0.0..=1000.0).contains(&push_rate) {
             return Err(Error::Config(format!(
                 "push_rate must be 0 (no limit) to 1000 a second, got {push_rate}"
             )));
         }
+        // Empty or short: refused above, by the weak-secret rule.
         let api_key = s.api_key.clone();
-        if api_key.as_deref() == Some("") {
-            return Err(Error::Config(
-                "api_key is empty, which would let anyone call the server API: give a key \
-                 (e.g. `--api-key $(openssl rand -hex 32)`), or leave --api-key out for no key"
-                    .into(),
-            ));
-        }
         let api_bind = match s.api_bind.as_deref() {
             // `--port 0` (tests, the bench) picks a free API port too.
             None if port == 0 => Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)),
@@ -327,13 +355,16 @@ impl ServeArgs {
         let api_tls =
             crate::tls::TlsFiles::pair(s.api_tls_cert.clone(), s.api_tls_key.clone(), "api_tls")
                 .map_err(Error::Config)?;
+        files::check(s).map_err(Error::Config)?;
         Ok(Config {
             tls,
             api_tls,
+            secret_warnings: judged.warnings,
             auth,
             hooks,
             check_origin,
             topics,
+            history,
             push_rate,
             push_burst: s.push_burst().max(1),
             push_strikes: s.push_strikes(),
@@ -369,6 +400,23 @@ impl ServeArgs {
 }
 
 impl Config {
+    /// The weak-secret rule ([`crate::auth::secret`]) on these settings'
+    /// secrets, for settings built in code rather than read by
+    /// [`ServeArgs::resolve`] (which checks them as it reads them, saying
+    /// where each came from): [`Server::start`](crate::Server) calls it.
+    pub fn check_secrets(&self) -> Result<(), Error> {
+        use crate::auth::secret::{Judged, Kind, Source};
+        let mut judged = Judged::default();
+        self.auth.judge_secrets(&mut judged, &Source::Settings);
+        judged.add(
+            Kind::HookSecret,
+            self.hooks.secret.as_deref(),
+            &Source::Settings,
+        );
+        judged.add(Kind::ApiKey, self.api_key.as_deref(), &Source::Settings);
+        judged.result().map_err(Error::Config)
+    }
+
     /// Whether the public port may be held already: `--reuse-port`, or a
     /// worker of `--workers`, whose supervisor claimed it.
     pub fn public_share(&self) -> crate::bind::Share {
@@ -425,6 +473,20 @@ mod tests {
         assert_eq!(c.limits.max_connections, 7);
         assert_eq!(c.max_message_bytes, 64 << 10);
         assert!(c.max_message_bytes * 16 <= c.max_outbound_bytes);
+    }
+
+    /// Found by the `config_toml` fuzz target: a Redis URL without its
+    /// scheme was shown whole, password and all, in the error.
+    #[test]
+    fn a_redis_url_refused_hides_its_password() {
+        for url in ["u:pa55word@h:6379", "http://u:pa55word@h:6379"] {
+            let args = ServeArgs {
+                redis: Some(url.into()),
+                ..Default::default()
+            };
+            let e = args.resolve().expect_err(url).to_string();
+            assert!(!e.contains("pa55word") && e.contains("u:***@h:6379"), "{e}");
+        }
     }
 
     #[test]
@@ -554,7 +616,7 @@ mod tests {
              [[topics]]\npattern = \"*\"\n",
         )
         .unwrap();
-        let p = crate::auth::Policy::new(c.topics.clone());
+        let p = crate::rules::Policy::new(c.topics.clone());
         let h = p.history("feed:1").unwrap();
         assert_eq!((h.size, h.ttl), (100, Duration::from_secs(60)));
         let h = p.history("inbox:u1").unwrap();

@@ -30,17 +30,17 @@ const NOT_KEYS: &[&str] = &["config"];
 pub const TABLE_ONLY: &[(&str, &str)] = &[
     (
         "topics",
-        "# Topic rules: who may join and push where (README: Topic rules).\n\
+        "# Topic rules: who may join and push where (docs/topic-rules.md).\n\
          # [[topics]]\n\
          # pattern = \"rooms:*\"\n\
          # join = \"anyone\"\n\
          # push = [\"new:msg\"]\n\
-         # history_size = 100   # messages kept for recovery on rejoin (README: History)\n\
+         # history_size = 100   # messages kept for recovery on rejoin (docs/history.md)\n\
          # history_ttl = 600    # seconds kept after the topic's last message\n",
     ),
     (
         "presence",
-        "# Presence rules, as --presence PATTERN=KEY[/count] (README: Presence).\n\
+        "# Presence rules, as --presence PATTERN=KEY[/count] (docs/presence.md).\n\
          # [[presence]]\n\
          # pattern = \"rooms:*\"\n\
          # key = \"user_id\"\n\
@@ -182,6 +182,25 @@ fn entry(out: &mut String, k: &FileKey) {
         .as_deref()
         .map(|e| format!(", env {e}"))
         .unwrap_or_default();
+    if super::secrets::kind_of_key(&k.path(), None).is_some() {
+        // A secret: a fresh one, long enough for every minimum of the
+        // weak-secret rule, commented out like any unset key.
+        out.push_str(&format!("# ({}{env}; default: unset)\n", k.flag));
+        match crate::auth::secret::generate() {
+            Ok(fresh) => {
+                out.push_str("# A fresh random value, made for this file; uncomment to use it:\n");
+                out.push_str(&format!("# {} = \"{fresh}\"\n\n", k.key));
+            }
+            Err(_) => {
+                out.push_str(&format!(
+                    "# {} = \"...\"   # {}\n\n",
+                    k.key,
+                    crate::auth::secret::HOW_TO_MAKE_ONE
+                ));
+            }
+        }
+        return;
+    }
     match (k.default_value(), &k.default) {
         (Some(v), _) => {
             out.push_str(&format!("# ({}{env})\n", k.flag));
@@ -261,6 +280,49 @@ mod tests {
         assert_eq!(deflate.default_value().as_deref(), Some("true"));
         // Described defaults are not values.
         assert_eq!(find("shards").unwrap().default_value(), None);
+    }
+
+    #[test]
+    fn the_secrets_it_writes_pass_the_weak_secret_rule() {
+        let text = gen_config();
+        let mut found = Vec::new();
+        let mut table = None;
+        for line in text.lines() {
+            if let Some(t) = line.strip_prefix('[') {
+                table = t.strip_suffix(']');
+            }
+            let Some((key, value)) = line.strip_prefix("# ").and_then(|l| l.split_once(" = "))
+            else {
+                continue;
+            };
+            let path = match table {
+                Some(t) => format!("{t}.{key}"),
+                None => key.to_string(),
+            };
+            if let Some(kind) = super::super::secrets::kind_of_key(&path, Some("HS512")) {
+                let value: String = toml::from_str::<toml::Table>(&format!("v = {value}"))
+                    .expect("a TOML string")["v"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let source = crate::auth::secret::Source::Settings;
+                assert_eq!(
+                    crate::auth::secret::check(kind, &value, &source),
+                    crate::auth::secret::Verdict::Ok,
+                    "{path}"
+                );
+                found.push(path);
+            }
+        }
+        assert_eq!(
+            found,
+            [
+                "api_key",
+                "auth.secret_key_base",
+                "auth.jwt_secret",
+                "hooks.secret"
+            ]
+        );
     }
 
     #[test]

@@ -82,6 +82,12 @@ mod tests {
 
     #[test]
     fn worker_args_round_trip() {
+        // The files a setting names must be there (`files.rs`).
+        let dir = std::env::temp_dir().join(format!("throng-workers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, "").unwrap();
+        std::fs::write(&key, "").unwrap();
         let c = ServeArgs {
             workers: Some(3),
             shards: Some(2),
@@ -98,7 +104,7 @@ mod tests {
             max_longpoll_batch: Some(9),
             hooks: crate::config::HookArgs {
                 url: Some("http://127.0.0.1:8000/throng".into()),
-                secret: Some("hook-s3cret".into()),
+                secret: Some("hook-s3cret-of-at-least-32-bytes".into()),
                 timeout_ms: Some(70),
                 max_in_flight_per_socket: Some(3),
                 ..Default::default()
@@ -109,8 +115,8 @@ mod tests {
                 jwt_issuer: Some("https://auth.example".into()),
                 ..Default::default()
             },
-            tls_cert: Some("/etc/throng/cert.pem".into()),
-            tls_key: Some("/etc/throng/key.pem".into()),
+            tls_cert: Some(cert),
+            tls_key: Some(key),
             ..Default::default()
         }
         .resolve()
@@ -139,9 +145,10 @@ mod tests {
             .worker_args(1, 4321)
             .iter()
             .any(|a| a.contains("hook-s3cret")));
-        assert!(c
-            .worker_env()
-            .contains(&("THRONG_HOOK_SECRET".into(), "hook-s3cret".into())));
+        assert!(c.worker_env().contains(&(
+            "THRONG_HOOK_SECRET".into(),
+            "hook-s3cret-of-at-least-32-bytes".into()
+        )));
         let mut hooks = w.hooks.clone();
         hooks.secret = c.hooks.secret.clone();
         assert_eq!(hooks, c.hooks);
@@ -149,5 +156,6 @@ mod tests {
         assert_eq!(w.auth.max_age.map(|m| m.as_millis()), Some(250));
         assert_eq!(w.tls, c.tls);
         assert!(w.tls.is_some() && w.api_tls.is_none());
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -4,7 +4,7 @@
 //! and their layout between nodes (`wire.rs`), and the `{"status":N}` body
 //! of an answer that needs no session.
 //!
-//! The sessions themselves are `crate::longpoll`'s (it re-exports these);
+//! The sessions themselves are `crate::protocol::phoenix::longpoll`'s (it re-exports these);
 //! these values are below the node, whose shard inboxes and backplane
 //! messages carry them (`crate::node`, `crate::control`).
 

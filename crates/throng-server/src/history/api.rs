@@ -49,17 +49,17 @@ pub async fn answer(
             code: "no_history",
             message: format!(
                 "topic {topic:?} keeps no history: give its [[topics]] rule a history_size \
-                 (README: History and recovery)"
+                 (docs/history.md)"
             ),
         });
     };
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
-    if limit == 0 || limit > crate::auth::rules::MAX_HISTORY_SIZE {
+    if limit == 0 || limit > crate::rules::MAX_HISTORY_SIZE {
         return Err(NoHistory {
             code: "bad_limit",
             message: format!(
                 "limit must be 1..={}, got {limit}",
-                crate::auth::rules::MAX_HISTORY_SIZE
+                crate::rules::MAX_HISTORY_SIZE
             ),
         });
     }

@@ -17,7 +17,7 @@
 //! so an app passes the ref of the last message it saw:
 //! `socket.channel("feed:1", () => (since ? {since} : {}))`. On such a join
 //! the shard subscribes the socket first, then reads the history under the
-//! topic's lock ([`crate::socket`]'s `join_since`): every message after the
+//! topic's lock ([`crate::protocol::phoenix::socket`]'s `join_since`): every message after the
 //! newest one read is queued for this shard after the read, and reaches
 //! the socket live; the ones up to it that are still in the shard's inbox
 //! were sent in the replay, and the shard skips them for this socket
@@ -58,6 +58,7 @@
 //! what it missed, or gets `recovered: false`. Never a silent gap.
 
 pub mod api;
+pub(crate) mod recovery;
 
 /// A join with `since` waiting for its history read (in Redis): what its
 /// reply needs.
@@ -115,6 +116,31 @@ pub(crate) fn with_recovered(response: &str, recovered: bool) -> Option<String> 
         ","
     };
     Some(format!("{{\"recovered\":{recovered}{sep}{body}"))
+}
+
+/// Reads `topic`'s history after `since` (`rule` keeps it) and hands
+/// what it found to `then`: at once from this process's store, or once
+/// Redis answers (the read waits until the node's subscription of the
+/// topic is active: every later message then comes live). The one read of
+/// a rejoin, whichever store keeps the history.
+pub(crate) fn read(
+    node: &crate::node::Node,
+    rule: crate::rules::HistoryRule,
+    topic: std::sync::Arc<str>,
+    since: &str,
+    then: impl FnOnce(throng_pubsub::Replay) + Send + 'static,
+) {
+    if let Some(redis) = node.history_redis.clone() {
+        let since = since.to_string();
+        let name = std::sync::Arc::clone(&topic);
+        let read = move || redis.read(&name, Some(&since), usize::MAX, rule.size, Box::new(then));
+        node.backplane.when_subscribed(&topic, Box::new(read));
+    } else if let Some(store) = &node.history {
+        let now = std::time::Instant::now();
+        store.read(&topic, Some(since), usize::MAX, now, then);
+    } else {
+        then(throng_pubsub::Replay::default());
+    }
 }
 
 /// The store's lines of `/metrics`.

@@ -64,7 +64,10 @@ impl Answer {
         if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err("not a JSON object".into());
         }
-        let a: Answer = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        // UTF-8 throughout: serde_json checks it only where it reads, not
+        // in the fields it skips.
+        let text = std::str::from_utf8(body).map_err(|_| "not UTF-8".to_string())?;
+        let a: Answer = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let is_object = |v: &RawValue| v.get().trim_start().starts_with('{');
         if a.assigns.as_deref().is_some_and(|v| !is_object(v)) {
             return Err("assigns is not an object".into());
@@ -78,9 +81,61 @@ impl Answer {
     }
 }
 
+/// A connect refusal's reason as a person reads it: of `{"error": E}` (or
+/// a 401/403 body), E's `reason` when it is a string, E itself when it is
+/// one, else E's JSON; a body that is no JSON, its text. At most
+/// `crate::refusals::MAX_QUOTED` bytes (a reason is a sentence, not
+/// a page), on one line.
+pub fn reason_text(json_or_text: &[u8]) -> String {
+    use serde_json::Value;
+    let text = String::from_utf8_lossy(json_or_text);
+    let said = match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(mut o)) => {
+            let inner = o.remove("error").unwrap_or(Value::Object(o));
+            match inner {
+                Value::String(s) => s,
+                Value::Object(mut e) => match e.remove("reason") {
+                    Some(Value::String(s)) => s,
+                    _ if e.is_empty() => String::new(),
+                    _ => Value::Object(e).to_string(),
+                },
+                Value::Null => String::new(),
+                other => other.to_string(),
+            }
+        }
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => text.into_owned(),
+    };
+    let one_line: String = said
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    crate::refusals::quoted(&one_line).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_read_as_sentences() {
+        assert_eq!(
+            reason_text(br#"{"error":{"reason":"not logged in"}}"#),
+            "not logged in"
+        );
+        assert_eq!(reason_text(br#"{"error":"banned"}"#), "banned");
+        assert_eq!(reason_text(br#"{"reason":"banned"}"#), "banned");
+        assert_eq!(reason_text(br#"{"error":{"code":7}}"#), r#"{"code":7}"#);
+        assert_eq!(reason_text(b"Forbidden\r\n\tgo away"), "Forbidden go away");
+        assert_eq!(reason_text(b""), "");
+        assert_eq!(reason_text(br#"{}"#), "");
+        let long = format!(r#"{{"error":{{"reason":"{}"}}}}"#, "x".repeat(5000));
+        assert!(reason_text(long.as_bytes()).len() <= crate::refusals::MAX_QUOTED + 3);
+    }
 
     #[test]
     fn shapes() {
@@ -101,6 +156,9 @@ mod tests {
             br#"{"assigns":[1]}"#,
             br#"{"broadcast":{"payload":{}}}"#,
             br#"{"broadcast":{"event":""}}"#,
+            // Found by the `hook_answer` fuzz target: invalid UTF-8 in a
+            // field the answer does not read was accepted.
+            b"{\"reply\":null,\"other\":{\"pa\x82load\":1}}",
         ] {
             assert!(
                 Answer::parse(bad).is_err(),

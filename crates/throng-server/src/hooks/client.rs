@@ -8,14 +8,14 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::answer::Answer;
 use super::breaker::Breaker;
@@ -29,8 +29,9 @@ use super::{Failure, Hook, HooksConfig};
 pub enum Outcome {
     Answer(Answer),
     Failed(Failure),
-    /// A connect the backend refused with 401 or 403.
-    Refused,
+    /// A connect the backend refused with 401 or 403, with the reason its
+    /// body gave (`answer::reason_text`; empty when it gave none).
+    Refused(String),
 }
 
 /// The answer to call `id` of a shard.
@@ -110,8 +111,12 @@ impl HookClient {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
+        // The pool's idle timeout takes effect only with a timer: without
+        // one, idle connections were closed only when next checked out, so
+        // after a burst up to POOL_IDLE of them stayed open for good.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(config.idle_timeout)
+            .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(POOL_IDLE)
             .build(connector);
         let events = config.events.then(|| -> io::Result<Arc<Events>> {
@@ -251,17 +256,18 @@ impl HookClient {
             );
         }
         self.down_logged.store(false, Relaxed);
+        let refusal =
+            status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN;
+        if hook == Hook::Connect && refusal {
+            let reason = body.as_deref().map(super::answer::reason_text);
+            return Outcome::Refused(reason.unwrap_or_default());
+        }
         let Some(body) = body else {
             return self.bad(
                 hook,
                 format_args!("answer over {max} bytes (--hook-max-answer-bytes)"),
             );
         };
-        let refusal =
-            status == hyper::StatusCode::UNAUTHORIZED || status == hyper::StatusCode::FORBIDDEN;
-        if hook == Hook::Connect && refusal {
-            return Outcome::Refused;
-        }
         if !status.is_success() {
             return self.bad(
                 hook,
@@ -309,7 +315,7 @@ impl HookClient {
         if !self.bad_logged.swap(true, Relaxed) {
             tracing::warn!(
                 hook = hook.name(),
-                "bad answer from the app backend's {} hook: {why}; the client gets {} (counted in throng_hook_bad_answers_total; logged once until a good answer). Fix: answer 2xx with a JSON object as the README's hooks section shows",
+                "bad answer from the app backend's {} hook: {why}; the client gets {} (counted in throng_hook_bad_answers_total; logged once until a good answer). Fix: answer 2xx with a JSON object as docs/hooks.md shows",
                 hook.name(),
                 Failure::BadAnswer.reply()
             );

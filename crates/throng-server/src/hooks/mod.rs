@@ -23,7 +23,7 @@
 //! A connect hook (`connect = true`) holds a WebSocket upgrade the same way:
 //! the `101` goes out when the backend accepts, a 403 or 503 otherwise.
 //!
-//! - `config/hooks.rs` (in `crate::config`, with the other settings): the
+//! - `hooks/settings.rs` (in `crate::config`, with the other settings): the
 //!   `[hooks]` keys and `--hook-*` flags;
 //! - `client.rs`: the HTTP client, its bounds and timeout;
 //! - `breaker.rs`: the circuit breaker;
@@ -43,19 +43,20 @@ mod client;
 mod events;
 mod occupancy;
 mod request;
+pub mod settings;
 mod stats;
 mod tls;
 mod waits;
 
-pub use crate::auth::TopicHook;
-pub use crate::config::{HookArgs, HooksConfig};
-pub use answer::{Answer, BroadcastAnswer, UserId};
+pub use crate::rules::TopicHook;
+pub use answer::{reason_text, Answer, BroadcastAnswer, UserId};
 pub(crate) use client::Answers;
 pub use client::{HookAnswer, HookClient, Outcome};
 pub use events::{Event, EventType, Events, FLUSH_AT_EXIT};
 pub use occupancy::Occupancy;
 pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
+pub use settings::{HookArgs, HooksConfig};
 pub(crate) use waits::{HeldSession, HeldUpgrade, Wait, Waiting, Waits};
 
 /// A hook: which backend path a request goes to, and its metrics label.

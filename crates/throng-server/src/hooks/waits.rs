@@ -53,6 +53,9 @@ pub(crate) struct HeldUpgrade {
     pub connect: Option<crate::channel::ConnectInfo>,
     /// The user a token authenticated, if any (the backend's wins).
     pub user: Option<String>,
+    /// A `GET /socket/check` (`crate::http`): accepted, `response` (a
+    /// `204`) goes out and the connection closes.
+    pub check: bool,
 }
 
 /// A call of connection (or long-poll session) `key` on `topic`.
@@ -103,6 +106,16 @@ impl Waits {
             *next += 1;
             *next
         })
+    }
+
+    /// Calls waiting for their answer, and pushes queued behind one.
+    pub fn len(&self) -> usize {
+        self.calls.len() + self.queues.values().map(VecDeque::len).sum::<usize>()
+    }
+
+    /// Sockets with a `socket_id` number.
+    pub fn socket_ids_len(&self) -> usize {
+        self.socket_ids.len()
     }
 
     /// What socket `key` has waiting.

@@ -42,9 +42,15 @@ impl Server {
 
     /// `throng serve ARGS`, without the `--port 0 --bind 127.0.0.1` of [`Server::start`].
     pub fn start_exact(args: &[&str], stderr: Stdio) -> Server {
+        Server::start_exact_env(args, &[], stderr)
+    }
+
+    /// [`Server::start_exact`] with these environment variables.
+    pub fn start_exact_env(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Server {
         let mut child = Command::new(throng_bin())
             .arg("serve")
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()

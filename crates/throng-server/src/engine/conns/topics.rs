@@ -1,0 +1,93 @@
+//! A socket's subscriptions and broadcasts through the engine: the port's
+//! [`Conns::subscribe`], [`Conns::unsubscribe`] and [`Conns::publish`].
+//! The registry is the shard's; the shard's first subscriber of a topic
+//! adds it to the node's topics (and the backplane subscribes the node, and
+//! occupancy learns of it), its last one removes it.
+
+use std::sync::Arc;
+
+use throng_pubsub::{Broadcast, Slot};
+
+use super::Conns;
+use crate::engine::outlet::Outlet;
+use crate::metrics::ShardStats;
+use crate::node::Node;
+
+impl Conns {
+    /// Subscribes the socket of registry key `key` to `topic`.
+    pub fn subscribe(&mut self, node: &Node, topic: &str, key: usize) -> Slot {
+        let (slot, new) = self.registry.subscribe(topic, key as u32);
+        if new {
+            self.topic_added(node, slot.topic);
+        }
+        slot
+    }
+
+    /// Ends the subscription `slot` of the socket of registry key `key`.
+    /// The subscriber that took its place in the topic learns its new
+    /// position: a connection's here; a session's is its protocol's to
+    /// fix, whose index is returned.
+    pub fn unsubscribe(&mut self, node: &Node, slot: Slot, key: usize) -> Option<usize> {
+        self.recovery.forget_join(key, slot.topic);
+        let (moved, gone) = self.registry.unsubscribe(slot);
+        let mut session = None;
+        if let Some(moved) = moved {
+            match Outlet::of(moved as usize) {
+                Outlet::Conn(k) => {
+                    if let Some(j) = self.slab.get_mut(k).and_then(|c| {
+                        c.socket
+                            .joins
+                            .iter_mut()
+                            .find(|j| j.slot.topic == slot.topic)
+                    }) {
+                        j.slot.pos = slot.pos;
+                    }
+                }
+                Outlet::Session(idx) => session = Some(idx),
+            }
+        }
+        if let Some(name) = gone {
+            self.topic_removed(node, &name);
+        }
+        session
+    }
+
+    /// A broadcast made on this shard: to the node's other shards and the
+    /// other nodes first, then to this shard's subscribers. Delivering here
+    /// first (thousands of writes) kept every other shard, and with
+    /// --workers every other node, idle until it was done, so the fan-out
+    /// ran one shard after another instead of all at once. Nothing else
+    /// runs on this shard in between, so each connection here still sees
+    /// the same order.
+    pub fn publish(&mut self, node: &Node, b: Arc<Broadcast>) {
+        node.broadcast(Some(self.id), Arc::clone(&b));
+        self.deliver(&b);
+    }
+
+    fn topic_added(&mut self, node: &Node, idx: u32) {
+        ShardStats::add(&self.stats.topics, 1);
+        if let Some(name) = self.registry.name(idx) {
+            if node.topics.add(name, self.id) {
+                node.backplane.subscribe(name);
+                if let Some(o) = node.occupancy.get() {
+                    o.changed(node, name);
+                }
+            }
+        }
+    }
+
+    fn topic_removed(&mut self, node: &Node, name: &str) {
+        ShardStats::sub(&self.stats.topics, 1);
+        if node.topics.remove(name, self.id) {
+            node.backplane.unsubscribe(name);
+            if let Some(o) = node.occupancy.get() {
+                o.changed(node, &Arc::from(name));
+            }
+            let presence = &node.presence;
+            if presence.is_active() {
+                let topics = &node.topics;
+                presence.unwatch(name, || topics.contains(name));
+            }
+        }
+    }
+}

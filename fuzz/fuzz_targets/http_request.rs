@@ -1,0 +1,9 @@
+//! `throng_server::fuzz::http_request`: what it reads and asserts is in its module
+//! docs (`crates/throng-server/src/fuzz/`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    throng_server::fuzz::http_request(data);
+});
