@@ -5,7 +5,8 @@
 //
 // - two on rooms:lobby (no history): one sends a probe every 100 ms, the
 //   other times its arrival (the victim latency of local delivery);
-// - two on a history topic (`feed:TAG`), rejoining with `since`;
+// - two on a history topic (`feed:TAG`), rejoining with `since` (the
+//   second's connection dropped during the fault);
 // - presences on `room:p-TAG`: one stays, one leaves during the fault, one
 //   joins during it, and (with `flicker`) one joins and leaves during it;
 // - topics for the occupied/vacated events: one this node alone holds
@@ -217,8 +218,9 @@ async function sampler(nodes, stop, out){
 /**
  * While the fault lasts, on every node: (with `flicker`, first, so that
  * the node sends its changes for it into the fault: a presence and a
- * topic joined, left a second later) a presence leaves and one joins, a
- * topic empties (node 0) and one fills.
+ * topic joined, left a second later) a history client reconnects and
+ * rejoins, a presence leaves and one joins, a topic empties (node 0) and
+ * one fills.
  */
 async function churn(world, per, tag, flicker){
   if(flicker){
@@ -230,6 +232,9 @@ async function churn(world, per, tag, flicker){
       await topic.leave()
     }))
   }
+  // A history client's connection drops: it reconnects and rejoins with
+  // `since` while Redis does not answer.
+  for(const p of per){ p.feed[1].socket.conn.close() }
   for(const [i, p] of per.entries()){
     await p.presence.leaver.leave()
     if(i === 0){ await p.only.leave() }
@@ -239,7 +244,12 @@ async function churn(world, per, tag, flicker){
   }
 }
 
-/** Every history client has the topic's whole history, each message once, in order. */
+/**
+ * Every history client has the topic's whole history, each message once, in
+ * order; a rejoin refused meanwhile was refused only for the history being
+ * unavailable (Redis away: the client joined again). Returns the number of
+ * messages and the refusals per node.
+ */
 async function checkHistory(per, nodes, tag, last){
   for(const p of per){
     await Promise.all(p.feed.map(c => c.until(() => c.got.includes(last), 20000, `message ${last} (got ${c.got.length})`)))
@@ -249,9 +259,10 @@ async function checkHistory(per, nodes, tag, last){
     for(const c of p.feed){
       assert.deepEqual(c.got, want, `${tag}: ${c.name} has every message of the history once, in order (log: ${JSON.stringify(c.log.slice(-20))})`)
       for(const j of c.joins.slice(1)){ assert.deepEqual(j, {recovered: true}, `${tag}: ${c.name}'s rejoins recovered`) }
+      for(const r of c.refused){ assert.deepEqual(r, {reason: "history unavailable"}, `${tag}: ${c.name}'s refused rejoins`) }
     }
   }
-  return want.length
+  return {messages: want.length, refused: per.map(p => p.feed.reduce((n, c) => n + c.refused.length, 0))}
 }
 
 /** Every probe reached its node's receiver once; the latencies per node. */
@@ -325,7 +336,9 @@ function checkVisible(fault, nodes, logs, samples){
  * injection to the heal, at least), late (ms after the heal for what
  * the fault held back to reach Redis), flicker, settle (ms
  * between the injection and the changes), expect.kept(i): the
- * transitions of node i's kept topic, visible: see checkVisible}.
+ * transitions of node i's kept topic, expect.refused: the nodes that
+ * must have refused a rejoin with since (its history unavailable),
+ * visible: see checkVisible}.
  * Returns the report, the nodes' logs since the injection and when it was.
  */
 export async function run(t, world, fault){
@@ -361,7 +374,10 @@ export async function run(t, world, fault){
   stop.done = true
   await probing
   const last = await publishing
-  const messages = await checkHistory(per, nodes, tag, last)
+  const {messages, refused} = await checkHistory(per, nodes, tag, last)
+  for(const i of fault.expect?.refused ?? []){
+    assert.ok(refused[i] >= 1, `${tag}: node ${i} refused a rejoin with since while Redis was away`)
+  }
   const latencies = await checkProbes(per, tag)
   await checkPresence(per)
   await checkTransitions(world, per, fault)
@@ -372,6 +388,7 @@ export async function run(t, world, fault){
   const report = {
     victim_latency: latencies.map(summary),
     messages,
+    refused_rejoins: refused,
     refused_publishes: statuses.filter(s => s !== 200).length,
     fault_ms: healed - injected,
     links_up_after_heal_ms: up - healed,

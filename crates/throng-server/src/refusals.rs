@@ -8,7 +8,7 @@
 //!   misconfiguration until shown otherwise);
 //! - a connect the app backend's connect hook refused, and a join refused
 //!   (no channel for the topic, a topic rule, the channel, the join hook, a
-//!   limit): at info, one line per reason per [`JOIN_EVERY`] (the app's
+//!   limit, a history that cannot be read): at info, one line per reason per [`JOIN_EVERY`] (the app's
 //!   decisions, which a developer wants to see while building the app).
 //!
 //! Lock-free and allocation-free unless it logs: a refusal costs two
@@ -57,9 +57,11 @@ pub enum Reason {
     SocketBudget,
     /// A join whose presence key is over `--max-presence-bytes`.
     PresenceKey,
+    /// A join with `since` whose history (in Redis) could not be read now.
+    HistoryUnavailable,
 }
 
-const REASONS: usize = 13;
+const REASONS: usize = 14;
 
 impl Reason {
     fn index(self) -> usize {
@@ -127,6 +129,11 @@ impl Reason {
             }
             Reason::PresenceKey => {
                 "raise --max-presence-bytes, or key presence by something shorter (--presence)"
+            }
+            Reason::HistoryUnavailable => {
+                "the topic's history is kept in Redis, which is away or slower than \
+                 --redis-timeout-ms (see the Redis errors in this log and throng_redis_connected): \
+                 nothing to do, the client joins again by itself and recovers once Redis answers"
             }
         }
     }

@@ -203,6 +203,13 @@ impl Phx<'_> {
         };
         let Pending { held, live, .. } = p;
         let found = a.replay;
+        if found.unavailable {
+            // Refused, joined again by the client: what was held goes.
+            let topic = a.topic;
+            let fail = self.with_socket(outlet, vsn, |mux| mux.since_refused(&topic, held));
+            self.after_socket(outlet, fail);
+            return;
+        }
         let (epoch, last, recovered) = (found.epoch, found.last, found.recovered);
         let topic = a.topic;
         let fail = self.with_socket(outlet, vsn, |mux| mux.since_answered(&topic, held, found));
