@@ -32,8 +32,8 @@ import {presenceClient, sorted} from "../e2e/presence_helpers.mjs"
 import {connectPhoenix, closePhoenix, joinResult} from "../e2e/helpers.mjs"
 import {startBackend} from "../e2e/hook_helpers.mjs"
 
-export const KEY = "redis-faults-api-key"
-const SECRET = "redis-faults-hook-secret"
+export const KEY = "redis-faults-api-key-0123456789"
+const SECRET = "redis-faults-hook-secret-of-at-least-32-bytes"
 
 /** The log lines of a lost and of a rebuilt Redis session, of a slow episode's start and end. */
 export const LOST = /lost the connection to Redis/
