@@ -36,4 +36,4 @@ pub mod wire;
 pub use frame::{close_code, FrameError, Opcode, Role};
 pub use message::{event, Message, OwnedPayload, Payload, Ref, RefBuf, Vsn};
 pub use serializer::{DecodeError, EncodeError};
-pub use wire::Wire;
+pub use wire::{Family, Wire, PUSHER_TOPIC_PREFIX};

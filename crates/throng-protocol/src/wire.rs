@@ -14,6 +14,33 @@ pub enum Wire {
     Pusher,
 }
 
+/// The prefix of the engine's topic of a Pusher channel:
+/// `pusher/<app id>/<channel>`. Pusher and Phoenix names are separate: a
+/// Phoenix client cannot join a topic with this prefix, and a Pusher
+/// channel name cannot hold a `/`.
+pub const PUSHER_TOPIC_PREFIX: &str = "pusher/";
+
+/// The wires a topic's subscribers speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// Phoenix Channels, both serializers.
+    Phoenix,
+    /// Pusher Channels.
+    Pusher,
+}
+
+impl Family {
+    /// The family of the engine's topic `topic`.
+    #[inline]
+    pub fn of_topic(topic: &str) -> Family {
+        if topic.starts_with(PUSHER_TOPIC_PREFIX) {
+            Family::Pusher
+        } else {
+            Family::Phoenix
+        }
+    }
+}
+
 impl Wire {
     /// How many wires there are: the size of a table indexed by [`Wire::index`].
     pub const COUNT: usize = 3;

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use throng_protocol::frame::{encode_header, Opcode};
 use throng_protocol::serializer::{encode_broadcast, encode_message};
-use throng_protocol::{OwnedPayload, Payload, Vsn, Wire};
+use throng_protocol::{Family, OwnedPayload, Payload, Vsn, Wire};
 
 /// A subscriber that must not receive a broadcast (`broadcast_from`): the
 /// shard and the connection key there.
@@ -85,7 +85,21 @@ impl Broadcast {
         let mut body_at = [0u8; Wire::COUNT];
         let mut body = Vec::with_capacity(128);
         let msg_ref = position.map(|(r, _)| r);
-        for vsn in Vsn::ALL {
+        // A Pusher channel's payload is its whole frame, encoded once by the
+        // protocol that made it (`crate`'s callers: the server's Pusher
+        // protocol), and the same bytes on every node.
+        let phoenix = match Family::of_topic(&topic) {
+            Family::Phoenix => &Vsn::ALL[..],
+            Family::Pusher => {
+                if let OwnedPayload::Json(text) = &payload {
+                    let frame = frame_of(Opcode::Text, text.as_bytes());
+                    body_at[Wire::Pusher.index()] = (frame.len() - text.len()) as u8;
+                    frames[Wire::Pusher.index()] = Some(frame);
+                }
+                &[][..]
+            }
+        };
+        for &vsn in phoenix {
             body.clear();
             let encoded = match (msg_ref, payload.as_payload()) {
                 (Some(r), p @ Payload::Json(_)) => {
@@ -274,6 +288,21 @@ mod tests {
         let bin = OwnedPayload::Binary(vec![1]);
         let b = Broadcast::positioned("t".into(), "e".into(), bin, None, Some(("ab.8", 8)));
         assert!(b.is_binary(Vsn::V2) && b.offset == 8);
+    }
+
+    #[test]
+    fn a_pusher_channel_gets_its_frame_as_made() {
+        let frame = r#"{"event":"e","channel":"c","data":"{}"}"#;
+        let b = Broadcast::new(
+            "pusher/1/c".into(),
+            "e".into(),
+            OwnedPayload::Json(frame.into()),
+            None,
+        );
+        assert_eq!(b.body(Wire::Pusher).unwrap(), frame.as_bytes());
+        assert!(b.frame(Vsn::V1).is_none() && b.frame(Vsn::V2).is_none());
+        let phx = Broadcast::new("t".into(), "e".into(), OwnedPayload::empty(), None);
+        assert!(phx.frame(Wire::Pusher).is_none());
     }
 
     #[test]

@@ -189,7 +189,7 @@ pub(crate) fn topic_ok(topic: &str) -> Result<(), ApiError> {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_topic",
-            format!("topic {topic:?} is empty or reserved (users_socket:*, throng:*)"),
+            format!("topic {topic:?} is empty or reserved (users_socket:*, throng:*, and pusher/* for Pusher channels: trigger those through the Pusher HTTP API)"),
         ));
     }
     Ok(())

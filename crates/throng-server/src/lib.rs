@@ -102,7 +102,7 @@
 //! 9. then to this shard's subscribers (`Conns::deliver`,
 //!    `engine/conns/output.rs`): each gets the frame of the wire it speaks,
 //! 10. written with one `write` per subscriber and no allocation
-//!    (`send_to`, `write.rs`), queued only for what the kernel refuses.
+//!     (`send_to`, `write.rs`), queued only for what the kernel refuses.
 //!
 //! ## Design
 //! N shard threads (default: one per core), each with its own epoll and its
@@ -339,7 +339,10 @@ impl Server {
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
         let mut threads = Vec::new();
-        let proto = Arc::new(protocol::Protocols {});
+        let proto = Arc::new(protocol::Protocols {
+            phoenix: protocol::phoenix::Phoenix,
+            pusher: protocol::pusher::Pusher::new(&node.config.pusher),
+        });
         for (id, ((poll, listener), inbox)) in
             polls.into_iter().zip(listeners).zip(inboxes).enumerate()
         {

@@ -103,6 +103,13 @@ settings! {
         /// With --redis: seconds the connection to Redis may stay lost before GET /readyz answers 503 (a load balancer then stops sending new clients to this node, whose broadcasts no longer reach the cluster)
         #[arg(long, value_parser = crate::setting::whole::<u64>, value_name = "SECS", env = "THRONG_READY_REDIS_GRACE")]
         pub ready_redis_grace: Option<u64> = 10,
+        /// Memory the host (or the container's memory limit) must have available for this process to take new connections: below it a new connection gets 503 with Retry-After and is closed, and the sockets open keep being served; checked once a second (MemAvailable in /proc/meminfo, and the cgroup's memory.max less its use); 0 = no check
+        #[arg(long, value_parser = crate::setting::whole::<u64>, value_name = "BYTES", env = "THRONG_MIN_AVAILABLE_MEMORY_BYTES")]
+        pub min_available_memory_bytes: Option<u64> = 67108864,
+        /// Test only: read the available memory from this file (a number of bytes) instead of the host's. Never set it in production.
+        #[arg(long, hide = true)]
+        #[serde(skip_deserializing)]
+        pub test_available_memory_file: Option<std::path::PathBuf>,
         /// Test only: with --echo, an /echo message equal to this text panics the shard thread that reads it (to test that a panic ends the process). Never set it in production.
         #[arg(long, hide = true)]
         #[serde(skip_deserializing)]
@@ -143,6 +150,10 @@ pub struct Limits {
     pub ready_redis_grace: Duration,
     /// Test only (hidden flag): see [`LimitArgs::test_panic_message`].
     pub test_panic_message: Option<String>,
+    /// Below this available memory new connections are refused (0: no check).
+    pub min_available_memory: u64,
+    /// Test only (hidden flag): where the available memory is read.
+    pub test_available_memory_file: Option<std::path::PathBuf>,
 }
 
 /// What a socket may pin beyond its message limit by default: room for
@@ -197,6 +208,8 @@ impl LimitArgs {
             max_json_depth: self.max_json_depth(),
             ready_redis_grace: Duration::from_secs(self.ready_redis_grace()),
             test_panic_message: self.test_panic_message.clone(),
+            min_available_memory: self.min_available_memory_bytes(),
+            test_available_memory_file: self.test_available_memory_file.clone(),
         };
         if cfg!(not(feature = "test-hooks")) && limits.test_panic_message.is_some() {
             return Err(Error::Config(
@@ -320,6 +333,11 @@ pub enum Refusal {
     PerIp,
     /// `--max-longpoll-sessions` are open (long-poll only).
     Sessions,
+    /// The host has less memory available than `--min-available-memory-bytes`.
+    Memory,
+    /// The process is at its open-files limit (`ulimit -n`): the connection
+    /// was taken with a descriptor kept in reserve, answered and closed.
+    Files,
 }
 
 impl Refusal {
@@ -329,6 +347,8 @@ impl Refusal {
         match self {
             Refusal::Total => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 21\r\n\r\ntoo many connections\n",
             Refusal::PerIp | Refusal::Sessions => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 38\r\n\r\ntoo many connections from your address\n",
+            Refusal::Memory => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 5\r\nContent-Type: text/plain\r\nContent-Length: 34\r\n\r\nserver low on memory: retry later\n",
+            Refusal::Files => b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 5\r\nContent-Type: text/plain\r\nContent-Length: 44\r\n\r\nserver at its open-files limit: retry later\n",
         }
     }
 }
@@ -348,6 +368,14 @@ pub struct Admission {
     /// `--max-longpoll-sessions`, and the sessions open.
     max_sessions: usize,
     sessions: AtomicUsize,
+    /// `--min-available-memory-bytes` (0: no check), where it is read, and
+    /// whether the last check found less (set by [`Admission::check_memory`],
+    /// once a second).
+    min_memory: u64,
+    memory_file: Option<std::path::PathBuf>,
+    low_memory: std::sync::atomic::AtomicBool,
+    /// The memory available at the last check (0: not checked).
+    pub available_memory: std::sync::atomic::AtomicU64,
 }
 
 impl Admission {
@@ -365,6 +393,47 @@ impl Admission {
                 .collect(),
             max_sessions: limits.max_longpoll_sessions,
             sessions: AtomicUsize::new(0),
+            min_memory: limits.min_available_memory,
+            memory_file: limits.test_available_memory_file.clone(),
+            low_memory: std::sync::atomic::AtomicBool::new(false),
+            available_memory: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Reads the memory available now against `--min-available-memory-bytes`
+    /// (once a second, by one shard); logs when new connections start and
+    /// stop being refused for it.
+    pub fn check_memory(&self) {
+        if self.min_memory == 0 {
+            return;
+        }
+        let available = match &self.memory_file {
+            Some(f) => std::fs::read_to_string(f)
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            None => crate::sys::available_memory(),
+        };
+        let Some(available) = available else {
+            return;
+        };
+        self.available_memory.store(available, Relaxed);
+        let low = available < self.min_memory;
+        if self.low_memory.swap(low, Relaxed) != low {
+            let mib = |b: u64| b >> 20;
+            if low {
+                tracing::warn!(
+                    "memory available is {} MiB, under --min-available-memory-bytes ({} MiB): \
+                     new connections are refused with 503 until it is back; the sockets open \
+                     keep being served",
+                    mib(available),
+                    mib(self.min_memory)
+                );
+            } else {
+                tracing::info!(
+                    "memory available is {} MiB again: new connections are taken",
+                    mib(available)
+                );
+            }
         }
     }
 
@@ -395,6 +464,9 @@ impl Admission {
 
     /// Counts a new connection from `ip`, or refuses it.
     pub fn admit(&self, ip: IpAddr) -> Result<(), Refusal> {
+        if self.low_memory.load(Relaxed) {
+            return Err(Refusal::Memory);
+        }
         if self.max_total > 0 && self.open.fetch_add(1, Relaxed) >= self.max_total {
             self.open.fetch_sub(1, Relaxed);
             return Err(Refusal::Total);
@@ -461,6 +533,33 @@ mod tests {
         assert!(topic_error("a\0b").is_some());
         assert!(topic_error(&"x".repeat(1025)).is_some());
         assert!(topic_error("").is_some());
+    }
+
+    #[test]
+    fn admission_refuses_under_the_memory_floor_unless_it_is_off() {
+        let dir = std::env::temp_dir().join(format!("throng-admission-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("available");
+        std::fs::write(&file, "1000\n").unwrap();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let with = |floor| Limits {
+            min_available_memory: floor,
+            test_available_memory_file: Some(file.clone()),
+            ..Limits::defaults(1024)
+        };
+        let off = Admission::new(&with(0));
+        off.check_memory();
+        assert_eq!(off.admit(ip), Ok(()));
+        assert_eq!(off.available_memory.load(Relaxed), 0, "off: never read");
+        let on = Admission::new(&with(4096));
+        assert_eq!(on.admit(ip), Ok(()), "not checked yet");
+        on.check_memory();
+        assert_eq!(on.admit(ip), Err(Refusal::Memory));
+        std::fs::write(&file, "5000").unwrap();
+        on.check_memory();
+        assert_eq!(on.admit(ip), Ok(()));
+        assert_eq!(on.available_memory.load(Relaxed), 5000);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

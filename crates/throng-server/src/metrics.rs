@@ -28,6 +28,11 @@ pub struct ShardStats {
     pub slow_reader_closes: AtomicU64,
     pub idle_timeout_closes: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// Sockets their protocol refused once upgraded (Pusher: an unknown
+    /// app key, an app over its connection quota).
+    pub protocol_refusals: AtomicU64,
+    /// Pusher sockets open (`crate::protocol::pusher`).
+    pub pusher_sockets: AtomicU64,
     pub joins: AtomicU64,
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
@@ -36,6 +41,12 @@ pub struct ShardStats {
     pub refused_total_cap: AtomicU64,
     /// Connections refused at accept: `--max-connections-per-ip` were open from its address.
     pub refused_per_ip: AtomicU64,
+    /// Connections refused at accept: memory available was under
+    /// `--min-available-memory-bytes`.
+    pub refused_memory: AtomicU64,
+    /// Connections refused at accept: the process was at its open-files
+    /// limit (taken with the descriptor kept in reserve, answered 503).
+    pub refused_files: AtomicU64,
     /// HTTP connections closed because a head took longer than `--handshake-timeout`.
     pub handshake_timeouts: AtomicU64,
     /// Sockets closed (1008) for a join_ref or ref over `--max-ref-bytes`.
@@ -193,6 +204,12 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "gauge",
         "Open WebSocket connections.",
         |s| &s.websockets,
+    ),
+    (
+        "throng_pusher_sockets",
+        "gauge",
+        "Open Pusher Channels sockets (of throng_websockets).",
+        |s| &s.pusher_sockets,
     ),
     (
         "throng_longpoll_sessions",
@@ -387,6 +404,12 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         |s| &s.protocol_errors,
     ),
     (
+        "throng_protocol_refusals_total",
+        "counter",
+        "Sockets their protocol refused once upgraded, with the protocol's close code (Pusher: 4001 an unknown app key, 4004 an app over its max_connections).",
+        |s| &s.protocol_refusals,
+    ),
+    (
         "throng_connections_refused_total",
         "counter",
         "Connections refused with 503 because --max-connections were open.",
@@ -397,6 +420,18 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Connections refused with 503 because --max-connections-per-ip were open from the address.",
         |s| &s.refused_per_ip,
+    ),
+    (
+        "throng_connections_refused_memory_total",
+        "counter",
+        "Connections refused (503) because memory available was under --min-available-memory-bytes.",
+        |s| &s.refused_memory,
+    ),
+    (
+        "throng_connections_refused_files_total",
+        "counter",
+        "Connections refused (503) because the process was at its open-files limit (ulimit -n): run more workers or raise the limit.",
+        |s| &s.refused_files,
     ),
     (
         "throng_handshake_timeouts_total",

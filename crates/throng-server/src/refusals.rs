@@ -59,9 +59,12 @@ pub enum Reason {
     PresenceKey,
     /// A join with `since` whose history (in Redis) could not be read now.
     HistoryUnavailable,
+    /// A Pusher socket refused once upgraded: a key no app has, a bad URL,
+    /// an app at its `max_connections`.
+    Pusher,
 }
 
-const REASONS: usize = 14;
+const REASONS: usize = 15;
 
 impl Reason {
     fn index(self) -> usize {
@@ -72,7 +75,12 @@ impl Reason {
     fn is_app(self) -> bool {
         !matches!(
             self,
-            Reason::NoToken | Reason::BadToken | Reason::Origin | Reason::Vsn | Reason::Capacity
+            Reason::NoToken
+                | Reason::BadToken
+                | Reason::Origin
+                | Reason::Vsn
+                | Reason::Capacity
+                | Reason::Pusher
         )
     }
 
@@ -134,6 +142,10 @@ impl Reason {
                 "the topic's history is kept in Redis, which is away or slower than \
                  --redis-timeout-ms (see the Redis errors in this log and throng_redis_connected): \
                  nothing to do, the client joins again by itself and recovers once Redis answers"
+            }
+            Reason::Pusher => {
+                "a Pusher client connects to /app/KEY?protocol=7 with the key of an app given by \
+                 --pusher-app or [[pusher.apps]]; an app's max_connections bounds its sockets"
             }
         }
     }

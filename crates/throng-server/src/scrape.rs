@@ -61,6 +61,22 @@ pub fn render(node: &Node) -> String {
         "User and system CPU time.",
         format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
     );
+    write_metric(
+        &mut out,
+        "throng_available_memory_bytes",
+        "gauge",
+        "Memory available to this process at the last check (once a second: MemAvailable, or the cgroup's limit less its use; 0 with --min-available-memory-bytes 0, which turns the check off); under --min-available-memory-bytes new connections are refused.",
+        node.admission.available_memory.load(Relaxed),
+    );
+    if let Some(overflows) = sys::listen_overflows() {
+        write_metric(
+            &mut out,
+            "throng_host_listen_overflows_total",
+            "counter",
+            "The host's connections dropped because a listener's accept queue was full (ListenOverflows, every listener of the machine): the client retries its SYN; rising while this server is busy means it accepts too slowly.",
+            overflows,
+        );
+    }
     if let Some((allocated, free)) = sys::heap() {
         write_metric(
             &mut out,

@@ -35,6 +35,42 @@ pub fn rss_of(pid: &str) -> Option<u64> {
     Some(pages * 4096)
 }
 
+/// Memory available to this process: the host's `MemAvailable`
+/// (/proc/meminfo), or, in a cgroup (v2) with a memory limit, what its
+/// limit leaves (`memory.max` less `memory.current`) when that is less.
+pub fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let host = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())?
+        * 1024;
+    let cgroup = (|| {
+        let max = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok()?;
+        let max: u64 = max.trim().parse().ok()?; // "max": no limit
+        let used: u64 = std::fs::read_to_string("/sys/fs/cgroup/memory.current")
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(max.saturating_sub(used))
+    })();
+    Some(cgroup.map_or(host, |c| c.min(host)))
+}
+
+/// The host's count of connections dropped because a listener's accept
+/// queue was full (`ListenOverflows` in /proc/net/netstat): the kernel's,
+/// for every listener of the machine.
+pub fn listen_overflows() -> Option<u64> {
+    let netstat = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (lines.next()?, lines.next()?);
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "ListenOverflows")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
 /// User + system CPU seconds of this process, from /proc/self/stat.
 pub fn cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -126,6 +162,8 @@ mod tests {
             drop(std::hint::black_box(held));
         }
         assert!(super::raise_fd_limit().unwrap() >= 256);
+        assert!(super::available_memory().unwrap() > 0);
+        assert!(super::listen_overflows().is_some());
     }
 
     /// The kernel's clock of a socket's last data, on a real loopback pair:

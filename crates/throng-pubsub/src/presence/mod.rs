@@ -98,7 +98,7 @@ pub use local::LocalPresence;
 pub use memory::{MemoryPresence, MemoryPresenceBus};
 pub use redis::RedisPresence;
 pub use topic::Flushed;
-pub use tracker::{PresenceStats, State, Tracker, STRIPES};
+pub use tracker::{pusher_meta, PresenceStats, State, Tracker, STRIPES};
 
 /// How a topic's presence reaches clients.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

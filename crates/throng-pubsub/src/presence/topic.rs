@@ -309,6 +309,19 @@ pub struct Flush {
     /// Count mode: the count changed but its broadcast waits for the
     /// bound (the topic stays dirty).
     pub deferred: bool,
+    /// With `members` asked of [`TopicPresence::flush`] (a Pusher presence
+    /// channel): each key that came (with its first presence's meta) or went
+    /// in this flush, each user once however many presences it has.
+    pub members: Vec<MemberChange>,
+}
+
+/// A key (user) that came or went in a flush.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberChange {
+    /// Its first presence came: that meta's owner (node) and fields.
+    Added(Arc<str>, u64, Box<str>),
+    /// Its last presence went.
+    Removed(Arc<str>),
 }
 
 /// The encoded state shared by joiners until the next flush.
@@ -437,7 +450,13 @@ impl TopicPresence {
     /// (`count_rate` 0: no bound); until then the topic stays dirty
     /// (`self.dirty`) for its stripe to flush it again. `now` is the flush's
     /// time, the same for every topic of the flush.
-    pub fn flush(&mut self, me: u64, now: Instant, count_rate: u64) -> Option<Flush> {
+    pub fn flush(
+        &mut self,
+        me: u64,
+        now: Instant,
+        count_rate: u64,
+        members: bool,
+    ) -> Option<Flush> {
         self.dirty = false;
         let count_waits = self.mode == Mode::Count && self.flushed.key_count() != self.sent_count;
         if self.pending.is_empty() && !count_waits {
@@ -457,6 +476,23 @@ impl TopicPresence {
             )),
             _ => None,
         };
+        // The keys a Pusher presence channel's members change by: those of
+        // the diff, present before or not.
+        let changed: Vec<(Arc<str>, bool)> = if members && self.mode == Mode::List {
+            let mut keys: Vec<&Arc<str>> = pending
+                .joins
+                .values()
+                .chain(pending.leaves.values())
+                .map(|(k, _)| k)
+                .collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter()
+                .map(|k| (k.clone(), self.flushed.keys.contains_key(&**k)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         if !pending.is_empty() {
             let state = Arc::make_mut(&mut self.flushed);
             for (id, (k, _)) in &pending.leaves {
@@ -467,6 +503,17 @@ impl TopicPresence {
             }
             self.cache = None;
         }
+        let members = changed
+            .into_iter()
+            .filter_map(|(k, before)| match (before, self.flushed.keys.get(&*k)) {
+                (false, Some(metas)) => {
+                    let first = metas.iter().min_by_key(|m| m.id())?;
+                    Some(MemberChange::Added(k, first.owner, first.fields.clone()))
+                }
+                (true, None) => Some(MemberChange::Removed(k)),
+                _ => None,
+            })
+            .collect();
         let mut deferred = false;
         let count = self.flushed.key_count();
         if self.mode == Mode::Count && count != self.sent_count {
@@ -486,6 +533,7 @@ impl TopicPresence {
             left: pending.leaves.len(),
             own_change,
             deferred,
+            members,
         })
     }
 

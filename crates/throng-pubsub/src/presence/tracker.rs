@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-use throng_protocol::OwnedPayload;
+use throng_protocol::{Family, OwnedPayload, PUSHER_TOPIC_PREFIX};
 
 use super::encode;
 use super::entry::Meta;
-use super::topic::{StateSource, TopicPresence};
+use super::topic::{MemberChange, StateSource, TopicPresence};
 use super::{Delta, Entries, Mode, PresenceSink, PresenceStore};
 use crate::metrics::write_metric;
 use crate::Broadcast;
@@ -282,7 +282,7 @@ impl Tracker {
         stripe.dirty.retain(|t| &**t != topic);
         // Leaves still pending go out with the rest of this node's
         // presences there (normally none: they belonged to local joins).
-        let mut own = match tp.flush(self.me, Instant::now(), self.count_rate) {
+        let mut own = match tp.flush(self.me, Instant::now(), self.count_rate, false) {
             Some(f) => {
                 self.account(&f);
                 f.own
@@ -331,6 +331,7 @@ impl Tracker {
 
     fn flush_stripe(&self, i: usize, now: Instant, out: &mut Vec<Arc<Broadcast>>) {
         let mut messages = Vec::new();
+        let mut pusher = Vec::new();
         {
             let mut stripe = self.lock(i);
             if stripe.dirty.is_empty() {
@@ -343,14 +344,22 @@ impl Tracker {
                 let Some(tp) = stripe.topics.get_mut(name) else {
                     return false;
                 };
-                let Some(f) = tp.flush(self.me, now, self.count_rate) else {
+                let is_pusher = Family::of_topic(name) == Family::Pusher;
+                let Some(f) = tp.flush(self.me, now, self.count_rate, is_pusher) else {
                     return false;
                 };
                 self.account(&f);
                 if f.deferred {
                     self.stats.counts_deferred.fetch_add(1, Relaxed);
                 }
-                if let Some(m) = f.message {
+                if is_pusher {
+                    // A Pusher presence channel: member_added and
+                    // member_removed, each user once, instead of a diff.
+                    for change in &f.members {
+                        let (msg, exclude) = pusher_member(name, change, self.me);
+                        pusher.push((name.clone(), msg, exclude));
+                    }
+                } else if let Some(m) = f.message {
                     messages.push((name.clone(), m));
                 }
                 if !f.own.is_empty() {
@@ -360,7 +369,11 @@ impl Tracker {
             });
             stripe.dirty = dirty;
         }
-        for (topic, (event, payload)) in messages {
+        let all = messages
+            .into_iter()
+            .map(|(t, m)| (t, m, None))
+            .chain(pusher);
+        for (topic, (event, payload), exclude) in all {
             self.stats.diffs.fetch_add(1, Relaxed);
             self.stats
                 .diff_bytes
@@ -369,7 +382,7 @@ impl Tracker {
                 topic,
                 event.to_string(),
                 OwnedPayload::Json(payload),
-                None,
+                exclude,
             )));
         }
     }
@@ -555,4 +568,50 @@ mod tests {
             "{metrics}"
         );
     }
+}
+
+/// A Pusher presence channel's frame for a member that came or went: the
+/// event and the frame, the broadcast's payload (`Broadcast` sends a
+/// Pusher channel's payload as its frame).
+/// A member's own socket (its `"_socket"` field, on this node) is left
+/// out: its subscription's member list had it already.
+fn pusher_member(
+    topic: &str,
+    change: &MemberChange,
+    me: u64,
+) -> ((&'static str, String), Option<(usize, usize)>) {
+    use throng_protocol::pusher::server;
+    // `pusher/<app id>/<channel>`.
+    let channel = topic
+        .strip_prefix(PUSHER_TOPIC_PREFIX)
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(topic, |(_, channel)| channel);
+    let mut out = Vec::with_capacity(96);
+    let mut exclude = None;
+    let event = match change {
+        MemberChange::Added(key, owner, fields) => {
+            // The meta a Pusher presence tracks: `"_socket":N,"user_info":<json>`.
+            let (socket, info) = pusher_meta(fields);
+            if *owner == me {
+                exclude = socket.map(|n| ((n >> 32) as usize, (n & 0xffff_ffff) as usize));
+            }
+            server::member_added(&mut out, channel, key, info);
+            "pusher_internal:member_added"
+        }
+        MemberChange::Removed(key) => {
+            server::member_removed(&mut out, channel, key);
+            "pusher_internal:member_removed"
+        }
+    };
+    ((event, String::from_utf8(out).unwrap_or_default()), exclude)
+}
+
+/// A Pusher presence's meta fields, `"_socket":N,"user_info":<json>`: the
+/// socket (shard << 32 | connection key) and the user info's JSON.
+pub fn pusher_meta(fields: &str) -> (Option<u64>, Option<&str>) {
+    let Some(rest) = fields.strip_prefix("\"_socket\":") else {
+        return (None, fields.strip_prefix("\"user_info\":"));
+    };
+    let (n, rest) = rest.split_once(',').unwrap_or((rest, ""));
+    (n.parse().ok(), rest.strip_prefix("\"user_info\":"))
 }

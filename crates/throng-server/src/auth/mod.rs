@@ -73,9 +73,13 @@ pub const REVOKE_SKEW_SECS: u64 = 2;
 pub const MAX_REVOKE_SKEW_SECS: u64 = 3600;
 
 /// Whether clients may join or broadcast on `topic` (the socket id and
-/// control topics are the server's own).
+/// control topics are the server's own; `pusher/...` topics are the Pusher
+/// protocol's channels, which Phoenix clients and the server API do not
+/// name).
 pub fn is_reserved(topic: &str) -> bool {
-    topic.starts_with(SOCKET_ID_PREFIX) || topic.starts_with(CONTROL_PREFIX)
+    topic.starts_with(SOCKET_ID_PREFIX)
+        || topic.starts_with(CONTROL_PREFIX)
+        || topic.starts_with(throng_protocol::PUSHER_TOPIC_PREFIX)
 }
 
 /// How connections are authenticated (`[auth] mode`).

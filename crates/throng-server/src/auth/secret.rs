@@ -40,6 +40,10 @@ pub enum Kind {
     HookSecret,
     /// `--api-key`: the key server API requests send (`api_key`).
     ApiKey,
+    /// A Pusher app's secret (`--pusher-app ID:KEY:SECRET`,
+    /// `[[pusher.apps]] secret`): the key of the channel, user, HTTP API
+    /// and webhook signatures.
+    PusherSecret,
 }
 
 /// One row of the table: below `refuse` bytes the server does not start;
@@ -123,6 +127,17 @@ impl Kind {
                       loopback only)",
                 warn_why: "",
             },
+            // Hosted Pusher issues 20-character secrets (80 bits of hex),
+            // which apps that move here keep in their SDKs' configuration:
+            // the minimum takes those, and nothing shorter.
+            Kind::PusherSecret => Minimum {
+                refuse: 20,
+                warn: 20,
+                why: "whoever guesses a Pusher app secret under 20 bytes can sign private and \
+                      presence subscriptions as any user and trigger events through the HTTP \
+                      API (hosted Pusher's own secrets are 20 characters)",
+                warn_why: "",
+            },
         }
     }
 
@@ -133,6 +148,7 @@ impl Kind {
             Kind::SecretKeyBase => "the Phoenix secret_key_base",
             Kind::HookSecret => "the hooks secret",
             Kind::ApiKey => "the server API key",
+            Kind::PusherSecret => "a Pusher app's secret",
         }
     }
 
@@ -155,6 +171,7 @@ impl Kind {
             Kind::SecretKeyBase => "--auth-secret-key-base",
             Kind::HookSecret => "--hook-secret",
             Kind::ApiKey => "--api-key",
+            Kind::PusherSecret => "--pusher-app ID:KEY:SECRET",
         }
     }
 
@@ -165,6 +182,7 @@ impl Kind {
             Kind::SecretKeyBase => "THRONG_AUTH_SECRET_KEY_BASE",
             Kind::HookSecret => "THRONG_HOOK_SECRET",
             Kind::ApiKey => "THRONG_API_KEY",
+            Kind::PusherSecret => "THRONG_PUSHER_APPS",
         }
     }
 
@@ -175,6 +193,7 @@ impl Kind {
             Kind::SecretKeyBase => "[auth] secret_key_base",
             Kind::HookSecret => "[hooks] secret",
             Kind::ApiKey => "api_key",
+            Kind::PusherSecret => "[[pusher.apps]] secret",
         }
     }
 }
@@ -416,6 +435,16 @@ mod tests {
         refuses_below(Kind::ApiKey, 16);
         assert_eq!(
             check(Kind::ApiKey, &"k".repeat(16), &Source::Flag),
+            Verdict::Ok
+        );
+    }
+
+    #[test]
+    fn pusher_secret_needs_20_bytes() {
+        refuses_below(Kind::PusherSecret, 20);
+        // A hosted Pusher app's secret: 20 hex characters.
+        assert_eq!(
+            check(Kind::PusherSecret, "7ad3773142a6692b25b8", &Source::Flag),
             Verdict::Ok
         );
     }

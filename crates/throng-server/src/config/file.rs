@@ -6,6 +6,7 @@
 use serde::Deserialize;
 
 use super::auth::AuthArgs;
+use super::pusher::PusherFile;
 use super::HookArgs;
 use super::ServeArgs;
 use crate::limits::LimitArgs;
@@ -23,6 +24,8 @@ pub(super) struct FileConfig {
     auth: AuthArgs,
     #[serde(default)]
     hooks: HookArgs,
+    #[serde(default)]
+    pusher: PusherFile,
     topics: Option<Vec<TopicRule>>,
 }
 
@@ -34,10 +37,16 @@ impl FileConfig {
             Some(rules) => Some(serde_json::to_string(&rules).map_err(|e| e.to_string())?),
             None => None,
         };
+        let mut pusher = self.pusher.args;
+        if !self.pusher.apps.is_empty() {
+            pusher.apps_json =
+                Some(serde_json::to_string(&self.pusher.apps).map_err(|e| e.to_string())?);
+        }
         Ok(ServeArgs {
             limits: self.limits,
             auth: self.auth,
             hooks: self.hooks,
+            pusher,
             topic_rules_json,
             ..self.top
         })

@@ -172,6 +172,9 @@ settings! {
         /// The app backend's hooks: the `[hooks]` table (`crate::hooks`).
         #[command(flatten, next_help_heading = "App backend hooks")]
         pub hooks: super::HookArgs,
+        /// The Pusher Channels protocol: the `[pusher]` table (`pusher.rs`).
+        #[command(flatten, next_help_heading = "Pusher Channels")]
+        pub pusher: super::pusher::PusherArgs,
         /// The other bounds (`limits.rs`): top-level keys, as these.
         #[command(flatten, next_help_heading = "Limits")]
         pub limits: LimitArgs,

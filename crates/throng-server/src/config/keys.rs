@@ -165,8 +165,12 @@ fn in_table(name: &str, table: &dyn TableLike, keys: &[FileKey], found: &mut Vec
         .filter(|k| k.table == Some(name))
         .map(|k| k.key.as_str())
         .collect();
-    for (key, _) in table.iter() {
+    for (key, item) in table.iter() {
         if known.contains(&key) {
+            continue;
+        }
+        if name == "pusher" && key == "apps" {
+            array_of_tables("pusher.apps", item, found);
             continue;
         }
         let top = keys.iter().any(|k| k.table.is_none() && k.key == key);
@@ -194,12 +198,13 @@ fn in_table(name: &str, table: &dyn TableLike, keys: &[FileKey], found: &mut Vec
     }
 }
 
-/// The unknown keys of each `[[topics]]` or `[[presence]]` table.
+/// The unknown keys of each `[[topics]]`, `[[presence]]` or
+/// `[[pusher.apps]]` table.
 fn array_of_tables(name: &str, item: &Item, found: &mut Vec<Unknown>) {
-    let known = if name == "topics" {
-        TOPIC_KEYS
-    } else {
-        PRESENCE_KEYS
+    let known = match name {
+        "topics" => TOPIC_KEYS,
+        "pusher.apps" => super::pusher::APP_KEYS,
+        _ => PRESENCE_KEYS,
     };
     let tables: Vec<&dyn TableLike> = match item {
         Item::ArrayOfTables(a) => a.iter().map(|t| t as &dyn TableLike).collect(),
@@ -215,10 +220,10 @@ fn array_of_tables(name: &str, item: &Item, found: &mut Vec<Unknown>) {
             if known.contains(&key) {
                 continue;
             }
-            let other = if name == "topics" {
-                ("presence", PRESENCE_KEYS)
-            } else {
-                ("topics", TOPIC_KEYS)
+            let other = match name {
+                "topics" => ("presence", PRESENCE_KEYS),
+                "pusher.apps" => ("pusher.apps", super::pusher::APP_KEYS),
+                _ => ("topics", TOPIC_KEYS),
             };
             let hint = match did_you_mean(key, known.iter().copied()) {
                 typo if !typo.is_empty() => typo,

@@ -53,6 +53,7 @@ mod file;
 mod files;
 mod flags;
 mod keys;
+pub mod pusher;
 mod secrets;
 mod template;
 mod workers;
@@ -139,6 +140,8 @@ pub struct Config {
     pub max_presence_bytes: usize,
     /// `[hooks]`: the app backend (`crate::hooks`).
     pub hooks: HooksConfig,
+    /// `[pusher]`: the Pusher Channels protocol's apps (`crate::protocol::pusher`).
+    pub pusher: pusher::PusherConfig,
     /// TLS on the public port (`--tls-cert`, `--tls-key`).
     pub tls: Option<crate::tls::TlsFiles>,
     /// TLS on the server API (`--api-tls-cert`, `--api-tls-key`).
@@ -276,6 +279,10 @@ impl ServeArgs {
             )));
         }
         let hooks = s.hooks.resolve().map_err(Error::Config)?;
+        let pusher = s
+            .pusher
+            .resolve(&[], args.config.as_deref())
+            .map_err(Error::Config)?;
         let check_origin = match &s.check_origin {
             Some(policy) => policy.parse().map_err(Error::Config)?,
             None => CheckOrigin::default(),
@@ -362,6 +369,7 @@ impl ServeArgs {
             secret_warnings: judged.warnings,
             auth,
             hooks,
+            pusher,
             check_origin,
             topics,
             history,

@@ -21,7 +21,11 @@ use super::ServeArgs;
 
 /// A flag whose key lives in a table instead of the top level: the flag's
 /// prefix, the table, and the key the bare prefix flag sets.
-const TABLES: &[(&str, &str, &str)] = &[("auth", "auth", "mode"), ("hook", "hooks", "url")];
+const TABLES: &[(&str, &str, &str)] = &[
+    ("auth", "auth", "mode"),
+    ("hook", "hooks", "url"),
+    ("pusher", "pusher", "app"),
+];
 
 /// Flags that are no file keys.
 const NOT_KEYS: &[&str] = &["config"];

@@ -22,6 +22,7 @@ use std::sync::atomic::AtomicU64;
 use throng_protocol::frame::close_code;
 
 use crate::metrics::ShardStats;
+use throng_protocol::Wire;
 
 /// RFC 6455's registry: the server is overloaded, the client may retry.
 pub(crate) const TRY_AGAIN_LATER: u16 = 1013;
@@ -81,6 +82,11 @@ pub(crate) enum CloseReason<'a> {
     SessionExpired,
     /// A long-poll session's buffer passed `--max-outbound-bytes`.
     SessionOverflow,
+    /// Its protocol refused the socket once upgraded, with the protocol's
+    /// code and text (Pusher: an unknown app key, 4001; an app over its
+    /// connection quota, 4004: pusher-js reads only a WebSocket's close
+    /// code, and retries a refused upgrade every second forever).
+    Refused { code: u16, text: &'a str },
 }
 
 /// What happens to a connection's queued output when it closes.
@@ -237,6 +243,12 @@ impl<'a> CloseReason<'a> {
                     Some(("throng_longpoll_overflows_total", |s| &s.longpoll_overflows)),
                     Abort,
                 ),
+                R::Refused { code, text } => (
+                    Some(code),
+                    text,
+                    Some(("throng_protocol_refusals_total", |s| &s.protocol_refusals)),
+                    After,
+                ),
             };
         Row {
             code,
@@ -244,6 +256,27 @@ impl<'a> CloseReason<'a> {
             counter,
             flush,
         }
+    }
+
+    /// The table's row for a socket speaking `wire`: a Pusher client gets
+    /// Pusher's codes where they differ (pusher-js acts on the code:
+    /// 4200 reconnect at once after a restart, 4201 a pong not received,
+    /// 4009 terminated by the app; Pusher's protocol page).
+    pub(crate) fn row_for(self, wire: Option<Wire>) -> Row<'a> {
+        let mut row = self.row();
+        if wire == Some(Wire::Pusher) {
+            let pusher = match self {
+                CloseReason::Drain => Some((4200, "server restarting: reconnect")),
+                CloseReason::Idle => Some((4201, "Pong reply not received")),
+                CloseReason::UserDisconnect => Some((4009, "connection terminated by the app")),
+                _ => None,
+            };
+            if let Some((code, text)) = pusher {
+                row.code = Some(code);
+                row.text = text;
+            }
+        }
+        row
     }
 
     /// Adds one to this reason's counter, if it has one.
@@ -284,6 +317,10 @@ mod tests {
         CloseReason::Shutdown,
         CloseReason::SessionExpired,
         CloseReason::SessionOverflow,
+        CloseReason::Refused {
+            code: 4001,
+            text: "no such app",
+        },
     ];
 
     /// Keeps `ALL` complete: a new variant fails to compile here until it
@@ -310,10 +347,11 @@ mod tests {
                 | CloseReason::Drain
                 | CloseReason::Shutdown
                 | CloseReason::SessionExpired
-                | CloseReason::SessionOverflow => {}
+                | CloseReason::SessionOverflow
+                | CloseReason::Refused { .. } => {}
             }
         }
-        assert_eq!(ALL.len(), 19);
+        assert_eq!(ALL.len(), 20);
     }
 
     /// Every close the server decides is counted, every close frame has a

@@ -27,8 +27,8 @@ pub(crate) enum Kind {
     /// echo endpoint. `deflate`: permessage-deflate's negotiated server
     /// window bits (9 to 15; 8 means messages go plain), 0 without it; one
     /// byte in the enum's padding, so a socket with deflate costs nothing
-    /// more.
-    Ws { wire: Wire, echo: bool, deflate: u8 },
+    /// more; `mark` another ([`Mark`]).
+    Ws { wire: Wire, deflate: u8, mark: Mark },
     /// Closing while output flushes: our last bytes are queued or sent;
     /// waiting to shut down and for the peer's FIN. `answered`: the peer's
     /// close frame came (before ours or after it): the closing handshake is
@@ -37,6 +37,19 @@ pub(crate) enum Kind {
     /// TCP connection first; a browser waits for it, holding a drain's
     /// exit for its 3 s linger).
     Closing { shut: bool, answered: bool },
+}
+
+/// What else an open socket is, in one byte of [`Kind::Ws`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// A protocol's socket, heard from since its last idle sweep.
+    None,
+    /// The echo endpoint (`--echo`): what it sends comes back.
+    Echo,
+    /// Its protocol asked whether it is still there (a Pusher
+    /// `pusher:ping` after its activity timeout); any byte it sends
+    /// clears it (`shard/input.rs`).
+    Pinged,
 }
 
 /// A connection. Kept small: this is what an idle socket costs in user space.

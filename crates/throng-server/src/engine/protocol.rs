@@ -128,6 +128,22 @@ pub(crate) trait Protocol: Send + Sync + Sized + 'static {
         let _ = (me, sizes);
     }
 
+    /// Seconds without a byte from a socket speaking `wire` before the
+    /// sweep hands it to [`Protocol::idle`]: `None` for `--idle-timeout`.
+    fn idle_after(&self, wire: Wire) -> Option<u32> {
+        let _ = wire;
+        None
+    }
+
+    /// WebSocket `key`, speaking `wire`, sent nothing for `quiet` seconds
+    /// (past [`Protocol::idle_after`]): true when the protocol dealt with
+    /// it (asked it whether it is there, or closed it), false for the
+    /// engine to close it as idle.
+    fn idle(&self, cx: &mut Cx<'_, Self::Shard>, key: usize, wire: Wire, quiet: u32) -> bool {
+        let _ = (cx, key, wire, quiet);
+        false
+    }
+
     /// Whether it has work left over for the next turn at once (the loop
     /// then does not wait for events).
     fn behind(&self, me: &Self::Shard) -> bool {

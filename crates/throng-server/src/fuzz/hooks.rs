@@ -23,8 +23,15 @@ pub fn hook_answer(data: &[u8]) {
     let Ok(a) = Answer::parse(data) else {
         return;
     };
-    let whole: Value = serde_json::from_slice(data).expect("an answer taken is JSON");
-    assert!(whole.is_object(), "an answer taken that is no object");
+    serde_json::from_slice::<serde::de::IgnoredAny>(data).expect("an answer taken is JSON");
+    // A field the server skips may hold a number no reader takes (1e999):
+    // the whole answer is then no `Value`, but nothing of it goes on.
+    let whole: Value =
+        serde_json::from_slice(data).unwrap_or_else(|_| Value::Object(Default::default()));
+    assert!(
+        data.trim_ascii_start().starts_with(b"{"),
+        "an answer taken that is no object"
+    );
     if let Some(assigns) = &a.assigns {
         assert!(read(assigns.get()).is_object(), "assigns {}", assigns.get());
     }
@@ -40,8 +47,10 @@ pub fn hook_answer(data: &[u8]) {
     check_reply(a.reply.as_deref().map_or("{}", |r| r.get()), "ok");
     if let Some(user) = a.user {
         let text = user.into_string();
-        assert!(matches!(whole["user"], Value::String(_) | Value::Number(_)));
-        assert!(!text.is_empty() || whole["user"] == "");
+        if whole.get("user").is_some() {
+            assert!(matches!(whole["user"], Value::String(_) | Value::Number(_)));
+            assert!(!text.is_empty() || whole["user"] == "");
+        }
     }
 }
 

@@ -77,6 +77,27 @@ impl Answer {
                 return Err("broadcast.event is empty".into());
             }
         }
+        // What goes on to clients must be JSON every client reads: a raw
+        // value is only scanned, so a number such as 1e999 (out of a
+        // double's range: Go's and serde's readers refuse it) would pass.
+        let passed_on = [
+            ("reply", a.reply.as_deref()),
+            ("error", a.error.as_deref()),
+            ("assigns", a.assigns.as_deref()),
+            (
+                "broadcast.payload",
+                a.broadcast.as_ref().and_then(|b| b.payload.as_deref()),
+            ),
+        ];
+        for (name, v) in passed_on {
+            if let Some(v) = v {
+                if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(v.get())
+                    .and_then(|_| serde_json::from_str::<serde_json::Value>(v.get()))
+                {
+                    return Err(format!("{name} is JSON that clients cannot read: {e}"));
+                }
+            }
+        }
         Ok(a)
     }
 }
@@ -120,6 +141,15 @@ pub fn reason_text(json_or_text: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_clients_cannot_read_are_refused() {
+        assert!(Answer::parse(br#"{"reply":{"n":1e999}}"#).is_err());
+        assert!(Answer::parse(br#"{"broadcast":{"event":"e","payload":[-1e400]}}"#).is_err());
+        assert!(Answer::parse(br#"{"reply":{"n":1e300}}"#).is_ok());
+        // A field nobody reads may hold one (found by the hook_answer fuzz target).
+        assert!(Answer::parse(br#"{"use-r":42555533333333333333e555}"#).is_ok());
+    }
 
     #[test]
     fn reasons_read_as_sentences() {

@@ -47,10 +47,15 @@ impl Server {
 
     /// [`Server::start_exact`] with these environment variables.
     pub fn start_exact_env(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Server {
-        let mut child = Command::new(throng_bin())
-            .arg("serve")
-            .args(args)
-            .envs(env.iter().copied())
+        let mut cmd = Command::new(throng_bin());
+        cmd.arg("serve").args(args).envs(env.iter().copied());
+        Server::spawn(cmd, stderr)
+    }
+
+    /// Starts `cmd` (which ends in `exec throng serve ...`, or is it) and
+    /// waits for its listening line.
+    pub fn spawn(mut cmd: Command, stderr: Stdio) -> Server {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()

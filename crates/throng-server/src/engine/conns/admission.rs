@@ -21,7 +21,7 @@ use throng_protocol::Wire;
 
 use super::Conns;
 use crate::channel::ConnectInfo;
-use crate::engine::conn::Kind;
+use crate::engine::conn::{Kind, Mark};
 use crate::limits::Refusal;
 use crate::metrics::ShardStats;
 use crate::node::Node;
@@ -52,25 +52,33 @@ impl Conns {
                 true
             }
             Err(refusal) => {
-                let counter = match refusal {
-                    Refusal::Total | Refusal::Sessions => &self.stats.refused_total_cap,
-                    Refusal::PerIp => &self.stats.refused_per_ip,
-                };
-                ShardStats::add(counter, 1);
-                let text = String::from_utf8_lossy(refusal.response());
-                let body = text.rsplit("\r\n").next().unwrap_or_default();
-                node.refusals
-                    .note(Reason::Capacity, "connection refused (503)", &body);
-                // One write to a fresh socket fits its buffer. Reading what
-                // the client already sent keeps the close a FIN, not a reset
-                // that could destroy the 503 before the client reads it.
-                let _ = sock.write(refusal.response());
-                let _ = sock.shutdown(std::net::Shutdown::Write);
-                let mut sink = [0u8; 4096];
-                let _ = sock.read(&mut sink);
+                self.refuse(node, sock, refusal);
                 false
             }
         }
+    }
+
+    /// Answers a connection refused at accept with its 503, and lets it
+    /// go: counted, logged (rate-limited), never in the slab.
+    pub(crate) fn refuse(&mut self, node: &Node, sock: &mut TcpStream, refusal: Refusal) {
+        let counter = match refusal {
+            Refusal::Total | Refusal::Sessions => &self.stats.refused_total_cap,
+            Refusal::PerIp => &self.stats.refused_per_ip,
+            Refusal::Memory => &self.stats.refused_memory,
+            Refusal::Files => &self.stats.refused_files,
+        };
+        ShardStats::add(counter, 1);
+        let text = String::from_utf8_lossy(refusal.response());
+        let body = text.rsplit("\r\n").next().unwrap_or_default();
+        node.refusals
+            .note(Reason::Capacity, "connection refused (503)", &body);
+        // One write to a fresh socket fits its buffer. Reading what the
+        // client already sent keeps the close a FIN, not a reset that could
+        // destroy the 503 before the client reads it.
+        let _ = sock.write(refusal.response());
+        let _ = sock.shutdown(std::net::Shutdown::Write);
+        let mut sink = [0u8; 4096];
+        let _ = sock.read(&mut sink);
     }
 
     /// Un-counts connection `key`, being removed.
@@ -119,8 +127,8 @@ impl Conns {
         conn.last_active = now;
         conn.kind = Kind::Ws {
             wire,
-            echo: false,
             deflate,
+            mark: Mark::None,
         };
         conn.socket.connect = connect.map(Arc::new);
         if deflate != 0 {

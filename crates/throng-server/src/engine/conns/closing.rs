@@ -30,8 +30,12 @@ impl Conns {
         let Some(conn) = self.slab.get_mut(key) else {
             return;
         };
-        let row = reason.row();
-        let ws = matches!(conn.kind, Kind::Ws { .. });
+        let wire = match conn.kind {
+            Kind::Ws { wire, .. } => Some(wire),
+            _ => None,
+        };
+        let row = reason.row_for(wire);
+        let ws = wire.is_some();
         if conn.dead {
             // Doomed during this event: it ends for that reason, next.
             return;

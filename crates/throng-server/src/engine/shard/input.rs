@@ -11,7 +11,7 @@ use throng_protocol::frame::{self, close_code, decode_frame_with, Opcode, Role};
 use super::{cx, Shard};
 use crate::auth::rate::Verdict;
 use crate::engine::close::CloseReason;
-use crate::engine::conn::Kind;
+use crate::engine::conn::{Kind, Mark};
 use crate::engine::http::{self, Action, Page};
 use crate::engine::outlet::Outlet;
 use crate::engine::ws::{self, FrameAction};
@@ -72,8 +72,11 @@ impl<P: Protocol> Shard<P> {
             };
             // An HTTP connection's clock runs from accept or its last
             // request (the head deadline); a closing one's from the close.
-            if let Kind::Ws { .. } = conn.kind {
+            if let Kind::Ws { mark, .. } = &mut conn.kind {
                 conn.last_active = self.conns.now;
+                if *mark == Mark::Pinged {
+                    *mark = Mark::None;
+                }
             }
             ShardStats::add(&self.conns.stats.bytes_in, n as u64);
             self.input(key, &mut rbuf[..n]);
@@ -190,9 +193,10 @@ impl<P: Protocol> Shard<P> {
                 },
                 Kind::Ws {
                     wire,
-                    echo,
                     deflate,
+                    mark,
                 } => {
+                    let echo = mark == Mark::Echo;
                     let max = self.conns.settings.max_message;
                     // A message in progress is bounded as a whole: kept
                     // fragments plus the frame arriving (refused at its
@@ -316,8 +320,8 @@ impl<P: Protocol> Shard<P> {
                 conn.last_active = conns.now;
                 conn.kind = Kind::Ws {
                     wire: throng_protocol::Wire::Phoenix(throng_protocol::Vsn::V2),
-                    echo: true,
                     deflate,
+                    mark: Mark::Echo,
                 };
                 if deflate != 0 {
                     ShardStats::add(&conns.stats.deflate_sockets, 1);

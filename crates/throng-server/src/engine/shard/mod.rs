@@ -81,6 +81,9 @@ pub(crate) struct Shard<P: Protocol> {
     pub(super) last_sweep: u32,
     pub(super) accept_retry: bool,
     pub(super) last_accept_warning: Option<Instant>,
+    /// A descriptor kept open to give back at the open-files limit, so that
+    /// a connection waiting to be accepted can be answered 503.
+    pub(super) reserve: Option<std::fs::File>,
     /// Set once the node drains (`drain.rs`).
     pub(super) draining: Option<drain::Draining>,
     /// When this shard next flushes its share of presence diffs.
@@ -146,6 +149,7 @@ impl<P: Protocol> Shard<P> {
             last_sweep: 0,
             accept_retry: false,
             last_accept_warning: None,
+            reserve: std::fs::File::open("/dev/null").ok(),
             draining: None,
             presence_due,
             presence_out: Vec::new(),
@@ -283,26 +287,46 @@ impl<P: Protocol> Shard<P> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    ShardStats::add(&self.conns.stats.accept_errors, 1);
-                    let quiet = self
-                        .last_accept_warning
-                        .is_some_and(|t| t.elapsed() < Duration::from_secs(10));
-                    if !quiet {
-                        self.last_accept_warning = Some(Instant::now());
-                        tracing::warn!(
-                            shard = self.id,
-                            open = self.conns.slab.len(),
-                            fd_limit = self.node.fd_limit,
-                            "accept failed: {e} (raise `ulimit -n`, or run more workers)"
-                        );
+                Err(e) if at_files_limit(&e) && self.reserve.is_some() => {
+                    // At the open-files limit the connection would wait in
+                    // the kernel's queue, unanswered, until its client gives
+                    // up: the descriptor kept in reserve takes it, it gets
+                    // its 503, and the reserve is taken again.
+                    self.reserve = None;
+                    if let Ok((mut sock, _)) = listener.accept() {
+                        self.conns
+                            .refuse(&self.node, &mut sock, crate::limits::Refusal::Files);
                     }
+                    self.reserve = std::fs::File::open("/dev/null").ok();
+                    self.warn_accept(&e);
+                    self.accept_retry = true;
+                    return;
+                }
+                Err(e) => {
+                    self.warn_accept(&e);
                     self.accept_retry = true;
                     return;
                 }
             }
         }
         self.accept_retry = true;
+    }
+
+    /// Counts a failed accept, and says so (once every 10 s).
+    fn warn_accept(&mut self, e: &io::Error) {
+        ShardStats::add(&self.conns.stats.accept_errors, 1);
+        let quiet = self
+            .last_accept_warning
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(10));
+        if !quiet {
+            self.last_accept_warning = Some(Instant::now());
+            tracing::warn!(
+                shard = self.id,
+                open = self.conns.slab.len(),
+                fd_limit = self.node.fd_limit,
+                "accept failed: {e}: new connections get 503 until some close (raise `ulimit -n`, or run more workers)"
+            );
+        }
     }
 
     /// When due, flushes this shard's share of the node's presence topics
@@ -415,4 +439,10 @@ impl<P: Protocol> Shard<P> {
         }
         self.settle();
     }
+}
+
+/// Whether an accept failed for the open-files limit (the process's or the
+/// system's).
+fn at_files_limit(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }

@@ -21,6 +21,10 @@ impl<P: Protocol> Shard<P> {
         if let Some(history) = &self.node.history {
             history.sweep_if_due(std::time::Instant::now());
         }
+        if self.id == 0 {
+            // Once a second for the node: new connections wait while memory is low.
+            self.node.admission.check_memory();
+        }
         self.proto.sweep(cx!(self));
         self.settle();
         self.publish_sizes();
@@ -42,7 +46,12 @@ impl<P: Protocol> Shard<P> {
         for (key, conn) in self.conns.slab.iter() {
             let quiet = now.saturating_sub(conn.last_active);
             let over = match conn.kind {
-                Kind::Ws { .. } => idle
+                // A protocol with an activity timeout of its own (Pusher's)
+                // decides, else `--idle-timeout`.
+                Kind::Ws { wire, .. } => self
+                    .proto
+                    .idle_after(wire)
+                    .or(idle)
                     .is_some_and(|t| quiet >= t)
                     .then_some(CloseReason::Idle),
                 Kind::Http => {
@@ -102,7 +111,6 @@ impl<P: Protocol> Shard<P> {
         // the timeout. (Phoenix's transport gets the first from its
         // mailbox: data that came before the timeout message is handled
         // first; `lib/phoenix/transports/websocket.ex`.)
-        let t = idle.unwrap_or(0);
         let mut quiet = Vec::new();
         let (mut unread, mut heard) = (0u64, 0u64);
         for (key, reason) in expired {
@@ -114,6 +122,10 @@ impl<P: Protocol> Shard<P> {
             let Some(c) = self.conns.slab.get_mut(key).filter(|c| !c.dead) else {
                 continue;
             };
+            let Kind::Ws { wire, .. } = c.kind else {
+                continue;
+            };
+            let t = self.proto.idle_after(wire).or(idle).unwrap_or(0);
             if now.saturating_sub(c.last_active) < t {
                 unread += 1;
                 continue;
@@ -123,13 +135,20 @@ impl<P: Protocol> Shard<P> {
                     c.last_active = now.saturating_sub(ms / 1000);
                     heard += 1;
                 }
-                _ => quiet.push(key),
+                _ => quiet.push((key, wire, now.saturating_sub(c.last_active))),
             }
         }
-        let idle_closed = quiet.len();
-        for key in quiet {
-            self.conns.close(&self.node, key, CloseReason::Idle);
+        // Quiet for its timeout: its protocol may ask it first (Pusher's
+        // pusher:ping, and 4201 once it stays silent), else it is closed.
+        let mut idle_closed = 0;
+        for (key, wire, secs) in quiet {
+            if !self.proto.idle(cx!(self), key, wire, secs) {
+                self.conns.close(&self.node, key, CloseReason::Idle);
+                idle_closed += 1;
+            }
         }
+        self.settle();
+        let t = idle.unwrap_or(0);
         if unread + heard > 0 {
             tracing::info!(
                 shard = self.id,

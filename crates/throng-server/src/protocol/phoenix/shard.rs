@@ -20,7 +20,7 @@ use super::transport::{socket_of, ShardTransport};
 use super::Phx;
 use crate::channel::{ConnectInfo, Info, Who};
 use crate::engine::close::CloseReason;
-use crate::engine::conn::Kind;
+use crate::engine::conn::{Kind, Mark};
 use crate::engine::conns::output::Sent;
 use crate::engine::outlet::{Closed, Outlet};
 use crate::engine::socket::{Joins, SocketState};
@@ -244,9 +244,9 @@ impl Phx<'_> {
             Outlet::Conn(key) => match self.conns.slab.get(key).filter(|c| !c.dead)?.kind {
                 Kind::Ws {
                     wire: Wire::Phoenix(vsn),
-                    echo: false,
+                    mark,
                     ..
-                } => Some(vsn),
+                } if mark != Mark::Echo => Some(vsn),
                 _ => None,
             },
             Outlet::Session(idx) => {

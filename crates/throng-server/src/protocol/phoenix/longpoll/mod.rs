@@ -433,7 +433,11 @@ pub(crate) fn post_lines(body: &[u8], ndjson: bool) -> Vec<&[u8]> {
 pub(crate) fn post_message(line: &[u8]) -> Option<(throng_protocol::frame::Opcode, Vec<u8>)> {
     use throng_protocol::frame::Opcode;
     match line.first() {
-        Some(b'[' | b'{') => Some((Opcode::Text, line.to_vec())),
+        // Text is UTF-8, as a WebSocket text frame must be: serde_json checks
+        // it only in the fields it reads (found by the longpoll fuzz target).
+        Some(b'[' | b'{') => std::str::from_utf8(line)
+            .ok()
+            .map(|_| (Opcode::Text, line.to_vec())),
         _ => STANDARD.decode(line).ok().map(|b| (Opcode::Binary, b)),
     }
 }
@@ -566,6 +570,8 @@ mod tests {
             Some((Opcode::Binary, vec![0, 1, 255]))
         );
         assert_eq!(post_message(b"not base64!"), None);
+        // Text that is no UTF-8 (here in a field the serializer skips) is no message.
+        assert_eq!(post_message(b"{\"x\":\"\xc0\"}"), None);
     }
 
     #[test]

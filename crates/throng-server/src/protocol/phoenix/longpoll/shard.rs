@@ -126,6 +126,8 @@ impl Phx<'_> {
                     Refusal::Total => &self.conns.stats.refused_total_cap,
                     Refusal::PerIp => &self.conns.stats.refused_per_ip,
                     Refusal::Sessions => &self.conns.stats.longpoll_cap_refusals,
+                    Refusal::Memory => &self.conns.stats.refused_memory,
+                    Refusal::Files => &self.conns.stats.refused_files,
                 };
                 ShardStats::add(counter, 1);
                 return self.lp_respond(key, &status_body(503), keep_alive);
