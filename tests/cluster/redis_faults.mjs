@@ -27,6 +27,7 @@ import assert from "node:assert/strict"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
+import {monitorEventLoopDelay} from "node:perf_hooks"
 import {startThrong, lobbyClient, feedClient, waitFor, sleep, closeAll} from "./helpers.mjs"
 import {presenceClient, sorted} from "../e2e/presence_helpers.mjs"
 import {connectPhoenix, closePhoenix, joinResult} from "../e2e/helpers.mjs"
@@ -347,6 +348,11 @@ export async function run(t, world, fault){
   const per = await roundClients(world, tag)
   await waitFor(async () => (await transitions(world.backend, `room:kept${nodes.length - 1}-${tag}`)).length === 1, 5000,
     "the round's topics occupied")
+  // The test process's own delays (its event loop held by the machine's
+  // load or a browser's start) count in every probe's latency: measured
+  // too, so the report tells them from a node's.
+  const loop = monitorEventLoopDelay({resolution: 10})
+  loop.enable()
   const stop = {done: false}
   const sampling = {done: false}
   const statuses = []
@@ -378,6 +384,7 @@ export async function run(t, world, fault){
   for(const i of fault.expect?.refused ?? []){
     assert.ok(refused[i] >= 1, `${tag}: node ${i} refused a rejoin with since while Redis was away`)
   }
+  loop.disable()
   const latencies = await checkProbes(per, tag)
   await checkPresence(per)
   await checkTransitions(world, per, fault)
@@ -387,6 +394,7 @@ export async function run(t, world, fault){
   checkVisible(fault, nodes, logs, samples)
   const report = {
     victim_latency: latencies.map(summary),
+    test_loop_delay_max_ms: Math.round(loop.max / 1e6),
     messages,
     refused_rejoins: refused,
     refused_publishes: statuses.filter(s => s !== 200).length,

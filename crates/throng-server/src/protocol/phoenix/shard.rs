@@ -218,10 +218,19 @@ impl Phx<'_> {
         if failed {
             return;
         }
+        if recovered && epoch != 0 {
+            self.conns.replay_reached(idx, epoch, last);
+        }
         let mut newest = 0;
         for b in &live {
             if recovered && b.epoch == epoch && b.offset <= last {
                 continue; // in the replay
+            }
+            if recovered && b.epoch == epoch && b.offset > last.max(newest) + 1 {
+                // A message between the replay and the live ones never
+                // came: closed, the client rejoins with `since` and reads it.
+                self.conns.doom(outlet, CloseReason::SlowReader);
+                return;
             }
             newest = b.offset;
             self.conns.send_to(a.key, b, &mut Sent::default());
