@@ -29,8 +29,8 @@ def exists(p):
     return p in tracked or p in dirs or p in suffixes or os.path.exists(p)
 # backquoted, with a slash, ending in .ext or /; no spaces, globs or placeholders
 PATH = re.compile(r"`([A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)+(?:\.[a-z]{1,5}|/))`")
-# other projects' files (Phoenix's Elixir, Go, C), cited as references
-SKIP = re.compile(r"(://|^/|^\.\./\.\./|\*|<|\{|^[a-z]+/[a-z]+$|\.(ex|exs|go|h|c|cc|erl)$)")
+# other projects' files (Phoenix's Elixir, Go, C, pusher-js's TypeScript, the SDKs' PHP, Ruby, Java), cited as references
+SKIP = re.compile(r"(://|^/|^\.\./\.\./|\*|<|\{|^[a-z]+/[a-z]+$|\.(ex|exs|go|h|c|cc|erl|ts|php|rb|java|kt|swift|dart)$)")
 docs = [f for f in files if f.endswith(".md") and not f.startswith(("node_modules/", "fuzz/corpus"))]
 # The guide: README.md and docs/*.md, tracked or about to be.
 guide = ["README.md"] + sorted("docs/" + f for f in os.listdir("docs") if f.endswith(".md"))

@@ -36,8 +36,9 @@ pub struct BenchArgs {
     /// `throng serve --public-metrics`.
     #[arg(long, value_name = "HOST:PORT")]
     pub target: Option<String>,
-    /// Connect over TLS (wss://). The embedded server gets a fresh ECDSA
-    /// P-256 certificate for 127.0.0.1 that the agents trust; a --target
+    /// Connect over TLS (wss://). The embedded server (or the storm's)
+    /// gets a fresh ECDSA P-256 certificate for 127.0.0.1 that the clients
+    /// trust; every user's first connect is a full handshake. A --target
     /// needs --tls-ca (its /metrics is then not read: server figures come
     /// only with the embedded server)
     #[arg(long)]
@@ -46,12 +47,34 @@ pub struct BenchArgs {
     /// the server's certificate, checked against the --target host
     #[arg(long, value_name = "FILE", requires = "tls")]
     pub tls_ca: Option<PathBuf>,
+    /// With --tls: first run the same load in plaintext (same flags, no
+    /// floor), then over TLS, in this one invocation; the report puts the
+    /// two side by side: server memory per idle joined socket (PSS), the
+    /// broadcasts' last receiver, server CPU per receipt and per join, and
+    /// the handshake rounds' CPU per connect (a resumed TLS connect beside
+    /// a plaintext one). The run takes twice as long
+    #[arg(long, requires = "tls", conflicts_with_all = ["target", "remote_agents"])]
+    pub compare_plain: bool,
+    /// With --tls (and both runs of --compare-plain): after the run, the
+    /// handshake rounds on the embedded server: 3 rounds of this many new
+    /// clients connecting and joining (full TLS handshakes), each followed
+    /// by the same clients returning with their session tickets (resumed
+    /// handshakes), reporting server CPU per connect of each (0: none)
+    #[arg(long, default_value_t = 2000, value_name = "SOCKETS")]
+    pub handshake_sample: u64,
+    /// The embedded server keeps the last SIZE messages of each topic the
+    /// scenario broadcasts on (`throng serve --history TOPIC=SIZE`, 1 to
+    /// 10000): every broadcast is stored as it goes out, as on a server
+    /// whose clients rejoin with `since` [default: no history]
+    #[arg(long, value_name = "SIZE", conflicts_with = "target")]
+    pub history: Option<u32>,
     /// How the clients authenticate when they connect. `jwt`: each user
     /// connects with its own HS256 token (`token=` in the connect URL,
     /// claims `{"sub":"u<user number>","exp":<now + 1 day>}`), so every
-    /// socket is a different user; the embedded server runs with
-    /// `--auth jwt` and the --auth-jwt-secret (default: a fresh random one)
-    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "storm", "soak"])]
+    /// socket is a different user; the embedded server (or the storm's)
+    /// runs with `--auth jwt` and the --auth-jwt-secret (default: a fresh
+    /// random one)
+    #[arg(long, value_enum, default_value_t = AuthMode::None, conflicts_with_all = ["hooks", "soak"])]
     pub auth: AuthMode,
     /// With --auth jwt: the HS256 secret the tokens are signed with. Needed
     /// with --target (the secret that server was given as
@@ -211,6 +234,18 @@ pub struct BenchArgs {
     /// commandstats`.
     #[arg(long, help_heading = "Reconnect storm scenario")]
     pub storm_redis: bool,
+    /// The storm as a deploy makes it: instead of the clients cutting their
+    /// sockets, the server is stopped with SIGTERM (its drain closes every
+    /// socket with 1012 and it exits) and started again on the same port;
+    /// every client reconnects as phoenix.js does (with its token under
+    /// --auth jwt, resuming TLS where the server still knows its ticket)
+    /// and rejoins with `since`. The history is in Redis (as
+    /// --storm-redis), which outlives the server. Reports the time from
+    /// the first 1012 to the last recovery, reconnects per second, server
+    /// CPU per reconnect, and the failed connects by kind (refused while
+    /// the server was down, resets, 503s) and the closes by code.
+    #[arg(long, requires = "storm", help_heading = "Reconnect storm scenario")]
+    pub storm_restart: bool,
     /// Run the soak instead of a load, for DURATION (`180`, `90s`, `3m`,
     /// `1h`): --connections sessions (default 5000) held steady on its own
     /// server while they churn: connects and disconnects (close frames,
@@ -484,6 +519,13 @@ impl BenchArgs {
         }
         if let Some(h) = self.hold.filter(|h| !(h.is_finite() && *h >= 0.0)) {
             return bad("--hold", h, "seconds must be 0 or more");
+        }
+        if let Some(h) = self.history.filter(|h| !(1..=10_000).contains(h)) {
+            return bad(
+                "--history",
+                f64::from(h),
+                "1 to 10000 messages a topic keeps",
+            );
         }
         let no_secret = self.auth_jwt_secret.as_deref().is_none_or(str::is_empty);
         if let (AuthMode::Jwt, Some(t), true) = (self.auth, &self.target, no_secret) {

@@ -29,8 +29,11 @@
 //! - [`storm`]: the reconnect storm (`--storm`): clients on topics that
 //!   keep history cut at once and rejoining with `since`, each counting
 //!   every number once, in order; its client processes and publisher.
-//!   [`join`]: one socket's connect, upgrade and `phx_join` over tokio,
-//!   for both scenarios.
+//!   [`join`]: one socket's connect (over TLS with `--tls`), upgrade and
+//!   `phx_join` over tokio, for the closed-loop scenarios.
+//! - [`handshakes`]: the handshake rounds (`--tls`, `--compare-plain`):
+//!   new clients and the same clients returning with their TLS tickets,
+//!   for the server's CPU per connect of each.
 //! - [`soak`]: the soak (`--soak DURATION`): a steady population churned
 //!   for a long time against a server whose memory, open files, threads
 //!   and every `/metrics` gauge are sampled once a second and judged for
@@ -86,6 +89,7 @@ pub mod dashboard;
 pub mod engine;
 pub mod error;
 pub mod floor;
+pub mod handshakes;
 pub mod hist;
 pub mod hooks;
 pub mod join;

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::join::tls::TlsPlan;
 use crate::scenario::Scenario;
 
 /// What one agent runs.
@@ -37,13 +38,4 @@ pub struct Plan {
     /// its own token signed with it ([`crate::jwt`]).
     #[serde(default)]
     pub auth_jwt_secret: Option<String>,
-}
-
-/// What an agent needs to speak TLS to the server: sent in its plan.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TlsPlan {
-    /// PEM certificates to trust (the CA of the server's certificate).
-    pub ca_pem: String,
-    /// The name the server's certificate is checked against (and SNI).
-    pub server_name: String,
 }

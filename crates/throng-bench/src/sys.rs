@@ -139,6 +139,22 @@ pub fn proc_sample(pid: &str) -> Option<ProcSample> {
     })
 }
 
+/// CPU seconds of `/proc/<pid>` and of its children it has waited for
+/// (`utime + stime + cutime + cstime`): readable until the process is
+/// reaped, so a supervisor that exited and waited for its workers, read
+/// before its parent reaps it, gives the whole group's CPU.
+pub fn cpu_with_children(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f
+        .get(11..15)?
+        .iter()
+        .map(|v| v.parse::<f64>().ok())
+        .sum::<Option<f64>>()?;
+    Some(ticks / clock_ticks())
+}
+
 /// The proportional set size of `/proc/<pid>` (see [`ProcSample::pss`]),
 /// for a memory figure taken once (before the run, at its plateau), not
 /// for periodic samples.
@@ -445,14 +461,19 @@ pub fn loopback_up() -> std::io::Result<()> {
 
 /// Sends SIGKILL to `pid` (a child of ours; an error, e.g. already gone, is
 /// of no interest to the caller).
-#[allow(unsafe_code)]
 pub fn kill_pid(pid: u32) {
+    signal_pid(pid, libc::SIGKILL);
+}
+
+/// Sends `pid` signal `sig` (a child of ours, by its pid).
+#[allow(unsafe_code)]
+pub fn signal_pid(pid: u32, sig: libc::c_int) {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return;
     };
     // SAFETY: kill(2) with plain integer arguments.
     unsafe {
-        libc::kill(pid, libc::SIGKILL);
+        libc::kill(pid, sig);
     }
 }
 

@@ -18,6 +18,21 @@ use throng_protocol::{Family, OwnedPayload, Payload, Vsn, Wire};
 /// shard and the connection key there.
 pub type Exclude = (usize, usize);
 
+/// What a Pusher presence channel's `member_added` or `member_removed`
+/// says, for delivery to leave out the subscribers who know it already
+/// (its server's protocol decides, per subscriber): the member's own
+/// sockets (their member list has it), and those whose member list was
+/// read at or after the presence flush that made it (`generation`, the
+/// node's count of flushes: a subscriber that read a newer state while
+/// this broadcast was on its way to its shard has the change in its list).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberTag {
+    /// The member (the user id).
+    pub key: Arc<str>,
+    /// The flush that made it ([`crate::Tracker`]'s generation).
+    pub generation: u64,
+}
+
 /// Bytes held by every [`Broadcast`] alive in this process (frames and
 /// payload): in flight between shards, and kept by the output queues of
 /// connections that have not taken it yet. Part of the server's outbound
@@ -57,6 +72,8 @@ pub struct Broadcast {
     pub offset: u64,
     /// The epoch of that position (0 without one).
     pub epoch: u64,
+    /// A Pusher presence member event's member and flush: see [`MemberTag`].
+    pub member: Option<Box<MemberTag>>,
 }
 
 impl Broadcast {
@@ -132,7 +149,14 @@ impl Broadcast {
             epoch: position
                 .and_then(|(r, _)| crate::position::Position::parse(r))
                 .map_or(0, |p| p.epoch),
+            member: None,
         }
+    }
+
+    /// This broadcast as a Pusher presence member event (see [`MemberTag`]).
+    pub fn with_member(mut self, tag: MemberTag) -> Broadcast {
+        self.member = Some(Box::new(tag));
+        self
     }
 
     /// The bytes this broadcast holds (frames and payload), as counted in

@@ -154,7 +154,7 @@ mod shards;
 pub use backplane::{
     Backplane, Handler, LocalBackplane, MemoryBackplane, MemoryBus, RedisBackplane, Route,
 };
-pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude};
+pub use broadcast::{frame_of, live_bytes, Broadcast, Exclude, MemberTag};
 pub use history::{HistoryStore, MemoryHistory, Position, RedisHistory, Replay};
 pub use link::RedisOptions;
 pub use occupancy::{OccupancySink, RedisOccupancy};

@@ -8,8 +8,14 @@
 //!
 //! A [`Message`] is typed here and encoded with a leading tag that versions
 //! it ([`Message::encode`]): `1` then a JSON [`Request`], `2` then a
-//! long-poll forward (`forward::wire`, itself versioned). A node drops
-//! (and logs at debug) a tag it does not know.
+//! long-poll forward (`forward::wire`, itself versioned), `3` then a Pusher
+//! trigger that leaves out a socket of another node (`forward::pusher`). A
+//! node drops (and logs at debug) a tag it does not know.
+//!
+//! A gather may name a topic prefix (the Pusher HTTP API's channel
+//! queries): the nodes then count only the topics under it, and leave
+//! their counters out. A node built before the prefix counts every topic
+//! (it ignores the field); the asker filters again.
 //!
 //! A `gather` goes to every node; each node that hears it counts its
 //! subscribers (each shard counts its own registry, so no lock is shared
@@ -32,6 +38,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::forward::pusher::RemoteTrigger;
 use crate::forward::wire::Forward;
 use crate::metrics::ShardStats;
 
@@ -145,14 +152,22 @@ type Done = Box<dyn FnOnce(NodeReport) + Send>;
 
 /// A node report being filled in by its shards; the last one calls `done`.
 pub(crate) struct Collector {
+    /// Only topics under it, if set.
+    prefix: Option<Arc<str>>,
     remaining: AtomicUsize,
     report: Mutex<NodeReport>,
     done: Mutex<Option<Done>>,
 }
 
 impl Collector {
-    pub fn new(shards: usize, report: NodeReport, done: Done) -> Arc<Collector> {
+    pub fn new(
+        shards: usize,
+        report: NodeReport,
+        prefix: Option<Arc<str>>,
+        done: Done,
+    ) -> Arc<Collector> {
         Arc::new(Collector {
+            prefix,
             remaining: AtomicUsize::new(shards),
             report: Mutex::new(report),
             done: Mutex::new(Some(done)),
@@ -164,7 +179,8 @@ impl Collector {
         {
             let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
             r.users += users as u64;
-            for (topic, n) in counts {
+            let under = |t: &str| self.prefix.as_deref().is_none_or(|p| t.starts_with(p));
+            for (topic, n) in counts.filter(|(t, _)| under(t)) {
                 *r.topics.entry(topic.to_string()).or_default() += n as u64;
             }
         }
@@ -182,8 +198,13 @@ impl Collector {
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Request {
-    /// Report to the sender with `id`.
-    Gather { id: u64 },
+    /// Report to the sender with `id` (only the topics under `prefix`, if
+    /// set, and no counters then).
+    Gather {
+        id: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+    },
     /// A node's answer to the gather `id`.
     Report { id: u64, report: Box<NodeReport> },
     /// Refuse `user`'s tokens signed up to `at` (Unix ms).
@@ -197,12 +218,15 @@ pub enum Request {
 pub(crate) enum Message {
     Request(Request),
     LongPoll(Forward),
+    Pusher(RemoteTrigger),
 }
 
 /// The tag of a JSON [`Request`].
 const TAG_REQUEST: u8 = 1;
 /// The tag of a long-poll forward.
 const TAG_LONGPOLL: u8 = 2;
+/// The tag of a Pusher trigger for every node.
+const TAG_PUSHER: u8 = 3;
 
 impl Message {
     /// The bytes of the control lane's body.
@@ -223,6 +247,11 @@ impl Message {
                 out.extend_from_slice(&forward);
                 out
             }
+            Message::Pusher(t) => {
+                let mut out = vec![TAG_PUSHER];
+                out.extend_from_slice(&t.encode());
+                out
+            }
         }
     }
 
@@ -231,6 +260,7 @@ impl Message {
         match bytes.split_first()? {
             (&TAG_REQUEST, json) => serde_json::from_slice(json).ok().map(Message::Request),
             (&TAG_LONGPOLL, forward) => Forward::decode(forward).map(Message::LongPoll),
+            (&TAG_PUSHER, t) => RemoteTrigger::decode(t).map(Message::Pusher),
             _ => None,
         }
     }
@@ -312,5 +342,32 @@ mod tests {
         assert!(Message::decode(&[9, b'{', b'}']).is_none());
         assert!(Message::decode(&[TAG_REQUEST, b'x']).is_none());
         assert!(Message::decode(&[TAG_LONGPOLL, 0xff]).is_none());
+        let gather = Message::Request(Request::Gather {
+            id: 4,
+            prefix: Some("pusher/1/".into()),
+        });
+        assert!(matches!(
+            Message::decode(&gather.encode()),
+            Some(Message::Request(Request::Gather { id: 4, prefix: Some(p) })) if p == "pusher/1/"
+        ));
+        // An older node's gather, without a prefix.
+        let old = br#"{"kind":"gather","id":5}"#;
+        let mut bytes = vec![TAG_REQUEST];
+        bytes.extend_from_slice(old);
+        assert!(matches!(
+            Message::decode(&bytes),
+            Some(Message::Request(Request::Gather {
+                id: 5,
+                prefix: None
+            }))
+        ));
+        let t = RemoteTrigger {
+            socket_id: "1.2".into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            Message::decode(&Message::Pusher(t).encode()),
+            Some(Message::Pusher(t)) if t.socket_id == "1.2"
+        ));
     }
 }

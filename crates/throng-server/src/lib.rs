@@ -217,7 +217,11 @@ impl Server {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;
-        let policy = rules::Policy::new(config.topics.clone()).with_history(&config.history);
+        let mut policy = rules::Policy::new(config.topics.clone()).with_history(&config.history);
+        if !config.pusher.apps.is_empty() {
+            let ttl = std::time::Duration::from_secs(config.pusher.cache_ttl);
+            policy = policy.with_pusher_cache(ttl);
+        }
         let policy_history = policy.any_history();
         let push_limit =
             auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
@@ -257,6 +261,8 @@ impl Server {
         }
         let config_limits = config.limits.clone();
         let hooks = hooks::HookClient::start(&config.hooks)?;
+        let webhooks =
+            hooks::Webhooks::start(&config.pusher.webhooks(), config.hooks.ca_file.as_deref())?;
         let presence = Tracker::with_count_rate(presence, config.presence_count_rate);
         // With --redis, topic history lives in Redis Streams, shared by
         // every node (`crate::history`).
@@ -296,6 +302,7 @@ impl Server {
             api_refusals: Default::default(),
             hooks,
             occupancy: OnceLock::new(),
+            webhooks,
             api_timeouts: Default::default(),
             api_busy: Default::default(),
             tls: public_tls,
@@ -316,7 +323,7 @@ impl Server {
         if let Some(h) = &node.hooks {
             h.attach(Arc::downgrade(&node) as _);
         }
-        if node.config.hooks.events {
+        if node.config.hooks.events || node.webhooks.is_some() {
             let occupancy = match &node.config.redis {
                 Some(url) => {
                     let sink: std::sync::Weak<dyn throng_pubsub::OccupancySink> =
@@ -329,7 +336,7 @@ impl Server {
                         &node.config.redis_options(),
                         sink,
                     )
-                    .map_err(|e| Error::Config(format!("hooks events: {e}")))?;
+                    .map_err(|e| Error::Config(format!("hooks events and webhooks: {e}")))?;
                     hooks::Occupancy::Redis(redis)
                 }
                 None => hooks::Occupancy::Local(Default::default()),
@@ -422,6 +429,15 @@ impl Server {
                 tracing::warn!(
                     queued = events.queued(),
                     "lifecycle events: the app backend did not take every event within {limit:?} of the drain's end; the rest are lost"
+                );
+            }
+        }
+        if let Some(w) = &self.node.webhooks {
+            let limit = hooks::FLUSH_AT_EXIT;
+            if !w.flush(limit) {
+                tracing::warn!(
+                    queued = w.queued(),
+                    "Pusher webhooks: the webhook URLs did not take every event within {limit:?} of the drain's end; the rest are lost"
                 );
             }
         }

@@ -33,6 +33,10 @@ pub struct ShardStats {
     pub protocol_refusals: AtomicU64,
     /// Pusher sockets open (`crate::protocol::pusher`).
     pub pusher_sockets: AtomicU64,
+    /// Pusher cache channel subscriptions that got the channel's last event.
+    pub pusher_cache_hits: AtomicU64,
+    /// Pusher cache channel subscriptions that got `pusher:cache_miss`.
+    pub pusher_cache_misses: AtomicU64,
     pub joins: AtomicU64,
     pub refused_joins: AtomicU64,
     /// Joins refused because the socket had `--max-channels-per-socket`.
@@ -132,6 +136,11 @@ pub struct ShardStats {
     pub deflate_messages_in: AtomicU64,
     /// Sockets closed (1009) because a message inflated past `--max-message-bytes`.
     pub deflate_too_big: AtomicU64,
+    /// Pusher HTTP API requests answered, by route and status
+    /// ([`PUSHER_API_ROUTES`], [`PUSHER_API_STATUSES`]).
+    pub pusher_api: [[AtomicU64; PUSHER_API_STATUSES.len() + 1]; PUSHER_API_ROUTES.len()],
+    /// Pusher HTTP API requests waiting on the cluster's figures.
+    pub pusher_api_waiting: AtomicU64,
     /// The sizes of the shard's tables, set by its once-a-second sweep
     /// ([`ShardStats::sizes`]): what a long run must not see grow.
     pub users: AtomicU64,
@@ -143,6 +152,36 @@ pub struct ShardStats {
     pub presence_joins: AtomicU64,
     pub longpoll_requests_waiting: AtomicU64,
     pub longpoll_rate_entries: AtomicU64,
+}
+
+/// The routes of the Pusher HTTP API, as `/metrics` labels them.
+pub const PUSHER_API_ROUTES: [&str; 8] = [
+    "events",
+    "batch_events",
+    "channels",
+    "channel",
+    "channel_users",
+    "terminate_connections",
+    "user_events",
+    "unknown",
+];
+
+/// The statuses the Pusher HTTP API answers with, as `/metrics` labels
+/// them; any other is counted as `other`.
+pub const PUSHER_API_STATUSES: [u16; 9] = [200, 400, 401, 404, 405, 411, 413, 503, 504];
+
+impl ShardStats {
+    /// Counts a Pusher HTTP API answer of route `route` (an index of
+    /// [`PUSHER_API_ROUTES`]) with `status`.
+    pub fn pusher_api_answered(&self, route: usize, status: u16) {
+        let col = PUSHER_API_STATUSES
+            .iter()
+            .position(|&s| s == status)
+            .unwrap_or(PUSHER_API_STATUSES.len());
+        if let Some(row) = self.pusher_api.get(route) {
+            ShardStats::add(&row[col], 1);
+        }
+    }
 }
 
 impl ShardStats {
@@ -210,6 +249,18 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "gauge",
         "Open Pusher Channels sockets (of throng_websockets).",
         |s| &s.pusher_sockets,
+    ),
+    (
+        "throng_pusher_cache_hits_total",
+        "counter",
+        "Pusher cache channel subscriptions that got the channel's last event.",
+        |s| &s.pusher_cache_hits,
+    ),
+    (
+        "throng_pusher_cache_misses_total",
+        "counter",
+        "Pusher cache channel subscriptions that got pusher:cache_miss (no event kept, or kept longer than --pusher-cache-ttl).",
+        |s| &s.pusher_cache_misses,
     ),
     (
         "throng_longpoll_sessions",

@@ -24,6 +24,7 @@ use crate::auth::{Auth, PushLimit};
 use crate::channel::{Info, Router};
 use crate::config::Config;
 use crate::control::{self, Collector, Control, Message, NodeReport, Request, StatsSummary};
+use crate::forward::pusher::{PusherMsg, RemoteTrigger};
 use crate::forward::wire::Forward;
 use crate::forward::{self, Answer, Request as LongPollRequest};
 use crate::hooks::{Event, EventType};
@@ -58,6 +59,9 @@ pub(crate) enum ShardMsg {
     HistoryLost(Arc<str>),
     /// The answer to a history read of a join with `since` (Redis).
     Replay(Box<ReplayAnswer>),
+    /// The Pusher protocol's: a trigger that leaves out one of this
+    /// shard's sockets, an HTTP API answer (`crate::forward::pusher`).
+    Pusher(Box<PusherMsg>),
 }
 
 /// The answer to a history read of a join of connection `key` on `topic`,
@@ -79,6 +83,7 @@ impl ShardMsg {
         match self {
             ShardMsg::Broadcast(b) => b.held(),
             ShardMsg::Info(topic, _) | ShardMsg::HistoryLost(topic) => 64 + topic.len(),
+            ShardMsg::Pusher(m) => m.cost(),
             _ => 256,
         }
     }
@@ -204,8 +209,11 @@ pub struct Node {
     pub api_refusals: std::sync::atomic::AtomicU64,
     /// The app backend's client, when `[hooks]` has a url.
     pub hooks: Option<Arc<crate::hooks::HookClient>>,
-    /// Who decides `occupied`/`vacated` events, with `[hooks] events`.
+    /// Who decides `occupied`/`vacated` events, with `[hooks] events`
+    /// or Pusher webhooks.
     pub occupancy: OnceLock<crate::hooks::Occupancy>,
+    /// Pusher apps' webhooks, when some app has a webhook URL.
+    pub webhooks: Option<crate::hooks::Webhooks>,
     /// API connections closed for a head or body later than `--api-timeout`.
     pub api_timeouts: std::sync::atomic::AtomicU64,
     /// API connections refused (503) past `--max-api-connections`.
@@ -321,13 +329,27 @@ impl Node {
     /// Counts this node's subscribers (each shard its own) and hands the
     /// report to `done`, on the thread of the last shard to answer.
     pub fn report(&self, done: impl FnOnce(NodeReport) + Send + 'static) {
+        self.report_under(None, done);
+    }
+
+    /// [`Node::report`], of the topics under `prefix` only (and without
+    /// the counters) when it is set.
+    pub(crate) fn report_under(
+        &self,
+        prefix: Option<Arc<str>>,
+        done: impl FnOnce(NodeReport) + Send + 'static,
+    ) {
+        let counters = match prefix {
+            None => (self.report_counters)(self),
+            Some(_) => Default::default(),
+        };
         let report = NodeReport {
             node: self.control.node_id.clone(),
             stats: StatsSummary::of(&self.stats, self.shard_inbox_bytes()),
-            counters: (self.report_counters)(self),
+            counters,
             ..Default::default()
         };
-        let c = Collector::new(self.peers.len(), report, Box::new(done));
+        let c = Collector::new(self.peers.len(), report, prefix, Box::new(done));
         for peer in &self.peers {
             peer.send(ShardMsg::Report(c.clone()));
         }
@@ -336,9 +358,9 @@ impl Node {
     /// A cluster-wide request or answer from node `from`.
     fn on_request(&self, from: u64, req: Request) {
         match req {
-            Request::Gather { id } => {
+            Request::Gather { id, prefix } => {
                 let backplane = self.backplane.clone();
-                self.report(move |report| {
+                self.report_under(prefix.map(Arc::from), move |report| {
                     let report = Box::new(report);
                     let msg = Message::Request(Request::Report { id, report });
                     backplane.send_control(Route::Node(from), msg.encode());
@@ -403,6 +425,17 @@ impl Node {
         }
     }
 
+    /// A Pusher trigger from another node: to the shard its socket id
+    /// names (shard 0 if there is no such shard here), which delivers it
+    /// to the node's subscribers.
+    fn on_pusher_trigger(&self, t: RemoteTrigger) {
+        let shard = usize::from(t.shard);
+        let peer = self.peers.get(shard).or_else(|| self.peers.first());
+        if let Some(peer) = peer {
+            peer.send(ShardMsg::Pusher(Box::new(PusherMsg::Remote(Box::new(t)))));
+        }
+    }
+
     /// Closes every socket of `user` on this node's shards.
     fn disconnect_local(&self, user: &str) {
         let user: Arc<str> = Arc::from(user);
@@ -429,6 +462,31 @@ impl Node {
             }
             if let Some(peer) = self.peers.get(i) {
                 peer.send(ShardMsg::Broadcast(b.clone()));
+            }
+        }
+    }
+
+    /// Whether the occupancy engine follows `topic` (it is told of the
+    /// node's first and last subscribers of it): a Phoenix topic with
+    /// `[hooks] events`, a Pusher channel (or a presence member's key) of
+    /// an app with a webhook URL.
+    pub(crate) fn wants_occupancy(&self, topic: &str) -> bool {
+        match throng_protocol::Family::of_topic(topic) {
+            throng_protocol::Family::Pusher => {
+                self.webhooks.as_ref().is_some_and(|w| w.wants(topic))
+            }
+            throng_protocol::Family::Phoenix => {
+                self.hooks.as_ref().and_then(|h| h.events()).is_some()
+            }
+        }
+    }
+
+    /// Tells the occupancy engine, if it follows `topic`, that the node's
+    /// first subscriber of it came or its last went.
+    pub(crate) fn occupancy_changed(&self, topic: &Arc<str>) {
+        if let Some(o) = self.occupancy.get() {
+            if self.wants_occupancy(topic) {
+                o.changed(self, topic);
             }
         }
     }
@@ -460,6 +518,7 @@ impl Handler for Node {
         match Message::decode(body) {
             Some(Message::Request(req)) => self.on_request(from, req),
             Some(Message::LongPoll(forward)) => self.on_forward(forward),
+            Some(Message::Pusher(t)) => self.on_pusher_trigger(t),
             None => tracing::debug!(
                 from = format_args!("{from:016x}"),
                 "dropped an unreadable control message"
@@ -478,19 +537,43 @@ impl crate::hooks::Answers for Node {
 
 impl throng_pubsub::OccupancySink for Node {
     fn has_topic(&self, topic: &str) -> bool {
-        self.topics.contains(topic)
+        // A Pusher presence member's key: whether the node has a socket
+        // of that user there.
+        if let Some(has) = self.webhooks.as_ref().and_then(|w| w.has_member(topic)) {
+            return has;
+        }
+        self.topics.contains(topic) && self.wants_occupancy(topic)
     }
 
     fn topics(&self) -> Vec<Arc<str>> {
-        self.topics.names()
+        let mut topics = self.topics.names();
+        topics.retain(|t| self.wants_occupancy(t));
+        if let Some(w) = &self.webhooks {
+            topics.extend(w.member_keys());
+        }
+        topics
     }
 
     fn occupied(&self, topic: &str) {
-        self.topic_event(EventType::Occupied, topic);
+        match &self.webhooks {
+            Some(w)
+                if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher =>
+            {
+                w.occupancy(topic, true)
+            }
+            _ => self.topic_event(EventType::Occupied, topic),
+        }
     }
 
     fn vacated(&self, topic: &str) {
-        self.topic_event(EventType::Vacated, topic);
+        match &self.webhooks {
+            Some(w)
+                if throng_protocol::Family::of_topic(topic) == throng_protocol::Family::Pusher =>
+            {
+                w.occupancy(topic, false)
+            }
+            _ => self.topic_event(EventType::Vacated, topic),
+        }
     }
 }
 
@@ -652,16 +735,24 @@ impl Endpoint {
     /// from the question (for another node: a round trip over the
     /// backplane's control lane and its shards' counting).
     pub async fn gather_timed(&self) -> Vec<(NodeReport, Duration)> {
+        self.gather_under(None).await
+    }
+
+    /// [`Endpoint::gather_timed`], each node counting only the topics
+    /// under `prefix` (and sending no counters) when it is set: what a
+    /// question about a few topics needs.
+    pub(crate) async fn gather_under(&self, prefix: Option<&str>) -> Vec<(NodeReport, Duration)> {
         let node = &self.node;
         let asked = tokio::time::Instant::now();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let id = node.control.expect(tx.clone());
         let local = tx.clone();
-        node.report(move |r| {
+        node.report_under(prefix.map(Arc::from), move |r| {
             let _ = local.send(r);
         });
         let mut out = Vec::new();
-        let ask = Message::Request(Request::Gather { id });
+        let prefix = prefix.map(str::to_owned);
+        let ask = Message::Request(Request::Gather { id, prefix });
         if node.backplane.send_control(Route::Cluster, ask.encode()) {
             let deadline = asked + control::GATHER_WAIT;
             while let Ok(Some(r)) = tokio::time::timeout_at(deadline, rx.recv()).await {

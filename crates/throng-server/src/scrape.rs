@@ -140,6 +140,7 @@ pub fn render(node: &Node) -> String {
         "Server API requests whose head or body took longer than --api-timeout.",
         node.api_timeouts.load(Relaxed),
     );
+    pusher_api(&mut out, node);
     for (tls, name) in [(&node.tls, "public port"), (&node.api_tls, "server API")] {
         let Some(tls) = tls else { continue };
         let which = if name == "public port" { "" } else { "api_" };
@@ -191,9 +192,12 @@ pub fn render(node: &Node) -> String {
     node.presence.render_metrics(&mut out);
     if let Some(hooks) = &node.hooks {
         hooks.render_metrics(&mut out);
-        if let Some(o) = node.occupancy.get() {
-            o.render_metrics(&mut out);
-        }
+    }
+    if let Some(w) = &node.webhooks {
+        w.render_metrics(&mut out);
+    }
+    if let Some(o) = node.occupancy.get() {
+        o.render_metrics(&mut out);
     }
     throng_pubsub::link::render_metrics(&mut out, &redis_links(node));
     out
@@ -216,4 +220,44 @@ fn redis_links(node: &Node) -> Vec<(&'static str, &throng_pubsub::link::Health)>
         links.push(("occupancy", &o.stats().link));
     }
     links
+}
+
+/// The Pusher HTTP API's answers by route and status (the cells not zero),
+/// and the requests waiting on the cluster's figures.
+fn pusher_api(out: &mut String, node: &Node) {
+    use crate::metrics::{PUSHER_API_ROUTES, PUSHER_API_STATUSES};
+    use std::fmt::Write as _;
+    let name = "throng_pusher_api_requests_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Pusher HTTP API requests answered, by route and status (401: refused signatures; 413: bodies over --pusher-max-api-body-bytes; 503: past --pusher-max-api-requests; 504: past --pusher-api-timeout).\n# TYPE {name} counter"
+    );
+    for (r, route) in PUSHER_API_ROUTES.iter().enumerate() {
+        for c in 0..=PUSHER_API_STATUSES.len() {
+            let n: u64 = node
+                .stats
+                .iter()
+                .map(|s| s.pusher_api[r][c].load(Relaxed))
+                .sum();
+            if n == 0 {
+                continue;
+            }
+            let status = PUSHER_API_STATUSES
+                .get(c)
+                .map_or("other".to_string(), u16::to_string);
+            let _ = writeln!(out, "{name}{{route=\"{route}\",status=\"{status}\"}} {n}");
+        }
+    }
+    let waiting: u64 = node
+        .stats
+        .iter()
+        .map(|s| s.pusher_api_waiting.load(Relaxed))
+        .sum();
+    write_metric(
+        out,
+        "throng_pusher_api_waiting",
+        "gauge",
+        "Pusher HTTP API requests waiting on the cluster's figures (channel and user queries, triggers with info).",
+        waiting,
+    );
 }

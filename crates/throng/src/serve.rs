@@ -45,10 +45,12 @@ pub fn serve(config: Config) -> Result<(), Error> {
         Some(url) => Arc::new(RedisBackplane::connect_with(url, &config.redis_options())?),
         None => Arc::new(LocalBackplane),
     };
-    // Presence crosses nodes only when it is turned on: without rules, no
+    // Presence crosses nodes only when it is turned on (presence rules, or
+    // Pusher apps, whose presence channels are always on): without, no
     // presence connections or liveness keys.
+    let presence_on = !config.presence.is_empty() || !config.pusher.apps.is_empty();
     let presence: Arc<dyn PresenceStore> = match &config.redis {
-        Some(url) if !config.presence.is_empty() => Arc::new(RedisPresence::connect_with(
+        Some(url) if presence_on => Arc::new(RedisPresence::connect_with(
             url,
             config.presence_timeout,
             &config.redis_options(),

@@ -62,6 +62,7 @@ fn gen_config_has_every_flag_and_passes_check_config() {
     assert!(flags.len() > 40, "flags read off --help: {flags:?}");
     let auth_at = text.find("\n[auth]\n").expect("an [auth] table");
     let hooks_at = text.find("\n[hooks]\n").expect("a [hooks] table");
+    let pusher_at = text.find("\n[pusher]\n").expect("a [pusher] table");
     for flag in &flags {
         if flag == "--help" || flag == "--config" {
             continue;
@@ -70,8 +71,13 @@ fn gen_config_has_every_flag_and_passes_check_config() {
         let at = text
             .find(&marker)
             .unwrap_or_else(|| panic!("{flag} is missing from gen-config"));
-        if flag.starts_with("--hook-") {
-            assert!(at > hooks_at, "{flag} belongs under [hooks]");
+        if flag.starts_with("--pusher-") {
+            assert!(at > pusher_at, "{flag} belongs under [pusher]");
+        } else if flag.starts_with("--hook-") {
+            assert!(
+                at > hooks_at && at < pusher_at,
+                "{flag} belongs under [hooks]"
+            );
         } else if flag == "--auth" || flag.starts_with("--auth-") {
             assert!(at > auth_at && at < hooks_at, "{flag} belongs under [auth]");
         } else {

@@ -165,6 +165,18 @@ impl Server {
         api_bind: &str,
         env: &[(&str, &str)],
     ) -> Result<Server, BenchError> {
+        Server::spawn_at(0, idle_timeout, extra, api_bind, env)
+    }
+
+    /// [`Server::spawn_with_env`] on `port` (0: any free one), as the
+    /// storm's restart starts it again on the port it had.
+    pub(super) fn spawn_at(
+        port: u16,
+        idle_timeout: Option<u64>,
+        extra: &[String],
+        api_bind: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Server, BenchError> {
         // /metrics lives on the server API listener; the probe reads the
         // public port, so the bench's own server keeps it there (over TLS,
         // the probe reads the plain API listener instead).
@@ -174,10 +186,11 @@ impl Server {
         } else {
             api_bind
         };
+        let port = port.to_string();
         let mut cmd = throng(&[
             "serve",
             "--port",
-            "0",
+            &port,
             "--bind",
             "127.0.0.1",
             "--public-metrics",
@@ -298,6 +311,45 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+}
+
+impl Server {
+    /// Stops the server as a deploy does: SIGTERM (its drain closes every
+    /// socket with 1012, a supervisor's workers included), then waits up
+    /// to `limit` for it to exit. Returns the CPU seconds the process and
+    /// its workers used over their lives, read after it exited and before
+    /// it is reaped (`None`: it did not exit in time, and was killed).
+    pub(super) fn stop(&mut self, limit: Duration) -> Option<f64> {
+        let pid = self.pid();
+        crate::sys::signal_pid(pid, libc::SIGTERM);
+        let deadline = Instant::now() + limit;
+        let mut cpu = None;
+        loop {
+            match crate::sys::proc_state(pid) {
+                Some('Z') => {
+                    cpu = crate::sys::cpu_with_children(pid);
+                    break;
+                }
+                None => break,
+                Some(_) if Instant::now() > deadline => break,
+                Some(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        if cpu.is_some() {
+            let _ = self.child.wait();
+            children::ended(pid);
+        } else {
+            kill(&mut self.child);
+        }
+        // The workers went with their supervisor (it waited for them, or
+        // the kernel sent them SIGTERM as it died): their pids are not
+        // ours to signal any more.
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in workers {
+            children::ended(w);
+        }
+        cpu
     }
 }
 

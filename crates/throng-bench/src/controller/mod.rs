@@ -18,7 +18,8 @@
 //! phases' measurements into the [`Report`](crate::report::Report),
 //! `presence` its presence part; `hooks` is the hooks scenario's run
 //! (`--hooks`, [`crate::hooks`]); `storm` the reconnect storm's
-//! (`--storm`, [`crate::storm`]); `soak` the soak's (`--soak`,
+//! (`--storm`, [`crate::storm`]; its servers in `storm_servers`, its
+//! client processes in `storm_clients`); `soak` the soak's (`--soak`,
 //! [`crate::soak`]).
 //!
 //! Threads: the main thread owns all state; one reader thread per agent
@@ -30,6 +31,7 @@ mod arrival;
 mod children;
 mod cpu;
 mod floor;
+mod handshakes;
 mod hooks;
 mod launch;
 mod outcome;
@@ -38,6 +40,8 @@ mod probe;
 mod run;
 mod soak;
 mod storm;
+mod storm_clients;
+mod storm_servers;
 mod timeline;
 mod tls;
 mod verdict;
@@ -94,6 +98,7 @@ fn shards_per_process(server_args: &[String], processes: usize) -> u32 {
 /// Runs `throng bench`: sets the run up step by step, runs it, and
 /// reports; an `Err` when it could not run, or when it ran and failed its
 /// own success criteria (so a CI job can gate on the exit status).
+/// With `--compare-plain` the same run goes first in plaintext.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     children::kill_on_signal()?;
     if let Some(done) = scenario_of_its_own(&args) {
@@ -101,19 +106,15 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     }
     let (soft, hard) = sys::raise_fd_limit();
     let per_process = hard.saturating_sub(FD_MARGIN).max(1);
-    let Load {
-        scenario: sc,
-        tsung: imported,
-        adaptive,
-    } = args.load()?;
-    let floor_on = floor_wanted(&args, &sc)?;
+    let load = args.load()?;
+    let floor_on = floor_wanted(&args, &load.scenario)?;
     if let Some(t) = &args.target {
         listening(t)?;
     }
-    if let Some(imp) = &imported {
+    if let Some(imp) = &load.tsung {
         import_notes(&args, imp);
     }
-    let users = sc.total_users();
+    let users = load.scenario.total_users();
     // Bound before a move into a private network namespace, so the browser
     // on the host still reaches it.
     let dashboard = (args.dashboard_port != 0).then(|| dashboard::bind(args.dashboard_port));
@@ -122,27 +123,85 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     // are not shown inside a private network namespace.
     let os = tune::os_settings(users);
     let tcp = netns::for_run(args.netns, local_only, users)?;
-    let bench_tls = tls::setup(&args)?;
+    let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
+    let report_path = args.report.clone().unwrap_or_else(default_report_path);
+    children::on_signal_write(Arc::clone(&live), args.json.clone(), report_path.clone());
+    // The dashboard lives as long as the run: the process ends with it (a
+    // bench must end by itself; the HTML report keeps the final figures).
+    let _dashboard = dashboard.and_then(|l| start_dashboard(l, args.dashboard_port, &live));
+    let ctx = Ctx {
+        soft,
+        hard,
+        per_process,
+        os,
+        tcp,
+        live,
+    };
+    let plain = if args.compare_plain {
+        let mut plain_args = args.clone();
+        // Still `compare_plain`: its handshake rounds are the plain ones.
+        plain_args.tls = false;
+        plain_args.floor = FloorMode::Off;
+        eprintln!("--compare-plain: first the same run in plaintext (no floor), then over TLS");
+        let plain = one_run(&plain_args, &load, false, &ctx)?;
+        eprintln!("--compare-plain: the plaintext run is done; now over TLS");
+        Some(plain)
+    } else {
+        None
+    };
+    let mut report = one_run(&args, &load, floor_on, &ctx)?;
+    if let Some(p) = plain {
+        report.tls_vs_plain = Some(crate::report::TlsVsPlain::of(&p, &report));
+    }
+    publish(&ctx.live, report, &args, &report_path)
+}
+
+/// What every run of one invocation shares.
+struct Ctx {
+    soft: u64,
+    hard: u64,
+    per_process: u64,
+    os: crate::report::OsSettings,
+    tcp: crate::netns::TcpTable,
+    live: Arc<Mutex<String>>,
+}
+
+/// One run: its server, agents and floor writers started, its phases run,
+/// everything it started stopped; its report (criteria not judged yet).
+fn one_run(
+    args: &BenchArgs,
+    load: &Load,
+    floor_on: bool,
+    ctx: &Ctx,
+) -> Result<crate::report::Report, BenchError> {
+    let Load {
+        scenario: sc,
+        tsung: imported,
+        adaptive,
+    } = load.clone();
+    let users = sc.total_users();
+    let bench_tls = tls::setup(args)?;
     let (embedded, target, presence_args, jwt_secret) =
-        server_side(&args, &sc, per_process, hard, &bench_tls.server_args)?;
-    let tsung_caps = tsung_caps(imported.as_ref(), per_process);
-    let local = local_agents(&args, users, per_process, tsung_caps.len());
+        server_side(args, &sc, ctx.per_process, ctx.hard, &bench_tls.server_args)?;
+    let tsung_caps = tsung_caps(imported.as_ref(), ctx.per_process);
+    let local = local_agents(args, users, ctx.per_process, tsung_caps.len());
     if let Some(imp) = &imported {
         let hosts: Vec<&str> = imp.clients.iter().map(|c| c.host.as_str()).collect();
         eprintln!("tsung: clients {hosts:?} mapped onto {local} local agent(s)");
     }
     let total_agents = local + args.remote_agents;
-    setup_notes(&os, users, soft, hard, per_process);
+    setup_notes(&ctx.os, users, ctx.soft, ctx.hard, ctx.per_process);
     eprintln!(
-        "throng bench: {} -> {target} with {total_agents} agent(s)",
-        scenario::describe(&sc, adaptive)
+        "throng bench: {} -> {target}{} with {total_agents} agent(s)",
+        scenario::describe(&sc, adaptive),
+        if args.tls { " over TLS" } else { "" }
     );
     let listener = TcpListener::bind(&args.listen)?;
     let token = match &args.token {
         Some(t) if !t.is_empty() => t.clone(),
         _ => wire::new_token()?,
     };
-    let mut agents = connect_agents(&args, &listener, &token, local, total_agents)?;
+    let mut agents = connect_agents(args, &listener, &token, local, total_agents)?;
     let plan = Plan {
         index: 0,
         agents: total_agents,
@@ -150,46 +209,104 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         target,
         host: args.target.clone().unwrap_or_else(|| target.to_string()),
         bind_sources: true,
-        capacity: per_process,
+        capacity: ctx.per_process,
         adaptive,
         tls: bench_tls.plan.clone(),
-        auth_jwt_secret: jwt_secret,
+        auth_jwt_secret: jwt_secret.clone(),
     };
     send_plans(&mut agents, plan, &tsung_caps)?;
     let conn_size = agents.await_ready()?;
     let writers = if floor_on {
         let processes = embedded.as_ref().map_or(1, |e| e.workers);
-        Some(floor_writers(&args, &sc, &listener, &token, processes)?)
+        Some(floor_writers(args, &sc, &listener, &token, processes)?)
     } else {
         None
     };
     let probe = probe_of(embedded.as_ref(), target);
-    let live = Arc::new(Mutex::new(r#"{"status":"starting"}"#.to_string()));
-    let report_path = args.report.clone().unwrap_or_else(default_report_path);
-    children::on_signal_write(Arc::clone(&live), args.json.clone(), report_path.clone());
+    let handshakes = handshake_setup(
+        args,
+        &sc,
+        target,
+        embedded.is_some(),
+        &bench_tls,
+        jwt_secret,
+    );
     let mut run = Run::new(
-        &args,
+        args,
         sc,
         adaptive,
         probe,
         agents,
         writers,
-        os,
+        ctx.os.clone(),
         conn_size,
-        tcp,
-        Arc::clone(&live),
+        ctx.tcp,
+        Arc::clone(&ctx.live),
     );
     run.presence_args = presence_args;
-    // The dashboard lives as long as the run: the process ends with it (a
-    // bench must end by itself; the HTML report keeps the final figures).
-    let _dashboard = dashboard.and_then(|l| start_dashboard(l, args.dashboard_port, &live));
+    run.handshakes = handshakes;
     let result = run.execute();
     let _ = std::io::stderr().flush();
     // Whatever happened, leave no agent or server behind.
     run.agents.reap();
     drop(embedded);
-    let report = result?;
-    publish(&run, report, &args, &report_path)
+    result
+}
+
+/// The handshake rounds' setup: with `--tls` (or as the plaintext half of
+/// `--compare-plain`), the embedded server and `--handshake-sample` over
+/// 0, on the first topic the run's users join.
+fn handshake_setup(
+    args: &BenchArgs,
+    sc: &scenario::Scenario,
+    target: SocketAddr,
+    embedded: bool,
+    bench_tls: &tls::BenchTls,
+    jwt_secret: Option<String>,
+) -> Option<handshakes::Setup> {
+    let asked = args.tls || args.compare_plain;
+    if !asked || !embedded || args.handshake_sample == 0 {
+        return None;
+    }
+    let Some(topic) = join_topic(sc) else {
+        eprintln!("note: no handshake rounds: the scenario joins no topic without a %%template%%");
+        return None;
+    };
+    Some(handshakes::Setup {
+        target,
+        tls: bench_tls.plan.clone(),
+        jwt_secret,
+        topic,
+        sockets: args.handshake_sample,
+        first_user: sc.total_users(),
+    })
+}
+
+/// The first topic the scenario's users join, unless it is a template.
+fn join_topic(sc: &scenario::Scenario) -> Option<String> {
+    sc.roles
+        .iter()
+        .flat_map(|r| &r.session)
+        .find_map(|s| match s {
+            scenario::Step::Join { topic, .. } if !topic.contains("%%") => Some(topic.clone()),
+            _ => None,
+        })
+}
+
+/// The topics the scenario's publishers broadcast on (`--history`'s).
+fn publish_topics(sc: &scenario::Scenario) -> Vec<String> {
+    let mut topics: Vec<String> = sc
+        .roles
+        .iter()
+        .flat_map(|r| &r.session)
+        .filter_map(|s| match s {
+            scenario::Step::Publish { topic, .. } => Some(topic.clone()),
+            _ => None,
+        })
+        .collect();
+    topics.sort();
+    topics.dedup();
+    topics
 }
 
 /// The scenarios that run servers and clients of their own instead of a
@@ -276,14 +393,21 @@ fn start_dashboard(
 /// up until Enter on a terminal, and a scripted run under `script` or a
 /// terminal multiplexer hung there).
 fn publish(
-    run: &Run,
+    live: &Mutex<String>,
     mut report: crate::report::Report,
     args: &BenchArgs,
     report_path: &std::path::Path,
 ) -> Result<(), BenchError> {
     report.failures = report.failed_criteria();
+    if let Some(c) = &report.tls_vs_plain {
+        let plain = c
+            .plain_failures
+            .iter()
+            .map(|f| format!("the plaintext run: {f}"));
+        report.failures.extend(plain);
+    }
     let json = serde_json::to_string(&report)?;
-    run.publish(json.clone());
+    *live.lock().unwrap_or_else(|p| p.into_inner()) = json.clone();
     print!("{}", summary::table(&report));
     if let Some(p) = &args.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
@@ -347,7 +471,7 @@ fn import_notes(args: &BenchArgs, imp: &crate::tsung::TsungImport) {
 /// `--auth jwt`'s secret: `--auth-jwt-secret` (which [`BenchArgs::load`]
 /// requires with `--target`), else a fresh random one; none without
 /// `--auth jwt`.
-fn jwt_secret(args: &BenchArgs) -> Result<Option<String>, BenchError> {
+pub(super) fn jwt_secret(args: &BenchArgs) -> Result<Option<String>, BenchError> {
     Ok(match (args.auth, args.auth_jwt_secret.as_deref()) {
         (AuthMode::None, _) => None,
         (AuthMode::Jwt, Some(s)) if !s.is_empty() => Some(s.to_string()),
@@ -396,6 +520,21 @@ fn server_side(
     let mut server_args = args.server_arg.clone();
     server_args.extend(presence.iter().cloned());
     server_args.extend(tls_args.iter().cloned());
+    if let Some(size) = args.history {
+        let topics = publish_topics(sc);
+        if topics.is_empty() {
+            return Err(BenchError::Usage(format!(
+                "--history {size}: the scenario broadcasts on no topic (the built-in one needs --broadcasts 1 or more)"
+            )));
+        }
+        for t in &topics {
+            server_args.extend(["--history".to_string(), format!("{t}={size}")]);
+        }
+        eprintln!(
+            "history: the embedded server keeps the last {size} messages of {}",
+            topics.join(", ")
+        );
+    }
     let mut env = Vec::new();
     if let Some(secret) = jwt_secret.as_deref() {
         eprintln!("auth: the embedded server runs with --auth jwt (the --auth-jwt-secret, else a fresh one); each user connects with its own token");

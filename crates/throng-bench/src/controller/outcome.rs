@@ -125,6 +125,8 @@ impl Run {
             failures: Vec::new(),
             agents_lost: self.agents.lost.clone(),
             slow_agents: self.agents.slow.clone(),
+            // The handshake rounds and `--compare-plain` fill in theirs.
+            ..Report::default()
         }
     }
 
@@ -322,6 +324,8 @@ impl Run {
                 crate::cli::AuthMode::Jwt => "jwt",
             }
             .into(),
+            tls: self.tls,
+            history_size: self.history_size,
             cpu_pct_ramp,
             cpu_secs: plateau
                 .server

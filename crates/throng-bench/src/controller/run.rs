@@ -17,7 +17,10 @@
 //! 6. [`Storm`]: every agent drops every connection at once; the time until
 //!    the server holds none, and the CPU it spent;
 //! 7. [`Collected`]: the agents' final counters, histograms, receipts and
-//!    slots, merged.
+//!    slots, merged;
+//! 8. with `--tls` (and in both runs of `--compare-plain`), the handshake
+//!    rounds (`handshakes`): server CPU per connect of a new client and of
+//!    a returning one, on the server the load has left.
 //!
 //! An agent lost mid-run (its process gone, see `agents`) ends the run
 //! early with the figures so far: the phase it went in stops, the next ones
@@ -106,6 +109,12 @@ pub(super) struct Run {
     pub presence_args: Vec<String>,
     /// How the clients authenticated (`--auth`).
     pub auth: crate::cli::AuthMode,
+    /// The clients connect over TLS (`--tls`).
+    pub tls: bool,
+    /// `--history SIZE` on the broadcast topics.
+    pub history_size: Option<u32>,
+    /// The handshake rounds after the storm (`--tls`, `--compare-plain`).
+    pub handshakes: Option<super::handshakes::Setup>,
     pub(super) next_trace: Instant,
     pub(super) next_sample: Instant,
     /// The progress line's rate: joins counted at the window's start, and
@@ -241,6 +250,9 @@ impl Run {
             os,
             presence_args: Vec::new(),
             auth: args.auth,
+            tls: args.tls,
+            history_size: args.history,
+            handshakes: None,
             next_trace: now,
             next_sample: now,
             rate_from: (now, 0),
@@ -265,7 +277,8 @@ impl Run {
         let storm = self.storm(&hold, baseline.metrics)?;
         self.agents.phase = "collect";
         let collected = self.collect(&baseline)?;
-        Ok(self.report(Phases {
+        let handshakes = self.handshakes.as_ref().map(|h| h.measure(&self.probe));
+        let mut report = self.report(Phases {
             baseline,
             floor,
             ramp,
@@ -273,7 +286,9 @@ impl Run {
             hold,
             storm,
             collected,
-        }))
+        });
+        report.handshakes = handshakes;
+        Ok(report)
     }
 
     /// The dashboard's JSON, now.

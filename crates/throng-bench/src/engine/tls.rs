@@ -3,12 +3,16 @@
 //! the slab, so [`super::conn::Conn`] keeps its size. The client's memory
 //! is not what a run measures (the server's is), so no effort goes into
 //! its buffers; its CPU per handshake is counted with the agents'.
-//! Reconnects resume their session (rustls's client session cache).
+//! Every user is a new client: resumption is off, so each connect is a
+//! full handshake (rustls's default cache is keyed by server name alone,
+//! and would hand one user's ticket to the next user's first connect).
+//! Returning clients, who resume, are the handshake rounds' (`join::tls`).
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use mio::net::TcpStream;
+use rustls::client::Resumption;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 
@@ -33,6 +37,7 @@ impl ClientTls {
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.resumption = Resumption::disabled();
         let name = ServerName::try_from(plan.server_name.clone()).map_err(io::Error::other)?;
         Ok(ClientTls {
             config: Arc::new(config),

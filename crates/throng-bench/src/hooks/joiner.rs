@@ -210,13 +210,13 @@ async fn join_one(
     topic: &str,
     stage: &mut Stage,
 ) -> io::Result<(std::net::TcpStream, u64)> {
-    let stream = join::connect(target, src).await?;
+    let mut stream = join::connect(target, src).await?;
     *stage = Stage::Upgrade;
     let mut buf = Vec::with_capacity(512);
-    join::upgrade(&stream, target, &mut buf).await?;
+    join::upgrade(&mut stream, target, &mut buf).await?;
     *stage = Stage::Join;
     let sent = Instant::now();
-    join::phx_join(&stream, &mut buf, topic, "1", None).await?;
+    join::phx_join(&mut stream, &mut buf, topic, "1", None).await?;
     let us = sent.elapsed().as_micros() as u64;
     Ok((stream.into_std()?, us))
 }

@@ -16,9 +16,11 @@ pub mod html;
 mod live;
 mod presence;
 pub mod summary;
+mod tls;
 
 pub use live::{Live, LiveTarget, Sample};
 pub use presence::{PresenceReport, TrafficRow};
+pub use tls::{Handshakes, Pair, TlsVsPlain};
 
 use std::collections::BTreeMap;
 
@@ -61,6 +63,13 @@ pub struct Report {
     pub kernel: Kernel,
     pub controller: Controller,
     pub storm: Storm,
+    /// The handshake rounds after the storm (`--tls`, and both runs of
+    /// `--compare-plain`): server CPU per connect of a new client and of a
+    /// returning one (`null`: not run).
+    pub handshakes: Option<Handshakes>,
+    /// `--compare-plain`: this TLS run beside the same run in plaintext,
+    /// made first in the same invocation (`null`: not asked).
+    pub tls_vs_plain: Option<TlsVsPlain>,
     /// Which side limited the ramp-up, and the CPU figures that say so.
     pub bottleneck: String,
     pub cpu: Cpu,
@@ -459,6 +468,10 @@ pub struct Server {
     /// How the clients connected (`--auth`): `none`, or `jwt` (each
     /// socket its own user's token; the embedded server ran with `--auth jwt`).
     pub auth: String,
+    /// The clients connected over TLS (`--tls`).
+    pub tls: bool,
+    /// `--history SIZE`: what the broadcast topics kept (`null`: none).
+    pub history_size: Option<u32>,
     /// % of one core over the ramp-up.
     pub cpu_pct_ramp: Option<f64>,
     /// CPU seconds from the baseline to the plateau.
@@ -643,6 +656,10 @@ mod tests {
             "/agent/bytes_per_conn",
             "/kernel/tcp_ehash_buckets",
             "/storm/secs_to_zero",
+            "/handshakes",
+            "/tls_vs_plain",
+            "/server/tls",
+            "/server/history_size",
             "/cpu/ramp/machine_pct",
             "/cpu/broadcasts",
             "/bottleneck",

@@ -212,6 +212,7 @@ pub fn table(r: &Report) -> String {
     }
     traffic_rows(&mut s, r);
     resource_rows(&mut s, r);
+    super::tls::rows(&mut s, r, &row);
     end_rows(&mut s, r);
     s.push_str(GLOSSARY);
     s

@@ -180,9 +180,9 @@ async fn ws_session(
     let target = sh.orders.target;
     let path = format!("/socket/websocket?vsn=2.0.0&user={}", user(g));
     let attempt = tokio::time::timeout(CONNECT_TIMEOUT, async {
-        let stream = join::connect(target, source(g)).await?;
+        let mut stream = join::connect(target, source(g)).await?;
         let mut buf = Vec::with_capacity(1024);
-        join::upgrade_to(&stream, target, &path, &mut buf).await?;
+        join::upgrade_to(&mut stream, target, &path, &mut buf).await?;
         Ok::<_, io::Error>((stream, buf))
     })
     .await;

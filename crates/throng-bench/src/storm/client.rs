@@ -1,32 +1,37 @@
 //! A storm client process (`throng agent --storm-client ORDERS`, started by
 //! `throng bench --storm`): its clients as tokio tasks on one thread, each
 //! keeping across reconnects what phoenix.js's recovery snippet keeps (the
-//! last ref seen, sent as `since` on every rejoin) and what the bench
-//! checks (the last number seen on its topic: the next must be one more).
+//! last ref seen, sent as `since` on every rejoin), what a TLS stack keeps
+//! (its session ticket, with `--tls`) and what the bench checks (the last
+//! number seen on its topic: the next must be one more).
 //!
-//! Each client connects (from a source address of this process and
-//! round, so a round never meets the last one's TIME_WAIT sockets),
-//! upgrades, joins its topic, and reads until a [`Command::Cut`] closes
-//! every socket at once or the server closes it; then it rejoins, `window`
-//! connects and joins in flight at once for the whole process (a closed
-//! loop: the server sets the pace, as it would for phoenix.js clients
-//! backing off). Commands come as JSON lines on stdin; a [`Status`] line
-//! goes to stdout every [`STATUS_EVERY`].
+//! Each client connects (from a source address of this process and of its
+//! own count of reconnects, so a reconnect never meets the last session's
+//! TIME_WAIT sockets), over TLS with `--tls`, upgrades (with its user's
+//! token with `--auth jwt`), joins its topic, and reads until a
+//! [`Command::Cut`] closes every socket at once or the server closes it;
+//! then it rejoins, `window` connects and joins in flight at once for the
+//! whole process (a closed loop: the server sets the pace). After the
+//! server closed it, and after each failed connect, it waits as phoenix.js
+//! does ([`reconnect_after`]). Commands come as JSON lines on stdin; a
+//! [`Status`] line goes to stdout every [`STATUS_EVERY`].
 
 use std::cell::{Cell, RefCell};
 use std::io::{self, BufRead, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use throng_protocol::frame::{decode_frame, Opcode, Role};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Semaphore};
 
-use super::{topic, Command, Orders, Status, EVENT, STATUS_EVERY};
+use super::{topic, Command, Orders, Status, EVENT, JWT_SECRET_ENV, STATUS_EVERY};
 use crate::error::BenchError;
-use crate::join;
+use crate::join::tls::{Connector, Ticket};
+use crate::join::{self, Stream};
+use crate::jwt::Signer;
 use crate::sys;
 
 /// A connect, upgrade and join that takes longer is retried. Long: on a
@@ -35,10 +40,17 @@ use crate::sys;
 /// own abandoned attempt (with 30 s, a storm's tail once made no progress
 /// for minutes, every attempt timing out).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
-/// Wait before retrying a failed connect or join.
-const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// The round number that means "stop".
 const STOP: u64 = u64::MAX;
+
+/// phoenix.js's `reconnectAfterMs` (`assets/js/phoenix/socket.js` in
+/// phoenixframework/phoenix): the wait before reconnect number `tries`
+/// (from 1) since the socket last opened: 10 ms, then longer, at most 5 s.
+pub fn reconnect_after(tries: u32) -> Duration {
+    const MS: [u64; 9] = [10, 50, 100, 150, 200, 250, 500, 1000, 2000];
+    let i = tries.saturating_sub(1) as usize;
+    Duration::from_millis(MS.get(i).copied().unwrap_or(5000))
+}
 
 /// Runs a client process on `orders` (JSON) until [`Command::Stop`] or
 /// the end of stdin.
@@ -49,12 +61,22 @@ pub fn run(orders: &str) -> Result<(), BenchError> {
             "storm client: orders need a target and a topic".into(),
         ));
     }
+    let connector = orders.tls.as_ref().map(Connector::new).transpose()?;
+    let signer = match (orders.jwt, std::env::var(JWT_SECRET_ENV)) {
+        (false, _) => None,
+        (true, Ok(secret)) if !secret.is_empty() => Some(RefCell::new(Signer::new(&secret))),
+        (true, _) => {
+            return Err(BenchError::Usage(format!(
+                "storm client: --auth jwt needs the secret in {JWT_SECRET_ENV}"
+            )))
+        }
+    };
     sys::raise_fd_limit();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, main(orders));
+    local.block_on(&rt, main(orders, connector, signer));
     Ok(())
 }
 
@@ -70,6 +92,10 @@ struct Shared {
     window: Semaphore,
     /// The round: bumped by a cut; [`STOP`] ends every client.
     round: watch::Sender<u64>,
+    /// `--tls`: the clients' TLS (each with its own [`Ticket`]).
+    connector: Option<Connector>,
+    /// `--auth jwt`: the tokens' signer (its buffers reused).
+    signer: Option<RefCell<Signer>>,
 }
 
 impl Shared {
@@ -77,6 +103,46 @@ impl Shared {
         let mut s = self.status.borrow_mut();
         s.errors += 1;
         s.first_error.get_or_insert(why);
+    }
+
+    /// A failed connect, upgrade or join, counted by its kind.
+    fn failed(&self, f: &Failed) {
+        let mut s = self.status.borrow_mut();
+        *s.connect_failures.entry(f.kind.name()).or_default() += 1;
+        match f.kind {
+            FailKind::JoinRefused | FailKind::Timeout => s.errors += 1,
+            _ => s.connect_errors += 1,
+        }
+        // Refused connects are what a restart's gap looks like: not news.
+        if f.kind != FailKind::Refused {
+            s.first_error.get_or_insert_with(|| f.why.clone());
+        }
+    }
+
+    /// The server ended client's session: counted by its close code.
+    fn closed(&self, code: Option<u16>, why: String) {
+        let mut s = self.status.borrow_mut();
+        s.server_closes += 1;
+        let key = code.map_or_else(|| "none".to_string(), |c| c.to_string());
+        *s.closes_by_code.entry(key).or_default() += 1;
+        if code == Some(1012) {
+            let now = sys::realtime_ns();
+            s.first_1012_ns = if s.first_1012_ns == 0 {
+                now
+            } else {
+                s.first_1012_ns.min(now)
+            };
+        } else {
+            s.first_error.get_or_insert(why);
+        }
+    }
+
+    /// The upgrade's path for client `g`: with `--auth jwt`, its token.
+    fn path(&self, g: u64) -> String {
+        match &self.signer {
+            Some(s) => s.borrow_mut().path(join::SOCKET_PATH, g as u32).to_string(),
+            None => join::SOCKET_PATH.to_string(),
+        }
     }
 
     /// Client `i` got number `n` (`prev` before): its count toward the target.
@@ -100,7 +166,7 @@ impl Shared {
     }
 }
 
-async fn main(orders: Orders) {
+async fn main(orders: Orders, connector: Option<Connector>, signer: Option<RefCell<Signer>>) {
     let (round, _) = watch::channel(0u64);
     let n = orders.count as usize;
     let topics = (0..orders.topics).map(|t| topic(t).into()).collect();
@@ -115,6 +181,8 @@ async fn main(orders: Orders) {
         targets: RefCell::new(vec![u64::MAX; orders.topics as usize]),
         orders,
         round,
+        connector,
+        signer,
     });
     for i in 0..n {
         tokio::task::spawn_local(client(Rc::clone(&shared), i));
@@ -164,101 +232,114 @@ fn target(shared: &Shared, t: Vec<u64>) {
     s.target_ns = if at > 0 { sys::realtime_ns() } else { 0 };
 }
 
-/// The source address of this process in `round`.
-fn source(process: u32, round: u64) -> IpAddr {
+/// The source address of this process for its clients' `session`-th
+/// connection (each cut or server close starts the next).
+fn source(process: u32, session: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(
         127,
-        10 + (round % 200) as u8,
+        10 + (session % 200) as u8,
         (process / 250) as u8,
         2 + (process % 250) as u8,
     ))
+}
+
+/// What one client keeps across its connections.
+struct Client {
+    g: u64,
+    target: SocketAddr,
+    topic: Rc<str>,
+    /// What phoenix.js's snippet keeps: the last ref seen.
+    since: Option<String>,
+    joined_before: bool,
+    join_n: u64,
+    /// Sessions ended so far (its source address's round).
+    sessions: u64,
+    /// Failed attempts since it last joined, and the server closed its
+    /// last session: what phoenix.js's backoff counts.
+    tries: u32,
+    /// `--tls`: its own session ticket.
+    ticket: Option<Arc<Ticket>>,
 }
 
 /// One client, for the process's life.
 async fn client(sh: Rc<Shared>, i: usize) {
     let g = sh.orders.first + i as u64;
     let (t, target) = sh.orders.of(g);
-    let topic = Rc::clone(&sh.topics[t as usize]);
+    let mut c = Client {
+        g,
+        target,
+        topic: Rc::clone(&sh.topics[t as usize]),
+        since: None,
+        joined_before: false,
+        join_n: 0,
+        sessions: 0,
+        tries: 0,
+        ticket: sh.connector.as_ref().map(|_| Arc::new(Ticket::default())),
+    };
     let mut rounds = sh.round.subscribe();
-    // What phoenix.js's snippet keeps: the last ref seen.
-    let mut since: Option<String> = None;
-    let mut joined_before = false;
-    let mut join_n = 0u64;
     loop {
-        let round = *rounds.borrow_and_update();
-        if round == STOP {
+        if *rounds.borrow_and_update() == STOP {
             return;
+        }
+        if c.tries > 0 {
+            tokio::time::sleep(reconnect_after(c.tries)).await;
         }
         let Ok(permit) = sh.window.acquire().await else {
             return;
         };
-        join_n += 1;
-        let jr = join_n.to_string();
-        let attempt = tokio::time::timeout(
-            JOIN_TIMEOUT,
-            join(
-                target,
-                source(sh.orders.process, round),
-                &topic,
-                &jr,
-                since.as_deref(),
-            ),
-        );
-        let (stream, buf, recovered) = match attempt.await {
-            Ok(Ok(j)) => j,
-            Ok(Err(Failed::Connect(e))) => {
-                drop(permit);
-                {
-                    let mut s = sh.status.borrow_mut();
-                    s.connect_errors += 1;
-                    s.first_error.get_or_insert(format!("connect: {e}"));
-                }
-                tokio::time::sleep(RETRY_AFTER).await;
-                continue;
-            }
-            Ok(Err(Failed::Join(e))) => {
-                drop(permit);
-                sh.error(e);
-                tokio::time::sleep(RETRY_AFTER).await;
-                continue;
-            }
-            Err(_) => {
-                drop(permit);
-                sh.error(format!("no join reply within {JOIN_TIMEOUT:?}"));
+        c.join_n += 1;
+        let jr = c.join_n.to_string();
+        let attempt = tokio::time::timeout(JOIN_TIMEOUT, connect_and_join(&sh, &c, &jr));
+        let joined = match attempt.await {
+            Ok(j) => j,
+            Err(_) => Err(Failed {
+                kind: FailKind::Timeout,
+                why: format!("no join reply within {JOIN_TIMEOUT:?}"),
+            }),
+        };
+        drop(permit);
+        let (stream, buf, recovered) = match joined {
+            Ok(j) => j,
+            Err(f) => {
+                sh.failed(&f);
+                c.tries += 1;
                 continue;
             }
         };
-        drop(permit);
-        {
-            let mut s = sh.status.borrow_mut();
-            s.joined += 1;
-            s.joins += 1;
-            if joined_before {
-                s.rejoins += 1;
-                if since.is_some() {
-                    if recovered == Some(true) {
-                        s.recovered += 1;
-                        s.last_recovered_ns = s.last_recovered_ns.max(sys::realtime_ns());
-                    } else {
-                        s.not_recovered += 1;
-                        s.first_error.get_or_insert(format!(
-                            "a rejoin with since was answered recovered: {recovered:?}"
-                        ));
-                    }
-                }
-            }
-        }
-        joined_before = true;
-        let end = session(&sh, i, &mut rounds, stream, buf, &jr, &mut since).await;
+        c.tries = 0;
+        count_join(&sh, &c, recovered);
+        c.joined_before = true;
+        let end = session(&sh, i, &mut rounds, stream, buf, &jr, &mut c.since).await;
         sh.status.borrow_mut().joined -= 1;
-        match end {
-            End::Cut => {}
-            End::Closed(why) => {
-                let mut s = sh.status.borrow_mut();
-                s.server_closes += 1;
-                s.first_error.get_or_insert(why);
-            }
+        c.sessions += 1;
+        if let End::Closed { code, why } = end {
+            sh.closed(code, why);
+            // phoenix.js reconnects after its first backoff step.
+            c.tries = 1;
         }
+    }
+}
+
+/// A join's `ok` reply: counted, and a rejoin's `recovered`.
+fn count_join(sh: &Shared, c: &Client, recovered: Option<bool>) {
+    let mut s = sh.status.borrow_mut();
+    s.joined += 1;
+    s.joins += 1;
+    if !c.joined_before {
+        return;
+    }
+    s.rejoins += 1;
+    if c.since.is_none() {
+        return;
+    }
+    if recovered == Some(true) {
+        s.recovered += 1;
+        s.last_recovered_ns = s.last_recovered_ns.max(sys::realtime_ns());
+    } else {
+        s.not_recovered += 1;
+        s.first_error.get_or_insert(format!(
+            "a rejoin with since was answered recovered: {recovered:?}"
+        ));
     }
 }
 
@@ -266,14 +347,89 @@ async fn client(sh: Rc<Shared>, i: usize) {
 enum End {
     /// A cut (or stop): the client closed its socket.
     Cut,
-    /// The server closed it, or sent what ends the channel.
-    Closed(String),
+    /// The server closed it (with a close frame's code, if it sent one),
+    /// or sent what ends the channel.
+    Closed { code: Option<u16>, why: String },
 }
 
-/// Why a connect and join failed.
-enum Failed {
-    Connect(io::Error),
-    Join(String),
+/// Why a connect, upgrade or join failed, as the status counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailKind {
+    /// Nothing listening (ECONNREFUSED): the gap of a restart.
+    Refused,
+    /// The connection reset or closed before the join's reply.
+    Reset,
+    /// The upgrade answered with this HTTP status (503: the server's
+    /// refusal at a cap, with Retry-After).
+    Http(u16),
+    /// The TLS handshake failed.
+    Tls,
+    /// No join reply within [`JOIN_TIMEOUT`].
+    Timeout,
+    /// The join was answered with an error.
+    JoinRefused,
+    Other,
+}
+
+impl FailKind {
+    /// Its key in [`Status::connect_failures`].
+    pub fn name(self) -> String {
+        match self {
+            FailKind::Refused => "refused".into(),
+            FailKind::Reset => "reset".into(),
+            FailKind::Http(code) => format!("http_{code}"),
+            FailKind::Tls => "tls".into(),
+            FailKind::Timeout => "timeout".into(),
+            FailKind::JoinRefused => "join_refused".into(),
+            FailKind::Other => "other".into(),
+        }
+    }
+
+    /// The kind of an error at a stage of the way in (`tls`: the TLS
+    /// handshake, whose own failures are [`FailKind::Tls`]).
+    pub fn of(e: &io::Error, tls: bool) -> FailKind {
+        use io::ErrorKind as K;
+        match e.kind() {
+            K::ConnectionRefused => return FailKind::Refused,
+            K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe | K::UnexpectedEof => {
+                return FailKind::Reset
+            }
+            K::TimedOut => return FailKind::Timeout,
+            _ => {}
+        }
+        let text = e.to_string();
+        if let Some(code) = text
+            .strip_prefix("upgrade refused: HTTP ")
+            .and_then(|c| c.parse().ok())
+        {
+            return FailKind::Http(code);
+        }
+        if text.starts_with("join refused") {
+            return FailKind::JoinRefused;
+        }
+        if text.contains("the server closed the connection") {
+            return FailKind::Reset;
+        }
+        if tls {
+            return FailKind::Tls;
+        }
+        FailKind::Other
+    }
+}
+
+/// A failed way in.
+struct Failed {
+    kind: FailKind,
+    why: String,
+}
+
+impl Failed {
+    fn at(stage: &str, tls: bool) -> impl Fn(io::Error) -> Failed + '_ {
+        move |e| Failed {
+            kind: FailKind::of(&e, tls),
+            why: format!("{stage}: {e}"),
+        }
+    }
 }
 
 /// The parts of a Phoenix v2 message the client reads.
@@ -294,23 +450,32 @@ struct Body {
     n: Option<u64>,
 }
 
+/// A close frame's code (none in an empty payload).
+fn close_code(payload: &[u8]) -> Option<u16> {
+    Some(u16::from_be_bytes([*payload.first()?, *payload.get(1)?]))
+}
+
 /// Reads until a cut or a close, checking each numbered message.
 async fn session(
     sh: &Shared,
     i: usize,
     rounds: &mut watch::Receiver<u64>,
-    stream: TcpStream,
+    mut stream: Stream,
     mut buf: Vec<u8>,
     jr: &str,
     since: &mut Option<String>,
 ) -> End {
+    let closed = |code, why: &str| End::Closed {
+        code,
+        why: why.to_string(),
+    };
     loop {
         let mut at = 0;
         loop {
             let f = match decode_frame(&mut buf[at..], Role::Client, join::MAX_FRAME) {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
-                Err(e) => return End::Closed(format!("a frame I cannot read: {e}")),
+                Err(e) => return closed(None, &format!("a frame I cannot read: {e}")),
             };
             let payload = at + f.payload.start..at + f.payload.end;
             at += f.consumed;
@@ -320,18 +485,22 @@ async fn session(
                         return end;
                     }
                 }
-                Opcode::Close => return End::Closed("the server sent a close frame".into()),
+                Opcode::Close => {
+                    let code = close_code(&buf[payload]);
+                    let why = format!("the server sent a close frame ({code:?})");
+                    return closed(code, &why);
+                }
                 Opcode::Ping | Opcode::Pong => {}
-                _ => return End::Closed("a binary or fragmented frame".into()),
+                _ => return closed(None, "a binary or fragmented frame"),
             }
         }
         buf.drain(..at);
         tokio::select! {
             biased;
             _ = rounds.changed() => return End::Cut,
-            r = join::read_more(&stream, &mut buf) => {
+            r = join::receive(&mut stream, &mut buf) => {
                 if let Err(e) = r {
-                    return End::Closed(format!("read: {e}"));
+                    return closed(None, &format!("read: {e}"));
                 }
             }
         }
@@ -355,7 +524,10 @@ fn message(
         return None;
     };
     if event == "phx_error" || event == "phx_close" {
-        return Some(End::Closed(format!("the server sent {event}")));
+        return Some(End::Closed {
+            code: None,
+            why: format!("the server sent {event}"),
+        });
     }
     if event != EVENT {
         return None;
@@ -397,25 +569,43 @@ fn message(
     None
 }
 
-/// TCP connect from `src`, the upgrade, `phx_join` (with `since` when
-/// there is one) and its `ok` reply; returns the socket, what came after
-/// the reply, and the reply's `recovered`.
-async fn join(
-    target: SocketAddr,
-    src: IpAddr,
-    topic: &str,
+/// TCP connect from the client's source, TLS with its ticket (`--tls`),
+/// the upgrade (with its token, `--auth jwt`), `phx_join` (with `since`
+/// when there is one) and its `ok` reply; returns the socket, what came
+/// after the reply, and the reply's `recovered`.
+async fn connect_and_join(
+    sh: &Shared,
+    c: &Client,
     jr: &str,
-    since: Option<&str>,
-) -> Result<(TcpStream, Vec<u8>, Option<bool>), Failed> {
-    let stream = join::connect(target, src).await.map_err(Failed::Connect)?;
-    let failed = |e: io::Error| Failed::Join(format!("{e}"));
+) -> Result<(Stream, Vec<u8>, Option<bool>), Failed> {
+    let src = source(sh.orders.process, c.sessions);
+    let tcp = join::connect(c.target, src)
+        .await
+        .map_err(Failed::at("connect", false))?;
+    let mut stream = match (&sh.connector, &c.ticket) {
+        (Some(tls), Some(ticket)) => {
+            let (stream, resumed) = tls
+                .connect(tcp, ticket)
+                .await
+                .map_err(Failed::at("TLS handshake", true))?;
+            let mut s = sh.status.borrow_mut();
+            if resumed {
+                s.tls_resumed += 1;
+            } else {
+                s.tls_full += 1;
+            }
+            stream
+        }
+        _ => Stream::Plain(tcp),
+    };
     let mut buf = Vec::with_capacity(512);
-    join::upgrade(&stream, target, &mut buf)
+    let path = sh.path(c.g);
+    join::upgrade_to(&mut stream, c.target, &path, &mut buf)
         .await
-        .map_err(failed)?;
-    let recovered = join::phx_join(&stream, &mut buf, topic, jr, since)
+        .map_err(Failed::at("upgrade", false))?;
+    let recovered = join::phx_join(&mut stream, &mut buf, &c.topic, jr, c.since.as_deref())
         .await
-        .map_err(failed)?;
+        .map_err(Failed::at("join", false))?;
     Ok((stream, buf, recovered))
 }
 
@@ -436,6 +626,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!((m.3, m.4.n), ("phx_reply", None));
+    }
+
+    #[test]
+    fn failures_are_counted_by_kind() {
+        use io::ErrorKind as K;
+        let kind = |e: io::Error, tls| FailKind::of(&e, tls).name();
+        assert_eq!(kind(K::ConnectionRefused.into(), false), "refused");
+        assert_eq!(kind(K::ConnectionReset.into(), true), "reset");
+        assert_eq!(kind(K::UnexpectedEof.into(), false), "reset");
+        let refused = io::Error::other("upgrade refused: HTTP 503");
+        assert_eq!(kind(refused, false), "http_503");
+        let join = io::Error::other("join refused: [..]");
+        assert_eq!(kind(join, false), "join_refused");
+        let alert = io::Error::new(K::InvalidData, "received fatal alert");
+        assert_eq!(kind(alert, true), "tls");
+        assert_eq!(kind(io::Error::other("odd"), false), "other");
+        assert_eq!(close_code(&[0x03, 0xf4]), Some(1012));
+        assert_eq!(close_code(&[]), None);
+    }
+
+    #[test]
+    fn reconnects_wait_as_phoenix_js_does() {
+        assert_eq!(reconnect_after(1), Duration::from_millis(10));
+        assert_eq!(reconnect_after(9), Duration::from_millis(2000));
+        assert_eq!(reconnect_after(10), Duration::from_millis(5000));
+        assert_eq!(reconnect_after(0), Duration::from_millis(10));
     }
 
     #[test]

@@ -14,6 +14,16 @@
 //! - [`client`]: the client process, [`publisher`]: the numbered messages
 //!   through the server API, [`report`]: the figures.
 //!
+//! With `--tls` each client connects over TLS keeping its own session
+//! ticket (`join::tls`), so a reconnect resumes where the server still
+//! knows the ticket's key; with `--auth jwt` each connects with its own
+//! user's token, its secret handed to the client processes in their
+//! environment ([`JWT_SECRET_ENV`]), never on a command line. With
+//! `--storm-restart` the server is stopped with SIGTERM (its drain closes
+//! every socket with 1012) and started again instead of the cut: the
+//! clients then reconnect as phoenix.js does, after its backoff, counting
+//! each failed connect by kind and each close by its code.
+//!
 //! Why not the agents' engine: the engine runs a scenario of steps on an
 //! arrival schedule; the storm needs per-client state across reconnects
 //! (the last ref and number) and a cut on command, which tokio tasks on one
@@ -23,12 +33,19 @@ pub mod client;
 pub mod publisher;
 pub mod report;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 pub use report::StormReport;
+
+use crate::join::tls::TlsPlan;
+
+/// The environment variable that hands a storm client process
+/// `--auth jwt`'s secret (a command line is readable by any user).
+pub const JWT_SECRET_ENV: &str = "THRONG_BENCH_JWT_SECRET";
 
 /// The event every numbered message is published as; its payload is
 /// `{"n": N}`, N counting from 1 on each topic.
@@ -57,6 +74,13 @@ pub struct Orders {
     pub process: u32,
     /// Connects and joins in flight at once (a closed loop).
     pub window: usize,
+    /// `--tls`: connect over TLS, trusting this CA.
+    #[serde(default)]
+    pub tls: Option<TlsPlan>,
+    /// `--auth jwt`: each client connects with its own token (user
+    /// `u<g>`), signed with the secret in [`JWT_SECRET_ENV`].
+    #[serde(default)]
+    pub jwt: bool,
 }
 
 impl Orders {
@@ -119,6 +143,25 @@ pub struct Status {
     pub server_closes: u64,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// The failed connects by kind ([`client::FailKind`]): `refused`
+    /// (nothing listening), `reset` (closed before the upgrade's answer),
+    /// `http_503` (the server's refusal, with Retry-After), `http_NNN`,
+    /// `tls`, `timeout`, `other`.
+    #[serde(default)]
+    pub connect_failures: BTreeMap<String, u64>,
+    /// Sockets the server closed, by close code (`none`: the connection
+    /// ended without a close frame).
+    #[serde(default)]
+    pub closes_by_code: BTreeMap<String, u64>,
+    /// CLOCK_REALTIME (ns) of the first close with code 1012 (0: none).
+    #[serde(default)]
+    pub first_1012_ns: u64,
+    /// TLS handshakes that joined: full, and resumed with the client's
+    /// ticket (all rounds).
+    #[serde(default)]
+    pub tls_full: u64,
+    #[serde(default)]
+    pub tls_resumed: u64,
     /// The process's last line.
     pub done: bool,
 }
@@ -147,6 +190,20 @@ impl Status {
         if self.first_error.is_none() {
             self.first_error.clone_from(&o.first_error);
         }
+        for (k, v) in &o.connect_failures {
+            *self.connect_failures.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.closes_by_code {
+            *self.closes_by_code.entry(k.clone()).or_default() += v;
+        }
+        if o.first_1012_ns != 0 {
+            self.first_1012_ns = match self.first_1012_ns {
+                0 => o.first_1012_ns,
+                t => t.min(o.first_1012_ns),
+            };
+        }
+        self.tls_full += o.tls_full;
+        self.tls_resumed += o.tls_resumed;
     }
 }
 
@@ -166,6 +223,8 @@ mod tests {
             count: 40,
             process: 0,
             window: 1,
+            tls: None,
+            jwt: false,
         };
         let mut per = std::collections::HashMap::new();
         for g in 0..40 {
@@ -174,6 +233,32 @@ mod tests {
         // 10 topics x 2 servers, 2 clients each.
         assert_eq!(per.len(), 20);
         assert!(per.values().all(|&c| c == 2));
+    }
+
+    #[test]
+    fn statuses_add_up_kinds_and_keep_the_first_1012() {
+        let mut a = Status {
+            first_1012_ns: 0,
+            ..Status::default()
+        };
+        a.connect_failures.insert("refused".into(), 2);
+        let mut b = Status {
+            first_1012_ns: 50,
+            tls_resumed: 3,
+            ..Status::default()
+        };
+        b.connect_failures.insert("refused".into(), 1);
+        b.closes_by_code.insert("1012".into(), 4);
+        let c = Status {
+            first_1012_ns: 40,
+            ..Status::default()
+        };
+        a.add(&b);
+        a.add(&c);
+        assert_eq!(a.connect_failures["refused"], 3);
+        assert_eq!(a.closes_by_code["1012"], 4);
+        assert_eq!(a.first_1012_ns, 40);
+        assert_eq!(a.tls_resumed, 3);
     }
 
     #[test]

@@ -136,8 +136,46 @@ pub fn parse_batch<'a>(body: &'a [u8], limits: &Limits) -> Result<Vec<Trigger<'a
     Ok(triggers)
 }
 
+/// Reads a `POST /users/{user_id}/events` body, `{"name": .., "data": ..}`
+/// (and `socket_id`, `info` as for `/events`): an event for the user's own
+/// channel, `#server-to-user-{user_id}`, what the SDKs' `sendToUser`
+/// triggers through `/events`. A `channel` or `channels` in it is refused.
+pub fn parse_user_event<'a>(
+    body: &'a [u8],
+    user_id: &str,
+    limits: &Limits,
+) -> Result<Trigger<'a>, ApiError> {
+    let not_object = || bad("The body is not a JSON object: send {\"name\": .., \"data\": ..}");
+    if !is_object(body) {
+        return Err(not_object());
+    }
+    let event: EventIn<'a> = serde_json::from_slice(body).map_err(|_| not_object())?;
+    let channel = format!("{}{user_id}", super::channel::SERVER_TO_USER_PREFIX);
+    check_with(event, limits, |list, one| {
+        if list.is_some() || one.is_some() {
+            return Err(bad(
+                "A user's events go to the user's own channel: leave out channel and channels",
+            ));
+        }
+        channel_type(&channel)?;
+        Ok(vec![Cow::Owned(channel)])
+    })
+}
+
 /// Checks one event against Pusher's rules and `limits`.
 fn check<'a>(event: EventIn<'a>, limits: &Limits) -> Result<Trigger<'a>, ApiError> {
+    check_with(event, limits, channels)
+}
+
+/// [`check`], with the event's channels read by `channels`.
+fn check_with<'a>(
+    event: EventIn<'a>,
+    limits: &Limits,
+    channels: impl FnOnce(
+        Option<Vec<&'a RawValue>>,
+        Option<&'a RawValue>,
+    ) -> Result<Vec<Cow<'a, str>>, ApiError>,
+) -> Result<Trigger<'a>, ApiError> {
     let name = event
         .name
         .and_then(raw_str)
@@ -300,6 +338,25 @@ mod tests {
             Data::Text(r#"{"a":1}"#)
         );
         assert!(events(r##"{"name":"e","data":"x","channels":["#server-to-user-42"]}"##).is_ok());
+    }
+
+    #[test]
+    fn reads_user_events() {
+        let limits = Limits::default();
+        let t = parse_user_event(br#"{"name":"e","data":"{\"a\":1}"}"#, "u-7", &limits).unwrap();
+        assert_eq!(t.channels, ["#server-to-user-u-7"]);
+        assert_eq!(t.name, "e");
+        let status = |body: &str, user: &str| {
+            parse_user_event(body.as_bytes(), user, &limits)
+                .unwrap_err()
+                .status()
+        };
+        assert_eq!(status(r#"{"name":"e","data":"x","channel":"a"}"#, "u"), 400);
+        assert_eq!(status(r#"{"name":"e"}"#, "u"), 400);
+        assert_eq!(status(r#"{"name":"e","data":"x"}"#, ""), 400);
+        assert_eq!(status("[]", "u"), 400);
+        let big = format!(r#"{{"name":"e","data":"{}"}}"#, "x".repeat(20_000));
+        assert_eq!(status(&big, "u"), 413);
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub use entry::{meta_fields, phx_ref, Meta, MetaError, Ref};
 pub use local::LocalPresence;
 pub use memory::{MemoryPresence, MemoryPresenceBus};
 pub use redis::RedisPresence;
-pub use topic::Flushed;
+pub use topic::{Flushed, Members};
 pub use tracker::{pusher_meta, PresenceStats, State, Tracker, STRIPES};
 
 /// How a topic's presence reaches clients.

@@ -338,6 +338,27 @@ pub struct TopicPresence {
     sent_at: Option<Instant>,
     /// In its stripe's dirty list.
     pub dirty: bool,
+    /// The node's flush count when its state last changed (or when it was
+    /// first watched): what a Pusher member list read now is as recent as
+    /// (`crate::MemberTag`). Kept by the [`Tracker`](super::Tracker).
+    pub generation: u64,
+}
+
+/// A Pusher presence channel's members as a new subscriber gets them (the
+/// flushed state: later changes come as member events), and what the
+/// members will be once the pending changes are flushed (for the
+/// channel's member limit).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Members {
+    /// The flush the list is as of ([`TopicPresence::generation`]).
+    pub generation: u64,
+    /// Each key of the flushed state once, with its first presence's
+    /// fields.
+    pub list: Vec<(Arc<str>, Box<str>)>,
+    /// Keys once the pending changes are applied.
+    pub upcoming: usize,
+    /// Whether the key asked about is among those.
+    pub upcoming_has_key: bool,
 }
 
 impl TopicPresence {
@@ -351,6 +372,55 @@ impl TopicPresence {
             sent_count: 0,
             sent_at: None,
             dirty: false,
+            generation: 0,
+        }
+    }
+
+    /// The members (see [`Members`]), and whether `key` will be one once
+    /// the pending changes are flushed. List mode only (count mode has no
+    /// key of another node).
+    pub fn members(&self, key: &str) -> Members {
+        let keys = &self.flushed.keys;
+        let list = keys
+            .iter()
+            .filter_map(|(k, metas)| {
+                let first = metas.iter().min_by_key(|m| m.id())?;
+                Some((k.clone(), first.fields.clone()))
+            })
+            .collect();
+        // A key is there after the flush if some presence of it is
+        // pending to join, or one flushed is not pending to leave.
+        let joining: HashSet<&str> = self.pending.joins.values().map(|(k, _)| &**k).collect();
+        let stays = |k: &str| {
+            joining.contains(k)
+                || keys.get(k).is_some_and(|metas| {
+                    metas
+                        .iter()
+                        .any(|m| !self.pending.leaves.contains_key(&m.id()))
+                })
+        };
+        let mut changed: Vec<&Arc<str>> = self
+            .pending
+            .joins
+            .values()
+            .chain(self.pending.leaves.values())
+            .map(|(k, _)| k)
+            .collect();
+        changed.sort();
+        changed.dedup();
+        let mut upcoming = keys.len();
+        for k in changed {
+            match (keys.contains_key(&**k), stays(k)) {
+                (false, true) => upcoming += 1,
+                (true, false) => upcoming -= 1,
+                _ => {}
+            }
+        }
+        Members {
+            generation: self.generation,
+            list,
+            upcoming,
+            upcoming_has_key: stays(key),
         }
     }
 

@@ -25,10 +25,10 @@ use throng_protocol::{Family, OwnedPayload, PUSHER_TOPIC_PREFIX};
 
 use super::encode;
 use super::entry::Meta;
-use super::topic::{MemberChange, StateSource, TopicPresence};
+use super::topic::{MemberChange, Members, StateSource, TopicPresence};
 use super::{Delta, Entries, Mode, PresenceSink, PresenceStore};
 use crate::metrics::write_metric;
-use crate::Broadcast;
+use crate::{Broadcast, MemberTag};
 
 /// Stripes of the topic map.
 pub const STRIPES: usize = 64;
@@ -76,6 +76,10 @@ pub struct Tracker {
     store: Arc<dyn PresenceStore>,
     stripes: Box<[Mutex<Stripe>]>,
     seq: AtomicU64,
+    /// Flushes that changed a Pusher presence channel's state, node-wide:
+    /// each such flush takes the next number, which tags its member events
+    /// and dates the member lists read after it (`crate::MemberTag`).
+    generation: AtomicU64,
     /// Count mode: `presence_count` broadcasts per second per topic, about,
     /// cluster-wide (`--presence-count-rate`; 0: one per interval).
     count_rate: u64,
@@ -101,6 +105,7 @@ impl Tracker {
             store,
             stripes: (0..STRIPES).map(|_| Mutex::default()).collect(),
             seq: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             count_rate,
             stats: PresenceStats::default(),
         });
@@ -138,7 +143,10 @@ impl Tracker {
         let mut new = false;
         let tp = stripe.topics.entry(topic.clone()).or_insert_with(|| {
             new = true;
-            TopicPresence::new(mode, self.me)
+            let mut tp = TopicPresence::new(mode, self.me);
+            // Newer than any member event made before (an earlier watch's).
+            tp.generation = self.generation.load(Relaxed);
+            tp
         });
         if new {
             self.stats.topics.fetch_add(1, Relaxed);
@@ -257,6 +265,21 @@ impl Tracker {
         f.is_complete().then(|| (f.state_json(), f.key_count()))
     }
 
+    /// A Pusher presence channel's members for a new subscriber of user
+    /// `key` (see [`Members`]): as of the last flush when this node watches
+    /// `topic`; none yet when it does not (the other nodes' come as member
+    /// events once the store's snapshot is in), dated now.
+    pub fn members(&self, topic: &str, key: &str) -> Members {
+        let stripe = self.lock(stripe_of(topic));
+        match stripe.topics.get(topic) {
+            Some(tp) => tp.members(key),
+            None => Members {
+                generation: self.generation.load(Relaxed),
+                ..Members::default()
+            },
+        }
+    }
+
     /// Distinct keys on `topic` as of the last flush, if watched here.
     pub fn count(&self, topic: &str) -> Option<usize> {
         let stripe = self.lock(stripe_of(topic));
@@ -354,10 +377,16 @@ impl Tracker {
                 }
                 if is_pusher {
                     // A Pusher presence channel: member_added and
-                    // member_removed, each user once, instead of a diff.
-                    for change in &f.members {
-                        let (msg, exclude) = pusher_member(name, change, self.me);
-                        pusher.push((name.clone(), msg, exclude));
+                    // member_removed, each user once, instead of a diff,
+                    // dated by this flush (under the stripe's lock, as
+                    // `members` reads it).
+                    if f.joined + f.left > 0 {
+                        let generation = self.generation.fetch_add(1, Relaxed) + 1;
+                        tp.generation = generation;
+                        for change in &f.members {
+                            let made = pusher_member(name, change, generation);
+                            pusher.push((name.clone(), made));
+                        }
                     }
                 } else if let Some(m) = f.message {
                     messages.push((name.clone(), m));
@@ -371,19 +400,18 @@ impl Tracker {
         }
         let all = messages
             .into_iter()
-            .map(|(t, m)| (t, m, None))
-            .chain(pusher);
-        for (topic, (event, payload), exclude) in all {
+            .map(|(t, m)| (t, (m, None)))
+            .chain(pusher.into_iter().map(|(t, (m, tag))| (t, (m, Some(tag)))));
+        for (topic, ((event, payload), tag)) in all {
             self.stats.diffs.fetch_add(1, Relaxed);
             self.stats
                 .diff_bytes
                 .fetch_add(payload.len() as u64, Relaxed);
-            out.push(Arc::new(Broadcast::new(
-                topic,
-                event.to_string(),
-                OwnedPayload::Json(payload),
-                exclude,
-            )));
+            let b = Broadcast::new(topic, event.to_string(), OwnedPayload::Json(payload), None);
+            out.push(Arc::new(match tag {
+                Some(tag) => b.with_member(tag),
+                None => b,
+            }));
         }
     }
 
@@ -523,6 +551,53 @@ impl PresenceSink for Tracker {
     }
 }
 
+/// A Pusher presence channel's frame for a member that came or went: the
+/// event and the frame, the broadcast's payload (`Broadcast` sends a
+/// Pusher channel's payload as its frame), and its tag: the member and
+/// flush `generation`, so that delivery leaves out the subscribers whose
+/// member list has the change already (the member's own sockets, and those
+/// that read the list after this flush: `crate::MemberTag`).
+fn pusher_member(
+    topic: &str,
+    change: &MemberChange,
+    generation: u64,
+) -> ((&'static str, String), MemberTag) {
+    use throng_protocol::pusher::server;
+    // `pusher/<app id>/<channel>`.
+    let channel = topic
+        .strip_prefix(PUSHER_TOPIC_PREFIX)
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(topic, |(_, channel)| channel);
+    let mut out = Vec::with_capacity(96);
+    let (event, key) = match change {
+        MemberChange::Added(key, _, fields) => {
+            // The meta a Pusher presence tracks: `"user_info":<json>`.
+            let (_, info) = pusher_meta(fields);
+            server::member_added(&mut out, channel, key, info);
+            ("pusher_internal:member_added", key)
+        }
+        MemberChange::Removed(key) => {
+            server::member_removed(&mut out, channel, key);
+            ("pusher_internal:member_removed", key)
+        }
+    };
+    let tag = MemberTag {
+        key: key.clone(),
+        generation,
+    };
+    ((event, String::from_utf8(out).unwrap_or_default()), tag)
+}
+
+/// A Pusher presence's meta fields, `"_socket":N,"user_info":<json>`: the
+/// socket (shard << 32 | connection key) and the user info's JSON.
+pub fn pusher_meta(fields: &str) -> (Option<u64>, Option<&str>) {
+    let Some(rest) = fields.strip_prefix("\"_socket\":") else {
+        return (None, fields.strip_prefix("\"user_info\":"));
+    };
+    let (n, rest) = rest.split_once(',').unwrap_or((rest, ""));
+    (n.parse().ok(), rest.strip_prefix("\"user_info\":"))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -537,6 +612,81 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect()
+    }
+
+    /// The frames and tags of a flush's Pusher member events.
+    fn member_events(out: &mut Vec<Arc<Broadcast>>) -> Vec<(String, String, u64)> {
+        out.drain(..)
+            .map(|b| {
+                let tag = b.member.as_deref().expect("a member event is tagged");
+                let frame = match &b.payload {
+                    OwnedPayload::Json(j) => j.clone(),
+                    other => panic!("{other:?}"),
+                };
+                (frame, tag.key.to_string(), tag.generation)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pusher_members_come_once_per_user_tagged_with_their_flush() {
+        let t = Tracker::new(Arc::new(LocalPresence::new()));
+        let topic: Arc<str> = "pusher/1/presence-room".into();
+        let fresh = t.members(&topic, "u1");
+        assert_eq!((fresh.list.len(), fresh.upcoming), (0, 0));
+        // Two tabs of u1 and one of u2 in one interval: one member_added each.
+        let (a, _) = t.track(
+            &topic,
+            Mode::List,
+            "u1".into(),
+            r#""user_info":{"n":1}"#.into(),
+        );
+        let (b, _) = t.track(
+            &topic,
+            Mode::List,
+            "u1".into(),
+            r#""user_info":{"n":1}"#.into(),
+        );
+        t.track(
+            &topic,
+            Mode::List,
+            "u2".into(),
+            r#""user_info":null"#.into(),
+        );
+        let before = t.members(&topic, "u3");
+        assert_eq!(before.list.len(), 0, "as of the last flush");
+        assert_eq!((before.upcoming, before.upcoming_has_key), (2, false));
+        assert!(t.members(&topic, "u1").upcoming_has_key);
+        let mut out = Vec::new();
+        t.flush_all(&mut out);
+        let mut events = member_events(&mut out);
+        events.sort_by(|x, y| x.1.cmp(&y.1));
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(
+            events[0].0,
+            r#"{"event":"pusher_internal:member_added","channel":"presence-room","data":"{\"user_id\":\"u1\",\"user_info\":{\"n\":1}}"}"#
+        );
+        assert_eq!(events[1].1, "u2");
+        let g = events[0].2;
+        assert_eq!(events[1].2, g, "one flush, one generation");
+        let after = t.members(&topic, "u1");
+        assert_eq!((after.generation, after.list.len()), (g, 2));
+        // One tab of u1 leaves: no news; the other too: member_removed.
+        t.untrack(&topic, "u1", a);
+        t.flush_all(&mut out);
+        assert!(member_events(&mut out).is_empty());
+        assert_eq!(t.members(&topic, "x").upcoming, 2);
+        t.untrack(&topic, "u1", b);
+        assert_eq!(t.members(&topic, "x").upcoming, 1, "u1's last tab goes");
+        t.flush_all(&mut out);
+        let events = member_events(&mut out);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].0.contains("member_removed") && events[0].1 == "u1");
+        assert!(events[0].2 > g, "a later flush, a later generation");
+        // A topic watched again is dated after every earlier event.
+        let later = events[0].2;
+        t.unwatch(&topic, || false);
+        assert!(t.members(&topic, "u9").generation >= later);
     }
 
     #[test]
@@ -568,50 +718,4 @@ mod tests {
             "{metrics}"
         );
     }
-}
-
-/// A Pusher presence channel's frame for a member that came or went: the
-/// event and the frame, the broadcast's payload (`Broadcast` sends a
-/// Pusher channel's payload as its frame).
-/// A member's own socket (its `"_socket"` field, on this node) is left
-/// out: its subscription's member list had it already.
-fn pusher_member(
-    topic: &str,
-    change: &MemberChange,
-    me: u64,
-) -> ((&'static str, String), Option<(usize, usize)>) {
-    use throng_protocol::pusher::server;
-    // `pusher/<app id>/<channel>`.
-    let channel = topic
-        .strip_prefix(PUSHER_TOPIC_PREFIX)
-        .and_then(|rest| rest.split_once('/'))
-        .map_or(topic, |(_, channel)| channel);
-    let mut out = Vec::with_capacity(96);
-    let mut exclude = None;
-    let event = match change {
-        MemberChange::Added(key, owner, fields) => {
-            // The meta a Pusher presence tracks: `"_socket":N,"user_info":<json>`.
-            let (socket, info) = pusher_meta(fields);
-            if *owner == me {
-                exclude = socket.map(|n| ((n >> 32) as usize, (n & 0xffff_ffff) as usize));
-            }
-            server::member_added(&mut out, channel, key, info);
-            "pusher_internal:member_added"
-        }
-        MemberChange::Removed(key) => {
-            server::member_removed(&mut out, channel, key);
-            "pusher_internal:member_removed"
-        }
-    };
-    ((event, String::from_utf8(out).unwrap_or_default()), exclude)
-}
-
-/// A Pusher presence's meta fields, `"_socket":N,"user_info":<json>`: the
-/// socket (shard << 32 | connection key) and the user info's JSON.
-pub fn pusher_meta(fields: &str) -> (Option<u64>, Option<&str>) {
-    let Some(rest) = fields.strip_prefix("\"_socket\":") else {
-        return (None, fields.strip_prefix("\"user_info\":"));
-    };
-    let (n, rest) = rest.split_once(',').unwrap_or((rest, ""));
-    (n.parse().ok(), rest.strip_prefix("\"user_info\":"))
 }

@@ -23,7 +23,16 @@ settings! {
         /// The webhook URL of every app given by --pusher-app or THRONG_PUSHER_APPS: channel_occupied, channel_vacated, member_added, member_removed, client_event and cache_miss events, signed with the app's secret, as Pusher sends them [default: none, no webhooks]
         #[arg(long = "pusher-webhook-url", help_heading = "Pusher Channels", value_name = "URL", env = "THRONG_PUSHER_WEBHOOK_URL")]
         pub webhook_url: Option<String>,
-        /// Seconds without a message from a Pusher socket before the server sends it pusher:ping (it also tells clients this in pusher:connection_established); one that stays silent 30 s more is closed with 4201
+        /// Webhook events an app may have waiting for its webhook URL; past it new ones are dropped and counted (throng_pusher_webhook_events_dropped_total)
+        #[arg(long = "pusher-webhook-queue", help_heading = "Pusher Channels", value_name = "N", value_parser = whole::<usize>, env = "THRONG_PUSHER_WEBHOOK_QUEUE")]
+        pub webhook_queue: Option<usize> = 10000,
+        /// Webhook events in one POST at most (a batch also goes out 100 ms after its first event)
+        #[arg(long = "pusher-webhook-batch", help_heading = "Pusher Channels", value_name = "N", value_parser = whole::<usize>, env = "THRONG_PUSHER_WEBHOOK_BATCH")]
+        pub webhook_batch: Option<usize> = 100,
+        /// Milliseconds a webhook URL has to answer a POST; a POST not answered 2xx in time is sent again, with backoff, until it is
+        #[arg(long = "pusher-webhook-timeout-ms", help_heading = "Pusher Channels", value_name = "MS", value_parser = whole::<u64>, env = "THRONG_PUSHER_WEBHOOK_TIMEOUT_MS")]
+        pub webhook_timeout_ms: Option<u64> = 5000,
+        /// Seconds without a message from a Pusher socket before the server sends it pusher:ping (it also tells clients this in pusher:connection_established); one that stays silent 30 s more (or as long again, when that is shorter) is closed with 4201
         #[arg(long = "pusher-activity-timeout", help_heading = "Pusher Channels", value_name = "SECS", value_parser = whole::<u32>, env = "THRONG_PUSHER_ACTIVITY_TIMEOUT")]
         pub activity_timeout: Option<u32> = 120,
         /// Client events (client-*) a Pusher socket may send a second (as Pusher: 10); past it they are dropped and answered pusher:error 4301
@@ -35,6 +44,12 @@ settings! {
         /// Largest body the Pusher HTTP API reads (POST /apps/ID/events and batch_events); a larger one gets 413 before it is read
         #[arg(long = "pusher-max-api-body-bytes", help_heading = "Pusher Channels", value_name = "BYTES", value_parser = whole::<usize>, env = "THRONG_PUSHER_MAX_API_BODY_BYTES")]
         pub max_api_body_bytes: Option<usize> = 262144,
+        /// Pusher HTTP API requests that may wait on the cluster's figures at once on this server (channel and user queries, triggers with info); past it one gets 503 at once
+        #[arg(long = "pusher-max-api-requests", help_heading = "Pusher Channels", value_name = "N", value_parser = whole::<usize>, env = "THRONG_PUSHER_MAX_API_REQUESTS")]
+        pub max_api_requests: Option<usize> = 256,
+        /// Seconds a Pusher HTTP API request may wait on the cluster's figures; past it it gets 504
+        #[arg(long = "pusher-api-timeout", help_heading = "Pusher Channels", value_name = "SECS", value_parser = whole::<u64>, env = "THRONG_PUSHER_API_TIMEOUT")]
+        pub api_timeout: Option<u64> = 10,
         /// The [[pusher.apps]] tables as JSON (set by the supervisor for its workers: use [[pusher.apps]] in the config file)
         #[arg(long = "pusher-apps-json", hide = true, env = "THRONG_PUSHER_APPS_JSON", hide_env_values = true)]
         #[serde(skip_deserializing)]
@@ -120,6 +135,35 @@ pub struct PusherConfig {
     pub cache_ttl: u64,
     /// The HTTP API's body bound.
     pub max_api_body_bytes: usize,
+    /// HTTP API requests waiting on the cluster at once.
+    pub max_api_requests: usize,
+    /// Seconds an HTTP API request may wait on the cluster.
+    pub api_timeout: u64,
+    /// Webhook events queued per app at most.
+    pub webhook_queue: usize,
+    /// Webhook events per POST at most.
+    pub webhook_batch: usize,
+    /// How long a webhook URL has to answer.
+    pub webhook_timeout: std::time::Duration,
+}
+
+impl PusherConfig {
+    /// What the apps' webhooks need of these settings.
+    pub fn webhooks(&self) -> crate::hooks::WebhookSettings {
+        use crate::hooks::{WebhookApp, WebhookSettings};
+        let apps = self.apps.iter().map(|a| WebhookApp {
+            id: a.id.clone(),
+            key: a.key.clone(),
+            secret: a.secret.clone(),
+            url: a.webhook_url.clone(),
+        });
+        WebhookSettings {
+            apps: apps.collect(),
+            queue: self.webhook_queue,
+            batch: self.webhook_batch,
+            timeout: self.webhook_timeout,
+        }
+    }
 }
 
 impl Default for PusherConfig {
@@ -172,12 +216,30 @@ impl PusherArgs {
                  (pusher-js pings after the least of its own 120 s and this)"
             ));
         }
+        let (max_api_requests, api_timeout) = (self.max_api_requests(), self.api_timeout());
+        if max_api_requests == 0 || !(1..=3600).contains(&api_timeout) {
+            return Err(format!(
+                "pusher max_api_requests must be at least 1 and api_timeout 1..=3600 seconds, \
+                 got {max_api_requests} and {api_timeout}"
+            ));
+        }
+        let webhook_timeout_ms = self.webhook_timeout_ms();
+        if !(1..=600_000).contains(&webhook_timeout_ms) {
+            return Err(format!(
+                "pusher webhook_timeout_ms must be 1..=600000, got {webhook_timeout_ms}"
+            ));
+        }
         Ok(PusherConfig {
             apps,
             activity_timeout,
             client_event_rate: self.client_event_rate(),
             cache_ttl: self.cache_ttl(),
             max_api_body_bytes: self.max_api_body_bytes(),
+            max_api_requests,
+            api_timeout,
+            webhook_queue: self.webhook_queue().max(1),
+            webhook_batch: self.webhook_batch().max(1),
+            webhook_timeout: std::time::Duration::from_millis(webhook_timeout_ms),
         })
     }
 }
@@ -314,7 +376,13 @@ mod tests {
             args.resolve(&[], None).unwrap_err()
         };
         assert!(bad("1:key").contains("ID:KEY:SECRET"));
-        assert!(!bad("1:key").contains("key:"), "no secret shown");
+        assert!(
+            !bad("1:key").contains("1:key"),
+            "the value given is not shown"
+        );
+        // Two parts: the second may be a secret given without its key.
+        let two = bad("1:s3cr3t-given-alone");
+        assert!(!two.contains("s3cr3t"), "no secret shown: {two}");
         assert!(bad("1:key:short").contains("too short, needs 20"));
         assert!(bad(&format!("a/b:key:{SECRET}")).contains("id must be"));
         let twice = PusherArgs {

@@ -23,6 +23,9 @@
 
 use throng_protocol::{Opcode, Wire};
 
+use throng_pubsub::Broadcast;
+
+use super::conn::Conn;
 use super::http::{Head, Route, Upgrade};
 use super::outlet::{Closed, SessionWork};
 use super::Conns;
@@ -109,6 +112,15 @@ pub(crate) trait Protocol: Send + Sync + Sized + 'static {
     /// hook's answer, a history read's answer, a forwarded request).
     fn inbox(&self, cx: &mut Cx<'_, Self::Shard>, msg: ShardMsg) {
         let _ = (cx, msg);
+    }
+
+    /// Whether broadcast `b`, whose recipients are the protocol's to
+    /// choose (a Pusher presence member event: `b.member`), goes to
+    /// connection `conn`, a subscriber of its topic (registry index
+    /// `topic`).
+    fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {
+        let _ = (conn, topic, b);
+        true
     }
 
     /// The end of a loop turn (answers gathered during it go out).

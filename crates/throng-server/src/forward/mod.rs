@@ -6,8 +6,12 @@
 //!
 //! The sessions themselves are `crate::protocol::phoenix::longpoll`'s (it re-exports these);
 //! these values are below the node, whose shard inboxes and backplane
-//! messages carry them (`crate::node`, `crate::control`).
+//! messages carry them (`crate::node`, `crate::control`). So are the
+//! Pusher HTTP API's (`pusher.rs`): a trigger on its way to the shard of
+//! the socket it leaves out, and an answer back to the shard holding its
+//! request.
 
+pub(crate) mod pusher;
 pub(crate) mod token;
 pub(crate) mod wire;
 

@@ -123,26 +123,36 @@ pub(crate) fn with_recovered(response: &str, recovered: bool) -> Option<String> 
     Some(format!("{{\"recovered\":{recovered}{sep}{body}"))
 }
 
-/// Reads `topic`'s history after `since` (`rule` keeps it) and hands
-/// what it found to `then`: at once from this process's store, or once
-/// Redis answers (the read waits until the node's subscription of the
-/// topic is active: every later message then comes live). The one read of
-/// a rejoin, whichever store keeps the history.
+/// Reads `topic`'s history after `since` (without: the newest messages
+/// kept, as a Pusher cache channel's subscription reads its last event;
+/// `rule` keeps it) and hands what it found to `then`: at once from this
+/// process's store, or once Redis answers (the read waits until the
+/// node's subscription of the topic is active: every later message then
+/// comes live). The one read of a rejoin, whichever store keeps the
+/// history.
 pub(crate) fn read(
     node: &crate::node::Node,
     rule: crate::rules::HistoryRule,
     topic: std::sync::Arc<str>,
-    since: &str,
+    since: Option<&str>,
     then: impl FnOnce(throng_pubsub::Replay) + Send + 'static,
 ) {
     if let Some(redis) = node.history_redis.clone() {
-        let since = since.to_string();
+        let since = since.map(str::to_string);
         let name = std::sync::Arc::clone(&topic);
-        let read = move || redis.read(&name, Some(&since), usize::MAX, rule.size, Box::new(then));
+        let read = move || {
+            redis.read(
+                &name,
+                since.as_deref(),
+                usize::MAX,
+                rule.size,
+                Box::new(then),
+            )
+        };
         node.backplane.when_subscribed(&topic, Box::new(read));
     } else if let Some(store) = &node.history {
         let now = std::time::Instant::now();
-        store.read(&topic, Some(since), usize::MAX, now, then);
+        store.read(&topic, since, usize::MAX, now, then);
     } else {
         then(throng_pubsub::Replay::default());
     }

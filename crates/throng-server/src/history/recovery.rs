@@ -119,7 +119,8 @@ impl Recovery {
     /// (registry index `idx`, subscribed already) after `since`, on shard
     /// `shard`; its answer comes back to the shard's inbox
     /// ([`ShardMsg::Replay`]), once the node's subscription of the topic is
-    /// active. False when the topic keeps no history.
+    /// active. Without `since`, the newest messages kept (a Pusher cache
+    /// channel's last event). False when the topic keeps no history.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         &mut self,
@@ -128,7 +129,7 @@ impl Recovery {
         key: usize,
         idx: u32,
         topic: &str,
-        since: &str,
+        since: Option<&str>,
         held: HeldJoin,
     ) -> bool {
         let Some(rule) = node.policy.history(topic) else {

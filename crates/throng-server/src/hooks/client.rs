@@ -8,7 +8,7 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -52,7 +52,7 @@ pub struct HookClient {
     config: HooksConfig,
     /// `{url}/join`, `{url}/push`, `{url}/connect`, by [`Hook`] index.
     uris: [hyper::Uri; 3],
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Http,
     runtime: tokio::runtime::Handle,
     in_flight: AtomicUsize,
     breaker: Breaker,
@@ -70,6 +70,60 @@ pub struct HookClient {
 /// Idle keep-alive connections kept to the backend.
 const POOL_IDLE: usize = 256;
 
+/// The HTTP client requests to backends go out on (the hooks', Pusher's
+/// webhooks): HTTP/1.1, https with the roots of `ca_file` (or the
+/// system's), a keep-alive pool.
+pub(super) type Http = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A tokio runtime on a thread of its own named `name`, for a client's
+/// requests: nothing a backend does holds an event loop.
+pub(super) fn runtime(name: &str) -> io::Result<tokio::runtime::Handle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => {
+                    let _ = tx.send(Ok(rt.handle().clone()));
+                    rt.block_on(std::future::pending::<()>());
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        })?;
+    rx.recv()
+        .map_err(|_| io::Error::other(format!("the {name} thread did not start")))?
+}
+
+/// An [`Http`] client whose connects give up after `timeout`.
+pub(super) fn http_client(
+    timeout: Duration,
+    idle_timeout: Duration,
+    ca_file: Option<&std::path::Path>,
+) -> io::Result<Http> {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(timeout));
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(super::tls::client_config(ca_file)?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    // The pool's idle timeout takes effect only with a timer: without
+    // one, idle connections were closed only when next checked out, so
+    // after a burst up to POOL_IDLE of them stayed open for good.
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(idle_timeout)
+        .pool_timer(TokioTimer::new())
+        .pool_max_idle_per_host(POOL_IDLE)
+        .build(connector))
+}
+
 impl HookClient {
     /// Starts the hook thread when a backend is configured.
     pub fn start(config: &HooksConfig) -> io::Result<Option<Arc<HookClient>>> {
@@ -82,54 +136,23 @@ impl HookClient {
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
         };
         let uris = [uri(Hook::Join)?, uri(Hook::Push)?, uri(Hook::Connect)?];
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("throng-hooks".into())
-            .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => {
-                        let _ = tx.send(Ok(rt.handle().clone()));
-                        rt.block_on(std::future::pending::<()>());
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            })?;
-        let runtime = rx
-            .recv()
-            .map_err(|_| io::Error::other("the hook thread did not start"))??;
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(config.timeout));
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(super::tls::client_config(config.ca_file.as_deref())?)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        // The pool's idle timeout takes effect only with a timer: without
-        // one, idle connections were closed only when next checked out, so
-        // after a burst up to POOL_IDLE of them stayed open for good.
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(config.idle_timeout)
-            .pool_timer(TokioTimer::new())
-            .pool_max_idle_per_host(POOL_IDLE)
-            .build(connector);
+        let runtime = runtime("throng-hooks")?;
+        let client = http_client(
+            config.timeout,
+            config.idle_timeout,
+            config.ca_file.as_deref(),
+        )?;
         let events = config.events.then(|| -> io::Result<Arc<Events>> {
             let target = super::events::Target {
                 client: client.clone(),
                 uri: format!("{url}/events")
                     .parse()
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
-                secret: config.secret.clone(),
                 timeout: config.timeout,
                 batch: config.events_batch,
             };
-            Ok(Events::start(&runtime, config.events_queue, target))
+            let secret = config.secret.clone();
+            Ok(Events::start(&runtime, config.events_queue, target, secret))
         });
         let events = events.transpose()?;
         Ok(Some(Arc::new(HookClient {

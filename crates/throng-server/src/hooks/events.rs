@@ -17,6 +17,11 @@
 //! events arrive in the order they were queued (each node's own order;
 //! nodes are not ordered with each other). `sent_at` is written at each
 //! attempt, under the signature, so a backend can refuse a replay.
+//!
+//! The same queue and sender carry Pusher's webhooks (`webhooks.rs`), in
+//! their own body and headers: a queue is generic over its [`Format`]
+//! (how a batch is written and signed) and told its [`Names`] (what its
+//! logs call it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -123,6 +128,62 @@ struct Wire<'a> {
 /// events they queued (their sockets' disconnects) to reach the backend.
 pub const FLUSH_AT_EXIT: Duration = Duration::from_secs(5);
 
+/// How a batch of events is written and signed for its backend.
+pub trait Format: Send + Sync + 'static {
+    /// One event, as the shards queue it.
+    type Event: Send + 'static;
+    /// The body of `batch` (each event with its id), written at each
+    /// attempt (so a time in it is the attempt's).
+    fn body(&self, batch: &[(String, Self::Event)]) -> Vec<u8>;
+    /// The headers that go with `body` (its signature).
+    fn headers(&self, body: &[u8]) -> Vec<(&'static str, String)>;
+}
+
+/// The lifecycle events' format: a JSON array of [`Event`]s, signed in
+/// `x-throng-signature` with `[hooks] secret`.
+pub struct Lifecycle {
+    pub secret: Option<String>,
+}
+
+impl Format for Lifecycle {
+    type Event = Event;
+
+    fn body(&self, batch: &[(String, Event)]) -> Vec<u8> {
+        encode(batch)
+    }
+
+    fn headers(&self, body: &[u8]) -> Vec<(&'static str, String)> {
+        let sign = |secret: &String| ("x-throng-signature", signature(secret, body));
+        self.secret.iter().map(sign).collect()
+    }
+}
+
+/// What a queue's logs call it and point to.
+pub struct Names {
+    /// The events, as a log line names them: "lifecycle events".
+    pub what: String,
+    /// Where they go, as a fix names it: "URL/events".
+    pub target: String,
+    /// The setting that bounds the queue: "--hook-events-queue".
+    pub queue: &'static str,
+    /// The counters a log points to.
+    pub dropped_metric: &'static str,
+    pub retries_metric: &'static str,
+}
+
+impl Names {
+    /// The lifecycle events'.
+    fn lifecycle() -> Names {
+        Names {
+            what: "lifecycle events".into(),
+            target: "URL/events".into(),
+            queue: "--hook-events-queue",
+            dropped_metric: "throng_hook_events_dropped_total",
+            retries_metric: "throng_hook_event_retries_total",
+        }
+    }
+}
+
 /// The counters of `/metrics`.
 #[derive(Default)]
 pub struct EventStats {
@@ -137,10 +198,12 @@ pub struct EventStats {
 }
 
 /// The shards' side: a bounded queue to the sender task.
-pub struct Events {
-    tx: mpsc::Sender<Event>,
+pub struct Events<F: Format = Lifecycle> {
+    tx: mpsc::Sender<F::Event>,
     capacity: usize,
-    pub stats: EventStats,
+    /// Its counters (Pusher's apps share theirs).
+    pub stats: Arc<EventStats>,
+    names: Names,
     /// The "queue full" warning was logged (until the queue drains).
     full_logged: AtomicBool,
     /// A batch is being sent (or sent again).
@@ -151,44 +214,67 @@ pub struct Events {
 pub(super) struct Target {
     pub client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     pub uri: hyper::Uri,
-    pub secret: Option<String>,
     pub timeout: Duration,
     pub batch: usize,
 }
 
-impl Events {
-    /// Starts the sender task on `runtime`.
+impl Events<Lifecycle> {
+    /// Starts the lifecycle events' sender task on `runtime`.
     pub(super) fn start(
         runtime: &tokio::runtime::Handle,
         queue: usize,
         target: Target,
+        secret: Option<String>,
     ) -> Arc<Events> {
+        let format = Lifecycle { secret };
+        let stats = Arc::default();
+        Events::start_with(runtime, queue, target, format, Names::lifecycle(), stats)
+    }
+}
+
+impl<F: Format> Events<F> {
+    /// Starts the sender task of events written as `format` on `runtime`,
+    /// counted in `stats`.
+    pub(super) fn start_with(
+        runtime: &tokio::runtime::Handle,
+        queue: usize,
+        target: Target,
+        format: F,
+        names: Names,
+        stats: Arc<EventStats>,
+    ) -> Arc<Events<F>> {
         let (tx, rx) = mpsc::channel(queue.max(1));
         let events = Arc::new(Events {
             tx,
             capacity: queue.max(1),
-            stats: EventStats::default(),
+            stats,
+            names,
             full_logged: AtomicBool::new(false),
             sending: AtomicBool::new(false),
         });
-        runtime.spawn(send_loop(rx, events.clone(), target));
+        runtime.spawn(send_loop(rx, events.clone(), target, format));
         events
     }
 
     /// Queues `e`; drops it (counted) when the queue is full. Never blocks.
-    pub fn push(&self, e: Event) {
+    pub fn push(&self, e: F::Event) {
         match self.tx.try_send(e) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(e)) => {
+            Err(mpsc::error::TrySendError::Full(_)) => {
                 self.stats.dropped.fetch_add(1, Relaxed);
                 if !self.full_logged.swap(true, Relaxed) {
+                    let n = &self.names;
                     tracing::warn!(
-                        kind = e.kind.name(),
-                        "{} lifecycle events wait for the app backend (--hook-events-queue): \
-                         dropping new ones until it takes them (counted in \
-                         throng_hook_events_dropped_total; logged once until the queue drains). \
-                         Fix: make URL/events answer 2xx, or raise --hook-events-queue",
-                        self.capacity
+                        "{} {} wait for {} ({}): dropping new ones until it takes them \
+                         (counted in {}; logged once until the queue drains). \
+                         Fix: make {} answer 2xx, or raise {}",
+                        self.capacity,
+                        n.what,
+                        n.target,
+                        n.queue,
+                        n.dropped_metric,
+                        n.target,
+                        n.queue
                     );
                 }
             }
@@ -217,7 +303,9 @@ impl Events {
     pub fn queued(&self) -> usize {
         self.capacity - self.tx.capacity()
     }
+}
 
+impl Events<Lifecycle> {
     pub fn render_metrics(&self, out: &mut String) {
         use throng_pubsub::metrics::write_metric;
         let s = &self.stats;
@@ -281,11 +369,17 @@ fn encode(batch: &[(String, Event)]) -> Vec<u8> {
 }
 
 /// The sender task: batches, ids, POSTs and retries, one batch at a time.
-async fn send_loop(mut rx: mpsc::Receiver<Event>, events: Arc<Events>, target: Target) {
+async fn send_loop<F: Format>(
+    mut rx: mpsc::Receiver<F::Event>,
+    events: Arc<Events<F>>,
+    target: Target,
+    format: F,
+) {
     let prefix = format!("{:016x}", throng_pubsub::link::random_node_id());
     let mut seq: u64 = 0;
     let mut down_logged = false;
-    let mut batch: Vec<(String, Event)> = Vec::new();
+    let mut batch: Vec<(String, F::Event)> = Vec::new();
+    let names = &events.names;
     while let Some(first) = rx.recv().await {
         events.sending.store(true, Relaxed);
         let deadline = tokio::time::Instant::now() + LINGER;
@@ -306,18 +400,22 @@ async fn send_loop(mut rx: mpsc::Receiver<Event>, events: Arc<Events>, target: T
         }
         let mut delay = BACKOFF_MIN;
         loop {
-            match post(&target, encode(&batch)).await {
+            let body = format.body(&batch);
+            let headers = format.headers(&body);
+            match post(&target, body, headers).await {
                 Ok(()) => break,
                 Err(why) => {
                     events.stats.retries.fetch_add(1, Relaxed);
                     if !down_logged {
                         down_logged = true;
                         tracing::warn!(
-                            "lifecycle events: the app backend at {} did not take a batch of {}: {why}; \
+                            "{}: {} did not take a batch of {}: {why}; \
                              sending it again with backoff ({BACKOFF_MIN:?} doubling to {BACKOFF_MAX:?}; \
-                             counted in throng_hook_event_retries_total; logged once until it takes one)",
+                             counted in {}; logged once until it takes one)",
+                            names.what,
                             target.uri,
-                            batch.len()
+                            batch.len(),
+                            names.retries_metric
                         );
                     }
                     tokio::time::sleep(delay).await;
@@ -327,7 +425,7 @@ async fn send_loop(mut rx: mpsc::Receiver<Event>, events: Arc<Events>, target: T
         }
         if down_logged {
             down_logged = false;
-            tracing::info!("lifecycle events: the app backend takes events again");
+            tracing::info!("{}: {} takes events again", names.what, target.uri);
         }
         events.stats.sent.fetch_add(batch.len() as u64, Relaxed);
         events.stats.batches.fetch_add(1, Relaxed);
@@ -339,13 +437,17 @@ async fn send_loop(mut rx: mpsc::Receiver<Event>, events: Arc<Events>, target: T
     }
 }
 
-/// One POST of a batch; `Err` says why it was not taken.
-async fn post(target: &Target, body: Vec<u8>) -> Result<(), String> {
+/// One POST of a batch with `headers`; `Err` says why it was not taken.
+async fn post(
+    target: &Target,
+    body: Vec<u8>,
+    headers: Vec<(&'static str, String)>,
+) -> Result<(), String> {
     let mut req = hyper::Request::post(target.uri.clone())
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .header(hyper::header::USER_AGENT, "throng");
-    if let Some(secret) = &target.secret {
-        req = req.header("x-throng-signature", signature(secret, &body));
+    for (name, value) in headers {
+        req = req.header(name, value);
     }
     let req = req
         .body(Full::new(Bytes::from(body)))

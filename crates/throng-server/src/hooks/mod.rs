@@ -34,6 +34,8 @@
 //!   retries);
 //! - `occupancy.rs`: which topics have a subscriber in the cluster
 //!   (`occupied`/`vacated`), decided by this node alone or in Redis;
+//! - `webhooks.rs`: Pusher apps' webhooks, in Pusher's format, on the
+//!   lifecycle events' queue and sender;
 //! - `stats.rs`: the counters and latency histograms of `/metrics`;
 //! - `tls.rs`: the roots an https:// backend is checked against.
 
@@ -47,6 +49,7 @@ pub mod settings;
 mod stats;
 mod tls;
 mod waits;
+mod webhooks;
 
 pub use crate::rules::TopicHook;
 pub use answer::{reason_text, Answer, BroadcastAnswer, UserId};
@@ -58,6 +61,7 @@ pub use request::CONNECT_HEADERS;
 pub(crate) use request::{connect_headers, now_ms, ConnectRequest, JoinRequest, PushRequest};
 pub use settings::{HookArgs, HooksConfig};
 pub(crate) use waits::{HeldSession, HeldUpgrade, Wait, Waiting, Waits};
+pub use webhooks::{Webhook, WebhookApp, WebhookSettings, Webhooks};
 
 /// A hook: which backend path a request goes to, and its metrics label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,9 +11,11 @@
 pub(crate) mod phoenix;
 pub(crate) mod pusher;
 
-use throng_protocol::{Opcode, Wire};
+use throng_protocol::{Family, Opcode, Wire};
+use throng_pubsub::Broadcast;
 
 use crate::config::Config;
+use crate::engine::conn::Conn;
 use crate::engine::http::{Head, Route, Upgrade};
 use crate::engine::outlet::{Closed, SessionWork};
 use crate::engine::{Cx, Protocol};
@@ -42,6 +44,7 @@ pub(crate) enum Open {
 /// A request a protocol answers itself.
 pub(crate) enum Request {
     Phoenix(phoenix::longpoll::http::LongPoll),
+    Pusher(pusher::Request),
 }
 
 /// The view of one protocol's shard state.
@@ -96,7 +99,7 @@ impl Protocol for Protocols {
             return Some(wrap(r, Open::Phoenix, Request::Phoenix));
         }
         let r = self.pusher.route(head, config)?;
-        Some(wrap(r, Open::Pusher, |never| match never {}))
+        Some(wrap(r, Open::Pusher, Request::Pusher))
     }
 
     fn upgraded(&self, cx: &mut Cx<'_, Shard>, key: usize, up: Upgrade<Open>) {
@@ -131,6 +134,7 @@ impl Protocol for Protocols {
     fn request(&self, cx: &mut Cx<'_, Shard>, key: usize, req: Request) {
         match req {
             Request::Phoenix(r) => self.phoenix.request(&mut phx(cx), key, r),
+            Request::Pusher(r) => self.pusher.request(&mut psh(cx), key, r),
         }
     }
 
@@ -144,18 +148,29 @@ impl Protocol for Protocols {
     fn closed(&self, cx: &mut Cx<'_, Shard>, closed: Closed) {
         match closed.socket {
             Some((Wire::Pusher, _)) => self.pusher.closed(&mut psh(cx), closed),
-            // A Phoenix socket, or a connection that was none (a request
-            // Phoenix may hold).
-            _ => self.phoenix.closed(&mut phx(cx), closed),
+            // A connection that was no socket: a request either may hold.
+            None => {
+                let (key, code) = (closed.key, closed.code);
+                self.phoenix.closed(&mut phx(cx), closed);
+                let pusher = Closed {
+                    key,
+                    socket: None,
+                    code,
+                };
+                self.pusher.closed(&mut psh(cx), pusher);
+            }
+            Some(_) => self.phoenix.closed(&mut phx(cx), closed),
         }
     }
 
     fn holds(&self, me: &Shard, key: usize) -> Option<usize> {
-        self.phoenix.holds(&me.phoenix, key)
+        self.phoenix
+            .holds(&me.phoenix, key)
+            .or_else(|| self.pusher.holds(&me.pusher, key))
     }
 
     fn answering(&self, me: &Shard, key: usize) -> bool {
-        self.phoenix.answering(&me.phoenix, key)
+        self.phoenix.answering(&me.phoenix, key) || self.pusher.answering(&me.pusher, key)
     }
 
     fn session(&self, cx: &mut Cx<'_, Shard>, work: SessionWork) {
@@ -163,7 +178,21 @@ impl Protocol for Protocols {
     }
 
     fn inbox(&self, cx: &mut Cx<'_, Shard>, msg: ShardMsg) {
-        self.phoenix.inbox(&mut phx(cx), msg)
+        match msg {
+            ShardMsg::Pusher(_) => self.pusher.inbox(&mut psh(cx), msg),
+            // A Pusher cache channel's read of its last event.
+            ShardMsg::Replay(a) if Family::of_topic(&a.topic) == Family::Pusher => {
+                self.pusher.inbox(&mut psh(cx), ShardMsg::Replay(a))
+            }
+            msg => self.phoenix.inbox(&mut phx(cx), msg),
+        }
+    }
+
+    fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {
+        match Family::of_topic(&b.topic) {
+            Family::Pusher => self.pusher.delivers(conn, topic, b),
+            Family::Phoenix => self.phoenix.delivers(conn, topic, b),
+        }
     }
 
     fn turn_end(&self, cx: &mut Cx<'_, Shard>) {
@@ -172,6 +201,7 @@ impl Protocol for Protocols {
 
     fn sweep(&self, cx: &mut Cx<'_, Shard>) {
         self.phoenix.sweep(&mut phx(cx));
+        self.pusher.sweep(&mut psh(cx));
     }
 
     fn sizes(&self, me: &Shard, sizes: &mut crate::metrics::TableSizes) {

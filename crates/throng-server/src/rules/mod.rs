@@ -208,6 +208,10 @@ pub struct Policy {
     /// `--history` patterns (`{user}` as `*`): for topics whose first
     /// matching rule keeps none.
     flag_history: Vec<(String, HistoryRule)>,
+    /// With Pusher apps: what a Pusher cache channel keeps (its last
+    /// event, `--pusher-cache-ttl`). Other Pusher channels keep none,
+    /// whatever the patterns say.
+    pusher_cache: Option<HistoryRule>,
 }
 
 /// The reply to a join or push the rules refuse.
@@ -227,6 +231,7 @@ impl Policy {
             any_hooks,
             history,
             flag_history: Vec::new(),
+            pusher_cache: None,
         }
     }
 
@@ -237,9 +242,17 @@ impl Policy {
         self
     }
 
-    /// Whether some rule or `--history` pattern keeps history.
+    /// These rules with Pusher's cache channels keeping their last event
+    /// `ttl` (a Pusher channel's history is this, or none).
+    pub fn with_pusher_cache(mut self, ttl: std::time::Duration) -> Policy {
+        self.pusher_cache = Some(HistoryRule { size: 1, ttl });
+        self
+    }
+
+    /// Whether some rule or `--history` pattern keeps history (or Pusher's
+    /// cache channels do).
     pub fn any_history(&self) -> bool {
-        !self.history.is_empty() || !self.flag_history.is_empty()
+        !self.history.is_empty() || !self.flag_history.is_empty() || self.pusher_cache.is_some()
     }
 
     /// The history kept for `topic`: that of the first rule whose pattern
@@ -248,6 +261,13 @@ impl Policy {
     /// none (or no rule matches), that of the first `--history` pattern
     /// matching it.
     pub fn history(&self, topic: &str) -> Option<HistoryRule> {
+        if let Some(channel) = topic.strip_prefix(throng_protocol::PUSHER_TOPIC_PREFIX) {
+            // `pusher/<app id>/<channel>`: a cache channel's last event.
+            let cache = channel.split_once('/').is_some_and(|(_, c)| {
+                throng_protocol::pusher::ChannelType::of(c).is_ok_and(|t| t.cache)
+            });
+            return self.pusher_cache.filter(|_| cache);
+        }
         let found = self.history.iter().find(|(p, _)| matches(p, topic, None));
         found.and_then(|(_, h)| *h).or_else(|| {
             let flag = self
@@ -618,6 +638,30 @@ mod tests {
         // Flags alone.
         let alone = Policy::default().with_history(&flags[..1]);
         assert!(alone.any_history() && !Policy::default().any_history());
+        // Pusher channels: a cache channel keeps its last event, whatever
+        // the patterns say ("*=7" above matches every topic).
+        assert_eq!(size("pusher/1/cache-x"), None, "no Pusher apps");
+        let ttl = std::time::Duration::from_secs(30);
+        let p = p.with_pusher_cache(ttl);
+        let size = |t: &str| p.history(t).map(|h| (h.size, h.ttl.as_secs()));
+        for cache in [
+            "cache-x",
+            "private-cache-x",
+            "presence-cache-x",
+            "private-encrypted-cache-x",
+        ] {
+            assert_eq!(size(&format!("pusher/1/{cache}")), Some((1, 30)), "{cache}");
+        }
+        for other in [
+            "x",
+            "private-x",
+            "presence-x",
+            "cache",
+            "#server-to-user-cache-1",
+        ] {
+            assert_eq!(size(&format!("pusher/1/{other}")), None, "{other}");
+        }
+        assert!(Policy::default().with_pusher_cache(ttl).any_history());
         assert_eq!(alone.history("rooms:lobby").map(|h| h.size), Some(100));
         assert!(alone.history("feed:1").is_none());
         assert!(alone.may_join("feed:1", Who::default()));

@@ -18,7 +18,7 @@ use throng_pubsub::presence::encode::{COUNT as PRESENCE_COUNT, DIFF as PRESENCE_
 use super::Conns;
 use crate::budget;
 use crate::engine::close::CloseReason;
-use crate::engine::conn::{Chunk, Kind};
+use crate::engine::conn::{Chunk, Conn, Kind};
 use crate::engine::outlet::{Outlet, SessionWork};
 use crate::history::recovery::Hold;
 use crate::metrics::ShardStats;
@@ -245,6 +245,13 @@ impl Conns {
     /// Delivers a broadcast to this shard's subscribers of its topic (a
     /// session's copy goes to its protocol after the event).
     pub fn deliver(&mut self, b: &Arc<Broadcast>) {
+        self.deliver_where(b, |_, _| true);
+    }
+
+    /// [`Conns::deliver`], to the connections `keep(conn, topic index)`
+    /// accepts only (a broadcast whose protocol chooses its recipients:
+    /// `Protocol::delivers`); sessions get theirs.
+    pub fn deliver_where(&mut self, b: &Arc<Broadcast>, keep: impl Fn(&Conn, u32) -> bool) {
         let Some(idx) = self.registry.find(&b.topic) else {
             return;
         };
@@ -264,6 +271,9 @@ impl Conns {
         for &key in &subs {
             let key = key as usize;
             if Some(key) == exclude {
+                continue;
+            }
+            if b.member.is_some() && self.slab.get(key).is_some_and(|c| !keep(c, idx)) {
                 continue;
             }
             if recovering {

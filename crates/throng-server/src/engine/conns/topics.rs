@@ -69,9 +69,7 @@ impl Conns {
         if let Some(name) = self.registry.name(idx) {
             if node.topics.add(name, self.id) {
                 node.backplane.subscribe(name);
-                if let Some(o) = node.occupancy.get() {
-                    o.changed(node, name);
-                }
+                node.occupancy_changed(name);
             }
         }
     }
@@ -80,8 +78,8 @@ impl Conns {
         ShardStats::sub(&self.stats.topics, 1);
         if node.topics.remove(name, self.id) {
             node.backplane.unsubscribe(name);
-            if let Some(o) = node.occupancy.get() {
-                o.changed(node, &Arc::from(name));
+            if node.occupancy.get().is_some() {
+                node.occupancy_changed(&Arc::from(name));
             }
             let presence = &node.presence;
             if presence.is_active() {

@@ -344,18 +344,29 @@ impl<P: Protocol> Shard<P> {
             .presence
             .flush_shard(self.id, self.node.config.shards, now, &mut out);
         for b in out.drain(..) {
-            self.conns.deliver(&b);
+            self.deliver(&b);
             self.node.fan_out(Some(self.id), b);
         }
         self.presence_out = out;
         self.settle();
     }
 
+    /// Delivers `b` to this shard's subscribers; when its recipients are
+    /// its protocol's to choose (`b.member`), to those it accepts.
+    fn deliver(&mut self, b: &Arc<throng_pubsub::Broadcast>) {
+        if b.member.is_none() {
+            return self.conns.deliver(b);
+        }
+        let proto = &self.proto;
+        self.conns
+            .deliver_where(b, |conn, topic| proto.delivers(conn, topic, b));
+    }
+
     fn drain_inbox(&mut self) {
         while let Ok(msg) = self.inbox.try_recv() {
             self.node.peers[self.id].received(&msg);
             match msg {
-                ShardMsg::Broadcast(b) => self.conns.deliver(&b),
+                ShardMsg::Broadcast(b) => self.deliver(&b),
                 ShardMsg::Disconnect(user) => self.disconnect_user(&user),
                 ShardMsg::Report(c) => {
                     let r = &self.conns.registry;

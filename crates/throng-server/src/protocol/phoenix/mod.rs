@@ -181,7 +181,8 @@ impl Protocol for Phoenix {
             ShardMsg::Broadcast(_)
             | ShardMsg::Disconnect(_)
             | ShardMsg::Report(_)
-            | ShardMsg::HistoryLost(_) => {}
+            | ShardMsg::HistoryLost(_)
+            | ShardMsg::Pusher(_) => {}
         });
     }
 

@@ -239,7 +239,7 @@ impl Transport for ShardTransport<'_> {
         let (node, shard, key) = (self.node, self.conns.id, self.outlet.key());
         self.conns
             .recovery
-            .start(node, shard, key, idx, topic, since, held)
+            .start(node, shard, key, idx, topic, Some(since), held)
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`Apps`]: the Pusher apps this node serves (`--pusher-app`,
 //! `[[pusher.apps]]`), found by key (a socket's `/app/{key}`, an HTTP API
-//! request's `auth_key`) or by id (the API's `/apps/{id}`), with each app's
-//! count of open sockets on this node (`max_connections`).
+//! request's `auth_key`, whose app's id must be the API path's), with each
+//! app's count of open sockets on this node (`max_connections`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -12,7 +12,6 @@ use crate::config::pusher::PusherApp;
 pub(crate) struct Apps {
     apps: Vec<PusherApp>,
     by_key: HashMap<String, u16>,
-    by_id: HashMap<String, u16>,
     open: Vec<AtomicUsize>,
 }
 
@@ -23,18 +22,8 @@ impl Apps {
             .enumerate()
             .map(|(i, a)| (a.key.clone(), i as u16))
             .collect();
-        let by_id = apps
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (a.id.clone(), i as u16))
-            .collect();
         let open = apps.iter().map(|_| AtomicUsize::new(0)).collect();
-        Apps {
-            apps,
-            by_key,
-            by_id,
-            open,
-        }
+        Apps { apps, by_key, open }
     }
 
     /// Whether any app is configured (Pusher is off without one).
@@ -47,20 +36,10 @@ impl Apps {
         self.by_key.get(key).copied()
     }
 
-    /// The app with this id.
-    pub fn by_id(&self, id: &str) -> Option<u16> {
-        self.by_id.get(id).copied()
-    }
-
     /// App `i`.
     #[inline]
     pub fn get(&self, i: u16) -> &PusherApp {
         &self.apps[i as usize]
-    }
-
-    /// Every app, with its index.
-    pub fn iter(&self) -> impl Iterator<Item = (u16, &PusherApp)> {
-        self.apps.iter().enumerate().map(|(i, a)| (i as u16, a))
     }
 
     /// Counts a new socket of app `i`: false (and nothing counted) when the
@@ -108,10 +87,10 @@ mod tests {
     }
 
     #[test]
-    fn found_by_key_and_id_and_counted() {
+    fn found_by_key_and_counted() {
         let apps = Apps::new(vec![app("1", None), app("2", Some(2))]);
         assert_eq!(apps.by_key("key-2"), Some(1));
-        assert_eq!(apps.by_id("1"), Some(0));
+        assert_eq!(apps.get(0).id, "1");
         assert_eq!(apps.by_key("nope"), None);
         assert!(apps.admit(1) && apps.admit(1) && !apps.admit(1));
         assert_eq!(apps.open(1), 2);

@@ -15,8 +15,9 @@ use std::hash::{BuildHasher, Hasher};
 
 use throng_protocol::pusher::socket_id::{SocketId, SocketIdText};
 
-/// Shards an id can name (three decimal digits).
-pub(crate) const MAX_SHARDS: usize = 1000;
+/// Shards an id can name (three decimal digits): more than a node runs.
+const MAX_SHARDS: u64 = 1000;
+const _: () = assert!(throng_pubsub::MAX_SHARDS as u64 <= MAX_SHARDS);
 /// What `low` keeps below the key.
 const KEY_SCALE: u64 = 10_000_000_000;
 
@@ -46,7 +47,7 @@ impl Ids {
 
     /// The id of the socket of connection `key` of `shard`, with `secret`.
     pub fn of(&self, shard: usize, key: usize, secret: u32) -> SocketIdText {
-        let high = self.tag * 1000 + shard as u64;
+        let high = self.tag * MAX_SHARDS + shard as u64;
         let low = key as u64 * KEY_SCALE + u64::from(secret);
         SocketId::new(high, low).text()
     }
@@ -56,12 +57,22 @@ impl Ids {
     pub fn locate(&self, id: &str) -> Option<(usize, usize, u32)> {
         let id = SocketId::parse(id)?;
         let SocketId { high, low } = id;
-        if high / 1000 != self.tag {
+        if high / MAX_SHARDS != self.tag {
             return None;
         }
         let secret = u32::try_from(low % KEY_SCALE).ok()?;
-        Some(((high % 1000) as usize, (low / KEY_SCALE) as usize, secret))
+        Some((
+            (high % MAX_SHARDS) as usize,
+            (low / KEY_SCALE) as usize,
+            secret,
+        ))
     }
+}
+
+/// The shard any node's socket id names (this node's or not), if it is
+/// one this server could have written.
+pub(crate) fn shard_named(id: &str) -> Option<usize> {
+    SocketId::parse(id).map(|id| (id.high % MAX_SHARDS) as usize)
 }
 
 /// Draws a socket's secret: a keyed hash of a counter, so each is
@@ -101,6 +112,9 @@ mod tests {
         assert_eq!(ids.locate(id), Some((3, 123_456, 4_000_000_000)));
         assert_eq!(Ids { tag: ids.tag + 1 }.locate(id), None, "another node's");
         assert_eq!(ids.locate("1.2"), None);
+        assert_eq!(shard_named(id), Some(3));
+        assert_eq!(shard_named("1002.5"), Some(2));
+        assert_eq!(shard_named("x"), None);
         let mut s = Secrets::new();
         assert_ne!(s.draw(), s.draw());
     }

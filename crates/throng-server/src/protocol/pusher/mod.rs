@@ -11,6 +11,10 @@
 //!   sockets on this node; `ids.rs`: socket ids;
 //! - `socket.rs`: what a socket sends (ping, subscribe, unsubscribe,
 //!   sign-in, client events); `presence.rs`: presence channels;
+//! - `api/`: the HTTP API (`/apps/{id}/...`, signed), its triggers and its
+//!   answers from the cluster's figures;
+//!   `cache.rs`: cache channels' last event; `webhooks.rs`: what goes to
+//!   the app's webhooks;
 //! - this file: [`Pusher`] for the engine, and what it keeps per shard
 //!   ([`State`]: each socket's app and id secret, 8 bytes a connection slot
 //!   on a shard that serves Pusher, none on one that does not).
@@ -19,33 +23,38 @@
 //! Phoenix names are apart, and a broadcast on it is the Pusher frame
 //! itself, made once by whoever sends it.
 
+mod api;
 mod apps;
+mod cache;
 mod ids;
 mod presence;
 mod socket;
 mod upgrade;
+mod webhooks;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use throng_protocol::pusher::server;
 use throng_protocol::{Opcode, Wire};
+use throng_pubsub::Broadcast;
 
 use crate::auth::PushLimit;
 use crate::config::pusher::PusherConfig;
 use crate::config::Config;
 use crate::engine::close::CloseReason;
-use crate::engine::conn::{Kind, Mark};
+use crate::engine::conn::{Conn, Kind, Mark};
 use crate::engine::http::{Head, Route, Upgrade};
 use crate::engine::outlet::Closed;
 use crate::engine::{Conns, Cx, Protocol};
 use crate::metrics::ShardStats;
-use crate::node::Node;
+use crate::node::{Node, ShardMsg};
+pub(crate) use api::Request;
 pub(crate) use apps::Apps;
 pub(crate) use upgrade::Open;
 
 /// Seconds a pinged socket has to answer before it is closed with 4201
-/// (Pusher's protocol page, Sockudo: 30).
+/// (Pusher's protocol page, Sockudo: 30), at most: with an activity
+/// timeout shorter than that, as long as it.
 const PONG_WAIT: u32 = 30;
 
 /// The Pusher Channels protocol, for the engine.
@@ -57,6 +66,10 @@ pub(crate) struct Pusher {
     /// `--pusher-client-event-rate`, as a budget kept in each socket's push
     /// budget (4 bytes, no timer).
     client_limit: PushLimit,
+    /// `--pusher-max-api-body-bytes`.
+    max_api_body: usize,
+    /// The HTTP API's answers from the cluster, and their bounds.
+    figures: api::Figures,
 }
 
 impl Pusher {
@@ -68,6 +81,11 @@ impl Pusher {
             activity_timeout: config.activity_timeout,
             client_event_rate: config.client_event_rate,
             client_limit: PushLimit::new(rate, config.client_event_rate.max(1), 0),
+            max_api_body: config.max_api_body_bytes,
+            figures: api::Figures::new(
+                config.max_api_requests,
+                std::time::Duration::from_secs(config.api_timeout),
+            ),
         }
     }
 }
@@ -88,6 +106,8 @@ pub(crate) struct State {
     secrets: ids::Secrets,
     /// The body of the frame being written (no allocation per message).
     scratch: Vec<u8>,
+    /// The HTTP API requests its connections hold.
+    api: api::Held,
 }
 
 /// One call's view of the shard for Pusher.
@@ -118,18 +138,19 @@ impl Px<'_> {
 impl Protocol for Pusher {
     type Shard = State;
     type Open = Open;
-    type Request = Infallible;
+    type Request = Request;
 
     fn shard(&self, _node: &Node, _id: usize) -> State {
         State {
             socks: Vec::new(),
             secrets: ids::Secrets::new(),
             scratch: Vec::with_capacity(256),
+            api: api::Held::default(),
         }
     }
 
-    fn route(&self, head: &Head<'_, '_>, config: &Config) -> Option<Route<Open, Infallible>> {
-        upgrade::route(head, config, &self.apps)
+    fn route(&self, head: &Head<'_, '_>, config: &Config) -> Option<Route<Open, Request>> {
+        upgrade::route(head, config, &self.apps).or_else(|| api::route(head, config, &self.apps))
     }
 
     fn upgraded(&self, cx: &mut Cx<'_, State>, key: usize, up: Upgrade<Open>) {
@@ -166,8 +187,8 @@ impl Protocol for Pusher {
         px.conns.flush_reply(key);
     }
 
-    fn request(&self, _cx: &mut Cx<'_, State>, _key: usize, req: Infallible) {
-        match req {}
+    fn request(&self, cx: &mut Cx<'_, State>, key: usize, req: Request) {
+        api::request(self, cx, key, req);
     }
 
     fn message(&self, cx: &mut Cx<'_, State>, key: usize, _wire: Wire, op: Opcode, data: &[u8]) {
@@ -187,7 +208,8 @@ impl Protocol for Pusher {
     fn closed(&self, cx: &mut Cx<'_, State>, closed: Closed) {
         let Closed { key, socket, .. } = closed;
         let Some((Wire::Pusher, mut socket)) = socket else {
-            return;
+            // A connection that was no socket: an API request it held.
+            return api::closed(cx, key);
         };
         let mut px = Px::of(self, cx);
         let Some(sock) = px.socks.get_mut(key).and_then(Option::take) else {
@@ -198,6 +220,33 @@ impl Protocol for Pusher {
         }
         self.apps.release(sock.app);
         ShardStats::sub(&px.conns.stats.pusher_sockets, 1);
+    }
+
+    fn holds(&self, me: &State, key: usize) -> Option<usize> {
+        api::holds(self, me, key)
+    }
+
+    fn answering(&self, me: &State, key: usize) -> bool {
+        api::answering(me, key)
+    }
+
+    fn inbox(&self, cx: &mut Cx<'_, State>, msg: ShardMsg) {
+        match msg {
+            ShardMsg::Pusher(msg) => api::inbox(self, cx, *msg),
+            ShardMsg::Replay(a) => {
+                let mut px = Px::of(self, cx);
+                px.cache_answer(*a);
+            }
+            _ => {}
+        }
+    }
+
+    fn sweep(&self, cx: &mut Cx<'_, State>) {
+        api::sweep(self, cx);
+    }
+
+    fn delivers(&self, conn: &Conn, topic: u32, b: &Broadcast) -> bool {
+        presence::delivers(conn, topic, b)
     }
 
     fn idle_after(&self, wire: Wire) -> Option<u32> {
@@ -223,7 +272,7 @@ impl Protocol for Pusher {
         }
         // Pinged and still silent: closed with 4201 (the idle close's code
         // for a Pusher socket) once the pong's wait is over.
-        quiet < self.activity_timeout + PONG_WAIT
+        quiet < self.activity_timeout + PONG_WAIT.min(self.activity_timeout)
     }
 }
 

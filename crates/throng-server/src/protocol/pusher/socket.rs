@@ -99,10 +99,17 @@ impl Px<'_> {
             return self.sub_error(key, channel, kind, &why, status);
         }
         if kind.is_presence() {
-            return self.presence_subscribe(key, sock, &topic, s);
+            if !self.presence_subscribe(key, sock, &topic, s) {
+                return;
+            }
+        } else {
+            self.join(key, &topic, None);
+            self.out(key, |o| server::subscription_succeeded(o, channel));
         }
-        self.join(key, &topic, None);
-        self.out(key, |o| server::subscription_succeeded(o, channel));
+        if kind.cache {
+            // Its last event, or the miss, once read (`cache.rs`).
+            self.cache_read(key, &topic);
+        }
     }
 
     /// Whether socket `key` may subscribe to `s.channel` of kind `kind`:
@@ -264,13 +271,20 @@ impl Px<'_> {
             return;
         };
         let exclude = Some((self.conns.id, key));
-        let b = Broadcast::new(
+        let (topic, event, payload): (Arc<str>, _, _) = (
             Arc::from(topic),
             e.event.to_string(),
             OwnedPayload::Json(frame),
-            exclude,
         );
-        self.conns.publish(self.node, Arc::new(b));
+        if let Some(rule) = self.node.policy.history(&topic) {
+            // A cache channel keeps its last event (`cache.rs`).
+            self.node
+                .publish_history(rule, topic, event, payload, exclude);
+        } else {
+            let b = Broadcast::new(topic, event, payload, exclude);
+            self.conns.publish(self.node, Arc::new(b));
+        }
+        self.webhook_client_event(key, sock, e, user.as_deref());
     }
 
     /// Why client event `e` of socket `key` is refused, if it is.

@@ -4,7 +4,7 @@
 //! reads codes from a WebSocket only, and a refused upgrade (an HTTP error)
 //! is to it a network error it retries every second forever; 4001 (no such
 //! app) and 4005-4008 (a bad URL) make it stop (pusher-js
-//! `src/core/connection/protocol/protocol.ts`, `getCloseAction`).
+//! src/core/connection/protocol/protocol.ts, `getCloseAction`).
 
 use throng_protocol::pusher::connect::{self, APP_PATH};
 use throng_protocol::pusher::error_code::ErrorCode;

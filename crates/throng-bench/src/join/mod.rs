@@ -1,25 +1,81 @@
 //! One Phoenix socket's way in, over tokio, for the closed-loop scenarios
-//! (the hooks joiner and the storm clients): a TCP connect from a chosen
-//! source address, the WebSocket upgrade, `phx_join` and its reply, and
-//! the two socket loops they use (write everything, read what is there).
+//! (the hooks joiner, the storm clients, the soak's and the handshake
+//! rounds'): a TCP connect from a chosen source address, TLS over it when
+//! the run has it ([`tls`]), the WebSocket upgrade, `phx_join` and its
+//! reply, and the two socket loops they use (write everything, read what
+//! is there).
 //!
-//! Owned once here so that both scenarios connect, upgrade and read a join
-//! reply the same way. Each step is its own function so a caller can note
-//! how far a socket got (the hooks joiner names the step that timed out).
-//! The agents' engine has its own non-tokio path (`engine`), sized for a
-//! million sockets.
+//! Owned once here so that every scenario connects, upgrades and reads a
+//! join reply the same way. Each step is its own function so a caller can
+//! note how far a socket got (the hooks joiner names the step that timed
+//! out). The upgrade and the join take any tokio stream: a [`Stream`]
+//! (plain or TLS) or a bare `TcpStream`. The agents' engine has its own
+//! non-tokio path (`engine`), sized for a million sockets.
+
+pub mod tls;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
 use throng_protocol::handshake::{parse_client_response, write_client_request};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::sys;
+
+/// A socket of the closed-loop clients: plain TCP, or TLS over it
+/// ([`tls::Connector`]). Both variants are `Unpin`, so each poll goes
+/// straight to the one inside.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, data),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
 
 /// The largest frame a joining socket reads.
 pub const MAX_FRAME: u64 = 1 << 20;
@@ -47,24 +103,34 @@ pub async fn connect(target: SocketAddr, src: IpAddr) -> io::Result<TcpStream> {
     Ok(stream)
 }
 
-/// The WebSocket upgrade to `/socket/websocket?vsn=2.0.0`, up to its 101;
-/// what the server sent after the 101 stays in `buf`.
-pub async fn upgrade(stream: &TcpStream, target: SocketAddr, buf: &mut Vec<u8>) -> io::Result<()> {
-    upgrade_to(stream, target, "/socket/websocket?vsn=2.0.0", buf).await
+/// The path of a Phoenix v2 socket.
+pub const SOCKET_PATH: &str = "/socket/websocket?vsn=2.0.0";
+
+/// The WebSocket upgrade to [`SOCKET_PATH`], up to its 101; what the
+/// server sent after the 101 stays in `buf`.
+pub async fn upgrade<S>(stream: &mut S, target: SocketAddr, buf: &mut Vec<u8>) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    upgrade_to(stream, target, SOCKET_PATH, buf).await
 }
 
-/// [`upgrade`] to `path` (socket params in its query).
-pub async fn upgrade_to(
-    stream: &TcpStream,
+/// [`upgrade`] to `path` (socket params in its query). A refusal's error
+/// text starts with `upgrade refused: ` and has the server's status line.
+pub async fn upgrade_to<S>(
+    stream: &mut S,
     target: SocketAddr,
     path: &str,
     buf: &mut Vec<u8>,
-) -> io::Result<()> {
-    let mut out = Vec::with_capacity(256);
+) -> io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut out = Vec::with_capacity(256 + path.len());
     let accept = write_client_request(&mut out, &target.to_string(), path, [7; 16]);
-    write_all(stream, &out).await?;
+    send(stream, &out).await?;
     loop {
-        read_more(stream, buf).await?;
+        receive(stream, buf).await?;
         match parse_client_response(buf, &accept) {
             Ok(Some(n)) => {
                 buf.drain(..n);
@@ -80,13 +146,16 @@ pub async fn upgrade_to(
 /// its params when there is one) and reads up to its reply: an `ok` reply
 /// returns its response's `recovered`, anything else an error with the
 /// reply's text. What came after the reply stays in `buf`.
-pub async fn phx_join(
-    stream: &TcpStream,
+pub async fn phx_join<S>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     topic: &str,
     jr: &str,
     since: Option<&str>,
-) -> io::Result<Option<bool>> {
+) -> io::Result<Option<bool>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let params = match since {
         Some(s) => serde_json::json!({ "since": s }),
         None => serde_json::json!({}),
@@ -94,7 +163,7 @@ pub async fn phx_join(
     let msg = serde_json::json!([jr, jr, topic, "phx_join", params]).to_string();
     let mut out = Vec::with_capacity(msg.len() + 14);
     encode_frame(&mut out, Opcode::Text, msg.as_bytes(), Some([1, 2, 3, 4]));
-    write_all(stream, &out).await?;
+    send(stream, &out).await?;
     loop {
         let mut at = 0;
         loop {
@@ -123,7 +192,27 @@ pub async fn phx_join(
             }
         }
         buf.drain(..at);
-        read_more(stream, buf).await?;
+        receive(stream, buf).await?;
+    }
+}
+
+/// Writes all of `data` to any stream and flushes it (TLS holds records
+/// until flushed).
+pub async fn send<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8]) -> io::Result<()> {
+    stream.write_all(data).await?;
+    stream.flush().await
+}
+
+/// Reads what is there (at least one byte) onto the end of `buf`, from
+/// any stream. Cancel-safe (`read_buf`'s promise): a `select!` may drop it.
+pub async fn receive<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<()> {
+    buf.reserve(2048);
+    match stream.read_buf(buf).await? {
+        0 => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the server closed the connection",
+        )),
+        _ => Ok(()),
     }
 }
 
