@@ -284,12 +284,12 @@ function limits(sample){
   $("limits-empty").hidden = rows.length > 0
 }
 
-/** `{label value: figure}` of the cluster's `name{hook="x"}` counters. */
-function byLabel(counters, name){
+/** `{label value: figure}` of the `name{label="x"}` counters (`hook` by default). */
+function byLabel(counters, name, label = "hook"){
   const out = {}
   for(const [k, v] of Object.entries(counters)){
-    const m = k.match(/^([a-z_]+)\{hook="([^"]*)"\}$/)
-    if(m && m[1] === name){ out[m[2]] = v }
+    const m = k.match(/^([a-z_]+)\{([a-z_]+)="([^"]*)"\}$/)
+    if(m && m[1] === name && m[2] === label){ out[m[3]] = v }
   }
   return out
 }
@@ -332,23 +332,41 @@ function integrations(sample, prev, dt){
   $("backplane-off").hidden = backplaneOn
   if(backplaneOn){
     const before = new Map((prev ? prev.nodes : []).map(n => [n.node, n.counters]))
-    replaceRows("backplane", sample.nodes.map(n => {
-      const k = n.counters
-      const p = before.get(n.node) || {}
-      const per = name => p[name] !== undefined && dt > 0 ? rate(Math.max(0, (k[name] - p[name]) / dt)) : "–"
-      const tr = document.createElement("tr")
-      tr.dataset.node = n.node
-      tr.append(
-        cell(n.node.slice(0, 8)),
-        cell(k.throng_backplane_connected ? "yes" : "NO", k.throng_backplane_connected, "num"),
-        cell(per("throng_backplane_published_total"), undefined, "num"),
-        cell(per("throng_backplane_received_total"), undefined, "num"),
-        cell(bytes(k.throng_backplane_queued_bytes || 0), k.throng_backplane_queued_bytes, "num"),
-        cell(whole(k.throng_backplane_dropped_total || 0), k.throng_backplane_dropped_total, "num"),
-        cell(n.node === sample.node ? "(this one)" : n.report_ms.toFixed(1) + " ms", n.report_ms, "num"))
-      return tr
-    }))
+    replaceRows("backplane", sample.nodes.map(n => redisRow(sample, n, before.get(n.node) || {}, dt)))
   }
+}
+
+/**
+ * A node's row of the Redis tile: its links to Redis (one per user of
+ * Redis: backplane, presence, history, occupancy), which are down, how
+ * long since Redis last answered and the slowest PING, the link failures
+ * so far, then the backplane's traffic.
+ */
+function redisRow(sample, n, p, dt){
+  const k = n.counters
+  const per = name => p[name] !== undefined && dt > 0 ? rate(Math.max(0, (k[name] - p[name]) / dt)) : "–"
+  const connected = byLabel(k, "throng_redis_connected", "link")
+  const down = Object.keys(connected).filter(link => !connected[link]).sort()
+  const worst = name => Math.max(0, ...Object.values(byLabel(k, name, "link")))
+  const lastAnswer = worst("throng_redis_last_answer_seconds")
+  const ping = worst("throng_redis_ping_seconds")
+  const failures = Object.values(byLabel(k, "throng_redis_link_failures_total", "link")).reduce((a, b) => a + b, 0)
+  const tr = document.createElement("tr")
+  tr.dataset.node = n.node
+  tr.dataset.down = down.join(" ")
+  if(down.length){ tr.className = "moved" }
+  tr.append(
+    cell(n.node.slice(0, 8)),
+    cell(down.length ? "NO: " + down.join(", ") : "yes", down.length ? 0 : 1, "num"),
+    cell(lastAnswer.toFixed(1) + " s ago", lastAnswer, "num"),
+    cell((ping * 1000).toFixed(1) + " ms", ping * 1000, "num"),
+    cell(whole(failures), failures, "num"),
+    cell(per("throng_backplane_published_total"), undefined, "num"),
+    cell(per("throng_backplane_received_total"), undefined, "num"),
+    cell(bytes(k.throng_backplane_queued_bytes || 0), k.throng_backplane_queued_bytes, "num"),
+    cell(whole(k.throng_backplane_dropped_total || 0), k.throng_backplane_dropped_total, "num"),
+    cell(n.node === sample.node ? "(this one)" : n.report_ms.toFixed(1) + " ms", n.report_ms, "num"))
+  return tr
 }
 
 // --- charts ---------------------------------------------------------------

@@ -5,7 +5,7 @@
 import {spawn} from "node:child_process"
 import {existsSync, readFileSync, readdirSync, readlinkSync} from "node:fs"
 import net from "node:net"
-import {THRONG_BIN, REPO_ROOT, connectPhoenix, closePhoenix, joinResult, withTimeout} from "../e2e/helpers.mjs"
+import {THRONG_BIN, REPO_ROOT, connectPhoenix, closePhoenix, joinResult, withTimeout, deferred} from "../e2e/helpers.mjs"
 
 export {THRONG_BIN, withTimeout}
 
@@ -231,6 +231,36 @@ export async function lobbyClient(wsUrl, name, vsn = "2.0.0"){
 }
 
 export {joinResult}
+
+/**
+ * A phoenix.js socket joined to `topic` with the README's snippet (join
+ * params a function of the last ref seen). `log` holds, in arrival order,
+ * every message ({n, ref}), every join reply ({join: resp}) and every
+ * join refused ({refused: resp}; phoenix.js joins again after 100 ms).
+ */
+export async function feedClient(wsUrl, topic, name){
+  const socket = await connectPhoenix(wsUrl, "2.0.0", {
+    reconnectAfterMs: () => 50 + Math.floor(Math.random() * 100),
+    rejoinAfterMs: () => 100,
+  })
+  let since = null
+  const ch = socket.channel(topic, () => (since ? {since} : {}))
+  const c = {name, socket, log: [], got: [], joins: [], refused: [], waiters: []}
+  const wake = () => { c.waiters = c.waiters.filter(w => !w()) }
+  ch.on("n", (msg, ref) => { since = ref; c.log.push({n: msg.n, ref}); c.got.push(msg.n); wake() })
+  ch.join()
+    .receive("ok", resp => { c.log.push({join: resp}); c.joins.push(resp); wake() })
+    .receive("error", resp => { c.log.push({refused: resp}); c.refused.push(resp); wake() })
+  c.until = (check, ms, label) => {
+    if(check()){ return Promise.resolve() }
+    const done = deferred()
+    c.waiters.push(() => check() && (done.resolve(), true))
+    return withTimeout(done.promise, ms, `${name}: ${label}`)
+  }
+  c.localPort = () => socket.conn?._socket?.localPort
+  await c.until(() => c.joins.length === 1, 5000, "the first join")
+  return c
+}
 
 /** Closes clients, never throwing. */
 export async function closeAll(clients){

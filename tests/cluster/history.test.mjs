@@ -10,8 +10,8 @@ import assert from "node:assert/strict"
 import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
-import {startRedis, startThrong, connectionOwners, waitFor, sleep} from "./helpers.mjs"
-import {connectPhoenix, closePhoenix, deferred, withTimeout} from "../e2e/helpers.mjs"
+import {startRedis, startThrong, connectionOwners, waitFor, sleep, feedClient} from "./helpers.mjs"
+import {closePhoenix} from "../e2e/helpers.mjs"
 
 const KEY = "history-api-key-0123456789"
 const dir = mkdtempSync(path.join(tmpdir(), "throng-cluster-history-"))
@@ -34,33 +34,6 @@ function publisher(port){
     const body = await res.json()
     return {status: res.status, ref: body.ref, body}
   }
-}
-
-/**
- * A phoenix.js socket joined to `topic` with the README's snippet (join
- * params a function of the last ref seen). `log` holds, in arrival order,
- * every message ({n, ref}) and every join reply ({join: resp}).
- */
-async function feedClient(wsUrl, topic, name){
-  const socket = await connectPhoenix(wsUrl, "2.0.0", {
-    reconnectAfterMs: () => 50 + Math.floor(Math.random() * 100),
-    rejoinAfterMs: () => 100,
-  })
-  let since = null
-  const ch = socket.channel(topic, () => (since ? {since} : {}))
-  const c = {name, socket, log: [], got: [], joins: [], waiters: []}
-  const wake = () => { c.waiters = c.waiters.filter(w => !w()) }
-  ch.on("n", (msg, ref) => { since = ref; c.log.push({n: msg.n, ref}); c.got.push(msg.n); wake() })
-  ch.join().receive("ok", resp => { c.log.push({join: resp}); c.joins.push(resp); wake() })
-  c.until = (check, ms, label) => {
-    if(check()){ return Promise.resolve() }
-    const done = deferred()
-    c.waiters.push(() => check() && (done.resolve(), true))
-    return withTimeout(done.promise, ms, `${name}: ${label}`)
-  }
-  c.localPort = () => socket.conn?._socket?.localPort
-  await c.until(() => c.joins.length === 1, 5000, "the first join")
-  return c
 }
 
 test("--workers with Redis: a worker SIGKILLed mid-stream, every client still sees every number once, in order", {timeout: 45000}, async t => {
@@ -190,6 +163,8 @@ test("Redis restarted without persistence mid-stream: clients rejoin with recove
     let told = false
     for(const e of c.log){
       if(e.join){ told = told || e.join.recovered === false; continue }
+      // A rejoin while Redis was away is refused (the client joins again).
+      if(e.refused){ assert.deepEqual(e.refused, {reason: "history unavailable"}, `${c.name}'s refusal`); continue }
       if(prev !== null && next.get(prev) !== e.n){
         assert.ok(told, `${c.name} skipped from ${prev} to ${e.n} without recovered: false`)
       }

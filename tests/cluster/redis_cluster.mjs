@@ -74,7 +74,7 @@ export async function startCluster({replicas = 1} = {}){
     for(const n of nodes){
       await waitFor(async () => {
         try { return (await redisCommand(n.port, ["PING"], {ms: 500})).startsWith("+PONG") } catch(_e){ return false }
-      }, 5000, `redis-server on ${n.port}`)
+      }, 15000, `redis-server on ${n.port}`)
     }
     cli(["--cluster", "create", ...ports.map(p => `127.0.0.1:${p}`), "--cluster-replicas", String(replicas), "--cluster-yes"])
     for(const n of nodes){

@@ -117,6 +117,15 @@
 //! - Redis slower than the node: past [`backplane::redis::PUBLISH_QUEUE`] queued
 //!   broadcasts, `publish` drops (counted, one warning) instead of blocking
 //!   an event loop.
+//! - The path to Redis dead without a close (a half-open connection, a
+//!   partition) or Redis stuck: every connection is PINGed each second and
+//!   given up when an answer is the link's timeout late (5 s by default),
+//!   then as above. A broadcast given up that way may still reach Redis
+//!   when the path heals (TCP delivers it late), after the node's later
+//!   ones: the one case where per-node order does not hold; presence and
+//!   occupancy changes are fenced against it (their scripts check the
+//!   session's token). The faults are injected by
+//!   `tests/cluster/redis_faults.test.mjs`.
 //!
 //! ## Threads
 //! `RedisBackplane` methods run on the shards and never block: `try_send`

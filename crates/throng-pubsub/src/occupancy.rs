@@ -13,21 +13,31 @@
 //! Keys (`O` = `throng:o:`, `N` a node id in 16 hex digits, `T` a topic):
 //! - `O t:T`: the nodes with subscribers of T (a set);
 //! - `O n:N`: the topics N is in (a set, to clean up after N);
-//! - `O a:N`: N is alive (a string with a TTL it refreshes);
-//! - `O q:N`: N's outbox: the transitions its scripts decided, `o:T` or
-//!   `v:T`, until N has handed them to its event queue (a list);
+//! - `O a:N`: N is alive (a string with a TTL it refreshes), its value the
+//!   token of N's current session with Redis;
+//! - `O q:N`: N's outbox: the transitions its scripts decided, `ID:o:T` or
+//!   `ID:v:T`, until N has handed them to its event queue (a list);
+//! - `O c:N`: the last ID given in N's outbox (a counter); its absence
+//!   tells N that Redis lost its data (a restart without persistence);
 //! - `O nodes`: every node that wrote here (a set).
 //!
 //! ## The outbox
 //! A script does not return its transitions: it appends them to the
-//! node's outbox in the same atomic step. The node reads the outbox,
-//! queues the events, then trims what it read. A reply lost with the
-//! connection loses nothing: the next session reads the outbox first. A
-//! node that dies with transitions in its outbox has them moved to the
-//! outbox of the node that buries it, which reports them. So each
-//! transition is reported at least once, and more than once only when a
-//! node fails between queueing events and trimming (the backend keeps a
-//! topic's state by its last event, and de-duplicates by id otherwise).
+//! node's outbox in the same atomic step, each with the next ID of the
+//! node's counter. The node reads the outbox, queues the events of the IDs
+//! it has not queued yet (it keeps the last one), then trims what it read.
+//! A reply lost with the connection loses nothing and repeats nothing: the
+//! next session reads the outbox first and skips what was queued. A node
+//! that dies with transitions in its outbox has them moved (with IDs of the
+//! burying node's counter) to the outbox of the node that buries it, which
+//! reports them.
+//!
+//! ## Late scripts
+//! A script sent on a connection the node has since given up (no reply
+//! within the link's timeout: a stall, a partition) may still reach Redis
+//! later, after the node's new session re-asserted its topics: it would
+//! then write a membership the node no longer has. Every change carries
+//! its session's token and does nothing unless `O a:N` holds that token.
 //!
 //! ## Order
 //! The shards tell the thread "`T` changed" (an unbounded queue, as the
@@ -50,17 +60,21 @@
 //! On every new session (the [link](crate::link)'s, with its backoff) the
 //! node re-asserts its whole membership in one script: it adds itself to
 //! the set of every topic it has now (reporting `occupied` where the set
-//! was empty: after a Redis restart that lost the data, or after the
-//! others buried this node while it was away), and removes itself from the
-//! topics it no longer has: those Redis lists for it, and those it last
-//! wrote it had (Redis may have lost them), reporting `vacated` where the
-//! topic's set is left empty. Changes made while Redis was away are not
-//! replayed one by one: the re-assertion supersedes them. So a flap during
-//! an outage is not reported; after a Redis restart that lost the data a
-//! topic still occupied is reported `occupied` again, and one that emptied
-//! during the outage `vacated` (perhaps before another node re-asserts it
-//! `occupied`); a topic a burying node vacated may be vacated again. At
-//! least once, then: backends keep a topic's state by its last event.
+//! was empty: after the others buried this node while it was away, or a
+//! Redis restart that lost the data), and removes itself from the topics
+//! it no longer has: those Redis lists for it, and those it last wrote it
+//! had, reporting `vacated` where it left the topic's set empty. Changes
+//! made while Redis was away are not replayed one by one: the
+//! re-assertion supersedes them. So a flap during an outage is not
+//! reported, and through lost connections, stalls and partitions each
+//! transition is reported once (a node buried while cut off has its
+//! topics `vacated` by the burier, then `occupied` again when it is back).
+//!
+//! After a Redis restart that lost the data (`O c:N` gone), a topic the
+//! node last wrote it had and no longer has is reported `vacated` if its
+//! set is empty, whoever left it (the alternative is a topic occupied
+//! forever), and a topic still in use is reported `occupied` again: at
+//! least once there, and backends keep a topic's state by its last event.
 //!
 //! Without Redis one node decides alone (the server's local occupancy).
 
@@ -97,90 +111,98 @@ pub trait OccupancySink: Send + Sync {
 }
 
 /// One change of this node's membership. KEYS: `a:N`, `t:T`, `n:N`,
-/// `q:N`. ARGV: N, T, 1 to add or 0 to remove. A cluster-wide transition
-/// goes to N's outbox. Returns 1, or -1 (changing nothing) when N's
-/// liveness key is gone: the others may have buried N, which re-asserts
-/// everything.
+/// `q:N`, `c:N`. ARGV: N, T, 1 to add or 0 to remove, the session's
+/// token. A cluster-wide transition goes to N's outbox. Returns 1, or -1
+/// (changing nothing) when N's liveness key is gone or holds another
+/// session's token: the others may have buried N, which re-asserts
+/// everything (a stale session's -1 reaches no one).
 const CHANGE: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[4] then return -1 end
 if ARGV[3] == '1' then
   local before = redis.call('SCARD', KEYS[2])
   if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
     redis.call('SADD', KEYS[3], ARGV[2])
-    if before == 0 then redis.call('RPUSH', KEYS[4], 'o:' .. ARGV[2]) end
+    if before == 0 then redis.call('RPUSH', KEYS[4], redis.call('INCR', KEYS[5]) .. ':o:' .. ARGV[2]) end
   end
 else
   if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then
     redis.call('SREM', KEYS[3], ARGV[2])
-    if redis.call('SCARD', KEYS[2]) == 0 then redis.call('RPUSH', KEYS[4], 'v:' .. ARGV[2]) end
+    if redis.call('SCARD', KEYS[2]) == 0 then
+      redis.call('RPUSH', KEYS[4], redis.call('INCR', KEYS[5]) .. ':v:' .. ARGV[2])
+    end
   end
 end
 return 1
 "#;
 
-/// This node's whole membership, re-asserted, and its liveness key set.
-/// KEYS: `a:N`, `n:N`, `nodes`, `q:N`. ARGV: N, TTL ms, prefix, the number
-/// of topics N has, those topics, then the topics N last wrote it had and
-/// has no more. The transitions go to N's outbox. A topic N no longer has
-/// whose set is empty is vacated even when N was not in it: Redis lost
-/// its data (a restart), or a node that buried N reported it already (a
-/// duplicate, where the alternative is a topic occupied forever).
+/// This node's whole membership, re-asserted, and its liveness key set to
+/// the session's token. KEYS: `a:N`, `n:N`, `nodes`, `q:N`, `c:N`. ARGV:
+/// N, TTL ms, prefix, the session's token, the number of topics N has,
+/// those topics, then the topics N last wrote it had and has no more. The
+/// transitions go to N's outbox. A topic N no longer has is vacated when N
+/// leaves its set empty, or, if Redis lost its data (`c:N` gone), whenever
+/// its set is empty (see the module doc). Returns 1 when Redis had lost
+/// the data (the outbox's IDs start again), else 0.
 const RESYNC: &str = r#"
 local node, prefix = ARGV[1], ARGV[3]
-local have = 4 + tonumber(ARGV[4])
+local lost = redis.call('EXISTS', KEYS[5]) == 0
+if lost then redis.call('SET', KEYS[5], 0) end
+redis.call('PERSIST', KEYS[5])
+local function push(kind, topic)
+  redis.call('RPUSH', KEYS[4], redis.call('INCR', KEYS[5]) .. ':' .. kind .. ':' .. topic)
+end
+local have = 5 + tonumber(ARGV[5])
 local keep = {}
 for i = have + 1, #ARGV do
   local topic = ARGV[i]
   local t = prefix .. 't:' .. topic
-  redis.call('SREM', t, node)
+  local left = redis.call('SREM', t, node) == 1
   redis.call('SREM', KEYS[2], topic)
-  if redis.call('SCARD', t) == 0 then
-    redis.call('RPUSH', KEYS[4], 'v:' .. topic)
-  end
+  if (left or lost) and redis.call('SCARD', t) == 0 then push('v', topic) end
 end
-for i = 5, have do
+for i = 6, have do
   local topic = ARGV[i]
   keep[topic] = true
   local t = prefix .. 't:' .. topic
   local before = redis.call('SCARD', t)
-  if redis.call('SADD', t, node) == 1 and before == 0 then
-    redis.call('RPUSH', KEYS[4], 'o:' .. topic)
-  end
+  if redis.call('SADD', t, node) == 1 and before == 0 then push('o', topic) end
   redis.call('SADD', KEYS[2], topic)
 end
 for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if not keep[topic] then
     redis.call('SREM', KEYS[2], topic)
     local t = prefix .. 't:' .. topic
-    if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then
-      redis.call('RPUSH', KEYS[4], 'v:' .. topic)
-    end
+    if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then push('v', topic) end
   end
 end
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], node)
-return 1
+if lost then return 1 end
+return 0
 "#;
 
 /// Buries dead node D if its liveness key is still gone: its outbox and
-/// the topics it leaves empty go to the outbox of the burying node M.
-/// KEYS: `a:D`, `n:D`, `nodes`, `q:D`, `q:M`. ARGV: D, prefix. Returns 1
-/// if it buried D.
+/// the topics it leaves empty go to the outbox of the burying node M, with
+/// M's IDs. D's counter is kept a day (a D that comes back within it is
+/// not taken for one that lost its data). KEYS: `a:D`, `n:D`, `nodes`,
+/// `q:D`, `q:M`, `c:D`, `c:M`. ARGV: D, prefix. Returns 1 if it buried D.
 const CLEAN: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local node, prefix = ARGV[1], ARGV[2]
+local function push(item)
+  redis.call('RPUSH', KEYS[5], redis.call('INCR', KEYS[7]) .. ':' .. item)
+end
 for _, item in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
-  redis.call('RPUSH', KEYS[5], item)
+  push(string.match(item, '^%d+:(.*)$') or item)
 end
 redis.call('DEL', KEYS[4])
 for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local t = prefix .. 't:' .. topic
-  if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then
-    redis.call('RPUSH', KEYS[5], 'v:' .. topic)
-  end
+  if redis.call('SREM', t, node) == 1 and redis.call('SCARD', t) == 0 then push('v:' .. topic) end
 end
 redis.call('DEL', KEYS[2])
 redis.call('SREM', KEYS[3], node)
+if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PEXPIRE', KEYS[6], 86400000) end
 return 1
 "#;
 
@@ -227,8 +249,9 @@ impl RedisOccupancy {
             asserted: HashSet::new(),
             stats: stats.clone(),
             prefix: PREFIX,
+            reported: 0,
         };
-        crate::link::start("throng-occupancy", &shown, client, task)?;
+        crate::link::start("throng-occupancy", &shown, client, options, task)?;
         Ok(RedisOccupancy { tx, stats })
     }
 
@@ -288,14 +311,19 @@ struct Task {
     stats: Arc<Stats>,
     /// [`PREFIX`], or [`PREFIX_SHARDED`] on a Redis Cluster.
     prefix: &'static str,
+    /// The ID of the last outbox transition handed to the node.
+    reported: u64,
 }
 
-/// A session's script hashes and start.
+/// A session's script hashes, start and token.
 struct Session {
     change: String,
     resync: String,
     clean: String,
     started: Instant,
+    /// The value of this node's liveness key in this session, which every
+    /// change checks (see the module doc: late scripts).
+    token: String,
 }
 
 impl Worker for Task {
@@ -327,6 +355,7 @@ impl Worker for Task {
             resync,
             clean,
             started: Instant::now(),
+            token: format!("{:016x}", random_node_id()),
         };
         // Changes noticed so far are in what the re-assertion writes. What
         // the last session decided and never reported is reported first.
@@ -368,9 +397,10 @@ impl Task {
         self.sink.upgrade()
     }
 
-    /// Hands the transitions in this node's outbox to the node (its event
-    /// queue), then trims them off: a reply lost before the trim reports
-    /// them again next time (at least once).
+    /// Hands the transitions in this node's outbox it has not handed yet
+    /// (their IDs are past [`Task::reported`]) to the node (its event
+    /// queue), then trims them off: a reply lost before the trim finds
+    /// them there next time, and skips them.
     async fn drain_outbox(&mut self, link: &mut Link) -> RResult<()> {
         let outbox = format!("{}q:{}", self.prefix, self.me);
         let items: Vec<String> = timed(
@@ -384,18 +414,24 @@ impl Task {
         if items.is_empty() {
             return Ok(());
         }
-        if let Some(sink) = self.sink() {
-            for item in &items {
-                match item.split_at_checked(2) {
-                    Some(("o:", topic)) => sink.occupied(topic),
-                    Some(("v:", topic)) => sink.vacated(topic),
-                    _ => {}
+        let mut fresh = 0;
+        for item in &items {
+            let Some((id, transition)) = outbox_item(item) else {
+                continue;
+            };
+            if id.is_some_and(|id| id <= self.reported) {
+                continue;
+            }
+            self.reported = id.unwrap_or(self.reported);
+            fresh += 1;
+            if let Some(sink) = self.sink() {
+                match transition {
+                    Transition::Occupied(topic) => sink.occupied(topic),
+                    Transition::Vacated(topic) => sink.vacated(topic),
                 }
             }
         }
-        self.stats
-            .transitions
-            .fetch_add(items.len() as u64, Relaxed);
+        self.stats.transitions.fetch_add(fresh, Relaxed);
         let _: () = timed(
             ::redis::cmd("LTRIM")
                 .arg(&outbox)
@@ -420,14 +456,16 @@ impl Task {
         let r: i64 = timed(
             ::redis::cmd("EVALSHA")
                 .arg(&s.change)
-                .arg(4)
+                .arg(5)
                 .arg(format!("{}a:{me}", self.prefix))
                 .arg(format!("{}t:{topic}", self.prefix))
                 .arg(format!("{}n:{me}", self.prefix))
                 .arg(format!("{}q:{me}", self.prefix))
+                .arg(format!("{}c:{me}", self.prefix))
                 .arg(me)
                 .arg(&*topic)
                 .arg(if has { "1" } else { "0" })
+                .arg(&s.token)
                 .query_async(&mut link.cmd),
         )
         .await?;
@@ -452,19 +490,25 @@ impl Task {
         let me = &self.me;
         let mut c = ::redis::cmd("EVALSHA");
         c.arg(&s.resync)
-            .arg(4)
+            .arg(5)
             .arg(format!("{}a:{me}", self.prefix))
             .arg(format!("{}n:{me}", self.prefix))
             .arg(format!("{}nodes", self.prefix))
             .arg(format!("{}q:{me}", self.prefix))
+            .arg(format!("{}c:{me}", self.prefix))
             .arg(me)
             .arg(self.ttl.as_millis() as u64)
             .arg(self.prefix)
+            .arg(&s.token)
             .arg(topics.len());
         for t in topics.iter().chain(&gone) {
             c.arg(&**t);
         }
-        let _: i64 = timed(c.query_async(&mut link.cmd)).await?;
+        let lost: i64 = timed(c.query_async(&mut link.cmd)).await?;
+        if lost == 1 {
+            // A new counter: its IDs start again.
+            self.reported = 0;
+        }
         self.asserted = now;
         self.stats.resyncs.fetch_add(1, Relaxed);
         self.drain_outbox(link).await
@@ -477,7 +521,7 @@ impl Task {
         let alive: Value = timed(
             ::redis::cmd("SET")
                 .arg(format!("{}a:{me}", self.prefix))
-                .arg("1")
+                .arg(&s.token)
                 .arg("PX")
                 .arg(self.ttl.as_millis() as u64)
                 .arg("XX")
@@ -513,12 +557,14 @@ impl Task {
             let buried: i64 = timed(
                 ::redis::cmd("EVALSHA")
                     .arg(&s.clean)
-                    .arg(5)
+                    .arg(7)
                     .arg(format!("{}a:{d}", self.prefix))
                     .arg(format!("{}n:{d}", self.prefix))
                     .arg(format!("{}nodes", self.prefix))
                     .arg(format!("{}q:{d}", self.prefix))
                     .arg(format!("{}q:{me}", self.prefix))
+                    .arg(format!("{}c:{d}", self.prefix))
+                    .arg(format!("{}c:{me}", self.prefix))
                     .arg(d)
                     .arg(self.prefix)
                     .query_async(&mut link.cmd),
@@ -534,5 +580,52 @@ impl Task {
             }
         }
         Ok(())
+    }
+}
+
+/// A transition in an outbox.
+#[derive(Debug, PartialEq, Eq)]
+enum Transition<'a> {
+    Occupied(&'a str),
+    Vacated(&'a str),
+}
+
+/// An outbox item, `ID:o:T` or `ID:v:T`: its ID and transition; an item of
+/// an older version, without an ID, has none (it is reported as is).
+fn outbox_item(item: &str) -> Option<(Option<u64>, Transition<'_>)> {
+    let (id, rest) = match item.split_once(':') {
+        Some((id, rest)) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) => {
+            (Some(id.parse().ok()?), rest)
+        }
+        _ => (None, item),
+    };
+    match rest.split_at_checked(2) {
+        Some(("o:", topic)) => Some((id, Transition::Occupied(topic))),
+        Some(("v:", topic)) => Some((id, Transition::Vacated(topic))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbox_items_carry_an_id_older_ones_none() {
+        assert_eq!(
+            outbox_item("12:o:room:1"),
+            Some((Some(12), Transition::Occupied("room:1")))
+        );
+        assert_eq!(
+            outbox_item("3:v:a:b"),
+            Some((Some(3), Transition::Vacated("a:b")))
+        );
+        // Written by a version without IDs: reported as is.
+        assert_eq!(
+            outbox_item("o:room:1"),
+            Some((None, Transition::Occupied("room:1")))
+        );
+        assert_eq!(outbox_item("7:x:room"), None);
+        assert_eq!(outbox_item(""), None);
     }
 }

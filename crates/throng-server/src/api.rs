@@ -408,6 +408,7 @@ async fn history(
     topic_ok(topic)?;
     let status = |code| match code {
         "no_history" => StatusCode::NOT_FOUND,
+        "history_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_REQUEST,
     };
     crate::history::api::answer(&api.endpoint, topic, &q)

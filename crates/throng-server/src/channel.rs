@@ -35,6 +35,9 @@ pub enum Terminate {
     DuplicateJoin,
     /// The connection closed (or was closed: idle, slow reader, protocol error).
     Closed,
+    /// The server refused the join after it began: a join with `since` whose
+    /// history could not be read (Redis away); the client joins again.
+    Refused,
 }
 
 /// A message for [`Channel::handle_info`]: any value the app chooses.

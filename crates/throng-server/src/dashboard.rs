@@ -105,6 +105,11 @@ const OPTIONAL_FIGURES: &[&str] = &[
     "throng_backplane_published_total",
     "throng_backplane_received_total",
     "throng_backplane_reconnects_total",
+    // Per Redis link (`link` label): the Redis tile.
+    "throng_redis_connected",
+    "throng_redis_link_failures_total",
+    "throng_redis_last_answer_seconds",
+    "throng_redis_ping_seconds",
 ];
 
 /// `node`'s limit counters and its hooks' and backplane's figures, read off

@@ -123,6 +123,9 @@ pub struct ShardStats {
     pub history_recoveries: AtomicU64,
     pub history_misses: AtomicU64,
     pub history_replayed: AtomicU64,
+    /// Joins with `since` refused because the history could not be read
+    /// (Redis away): the client joins again.
+    pub history_unavailable: AtomicU64,
     /// WebSockets that negotiated permessage-deflate.
     pub deflate_sockets: AtomicU64,
     /// Messages sent compressed, and the bytes compression saved on them
@@ -606,6 +609,12 @@ pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
         "counter",
         "Joins with since that could not recover (recovered: false): a position too old, of another epoch, malformed, or a topic without history.",
         |s| &s.history_misses,
+    ),
+    (
+        "throng_history_unavailable_total",
+        "counter",
+        "Joins with since refused with {\"reason\":\"history unavailable\"} because the history in Redis could not be read (Redis away or slower than --redis-timeout-ms); phoenix.js joins again.",
+        |s| &s.history_unavailable,
     ),
     (
         "throng_history_replayed_total",

@@ -8,7 +8,7 @@
 //!   misconfiguration until shown otherwise);
 //! - a connect the app backend's connect hook refused, and a join refused
 //!   (no channel for the topic, a topic rule, the channel, the join hook, a
-//!   limit): at info, one line per reason per [`JOIN_EVERY`] (the app's
+//!   limit, a history that cannot be read): at info, one line per reason per [`JOIN_EVERY`] (the app's
 //!   decisions, which a developer wants to see while building the app).
 //!
 //! Lock-free and allocation-free unless it logs: a refusal costs two
@@ -57,12 +57,14 @@ pub enum Reason {
     SocketBudget,
     /// A join whose presence key is over `--max-presence-bytes`.
     PresenceKey,
+    /// A join with `since` whose history (in Redis) could not be read now.
+    HistoryUnavailable,
     /// A Pusher socket refused once upgraded: a key no app has, a bad URL,
     /// an app at its `max_connections`.
     Pusher,
 }
 
-const REASONS: usize = 14;
+const REASONS: usize = 15;
 
 impl Reason {
     fn index(self) -> usize {
@@ -135,6 +137,11 @@ impl Reason {
             }
             Reason::PresenceKey => {
                 "raise --max-presence-bytes, or key presence by something shorter (--presence)"
+            }
+            Reason::HistoryUnavailable => {
+                "the topic's history is kept in Redis, which is away or slower than \
+                 --redis-timeout-ms (see the Redis errors in this log and throng_redis_connected): \
+                 nothing to do, the client joins again by itself and recovers once Redis answers"
             }
             Reason::Pusher => {
                 "a Pusher client connects to /app/KEY?protocol=7 with the key of an app given by \

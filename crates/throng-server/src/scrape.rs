@@ -199,7 +199,27 @@ pub fn render(node: &Node) -> String {
     if let Some(o) = node.occupancy.get() {
         o.render_metrics(&mut out);
     }
+    throng_pubsub::link::render_metrics(&mut out, &redis_links(node));
     out
+}
+
+/// Each Redis link of `node` (one per user of Redis, until they share
+/// one), named as its `link` label in `/metrics`.
+fn redis_links(node: &Node) -> Vec<(&'static str, &throng_pubsub::link::Health)> {
+    let mut links = Vec::with_capacity(4);
+    if let Some(h) = node.backplane.link() {
+        links.push(("backplane", h));
+    }
+    if let Some(h) = node.presence.link() {
+        links.push(("presence", h));
+    }
+    if let Some(history) = &node.history_redis {
+        links.push(("history", &history.stats.link));
+    }
+    if let Some(crate::hooks::Occupancy::Redis(o)) = node.occupancy.get() {
+        links.push(("occupancy", &o.stats().link));
+    }
+    links
 }
 
 /// The Pusher HTTP API's answers by route and status (the cells not zero),

@@ -121,4 +121,8 @@ pub trait Backplane: Send + Sync + 'static {
     }
     /// Appends the backplane's own Prometheus lines to `/metrics`.
     fn render_metrics(&self, _out: &mut String) {}
+    /// The health of its [Redis link](crate::link), if it has one.
+    fn link(&self) -> Option<&crate::link::Health> {
+        None
+    }
 }

@@ -238,6 +238,7 @@ impl MemoryHistory {
             epoch: ring.epoch,
             messages: Vec::new(),
             last: ring.next - 1,
+            unavailable: false,
         };
         let Some(since) = since else {
             let skip = ring.entries.len().saturating_sub(limit);

@@ -104,9 +104,21 @@ pub struct Replay {
     /// The offset of the topic's newest message (0: none): a subscriber
     /// that got `messages` must skip the live messages up to it.
     pub last: u64,
+    /// The store could not be read now (Redis away, or not answering in
+    /// time): nothing is known of what was lost, so the join that asked
+    /// is refused and tried again rather than told `recovered: false`.
+    pub unavailable: bool,
 }
 
 impl Replay {
+    /// The answer of a read the store could not make now.
+    pub fn unavailable() -> Replay {
+        Replay {
+            unavailable: true,
+            ..Replay::default()
+        }
+    }
+
     /// The ref of `entry`, in this read's epoch.
     pub fn ref_of(&self, entry: &Entry) -> String {
         Position {

@@ -30,9 +30,10 @@
 //! queue order; reads run concurrently on the same multiplexed
 //! connection, each answered through its callback. While Redis is away,
 //! publishes fail (their callbacks get the reason; a broadcast of a
-//! channel is dropped and counted) and reads answer "not recovered", never
-//! a gap. Requests wait on a bounded queue ([`QUEUE`]); past it they fail
-//! at once.
+//! channel is dropped and counted) and reads answer "unavailable"
+//! ([`Replay::unavailable`]: neither recovered nor lost, the server refuses
+//! the join, which the client makes again), never a gap. Requests wait on
+//! a bounded queue ([`QUEUE`]); past it they fail at once.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -147,7 +148,7 @@ impl RedisHistory {
             reads: HashMap::new(),
             next_read: 0,
         };
-        crate::link::start("throng-history", &shown, client, task)?;
+        crate::link::start("throng-history", &shown, client, options, task)?;
         Ok(RedisHistory {
             tx,
             node_id,
@@ -226,6 +227,11 @@ impl RedisHistory {
         size: usize,
         then: ReadDone,
     ) {
+        if !self.is_connected() {
+            // Redis away: answered now, not once a reconnection attempt
+            // (up to --redis-timeout-ms) and its backoff are over.
+            return then(Replay::unavailable());
+        }
         let at = since.map(Position::parse);
         let req = Request::Read {
             topic: Arc::from(topic),
@@ -236,7 +242,7 @@ impl RedisHistory {
             then,
         };
         if let Err(Request::Read { then, .. }) = self.send(req) {
-            then(Replay::default());
+            then(Replay::unavailable());
         }
     }
 }
@@ -274,7 +280,7 @@ impl HistoryStore for RedisHistory {
 struct Task {
     rx: mpsc::Receiver<Request>,
     stats: Arc<RedisHistoryStats>,
-    /// Reads in flight, by number: answered "not recovered" if the session
+    /// Reads in flight, by number: answered "unavailable" if the session
     /// is lost before Redis answers.
     reads: HashMap<u64, ReadDone>,
     next_read: u64,
@@ -296,7 +302,7 @@ impl Worker for Task {
     type Session = Session;
     const WHAT: &'static str = "topic history";
     const MEANWHILE: &'static str = "broadcasts on topics with history are dropped (counted in \
-         throng_history_failed_total; the server API answers 503) and rejoins get recovered: false";
+         throng_history_failed_total; the server API answers 503) and rejoins with since are refused (the client joins again)";
 
     fn health(&self) -> &Health {
         &self.stats.link
@@ -328,7 +334,7 @@ impl Worker for Task {
                             then(replay);
                         }
                         Err(e) => {
-                            then(Replay::default());
+                            then(answer_of(&e));
                             if lost(&e) {
                                 break e.into();
                             }
@@ -337,9 +343,9 @@ impl Worker for Task {
                 }
             }
         };
-        // Reads in flight get their answer: nothing recovered.
+        // Reads in flight get their answer: Redis is away.
         for (_, then) in self.reads.drain() {
-            then(Replay::default());
+            then(Replay::unavailable());
         }
         end
     }
@@ -370,6 +376,29 @@ fn lost(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal()
 }
 
+/// The answer of a read that failed with `e`: "unavailable" (the join is
+/// refused and made again) while Redis is away or says to try again later
+/// (LOADING, TRYAGAIN, CLUSTERDOWN, MASTERDOWN); "not recovered" when
+/// Redis answers the read with an error it would give every time (a
+/// missing permission, a key of another type), or the client would be
+/// refused forever.
+fn answer_of(e: &redis::RedisError) -> Replay {
+    if lost(e) || !matches!(e.retry_method(), redis::RetryMethod::NoRetry) {
+        Replay::unavailable()
+    } else {
+        // One line per 10 s: every rejoin of a topic may meet it.
+        static LOGGED: AtomicU64 = AtomicU64::new(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = LOGGED.load(Relaxed);
+        if now >= last + 10 && LOGGED.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
+            tracing::warn!(error = %e, "a topic history read failed in Redis (rejoins get recovered: false): check the Redis user's permissions (EVALSHA, XRANGE) and that nothing else writes throng:hist:* keys");
+        }
+        Replay::default()
+    }
+}
+
 /// Answers `req` with a failure.
 fn fail(stats: &RedisHistoryStats, req: Request, why: &str) {
     match req {
@@ -379,7 +408,7 @@ fn fail(stats: &RedisHistoryStats, req: Request, why: &str) {
                 done(Err(why.to_string()));
             }
         }
-        Request::Read { then, .. } => then(Replay::default()),
+        Request::Read { then, .. } => then(Replay::unavailable()),
     }
 }
 
@@ -542,6 +571,7 @@ async fn read(
         epoch,
         messages: Vec::new(),
         last,
+        unavailable: false,
     };
     let entries = entries_of(&topic, entries);
     let Some(at) = since else {
@@ -672,5 +702,19 @@ mod tests {
         assert_eq!(k.stream, "throng:hist:{feed:1}:stream");
         assert_eq!(k.epoch, "throng:hist:{feed:1}:epoch");
         assert_eq!(k.offset, "throng:hist:{feed:1}:offset");
+    }
+
+    #[test]
+    fn a_failed_read_is_unavailable_unless_redis_would_always_refuse_it() {
+        use redis::{ErrorKind, RedisError};
+        let answer = |e: RedisError| answer_of(&e).unavailable;
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert!(answer(io.into()));
+        assert!(answer((ErrorKind::BusyLoadingError, "LOADING").into()));
+        assert!(answer((ErrorKind::TryAgain, "TRYAGAIN").into()));
+        assert!(answer((ErrorKind::ClusterDown, "CLUSTERDOWN").into()));
+        assert!(!answer((ErrorKind::TypeError, "WRONGTYPE").into()));
+        assert!(!answer((ErrorKind::ResponseError, "NOPERM").into()));
+        assert!(!answer_of(&(ErrorKind::TypeError, "x").into()).recovered);
     }
 }

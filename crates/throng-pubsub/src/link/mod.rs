@@ -14,10 +14,28 @@
 //!   and one sharded subscriber connection per shard; the workers ask
 //!   [`Link::is_cluster`] to hash-tag their keys and channels by topic
 //!   ([`tagged`]) and keep each script to one slot.
-//! - **The policy**, stated once below: how long a connection attempt and
-//!   a reply may take, how often the pub/sub connection is checked, and
-//!   the reconnect backoff. The backplane and the presence store follow the
-//!   same one (they used to have 3 s and 5 s each).
+//! - **The policy**, stated once below: how long Redis may take to answer
+//!   (a connection attempt, a command, a PING: [`RedisOptions::timeout`],
+//!   `--redis-timeout-ms`, 5 s by default), how often each connection is
+//!   checked, and the reconnect backoff. Every user of the link follows
+//!   the same one.
+//! - **Noticing a dead path** ([`keep_checking`]): every second, each
+//!   connection of the session (the command connection and the pub/sub
+//!   one; on a cluster every master's and every shard's) gets a PING due
+//!   within the timeout. A connection whose peer is gone without a FIN
+//!   (a half-open connection: a host that vanished, a partition, a
+//!   firewall that forgot the flow), or a Redis that stopped answering, is
+//!   given up at most 1 s plus the timeout after its last answer (6 s by
+//!   default), whether or not the worker had anything to send. A PING
+//!   rather than TCP keepalive (`TCP_USER_TIMEOUT`): it also catches a
+//!   Redis that is up but stuck, and a proxy that keeps the TCP session
+//!   alive, and it measures the round trip the [`Health`] shows.
+//! - **What it shows** ([`Health`], `health.rs`): connected or not, the
+//!   sessions lost, the time since Redis last answered and the last PING's
+//!   round trip, in `/metrics` (`throng_redis_*{link=...}`, see
+//!   [`render_metrics`]) and the dashboard; a log line when a session is
+//!   lost and one when it is back, one when Redis turns slow and one when
+//!   it is quick again.
 //! - **The thread and the loop** ([`start`]): a `throng-*` thread with a
 //!   single-threaded tokio runtime of its own (so the shards never share an
 //!   executor with Redis I/O), the first session made before `start`
@@ -26,18 +44,21 @@
 //!   error log, reconnection with backoff, [`Worker::setup`] again, one
 //!   info log saying how long it was down.
 //!
-//! Layers: `options` (URL, TLS, client), then `cluster` (which uses
-//! them), then this module (the session, the loop, [`check_with`]).
+//! Layers: `options` (URL, TLS, client) and `health`, then `cluster`
+//! (which uses them), then this module (the session, the loop,
+//! [`check_with`]).
 //!
 //! The user of the link is a [`Worker`]: what it does on a fresh session
 //! (subscribe, rewrite its state), what it serves while connected, and
 //! what it drops while disconnected.
 
 pub mod cluster;
+mod health;
 mod options;
 
+use std::cell::Cell;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
@@ -47,6 +68,7 @@ use ::redis::{Cmd as RedisCmd, Pipeline, RedisFuture, Value};
 use futures_util::StreamExt;
 
 pub use cluster::slot::{tagged, topic_after_tag, topic_tag};
+pub use health::{render_metrics, slow_after, Health, HealthState};
 pub use options::{random_node_id, redact, RedisOptions};
 
 use crate::Error;
@@ -65,14 +87,24 @@ pub fn check_with(url: &str, options: &RedisOptions) -> Result<(), Error> {
     options::check_server(url, &shown, options)
 }
 
-/// How long a connection attempt (TCP, TLS, AUTH, the first PING and the
-/// user's setup) may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long any reply may take before the session counts as lost.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the pub/sub connection is checked with a PING (the command
-/// connection is checked by its own traffic and [`RESPONSE_TIMEOUT`]).
-pub const PING_EVERY: Duration = Duration::from_secs(5);
+/// How long Redis may take to answer by default (`--redis-timeout-ms`): a
+/// connection attempt (TCP, TLS, AUTH, the first PING), any command, a
+/// PING; past it the session counts as lost.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often every connection of a session is checked with a PING, due
+/// within the timeout: a dead path is noticed within this plus the timeout.
+pub const PING_EVERY: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// The timeout of the link whose thread this is ([`start`] sets it
+    /// from [`RedisOptions::timeout`]); read by [`timed`] and the session.
+    static TIMEOUT: Cell<Duration> = const { Cell::new(DEFAULT_TIMEOUT) };
+}
+
+/// How long Redis may take to answer on this thread's link.
+pub fn timeout() -> Duration {
+    TIMEOUT.with(Cell::get)
+}
 /// First wait before a reconnection attempt; doubles up to [`BACKOFF_MAX`].
 /// The attempts come 0.1, 0.3, 0.7, 1.5, 3.1, 6.3, 11.3 s ... after the
 /// loss, so a link is back at most 5 s after Redis is.
@@ -117,6 +149,16 @@ pub struct Link {
 pub enum Cmd {
     One(MultiplexedConnection),
     Cluster(cluster::Router),
+}
+
+impl Cmd {
+    /// PING (every master's connection on a cluster, at once).
+    pub async fn ping(&mut self) -> RResult<()> {
+        match self {
+            Cmd::One(c) => ::redis::cmd("PING").query_async::<()>(c).await,
+            Cmd::Cluster(r) => r.ping_all().await,
+        }
+    }
 }
 
 impl ConnectionLike for Cmd {
@@ -186,9 +228,11 @@ enum Stream {
 }
 
 impl Link {
-    /// Both connections, each answering, within [`CONNECT_TIMEOUT`] (on a
-    /// cluster: the topology read and every master answering).
+    /// Both connections, each answering, within the [`timeout`] (on a
+    /// cluster: the topology read and every master answering, within
+    /// twice that).
     async fn connect(target: &Target) -> RResult<Link> {
+        let limit = timeout();
         let client = match target {
             Target::One(client) => client,
             Target::Cluster(spec) => {
@@ -201,13 +245,13 @@ impl Link {
                         cmd: Cmd::Cluster(router),
                     })
                 };
-                return within(CONNECT_TIMEOUT * 2, "no connection", attempt).await;
+                return within(limit * 2, "no connection", attempt).await;
             }
         };
         let attempt = async {
             let config = ::redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(CONNECT_TIMEOUT)
-                .set_response_timeout(RESPONSE_TIMEOUT);
+                .set_connection_timeout(limit)
+                .set_response_timeout(limit);
             let mut cmd = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
@@ -222,7 +266,7 @@ impl Link {
                 stream: Stream::One(stream),
             })
         };
-        within(CONNECT_TIMEOUT, "no connection", attempt).await
+        within(limit, "no connection", attempt).await
     }
 
     /// Whether this session is on a Redis Cluster: its workers then name
@@ -250,10 +294,10 @@ impl Link {
     }
 }
 
-/// `f`, or a timeout error after [`RESPONSE_TIMEOUT`]: every command a
+/// `f`, or a timeout error after the link's [`timeout`]: every command a
 /// worker sends goes through this.
 pub async fn timed<T>(f: impl Future<Output = RResult<T>>) -> RResult<T> {
-    within(RESPONSE_TIMEOUT, "Redis did not answer", f).await
+    within(timeout(), "Redis did not answer", f).await
 }
 
 pub(crate) async fn within<T>(
@@ -268,35 +312,6 @@ pub(crate) async fn within<T>(
             format!("{what} within {limit:?}"),
         )
         .into()),
-    }
-}
-
-/// Whether a link is up, and how often it came back; each user shows them
-/// in `/metrics` under its own names.
-#[derive(Default, Debug)]
-pub struct Health {
-    /// A session is up and its worker's setup done.
-    pub connected: AtomicBool,
-    /// Sessions rebuilt after a lost one.
-    pub reconnects: AtomicU64,
-    /// When the session in progress was lost, while it is being rebuilt
-    /// (for `/readyz`, which turns 503 once this is old enough). Written
-    /// only when the link goes down or comes back.
-    pub down_since: std::sync::Mutex<Option<Instant>>,
-}
-
-impl Health {
-    /// How long the link has been down, if it is.
-    pub fn down_for(&self) -> Option<Duration> {
-        if self.connected.load(Relaxed) {
-            return None;
-        }
-        let since = *self.down_since.lock().unwrap_or_else(|e| e.into_inner());
-        Some(since.map_or(Duration::ZERO, |t| t.elapsed()))
-    }
-
-    fn set_down(&self, down: Option<Instant>) {
-        *self.down_since.lock().unwrap_or_else(|e| e.into_inner()) = down;
     }
 }
 
@@ -339,12 +354,21 @@ pub trait Worker: Send + 'static {
 /// Starts thread `thread` for `worker`: makes its first session (link and
 /// setup) and returns once it has, or the reason as
 /// [`Error::RedisConnect`] naming `shown` (the URL, password masked).
-pub fn start<W: Worker>(thread: &str, shown: &str, client: Target, worker: W) -> Result<(), Error> {
+/// `options` give the link's timeout.
+pub fn start<W: Worker>(
+    thread: &str,
+    shown: &str,
+    client: Target,
+    options: &RedisOptions,
+    worker: W,
+) -> Result<(), Error> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let url = shown.to_string();
+    let limit = options.timeout;
     std::thread::Builder::new()
         .name(thread.into())
         .spawn(move || {
+            TIMEOUT.with(|t| t.set(limit));
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -359,6 +383,7 @@ pub fn start<W: Worker>(thread: &str, shown: &str, client: Target, worker: W) ->
                 let mut worker = worker;
                 match first_session(&client, &mut worker).await {
                     Ok((link, session)) => {
+                        worker.health().answered_now();
                         worker.health().connected.store(true, Relaxed);
                         let _ = ready_tx.send(Ok(()));
                         run(client, url, worker, link, session).await;
@@ -398,19 +423,22 @@ async fn run<W: Worker>(
     mut link: Link,
     mut session: W::Session,
 ) {
+    let health = worker.health().clone();
     loop {
-        let pinger = link.sink.clone();
+        let checks = keep_checking(link.cmd.clone(), link.sink.clone(), &health, W::WHAT, &url);
         let end = tokio::select! {
             end = worker.serve(&mut link, &mut session) => end,
-            e = keep_checking(pinger) => End::Lost(e),
+            e = checks => End::Lost(e),
         };
         let err = match end {
             End::Stop => return,
             End::Lost(e) => e,
         };
         let down_at = Instant::now();
-        worker.health().set_down(Some(down_at));
-        worker.health().connected.store(false, Relaxed);
+        health.set_down(Some(down_at));
+        health.connected.store(false, Relaxed);
+        health.failures.fetch_add(1, Relaxed);
+        health.end_slow();
         drop(session);
         drop(link);
         tracing::error!(
@@ -423,9 +451,10 @@ async fn run<W: Worker>(
             Some(s) => s,
             None => return,
         };
-        worker.health().reconnects.fetch_add(1, Relaxed);
-        worker.health().connected.store(true, Relaxed);
-        worker.health().set_down(None);
+        health.answered_now();
+        health.reconnects.fetch_add(1, Relaxed);
+        health.connected.store(true, Relaxed);
+        health.set_down(None);
         tracing::info!(
             down_ms = down_at.elapsed().as_millis() as u64,
             "{}: reconnected to Redis at {url}; {}",
@@ -435,17 +464,32 @@ async fn run<W: Worker>(
     }
 }
 
-/// PINGs the pub/sub connection every [`PING_EVERY`]; returns the error
-/// once one fails or times out.
-async fn keep_checking(mut sink: Subscriber) -> ::redis::RedisError {
+/// PINGs every connection of the session (both at once) every
+/// [`PING_EVERY`], each answer due within the [`timeout`], and records the
+/// round trip in `health`; returns the error once one fails or is late.
+/// `what` and `url` name the link in the log of a slow episode.
+async fn keep_checking(
+    mut cmd: Cmd,
+    mut sink: Subscriber,
+    health: &Health,
+    what: &str,
+    url: &str,
+) -> ::redis::RedisError {
     let mut tick = tokio::time::interval(PING_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
         tick.tick().await;
-        if let Err(e) = timed(sink.ping()).await {
+        let sent = Instant::now();
+        let limit = timeout();
+        let (c, s) = tokio::join!(
+            within(limit, "Redis did not answer a PING", cmd.ping()),
+            within(limit, "Redis did not answer a PING", sink.ping()),
+        );
+        if let Err(e) = c.and(s) {
             return e;
         }
+        health.pinged(sent.elapsed(), limit, what, url);
     }
 }
 

@@ -5,8 +5,9 @@
 use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 
-use super::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use super::DEFAULT_TIMEOUT;
 use crate::Error;
+use std::time::Duration;
 
 /// How to reach Redis, beyond the URL.
 #[derive(Clone, Debug)]
@@ -17,6 +18,9 @@ pub struct RedisOptions {
     /// Bytes of envelopes waiting for the publisher; past it, `publish`
     /// drops broadcasts (counted) instead of growing.
     pub queue_bytes: usize,
+    /// How long Redis may take to answer a connection attempt, a command
+    /// or a PING before the session counts as lost (`--redis-timeout-ms`).
+    pub timeout: Duration,
 }
 
 impl Default for RedisOptions {
@@ -24,6 +28,7 @@ impl Default for RedisOptions {
         RedisOptions {
             ca_file: None,
             queue_bytes: 64 << 20,
+            timeout: DEFAULT_TIMEOUT,
         }
     }
 }
@@ -78,10 +83,9 @@ pub(super) fn check_server(url: &str, shown: &str, options: &RedisOptions) -> Re
         reason: e.to_string(),
     };
     let mut conn = client
-        .get_connection_with_timeout(CONNECT_TIMEOUT)
+        .get_connection_with_timeout(options.timeout)
         .map_err(fail)?;
-    conn.set_read_timeout(Some(RESPONSE_TIMEOUT))
-        .map_err(fail)?;
+    conn.set_read_timeout(Some(options.timeout)).map_err(fail)?;
     ::redis::cmd("PING")
         .query::<String>(&mut conn)
         .map_err(fail)?;

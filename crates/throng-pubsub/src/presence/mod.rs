@@ -165,6 +165,10 @@ pub trait PresenceStore: Send + Sync + 'static {
     }
     /// Appends the store's own Prometheus lines to `/metrics`.
     fn render_metrics(&self, _out: &mut String) {}
+    /// The health of its [Redis link](crate::link), if it has one.
+    fn link(&self) -> Option<&crate::link::Health> {
+        None
+    }
 }
 
 /// What a store may ask of the node it serves (the node's [`Tracker`]).

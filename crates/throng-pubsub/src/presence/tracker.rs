@@ -455,6 +455,11 @@ impl Tracker {
             .fetch_add((f.joined + f.left) as u64, Relaxed);
     }
 
+    /// The health of its store's [Redis link](crate::link), if it has one.
+    pub fn link(&self) -> Option<&crate::link::Health> {
+        self.store.link()
+    }
+
     /// Every metric line of the tracker and its store.
     pub fn render_metrics(&self, out: &mut String) {
         let s = &self.stats;

@@ -89,6 +89,9 @@ settings! {
         /// PEM file of the certificate authorities to trust for a rediss:// URL (a private CA) [default: the system's roots]
         #[arg(long, help_heading = "Cluster (Redis)", value_name = "FILE", env = "THRONG_REDIS_CA_FILE")]
         pub redis_ca_file: Option<PathBuf>,
+        /// Milliseconds Redis may take to answer (a connection attempt, a command, the PING every connection to Redis gets each second); past it the connection counts as lost and is made again, so a stalled or half-open connection (the network path gone without a FIN) is noticed within this plus 1 s
+        #[arg(long, help_heading = "Cluster (Redis)", value_parser = whole::<u64>, value_name = "MS", env = "THRONG_REDIS_TIMEOUT_MS")]
+        pub redis_timeout_ms: Option<u64> = 5000,
         /// Share the port with other processes that bind it with SO_REUSEPORT (such as a second throng serve started before this one drains); without it, a port another process holds is refused at start
         #[arg(long, help_heading = "Listening", env = "THRONG_REUSE_PORT")]
         pub reuse_port: bool,
@@ -370,6 +373,17 @@ impl ServeArgs {
             ));
         }
         Ok(timeout)
+    }
+
+    /// `redis_timeout_ms`: 100 ms to 5 minutes.
+    pub(super) fn checked_redis_timeout(&self) -> Result<u64, Error> {
+        let redis_timeout = self.redis_timeout_ms();
+        if !(100..=300_000).contains(&redis_timeout) {
+            return Err(Error::Config(format!(
+                "redis_timeout_ms must be 100..=300000 ms, got {redis_timeout}"
+            )));
+        }
+        Ok(redis_timeout)
     }
 
     /// `tls_cert`/`tls_key` and `api_tls_cert`/`api_tls_key`, each pair

@@ -103,6 +103,8 @@ pub struct Config {
     pub redis: Option<String>,
     /// CA certificates to trust for `rediss://`; `None`: the system's.
     pub redis_ca_file: Option<PathBuf>,
+    /// How long Redis may take to answer (`--redis-timeout-ms`).
+    pub redis_timeout: Duration,
     /// Share the public port with other processes (`--reuse-port`)
     /// instead of refusing to start when it is held.
     pub reuse_port: bool,
@@ -218,6 +220,7 @@ impl ServeArgs {
         let presence = s.checked_presence()?;
         let interval = s.checked_presence_interval()?;
         let timeout = s.checked_presence_timeout()?;
+        let redis_timeout = s.checked_redis_timeout()?;
         let (tls, api_tls) = s.checked_tls()?;
         files::check(s).map_err(Error::Config)?;
         Ok(Config {
@@ -250,6 +253,7 @@ impl ServeArgs {
             log_requests: s.log_requests,
             redis,
             redis_ca_file: s.redis_ca_file.clone(),
+            redis_timeout: Duration::from_millis(redis_timeout),
             reuse_port: s.reuse_port,
             workers,
             worker_index: s.worker_index,
@@ -326,6 +330,7 @@ impl Config {
         throng_pubsub::RedisOptions {
             ca_file: self.redis_ca_file.clone(),
             queue_bytes: self.limits.redis_queue_bytes,
+            timeout: self.redis_timeout,
         }
     }
 }
@@ -388,6 +393,28 @@ mod tests {
         };
         assert!(!file.resolve().unwrap().deflate);
         let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn the_redis_timeout_reaches_the_link_and_is_bounded() {
+        let c = ServeArgs::default().resolve().unwrap();
+        assert_eq!(c.redis_options().timeout, Duration::from_secs(5));
+        let c = ServeArgs {
+            redis_timeout_ms: Some(1500),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.redis_options().timeout, Duration::from_millis(1500));
+        for bad in [0, 99, 300_001] {
+            let err = ServeArgs {
+                redis_timeout_ms: Some(bad),
+                ..Default::default()
+            }
+            .resolve()
+            .unwrap_err();
+            assert!(err.to_string().contains("redis_timeout_ms"), "{err}");
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! "recovered": bool}`: the messages after `since` (all of them when
 //! `recovered`), oldest first, at most `limit`; without `since`, the newest
 //! `limit` kept (`recovered` is then false: there was no position to
-//! recover from). The route and its key check are in `crate::api`.
+//! recover from); 503 `history_unavailable` while the history in Redis
+//! cannot be read. The route and its key check are in `crate::api`.
 
 use std::time::Instant;
 
@@ -71,11 +72,19 @@ pub async fn answer(
                 let _ = tx.send(r);
             });
             redis.read(topic, q.since.as_deref(), limit, rule.size, then);
-            // Redis away: answered at once, nothing recovered.
-            rx.await.unwrap_or_default()
+            rx.await
+                .unwrap_or_else(|_| throng_pubsub::Replay::unavailable())
         }
         (None, None) => Default::default(),
     };
+    if found.unavailable {
+        return Err(NoHistory {
+            code: "history_unavailable",
+            message: "the history could not be read from Redis now (it is away or slow): \
+                      try again shortly; throng reconnects by itself"
+                .into(),
+        });
+    }
     let messages: Vec<Value> = found
         .messages
         .iter()

@@ -48,7 +48,12 @@
 //! replay, then the held messages after the replay's last, and later live
 //! messages up to it are skipped (`Conns::replayed`, kept until a newer
 //! message passes it). Every message after the read came through the
-//! subscription, so there is no gap and no duplicate.
+//! subscription, so there is no gap and no duplicate. A read Redis cannot
+//! answer now (away, or later than `--redis-timeout-ms`) comes back
+//! "unavailable" (`Replay::unavailable`): the join is undone and refused
+//! with `{"reason":"history unavailable"}` (`Mux::since_refused`), and
+//! phoenix.js joins again with the same `since`, rather than being told
+//! `recovered: false` about messages Redis still keeps.
 //!
 //! A shard also watches each history topic's positions as they arrive
 //! (`Topic::last`): an offset that skips one (the node's Redis connection

@@ -266,7 +266,7 @@ impl RedisBackplane {
             topic_rx,
             attached: Vec::new(),
         };
-        crate::link::start("throng-redis", &shown, client, task)?;
+        crate::link::start("throng-redis", &shown, client, options, task)?;
         tracing::info!(url = %shown, node_id = format_args!("{node_id:016x}"), "cluster backplane: connected to Redis");
         Ok(RedisBackplane {
             url: shown,
@@ -451,6 +451,10 @@ impl Backplane for RedisBackplane {
     fn render_metrics(&self, out: &mut String) {
         render_metrics(&self.stats, out);
         crate::link::cluster::render_metrics(out);
+    }
+
+    fn link(&self) -> Option<&Health> {
+        Some(&self.stats.link)
     }
 
     fn publish(&self, b: &Broadcast) {

@@ -32,9 +32,10 @@ use ::redis::Value;
 pub use router::Router;
 pub use shards::{Shards, ShardsHandle};
 
-use super::{within, RResult, RedisOptions, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use super::{within, RResult, RedisOptions};
 use crate::metrics::write_metric;
 use crate::Error;
+use std::time::Duration;
 
 /// The URL schemes of a Redis Cluster.
 pub const SCHEMES: [&str; 2] = ["redis+cluster://", "rediss+cluster://"];
@@ -206,13 +207,18 @@ impl Spec {
         super::options::client_for(&url, &self.shown, &self.options)
     }
 
+    /// How long a node may take to answer (`RedisOptions::timeout`).
+    pub fn timeout(&self) -> Duration {
+        self.options.timeout
+    }
+
     /// A command connection to `addr`, proven by a PING.
     pub async fn connect(&self, addr: &str) -> RResult<MultiplexedConnection> {
         let client = self.client(addr, false).map_err(to_redis)?;
         let config = ::redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(CONNECT_TIMEOUT)
-            .set_response_timeout(RESPONSE_TIMEOUT);
-        within(CONNECT_TIMEOUT, "no connection", async {
+            .set_connection_timeout(self.timeout())
+            .set_response_timeout(self.timeout());
+        within(self.timeout(), "no connection", async {
             let mut c = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
@@ -228,7 +234,7 @@ impl Spec {
         STATS.topology_reads.fetch_add(1, Relaxed);
         let mut last = None;
         if let Some(c) = prefer {
-            match Topology::read(c, None).await {
+            match Topology::read(c, None, self.timeout()).await {
                 Ok(t) => return Ok(self.learn(t)),
                 Err(e) => last = Some(e),
             }
@@ -236,7 +242,7 @@ impl Spec {
         for addr in self.seeds() {
             let attempt = async {
                 let mut c = self.connect(&addr).await?;
-                Topology::read(&mut c, Some(&addr)).await
+                Topology::read(&mut c, Some(&addr), self.timeout()).await
             };
             match attempt.await {
                 Ok(t) => return Ok(self.learn(t)),
@@ -270,10 +276,14 @@ pub struct Topology {
 
 impl Topology {
     /// `CLUSTER SLOTS` on `c` (`asked`: its address, for nodes reported
-    /// with an empty host).
-    async fn read(c: &mut MultiplexedConnection, asked: Option<&str>) -> RResult<Topology> {
+    /// with an empty host), answered within `limit`.
+    async fn read(
+        c: &mut MultiplexedConnection,
+        asked: Option<&str>,
+        limit: Duration,
+    ) -> RResult<Topology> {
         let reply: Value = within(
-            RESPONSE_TIMEOUT,
+            limit,
             "Redis did not answer",
             ::redis::cmd("CLUSTER").arg("SLOTS").query_async(c),
         )

@@ -244,12 +244,14 @@ impl Router {
         Ok(replies.into_iter().skip(offset).take(count).collect())
     }
 
-    /// PINGs every master connection.
+    /// PINGs every master connection, at once.
     pub async fn ping_all(&mut self) -> RResult<()> {
-        for c in self.conns.values_mut() {
-            ::redis::cmd("PING").query_async::<()>(c).await?;
-        }
-        Ok(())
+        let pings = self
+            .conns
+            .values()
+            .cloned()
+            .map(|mut c| async move { ::redis::cmd("PING").query_async::<()>(&mut c).await });
+        futures_util::future::try_join_all(pings).await.map(|_| ())
     }
 }
 

@@ -27,7 +27,7 @@ use ::redis::{ErrorKind, PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
 use super::{io_error, slot, Shared, Spec, STATS};
-use crate::link::{within, RResult, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::link::{within, RResult};
 
 /// Redirections followed for one SSUBSCRIBE before giving up.
 const MAX_REDIRECTS: usize = 5;
@@ -176,12 +176,13 @@ impl ShardsHandle {
             .client(addr, true)
             .map_err(|e| io_error(&e.to_string()))?;
         let tx = self.inner.tx.clone();
+        let limit = self.inner.spec.timeout();
         let config = ::redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(CONNECT_TIMEOUT)
-            .set_response_timeout(RESPONSE_TIMEOUT)
+            .set_connection_timeout(limit)
+            .set_response_timeout(limit)
             .set_push_sender(move |info: PushInfo| tx.send((id, info)).map_err(|_| ()));
         let c = within(
-            CONNECT_TIMEOUT,
+            limit,
             "no connection",
             client.get_multiplexed_async_connection_with_config(&config),
         )
@@ -252,7 +253,7 @@ impl ShardsHandle {
         Ok(())
     }
 
-    /// PINGs every shard connection.
+    /// PINGs every shard connection, at once.
     pub async fn ping(&self) -> RResult<()> {
         let conns: Vec<MultiplexedConnection> = self
             .state()
@@ -260,9 +261,9 @@ impl ShardsHandle {
             .values()
             .map(|(_, c)| c.clone())
             .collect();
-        for mut c in conns {
-            ::redis::cmd("PING").query_async::<Value>(&mut c).await?;
-        }
-        Ok(())
+        let pings = conns
+            .into_iter()
+            .map(|mut c| async move { ::redis::cmd("PING").query_async::<Value>(&mut c).await });
+        futures_util::future::try_join_all(pings).await.map(|_| ())
     }
 }

@@ -156,7 +156,7 @@ impl RedisPresence {
             fetch_rx,
             halt_rx,
         };
-        crate::link::start("throng-presence", &shown, client, task)?;
+        crate::link::start("throng-presence", &shown, client, options, task)?;
         tracing::info!(url = %shown, node_id = format_args!("{node_id:016x}"), timeout_ms = timeout.as_millis() as u64, "presence: connected to Redis");
         Ok(RedisPresence {
             url: shown,
@@ -302,6 +302,10 @@ impl PresenceStore for RedisPresence {
 
     fn render_metrics(&self, out: &mut String) {
         render_metrics(&self.stats, out)
+    }
+
+    fn link(&self) -> Option<&Health> {
+        Some(&self.stats.link)
     }
 }
 

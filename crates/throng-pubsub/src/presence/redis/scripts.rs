@@ -1,7 +1,8 @@
 //! The Lua scripts that change presence in Redis, each one atomic step.
 //!
 //! Keys (`P` = `throng:p:`, `N` = a node id in 16 hex digits, `T` a topic):
-//! - `P a:N`: node N is alive (a string with a TTL it refreshes);
+//! - `P a:N`: node N is alive (a string with a TTL it refreshes), its
+//!   value the token of N's current session with Redis;
 //! - `P e:N:T`: N's presences on T (a hash: 8-byte seq -> value, `wire.rs`);
 //! - `P n:T`: the nodes with presences on T (a set);
 //! - `P t:N`: the topics N has presences on (a set, to clean up after N);
@@ -9,21 +10,31 @@
 //!
 //! Channels: `P T` carries T's changes (`wire.rs` messages).
 //!
+//! The token fences a session's changes: a change script sent on a
+//! connection the node has since given up (a reply that never came back:
+//! a stall, a partition) may still reach Redis later, after the node's new
+//! session rewrote its state; carrying the old token, it changes nothing,
+//! where it would otherwise bring back a presence that left meanwhile (a
+//! ghost) or publish a stale diff.
+//!
 //! The scripts name keys they build from their arguments, which is fine
 //! on one Redis server, not on a Redis Cluster, where a script must touch
 //! one slot: there the `_SHARDED` scripts below do one topic each, on the
 //! hash-tagged names of `names.rs`.
 
-/// A node's changes on one topic, if the node is still alive; returns 0
-/// (and changes nothing) when its liveness key is gone, so the node knows
-/// the others may have dropped its presences and rewrites them all.
+/// A node's changes on one topic, if the node is still alive in the
+/// session that sent them; returns 0 (and changes nothing) when its
+/// liveness key is gone or holds another session's token, so the node
+/// knows the others may have dropped its presences and rewrites them all
+/// (a stale script's 0 reaches no one).
 ///
-/// KEYS: `a:N`, `e:N:T`, `n:T`, `t:N`. ARGV: N, T, channel, message,
-/// number of (field, value) pairs, the pairs, then the fields to delete.
+/// KEYS: `a:N`, `e:N:T`, `n:T`, `t:N`. ARGV: N, T, channel, message, the
+/// session's token, number of (field, value) pairs, the pairs, then the
+/// fields to delete.
 pub const FLUSH: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local last = 5 + 2 * tonumber(ARGV[5])
-local i = 6
+if redis.call('GET', KEYS[1]) ~= ARGV[5] then return 0 end
+local last = 6 + 2 * tonumber(ARGV[6])
+local i = 7
 while i <= last do
   local j = math.min(i + 999, last)
   redis.call('HSET', KEYS[2], unpack(ARGV, i, j))
@@ -52,13 +63,14 @@ return 1
 /// reader sees the node alive with half its presences written.
 ///
 /// KEYS: `a:N`, `t:N`, `nodes`. ARGV: N, TTL ms, key prefix, channel
-/// prefix, the empty replace message, number of topics, then per topic:
-/// T, its replace message, number of pairs, the pairs.
+/// prefix, the empty replace message, the session's token, number of
+/// topics, then per topic: T, its replace message, number of pairs, the
+/// pairs.
 pub const RESYNC: &str = r#"
 local node, prefix, chans = ARGV[1], ARGV[3], ARGV[4]
 local keep = {}
-local i = 7
-for _ = 1, tonumber(ARGV[6]) do
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
   local topic, msg, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   i = i + 3
   local e = prefix .. 'e:' .. node .. ':' .. topic
@@ -84,7 +96,7 @@ for _, topic in ipairs(redis.call('SMEMBERS', KEYS[2])) do
     redis.call('PUBLISH', chans .. topic, ARGV[5])
   end
 end
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[6], 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], node)
 return 1
 "#;

@@ -35,6 +35,10 @@ pub(super) struct Session {
     replace_sharded: String,
     /// Other nodes whose liveness key this session found missing, since when.
     missing: HashMap<u64, Instant>,
+    /// This session's token: the value of this node's liveness key, which
+    /// every change script checks (see `scripts.rs`: a stale session's
+    /// script, reaching Redis late, changes nothing).
+    token: String,
 }
 
 impl Session {
@@ -57,6 +61,7 @@ impl Session {
             flush_sharded: String::new(),
             replace_sharded: String::new(),
             missing: HashMap::new(),
+            token: format!("{:016x}", crate::link::random_node_id()),
         };
         if names.cluster {
             s.flush_sharded =
@@ -241,6 +246,7 @@ impl Task {
                 .arg(&*topic)
                 .arg(s.names.channel(&topic))
                 .arg(wire::delta(self.me, &delta))
+                .arg(&s.token)
                 .arg(delta.joins.len());
             for (k, m) in &delta.joins {
                 c.arg(&wire::field(m)[..]).arg(wire::value(k, m));
@@ -386,7 +392,7 @@ impl Task {
         }
         node.cmd("SET")
             .arg(names.alive(&me))
-            .arg(1)
+            .arg(&s.token)
             .arg("PX")
             .arg(self.timing.ttl.as_millis() as u64)
             .ignore();
@@ -464,6 +470,7 @@ impl Task {
             .arg(PREFIX)
             .arg(PREFIX)
             .arg(wire::replace(self.me, &[]))
+            .arg(&s.token)
             .arg(owned.len());
         for (topic, entries) in &owned {
             c.arg(&**topic)
@@ -618,7 +625,7 @@ impl Task {
         let set: Option<String> = timed(
             ::redis::cmd("SET")
                 .arg(names.alive(&me))
-                .arg(1)
+                .arg(&s.token)
                 .arg("XX")
                 .arg("PX")
                 .arg(self.timing.ttl.as_millis() as u64)

@@ -329,6 +329,20 @@ impl Conns {
         gap
     }
 
+    /// A replay of topic `idx` reached `(epoch, last)`: a position this
+    /// shard now knows, so a live message that skips past it is a gap
+    /// ([`Conns::gap`]). Without it, a topic whose subscribers had all
+    /// gone (`last` back to none) would take its next live message as a
+    /// start, and a message published between the read and a
+    /// subscription not yet delivering (a half-open connection to Redis
+    /// not yet noticed) would be skipped without a word.
+    pub fn replay_reached(&mut self, idx: u32, epoch: u64, last: u64) {
+        let t = &mut self.registry.topics[idx as usize];
+        if t.last.0 == 0 || (t.last.0 == epoch && t.last.1 < last) {
+            t.last = (epoch, last);
+        }
+    }
+
     pub fn history_lost(&mut self, topic: &str) {
         let Some(idx) = self.registry.find(topic) else {
             return;

@@ -203,6 +203,13 @@ impl Phx<'_> {
         };
         let Pending { held, live, .. } = p;
         let found = a.replay;
+        if found.unavailable {
+            // Refused, joined again by the client: what was held goes.
+            let topic = a.topic;
+            let fail = self.with_socket(outlet, vsn, |mux| mux.since_refused(&topic, held));
+            self.after_socket(outlet, fail);
+            return;
+        }
         let (epoch, last, recovered) = (found.epoch, found.last, found.recovered);
         let topic = a.topic;
         let fail = self.with_socket(outlet, vsn, |mux| mux.since_answered(&topic, held, found));
@@ -211,10 +218,19 @@ impl Phx<'_> {
         if failed {
             return;
         }
+        if recovered && epoch != 0 {
+            self.conns.replay_reached(idx, epoch, last);
+        }
         let mut newest = 0;
         for b in &live {
             if recovered && b.epoch == epoch && b.offset <= last {
                 continue; // in the replay
+            }
+            if recovered && b.epoch == epoch && b.offset > last.max(newest) + 1 {
+                // A message between the replay and the live ones never
+                // came: closed, the client rejoins with `since` and reads it.
+                self.conns.doom(outlet, CloseReason::SlowReader);
+                return;
             }
             newest = b.offset;
             self.conns.send_to(a.key, b, &mut Sent::default());

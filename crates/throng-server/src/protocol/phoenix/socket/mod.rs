@@ -192,6 +192,8 @@ const TOO_MANY: &str = r#"{"reason":"too many channels joined"}"#;
 /// memory budget (`--max-socket-bytes`); Phoenix has no such bound.
 const OVER_BUDGET: &str = r#"{"reason":"socket memory budget exceeded"}"#;
 const UNMATCHED: &str = r#"{"reason":"unmatched topic"}"#;
+/// A join with `since` whose history could not be read (Redis away).
+const UNAVAILABLE: &str = r#"{"reason":"history unavailable"}"#;
 /// The reply to a push over the socket's budget.
 const RATE_LIMITED: &str = r#"{"reason":"rate limited"}"#;
 /// A payload nested deeper than `--max-json-depth`: relayed, it would
@@ -550,6 +552,32 @@ impl<'a, T: Transport> Mux<'a, T> {
         );
         let response = held.response.as_payload();
         self.send_since(join_ref.as_ref(), msg_ref.as_ref(), topic, response, found);
+    }
+
+    /// The join of `topic` that `held` replies to, whose history read found
+    /// the store unavailable (Redis away or later than
+    /// `--redis-timeout-ms`): undone and refused with
+    /// `{"reason":"history unavailable"}`, rather than answered
+    /// `recovered: false`, which would tell the client its messages are
+    /// gone. phoenix.js joins a refused channel again after
+    /// `rejoinAfterMs`, with the same `since` (phoenix's
+    /// assets/js/phoenix/channel.js: `joinPush.receive("error", ...)`
+    /// schedules the rejoin timer), and recovers once Redis is back.
+    pub(crate) fn since_refused(&mut self, topic: &str, held: crate::history::HeldJoin) {
+        let Some(i) = self.joined(topic) else {
+            return;
+        };
+        if self.joins[i].join_ref != held.join_ref {
+            return; // left and joined again meanwhile
+        }
+        self.leave(i, Terminate::Refused);
+        let (join_ref, msg_ref) = (
+            held.join_ref.as_ref().map(RefBuf::to_ref),
+            held.msg_ref.as_ref().map(RefBuf::to_ref),
+        );
+        let why = Refused::HistoryUnavailable;
+        let reply = Payload::Json(UNAVAILABLE);
+        self.refuse_join(why, join_ref.as_ref(), msg_ref.as_ref(), topic, reply);
     }
 
     /// The ok reply of a join with `since`, with `"recovered"`, then what

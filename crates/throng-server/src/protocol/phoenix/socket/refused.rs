@@ -31,6 +31,8 @@ pub(super) enum Refused<'r> {
     Budget,
     /// A presence key this long, over `--max-presence-bytes`.
     PresenceKey(usize),
+    /// A join with `since` whose history read found Redis away.
+    HistoryUnavailable,
 }
 
 impl Refused<'_> {
@@ -43,6 +45,7 @@ impl Refused<'_> {
             Refused::TooMany => Reason::TooManyChannels,
             Refused::Budget => Reason::SocketBudget,
             Refused::PresenceKey(_) => Reason::PresenceKey,
+            Refused::HistoryUnavailable => Reason::HistoryUnavailable,
         }
     }
 
@@ -54,6 +57,7 @@ impl Refused<'_> {
             Refused::TooMany => &stats.channel_limit_refusals,
             Refused::Budget => &stats.socket_budget_refusals,
             Refused::PresenceKey(_) => &stats.presence_refused,
+            Refused::HistoryUnavailable => &stats.history_unavailable,
             _ => return,
         };
         ShardStats::add(also, 1);
@@ -138,6 +142,9 @@ impl<T: Transport> Mux<'_, T> {
                 ": its presence key is {n} bytes, over --max-presence-bytes ({})",
                 self.cx.max_presence_bytes
             ),
+            Refused::HistoryUnavailable => {
+                f.write_str(": it asked for the messages after `since`, and Redis could not answer")
+            }
         }?;
         match reply {
             Payload::Json(json) => write!(f, "; the client got {}", quoted(json)),

@@ -4,6 +4,7 @@
 //! This file owns the recording transport (`Fake`), the recording channel
 //! (`Probe`) and the `Harness`; the tests live beside it by topic.
 
+mod history;
 mod join;
 mod leave;
 mod presence;
@@ -38,6 +39,8 @@ struct Fake {
     tracker: Arc<Tracker>,
     tracked: HashMap<u32, Tracked>,
     started: usize,
+    /// Joins with `since` on `room:h*` waiting for their history read.
+    held: Vec<(String, crate::history::HeldJoin)>,
 }
 
 impl Fake {
@@ -51,6 +54,7 @@ impl Fake {
             tracker: Tracker::new(Arc::new(LocalPresence::new())),
             tracked: HashMap::new(),
             started: 0,
+            held: Vec::new(),
         }
     }
 }
@@ -120,6 +124,13 @@ impl Transport for Fake {
     }
     fn presence_started(&mut self) {
         self.started += 1;
+    }
+    fn recover(&mut self, topic: &str, _since: &str, held: crate::history::HeldJoin) -> bool {
+        let kept = topic.starts_with("room:h");
+        if kept {
+            self.held.push((topic.to_string(), held));
+        }
+        kept
     }
 }
 
