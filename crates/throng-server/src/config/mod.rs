@@ -338,6 +338,25 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every setting of `serve` has its own clap id: two flattened groups
+    /// once shared `api_timeout`, and one flag then read the other's value
+    /// (found by the config_toml fuzz target; clap checks this only in
+    /// debug builds, so the test does it itself).
+    #[test]
+    fn serve_flags_have_unique_ids() {
+        use clap::Args;
+        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+        let mut seen = std::collections::HashSet::new();
+        for arg in cmd.get_arguments() {
+            assert!(
+                seen.insert(arg.get_id().as_str().to_string()),
+                "id {} twice",
+                arg.get_id()
+            );
+        }
+        assert!(seen.contains("pusher_api_timeout") && seen.contains("api_timeout"));
+    }
     use crate::auth::Mode;
 
     #[test]

@@ -48,7 +48,8 @@ settings! {
         #[arg(long = "pusher-max-api-requests", help_heading = "Pusher Channels", value_name = "N", value_parser = whole::<usize>, env = "THRONG_PUSHER_MAX_API_REQUESTS")]
         pub max_api_requests: Option<usize> = 256,
         /// Seconds a Pusher HTTP API request may wait on the cluster's figures; past it it gets 504
-        #[arg(long = "pusher-api-timeout", help_heading = "Pusher Channels", value_name = "SECS", value_parser = whole::<u64>, env = "THRONG_PUSHER_API_TIMEOUT")]
+        // Its own id: the server API's `api_timeout` (limits.rs) has the field's name.
+        #[arg(id = "pusher_api_timeout", long = "pusher-api-timeout", help_heading = "Pusher Channels", value_name = "SECS", value_parser = whole::<u64>, env = "THRONG_PUSHER_API_TIMEOUT")]
         pub api_timeout: Option<u64> = 10,
         /// The [[pusher.apps]] tables as JSON (set by the supervisor for its workers: use [[pusher.apps]] in the config file)
         #[arg(long = "pusher-apps-json", hide = true, env = "THRONG_PUSHER_APPS_JSON", hide_env_values = true)]
