@@ -23,13 +23,13 @@
 //! so.
 
 use std::cell::{Cell, RefCell};
-use std::io::{self, BufRead};
+use std::io;
 use std::rc::Rc;
 use std::time::Duration;
 
 use throng_protocol::frame::{decode_frame, encode_frame, Opcode, Role};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::channels::Channels;
@@ -80,21 +80,7 @@ async fn main(orders: Orders) {
     for i in 0..n {
         tokio::task::spawn_local(slot(Rc::clone(&shared), i));
     }
-    // stdin is read on a thread of its own (a blocking read).
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            match serde_json::from_str::<Command>(&line) {
-                Ok(c) => {
-                    if tx.send(c).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => eprintln!("soak client: a command I cannot read ({e}): {line}"),
-            }
-        }
-    });
+    let mut rx = crate::storm::client::stdin_commands::<Command>("soak client");
     let mut tick = tokio::time::interval(STATUS_EVERY);
     loop {
         tokio::select! {

@@ -187,21 +187,7 @@ async fn main(orders: Orders, connector: Option<Connector>, signer: Option<RefCe
     for i in 0..n {
         tokio::task::spawn_local(client(Rc::clone(&shared), i));
     }
-    // stdin is read on a thread of its own (a blocking read).
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            match serde_json::from_str::<Command>(&line) {
-                Ok(c) => {
-                    if tx.send(c).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => eprintln!("storm client: a command I cannot read ({e}): {line}"),
-            }
-        }
-    });
+    let mut rx = stdin_commands::<Command>("storm client");
     let mut tick = tokio::time::interval(STATUS_EVERY);
     loop {
         tokio::select! {
@@ -660,4 +646,29 @@ mod tests {
         assert_ne!(source(0, 0), source(1, 0));
         assert_ne!(source(0, 0), source(250, 0));
     }
+}
+
+/// The controller's commands, one JSON line each on stdin, read on a
+/// thread of its own (a blocking read); a line that is no command is said
+/// on stderr by `who` and skipped. Shared by the storm's and the soak's
+/// client processes.
+pub(crate) fn stdin_commands<C>(who: &'static str) -> mpsc::UnboundedReceiver<C>
+where
+    C: serde::de::DeserializeOwned + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<C>(&line) {
+                Ok(c) => {
+                    if tx.send(c).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => eprintln!("{who}: a command I cannot read ({e}): {line}"),
+            }
+        }
+    });
+    rx
 }
