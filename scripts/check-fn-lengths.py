@@ -34,7 +34,6 @@ LIMIT = 100
 # it is split.
 ALLOWED = {
     ("crates/throng-server/src/scrape.rs", "render"): 189,  # to split: issue 39 item 6 (the metrics registry); +5 for the Pusher webhooks, cache and Redis link lines
-    ("crates/throng-server/src/lib.rs", "start_with_presence"): 191,  # to split: issue 39 item 6; +7 for the Pusher webhooks and cache channels
 }
 
 

@@ -217,66 +217,20 @@ impl Server {
         let fd_limit = sys::raise_fd_limit().unwrap_or(1024);
         sys::return_big_frees();
         let auth = auth::Auth::new(&config.auth)?;
-        let mut policy = rules::Policy::new(config.topics.clone()).with_history(&config.history);
-        if !config.pusher.apps.is_empty() {
-            let ttl = std::time::Duration::from_secs(config.pusher.cache_ttl);
-            policy = policy.with_pusher_cache(ttl);
-        }
+        let policy = policy_of(&config);
         let policy_history = policy.any_history();
-        let push_limit =
-            auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
-        let control_limit = auth::PushLimit::new(
-            config.limits.control_rate,
-            config.limits.control_burst,
-            config.push_strikes,
-        );
-        let session_limit = auth::PushLimit::new(config.limits.longpoll_session_rate, 50, 0);
-        // Certificates first: a bad file fails the start, before any port is taken.
-        let load = |files: &Option<tls::TlsFiles>| {
-            files
-                .clone()
-                .map(|f| tls::Tls::new(f).map(Arc::new))
-                .transpose()
-                .map_err(Error::Config)
-        };
-        let public_tls = load(&config.tls)?;
-        let api_tls = load(&config.api_tls)?;
+        let (push_limit, control_limit, session_limit) = budgets(&config);
+        let public_tls = load_tls(&config.tls)?;
+        let api_tls = load_tls(&config.api_tls)?;
         let listeners = bind::public_listeners(config.addr, config.shards, config.public_share())?;
         let addr = listeners[0].local_addr()?;
-        let mut polls = Vec::new();
-        let mut peers = Vec::new();
-        let mut inboxes = Vec::new();
-        for _ in 0..config.shards {
-            let poll = Poll::new()?;
-            let waker = Arc::new(Waker::new(poll.registry(), engine::WAKER)?);
-            let (tx, rx) = crossbeam_channel::unbounded();
-            polls.push(poll);
-            peers.push(node::Peer::new(
-                peers.len(),
-                tx,
-                waker,
-                config.limits.max_shard_inbox_bytes,
-            ));
-            inboxes.push(rx);
-        }
+        let (polls, peers, inboxes) = shard_loops(&config)?;
         let config_limits = config.limits.clone();
         let hooks = hooks::HookClient::start(&config.hooks)?;
         let webhooks =
             hooks::Webhooks::start(&config.pusher.webhooks(), config.hooks.ca_file.as_deref())?;
         let presence = Tracker::with_count_rate(presence, config.presence_count_rate);
-        // With --redis, topic history lives in Redis Streams, shared by
-        // every node (`crate::history`).
-        let history_redis = match (&config.redis, policy_history) {
-            (Some(url), true) => Some(Arc::new(
-                throng_pubsub::RedisHistory::connect_with(
-                    url,
-                    &config.redis_options(),
-                    backplane.node_id(),
-                )
-                .map_err(|e| Error::Config(format!("topic history: {e}")))?,
-            )),
-            _ => None,
-        };
+        let history_redis = redis_history(&config, &*backplane, policy_history)?;
         let node = Arc::new(Node {
             stats: (0..config.shards)
                 .map(|_| Arc::new(metrics::ShardStats::default()))
@@ -323,59 +277,11 @@ impl Server {
         if let Some(h) = &node.hooks {
             h.attach(Arc::downgrade(&node) as _);
         }
-        if node.config.hooks.events || node.webhooks.is_some() {
-            let occupancy = match &node.config.redis {
-                Some(url) => {
-                    let sink: std::sync::Weak<dyn throng_pubsub::OccupancySink> =
-                        Arc::downgrade(&node) as _;
-                    // A dead node's topics are vacated after the presence
-                    // timeout, as its presences leave.
-                    let redis = throng_pubsub::RedisOccupancy::connect_with(
-                        url,
-                        node.config.presence_timeout * 4 / 10,
-                        &node.config.redis_options(),
-                        sink,
-                    )
-                    .map_err(|e| Error::Config(format!("hooks events and webhooks: {e}")))?;
-                    hooks::Occupancy::Redis(redis)
-                }
-                None => hooks::Occupancy::Local(Default::default()),
-            };
-            let _ = node.occupancy.set(occupancy);
-        }
+        start_occupancy(&node)?;
         let handler: std::sync::Weak<dyn Handler> = Arc::downgrade(&node) as _;
         node.backplane.attach(handler);
-        let mut threads = Vec::new();
-        let proto = Arc::new(protocol::Protocols {
-            phoenix: protocol::phoenix::Phoenix,
-            pusher: protocol::pusher::Pusher::new(&node.config.pusher),
-        });
-        for (id, ((poll, listener), inbox)) in
-            polls.into_iter().zip(listeners).zip(inboxes).enumerate()
-        {
-            let shard = engine::Shard::new(id, poll, listener, inbox, node.clone(), proto.clone())?;
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("throng-shard-{id}"))
-                    .spawn(move || shard.run())?,
-            );
-        }
-        let api_addr = match node.config.api_bind {
-            Some(api) => {
-                let listener = bind::api_listener(api, node.config.api_share())?;
-                let (bound, running) = api::start(
-                    listener,
-                    Endpoint::new(node.clone()),
-                    node.config.api_key.clone(),
-                    node.api_tls.clone(),
-                )
-                .map_err(|source| Error::Bind { addr: api, source })?;
-                // Serves through the drain; `wait` stops it once the shards are done.
-                Some((bound, running))
-            }
-            None => None,
-        };
-        let (api_addr, api) = api_addr.unzip();
+        let threads = spawn_shards(&node, (polls, listeners, inboxes))?;
+        let (api_addr, api) = start_api(&node)?;
         let api_text = api_addr.map_or("none".to_string(), |a| a.to_string());
         tracing::info!(
             %addr,
@@ -445,6 +351,161 @@ impl Server {
             api.join();
         }
     }
+}
+
+/// A certificate and key, loaded: a bad file fails the start, before any
+/// port is taken.
+fn load_tls(files: &Option<tls::TlsFiles>) -> Result<Option<Arc<tls::Tls>>, Error> {
+    files
+        .clone()
+        .map(|f| tls::Tls::new(f).map(Arc::new))
+        .transpose()
+        .map_err(Error::Config)
+}
+
+/// The topics' rules, with history and the Pusher cache channels'.
+fn policy_of(config: &Config) -> rules::Policy {
+    let mut policy = rules::Policy::new(config.topics.clone()).with_history(&config.history);
+    if !config.pusher.apps.is_empty() {
+        let ttl = std::time::Duration::from_secs(config.pusher.cache_ttl);
+        policy = policy.with_pusher_cache(ttl);
+    }
+    policy
+}
+
+/// With `--redis` and a topic that keeps history, the history in Redis
+/// Streams, shared by every node (`crate::history`).
+fn redis_history(
+    config: &Config,
+    backplane: &dyn Backplane,
+    any_history: bool,
+) -> Result<Option<Arc<throng_pubsub::RedisHistory>>, Error> {
+    let history = match (&config.redis, any_history) {
+        (Some(url), true) => Some(Arc::new(
+            throng_pubsub::RedisHistory::connect_with(
+                url,
+                &config.redis_options(),
+                backplane.node_id(),
+            )
+            .map_err(|e| Error::Config(format!("topic history: {e}")))?,
+        )),
+        _ => None,
+    };
+    Ok(history)
+}
+
+/// The budgets of pushes, control frames and long-poll requests.
+fn budgets(config: &Config) -> (auth::PushLimit, auth::PushLimit, auth::PushLimit) {
+    let push_limit = auth::PushLimit::new(config.push_rate, config.push_burst, config.push_strikes);
+    let control_limit = auth::PushLimit::new(
+        config.limits.control_rate,
+        config.limits.control_burst,
+        config.push_strikes,
+    );
+    let session_limit = auth::PushLimit::new(config.limits.longpoll_session_rate, 50, 0);
+    (push_limit, control_limit, session_limit)
+}
+
+/// Each shard's event loop, its inbox and the handle the others reach it
+/// by.
+type ShardLoops = (
+    Vec<Poll>,
+    Vec<node::Peer>,
+    Vec<crossbeam_channel::Receiver<node::ShardMsg>>,
+);
+
+fn shard_loops(config: &Config) -> Result<ShardLoops, Error> {
+    let mut polls = Vec::new();
+    let mut peers = Vec::new();
+    let mut inboxes = Vec::new();
+    for _ in 0..config.shards {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), engine::WAKER)?);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        polls.push(poll);
+        peers.push(node::Peer::new(
+            peers.len(),
+            tx,
+            waker,
+            config.limits.max_shard_inbox_bytes,
+        ));
+        inboxes.push(rx);
+    }
+    Ok((polls, peers, inboxes))
+}
+
+/// Occupancy of topics, for the lifecycle events and the Pusher webhooks
+/// that need it: cluster-wide through Redis with `--redis`, else this
+/// node's.
+fn start_occupancy(node: &Arc<Node>) -> Result<(), Error> {
+    if !(node.config.hooks.events || node.webhooks.is_some()) {
+        return Ok(());
+    }
+    let occupancy = match &node.config.redis {
+        Some(url) => {
+            let sink: std::sync::Weak<dyn throng_pubsub::OccupancySink> = Arc::downgrade(node) as _;
+            // A dead node's topics are vacated after the presence
+            // timeout, as its presences leave.
+            let redis = throng_pubsub::RedisOccupancy::connect_with(
+                url,
+                node.config.presence_timeout * 4 / 10,
+                &node.config.redis_options(),
+                sink,
+            )
+            .map_err(|e| Error::Config(format!("hooks events and webhooks: {e}")))?;
+            hooks::Occupancy::Redis(redis)
+        }
+        None => hooks::Occupancy::Local(Default::default()),
+    };
+    let _ = node.occupancy.set(occupancy);
+    Ok(())
+}
+
+/// The server API's listener and thread, when `--api-bind` asks for one.
+fn start_api(node: &Arc<Node>) -> Result<(Option<SocketAddr>, Option<api::Running>), Error> {
+    let started = match node.config.api_bind {
+        Some(api) => {
+            let listener = bind::api_listener(api, node.config.api_share())?;
+            let (bound, running) = api::start(
+                listener,
+                Endpoint::new(node.clone()),
+                node.config.api_key.clone(),
+                node.api_tls.clone(),
+            )
+            .map_err(|source| Error::Bind { addr: api, source })?;
+            // Serves through the drain; `wait` stops it once the shards are done.
+            Some((bound, running))
+        }
+        None => None,
+    };
+    Ok(started.unzip())
+}
+
+/// Starts each shard's thread on its loop, listener and inbox.
+fn spawn_shards(
+    node: &Arc<Node>,
+    loops: (
+        Vec<Poll>,
+        Vec<mio::net::TcpListener>,
+        Vec<crossbeam_channel::Receiver<node::ShardMsg>>,
+    ),
+) -> Result<Vec<std::thread::JoinHandle<()>>, Error> {
+    let (polls, listeners, inboxes) = loops;
+    let mut threads = Vec::new();
+    let proto = Arc::new(protocol::Protocols {
+        phoenix: protocol::phoenix::Phoenix,
+        pusher: protocol::pusher::Pusher::new(&node.config.pusher),
+    });
+    for (id, ((poll, listener), inbox)) in polls.into_iter().zip(listeners).zip(inboxes).enumerate()
+    {
+        let shard = engine::Shard::new(id, poll, listener, inbox, node.clone(), proto.clone())?;
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("throng-shard-{id}"))
+                .spawn(move || shard.run())?,
+        );
+    }
+    Ok(threads)
 }
 
 /// `http://ADDR/` (`https://` with `tls`) for a listening address,

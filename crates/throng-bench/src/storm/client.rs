@@ -595,6 +595,31 @@ async fn connect_and_join(
     Ok((stream, buf, recovered))
 }
 
+/// The controller's commands, one JSON line each on stdin, read on a
+/// thread of its own (a blocking read); a line that is no command is said
+/// on stderr by `who` and skipped. Shared by the storm's and the soak's
+/// client processes.
+pub(crate) fn stdin_commands<C>(who: &'static str) -> mpsc::UnboundedReceiver<C>
+where
+    C: serde::de::DeserializeOwned + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<C>(&line) {
+                Ok(c) => {
+                    if tx.send(c).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => eprintln!("{who}: a command I cannot read ({e}): {line}"),
+            }
+        }
+    });
+    rx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,29 +671,4 @@ mod tests {
         assert_ne!(source(0, 0), source(1, 0));
         assert_ne!(source(0, 0), source(250, 0));
     }
-}
-
-/// The controller's commands, one JSON line each on stdin, read on a
-/// thread of its own (a blocking read); a line that is no command is said
-/// on stderr by `who` and skipped. Shared by the storm's and the soak's
-/// client processes.
-pub(crate) fn stdin_commands<C>(who: &'static str) -> mpsc::UnboundedReceiver<C>
-where
-    C: serde::de::DeserializeOwned + Send + 'static,
-{
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            match serde_json::from_str::<C>(&line) {
-                Ok(c) => {
-                    if tx.send(c).is_err() {
-                        break;
-                    }
-                }
-                Err(e) => eprintln!("{who}: a command I cannot read ({e}): {line}"),
-            }
-        }
-    });
-    rx
 }
