@@ -207,6 +207,44 @@ test("client events off for the app (client_events = false): pusher:error 4300 n
   }
 })
 
+test("two apps on one server: each socket keeps its own app's secret and settings", {timeout: 20000}, async () => {
+  // The first app has client events off, the second on: a socket of the
+  // second (app index 1, kept apart from the first's sockets) signs with
+  // its own secret and relays client events; one of the first is refused.
+  const other = {appId: "2", key: "other-key", secret: "fedcba9876543210fedc"}
+  const dir = mkdtempSync(path.join(tmpdir(), "throng-pusher-"))
+  const file = path.join(dir, "throng.toml")
+  writeFileSync(file, `[[pusher.apps]]\nid = "${APP_ID}"\nkey = "${KEY}"\nsecret = "${SECRET}"\nclient_events = false\n` +
+    `[[pusher.apps]]\nid = "${other.appId}"\nkey = "${other.key}"\nsecret = "${other.secret}"\n`)
+  const s = await startServer(["--config", file])
+  try {
+    const first = await rawConnected(s.port)
+    const a = await rawConnected(s.port, {key: other.key})
+    const b = await rawConnected(s.port, {key: other.key})
+    for(const sock of [a, b]){
+      subscribeRaw(sock, sdk(s.port, other), "private-two")
+      await sock.event("pusher_internal:subscription_succeeded")
+    }
+    // Signed with the first app's secret: refused on the second's socket.
+    const c = await rawConnected(s.port, {key: other.key})
+    subscribeRaw(c, sdk(s.port), "private-two")
+    const refused = await c.event("pusher:subscription_error")
+    assert.equal(refused.data.status, 401)
+    a.send({event: "client-x", channel: "private-two", data: {n: 1}})
+    const got = await b.event("client-x")
+    assert.deepEqual(JSON.parse(got.data), {n: 1})
+    subscribeRaw(first, sdk(s.port), "private-two")
+    await first.event("pusher_internal:subscription_succeeded")
+    first.send({event: "client-x", channel: "private-two", data: {}})
+    const e = await first.event("pusher:error")
+    assert.equal(e.data.code, 4300)
+    assert.match(e.data.message, /client_events = false/)
+    for(const sock of [first, a, b, c]){ sock.close() }
+  } finally {
+    await s.stop()
+  }
+})
+
 test("a refused sign-in is pusher:error 4009 on a socket that stays", {timeout: 10000}, async () => {
   const sock = await rawConnected(server.port)
   sock.send({event: "pusher:signin", data: {auth: `${KEY}:${"1".repeat(64)}`, user_data: JSON.stringify({id: "u"})}})

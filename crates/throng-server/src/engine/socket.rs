@@ -54,6 +54,10 @@ pub(crate) struct SocketState {
     /// The push budget: when its next push is due, in ms of the shard's
     /// clock (`auth::rate`); 4 bytes, no timer.
     pub push_tat: u32,
+    /// Four bytes its protocol keeps about the socket, in the room the
+    /// struct's alignment left (Pusher: the secret of its socket id,
+    /// `protocol/pusher/ids.rs`); 0 until the protocol sets it.
+    pub tag: u32,
 }
 
 impl SocketState {
@@ -62,6 +66,7 @@ impl SocketState {
             joins: Joins::new(),
             connect: None,
             push_tat: 0,
+            tag: 0,
         }
     }
 }
@@ -71,6 +76,12 @@ impl Default for SocketState {
         SocketState::new()
     }
 }
+
+#[cfg(not(debug_assertions))]
+const _: () = assert!(
+    std::mem::size_of::<SocketState>() <= 56,
+    "SocketState grew past 56 bytes: every socket holds one"
+);
 
 const _: () = assert!(
     std::mem::size_of::<Join>() <= 32,

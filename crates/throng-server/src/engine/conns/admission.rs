@@ -119,7 +119,24 @@ impl Conns {
         deflate: u8,
         connect: Option<ConnectInfo>,
     ) -> bool {
-        self.send(key, response);
+        let open = self.open_websocket_gathered(key, response, wire, deflate, connect);
+        self.flush_reply(key);
+        open && self.slab.get(key).is_some_and(|c| !c.dead)
+    }
+
+    /// As [`Conns::open_websocket`], but the `101` is gathered with the
+    /// frames for `key` and written with them by the caller's
+    /// [`Conns::flush_reply`]: a protocol that greets its socket (Pusher's
+    /// `pusher:connection_established`) does so in the same write, one
+    /// syscall per connect instead of two.
+    pub(crate) fn open_websocket_gathered(
+        &mut self,
+        key: usize,
+        response: &[u8],
+        wire: Wire,
+        deflate: u8,
+        connect: Option<ConnectInfo>,
+    ) -> bool {
         let now = self.now;
         let Some(conn) = self.slab.get_mut(key).filter(|c| !c.dead) else {
             return false;
@@ -131,6 +148,8 @@ impl Conns {
             mark: Mark::None,
         };
         conn.socket.connect = connect.map(Arc::new);
+        // The 101 before any frame gathered for it.
+        self.reply.splice(0..0, response.iter().copied());
         if deflate != 0 {
             ShardStats::add(&self.stats.deflate_sockets, 1);
         }

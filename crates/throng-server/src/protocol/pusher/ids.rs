@@ -7,8 +7,8 @@
 //! `high = tag * 1000 + shard`, `low = key * 10^10 + secret`, where `tag` is
 //! a random number the node draws at start (so ids are unique across nodes
 //! and restarts), `key` the socket's connection key on its shard, and
-//! `secret` a number below 2^32 drawn for the socket and kept beside it (4
-//! bytes): a stolen signature is bound to an id that no later connection
+//! `secret` a number below 2^32 drawn for the socket and kept in its
+//! connection (4 bytes, `SocketState::tag`): a stolen signature is bound to an id that no later connection
 //! on the same key gets again, but with a chance of one in 2^32.
 
 use std::hash::{BuildHasher, Hasher};
@@ -90,12 +90,13 @@ impl Secrets {
         }
     }
 
-    /// The next secret.
+    /// The next secret, never 0 (0 marks a connection without a Pusher
+    /// socket: `SocketState::tag`).
     pub fn draw(&mut self) -> u32 {
         self.next += 1;
         let mut h = self.keyed.build_hasher();
         h.write_u64(self.next);
-        h.finish() as u32
+        (h.finish() as u32).max(1)
     }
 }
 

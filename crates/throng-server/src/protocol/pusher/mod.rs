@@ -16,8 +16,11 @@
 //!   `cache.rs`: cache channels' last event; `webhooks.rs`: what goes to
 //!   the app's webhooks;
 //! - this file: [`Pusher`] for the engine, and what it keeps per shard
-//!   ([`State`]: each socket's app and id secret, 8 bytes a connection slot
-//!   on a shard that serves Pusher, none on one that does not).
+//!   ([`State`]). A socket costs nothing beside its connection: its id's
+//!   secret is the 4 bytes its socket state keeps for its protocol
+//!   (`SocketState::tag`, in room the struct's alignment left), and its app
+//!   is the only one, or, when several are configured, 2 bytes by
+//!   connection key on its shard.
 //!
 //! A channel is the engine's topic `pusher/<app id>/<channel>`: Pusher and
 //! Phoenix names are apart, and a broadcast on it is the Pusher frame
@@ -90,8 +93,8 @@ impl Pusher {
     }
 }
 
-/// A Pusher socket's app and the secret part of its id, kept per
-/// connection key on its shard.
+/// A Pusher socket's app and the secret part of its id (never 0: a socket
+/// whose `tag` is 0 is no Pusher socket, or a refused one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sock {
     pub app: u16,
@@ -100,9 +103,9 @@ pub(crate) struct Sock {
 
 /// What Pusher keeps on a shard.
 pub(crate) struct State {
-    /// By connection key: the socket's app and id; `None` where no Pusher
-    /// socket is.
-    socks: Vec<Option<Sock>>,
+    /// By connection key, each Pusher socket's app, when more than one app
+    /// is configured (empty with one: every socket is app 0's).
+    apps: Vec<u16>,
     secrets: ids::Secrets,
     /// The body of the frame being written (no allocation per message).
     scratch: Vec<u8>,
@@ -115,7 +118,7 @@ pub(crate) struct Px<'a> {
     pub node: &'a Node,
     pub conns: &'a mut Conns,
     pub pusher: &'a Pusher,
-    pub socks: &'a mut Vec<Option<Sock>>,
+    pub apps: &'a mut Vec<u16>,
     pub scratch: &'a mut Vec<u8>,
 }
 
@@ -125,13 +128,18 @@ impl Px<'_> {
             node: cx.node,
             conns: &mut *cx.conns,
             pusher,
-            socks: &mut cx.me.socks,
+            apps: &mut cx.me.apps,
             scratch: &mut cx.me.scratch,
         }
     }
 
     fn sock(&self, key: usize) -> Option<Sock> {
-        self.socks.get(key).copied().flatten()
+        let secret = self.conns.slab.get(key)?.socket.tag;
+        if secret == 0 {
+            return None;
+        }
+        let app = self.apps.get(key).copied().unwrap_or(0);
+        Some(Sock { app, secret })
     }
 }
 
@@ -142,7 +150,7 @@ impl Protocol for Pusher {
 
     fn shard(&self, _node: &Node, _id: usize) -> State {
         State {
-            socks: Vec::new(),
+            apps: Vec::new(),
             secrets: ids::Secrets::new(),
             scratch: Vec::with_capacity(256),
             api: api::Held::default(),
@@ -155,11 +163,9 @@ impl Protocol for Pusher {
 
     fn upgraded(&self, cx: &mut Cx<'_, State>, key: usize, up: Upgrade<Open>) {
         let secret = cx.me.secrets.draw();
-        let wire = up.wire;
-        if !cx
-            .conns
-            .open_websocket(key, &up.response, wire, up.deflate, None)
-        {
+        let (wire, conns) = (up.wire, &mut *cx.conns);
+        // The 101 and `connection_established` in one write.
+        if !conns.open_websocket_gathered(key, &up.response, wire, up.deflate, None) {
             return;
         }
         let app = match up.open {
@@ -170,15 +176,24 @@ impl Protocol for Pusher {
                     self.apps.get(app).id,
                     self.apps.open(app)
                 );
+                cx.conns.flush_reply(key);
                 return refuse(cx, key, 4004, &why);
             }
-            Open::Refused(code, why) => return refuse(cx, key, code, &why),
+            Open::Refused(code, why) => {
+                cx.conns.flush_reply(key);
+                return refuse(cx, key, code, &why);
+            }
         };
-        let socks = &mut cx.me.socks;
-        if socks.len() <= key {
-            socks.resize(key + 1, None);
+        if let Some(c) = cx.conns.slab.get_mut(key) {
+            c.socket.tag = secret;
         }
-        socks[key] = Some(Sock { app, secret });
+        if app != 0 || !cx.me.apps.is_empty() {
+            let apps = &mut cx.me.apps;
+            if apps.len() <= key {
+                apps.resize(key + 1, 0);
+            }
+            apps[key] = app;
+        }
         ShardStats::add(&cx.conns.stats.pusher_sockets, 1);
         let id = self.ids.of(cx.conns.id, key, secret);
         let mut px = Px::of(self, cx);
@@ -211,10 +226,15 @@ impl Protocol for Pusher {
             // A connection that was no socket: an API request it held.
             return api::closed(cx, key);
         };
-        let mut px = Px::of(self, cx);
-        let Some(sock) = px.socks.get_mut(key).and_then(Option::take) else {
-            return;
+        if socket.tag == 0 {
+            return; // refused
+        }
+        let app = cx.me.apps.get(key).copied().unwrap_or(0);
+        let sock = Sock {
+            app,
+            secret: socket.tag,
         };
+        let mut px = Px::of(self, cx);
         for join in socket.joins.drain(..) {
             px.leave(key, sock, join);
         }

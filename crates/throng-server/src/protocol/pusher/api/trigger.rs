@@ -36,7 +36,7 @@ use throng_pubsub::{Broadcast, Route};
 use super::super::socket::topic_of;
 use super::super::{ids, Pusher, State};
 use crate::control::Message;
-use crate::engine::Cx;
+use crate::engine::{Conns, Cx};
 use crate::forward::pusher::{Item, PusherMsg, RemoteTrigger};
 use crate::node::ShardMsg;
 
@@ -63,7 +63,7 @@ pub(super) fn publish(p: &Pusher, cx: &mut Cx<'_, State>, app: u16, t: &Trigger<
     };
     match p.ids.locate(socket_id) {
         Some((shard, key, secret)) if shard == me => {
-            let exclude = is_socket(cx.me, key, secret).then_some((me, key));
+            let exclude = is_socket(cx.conns, key, secret).then_some((me, key));
             publish_here(cx, items, exclude);
         }
         Some((shard, key, secret)) if shard < cx.node.peers.len() => {
@@ -104,13 +104,9 @@ pub(super) fn publish(p: &Pusher, cx: &mut Cx<'_, State>, app: u16, t: &Trigger<
 }
 
 /// Whether this shard's connection `key` is still the Pusher socket whose
-/// id has `secret`.
-fn is_socket(me: &State, key: usize, secret: u32) -> bool {
-    me.socks
-        .get(key)
-        .copied()
-        .flatten()
-        .is_some_and(|s| s.secret == secret)
+/// id has `secret` (never 0).
+fn is_socket(conns: &Conns, key: usize, secret: u32) -> bool {
+    secret != 0 && conns.slab.get(key).is_some_and(|c| c.socket.tag == secret)
 }
 
 fn broadcast(i: Item, exclude: Option<(usize, usize)>) -> Arc<Broadcast> {
@@ -148,7 +144,7 @@ pub(super) fn deliver_excluding(
     key: usize,
     secret: u32,
 ) {
-    let still = is_socket(cx.me, key, secret);
+    let still = is_socket(cx.conns, key, secret);
     for b in broadcasts {
         if still {
             cx.conns.deliver(b);
@@ -167,7 +163,7 @@ pub(super) fn deliver_remote(p: &Pusher, cx: &mut Cx<'_, State>, t: &RemoteTrigg
     let exclude = p
         .ids
         .locate(&t.socket_id)
-        .filter(|&(shard, key, secret)| shard == me && is_socket(cx.me, key, secret))
+        .filter(|&(shard, key, secret)| shard == me && is_socket(cx.conns, key, secret))
         .map(|(_, key, _)| (me, key));
     deliver_on_node(cx, t.items.clone(), exclude);
 }
