@@ -88,7 +88,7 @@ mod local;
 mod memory;
 pub mod redis;
 mod topic;
-mod tracker;
+pub mod tracker;
 pub mod wire;
 
 use std::sync::{Arc, Weak};
