@@ -141,7 +141,6 @@ pub trait Sink {
     /// One sample of `m`: `suffix` is a histogram's `_bucket`, `_sum` or
     /// `_count` (else empty), `labels` its label pairs.
     fn sample(&mut self, m: &'static Metric, suffix: &str, labels: &[(&str, &str)], v: Value);
-
 }
 
 impl dyn Sink + '_ {
@@ -260,7 +259,10 @@ mod tests {
         );
         let mut shown = Shown::default();
         describe(&mut shown);
-        assert_eq!(shown.0.into_iter().collect::<Vec<_>>(), [("throng_b{link=\"x\"}".to_string(), 0.5)]);
+        assert_eq!(
+            shown.0.into_iter().collect::<Vec<_>>(),
+            [("throng_b{link=\"x\"}".to_string(), 0.5)]
+        );
     }
 
     #[test]

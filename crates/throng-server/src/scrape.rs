@@ -27,7 +27,13 @@ impl Source for Node {
     fn describe(&self, out: &mut dyn Sink) {
         let node = self;
         for (m, counter) in SHARD_METRICS {
-            out.put(m, node.stats.iter().map(|s| counter(s).load(Relaxed)).sum::<u64>());
+            out.put(
+                m,
+                node.stats
+                    .iter()
+                    .map(|s| counter(s).load(Relaxed))
+                    .sum::<u64>(),
+            );
         }
         node_figures(node, out);
         process_figures(out);
@@ -66,17 +72,31 @@ pub fn all() -> impl Iterator<Item = &'static Metric> {
         .map(|(m, _)| m)
         .chain(NODE_METRICS.iter().map(|(m, _)| m))
         .chain(PROCESS_METRICS.iter().copied())
-        .chain([&INBOX_BYTES, &INBOX_DROPPED, &PUSHER_API, &PUSHER_API_WAITING])
+        .chain([
+            &INBOX_BYTES,
+            &INBOX_DROPPED,
+            &PUSHER_API,
+            &PUSHER_API_WAITING,
+        ])
         .chain(TLS_METRICS.iter().flatten())
         .chain(crate::api_stats::METRICS.iter().map(|(m, _)| m))
         .chain(history::redis::METRICS.iter().map(|(m, _)| *m))
-        .chain(crate::history::METRICS.iter().map(|(m, _)| *m).filter(|m| m.name != history::PUBLISHED.name))
+        .chain(
+            crate::history::METRICS
+                .iter()
+                .map(|(m, _)| *m)
+                .filter(|m| m.name != history::PUBLISHED.name),
+        )
         .chain(backplane::redis::METRICS.iter().copied())
         .chain(link::cluster::METRICS.iter().map(|(m, _)| m))
         .chain(presence::tracker::METRICS.iter().map(|(m, _)| m))
         .chain(presence::redis::METRICS.iter().map(|(m, _)| m))
         .chain(crate::hooks::stats::METRICS.iter().map(|(m, _)| m))
-        .chain([&crate::hooks::stats::DURATION, &crate::hooks::stats::CIRCUIT, &crate::hooks::stats::IN_FLIGHT])
+        .chain([
+            &crate::hooks::stats::DURATION,
+            &crate::hooks::stats::CIRCUIT,
+            &crate::hooks::stats::IN_FLIGHT,
+        ])
         .chain(crate::hooks::events::METRICS.iter().map(|(m, _)| m))
         .chain(crate::hooks::webhooks::METRICS.iter().map(|(m, _)| m))
         .chain(occupancy::METRICS.iter().map(|(m, _)| m))
@@ -114,7 +134,10 @@ static NODE_METRICS: [(Metric, fn(&Node) -> u64); 5] = [
 ];
 
 static RSS: Metric = Metric::gauge("throng_process_resident_memory_bytes", "Resident set size.");
-static CPU: Metric = Metric::counter("throng_process_cpu_seconds_total", "User and system CPU time.");
+static CPU: Metric = Metric::counter(
+    "throng_process_cpu_seconds_total",
+    "User and system CPU time.",
+);
 static LISTEN_OVERFLOWS: Metric = Metric::counter(
     "throng_host_listen_overflows_total",
     "The host's connections dropped because a listener's accept queue was full (ListenOverflows, every listener of the machine): the client retries its SYN; rising while this server is busy means it accepts too slowly.",
@@ -131,7 +154,14 @@ static OUTBOUND: Metric = Metric::gauge(
     "throng_outbound_memory_bytes",
     "Output held for clients: queued bytes of their own and live broadcasts.",
 );
-static PROCESS_METRICS: [&Metric; 6] = [&RSS, &CPU, &LISTEN_OVERFLOWS, &HEAP_ALLOCATED, &HEAP_FREE, &OUTBOUND];
+static PROCESS_METRICS: [&Metric; 6] = [
+    &RSS,
+    &CPU,
+    &LISTEN_OVERFLOWS,
+    &HEAP_ALLOCATED,
+    &HEAP_FREE,
+    &OUTBOUND,
+];
 
 static INBOX_BYTES: Metric = Metric::gauge(
     "throng_shard_inbox_bytes",
@@ -247,7 +277,11 @@ fn pusher_api(out: &mut dyn Sink, node: &Node) {
     let mut status = String::new();
     for (r, route) in PUSHER_API_ROUTES.iter().enumerate() {
         for c in 0..=PUSHER_API_STATUSES.len() {
-            let n: u64 = node.stats.iter().map(|s| s.pusher_api[r][c].load(Relaxed)).sum();
+            let n: u64 = node
+                .stats
+                .iter()
+                .map(|s| s.pusher_api[r][c].load(Relaxed))
+                .sum();
             if n == 0 {
                 continue;
             }
@@ -256,10 +290,19 @@ fn pusher_api(out: &mut dyn Sink, node: &Node) {
                 Some(code) => status.push_str(&code.to_string()),
                 None => status.push_str("other"),
             }
-            out.sample(&PUSHER_API, "", &[("route", route), ("status", &status)], Value::U(n));
+            out.sample(
+                &PUSHER_API,
+                "",
+                &[("route", route), ("status", &status)],
+                Value::U(n),
+            );
         }
     }
-    let waiting: u64 = node.stats.iter().map(|s| s.pusher_api_waiting.load(Relaxed)).sum();
+    let waiting: u64 = node
+        .stats
+        .iter()
+        .map(|s| s.pusher_api_waiting.load(Relaxed))
+        .sum();
     out.put(&PUSHER_API_WAITING, waiting);
 }
 
@@ -268,7 +311,10 @@ mod tests {
     #[test]
     fn every_metric_is_defined_once_and_throng_prefixed() {
         let bad = throng_pubsub::metrics::misnamed(super::all());
-        assert!(bad.is_empty(), "defined twice or not throng_-prefixed: {bad:?}");
+        assert!(
+            bad.is_empty(),
+            "defined twice or not throng_-prefixed: {bad:?}"
+        );
         assert!(super::all().count() > 140);
     }
 }

@@ -23,10 +23,10 @@
 //! (how a batch is written and signed) and told its [`Names`] (what its
 //! logs call it).
 
-use throng_pubsub::metrics::{Metric, Sink, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+use throng_pubsub::metrics::{Metric, Sink, Value};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -122,11 +122,21 @@ pub fn describe(out: &mut dyn Sink, stats: &[HookStats; 3], circuit: u8, in_flig
             cumulative += b.load(Relaxed);
             le.clear();
             let _ = write!(le, "{}", ms as f64 / 1000.0);
-            out.sample(&DURATION, "_bucket", &[("hook", h), ("le", &le)], Value::U(cumulative));
+            out.sample(
+                &DURATION,
+                "_bucket",
+                &[("hook", h), ("le", &le)],
+                Value::U(cumulative),
+            );
         }
         let count = s.count.load(Relaxed);
         let sum = s.sum_us.load(Relaxed) as f64 / 1e6;
-        out.sample(&DURATION, "_bucket", &[("hook", h), ("le", "+Inf")], Value::U(count));
+        out.sample(
+            &DURATION,
+            "_bucket",
+            &[("hook", h), ("le", "+Inf")],
+            Value::U(count),
+        );
         out.sample(&DURATION, "_sum", &[("hook", h)], Value::F(sum));
         out.sample(&DURATION, "_count", &[("hook", h)], Value::U(count));
     }
