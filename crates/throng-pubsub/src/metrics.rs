@@ -151,6 +151,16 @@ impl dyn Sink + '_ {
     }
 }
 
+/// A metric and the figure it reads off `S`.
+pub type Figure<S> = (Metric, fn(&S) -> Value);
+/// A metric defined elsewhere (shared) and the figure it reads off `S`.
+pub type Shared<S> = (&'static Metric, fn(&S) -> Value);
+/// A metric and the counter of `S` it reads.
+pub type Counted<S> = (
+    Metric,
+    for<'a> fn(&'a S) -> &'a std::sync::atomic::AtomicU64,
+);
+
 /// A source of figures: hands each of its metrics to a sink.
 pub trait Source {
     fn describe(&self, sink: &mut dyn Sink);

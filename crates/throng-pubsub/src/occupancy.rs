@@ -87,7 +87,7 @@ use ::redis::Value;
 use tokio::sync::mpsc;
 
 use crate::link::{client_for, random_node_id, redact, timed, End, Health, Link, RResult, Worker};
-use crate::metrics::{self, Metric, Sink};
+use crate::metrics::{Metric, Sink};
 use crate::Error;
 
 /// Prefix of every occupancy key.
@@ -274,7 +274,7 @@ impl RedisOccupancy {
 }
 
 /// Every occupancy metric, and the figure it reads.
-pub static METRICS: [(Metric, fn(&Stats) -> metrics::Value); 4] = [
+pub static METRICS: [crate::metrics::Figure<Stats>; 4] = [
     (
         Metric::gauge(
             "throng_hook_occupancy_connected",

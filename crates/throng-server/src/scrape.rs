@@ -103,8 +103,11 @@ pub fn all() -> impl Iterator<Item = &'static Metric> {
         .chain(link::METRICS.iter().map(|(m, _)| m))
 }
 
+/// A node gauge and what it reads.
+type NodeFigure = (Metric, fn(&Node) -> u64);
+
 /// The node's gauges, and what each reads.
-static NODE_METRICS: [(Metric, fn(&Node) -> u64); 5] = [
+static NODE_METRICS: [NodeFigure; 5] = [
     (
         Metric::gauge("throng_topics", "Topics with at least one local subscriber."),
         |n| n.topics.len() as u64,

@@ -50,7 +50,7 @@ use tokio::sync::mpsc;
 use super::{scripts, Entry, HistoryStore, Position, Replay};
 use crate::backplane::envelope::Envelope;
 use crate::link::{client_for, redact, timed, End, Health, Link, RResult, RedisOptions, Worker};
-use crate::metrics::{self, Metric, Sink};
+use crate::metrics::{Metric, Sink};
 use crate::Error;
 
 /// Messages read per Redis command of a replay.
@@ -647,7 +647,7 @@ fn entries_of(topic: &str, v: Value) -> Vec<Entry> {
 }
 
 /// Every metric of the history in Redis, and the figure it reads.
-pub static METRICS: [(&Metric, fn(&RedisHistoryStats) -> metrics::Value); 6] = [
+pub static METRICS: [crate::metrics::Shared<RedisHistoryStats>; 6] = [
     (
         &Metric::gauge(
             "throng_history_redis_connected",

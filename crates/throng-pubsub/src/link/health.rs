@@ -133,7 +133,7 @@ pub fn slow_after(timeout: Duration) -> Duration {
 }
 
 /// Every metric of a Redis link (a `link` label each), and its figure.
-pub static METRICS: [(Metric, fn(&HealthState) -> Value); 4] = [
+pub static METRICS: [crate::metrics::Figure<HealthState>; 4] = [
     (
         Metric::gauge(
             "throng_redis_connected",

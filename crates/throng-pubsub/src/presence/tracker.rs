@@ -27,7 +27,7 @@ use super::encode;
 use super::entry::Meta;
 use super::topic::{MemberChange, Members, StateSource, TopicPresence};
 use super::{Delta, Entries, Mode, PresenceSink, PresenceStore};
-use crate::metrics::{Metric, Sink, Value};
+use crate::metrics::{Metric, Sink};
 use crate::{Broadcast, MemberTag};
 
 /// Stripes of the topic map.
@@ -470,7 +470,7 @@ impl Tracker {
 }
 
 /// Every metric of the tracker, and the figure it reads.
-pub static METRICS: [(Metric, fn(&PresenceStats) -> Value); 8] = [
+pub static METRICS: [crate::metrics::Figure<PresenceStats>; 8] = [
     (
         Metric::gauge(
             "throng_presence_topics",

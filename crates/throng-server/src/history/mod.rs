@@ -81,7 +81,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use serde::Deserialize;
 use throng_protocol::Payload;
-use throng_pubsub::metrics::{Metric, Sink, Value};
+use throng_pubsub::metrics::{Metric, Sink};
 use throng_pubsub::MemoryHistory;
 
 /// The `since` of a join's payload: `None` when it has none (or `null`),
@@ -159,7 +159,7 @@ pub(crate) fn read(
 }
 
 /// Every metric of the history in this process, and the figure it reads.
-pub(crate) static METRICS: [(&Metric, fn(&MemoryHistory) -> Value); 7] = [
+pub(crate) static METRICS: [throng_pubsub::metrics::Shared<MemoryHistory>; 7] = [
     (
         &Metric::gauge(
             "throng_history_bytes",

@@ -307,7 +307,7 @@ impl<F: Format> Events<F> {
 }
 
 /// Every metric of the lifecycle events, and the figure it reads.
-pub static METRICS: [(Metric, fn(&Events<Lifecycle>) -> Value); 5] = [
+pub static METRICS: [throng_pubsub::metrics::Figure<Events<Lifecycle>>; 5] = [
     (
         Metric::gauge(
             "throng_hook_events_queued",

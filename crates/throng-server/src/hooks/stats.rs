@@ -44,7 +44,7 @@ impl HookStats {
 }
 
 /// Every metric of the hooks (the counters and the histogram by `hook`).
-pub static METRICS: [(Metric, fn(&HookStats) -> &AtomicU64); 5] = [
+pub static METRICS: [throng_pubsub::metrics::Counted<HookStats>; 5] = [
     (
         Metric::counter(
             "throng_hook_requests_total",

@@ -35,7 +35,7 @@ use throng_protocol::pusher::server::Data;
 use throng_protocol::pusher::signature::webhook_signature;
 use throng_protocol::pusher::webhook::{self, WebhookEvent, KEY_HEADER, SIGNATURE_HEADER};
 use throng_protocol::PUSHER_TOPIC_PREFIX;
-use throng_pubsub::metrics::{Metric, Sink, Value};
+use throng_pubsub::metrics::{Metric, Sink};
 
 use super::events::{EventStats, Events, Format, Names, Target};
 use super::request::now_ms;
@@ -369,7 +369,7 @@ impl Webhooks {
 }
 
 /// Every metric of the Pusher webhooks, and the figure it reads.
-pub static METRICS: [(Metric, fn(&Webhooks) -> Value); 5] = [
+pub static METRICS: [throng_pubsub::metrics::Figure<Webhooks>; 5] = [
     (
         Metric::gauge(
             "throng_pusher_webhook_events_queued",

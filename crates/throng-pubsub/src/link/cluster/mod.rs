@@ -73,7 +73,7 @@ pub static STATS: Stats = Stats {
 };
 
 /// Every Redis Cluster metric, and the counter it reads.
-pub static METRICS: [(Metric, fn(&Stats) -> &AtomicU64); 5] = [
+pub static METRICS: [crate::metrics::Counted<Stats>; 5] = [
     (
         Metric::counter(
             "throng_redis_cluster_moved_total",

@@ -55,7 +55,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use self::session::Task;
 use super::{Delta, FetchReply, PresenceSink, PresenceStore};
 use crate::link::{client_for, random_node_id, redact, Health};
-use crate::metrics::{Metric, Sink, Value};
+use crate::metrics::{Metric, Sink};
 use crate::Error;
 
 /// Prefix of every presence key and channel.
@@ -184,7 +184,7 @@ impl RedisPresence {
 }
 
 /// Every metric of the presence store, and the figure it reads.
-pub static METRICS: [(Metric, fn(&Stats) -> Value); 8] = [
+pub static METRICS: [crate::metrics::Figure<Stats>; 8] = [
     (
         Metric::gauge(
             "throng_presence_store_connected",
