@@ -26,7 +26,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
-use throng_pubsub::metrics::{Metric, Sink, Value};
+use throng_pubsub::metrics::{Metric, Sink};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
