@@ -34,9 +34,6 @@ LIMIT = 100
 # it is split.
 ALLOWED = {
     ("crates/throng-server/src/lib.rs", "start_with_presence"): 191,  # to split: issue 39 item 6; +7 for the Pusher webhooks and cache channels
-    ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,  # to split: issue 39 item 6
-    ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 163,  # to split: issue 39 item 6; +23 for the Pusher steps
-    ("crates/throng-server/src/engine/close.rs", "row"): 111,  # to split: issue 39 item 6
 }
 
 
