@@ -43,7 +43,7 @@
 //!   recovery on rejoin ([`MemoryHistory`], one process; [`RedisHistory`],
 //!   Redis Streams, a cluster, whose broadcasts travel as version 2
 //!   envelopes that every node delivers from Redis, the sender too).
-//! - [`metrics::write_metric`]: the one writer of Prometheus lines.
+//! - [`metrics`]: the metrics registry's types (each metric one static descriptor; sinks: Prometheus text, the dashboard's figures).
 //!
 //! Dependencies point one way: protocol, then this crate, then the server.
 //!

@@ -87,7 +87,7 @@ use ::redis::Value;
 use tokio::sync::mpsc;
 
 use crate::link::{client_for, random_node_id, redact, timed, End, Health, Link, RResult, Worker};
-use crate::metrics::write_metric;
+use crate::metrics::{Metric, Sink};
 use crate::Error;
 
 /// Prefix of every occupancy key.
@@ -266,39 +266,44 @@ impl RedisOccupancy {
     }
 
     /// The occupancy metrics.
-    pub fn render_metrics(&self, out: &mut String) {
-        let s = &self.stats;
-        let lines: [(&str, &str, &str, u64); 4] = [
-            (
-                "throng_hook_occupancy_connected",
-                "gauge",
-                "1 while the topic occupancy (occupied/vacated events) is connected to Redis, else 0.",
-                s.link.connected.load(Relaxed) as u64,
-            ),
-            (
-                "throng_hook_occupancy_transitions_total",
-                "counter",
-                "Cluster-wide occupied and vacated transitions this node decided.",
-                s.transitions.load(Relaxed),
-            ),
-            (
-                "throng_hook_occupancy_resyncs_total",
-                "counter",
-                "Times this node re-asserted its topics in Redis (each new Redis session).",
-                s.resyncs.load(Relaxed),
-            ),
-            (
-                "throng_hook_occupancy_nodes_down_total",
-                "counter",
-                "Dead nodes whose topics this node vacated.",
-                s.nodes_down.load(Relaxed),
-            ),
-        ];
-        for (name, kind, help, value) in lines {
-            write_metric(out, name, kind, help, value);
+    pub fn describe(&self, out: &mut dyn Sink) {
+        for (m, figure) in &METRICS {
+            out.put(m, figure(&self.stats));
         }
     }
 }
+
+/// Every occupancy metric, and the figure it reads.
+pub static METRICS: [crate::metrics::Figure<Stats>; 4] = [
+    (
+        Metric::gauge(
+            "throng_hook_occupancy_connected",
+            "1 while the topic occupancy (occupied/vacated events) is connected to Redis, else 0.",
+        ),
+        |s| s.link.connected.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_hook_occupancy_transitions_total",
+            "Cluster-wide occupied and vacated transitions this node decided.",
+        ),
+        |s| s.transitions.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_hook_occupancy_resyncs_total",
+            "Times this node re-asserted its topics in Redis (each new Redis session).",
+        ),
+        |s| s.resyncs.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_hook_occupancy_nodes_down_total",
+            "Dead nodes whose topics this node vacated.",
+        ),
+        |s| s.nodes_down.load(Relaxed).into(),
+    ),
+];
 
 /// The thread's state.
 struct Task {

@@ -222,8 +222,7 @@ fn invalid_envelopes_are_counted_and_never_delivered() {
     );
     assert_eq!(node.events("rooms:admin"), Vec::<String>::new());
     assert_eq!(backplane.stats().invalid.load(Relaxed) - invalid_before, 3);
-    let mut metrics = String::new();
-    backplane.render_metrics(&mut metrics);
+    let metrics = throng_pubsub::metrics::text(|s| backplane.describe(s));
     assert!(
         metrics.contains("\nthrong_backplane_invalid_total 3\n"),
         "{metrics}"
@@ -277,8 +276,7 @@ fn the_publish_queue_is_bounded_in_bytes_while_redis_stalls() {
     assert!(most <= BOUND, "{most} bytes queued, bound {BOUND}");
     // 10 MB offered: the queue took about 1 MiB, the pipeline in flight 1 MiB.
     assert!(dropped >= 75, "only {dropped} of 100 dropped");
-    let mut metrics = String::new();
-    sender.render_metrics(&mut metrics);
+    let metrics = throng_pubsub::metrics::text(|s| sender.describe(s));
     assert!(
         metrics.contains("throng_backplane_queued_bytes"),
         "{metrics}"

@@ -90,7 +90,7 @@ struct Api {
 
 impl Api {
     fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        self.endpoint.node().api_requests.fetch_add(1, Relaxed);
+        self.endpoint.node().api.requests.fetch_add(1, Relaxed);
         let Some(key) = &self.key else {
             return Ok(());
         };
@@ -101,7 +101,7 @@ impl Api {
         if one && bool::from(first.ct_eq(key.as_bytes())) {
             Ok(())
         } else {
-            self.endpoint.node().api_refusals.fetch_add(1, Relaxed);
+            self.endpoint.node().api.refusals.fetch_add(1, Relaxed);
             Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -158,7 +158,7 @@ async fn bytes_of(api: &Api, headers: &HeaderMap, body: Body) -> Result<Bytes, A
             }
         }
         Err(_) => {
-            api.endpoint.node().api_timeouts.fetch_add(1, Relaxed);
+            api.endpoint.node().api.timeouts.fetch_add(1, Relaxed);
             Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "timeout",
@@ -667,7 +667,7 @@ async fn serve(
             }
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
-            node.api_busy.fetch_add(1, Relaxed);
+            node.api.busy.fetch_add(1, Relaxed);
             let _ = stream.try_write(BUSY);
             continue;
         };
@@ -702,7 +702,7 @@ async fn serve(
                             return;
                         }
                         Err(_) => {
-                            node.api_timeouts.fetch_add(1, Relaxed);
+                            node.api.timeouts.fetch_add(1, Relaxed);
                             return;
                         }
                     }
@@ -710,7 +710,7 @@ async fn serve(
             };
             if let Err(e) = served {
                 if e.is_timeout() {
-                    node.api_timeouts.fetch_add(1, Relaxed);
+                    node.api.timeouts.fetch_add(1, Relaxed);
                 }
                 tracing::debug!("server API connection: {e}");
             }

@@ -53,88 +53,16 @@ pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// The topics listed, the most subscribed first.
 pub const TOP_TOPICS: usize = 10;
 
-/// The `/metrics` counters of limits and refusals a report carries: the
-/// page lists those that moved.
-const LIMIT_COUNTERS: &[&str] = &[
-    "throng_slow_reader_closes_total",
-    "throng_outbound_budget_closes_total",
-    "throng_socket_budget_refusals_total",
-    "throng_channel_limit_refusals_total",
-    "throng_rate_limited_total",
-    "throng_rate_limit_closes_total",
-    "throng_control_limited_total",
-    "throng_control_limit_closes_total",
-    "throng_auth_refusals_total",
-    "throng_origin_refusals_total",
-    "throng_policy_refusals_total",
-    "throng_payload_refusals_total",
-    "throng_connections_refused_total",
-    "throng_connections_refused_per_ip_total",
-    "throng_handshake_timeouts_total",
-    "throng_idle_timeout_closes_total",
-    "throng_ref_too_long_closes_total",
-    "throng_protocol_errors_total",
-    "throng_http_errors_total",
-    "throng_longpoll_overflows_total",
-    "throng_longpoll_refused_total",
-    "throng_longpoll_rate_limited_total",
-    "throng_longpoll_sessions_refused_total",
-    "throng_shard_inbox_dropped_total",
-    "throng_presence_refused_total",
-    "throng_api_refusals_total",
-    "throng_api_timeouts_total",
-    "throng_api_busy_total",
-    "throng_dashboard_streams_refused_total",
-    // Only with --hook-url, --redis:
-    "throng_hook_timeouts_total",
-    "throng_hook_refused_total",
-    "throng_backplane_dropped_total",
-];
-
-/// The hooks' and the backplane's figures a report carries, present in
-/// `/metrics` only when those are on (`--hook-url`, `--redis`).
-const OPTIONAL_FIGURES: &[&str] = &[
-    "throng_hook_requests_total",
-    "throng_hook_errors_total",
-    "throng_hook_duration_seconds_sum",
-    "throng_hook_duration_seconds_count",
-    "throng_hook_in_flight",
-    "throng_hook_circuit_state",
-    "throng_backplane_connected",
-    "throng_backplane_queued_bytes",
-    "throng_backplane_published_total",
-    "throng_backplane_received_total",
-    "throng_backplane_reconnects_total",
-    // Per Redis link (`link` label): the Redis tile.
-    "throng_redis_connected",
-    "throng_redis_link_failures_total",
-    "throng_redis_last_answer_seconds",
-    "throng_redis_ping_seconds",
-];
-
-/// `node`'s limit counters and its hooks' and backplane's figures, read off
-/// its `/metrics` text, so they have the names (and labels) an operator
-/// knows from there and cannot drift from it. Rendered once per report
-/// (a second while a dashboard is open): a few kilobytes of text.
-pub fn counters(node: &Node) -> BTreeMap<String, f64> {
-    pick(&crate::scrape::render(node))
-}
-
-/// The [`LIMIT_COUNTERS`] and [`OPTIONAL_FIGURES`] lines of Prometheus text.
-fn pick(text: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((key, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let name = key.split('{').next().unwrap_or(key);
-        if LIMIT_COUNTERS.contains(&name) || OPTIONAL_FIGURES.contains(&name) {
-            if let Ok(v) = value.parse::<f64>() {
-                out.insert(key.to_string(), v);
-            }
-        }
-    }
-    out
+/// The names of the metrics the page lists among the limits when they
+/// move (those marked so in the registry, `crate::scrape::all`). A node's
+/// report carries them and the figures of the tiles, read by `Node::report`
+/// straight from the registry's sources.
+fn limit_counters() -> Vec<&'static str> {
+    use throng_pubsub::metrics::Shows;
+    crate::scrape::all()
+        .filter(|m| m.shows == Shows::Limit)
+        .map(|m| m.name)
+        .collect()
 }
 
 /// The dashboard's page and assets: (content type, body), no key needed
@@ -184,7 +112,7 @@ struct Sample {
     topic_count: usize,
     max_streams: usize,
     /// Which of the nodes' counters are limits (the page lists those that moved).
-    limit_counters: &'static [&'static str],
+    limit_counters: Vec<&'static str>,
 }
 
 /// The sampler shared by the dashboard streams of the API listener.
@@ -207,7 +135,7 @@ struct Open(Arc<Node>);
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.dashboard_streams.fetch_sub(1, Relaxed);
+        self.0.api.dashboard_streams.fetch_sub(1, Relaxed);
     }
 }
 
@@ -223,9 +151,9 @@ impl Dashboard {
     ) -> Result<Response, ApiError> {
         let node = endpoint.node().clone();
         let max = node.config.limits.max_dashboard_streams as u64;
-        if node.dashboard_streams.fetch_add(1, Relaxed) >= max {
-            node.dashboard_streams.fetch_sub(1, Relaxed);
-            node.dashboard_refused.fetch_add(1, Relaxed);
+        if node.api.dashboard_streams.fetch_add(1, Relaxed) >= max {
+            node.api.dashboard_streams.fetch_sub(1, Relaxed);
+            node.api.dashboard_refused.fetch_add(1, Relaxed);
             let message = if max == 0 {
                 "the dashboard is off on this node (--max-dashboard-streams 0): set it to 1 or more"
                     .to_string()
@@ -353,7 +281,7 @@ async fn take(endpoint: &Endpoint) -> String {
         topics: top_figures,
         topic_count,
         max_streams: node.config.limits.max_dashboard_streams,
-        limit_counters: LIMIT_COUNTERS,
+        limit_counters: limit_counters(),
     };
     serde_json::to_string(&sample).unwrap_or_default()
 }
@@ -380,47 +308,22 @@ pub(crate) fn page(path: &str) -> Response {
 mod tests {
     use super::*;
 
+    /// The page lists the limits it always has (32 today, the hooks' and
+    /// the backplane's among them).
     #[test]
-    fn picks_limit_counters_and_labelled_figures() {
-        let text = "# HELP throng_rate_limited_total x\n\
-                    # TYPE throng_rate_limited_total counter\n\
-                    throng_rate_limited_total 7\n\
-                    throng_connections 3\n\
-                    throng_hook_duration_seconds_sum{hook=\"join\"} 0.25\n\
-                    throng_hook_duration_seconds_bucket{hook=\"join\",le=\"0.001\"} 1\n";
-        let picked = pick(text);
-        assert_eq!(picked.get("throng_rate_limited_total"), Some(&7.0));
-        assert_eq!(
-            picked.get("throng_hook_duration_seconds_sum{hook=\"join\"}"),
-            Some(&0.25)
-        );
-        assert_eq!(picked.len(), 2, "{picked:?}");
-    }
-
-    /// Every limit counter the page lists is a line of `/metrics`, so a
-    /// renamed metric cannot silently drop off the page.
-    #[test]
-    fn limit_counters_are_metrics() {
-        let mut names: Vec<&str> = crate::metrics::SHARD_METRICS
-            .iter()
-            .map(|(n, ..)| *n)
-            .collect();
-        names.extend([
+    fn limit_counters_come_from_the_registry() {
+        let names = limit_counters();
+        for name in [
+            "throng_rate_limited_total",
             "throng_shard_inbox_dropped_total",
-            "throng_api_refusals_total",
-            "throng_api_timeouts_total",
             "throng_api_busy_total",
             "throng_dashboard_streams_refused_total",
-        ]);
-        let src = [include_str!("metrics.rs"), include_str!("scrape.rs")].concat();
-        let optional =
-            |n: &str| n.starts_with("throng_hook_") || n.starts_with("throng_backplane_");
-        for name in LIMIT_COUNTERS.iter().filter(|n| !optional(n)) {
-            assert!(
-                names.contains(name) && src.contains(&format!("\"{name}\"")),
-                "{name} is not in /metrics"
-            );
+            "throng_hook_timeouts_total",
+            "throng_backplane_dropped_total",
+        ] {
+            assert!(names.contains(&name), "{name} not in {names:?}");
         }
+        assert_eq!(names.len(), 32, "{names:?}");
         assert!(asset("/dashboard").is_some_and(|(_, b)| b.contains("/dashboard/app.js")));
     }
 }

@@ -113,6 +113,7 @@
 
 pub mod api;
 mod api_error;
+pub mod api_stats;
 pub mod auth;
 pub mod bind;
 mod budget;
@@ -252,17 +253,11 @@ impl Server {
             control_limit,
             session_limit,
             control: Default::default(),
-            api_requests: Default::default(),
-            api_refusals: Default::default(),
             hooks,
             occupancy: OnceLock::new(),
             webhooks,
-            api_timeouts: Default::default(),
-            api_busy: Default::default(),
             tls: public_tls,
             api_tls,
-            dashboard_streams: Default::default(),
-            dashboard_refused: Default::default(),
             refusals: Default::default(),
             history: (policy_history && history_redis.is_none()).then(|| {
                 Arc::new(throng_pubsub::MemoryHistory::new(
@@ -271,7 +266,7 @@ impl Server {
             }),
             history_redis,
             this: OnceLock::new(),
-            report_counters: dashboard::counters,
+            api: Default::default(),
         });
         let _ = node.this.set(Arc::downgrade(&node));
         if let Some(h) = &node.hooks {

@@ -7,6 +7,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use throng_pubsub::metrics::Metric;
+
 /// Counters one shard writes and `/metrics` reads. Only the owning shard
 /// writes them, so they stay in its cache until scraped.
 #[derive(Default)]
@@ -229,487 +231,591 @@ pub struct TableSizes {
     pub longpoll_rate_entries: usize,
 }
 
-/// One `/metrics` line per (name, type, help, which counter) of [`ShardStats`].
+/// One metric per counter of [`ShardStats`] (summed over the shards).
 type Counter = fn(&ShardStats) -> &AtomicU64;
-pub(crate) const SHARD_METRICS: &[(&str, &str, &str, Counter)] = &[
+pub(crate) static SHARD_METRICS: &[(Metric, Counter)] = &[
     (
-        "throng_connections",
-        "gauge",
-        "Open TCP connections (HTTP and WebSocket).",
+        Metric::gauge(
+            "throng_connections",
+            "Open TCP connections (HTTP and WebSocket).",
+        ),
         |s| &s.connections,
     ),
     (
-        "throng_websockets",
-        "gauge",
-        "Open WebSocket connections.",
+        Metric::gauge(
+            "throng_websockets",
+            "Open WebSocket connections.",
+        ),
         |s| &s.websockets,
     ),
     (
-        "throng_pusher_sockets",
-        "gauge",
-        "Open Pusher Channels sockets (of throng_websockets).",
+        Metric::gauge(
+            "throng_pusher_sockets",
+            "Open Pusher Channels sockets (of throng_websockets).",
+        ),
         |s| &s.pusher_sockets,
     ),
     (
-        "throng_pusher_cache_hits_total",
-        "counter",
-        "Pusher cache channel subscriptions that got the channel's last event.",
+        Metric::counter(
+            "throng_pusher_cache_hits_total",
+            "Pusher cache channel subscriptions that got the channel's last event.",
+        ),
         |s| &s.pusher_cache_hits,
     ),
     (
-        "throng_pusher_cache_misses_total",
-        "counter",
-        "Pusher cache channel subscriptions that got pusher:cache_miss (no event kept, or kept longer than --pusher-cache-ttl).",
+        Metric::counter(
+            "throng_pusher_cache_misses_total",
+            "Pusher cache channel subscriptions that got pusher:cache_miss (no event kept, or kept longer than --pusher-cache-ttl).",
+        ),
         |s| &s.pusher_cache_misses,
     ),
     (
-        "throng_longpoll_sessions",
-        "gauge",
-        "Open long-poll sessions.",
+        Metric::gauge(
+            "throng_longpoll_sessions",
+            "Open long-poll sessions.",
+        ),
         |s| &s.longpoll_sessions,
     ),
     (
-        "throng_longpoll_polls_waiting",
-        "gauge",
-        "Long-polls waiting for messages (answered when one arrives, or 204 after --longpoll-window).",
+        Metric::gauge(
+            "throng_longpoll_polls_waiting",
+            "Long-polls waiting for messages (answered when one arrives, or 204 after --longpoll-window).",
+        ),
         |s| &s.longpoll_parked,
     ),
     (
-        "throng_channels_joined",
-        "gauge",
-        "Joined channels over all sockets and long-poll sessions.",
+        Metric::gauge(
+            "throng_channels_joined",
+            "Joined channels over all sockets and long-poll sessions.",
+        ),
         |s| &s.channels,
     ),
     (
-        "throng_connections_accepted_total",
-        "counter",
-        "Connections accepted.",
+        Metric::counter(
+            "throng_connections_accepted_total",
+            "Connections accepted.",
+        ),
         |s| &s.accepted,
     ),
     (
-        "throng_connections_closed_total",
-        "counter",
-        "Connections closed.",
+        Metric::counter(
+            "throng_connections_closed_total",
+            "Connections closed.",
+        ),
         |s| &s.closed,
     ),
     (
-        "throng_accept_errors_total",
-        "counter",
-        "Failed accepts (e.g. out of file descriptors).",
+        Metric::counter(
+            "throng_accept_errors_total",
+            "Failed accepts (e.g. out of file descriptors).",
+        ),
         |s| &s.accept_errors,
     ),
     (
-        "throng_http_requests_total",
-        "counter",
-        "HTTP requests served.",
+        Metric::counter(
+            "throng_http_requests_total",
+            "HTTP requests served.",
+        ),
         |s| &s.http_requests,
     ),
     (
-        "throng_joins_total",
-        "counter",
-        "Successful channel joins.",
+        Metric::counter(
+            "throng_joins_total",
+            "Successful channel joins.",
+        ),
         |s| &s.joins,
     ),
     (
-        "throng_refused_joins_total",
-        "counter",
-        "Refused or unmatched joins.",
+        Metric::counter(
+            "throng_refused_joins_total",
+            "Refused or unmatched joins.",
+        ),
         |s| &s.refused_joins,
     ),
     (
-        "throng_channel_limit_refusals_total",
-        "counter",
-        "Joins refused because the socket had --max-channels-per-socket channels.",
+        Metric::counter(
+            "throng_channel_limit_refusals_total",
+            "Joins refused because the socket had --max-channels-per-socket channels.",
+        )
+        .limit(),
         |s| &s.channel_limit_refusals,
     ),
     (
-        "throng_auth_refusals_total",
-        "counter",
-        "Upgrades refused by connect authentication (HTTP 403).",
+        Metric::counter(
+            "throng_auth_refusals_total",
+            "Upgrades refused by connect authentication (HTTP 403).",
+        )
+        .limit(),
         |s| &s.auth_refusals,
     ),
     (
-        "throng_origin_refusals_total",
-        "counter",
-        "Upgrades refused by check_origin (HTTP 403).",
+        Metric::counter(
+            "throng_origin_refusals_total",
+            "Upgrades refused by check_origin (HTTP 403).",
+        )
+        .limit(),
         |s| &s.origin_refusals,
     ),
     (
-        "throng_policy_refusals_total",
-        "counter",
-        "Joins and pushes refused by topic rules or the token's channels claim.",
+        Metric::counter(
+            "throng_policy_refusals_total",
+            "Joins and pushes refused by topic rules or the token's channels claim.",
+        )
+        .limit(),
         |s| &s.policy_refusals,
     ),
     (
-        "throng_rate_limited_total",
-        "counter",
-        "Pushes answered {\"reason\":\"rate limited\"} (--push-rate, --push-burst).",
+        Metric::counter(
+            "throng_rate_limited_total",
+            "Pushes answered {\"reason\":\"rate limited\"} (--push-rate, --push-burst).",
+        )
+        .limit(),
         |s| &s.rate_limited,
     ),
     (
-        "throng_rate_limit_closes_total",
-        "counter",
-        "Sockets closed with 1008 after --push-strikes rate-limited pushes.",
+        Metric::counter(
+            "throng_rate_limit_closes_total",
+            "Sockets closed with 1008 after --push-strikes rate-limited pushes.",
+        )
+        .limit(),
         |s| &s.rate_limit_closes,
     ),
     (
-        "throng_control_limited_total",
-        "counter",
-        "Heartbeats, joins, leaves, control frames and tiny fragments over --control-rate, --control-burst.",
+        Metric::counter(
+            "throng_control_limited_total",
+            "Heartbeats, joins, leaves, control frames and tiny fragments over --control-rate, --control-burst.",
+        )
+        .limit(),
         |s| &s.control_limited,
     ),
     (
-        "throng_control_limit_closes_total",
-        "counter",
-        "Sockets closed with 1008 after --push-strikes control messages over their budget.",
+        Metric::counter(
+            "throng_control_limit_closes_total",
+            "Sockets closed with 1008 after --push-strikes control messages over their budget.",
+        )
+        .limit(),
         |s| &s.control_limit_closes,
     ),
     (
-        "throng_payload_refusals_total",
-        "counter",
-        "Messages answered with an error for a payload nested past --max-json-depth or a push of a phx_ event.",
+        Metric::counter(
+            "throng_payload_refusals_total",
+            "Messages answered with an error for a payload nested past --max-json-depth or a push of a phx_ event.",
+        )
+        .limit(),
         |s| &s.payload_refusals,
     ),
     (
-        "throng_read_yields_total",
-        "counter",
-        "Times a connection had more to read than one loop turn allows and waited for the next turn.",
+        Metric::counter(
+            "throng_read_yields_total",
+            "Times a connection had more to read than one loop turn allows and waited for the next turn.",
+        ),
         |s| &s.read_yields,
     ),
     (
-        "throng_tls_handshakes_total",
-        "counter",
-        "TLS handshakes completed on the public port.",
+        Metric::counter(
+            "throng_tls_handshakes_total",
+            "TLS handshakes completed on the public port.",
+        ),
         |s| &s.tls_handshakes,
     ),
     (
-        "throng_tls_resumptions_total",
-        "counter",
-        "TLS handshakes on the public port that resumed a session (a ticket or session ID): cheaper than a full one.",
+        Metric::counter(
+            "throng_tls_resumptions_total",
+            "TLS handshakes on the public port that resumed a session (a ticket or session ID): cheaper than a full one.",
+        ),
         |s| &s.tls_resumptions,
     ),
     (
-        "throng_tls_handshake_failures_total",
-        "counter",
-        "TLS handshakes on the public port that failed (a refused protocol version or cipher, a bad record, a client that does not trust the certificate).",
+        Metric::counter(
+            "throng_tls_handshake_failures_total",
+            "TLS handshakes on the public port that failed (a refused protocol version or cipher, a bad record, a client that does not trust the certificate).",
+        ),
         |s| &s.tls_handshake_failures,
     ),
     (
-        "throng_tls_plaintext_refusals_total",
-        "counter",
-        "Connections to the TLS port that sent plaintext (http:// or ws://) instead; an HTTP request is answered 400.",
+        Metric::counter(
+            "throng_tls_plaintext_refusals_total",
+            "Connections to the TLS port that sent plaintext (http:// or ws://) instead; an HTTP request is answered 400.",
+        ),
         |s| &s.tls_plaintext_refusals,
     ),
     (
-        "throng_user_disconnects_total",
-        "counter",
-        "Sockets closed (1001) by a disconnect of their user.",
+        Metric::counter(
+            "throng_user_disconnects_total",
+            "Sockets closed (1001) by a disconnect of their user.",
+        ),
         |s| &s.user_disconnects,
     ),
     (
-        "throng_messages_in_total",
-        "counter",
-        "Phoenix messages received (WebSocket frames and long-poll POSTed messages).",
+        Metric::counter(
+            "throng_messages_in_total",
+            "Phoenix messages received (WebSocket frames and long-poll POSTed messages).",
+        ),
         |s| &s.messages_in,
     ),
     (
-        "throng_messages_out_total",
-        "counter",
-        "Messages sent (WebSocket frames and messages handed to long-polls).",
+        Metric::counter(
+            "throng_messages_out_total",
+            "Messages sent (WebSocket frames and messages handed to long-polls).",
+        ),
         |s| &s.messages_out,
     ),
     (
-        "throng_broadcasts_total",
-        "counter",
-        "Broadcasts fanned out by this node's shards.",
+        Metric::counter(
+            "throng_broadcasts_total",
+            "Broadcasts fanned out by this node's shards.",
+        ),
         |s| &s.broadcasts,
     ),
     (
-        "throng_bytes_in_total",
-        "counter",
-        "Bytes read from sockets.",
+        Metric::counter(
+            "throng_bytes_in_total",
+            "Bytes read from sockets.",
+        ),
         |s| &s.bytes_in,
     ),
     (
-        "throng_bytes_out_total",
-        "counter",
-        "Bytes written to sockets.",
+        Metric::counter(
+            "throng_bytes_out_total",
+            "Bytes written to sockets.",
+        ),
         |s| &s.bytes_out,
     ),
     (
-        "throng_slow_reader_closes_total",
-        "counter",
-        "Connections closed because their outbound queue passed its bound.",
+        Metric::counter(
+            "throng_slow_reader_closes_total",
+            "Connections closed because their outbound queue passed its bound.",
+        )
+        .limit(),
         |s| &s.slow_reader_closes,
     ),
     (
-        "throng_idle_timeout_closes_total",
-        "counter",
-        "Connections closed by the idle sweep.",
+        Metric::counter(
+            "throng_idle_timeout_closes_total",
+            "Connections closed by the idle sweep.",
+        )
+        .limit(),
         |s| &s.idle_timeout_closes,
     ),
     (
-        "throng_protocol_errors_total",
-        "counter",
-        "Connections and long-poll sessions closed for protocol errors.",
+        Metric::counter(
+            "throng_protocol_errors_total",
+            "Connections and long-poll sessions closed for protocol errors.",
+        )
+        .limit(),
         |s| &s.protocol_errors,
     ),
     (
-        "throng_protocol_refusals_total",
-        "counter",
-        "Sockets their protocol refused once upgraded, with the protocol's close code (Pusher: 4001 an unknown app key, 4004 an app over its max_connections).",
+        Metric::counter(
+            "throng_protocol_refusals_total",
+            "Sockets their protocol refused once upgraded, with the protocol's close code (Pusher: 4001 an unknown app key, 4004 an app over its max_connections).",
+        ),
         |s| &s.protocol_refusals,
     ),
     (
-        "throng_connections_refused_total",
-        "counter",
-        "Connections refused with 503 because --max-connections were open.",
+        Metric::counter(
+            "throng_connections_refused_total",
+            "Connections refused with 503 because --max-connections were open.",
+        )
+        .limit(),
         |s| &s.refused_total_cap,
     ),
     (
-        "throng_connections_refused_per_ip_total",
-        "counter",
-        "Connections refused with 503 because --max-connections-per-ip were open from the address.",
+        Metric::counter(
+            "throng_connections_refused_per_ip_total",
+            "Connections refused with 503 because --max-connections-per-ip were open from the address.",
+        )
+        .limit(),
         |s| &s.refused_per_ip,
     ),
     (
-        "throng_connections_refused_memory_total",
-        "counter",
-        "Connections refused (503) because memory available was under --min-available-memory-bytes.",
+        Metric::counter(
+            "throng_connections_refused_memory_total",
+            "Connections refused (503) because memory available was under --min-available-memory-bytes.",
+        ),
         |s| &s.refused_memory,
     ),
     (
-        "throng_connections_refused_files_total",
-        "counter",
-        "Connections refused (503) because the process was at its open-files limit (ulimit -n): run more workers or raise the limit.",
+        Metric::counter(
+            "throng_connections_refused_files_total",
+            "Connections refused (503) because the process was at its open-files limit (ulimit -n): run more workers or raise the limit.",
+        ),
         |s| &s.refused_files,
     ),
     (
-        "throng_handshake_timeouts_total",
-        "counter",
-        "HTTP connections closed because a request head took longer than --handshake-timeout.",
+        Metric::counter(
+            "throng_handshake_timeouts_total",
+            "HTTP connections closed because a request head took longer than --handshake-timeout.",
+        )
+        .limit(),
         |s| &s.handshake_timeouts,
     ),
     (
-        "throng_ref_too_long_closes_total",
-        "counter",
-        "Sockets closed with 1008 for a join_ref or ref over --max-ref-bytes.",
+        Metric::counter(
+            "throng_ref_too_long_closes_total",
+            "Sockets closed with 1008 for a join_ref or ref over --max-ref-bytes.",
+        )
+        .limit(),
         |s| &s.ref_refusals,
     ),
     (
-        "throng_socket_budget_refusals_total",
-        "counter",
-        "Joins refused because the socket's joins would pass --max-socket-bytes.",
+        Metric::counter(
+            "throng_socket_budget_refusals_total",
+            "Joins refused because the socket's joins would pass --max-socket-bytes.",
+        )
+        .limit(),
         |s| &s.socket_budget_refusals,
     ),
     (
-        "throng_drain_closes_total",
-        "counter",
-        "WebSockets closed with 1012 (server restart) by a drain.",
+        Metric::counter(
+            "throng_drain_closes_total",
+            "WebSockets closed with 1012 (server restart) by a drain.",
+        ),
         |s| &s.drain_closes,
     ),
     (
-        "throng_http_errors_total",
-        "counter",
-        "HTTP requests answered with an error status (malformed, head over 16 KiB, bad upgrade).",
+        Metric::counter(
+            "throng_http_errors_total",
+            "HTTP requests answered with an error status (malformed, head over 16 KiB, bad upgrade).",
+        )
+        .limit(),
         |s| &s.http_errors,
     ),
     (
-        "throng_outbound_budget_closes_total",
-        "counter",
-        "Connections cut (1013) because the process's outbound memory passed --max-outbound-total-bytes.",
+        Metric::counter(
+            "throng_outbound_budget_closes_total",
+            "Connections cut (1013) because the process's outbound memory passed --max-outbound-total-bytes.",
+        )
+        .limit(),
         |s| &s.outbound_budget_closes,
     ),
     (
-        "throng_longpoll_expired_total",
-        "counter",
-        "Long-poll sessions ended after 1.5x --longpoll-window without a poll.",
+        Metric::counter(
+            "throng_longpoll_expired_total",
+            "Long-poll sessions ended after 1.5x --longpoll-window without a poll.",
+        ),
         |s| &s.longpoll_expired,
     ),
     (
-        "throng_longpoll_overflows_total",
-        "counter",
-        "Long-poll sessions ended (their messages dropped) because messages waiting for a poll passed --max-outbound-bytes.",
+        Metric::counter(
+            "throng_longpoll_overflows_total",
+            "Long-poll sessions ended (their messages dropped) because messages waiting for a poll passed --max-outbound-bytes.",
+        )
+        .limit(),
         |s| &s.longpoll_overflows,
     ),
     (
-        "throng_longpoll_forwarded_total",
-        "counter",
-        "Long-poll requests forwarded to the shard or node holding their session.",
+        Metric::counter(
+            "throng_longpoll_forwarded_total",
+            "Long-poll requests forwarded to the shard or node holding their session.",
+        ),
         |s| &s.longpoll_forwarded,
     ),
     (
-        "throng_longpoll_forward_timeouts_total",
-        "counter",
-        "Forwarded long-poll requests with no answer in the window + 5 s (answered 410).",
+        Metric::counter(
+            "throng_longpoll_forward_timeouts_total",
+            "Forwarded long-poll requests with no answer in the window + 5 s (answered 410).",
+        ),
         |s| &s.longpoll_forward_timeouts,
     ),
     (
-        "throng_longpoll_returned_total",
-        "counter",
-        "Messages of long-poll answers whose connection had closed, put back for the session's next poll.",
+        Metric::counter(
+            "throng_longpoll_returned_total",
+            "Messages of long-poll answers whose connection had closed, put back for the session's next poll.",
+        ),
         |s| &s.longpoll_returned,
     ),
     (
-        "throng_longpoll_refused_total",
-        "counter",
-        "Long-poll requests refused: 403 (unsupported vsn) or 413 (more than --max-longpoll-batch messages).",
+        Metric::counter(
+            "throng_longpoll_refused_total",
+            "Long-poll requests refused: 403 (unsupported vsn) or 413 (more than --max-longpoll-batch messages).",
+        )
+        .limit(),
         |s| &s.longpoll_refused,
     ),
     (
-        "throng_longpoll_rate_limited_total",
-        "counter",
-        "New long-poll sessions refused ({\"status\":503}) past --longpoll-session-rate from their address.",
+        Metric::counter(
+            "throng_longpoll_rate_limited_total",
+            "New long-poll sessions refused ({\"status\":503}) past --longpoll-session-rate from their address.",
+        )
+        .limit(),
         |s| &s.longpoll_rate_limited,
     ),
     (
-        "throng_longpoll_sessions_refused_total",
-        "counter",
-        "New long-poll sessions refused ({\"status\":503}) past --max-longpoll-sessions.",
+        Metric::counter(
+            "throng_longpoll_sessions_refused_total",
+            "New long-poll sessions refused ({\"status\":503}) past --max-longpoll-sessions.",
+        )
+        .limit(),
         |s| &s.longpoll_cap_refusals,
     ),
     (
-        "throng_presence_states_total",
-        "counter",
-        "presence_state (or presence_count) pushes to joiners.",
+        Metric::counter(
+            "throng_presence_states_total",
+            "presence_state (or presence_count) pushes to joiners.",
+        ),
         |s| &s.presence_states,
     ),
     (
-        "throng_presence_state_bytes_total",
-        "counter",
-        "Message bytes of those pushes.",
+        Metric::counter(
+            "throng_presence_state_bytes_total",
+            "Message bytes of those pushes.",
+        ),
         |s| &s.presence_state_bytes,
     ),
     (
-        "throng_presence_diffs_delivered_total",
-        "counter",
-        "presence_diff (or presence_count) broadcasts delivered to sockets.",
+        Metric::counter(
+            "throng_presence_diffs_delivered_total",
+            "presence_diff (or presence_count) broadcasts delivered to sockets.",
+        ),
         |s| &s.presence_diffs_out,
     ),
     (
-        "throng_presence_diff_bytes_delivered_total",
-        "counter",
-        "Frame bytes of those deliveries.",
+        Metric::counter(
+            "throng_presence_diff_bytes_delivered_total",
+            "Frame bytes of those deliveries.",
+        ),
         |s| &s.presence_diff_bytes_out,
     ),
     (
-        "throng_presence_refused_total",
-        "counter",
-        "Presence refused: a join whose key is over --max-presence-bytes, a track or update over it, a key tracked twice by a join, an update or untrack of a key not tracked.",
+        Metric::counter(
+            "throng_presence_refused_total",
+            "Presence refused: a join whose key is over --max-presence-bytes, a track or update over it, a key tracked twice by a join, an update or untrack of a key not tracked.",
+        )
+        .limit(),
         |s| &s.presence_refused,
     ),
     (
-        "throng_history_recoveries_total",
-        "counter",
-        "Joins with since that got every message they missed (recovered: true).",
+        Metric::counter(
+            "throng_history_recoveries_total",
+            "Joins with since that got every message they missed (recovered: true).",
+        ),
         |s| &s.history_recoveries,
     ),
     (
-        "throng_history_misses_total",
-        "counter",
-        "Joins with since that could not recover (recovered: false): a position too old, of another epoch, malformed, or a topic without history.",
+        Metric::counter(
+            "throng_history_misses_total",
+            "Joins with since that could not recover (recovered: false): a position too old, of another epoch, malformed, or a topic without history.",
+        ),
         |s| &s.history_misses,
     ),
     (
-        "throng_history_unavailable_total",
-        "counter",
-        "Joins with since refused with {\"reason\":\"history unavailable\"} because the history in Redis could not be read (Redis away or slower than --redis-timeout-ms); phoenix.js joins again.",
+        Metric::counter(
+            "throng_history_unavailable_total",
+            "Joins with since refused with {\"reason\":\"history unavailable\"} because the history in Redis could not be read (Redis away or slower than --redis-timeout-ms); phoenix.js joins again.",
+        ),
         |s| &s.history_unavailable,
     ),
     (
-        "throng_history_replayed_total",
-        "counter",
-        "Messages sent to joins from topic history.",
+        Metric::counter(
+            "throng_history_replayed_total",
+            "Messages sent to joins from topic history.",
+        ),
         |s| &s.history_replayed,
     ),
     (
-        "throng_deflate_sockets_total",
-        "counter",
-        "WebSockets that negotiated permessage-deflate (compression; off with --no-deflate).",
+        Metric::counter(
+            "throng_deflate_sockets_total",
+            "WebSockets that negotiated permessage-deflate (compression; off with --no-deflate).",
+        ),
         |s| &s.deflate_sockets,
     ),
     (
-        "throng_deflate_messages_out_total",
-        "counter",
-        "Messages sent compressed (permessage-deflate); a broadcast counts once per socket it reached compressed.",
+        Metric::counter(
+            "throng_deflate_messages_out_total",
+            "Messages sent compressed (permessage-deflate); a broadcast counts once per socket it reached compressed.",
+        ),
         |s| &s.deflate_messages_out,
     ),
     (
-        "throng_deflate_bytes_saved_total",
-        "counter",
-        "Bytes compression saved on those messages (plain frame minus compressed frame).",
+        Metric::counter(
+            "throng_deflate_bytes_saved_total",
+            "Bytes compression saved on those messages (plain frame minus compressed frame).",
+        ),
         |s| &s.deflate_bytes_saved,
     ),
     (
-        "throng_deflate_messages_in_total",
-        "counter",
-        "Compressed messages received and inflated.",
+        Metric::counter(
+            "throng_deflate_messages_in_total",
+            "Compressed messages received and inflated.",
+        ),
         |s| &s.deflate_messages_in,
     ),
     (
-        "throng_deflate_too_big_total",
-        "counter",
-        "Sockets closed with 1009 because a compressed message inflated past --max-message-bytes (checked while inflating).",
+        Metric::counter(
+            "throng_deflate_too_big_total",
+            "Sockets closed with 1009 because a compressed message inflated past --max-message-bytes (checked while inflating).",
+        ),
         |s| &s.deflate_too_big,
     ),
     (
-        "throng_registry_topics",
-        "gauge",
-        "Topics in the shards' registries: each shard counts those its own sockets joined (a topic with subscribers on two shards counts twice).",
+        Metric::gauge(
+            "throng_registry_topics",
+            "Topics in the shards' registries: each shard counts those its own sockets joined (a topic with subscribers on two shards counts twice).",
+        ),
         |s| &s.topics,
     ),
     (
-        "throng_users",
-        "gauge",
-        "Authenticated users with a socket, counted per shard (a user with sockets on two shards counts twice); as of the shards' last once-a-second sweep.",
+        Metric::gauge(
+            "throng_users",
+            "Authenticated users with a socket, counted per shard (a user with sockets on two shards counts twice); as of the shards' last once-a-second sweep.",
+        ),
         |s| &s.users,
     ),
     (
-        "throng_user_sockets",
-        "gauge",
-        "Sockets with an authenticated user in the users table (what a disconnect of a user looks up); as of the last sweep.",
+        Metric::gauge(
+            "throng_user_sockets",
+            "Sockets with an authenticated user in the users table (what a disconnect of a user looks up); as of the last sweep.",
+        ),
         |s| &s.user_sockets,
     ),
     (
-        "throng_hook_waits",
-        "gauge",
-        "Connects, joins and pushes waiting for the app backend's answer, or queued behind a push of the same socket and topic; as of the last sweep.",
+        Metric::gauge(
+            "throng_hook_waits",
+            "Connects, joins and pushes waiting for the app backend's answer, or queued behind a push of the same socket and topic; as of the last sweep.",
+        ),
         |s| &s.hook_waits,
     ),
     (
-        "throng_hook_socket_ids",
-        "gauge",
-        "Open sockets a hook request or event has named (their socket_id number, kept until they close); as of the last sweep.",
+        Metric::gauge(
+            "throng_hook_socket_ids",
+            "Open sockets a hook request or event has named (their socket_id number, kept until they close); as of the last sweep.",
+        ),
         |s| &s.hook_socket_ids,
     ),
     (
-        "throng_hook_assigns",
-        "gauge",
-        "Open sockets whose connect hook answered assigns (kept until they close); as of the last sweep.",
+        Metric::gauge(
+            "throng_hook_assigns",
+            "Open sockets whose connect hook answered assigns (kept until they close); as of the last sweep.",
+        ),
         |s| &s.hook_assigns,
     ),
     (
-        "throng_history_reads_waiting",
-        "gauge",
-        "Joins with since waiting for their history read in Redis; as of the last sweep.",
+        Metric::gauge(
+            "throng_history_reads_waiting",
+            "Joins with since waiting for their history read in Redis; as of the last sweep.",
+        ),
         |s| &s.history_reads_waiting,
     ),
     (
-        "throng_presence_joins",
-        "gauge",
-        "Joins whose presence the shards track (each leaves with its join); as of the last sweep.",
+        Metric::gauge(
+            "throng_presence_joins",
+            "Joins whose presence the shards track (each leaves with its join); as of the last sweep.",
+        ),
         |s| &s.presence_joins,
     ),
     (
-        "throng_longpoll_requests_waiting",
-        "gauge",
-        "Long-poll requests whose connection waits for an answer from another shard or node; as of the last sweep.",
+        Metric::gauge(
+            "throng_longpoll_requests_waiting",
+            "Long-poll requests whose connection waits for an answer from another shard or node; as of the last sweep.",
+        ),
         |s| &s.longpoll_requests_waiting,
     ),
     (
-        "throng_longpoll_rate_entries",
-        "gauge",
-        "Addresses whose new long-poll sessions are being counted against --longpoll-session-rate (dropped once their budget is full again); as of the last sweep.",
+        Metric::gauge(
+            "throng_longpoll_rate_entries",
+            "Addresses whose new long-poll sessions are being counted against --longpoll-session-rate (dropped once their budget is full again); as of the last sweep.",
+        ),
         |s| &s.longpoll_rate_entries,
     ),
 ];

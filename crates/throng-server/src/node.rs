@@ -204,9 +204,6 @@ pub struct Node {
     pub session_limit: PushLimit,
     /// Cluster-wide questions and their answers.
     pub control: Control,
-    /// Server API requests, and those refused for their key.
-    pub api_requests: std::sync::atomic::AtomicU64,
-    pub api_refusals: std::sync::atomic::AtomicU64,
     /// The app backend's client, when `[hooks]` has a url.
     pub hooks: Option<Arc<crate::hooks::HookClient>>,
     /// Who decides `occupied`/`vacated` events, with `[hooks] events`
@@ -214,17 +211,9 @@ pub struct Node {
     pub occupancy: OnceLock<crate::hooks::Occupancy>,
     /// Pusher apps' webhooks, when some app has a webhook URL.
     pub webhooks: Option<crate::hooks::Webhooks>,
-    /// API connections closed for a head or body later than `--api-timeout`.
-    pub api_timeouts: std::sync::atomic::AtomicU64,
-    /// API connections refused (503) past `--max-api-connections`.
-    pub api_busy: std::sync::atomic::AtomicU64,
     /// TLS on the public port and on the server API (`crate::tls`).
     pub tls: Option<Arc<crate::tls::Tls>>,
     pub api_tls: Option<Arc<crate::tls::Tls>>,
-    /// Dashboard streams open, and those refused past
-    /// `--max-dashboard-streams` (`crate::dashboard`).
-    pub dashboard_streams: std::sync::atomic::AtomicU64,
-    pub dashboard_refused: std::sync::atomic::AtomicU64,
     /// Topic history, when some `[[topics]]` rule keeps it (`crate::history`):
     /// in this process without `--redis`...
     pub history: Option<Arc<throng_pubsub::MemoryHistory>>,
@@ -233,10 +222,8 @@ pub struct Node {
     /// The node itself, for answers that come back from other threads
     /// (a history replay read in Redis).
     pub(crate) this: OnceLock<std::sync::Weak<Node>>,
-    /// The named figures a report carries, read off the node's `/metrics`:
-    /// `crate::dashboard::counters`, given by `Server::start` (the page and
-    /// the dashboard are above the node, which answers reports itself).
-    pub(crate) report_counters: fn(&Node) -> std::collections::BTreeMap<String, f64>,
+    /// The server API's and the dashboard's counters (`crate::api_stats`).
+    pub api: crate::api_stats::ApiStats,
 }
 
 impl Node {
@@ -340,7 +327,13 @@ impl Node {
         done: impl FnOnce(NodeReport) + Send + 'static,
     ) {
         let counters = match prefix {
-            None => (self.report_counters)(self),
+            // The node's metrics are described in `crate::scrape` (above
+            // the node): the trait's method reaches them.
+            None => {
+                let mut shown = throng_pubsub::metrics::Shown::default();
+                throng_pubsub::metrics::Source::describe(self, &mut shown);
+                shown.0
+            }
             Some(_) => Default::default(),
         };
         let report = NodeReport {

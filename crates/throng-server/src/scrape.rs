@@ -1,12 +1,17 @@
-//! `GET /metrics`: the Prometheus text of a node, each shard's
-//! [`ShardStats`](crate::metrics::ShardStats) summed, then the node's own
-//! gauges and counters (readiness, history, hooks, Redis, occupancy). It
-//! reads the whole [`Node`], so it sits above it; the counters it sums
-//! live below, in `metrics.rs`.
+//! `GET /metrics` and the metrics registry of a node: the node's own
+//! metrics (readiness, process figures, the shards' inboxes, TLS, the
+//! Pusher API's answers) are defined here, each once, next to what they
+//! read; every other source (each shard's
+//! [`ShardStats`](crate::metrics::ShardStats), the API's counters,
+//! history, hooks, presence, the Redis links) defines its own and hands
+//! its values to the [`Sink`] it is given. [`render`] is the Prometheus
+//! text of that walk; the dashboard's node report is the same walk into
+//! another sink (`Node::report`). It reads the whole [`Node`], so it sits
+//! above it.
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use throng_pubsub::metrics::write_metric;
+use throng_pubsub::metrics::{Metric, Sink, Source, Value};
 
 use crate::metrics::SHARD_METRICS;
 use crate::node::Node;
@@ -14,193 +19,238 @@ use crate::sys;
 
 /// The `/metrics` page of `node`, Prometheus text format.
 pub fn render(node: &Node) -> String {
-    let mut out = String::with_capacity(4096);
-    for (name, kind, help, counter) in SHARD_METRICS {
-        let sum: u64 = node.stats.iter().map(|s| counter(s).load(Relaxed)).sum();
-        write_metric(&mut out, name, kind, help, sum);
+    throng_pubsub::metrics::text(|out| node.describe(out))
+}
+
+impl Source for Node {
+    /// Every metric of the node, in `/metrics` order.
+    fn describe(&self, out: &mut dyn Sink) {
+        let node = self;
+        for (m, counter) in SHARD_METRICS {
+            out.put(
+                m,
+                node.stats
+                    .iter()
+                    .map(|s| counter(s).load(Relaxed))
+                    .sum::<u64>(),
+            );
+        }
+        node_figures(node, out);
+        process_figures(out);
+        inboxes(node, out);
+        node.api.describe(out);
+        pusher_api(out, node);
+        tls(out, node);
+        node.api.describe_rest(out);
+        if let Some(history) = &node.history_redis {
+            throng_pubsub::history::redis::describe(&history.stats, out);
+        }
+        if let Some(history) = &node.history {
+            crate::history::describe(history, out);
+        }
+        node.backplane.describe(out);
+        node.presence.describe(out);
+        if let Some(hooks) = &node.hooks {
+            hooks.describe(out);
+        }
+        if let Some(w) = &node.webhooks {
+            w.describe(out);
+        }
+        if let Some(o) = node.occupancy.get() {
+            o.describe(out);
+        }
+        throng_pubsub::link::describe(out, &redis_links(node));
     }
-    write_metric(
-        &mut out,
-        "throng_topics",
-        "gauge",
-        "Topics with at least one local subscriber.",
-        node.topics.len(),
-    );
-    write_metric(
-        &mut out,
-        "throng_ready",
-        "gauge",
-        "1 while GET /readyz answers 200, else 0 (starting, draining, or Redis lost past --ready-redis-grace).",
-        crate::health::readiness(node).is_ok() as u64,
-    );
-    write_metric(
-        &mut out,
-        "throng_draining",
-        "gauge",
-        "1 once a drain (SIGTERM) has begun, else 0.",
-        node.drain_started().is_some() as u64,
-    );
-    write_metric(
-        &mut out,
-        "throng_max_connections",
-        "gauge",
-        "Connections the open-files limit allows.",
-        node.fd_limit.saturating_sub(crate::FD_MARGIN),
-    );
-    write_metric(
-        &mut out,
-        "throng_process_resident_memory_bytes",
-        "gauge",
-        "Resident set size.",
-        sys::rss_bytes().unwrap_or(0),
-    );
-    write_metric(
-        &mut out,
-        "throng_process_cpu_seconds_total",
-        "counter",
-        "User and system CPU time.",
-        format_args!("{:.3}", sys::cpu_seconds().unwrap_or(0.0)),
-    );
-    write_metric(
-        &mut out,
-        "throng_available_memory_bytes",
-        "gauge",
-        "Memory available to this process at the last check (once a second: MemAvailable, or the cgroup's limit less its use; 0 with --min-available-memory-bytes 0, which turns the check off); under --min-available-memory-bytes new connections are refused.",
-        node.admission.available_memory.load(Relaxed),
-    );
+}
+
+/// Every metric a node can show, each source's table: what the registry
+/// check reads, and the dashboard's list of limits.
+pub fn all() -> impl Iterator<Item = &'static Metric> {
+    use throng_pubsub::{backplane, history, link, occupancy, presence};
+    SHARD_METRICS
+        .iter()
+        .map(|(m, _)| m)
+        .chain(NODE_METRICS.iter().map(|(m, _)| m))
+        .chain(PROCESS_METRICS.iter().copied())
+        .chain([
+            &INBOX_BYTES,
+            &INBOX_DROPPED,
+            &PUSHER_API,
+            &PUSHER_API_WAITING,
+        ])
+        .chain(TLS_METRICS.iter().flatten())
+        .chain(crate::api_stats::METRICS.iter().map(|(m, _)| m))
+        .chain(history::redis::METRICS.iter().map(|(m, _)| *m))
+        .chain(
+            crate::history::METRICS
+                .iter()
+                .map(|(m, _)| *m)
+                .filter(|m| m.name != history::PUBLISHED.name),
+        )
+        .chain(backplane::redis::METRICS.iter().copied())
+        .chain(link::cluster::METRICS.iter().map(|(m, _)| m))
+        .chain(presence::tracker::METRICS.iter().map(|(m, _)| m))
+        .chain(presence::redis::METRICS.iter().map(|(m, _)| m))
+        .chain(crate::hooks::stats::METRICS.iter().map(|(m, _)| m))
+        .chain([
+            &crate::hooks::stats::DURATION,
+            &crate::hooks::stats::CIRCUIT,
+            &crate::hooks::stats::IN_FLIGHT,
+        ])
+        .chain(crate::hooks::events::METRICS.iter().map(|(m, _)| m))
+        .chain(crate::hooks::webhooks::METRICS.iter().map(|(m, _)| m))
+        .chain(occupancy::METRICS.iter().map(|(m, _)| m))
+        .chain(link::METRICS.iter().map(|(m, _)| m))
+}
+
+/// A node gauge and what it reads.
+type NodeFigure = (Metric, fn(&Node) -> u64);
+
+/// The node's gauges, and what each reads.
+static NODE_METRICS: [NodeFigure; 5] = [
+    (
+        Metric::gauge("throng_topics", "Topics with at least one local subscriber."),
+        |n| n.topics.len() as u64,
+    ),
+    (
+        Metric::gauge(
+            "throng_ready",
+            "1 while GET /readyz answers 200, else 0 (starting, draining, or Redis lost past --ready-redis-grace).",
+        ),
+        |n| crate::health::readiness(n).is_ok() as u64,
+    ),
+    (
+        Metric::gauge("throng_draining", "1 once a drain (SIGTERM) has begun, else 0."),
+        |n| n.drain_started().is_some() as u64,
+    ),
+    (
+        Metric::gauge("throng_max_connections", "Connections the open-files limit allows."),
+        |n| n.fd_limit.saturating_sub(crate::FD_MARGIN),
+    ),
+    (
+        Metric::gauge(
+            "throng_available_memory_bytes",
+            "Memory available to this process at the last check (once a second: MemAvailable, or the cgroup's limit less its use; 0 with --min-available-memory-bytes 0, which turns the check off); under --min-available-memory-bytes new connections are refused.",
+        ),
+        |n| n.admission.available_memory.load(Relaxed),
+    ),
+];
+
+static RSS: Metric = Metric::gauge("throng_process_resident_memory_bytes", "Resident set size.");
+static CPU: Metric = Metric::counter(
+    "throng_process_cpu_seconds_total",
+    "User and system CPU time.",
+);
+static LISTEN_OVERFLOWS: Metric = Metric::counter(
+    "throng_host_listen_overflows_total",
+    "The host's connections dropped because a listener's accept queue was full (ListenOverflows, every listener of the machine): the client retries its SYN; rising while this server is busy means it accepts too slowly.",
+);
+static HEAP_ALLOCATED: Metric = Metric::gauge(
+    "throng_heap_allocated_bytes",
+    "Bytes the allocator has handed out and not had back (glibc's mallinfo2: chunks in use and blocks in mappings of their own). The RSS stays up after a peak; this does not: growth here is memory held.",
+);
+static HEAP_FREE: Metric = Metric::gauge(
+    "throng_heap_free_bytes",
+    "Bytes freed but kept by the allocator for reuse (part of the RSS).",
+);
+static OUTBOUND: Metric = Metric::gauge(
+    "throng_outbound_memory_bytes",
+    "Output held for clients: queued bytes of their own and live broadcasts.",
+);
+static PROCESS_METRICS: [&Metric; 6] = [
+    &RSS,
+    &CPU,
+    &LISTEN_OVERFLOWS,
+    &HEAP_ALLOCATED,
+    &HEAP_FREE,
+    &OUTBOUND,
+];
+
+static INBOX_BYTES: Metric = Metric::gauge(
+    "throng_shard_inbox_bytes",
+    "Bytes of broadcasts waiting in the shards' inboxes.",
+);
+static INBOX_DROPPED: Metric = Metric::counter(
+    "throng_shard_inbox_dropped_total",
+    "Broadcasts and infos not handed to a shard whose inbox held --max-shard-inbox-bytes.",
+)
+.limit();
+
+/// Certificate reloads and refused reloads, of the public port and of the
+/// server API.
+static TLS_METRICS: [[Metric; 2]; 2] = [
+    [
+        Metric::counter(
+            "throng_tls_reloads_total",
+            "Certificate reloads of the public port (SIGHUP or a changed file) that took effect.",
+        ),
+        Metric::counter(
+            "throng_tls_reload_failures_total",
+            "Certificate reloads of the public port refused (unreadable files, a key not the certificate's); the previous certificate stayed in use.",
+        ),
+    ],
+    [
+        Metric::counter(
+            "throng_api_tls_reloads_total",
+            "Certificate reloads of the server API (SIGHUP or a changed file) that took effect.",
+        ),
+        Metric::counter(
+            "throng_api_tls_reload_failures_total",
+            "Certificate reloads of the server API refused (unreadable files, a key not the certificate's); the previous certificate stayed in use.",
+        ),
+    ],
+];
+
+static PUSHER_API: Metric = Metric::counter(
+    "throng_pusher_api_requests_total",
+    "Pusher HTTP API requests answered, by route and status (401: refused signatures; 413: bodies over --pusher-max-api-body-bytes; 503: past --pusher-max-api-requests; 504: past --pusher-api-timeout).",
+);
+static PUSHER_API_WAITING: Metric = Metric::gauge(
+    "throng_pusher_api_waiting",
+    "Pusher HTTP API requests waiting on the cluster's figures (channel and user queries, triggers with info).",
+);
+
+/// The node's readiness, drain and limits.
+fn node_figures(node: &Node, out: &mut dyn Sink) {
+    for (m, figure) in &NODE_METRICS[..4] {
+        out.put(m, figure(node));
+    }
+}
+
+/// The process's memory and CPU, and the host's listen overflows.
+fn process_figures(out: &mut dyn Sink) {
+    out.put(&RSS, sys::rss_bytes().unwrap_or(0));
+    out.put(&CPU, Value::Fixed(sys::cpu_seconds().unwrap_or(0.0), 3));
+}
+
+/// The memory checks, the heap, the output held and the shards' inboxes.
+fn inboxes(node: &Node, out: &mut dyn Sink) {
+    let (m, available) = &NODE_METRICS[4];
+    out.put(m, available(node));
     if let Some(overflows) = sys::listen_overflows() {
-        write_metric(
-            &mut out,
-            "throng_host_listen_overflows_total",
-            "counter",
-            "The host's connections dropped because a listener's accept queue was full (ListenOverflows, every listener of the machine): the client retries its SYN; rising while this server is busy means it accepts too slowly.",
-            overflows,
-        );
+        out.put(&LISTEN_OVERFLOWS, overflows);
     }
     if let Some((allocated, free)) = sys::heap() {
-        write_metric(
-            &mut out,
-            "throng_heap_allocated_bytes",
-            "gauge",
-            "Bytes the allocator has handed out and not had back (glibc's mallinfo2: chunks in use and blocks in mappings of their own). The RSS stays up after a peak; this does not: growth here is memory held.",
-            allocated,
-        );
-        write_metric(
-            &mut out,
-            "throng_heap_free_bytes",
-            "gauge",
-            "Bytes freed but kept by the allocator for reuse (part of the RSS).",
-            free,
-        );
+        out.put(&HEAP_ALLOCATED, allocated);
+        out.put(&HEAP_FREE, free);
     }
-    write_metric(
-        &mut out,
-        "throng_outbound_memory_bytes",
-        "gauge",
-        "Output held for clients: queued bytes of their own and live broadcasts.",
-        crate::budget::outbound_memory(),
-    );
+    out.put(&OUTBOUND, crate::budget::outbound_memory());
     let (mut inbox_bytes, mut inbox_dropped) = (0, 0);
     for peer in &node.peers {
         inbox_bytes += peer.queued.load(Relaxed);
         inbox_dropped += peer.dropped.load(Relaxed);
     }
-    write_metric(
-        &mut out,
-        "throng_shard_inbox_bytes",
-        "gauge",
-        "Bytes of broadcasts waiting in the shards' inboxes.",
-        inbox_bytes,
-    );
-    write_metric(
-        &mut out,
-        "throng_shard_inbox_dropped_total",
-        "counter",
-        "Broadcasts and infos not handed to a shard whose inbox held --max-shard-inbox-bytes.",
-        inbox_dropped,
-    );
-    write_metric(
-        &mut out,
-        "throng_api_requests_total",
-        "counter",
-        "Server API requests (broadcast, disconnect, topics, stats).",
-        node.api_requests.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_api_refusals_total",
-        "counter",
-        "Server API requests refused for a missing or wrong X-API-Key.",
-        node.api_refusals.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_api_timeouts_total",
-        "counter",
-        "Server API requests whose head or body took longer than --api-timeout.",
-        node.api_timeouts.load(Relaxed),
-    );
-    pusher_api(&mut out, node);
-    for (tls, name) in [(&node.tls, "public port"), (&node.api_tls, "server API")] {
+    out.put(&INBOX_BYTES, inbox_bytes);
+    out.put(&INBOX_DROPPED, inbox_dropped);
+}
+
+/// The certificate reloads of the public port's and the API's TLS.
+fn tls(out: &mut dyn Sink, node: &Node) {
+    for (tls, [reloads, failures]) in [&node.tls, &node.api_tls].into_iter().zip(&TLS_METRICS) {
         let Some(tls) = tls else { continue };
-        let which = if name == "public port" { "" } else { "api_" };
-        write_metric(
-            &mut out,
-            &format!("throng_{which}tls_reloads_total"),
-            "counter",
-            &format!(
-                "Certificate reloads of the {name} (SIGHUP or a changed file) that took effect."
-            ),
-            tls.certs.reloads.load(Relaxed),
-        );
-        write_metric(
-            &mut out,
-            &format!("throng_{which}tls_reload_failures_total"),
-            "counter",
-            &format!("Certificate reloads of the {name} refused (unreadable files, a key not the certificate's); the previous certificate stayed in use."),
-            tls.certs.reload_failures.load(Relaxed),
-        );
+        out.put(reloads, tls.certs.reloads.load(Relaxed));
+        out.put(failures, tls.certs.reload_failures.load(Relaxed));
     }
-    write_metric(
-        &mut out,
-        "throng_api_busy_total",
-        "counter",
-        "Server API connections refused (503) past --max-api-connections.",
-        node.api_busy.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_dashboard_streams",
-        "gauge",
-        "Live streams of the dashboard page open (bound: --max-dashboard-streams).",
-        node.dashboard_streams.load(Relaxed),
-    );
-    write_metric(
-        &mut out,
-        "throng_dashboard_streams_refused_total",
-        "counter",
-        "Dashboard streams refused (503) past --max-dashboard-streams.",
-        node.dashboard_refused.load(Relaxed),
-    );
-    if let Some(history) = &node.history_redis {
-        throng_pubsub::history::redis::render_metrics(&history.stats, &mut out);
-    }
-    if let Some(history) = &node.history {
-        crate::history::render_metrics(history, &mut out);
-    }
-    node.backplane.render_metrics(&mut out);
-    node.presence.render_metrics(&mut out);
-    if let Some(hooks) = &node.hooks {
-        hooks.render_metrics(&mut out);
-    }
-    if let Some(w) = &node.webhooks {
-        w.render_metrics(&mut out);
-    }
-    if let Some(o) = node.occupancy.get() {
-        o.render_metrics(&mut out);
-    }
-    throng_pubsub::link::render_metrics(&mut out, &redis_links(node));
-    out
 }
 
 /// Each Redis link of `node` (one per user of Redis, until they share
@@ -224,14 +274,10 @@ fn redis_links(node: &Node) -> Vec<(&'static str, &throng_pubsub::link::Health)>
 
 /// The Pusher HTTP API's answers by route and status (the cells not zero),
 /// and the requests waiting on the cluster's figures.
-fn pusher_api(out: &mut String, node: &Node) {
+fn pusher_api(out: &mut dyn Sink, node: &Node) {
     use crate::metrics::{PUSHER_API_ROUTES, PUSHER_API_STATUSES};
-    use std::fmt::Write as _;
-    let name = "throng_pusher_api_requests_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Pusher HTTP API requests answered, by route and status (401: refused signatures; 413: bodies over --pusher-max-api-body-bytes; 503: past --pusher-max-api-requests; 504: past --pusher-api-timeout).\n# TYPE {name} counter"
-    );
+    out.family(&PUSHER_API);
+    let mut status = String::new();
     for (r, route) in PUSHER_API_ROUTES.iter().enumerate() {
         for c in 0..=PUSHER_API_STATUSES.len() {
             let n: u64 = node
@@ -242,10 +288,17 @@ fn pusher_api(out: &mut String, node: &Node) {
             if n == 0 {
                 continue;
             }
-            let status = PUSHER_API_STATUSES
-                .get(c)
-                .map_or("other".to_string(), u16::to_string);
-            let _ = writeln!(out, "{name}{{route=\"{route}\",status=\"{status}\"}} {n}");
+            status.clear();
+            match PUSHER_API_STATUSES.get(c) {
+                Some(code) => status.push_str(&code.to_string()),
+                None => status.push_str("other"),
+            }
+            out.sample(
+                &PUSHER_API,
+                "",
+                &[("route", route), ("status", &status)],
+                Value::U(n),
+            );
         }
     }
     let waiting: u64 = node
@@ -253,11 +306,18 @@ fn pusher_api(out: &mut String, node: &Node) {
         .iter()
         .map(|s| s.pusher_api_waiting.load(Relaxed))
         .sum();
-    write_metric(
-        out,
-        "throng_pusher_api_waiting",
-        "gauge",
-        "Pusher HTTP API requests waiting on the cluster's figures (channel and user queries, triggers with info).",
-        waiting,
-    );
+    out.put(&PUSHER_API_WAITING, waiting);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_metric_is_defined_once_and_throng_prefixed() {
+        let bad = throng_pubsub::metrics::misnamed(super::all());
+        assert!(
+            bad.is_empty(),
+            "defined twice or not throng_-prefixed: {bad:?}"
+        );
+        assert!(super::all().count() > 140);
+    }
 }

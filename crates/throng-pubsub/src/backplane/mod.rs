@@ -119,8 +119,8 @@ pub trait Backplane: Send + Sync + 'static {
     fn retain_control(&self, _key: &str, _body: Vec<u8>, _ttl: Duration) -> bool {
         false
     }
-    /// Appends the backplane's own Prometheus lines to `/metrics`.
-    fn render_metrics(&self, _out: &mut String) {}
+    /// Hands the backplane's own metrics to `/metrics`.
+    fn describe(&self, _out: &mut dyn crate::metrics::Sink) {}
     /// The health of its [Redis link](crate::link), if it has one.
     fn link(&self) -> Option<&crate::link::Health> {
         None

@@ -37,6 +37,12 @@ use throng_protocol::OwnedPayload;
 pub use memory::{HistoryStats, MemoryHistory};
 pub use redis::RedisHistory;
 
+/// The one metric both stores keep (only one is in use).
+pub static PUBLISHED: crate::metrics::Metric = crate::metrics::Metric::counter(
+    "throng_history_published_total",
+    "Broadcasts given a position in their topic's history.",
+);
+
 /// What every history store does, with its answers given to callbacks (a
 /// store in memory answers at once, one in Redis on its thread): what the
 /// [`conformance`] suite checks. The server calls each store's own

@@ -50,7 +50,7 @@ use tokio::sync::mpsc;
 use super::{scripts, Entry, HistoryStore, Position, Replay};
 use crate::backplane::envelope::Envelope;
 use crate::link::{client_for, redact, timed, End, Health, Link, RResult, RedisOptions, Worker};
-use crate::metrics::write_metric;
+use crate::metrics::{Metric, Sink};
 use crate::Error;
 
 /// Messages read per Redis command of a replay.
@@ -646,50 +646,51 @@ fn entries_of(topic: &str, v: Value) -> Vec<Entry> {
         .collect()
 }
 
-/// The store's lines of `/metrics`.
-pub fn render_metrics(stats: &RedisHistoryStats, out: &mut String) {
-    write_metric(
-        out,
-        "throng_history_redis_connected",
-        "gauge",
-        "1 while the topic history's connection to Redis is up.",
-        u64::from(stats.link.connected.load(Relaxed)),
-    );
-    write_metric(
-        out,
-        "throng_history_published_total",
-        "counter",
-        "Broadcasts given a position in their topic's history.",
-        stats.published.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_failed_total",
-        "counter",
-        "Broadcasts on history topics dropped because Redis did not give them a position (Redis away, queue full).",
-        stats.failed.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_reads_total",
-        "counter",
-        "History reads answered by Redis (rejoins with since, GET /api/history).",
-        stats.reads.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_read_commands_total",
-        "counter",
-        "Redis commands those reads took (one script call, then one XRANGE per 500 messages).",
-        stats.read_commands.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_queued",
-        "gauge",
-        "Requests waiting for the history's Redis connection (bounded at 65536).",
-        stats.queued.load(Relaxed),
-    );
+/// Every metric of the history in Redis, and the figure it reads.
+pub static METRICS: [crate::metrics::Shared<RedisHistoryStats>; 6] = [
+    (
+        &Metric::gauge(
+            "throng_history_redis_connected",
+            "1 while the topic history's connection to Redis is up.",
+        ),
+        |s| s.link.connected.load(Relaxed).into(),
+    ),
+    (&crate::history::PUBLISHED, |s| s.published.load(Relaxed).into()),
+    (
+        &Metric::counter(
+            "throng_history_failed_total",
+            "Broadcasts on history topics dropped because Redis did not give them a position (Redis away, queue full).",
+        ),
+        |s| s.failed.load(Relaxed).into(),
+    ),
+    (
+        &Metric::counter(
+            "throng_history_reads_total",
+            "History reads answered by Redis (rejoins with since, GET /api/history).",
+        ),
+        |s| s.reads.load(Relaxed).into(),
+    ),
+    (
+        &Metric::counter(
+            "throng_history_read_commands_total",
+            "Redis commands those reads took (one script call, then one XRANGE per 500 messages).",
+        ),
+        |s| s.read_commands.load(Relaxed).into(),
+    ),
+    (
+        &Metric::gauge(
+            "throng_history_queued",
+            "Requests waiting for the history's Redis connection (bounded at 65536).",
+        ),
+        |s| s.queued.load(Relaxed).into(),
+    ),
+];
+
+/// The store's metrics.
+pub fn describe(stats: &RedisHistoryStats, out: &mut dyn Sink) {
+    for (m, figure) in &METRICS {
+        out.put(m, figure(stats));
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! [`Health`]: what a [link](super) knows of its Redis while it runs, for
 //! `/metrics` (one family per figure, a `link` label per user of the link:
-//! [`render_metrics`]), `/readyz` and the dashboard's Redis tile: whether
+//! [`describe`]), `/readyz` and the dashboard's Redis tile: whether
 //! it is connected, how often its session was lost, when Redis last
 //! answered one of its PINGs and how long that PING took.
 //!
@@ -14,6 +14,8 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use crate::metrics::{Metric, Sink, Value};
 
 /// A link's health, shared by the link's thread (which writes it) and the
 /// node (which reads it); a clone is the same health.
@@ -130,47 +132,55 @@ pub fn slow_after(timeout: Duration) -> Duration {
     timeout / 100
 }
 
+/// Every metric of a Redis link (a `link` label each), and its figure.
+pub static METRICS: [crate::metrics::Figure<HealthState>; 4] = [
+    (
+        Metric::gauge(
+            "throng_redis_connected",
+            "1 while this Redis link is connected (its session set up), else 0; a link per user of Redis.",
+        )
+        .figure(),
+        |h| h.connected.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_redis_link_failures_total",
+            "Sessions of this Redis link lost: a connection closed or reset, an answer or a PING past --redis-timeout-ms.",
+        )
+        .figure(),
+        |h| h.failures.load(Relaxed).into(),
+    ),
+    (
+        Metric::gauge(
+            "throng_redis_last_answer_seconds",
+            "Seconds since Redis last answered this link (it PINGs every connection each second): grows while Redis does not answer.",
+        )
+        .figure(),
+        |h| {
+            h.since_last_answer()
+                .map_or(Value::U(0), |d| Value::Fixed(d.as_secs_f64(), 3))
+        },
+    ),
+    (
+        Metric::gauge(
+            "throng_redis_ping_seconds",
+            "Round trip of this link's last answered PING (the slowest of its connections).",
+        )
+        .figure(),
+        |h| Value::Fixed(h.ping().as_secs_f64(), 6),
+    ),
+];
+
 /// The link metrics of `links` (each a `link` label and its health), one
-/// family per figure, Prometheus text format.
-pub fn render_metrics(out: &mut String, links: &[(&str, &Health)]) {
-    use std::fmt::Write as _;
+/// family per figure.
+pub fn describe(out: &mut dyn Sink, links: &[(&str, &Health)]) {
     if links.is_empty() {
         return;
     }
-    type Figure = fn(&HealthState) -> String;
-    let families: [(&str, &str, &str, Figure); 4] = [
-        (
-            "throng_redis_connected",
-            "gauge",
-            "1 while this Redis link is connected (its session set up), else 0; a link per user of Redis.",
-            |h| (h.connected.load(Relaxed) as u8).to_string(),
-        ),
-        (
-            "throng_redis_link_failures_total",
-            "counter",
-            "Sessions of this Redis link lost: a connection closed or reset, an answer or a PING past --redis-timeout-ms.",
-            |h| h.failures.load(Relaxed).to_string(),
-        ),
-        (
-            "throng_redis_last_answer_seconds",
-            "gauge",
-            "Seconds since Redis last answered this link (it PINGs every connection each second): grows while Redis does not answer.",
-            |h| {
-                h.since_last_answer()
-                    .map_or("0".into(), |d| format!("{:.3}", d.as_secs_f64()))
-            },
-        ),
-        (
-            "throng_redis_ping_seconds",
-            "gauge",
-            "Round trip of this link's last answered PING (the slowest of its connections).",
-            |h| format!("{:.6}", h.ping().as_secs_f64()),
-        ),
-    ];
-    for (name, kind, help, figure) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (m, figure) in &METRICS {
+        out.family(m);
         for (link, health) in links {
-            let _ = writeln!(out, "{name}{{link=\"{link}\"}} {}", figure(health));
+            out.sample(m, "", &[("link", link)], figure(health));
         }
     }
 }
@@ -212,8 +222,7 @@ mod tests {
         let (a, b) = (Health::default(), Health::default());
         a.connected.store(true, Relaxed);
         b.failures.fetch_add(3, Relaxed);
-        let mut out = String::new();
-        render_metrics(&mut out, &[("backplane", &a), ("presence", &b)]);
+        let out = crate::metrics::text(|s| describe(s, &[("backplane", &a), ("presence", &b)]));
         assert_eq!(
             out.matches("# TYPE throng_redis_connected gauge").count(),
             1

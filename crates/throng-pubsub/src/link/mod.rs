@@ -33,7 +33,7 @@
 //! - **What it shows** ([`Health`], `health.rs`): connected or not, the
 //!   sessions lost, the time since Redis last answered and the last PING's
 //!   round trip, in `/metrics` (`throng_redis_*{link=...}`, see
-//!   [`render_metrics`]) and the dashboard; a log line when a session is
+//!   [`describe`]) and the dashboard; a log line when a session is
 //!   lost and one when it is back, one when Redis turns slow and one when
 //!   it is quick again.
 //! - **The thread and the loop** ([`start`]): a `throng-*` thread with a
@@ -68,7 +68,7 @@ use ::redis::{Cmd as RedisCmd, Pipeline, RedisFuture, Value};
 use futures_util::StreamExt;
 
 pub use cluster::slot::{tagged, topic_after_tag, topic_tag};
-pub use health::{render_metrics, slow_after, Health, HealthState};
+pub use health::{describe, slow_after, Health, HealthState, METRICS};
 pub use options::{random_node_id, redact, RedisOptions};
 
 use crate::Error;

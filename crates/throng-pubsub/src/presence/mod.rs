@@ -88,7 +88,7 @@ mod local;
 mod memory;
 pub mod redis;
 mod topic;
-mod tracker;
+pub mod tracker;
 pub mod wire;
 
 use std::sync::{Arc, Weak};
@@ -164,7 +164,7 @@ pub trait PresenceStore: Send + Sync + 'static {
         true
     }
     /// Appends the store's own Prometheus lines to `/metrics`.
-    fn render_metrics(&self, _out: &mut String) {}
+    fn describe(&self, _out: &mut dyn crate::metrics::Sink) {}
     /// The health of its [Redis link](crate::link), if it has one.
     fn link(&self) -> Option<&crate::link::Health> {
         None

@@ -27,7 +27,7 @@ use super::encode;
 use super::entry::Meta;
 use super::topic::{MemberChange, Members, StateSource, TopicPresence};
 use super::{Delta, Entries, Mode, PresenceSink, PresenceStore};
-use crate::metrics::write_metric;
+use crate::metrics::{Metric, Sink};
 use crate::{Broadcast, MemberTag};
 
 /// Stripes of the topic map.
@@ -460,25 +460,74 @@ impl Tracker {
         self.store.link()
     }
 
-    /// Every metric line of the tracker and its store.
-    pub fn render_metrics(&self, out: &mut String) {
-        let s = &self.stats;
-        let lines: [(&str, &str, &str, i64); 8] = [
-            ("throng_presence_topics", "gauge", "Topics whose presence this node keeps (it has subscribers of them).", s.topics.load(Relaxed)),
-            ("throng_presence_entries", "gauge", "Presences in this node's copies, every node's.", s.entries.load(Relaxed)),
-            ("throng_presence_local_entries", "gauge", "Presences tracked on this node.", s.local_entries.load(Relaxed)),
-            ("throng_presence_diffs_total", "counter", "presence_diff (and presence_count) broadcasts made: one per topic per interval with changes.", s.diffs.load(Relaxed) as i64),
-            ("throng_presence_diff_bytes_total", "counter", "Payload bytes of those broadcasts, once each (before fan-out).", s.diff_bytes.load(Relaxed) as i64),
-            ("throng_presence_changes_total", "counter", "Joins and leaves carried by those diffs.", s.changes.load(Relaxed) as i64),
-            ("throng_presence_state_encodes_total", "counter", "presence_state encodings (at most one per topic per interval, shared by its joiners).", s.state_encodes.load(Relaxed) as i64),
-            ("throng_presence_counts_deferred_total", "counter", "presence_count broadcasts held back by --presence-count-rate: one per topic per interval its changed count waited.", s.counts_deferred.load(Relaxed) as i64),
-        ];
-        for (name, kind, help, value) in lines {
-            write_metric(out, name, kind, help, value);
+    /// Every metric of the tracker and its store.
+    pub fn describe(&self, out: &mut dyn Sink) {
+        for (m, figure) in &METRICS {
+            out.put(m, figure(&self.stats));
         }
-        self.store.render_metrics(out);
+        self.store.describe(out);
     }
 }
+
+/// Every metric of the tracker, and the figure it reads.
+pub static METRICS: [crate::metrics::Figure<PresenceStats>; 8] = [
+    (
+        Metric::gauge(
+            "throng_presence_topics",
+            "Topics whose presence this node keeps (it has subscribers of them).",
+        ),
+        |s| s.topics.load(Relaxed).into(),
+    ),
+    (
+        Metric::gauge(
+            "throng_presence_entries",
+            "Presences in this node's copies, every node's.",
+        ),
+        |s| s.entries.load(Relaxed).into(),
+    ),
+    (
+        Metric::gauge(
+            "throng_presence_local_entries",
+            "Presences tracked on this node.",
+        ),
+        |s| s.local_entries.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_presence_diffs_total",
+            "presence_diff (and presence_count) broadcasts made: one per topic per interval with changes.",
+        ),
+        |s| s.diffs.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_presence_diff_bytes_total",
+            "Payload bytes of those broadcasts, once each (before fan-out).",
+        ),
+        |s| s.diff_bytes.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_presence_changes_total",
+            "Joins and leaves carried by those diffs.",
+        ),
+        |s| s.changes.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_presence_state_encodes_total",
+            "presence_state encodings (at most one per topic per interval, shared by its joiners).",
+        ),
+        |s| s.state_encodes.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_presence_counts_deferred_total",
+            "presence_count broadcasts held back by --presence-count-rate: one per topic per interval its changed count waited.",
+        ),
+        |s| s.counts_deferred.load(Relaxed).into(),
+    ),
+];
 
 impl PresenceSink for Tracker {
     fn apply(&self, topic: &str, delta: Delta) {
@@ -711,8 +760,7 @@ mod tests {
         t.flush_shard(0, 1, t0 + Duration::from_secs(9), &mut out);
         assert!(out.is_empty());
         assert_eq!(t.stats.counts_deferred.load(Relaxed), 2);
-        let mut metrics = String::new();
-        t.render_metrics(&mut metrics);
+        let metrics = crate::metrics::text(|s| t.describe(s));
         assert!(
             metrics.contains("throng_presence_counts_deferred_total 2"),
             "{metrics}"

@@ -417,9 +417,9 @@ mod tests {
                     // The one `/metrics` shows under that name.
                     let shown = crate::metrics::SHARD_METRICS
                         .iter()
-                        .find(|m| m.0 == name)
+                        .find(|m| m.0.name == name)
                         .unwrap_or_else(|| panic!("{r:?}: {name} is not in /metrics"));
-                    assert!(std::ptr::eq((shown.3)(&stats), counter(&stats)), "{r:?}");
+                    assert!(std::ptr::eq((shown.1)(&stats), counter(&stats)), "{r:?}");
                     let before = counter(&stats).load(Relaxed);
                     r.count(&stats);
                     assert_eq!(counter(&stats).load(Relaxed), before + 1, "{r:?}");

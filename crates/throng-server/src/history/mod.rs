@@ -81,7 +81,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use serde::Deserialize;
 use throng_protocol::Payload;
-use throng_pubsub::metrics::write_metric;
+use throng_pubsub::metrics::{Metric, Sink};
 use throng_pubsub::MemoryHistory;
 
 /// The `since` of a join's payload: `None` when it has none (or `null`),
@@ -158,58 +158,58 @@ pub(crate) fn read(
     }
 }
 
-/// The store's lines of `/metrics`.
-pub(crate) fn render_metrics(h: &MemoryHistory, out: &mut String) {
-    let s = &h.stats;
-    write_metric(
-        out,
-        "throng_history_bytes",
-        "gauge",
-        "Bytes the topics' history holds, against --max-history-bytes.",
-        s.bytes.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_budget_bytes",
-        "gauge",
-        "--max-history-bytes.",
-        h.budget(),
-    );
-    write_metric(
-        out,
-        "throng_history_messages",
-        "gauge",
-        "Messages kept in topic history.",
-        s.messages.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_topics",
-        "gauge",
-        "Topics with a history.",
-        s.topics.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_published_total",
-        "counter",
-        "Broadcasts given a position in their topic's history.",
-        s.published.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_evicted_total",
-        "counter",
-        "Messages dropped from history, or never kept, for --max-history-bytes (a rejoin from before them gets recovered: false).",
-        s.evicted.load(Relaxed),
-    );
-    write_metric(
-        out,
-        "throng_history_expired_total",
-        "counter",
-        "Topic histories forgotten history_ttl after their last message.",
-        s.expired.load(Relaxed),
-    );
+/// Every metric of the history in this process, and the figure it reads.
+pub(crate) static METRICS: [throng_pubsub::metrics::Shared<MemoryHistory>; 7] = [
+    (
+        &Metric::gauge(
+            "throng_history_bytes",
+            "Bytes the topics' history holds, against --max-history-bytes.",
+        ),
+        |h| h.stats.bytes.load(Relaxed).into(),
+    ),
+    (
+        &Metric::gauge(
+            "throng_history_budget_bytes",
+            "--max-history-bytes.",
+        ),
+        |h| h.budget().into(),
+    ),
+    (
+        &Metric::gauge(
+            "throng_history_messages",
+            "Messages kept in topic history.",
+        ),
+        |h| h.stats.messages.load(Relaxed).into(),
+    ),
+    (
+        &Metric::gauge(
+            "throng_history_topics",
+            "Topics with a history.",
+        ),
+        |h| h.stats.topics.load(Relaxed).into(),
+    ),
+    (&throng_pubsub::history::PUBLISHED, |h| h.stats.published.load(Relaxed).into()),
+    (
+        &Metric::counter(
+            "throng_history_evicted_total",
+            "Messages dropped from history, or never kept, for --max-history-bytes (a rejoin from before them gets recovered: false).",
+        ),
+        |h| h.stats.evicted.load(Relaxed).into(),
+    ),
+    (
+        &Metric::counter(
+            "throng_history_expired_total",
+            "Topic histories forgotten history_ttl after their last message.",
+        ),
+        |h| h.stats.expired.load(Relaxed).into(),
+    ),
+];
+
+/// The store's metrics.
+pub(crate) fn describe(h: &MemoryHistory, out: &mut dyn Sink) {
+    for (m, figure) in &METRICS {
+        out.put(m, figure(h));
+    }
 }
 
 #[cfg(test)]

@@ -346,16 +346,16 @@ impl HookClient {
         Outcome::Failed(Failure::BadAnswer)
     }
 
-    /// Writes the hooks' metrics.
-    pub fn render_metrics(&self, out: &mut String) {
-        stats::render(
+    /// Hands the hooks' metrics to `out`.
+    pub fn describe(&self, out: &mut dyn throng_pubsub::metrics::Sink) {
+        stats::describe(
             out,
             &self.stats,
             self.breaker.state() as u8,
             self.in_flight.load(Relaxed),
         );
         if let Some(events) = &self.events {
-            events.render_metrics(out);
+            events.describe(out);
         }
     }
 }

@@ -26,6 +26,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+use throng_pubsub::metrics::{Metric, Sink};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -305,45 +306,50 @@ impl<F: Format> Events<F> {
     }
 }
 
-impl Events<Lifecycle> {
-    pub fn render_metrics(&self, out: &mut String) {
-        use throng_pubsub::metrics::write_metric;
-        let s = &self.stats;
-        write_metric(
-            out,
+/// Every metric of the lifecycle events, and the figure it reads.
+pub static METRICS: [throng_pubsub::metrics::Figure<Events<Lifecycle>>; 5] = [
+    (
+        Metric::gauge(
             "throng_hook_events_queued",
-            "gauge",
             "Lifecycle events waiting for the app backend (bound: --hook-events-queue).",
-            self.queued(),
-        );
-        write_metric(
-            out,
+        ),
+        |e| e.queued().into(),
+    ),
+    (
+        Metric::counter(
             "throng_hook_events_sent_total",
-            "counter",
             "Lifecycle events the app backend took (2xx).",
-            s.sent.load(Relaxed),
-        );
-        write_metric(
-            out,
+        ),
+        |e| e.stats.sent.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_hook_event_batches_total",
-            "counter",
             "POSTs of lifecycle events the app backend took (2xx).",
-            s.batches.load(Relaxed),
-        );
-        write_metric(
-            out,
+        ),
+        |e| e.stats.batches.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_hook_event_retries_total",
-            "counter",
             "POSTs of lifecycle events that failed (unreachable, timeout, not 2xx) and were sent again.",
-            s.retries.load(Relaxed),
-        );
-        write_metric(
-            out,
+        ),
+        |e| e.stats.retries.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_hook_events_dropped_total",
-            "counter",
             "Lifecycle events dropped because --hook-events-queue events were waiting.",
-            s.dropped.load(Relaxed),
-        );
+        ),
+        |e| e.stats.dropped.load(Relaxed).into(),
+    ),
+];
+
+impl Events<Lifecycle> {
+    pub fn describe(&self, out: &mut dyn Sink) {
+        for (m, figure) in &METRICS {
+            out.put(m, figure(self));
+        }
     }
 }
 

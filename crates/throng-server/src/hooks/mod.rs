@@ -42,14 +42,14 @@
 mod answer;
 mod breaker;
 mod client;
-mod events;
+pub(crate) mod events;
 mod occupancy;
 mod request;
 pub mod settings;
-mod stats;
+pub(crate) mod stats;
 mod tls;
 mod waits;
-mod webhooks;
+pub(crate) mod webhooks;
 
 pub use crate::rules::TopicHook;
 pub use answer::{reason_text, Answer, BroadcastAnswer, UserId};

@@ -57,9 +57,9 @@ impl Occupancy {
         }
     }
 
-    pub fn render_metrics(&self, out: &mut String) {
+    pub fn describe(&self, out: &mut dyn throng_pubsub::metrics::Sink) {
         if let Occupancy::Redis(r) = self {
-            r.render_metrics(out);
+            r.describe(out);
         }
     }
 }

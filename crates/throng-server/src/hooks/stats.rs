@@ -6,6 +6,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use throng_pubsub::metrics::{Kind, Metric, Sink, Value};
+
 use super::Hook;
 
 /// Upper bounds of the latency buckets, in milliseconds.
@@ -41,80 +43,103 @@ impl HookStats {
     }
 }
 
-/// A counter's name, help and field.
-type Counter = (&'static str, &'static str, fn(&HookStats) -> &AtomicU64);
-
-/// Writes the hooks' metrics.
-pub fn render(out: &mut String, stats: &[HookStats; 3], circuit: u8, in_flight: usize) {
-    let counters: [Counter; 5] = [
-        (
+/// Every metric of the hooks (the counters and the histogram by `hook`).
+pub static METRICS: [throng_pubsub::metrics::Counted<HookStats>; 5] = [
+    (
+        Metric::counter(
             "throng_hook_requests_total",
             "Requests sent to the app backend.",
-            |s| &s.requests,
-        ),
-        (
+        )
+        .figure(),
+        |s| &s.requests,
+    ),
+    (
+        Metric::counter(
             "throng_hook_errors_total",
             "Hook requests with no usable answer: unreachable, timeout, 5xx, bad answer.",
-            |s| &s.errors,
-        ),
-        (
+        )
+        .figure(),
+        |s| &s.errors,
+    ),
+    (
+        Metric::counter(
             "throng_hook_timeouts_total",
             "Hook requests not answered within --hook-timeout-ms.",
-            |s| &s.timeouts,
-        ),
-        (
+        )
+        .limit(),
+        |s| &s.timeouts,
+    ),
+    (
+        Metric::counter(
             "throng_hook_bad_answers_total",
             "Backend answers that were not JSON, of the wrong shape, over --hook-max-answer-bytes, or 3xx/4xx.",
-            |s| &s.bad_answers,
         ),
-        (
+        |s| &s.bad_answers,
+    ),
+    (
+        Metric::counter(
             "throng_hook_refused_total",
             "Joins and pushes answered at once, with no request: circuit open, or --hook-max-in-flight(-per-socket) reached.",
-            |s| &s.refused,
-        ),
-    ];
-    for (name, help, counter) in counters {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        )
+        .limit(),
+        |s| &s.refused,
+    ),
+];
+
+pub static DURATION: Metric = Metric::new(
+    "throng_hook_duration_seconds",
+    Kind::Histogram,
+    "Time from sending a hook request to its answer (timeouts excluded).",
+)
+.figure();
+pub static CIRCUIT: Metric = Metric::gauge(
+    "throng_hook_circuit_state",
+    "The app backend's circuit: 0 closed, 1 open (hooks answered backend unavailable at once), 2 half-open (a probe is due or out).",
+)
+.figure();
+pub static IN_FLIGHT: Metric = Metric::gauge(
+    "throng_hook_in_flight",
+    "Hook requests waiting for the app backend (bound: --hook-max-in-flight).",
+)
+.figure();
+
+/// Hands the hooks' metrics to `out`.
+pub fn describe(out: &mut dyn Sink, stats: &[HookStats; 3], circuit: u8, in_flight: usize) {
+    for (m, counter) in &METRICS {
+        out.family(m);
         for hook in Hook::ALL {
             let v = counter(&stats[hook.index()]).load(Relaxed);
-            let _ = writeln!(out, "{name}{{hook=\"{}\"}} {v}", hook.name());
+            out.sample(m, "", &[("hook", hook.name())], Value::U(v));
         }
     }
-    let name = "throng_hook_duration_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Time from sending a hook request to its answer (timeouts excluded).\n# TYPE {name} histogram"
-    );
+    out.family(&DURATION);
+    let mut le = String::new();
     for hook in Hook::ALL {
         let s = &stats[hook.index()];
         let h = hook.name();
         let mut cumulative = 0;
         for (b, ms) in s.buckets.iter().zip(BUCKETS_MS) {
             cumulative += b.load(Relaxed);
-            let le = ms as f64 / 1000.0;
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{hook=\"{h}\",le=\"{le}\"}} {cumulative}"
+            le.clear();
+            let _ = write!(le, "{}", ms as f64 / 1000.0);
+            out.sample(
+                &DURATION,
+                "_bucket",
+                &[("hook", h), ("le", &le)],
+                Value::U(cumulative),
             );
         }
         let count = s.count.load(Relaxed);
         let sum = s.sum_us.load(Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_bucket{{hook=\"{h}\",le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum{{hook=\"{h}\"}} {sum}");
-        let _ = writeln!(out, "{name}_count{{hook=\"{h}\"}} {count}");
+        out.sample(
+            &DURATION,
+            "_bucket",
+            &[("hook", h), ("le", "+Inf")],
+            Value::U(count),
+        );
+        out.sample(&DURATION, "_sum", &[("hook", h)], Value::F(sum));
+        out.sample(&DURATION, "_count", &[("hook", h)], Value::U(count));
     }
-    throng_pubsub::metrics::write_metric(
-        out,
-        "throng_hook_circuit_state",
-        "gauge",
-        "The app backend's circuit: 0 closed, 1 open (hooks answered backend unavailable at once), 2 half-open (a probe is due or out).",
-        circuit,
-    );
-    throng_pubsub::metrics::write_metric(
-        out,
-        "throng_hook_in_flight",
-        "gauge",
-        "Hook requests waiting for the app backend (bound: --hook-max-in-flight).",
-        in_flight,
-    );
+    out.put(&CIRCUIT, circuit as u64);
+    out.put(&IN_FLIGHT, in_flight);
 }

@@ -35,7 +35,7 @@ use throng_protocol::pusher::server::Data;
 use throng_protocol::pusher::signature::webhook_signature;
 use throng_protocol::pusher::webhook::{self, WebhookEvent, KEY_HEADER, SIGNATURE_HEADER};
 use throng_protocol::PUSHER_TOPIC_PREFIX;
-use throng_pubsub::metrics::write_metric;
+use throng_pubsub::metrics::{Metric, Sink};
 
 use super::events::{EventStats, Events, Format, Names, Target};
 use super::request::now_ms;
@@ -360,20 +360,52 @@ impl Webhooks {
         })
     }
 
-    pub fn render_metrics(&self, out: &mut String) {
-        let s = &self.stats;
-        let lines: [(&str, &str, &str, u64); 5] = [
-            ("throng_pusher_webhook_events_queued", "gauge", "Pusher webhook events waiting for their app's webhook URL, every app's (bound per app: --pusher-webhook-queue).", self.queued() as u64),
-            ("throng_pusher_webhook_events_sent_total", "counter", "Pusher webhook events the webhook URLs took (2xx).", s.sent.load(Relaxed)),
-            ("throng_pusher_webhook_batches_total", "counter", "Webhook POSTs the webhook URLs took (2xx).", s.batches.load(Relaxed)),
-            ("throng_pusher_webhook_retries_total", "counter", "Webhook POSTs that failed (unreachable, timeout, not 2xx) and were sent again.", s.retries.load(Relaxed)),
-            ("throng_pusher_webhook_events_dropped_total", "counter", "Pusher webhook events dropped because --pusher-webhook-queue events of their app were waiting.", s.dropped.load(Relaxed)),
-        ];
-        for (name, kind, help, value) in lines {
-            write_metric(out, name, kind, help, value);
+    /// Hands the webhooks' metrics to `out`.
+    pub fn describe(&self, out: &mut dyn Sink) {
+        for (m, figure) in &METRICS {
+            out.put(m, figure(self));
         }
     }
 }
+
+/// Every metric of the Pusher webhooks, and the figure it reads.
+pub static METRICS: [throng_pubsub::metrics::Figure<Webhooks>; 5] = [
+    (
+        Metric::gauge(
+            "throng_pusher_webhook_events_queued",
+            "Pusher webhook events waiting for their app's webhook URL, every app's (bound per app: --pusher-webhook-queue).",
+        ),
+        |w| w.queued().into(),
+    ),
+    (
+        Metric::counter(
+            "throng_pusher_webhook_events_sent_total",
+            "Pusher webhook events the webhook URLs took (2xx).",
+        ),
+        |w| w.stats.sent.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_pusher_webhook_batches_total",
+            "Webhook POSTs the webhook URLs took (2xx).",
+        ),
+        |w| w.stats.batches.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_pusher_webhook_retries_total",
+            "Webhook POSTs that failed (unreachable, timeout, not 2xx) and were sent again.",
+        ),
+        |w| w.stats.retries.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
+            "throng_pusher_webhook_events_dropped_total",
+            "Pusher webhook events dropped because --pusher-webhook-queue events of their app were waiting.",
+        ),
+        |w| w.stats.dropped.load(Relaxed).into(),
+    ),
+];
 
 #[cfg(test)]
 mod tests {

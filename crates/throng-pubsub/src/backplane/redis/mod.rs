@@ -64,7 +64,7 @@ use super::envelope::Envelope;
 use super::{control, Backplane, Handler, Route};
 pub use crate::link::{check, check_with, random_node_id, redact, RedisOptions};
 use crate::link::{client_for, Health, Target};
-use crate::metrics::write_metric;
+use crate::metrics::{Metric, Sink};
 use crate::{Broadcast, Error};
 
 /// Redis channel of a topic: this prefix, then the topic.
@@ -361,65 +361,73 @@ pub fn node_channel(id: u64) -> String {
     format!("{NODE_CHANNEL_PREFIX}{id:016x}")
 }
 
-/// The backplane metrics of `stats`, Prometheus text format.
-pub fn render_metrics(stats: &Stats, out: &mut String) {
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-        write_metric(out, name, kind, help, value);
-    };
-    metric(
-        "throng_backplane_connected",
-        "gauge",
-        "1 while the Redis backplane is connected and subscribed, else 0.",
-        stats.link.connected.load(Relaxed) as u64,
-    );
-    metric(
-        "throng_backplane_published_total",
-        "counter",
-        "Broadcasts published to the other nodes.",
-        stats.published.load(Relaxed),
-    );
-    metric(
-        "throng_backplane_received_total",
-        "counter",
-        "Broadcasts received from the other nodes.",
-        stats.received.load(Relaxed),
-    );
-    metric(
-        "throng_backplane_dropped_total",
-        "counter",
-        "Broadcasts and control messages not sent to the other nodes (Redis down or queue full).",
-        stats.dropped.load(Relaxed),
-    );
-    metric(
-        "throng_backplane_invalid_total",
-        "counter",
-        "Messages from Redis dropped: not a readable envelope, a topic not matching its channel, or a JSON payload that is not JSON.",
-        stats.invalid.load(Relaxed),
-    );
-    metric(
-        "throng_backplane_queued_bytes",
-        "gauge",
-        "Bytes of broadcasts and control messages waiting to be published to Redis.",
-        stats.queued_bytes.load(Relaxed) as u64,
-    );
-    metric(
-        "throng_backplane_reconnects_total",
-        "counter",
-        "Times the backplane reconnected to Redis.",
-        stats.link.reconnects.load(Relaxed),
-    );
-    metric(
-        "throng_backplane_control_sent_total",
-        "counter",
-        "Control messages sent to other nodes (forwarded long-poll requests and answers, stats queries, disconnects, revocations).",
-        stats.control_sent.load(Relaxed),
-    );
-    metric(
-        "throng_backplane_control_received_total",
-        "counter",
-        "Control messages received from other nodes, retained ones read at (re)connection included.",
-        stats.control_received.load(Relaxed),
-    );
+static CONNECTED: Metric = Metric::gauge(
+    "throng_backplane_connected",
+    "1 while the Redis backplane is connected and subscribed, else 0.",
+)
+.figure();
+static PUBLISHED: Metric = Metric::counter(
+    "throng_backplane_published_total",
+    "Broadcasts published to the other nodes.",
+)
+.figure();
+static RECEIVED: Metric = Metric::counter(
+    "throng_backplane_received_total",
+    "Broadcasts received from the other nodes.",
+)
+.figure();
+static DROPPED: Metric = Metric::counter(
+    "throng_backplane_dropped_total",
+    "Broadcasts and control messages not sent to the other nodes (Redis down or queue full).",
+)
+.limit();
+static INVALID: Metric = Metric::counter(
+    "throng_backplane_invalid_total",
+    "Messages from Redis dropped: not a readable envelope, a topic not matching its channel, or a JSON payload that is not JSON.",
+);
+static QUEUED_BYTES: Metric = Metric::gauge(
+    "throng_backplane_queued_bytes",
+    "Bytes of broadcasts and control messages waiting to be published to Redis.",
+)
+.figure();
+static RECONNECTS: Metric = Metric::counter(
+    "throng_backplane_reconnects_total",
+    "Times the backplane reconnected to Redis.",
+)
+.figure();
+static CONTROL_SENT: Metric = Metric::counter(
+    "throng_backplane_control_sent_total",
+    "Control messages sent to other nodes (forwarded long-poll requests and answers, stats queries, disconnects, revocations).",
+);
+static CONTROL_RECEIVED: Metric = Metric::counter(
+    "throng_backplane_control_received_total",
+    "Control messages received from other nodes, retained ones read at (re)connection included.",
+);
+
+/// Every metric of the Redis backplane.
+pub static METRICS: [&Metric; 9] = [
+    &CONNECTED,
+    &PUBLISHED,
+    &RECEIVED,
+    &DROPPED,
+    &INVALID,
+    &QUEUED_BYTES,
+    &RECONNECTS,
+    &CONTROL_SENT,
+    &CONTROL_RECEIVED,
+];
+
+/// The backplane metrics of `stats`.
+pub fn describe(stats: &Stats, out: &mut dyn Sink) {
+    out.put(&CONNECTED, stats.link.connected.load(Relaxed));
+    out.put(&PUBLISHED, stats.published.load(Relaxed));
+    out.put(&RECEIVED, stats.received.load(Relaxed));
+    out.put(&DROPPED, stats.dropped.load(Relaxed));
+    out.put(&INVALID, stats.invalid.load(Relaxed));
+    out.put(&QUEUED_BYTES, stats.queued_bytes.load(Relaxed));
+    out.put(&RECONNECTS, stats.link.reconnects.load(Relaxed));
+    out.put(&CONTROL_SENT, stats.control_sent.load(Relaxed));
+    out.put(&CONTROL_RECEIVED, stats.control_received.load(Relaxed));
 }
 
 impl Backplane for RedisBackplane {
@@ -448,9 +456,9 @@ impl Backplane for RedisBackplane {
         self.stats.link.down_for()
     }
 
-    fn render_metrics(&self, out: &mut String) {
-        render_metrics(&self.stats, out);
-        crate::link::cluster::render_metrics(out);
+    fn describe(&self, out: &mut dyn Sink) {
+        describe(&self.stats, out);
+        crate::link::cluster::describe(out);
     }
 
     fn link(&self) -> Option<&Health> {
@@ -546,8 +554,7 @@ mod tests {
         let stats = Stats::default();
         stats.link.connected.store(true, Relaxed);
         stats.dropped.store(3, Relaxed);
-        let mut out = String::new();
-        render_metrics(&stats, &mut out);
+        let out = crate::metrics::text(|s| describe(&stats, s));
         assert!(out.contains("\nthrong_backplane_connected 1\n"), "{out}");
         assert!(
             out.contains("\nthrong_backplane_dropped_total 3\n"),

@@ -33,7 +33,7 @@ pub use router::Router;
 pub use shards::{Shards, ShardsHandle};
 
 use super::{within, RResult, RedisOptions};
-use crate::metrics::write_metric;
+use crate::metrics::{Metric, Sink};
 use crate::Error;
 use std::time::Duration;
 
@@ -72,38 +72,49 @@ pub static STATS: Stats = Stats {
     topology_reads: AtomicU64::new(0),
 };
 
-/// The Redis Cluster metrics (zeros when `--redis` is one Redis).
-pub fn render_metrics(out: &mut String) {
-    let s = &STATS;
-    let lines: [(&str, &str, u64); 5] = [
-        (
+/// Every Redis Cluster metric, and the counter it reads.
+pub static METRICS: [crate::metrics::Counted<Stats>; 5] = [
+    (
+        Metric::counter(
             "throng_redis_cluster_moved_total",
             "Redis Cluster commands answered MOVED (a slot had moved; the topology was read again and the command resent).",
-            s.moved.load(Relaxed),
         ),
-        (
+        |s| &s.moved,
+    ),
+    (
+        Metric::counter(
             "throng_redis_cluster_ask_total",
             "Redis Cluster commands answered ASK (a slot was migrating; the command was resent to the importing node).",
-            s.ask.load(Relaxed),
         ),
-        (
+        |s| &s.ask,
+    ),
+    (
+        Metric::counter(
             "throng_redis_cluster_resubscribed_total",
             "Sharded subscriptions a Redis Cluster shard ended because their slot migrated, subscribed again at the new owner.",
-            s.resubscribed.load(Relaxed),
         ),
-        (
+        |s| &s.resubscribed,
+    ),
+    (
+        Metric::counter(
             "throng_redis_cluster_shard_lost_total",
             "Connections to a Redis Cluster master lost (failover or restart); the link reconnected on the new topology.",
-            s.shard_lost.load(Relaxed),
         ),
-        (
+        |s| &s.shard_lost,
+    ),
+    (
+        Metric::counter(
             "throng_redis_cluster_topology_reads_total",
             "Times the Redis Cluster topology (CLUSTER SLOTS) was read.",
-            s.topology_reads.load(Relaxed),
         ),
-    ];
-    for (name, help, value) in lines {
-        write_metric(out, name, "counter", help, value);
+        |s| &s.topology_reads,
+    ),
+];
+
+/// The Redis Cluster metrics (zeros when `--redis` is one Redis).
+pub fn describe(out: &mut dyn Sink) {
+    for (m, counter) in &METRICS {
+        out.put(m, counter(&STATS).load(Relaxed));
     }
 }
 

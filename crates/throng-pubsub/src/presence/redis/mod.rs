@@ -55,7 +55,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use self::session::Task;
 use super::{Delta, FetchReply, PresenceSink, PresenceStore};
 use crate::link::{client_for, random_node_id, redact, Health};
-use crate::metrics::write_metric;
+use crate::metrics::{Metric, Sink};
 use crate::Error;
 
 /// Prefix of every presence key and channel.
@@ -183,60 +183,70 @@ impl RedisPresence {
     }
 }
 
-/// The presence store metrics of `stats`.
-pub fn render_metrics(stats: &Stats, out: &mut String) {
-    let lines: [(&str, &str, &str, u64); 8] = [
-        (
+/// Every metric of the presence store, and the figure it reads.
+pub static METRICS: [crate::metrics::Figure<Stats>; 8] = [
+    (
+        Metric::gauge(
             "throng_presence_store_connected",
-            "gauge",
             "1 while the presence store is connected to Redis, else 0.",
-            stats.link.connected.load(Relaxed) as u64,
         ),
-        (
+        |s| s.link.connected.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_presence_store_published_total",
-            "counter",
             "Own presence changes written to Redis (one script per topic per interval).",
-            stats.published.load(Relaxed),
         ),
-        (
+        |s| s.published.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_presence_store_received_total",
-            "counter",
             "Presence messages from other nodes applied.",
-            stats.received.load(Relaxed),
         ),
-        (
+        |s| s.received.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_presence_store_dropped_total",
-            "counter",
             "Own changes not queued (Redis down or queue full), made up by a rewrite.",
-            stats.dropped.load(Relaxed),
         ),
-        (
+        |s| s.dropped.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_presence_store_invalid_total",
-            "counter",
             "Unreadable presence messages received.",
-            stats.invalid.load(Relaxed),
         ),
-        (
+        |s| s.invalid.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_presence_store_resyncs_total",
-            "counter",
             "Rewrites of this node's whole presence state.",
-            stats.resyncs.load(Relaxed),
         ),
-        (
+        |s| s.resyncs.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_presence_store_nodes_down_total",
-            "counter",
             "Other nodes declared dead (their presences left).",
-            stats.owners_down.load(Relaxed),
         ),
-        (
+        |s| s.owners_down.load(Relaxed).into(),
+    ),
+    (
+        Metric::counter(
             "throng_presence_store_reconnects_total",
-            "counter",
             "Times the presence store reconnected to Redis.",
-            stats.link.reconnects.load(Relaxed),
         ),
-    ];
-    for (name, kind, help, value) in lines {
-        write_metric(out, name, kind, help, value);
+        |s| s.link.reconnects.load(Relaxed).into(),
+    ),
+];
+
+/// The presence store metrics of `stats`.
+pub fn describe(stats: &Stats, out: &mut dyn Sink) {
+    for (m, figure) in &METRICS {
+        out.put(m, figure(stats));
     }
 }
 
@@ -300,8 +310,8 @@ impl PresenceStore for RedisPresence {
         self.stats.link.connected.load(Relaxed)
     }
 
-    fn render_metrics(&self, out: &mut String) {
-        render_metrics(&self.stats, out)
+    fn describe(&self, out: &mut dyn Sink) {
+        describe(&self.stats, out)
     }
 
     fn link(&self) -> Option<&Health> {
