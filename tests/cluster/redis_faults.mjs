@@ -83,6 +83,12 @@ export function when(log, re){
  * given as `--redis`), with `args` added. Everything stops after the test.
  */
 export async function startWorld(t, urls, {args = [], presenceTimeout = 30} = {}){
+  // The clients close first (t.after runs its hooks in order), while their
+  // nodes still answer: a phoenix.js socket closed while it reconnects to a
+  // node already stopped may go on reconnecting and keep the test process
+  // alive after its tests, past the stage's per-file bound.
+  const clients = []
+  t.after(() => closeAll(clients))
   const backend = await startBackend(SECRET)
   t.after(() => backend.kill())
   const dir = mkdtempSync(path.join(tmpdir(), "throng-redis-faults-"))
@@ -112,8 +118,6 @@ join = "anyone"
     t.after(() => node.stop())
     nodes.push(node)
   }
-  const clients = []
-  t.after(() => closeAll(clients))
   return {backend, nodes, clients}
 }
 
