@@ -35,9 +35,6 @@ LIMIT = 100
 ALLOWED = {
     ("crates/throng-server/src/scrape.rs", "render"): 189,  # to split: issue 39 item 6 (the metrics registry); +5 for the Pusher webhooks, cache and Redis link lines
     ("crates/throng-server/src/lib.rs", "start_with_presence"): 191,  # to split: issue 39 item 6; +7 for the Pusher webhooks and cache channels
-    ("crates/throng-server/src/engine/shard/sweep.rs", "sweep"): 144,  # to split: issue 39 item 6
-    ("crates/throng-bench/src/scenario/program.rs", "compile_steps"): 163,  # to split: issue 39 item 6; +23 for the Pusher steps
-    ("crates/throng-server/src/engine/close.rs", "row"): 111,  # to split: issue 39 item 6
 }
 
 

@@ -269,6 +269,33 @@ impl Target {
     }
 }
 
+impl Target {
+    /// When some count did not come back, the topics the server still
+    /// holds (`GET /api/topics` of each worker), so that a report of growth
+    /// names what stayed.
+    fn show_what_is_left(&self, samples: &Samples, stopped: f64, last: f64) {
+        let w = Windows {
+            from: 0.0,
+            to: stopped,
+            stopped,
+            last,
+        };
+        if fit::all_back(samples, &w) {
+            return;
+        }
+        for (i, api) in self.apis.iter().enumerate() {
+            let text = sys::http_get(*api, "/api/topics", Duration::from_secs(2))
+                .unwrap_or_else(|e| format!("(no answer: {e})"));
+            let mut body = text.trim().to_string();
+            if body.len() > 2000 {
+                body.truncate(2000);
+                body.push_str("...");
+            }
+            eprintln!("  worker {i} still has these topics (GET /api/topics): {body}");
+        }
+    }
+}
+
 /// VmRSS (bytes) and Threads of `/proc/PID/status`.
 fn rss_and_threads(pid: u32) -> Option<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -465,6 +492,7 @@ fn soak(
     clients.stop();
     let api_counts = api.stop();
     let last = settle(&mut clock, &mut target, &mut clients, stopped);
+    target.show_what_is_left(&clock.samples, stopped, last);
     let status = clients.sum();
     drop(clients);
     let windows = Windows {

@@ -137,27 +137,7 @@ fn compile_steps(
             }
         }
         match step {
-            Step::Connect(path) => {
-                let path = if path.is_empty() {
-                    "/socket/websocket"
-                } else {
-                    path
-                };
-                let query = path.split_once('?').map(|(_, q)| q).unwrap_or("");
-                let has_vsn = query.split('&').any(|kv| kv.starts_with("vsn="));
-                let mut full = path.to_string();
-                if !has_vsn && sc.serializer == Vsn::V2 {
-                    full.push(if path.contains('?') { '&' } else { '?' });
-                    full.push_str("vsn=2.0.0");
-                }
-                let q = full.split_once('?').map(|(_, q)| q).unwrap_or("");
-                *vsn = Vsn::from_query(q)
-                    .ok_or_else(|| BenchError::Scenario(format!("unsupported vsn in {full}")))?;
-                ops.push(Op::Connect {
-                    path: full,
-                    vsn: *vsn,
-                });
-            }
+            Step::Connect(path) => ops.push(connect_op(sc, path, vsn)?),
             Step::Join { topic, payload } => ops.push(Op::Send {
                 tpl: message_template(*vsn, topic, "phx_join", payload, true)?,
                 opcode: Opcode::Text,
@@ -200,27 +180,8 @@ fn compile_steps(
                 presence: false,
                 auth: None,
             }),
-            Step::Send(text) | Step::SendBinary(text) => {
-                let opcode = if matches!(step, Step::SendBinary(_)) {
-                    Opcode::Binary
-                } else {
-                    Opcode::Text
-                };
-                let tpl = Template::parse(text)?;
-                let (kind, fixed_ref) = raw_kind(*vsn, opcode, &tpl.sample());
-                let stamp = tpl.has_stamp();
-                ops.push(Op::Send {
-                    tpl,
-                    opcode,
-                    kind,
-                    track: fixed_ref.is_some(),
-                    wait: false,
-                    fixed_ref,
-                    stamp,
-                    presence: kind == SendKind::Join && sc.presence.is_some(),
-                    auth: None,
-                });
-            }
+            Step::Send(text) => ops.push(raw_op(sc, *vsn, text, Opcode::Text)?),
+            Step::SendBinary(text) => ops.push(raw_op(sc, *vsn, text, Opcode::Binary)?),
             Step::Think(secs) => {
                 if secs.is_nan() || *secs < 0.0 {
                     return Err(BenchError::Scenario("think needs seconds >= 0".into()));
@@ -241,42 +202,14 @@ fn compile_steps(
                 interval,
                 payload,
             } => {
-                let (tpl, kind) = match &sc.pusher {
-                    Some(spec) => (
-                        pusher_publish(spec, topic, event, payload)?,
-                        match spec.trigger {
-                            pusher::Trigger::Api => SendKind::Trigger,
-                            pusher::Trigger::ClientEvent => SendKind::Push,
-                        },
-                    ),
-                    None => (
-                        message_template(*vsn, topic, event, payload, false)?,
-                        SendKind::Push,
-                    ),
+                let p = PublishStep {
+                    topic,
+                    event,
+                    count: *count,
+                    interval: *interval,
+                    payload,
                 };
-                if !tpl.has_stamp() {
-                    return Err(BenchError::Scenario(
-                        "a publish payload needs %%stamp%% so receivers can time it".into(),
-                    ));
-                }
-                let ms = (interval * 1000.0).round().max(0.0) as u32;
-                compile_loop(sc, *count, depth, ops, vsn, |_, ops, _| {
-                    ops.push(Op::Send {
-                        tpl: tpl.clone(),
-                        opcode: Opcode::Text,
-                        kind,
-                        track: false,
-                        wait: false,
-                        fixed_ref: None,
-                        stamp: true,
-                        presence: false,
-                        auth: None,
-                    });
-                    if ms > 0 {
-                        ops.push(Op::Think { ms });
-                    }
-                    Ok(())
-                })?
+                publish_ops(sc, &p, depth, ops, vsn)?
             }
             Step::Barrier => ops.push(Op::Barrier),
             Step::Hold => ops.push(Op::Hold),
@@ -284,6 +217,106 @@ fn compile_steps(
         }
     }
     Ok(())
+}
+
+/// A connect step's op: `path` (the default socket path when empty) with
+/// the scenario's serializer added unless the path names one; `vsn`
+/// becomes the connection's serializer.
+fn connect_op(sc: &Scenario, path: &str, vsn: &mut Vsn) -> Result<Op, BenchError> {
+    let path = if path.is_empty() {
+        "/socket/websocket"
+    } else {
+        path
+    };
+    let query = path.split_once('?').map(|(_, q)| q).unwrap_or("");
+    let has_vsn = query.split('&').any(|kv| kv.starts_with("vsn="));
+    let mut full = path.to_string();
+    if !has_vsn && sc.serializer == Vsn::V2 {
+        full.push(if path.contains('?') { '&' } else { '?' });
+        full.push_str("vsn=2.0.0");
+    }
+    let q = full.split_once('?').map(|(_, q)| q).unwrap_or("");
+    *vsn = Vsn::from_query(q)
+        .ok_or_else(|| BenchError::Scenario(format!("unsupported vsn in {full}")))?;
+    Ok(Op::Connect {
+        path: full,
+        vsn: *vsn,
+    })
+}
+
+/// A raw send step's op (`send` or `send_binary`): the frame as written,
+/// tracked when it carries a ref the bench can read.
+fn raw_op(sc: &Scenario, vsn: Vsn, text: &str, opcode: Opcode) -> Result<Op, BenchError> {
+    let tpl = Template::parse(text)?;
+    let (kind, fixed_ref) = raw_kind(vsn, opcode, &tpl.sample());
+    let stamp = tpl.has_stamp();
+    Ok(Op::Send {
+        tpl,
+        opcode,
+        kind,
+        track: fixed_ref.is_some(),
+        wait: false,
+        fixed_ref,
+        stamp,
+        presence: kind == SendKind::Join && sc.presence.is_some(),
+        auth: None,
+    })
+}
+
+/// A publish step's fields.
+struct PublishStep<'a> {
+    topic: &'a str,
+    event: &'a str,
+    count: u32,
+    interval: f64,
+    payload: &'a str,
+}
+
+/// A publish step's ops: `count` stamped sends (a push over Phoenix, a
+/// trigger or client event over Pusher), `interval` apart.
+fn publish_ops(
+    sc: &Scenario,
+    p: &PublishStep<'_>,
+    depth: u8,
+    ops: &mut Vec<Op>,
+    vsn: &mut Vsn,
+) -> Result<(), BenchError> {
+    let (tpl, kind) = match &sc.pusher {
+        Some(spec) => (
+            pusher_publish(spec, p.topic, p.event, p.payload)?,
+            match spec.trigger {
+                pusher::Trigger::Api => SendKind::Trigger,
+                pusher::Trigger::ClientEvent => SendKind::Push,
+            },
+        ),
+        None => (
+            message_template(*vsn, p.topic, p.event, p.payload, false)?,
+            SendKind::Push,
+        ),
+    };
+    if !tpl.has_stamp() {
+        return Err(BenchError::Scenario(
+            "a publish payload needs %%stamp%% so receivers can time it".into(),
+        ));
+    }
+    let ms = (p.interval * 1000.0).round().max(0.0) as u32;
+    compile_loop(sc, p.count, depth, ops, vsn, |_, ops, _| {
+        ops.push(Op::Send {
+            tpl: tpl.clone(),
+            opcode: Opcode::Text,
+            kind,
+            track: false,
+            wait: false,
+            fixed_ref: None,
+            stamp: true,
+            presence: false,
+            auth: None,
+        });
+        if ms > 0 {
+            ops.push(Op::Think { ms });
+        }
+        Ok(())
+    })
 }
 
 /// A step over Pusher (`--protocol pusher`), compiled to its op, or

@@ -83,6 +83,11 @@ impl Kind {
             | "throng_hook_circuit_state"
             | SESSIONS => Kind::Level,
             b if b.ends_with("_connected") => Kind::Level,
+            // Ages and round trips (the Redis links' last answer and
+            // PING): a link that has had nothing to do since the clients
+            // left answers only its once-a-second PING, so its age sits
+            // near 1 s rather than near 0; a state, not a count.
+            b if b.ends_with("_last_answer_seconds") || b.ends_with("_ping_seconds") => Kind::Level,
             _ => Kind::Count,
         }
     }
@@ -182,6 +187,10 @@ mod tests {
         assert_eq!(Kind::of("process:rss_bytes@w0"), Kind::Memory);
         assert_eq!(Kind::of("throng_backplane_connected"), Kind::Level);
         assert_eq!(Kind::of(SESSIONS), Kind::Level);
+        assert_eq!(
+            Kind::of("throng_redis_last_answer_seconds{link=\"occupancy\"}@w1"),
+            Kind::Level
+        );
         assert_eq!(Kind::of("process:open_files"), Kind::Count);
     }
 

@@ -115,6 +115,9 @@ pub(crate) enum Flush {
 /// A counter in `/metrics`: its name and where a shard keeps it.
 pub(crate) type Counter = (&'static str, fn(&ShardStats) -> &AtomicU64);
 
+/// A row's code, text, counter and flush rule.
+type RowParts<'a> = (Option<u16>, &'a str, Option<Counter>, Flush);
+
 /// What a [`CloseReason`] means.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Row<'a> {
@@ -147,114 +150,134 @@ impl<'a> CloseReason<'a> {
 
     /// The table: reason -> close code, reason text, counter, flush rule.
     pub(crate) fn row(self) -> Row<'a> {
-        use CloseReason as R;
-        use Flush::*;
-        let (code, text, counter, flush): (Option<u16>, &'a str, Option<Counter>, Flush) =
-            match self {
-                R::Gone => (None, "", None, Abort),
-                R::PeerClosed(code) => (code, "", None, After),
-                R::Finished => (None, "", None, After),
-                R::Lingered => (None, "", None, Abort),
-                R::HandshakeTimeout => (
-                    None,
-                    "",
-                    Some(("throng_handshake_timeouts_total", |s| &s.handshake_timeouts)),
-                    Abort,
-                ),
-                R::Pipelined => (None, "", None, Abort),
-                R::Protocol { code, text } => (
-                    Some(code),
-                    text,
-                    Some(("throng_protocol_errors_total", |s| &s.protocol_errors)),
-                    After,
-                ),
-                R::RefTooLong(text) => (
-                    Some(close_code::POLICY_VIOLATION),
-                    text,
-                    Some(("throng_ref_too_long_closes_total", |s| &s.ref_refusals)),
-                    After,
-                ),
-                R::ControlFrames => (
-                    Some(close_code::POLICY_VIOLATION),
-                    "too many control frames",
-                    Some(("throng_control_limit_closes_total", |s| {
-                        &s.control_limit_closes
-                    })),
-                    After,
-                ),
-                R::ControlMessages => (
-                    Some(close_code::POLICY_VIOLATION),
-                    "too many control messages",
-                    Some(("throng_control_limit_closes_total", |s| {
-                        &s.control_limit_closes
-                    })),
-                    After,
-                ),
-                R::RateLimited => (
-                    Some(close_code::POLICY_VIOLATION),
-                    "rate limited",
-                    Some(("throng_rate_limit_closes_total", |s| &s.rate_limit_closes)),
-                    After,
-                ),
-                R::UserDisconnect => (
-                    Some(close_code::GOING_AWAY),
-                    "disconnect",
-                    Some(("throng_user_disconnects_total", |s| &s.user_disconnects)),
-                    After,
-                ),
-                R::SlowReader => (
-                    Some(close_code::POLICY_VIOLATION),
-                    "slow reader",
-                    Some(("throng_slow_reader_closes_total", |s| &s.slow_reader_closes)),
-                    Drop,
-                ),
-                R::OutboundBudget => (
-                    Some(TRY_AGAIN_LATER),
-                    "server outbound memory full",
-                    Some(("throng_outbound_budget_closes_total", |s| {
-                        &s.outbound_budget_closes
-                    })),
-                    Drop,
-                ),
-                R::Idle => (
-                    Some(close_code::GOING_AWAY),
-                    "idle timeout",
-                    Some(("throng_idle_timeout_closes_total", |s| {
-                        &s.idle_timeout_closes
-                    })),
-                    Now,
-                ),
-                R::Drain => (
-                    Some(close_code::SERVICE_RESTART),
-                    "server restart",
-                    Some(("throng_drain_closes_total", |s| &s.drain_closes)),
-                    After,
-                ),
-                R::Shutdown => (None, "", None, Now),
-                R::SessionExpired => (
-                    None,
-                    "",
-                    Some(("throng_longpoll_expired_total", |s| &s.longpoll_expired)),
-                    Abort,
-                ),
-                R::SessionOverflow => (
-                    None,
-                    "",
-                    Some(("throng_longpoll_overflows_total", |s| &s.longpoll_overflows)),
-                    Abort,
-                ),
-                R::Refused { code, text } => (
-                    Some(code),
-                    text,
-                    Some(("throng_protocol_refusals_total", |s| &s.protocol_refusals)),
-                    After,
-                ),
-            };
+        let (code, text, counter, flush) = match self.limit_row() {
+            Some(parts) => parts,
+            None => self.end_row(),
+        };
         Row {
             code,
             text,
             counter,
             flush,
+        }
+    }
+
+    /// The rows of the closes a limit or the server decides (control
+    /// budgets, rate, slow readers, memory, idle, drain, the server API's
+    /// disconnect); `None` for the others ([`CloseReason::end_row`]).
+    fn limit_row(self) -> Option<RowParts<'a>> {
+        use CloseReason as R;
+        use Flush::*;
+        Some(match self {
+            R::ControlFrames => (
+                Some(close_code::POLICY_VIOLATION),
+                "too many control frames",
+                Some(("throng_control_limit_closes_total", |s| {
+                    &s.control_limit_closes
+                })),
+                After,
+            ),
+            R::ControlMessages => (
+                Some(close_code::POLICY_VIOLATION),
+                "too many control messages",
+                Some(("throng_control_limit_closes_total", |s| {
+                    &s.control_limit_closes
+                })),
+                After,
+            ),
+            R::RateLimited => (
+                Some(close_code::POLICY_VIOLATION),
+                "rate limited",
+                Some(("throng_rate_limit_closes_total", |s| &s.rate_limit_closes)),
+                After,
+            ),
+            R::UserDisconnect => (
+                Some(close_code::GOING_AWAY),
+                "disconnect",
+                Some(("throng_user_disconnects_total", |s| &s.user_disconnects)),
+                After,
+            ),
+            R::SlowReader => (
+                Some(close_code::POLICY_VIOLATION),
+                "slow reader",
+                Some(("throng_slow_reader_closes_total", |s| &s.slow_reader_closes)),
+                Drop,
+            ),
+            R::OutboundBudget => (
+                Some(TRY_AGAIN_LATER),
+                "server outbound memory full",
+                Some(("throng_outbound_budget_closes_total", |s| {
+                    &s.outbound_budget_closes
+                })),
+                Drop,
+            ),
+            R::Idle => (
+                Some(close_code::GOING_AWAY),
+                "idle timeout",
+                Some(("throng_idle_timeout_closes_total", |s| {
+                    &s.idle_timeout_closes
+                })),
+                Now,
+            ),
+            R::Drain => (
+                Some(close_code::SERVICE_RESTART),
+                "server restart",
+                Some(("throng_drain_closes_total", |s| &s.drain_closes)),
+                After,
+            ),
+            _ => return None,
+        })
+    }
+
+    /// The rows of the closes the peer, the protocol or the connection's
+    /// own end decide.
+    fn end_row(self) -> RowParts<'a> {
+        use CloseReason as R;
+        use Flush::*;
+        match self {
+            R::Gone => (None, "", None, Abort),
+            R::PeerClosed(code) => (code, "", None, After),
+            R::Finished => (None, "", None, After),
+            R::Lingered => (None, "", None, Abort),
+            R::HandshakeTimeout => (
+                None,
+                "",
+                Some(("throng_handshake_timeouts_total", |s| &s.handshake_timeouts)),
+                Abort,
+            ),
+            R::Pipelined => (None, "", None, Abort),
+            R::Protocol { code, text } => (
+                Some(code),
+                text,
+                Some(("throng_protocol_errors_total", |s| &s.protocol_errors)),
+                After,
+            ),
+            R::RefTooLong(text) => (
+                Some(close_code::POLICY_VIOLATION),
+                text,
+                Some(("throng_ref_too_long_closes_total", |s| &s.ref_refusals)),
+                After,
+            ),
+            R::Shutdown => (None, "", None, Now),
+            R::SessionExpired => (
+                None,
+                "",
+                Some(("throng_longpoll_expired_total", |s| &s.longpoll_expired)),
+                Abort,
+            ),
+            R::SessionOverflow => (
+                None,
+                "",
+                Some(("throng_longpoll_overflows_total", |s| &s.longpoll_overflows)),
+                Abort,
+            ),
+            R::Refused { code, text } => (
+                Some(code),
+                text,
+                Some(("throng_protocol_refusals_total", |s| &s.protocol_refusals)),
+                After,
+            ),
+            _ => unreachable!("a limit's close has its row in limit_row"),
         }
     }
 

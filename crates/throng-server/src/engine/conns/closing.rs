@@ -129,7 +129,7 @@ impl Conns {
         }
         if socket.is_some() {
             ShardStats::sub(&self.stats.websockets, 1);
-            self.closed.push(Closed { key, socket, code });
+            self.closed.push_back(Closed { key, socket, code });
         }
     }
 
@@ -244,7 +244,7 @@ impl Conns {
         if socket.is_some() {
             ShardStats::sub(&self.stats.websockets, 1);
         }
-        self.closed.push(Closed { key, socket, code });
+        self.closed.push_back(Closed { key, socket, code });
         // Dropping the stream closes the descriptor, which also leaves epoll.
     }
 }

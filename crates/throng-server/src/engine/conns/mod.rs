@@ -91,7 +91,7 @@ pub(crate) struct Conns {
     pub doomed: Vec<(usize, CloseReason<'static>)>,
     /// Connections closed during this event, for their protocol
     /// ([`Protocol::closed`](super::Protocol::closed)).
-    pub closed: Vec<Closed>,
+    pub closed: std::collections::VecDeque<Closed>,
     /// Broadcasts and dooms for sessions (subscribers a protocol holds),
     /// for their protocol after this event.
     pub sessions: Vec<SessionWork>,

@@ -33,16 +33,7 @@ impl Conns {
         let mut session = None;
         if let Some(moved) = moved {
             match Outlet::of(moved as usize) {
-                Outlet::Conn(k) => {
-                    if let Some(j) = self.slab.get_mut(k).and_then(|c| {
-                        c.socket
-                            .joins
-                            .iter_mut()
-                            .find(|j| j.slot.topic == slot.topic)
-                    }) {
-                        j.slot.pos = slot.pos;
-                    }
-                }
+                Outlet::Conn(k) => self.moved_to(k, slot),
                 Outlet::Session(idx) => session = Some(idx),
             }
         }
@@ -50,6 +41,27 @@ impl Conns {
             self.topic_removed(node, &name);
         }
         session
+    }
+
+    /// Connection `k`'s subscription of `slot.topic` now sits at
+    /// `slot.pos`. Its socket is on the connection, or, when it closed
+    /// during this event and its protocol has not ended it yet, in the
+    /// closed list: a position left stale there would make its own
+    /// unsubscribe remove another subscriber, or none.
+    fn moved_to(&mut self, k: usize, slot: Slot) {
+        let on_conn = self.slab.get_mut(k).map(|c| &mut c.socket.joins);
+        let joins = on_conn.into_iter().chain(
+            self.closed
+                .iter_mut()
+                .filter(|c| c.key == k)
+                .filter_map(|c| c.socket.as_mut().map(|(_, s)| &mut s.joins)),
+        );
+        for joins in joins {
+            if let Some(j) = joins.iter_mut().find(|j| j.slot.topic == slot.topic) {
+                j.slot.pos = slot.pos;
+                return;
+            }
+        }
     }
 
     /// A broadcast made on this shard: to the node's other shards and the

@@ -116,7 +116,7 @@ impl<P: Protocol> Shard<P> {
             users: users::Users::default(),
             reply: Vec::with_capacity(4096),
             doomed: Vec::new(),
-            closed: Vec::new(),
+            closed: Default::default(),
             sessions: Vec::new(),
             resume: Vec::new(),
             now: 0,
@@ -393,8 +393,12 @@ impl<P: Protocol> Shard<P> {
             self.conns.close_doomed(&self.node);
             // In the order they closed: a socket's end before its
             // connection's removal, whose protocol forgets it then.
-            let mut closed_now = std::mem::take(&mut self.conns.closed);
-            for closed in closed_now.drain(..) {
+            // One at a time, the rest left in the engine's list: ending a
+            // socket unsubscribes it, and a subscriber that takes its place
+            // in a topic may be one of the others still waiting there,
+            // whose position the engine fixes in that list
+            // (`Conns::unsubscribe`).
+            while let Some(closed) = self.conns.closed.pop_front() {
                 let key = closed.key;
                 let socket = closed.socket.is_some();
                 self.proto.closed(cx!(self), closed);
@@ -402,10 +406,6 @@ impl<P: Protocol> Shard<P> {
                     self.conns.users.remove(key as u32);
                 }
                 self.conns.recovery.forget(key);
-            }
-            if self.conns.closed.is_empty() {
-                // Its capacity back, for the next event's closes.
-                self.conns.closed = closed_now;
             }
             let work = std::mem::take(&mut self.conns.sessions);
             for w in work {

@@ -28,19 +28,51 @@ impl<P: Protocol> Shard<P> {
         self.proto.sweep(cx!(self));
         self.settle();
         self.publish_sizes();
-        let now = self.conns.now;
-        let idle = self
-            .node
-            .config
+        let (idle, handshake) = self.timeouts();
+        let (mut expired, http) = self.overdue(idle, handshake);
+        self.late_heads(http, handshake, &mut expired);
+        if expired.is_empty() {
+            return;
+        }
+        let (idle_closed, unread, heard) = self.close_overdue(expired, idle);
+        self.settle();
+        let t = idle.unwrap_or(0);
+        if unread + heard > 0 {
+            tracing::info!(
+                shard = self.id,
+                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001); the loop is behind: {unread} had sent what it had not read yet, {heard} had been heard by the kernel within {t} s"
+            );
+        } else if idle_closed > 0 {
+            tracing::info!(
+                shard = self.id,
+                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001)"
+            );
+        }
+    }
+
+    /// `--idle-timeout` and the handshake deadline, in seconds.
+    fn timeouts(&self) -> (Option<u32>, u32) {
+        let config = &self.node.config;
+        let idle = config
             .idle_timeout
             .map(|d| d.as_secs().min(u32::MAX as u64) as u32);
-        let handshake = self
-            .node
-            .config
+        let handshake = config
             .limits
             .handshake_timeout
             .as_secs()
             .min(u32::MAX as u64) as u32;
+        (idle, handshake)
+    }
+
+    /// The connections past a deadline as far as this loop has read (with
+    /// why), and the HTTP requests quiet past the handshake deadline (to
+    /// read before they count as late).
+    fn overdue(
+        &self,
+        idle: Option<u32>,
+        handshake: u32,
+    ) -> (Vec<(usize, CloseReason<'static>)>, Vec<usize>) {
+        let now = self.conns.now;
         let mut expired = Vec::new();
         let mut http = Vec::new();
         for (key, conn) in self.conns.slab.iter() {
@@ -68,6 +100,18 @@ impl<P: Protocol> Shard<P> {
                 expired.push((key, reason));
             }
         }
+        (expired, http)
+    }
+
+    /// The heads of `http` past their deadline, read first: only one still
+    /// incomplete then joins `expired`.
+    fn late_heads(
+        &mut self,
+        http: Vec<usize>,
+        handshake: u32,
+        expired: &mut Vec<(usize, CloseReason<'static>)>,
+    ) {
+        let now = self.conns.now;
         // A head past its deadline may be whole in the kernel, unread: a
         // turn reads the sockets of one batch of events, and a worker
         // starved of CPU falls behind. Read it first; only a head still
@@ -99,9 +143,18 @@ impl<P: Protocol> Shard<P> {
                 "handshake sweep: the loop is behind: {late_read} connection(s) had sent their request in time, unread until now"
             );
         }
-        if expired.is_empty() {
-            return;
-        }
+    }
+
+    /// Closes what is overdue: idle sockets only once neither this loop
+    /// nor the kernel heard from them for their timeout (their protocol may
+    /// ask them first). Returns the idle ones closed, those with unread
+    /// input and those the kernel had heard.
+    fn close_overdue(
+        &mut self,
+        expired: Vec<(usize, CloseReason<'static>)>,
+        idle: Option<u32>,
+    ) -> (u64, u64, u64) {
+        let now = self.conns.now;
         // Quiet as far as this loop has read, but a client may have spoken:
         // a turn reads the sockets of at most one batch of events, and a
         // worker starved of CPU falls behind, with heartbeats unread in the
@@ -147,19 +200,7 @@ impl<P: Protocol> Shard<P> {
                 idle_closed += 1;
             }
         }
-        self.settle();
-        let t = idle.unwrap_or(0);
-        if unread + heard > 0 {
-            tracing::info!(
-                shard = self.id,
-                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001); the loop is behind: {unread} had sent what it had not read yet, {heard} had been heard by the kernel within {t} s"
-            );
-        } else if idle_closed > 0 {
-            tracing::info!(
-                shard = self.id,
-                "idle sweep: {idle_closed} socket(s) quiet for {t} s closed (1001)"
-            );
-        }
+        (idle_closed, unread, heard)
     }
 }
 
