@@ -120,7 +120,7 @@ node --test --test-concurrency=1 --test-timeout=120000 tests/compat/
 
 if [ -d tests/cluster ]; then
   stage "cluster: real redis-server, workers, failures"
-  node --test --test-concurrency=1 --test-timeout=90000 tests/cluster/
+  node --test --test-concurrency=1 --test-timeout=90000 --test-force-exit tests/cluster/
 fi
 
 # A soak: 5,000 sessions churned for 3 minutes (connects, closes and

@@ -28,10 +28,12 @@ import {mkdtempSync, writeFileSync, rmSync} from "node:fs"
 import {tmpdir} from "node:os"
 import path from "node:path"
 import {monitorEventLoopDelay} from "node:perf_hooks"
-import {startThrong, lobbyClient, feedClient, waitFor, sleep, closeAll} from "./helpers.mjs"
+import {startThrong, startRedis, lobbyClient, feedClient, waitFor, sleep, closeAll} from "./helpers.mjs"
+import {startProxy} from "./fault_proxy.mjs"
 import {presenceClient, sorted} from "../e2e/presence_helpers.mjs"
 import {connectPhoenix, closePhoenix, joinResult} from "../e2e/helpers.mjs"
 import {startBackend} from "../e2e/hook_helpers.mjs"
+import {launchChromium} from "../e2e/helpers.mjs"
 
 export const KEY = "redis-faults-api-key-0123456789"
 const SECRET = "redis-faults-hook-secret-of-at-least-32-bytes"
@@ -81,6 +83,12 @@ export function when(log, re){
  * given as `--redis`), with `args` added. Everything stops after the test.
  */
 export async function startWorld(t, urls, {args = [], presenceTimeout = 30} = {}){
+  // The clients close first (t.after runs its hooks in order), while their
+  // nodes still answer: a phoenix.js socket closed while it reconnects to a
+  // node already stopped may go on reconnecting and keep the test process
+  // alive after its tests, past the stage's per-file bound.
+  const clients = []
+  t.after(() => closeAll(clients))
   const backend = await startBackend(SECRET)
   t.after(() => backend.kill())
   const dir = mkdtempSync(path.join(tmpdir(), "throng-redis-faults-"))
@@ -110,8 +118,6 @@ join = "anyone"
     t.after(() => node.stop())
     nodes.push(node)
   }
-  const clients = []
-  t.after(() => closeAll(clients))
   return {backend, nodes, clients}
 }
 
@@ -189,13 +195,18 @@ async function probe(per, tag, stop){
   }
 }
 
-/** Publishes 1, 2, ... on `topic` until `stop.done`, each retried (on the next node) until one gives it a position. */
+/**
+ * Publishes 1, 2, ... on `topic` until `stop.done`, each retried (on the
+ * next node) until one gives it a position, or `stop.abandoned` (the test
+ * ended).
+ */
 async function publisher(nodes, topic, stop, log){
   let n = 0
   let attempt = 0
   while(!stop.done){
     n++
     for(;;){
+      if(stop.abandoned){ return n }
       const r = await publish(nodes[attempt++ % nodes.length], topic, n)
       log.push(r.status)
       if(r.status === 200){ break }
@@ -357,6 +368,9 @@ export async function run(t, world, fault){
   const sampling = {done: false}
   const statuses = []
   const samples = []
+  // A round that fails midway stops its loops too (the sampler's would
+  // keep the test process alive after the test).
+  t.after(() => { stop.done = stop.abandoned = true; sampling.done = true })
   const probing = probe(per, tag, stop)
   const publishing = publisher(nodes, `feed:${tag}`, stop, statuses)
   await sleep(500)
@@ -404,4 +418,57 @@ export async function run(t, world, fault){
   }
   t.diagnostic(`${tag}: ${JSON.stringify(report)}`)
   return {report, logs, injected}
+}
+
+/** One redis-server, a fault proxy to it per node, and two nodes behind them. */
+export async function twoNodes(t, opts = {}){
+  const redis = await startRedis()
+  t.after(() => redis.stop())
+  const proxies = [await startProxy(redis.port), await startProxy(redis.port)]
+  t.after(() => Promise.all(proxies.map(p => p.stop())))
+  const world = await startWorld(t, proxies.map(p => p.url), opts)
+  return {redis, proxies, world}
+}
+
+/** Applies `f` to every proxy. */
+export const all = proxies => f => proxies.forEach(f)
+/** Whether a scrape shows a Redis link down. */
+export const lost = m => links(m, "throng_redis_connected").some(v => v === 0)
+
+/** The Redis tile's row of `node` in its dashboard (Chromium), once `done(row)`; a sample without Chromium. */
+export async function redisTile(t, node, done){
+  const url = `http://127.0.0.1:${node.apiPort}`
+  let browser
+  try {
+    browser = await launchChromium()
+  } catch(_e){
+    // No Chromium here: the stream the tile is drawn from.
+    const res = await fetch(`${url}/api/dashboard`, {headers: {"X-API-Key": KEY}})
+    const reader = res.body.getReader()
+    let text = ""
+    for(;;){
+      text += new TextDecoder().decode((await reader.read()).value)
+      const data = text.split("\n").filter(l => l.startsWith("data:")).map(l => JSON.parse(l.slice(5)))
+      const self = data.at(-1)?.nodes.find(n => n.node === data.at(-1).node)
+      const down = self && Object.entries(self.counters).filter(([k, v]) => k.startsWith("throng_redis_connected{") && v === 0)
+        .map(([k]) => k.match(/link="(\w+)"/)[1]).sort().join(" ")
+      if(down && done({down})){ await reader.cancel(); return {down} }
+    }
+  }
+  try {
+    const page = await (await browser.newContext()).newPage()
+    await page.goto(`${url}/dashboard`)
+    await page.fill("#key", KEY)
+    await page.click("#use-key")
+    let row
+    await waitFor(async () => {
+      row = await page.locator("#backplane tbody tr").first().evaluate(tr => ({
+        down: tr.dataset.down, text: tr.textContent,
+      })).catch(() => null)
+      return row && done(row)
+    }, 10000, "the Redis tile to show the links down")
+    return row
+  } finally {
+    await browser.close()
+  }
 }

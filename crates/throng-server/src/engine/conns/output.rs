@@ -329,16 +329,25 @@ impl Conns {
         gap
     }
 
-    /// A replay of topic `idx` reached `(epoch, last)`: a position this
-    /// shard now knows, so a live message that skips past it is a gap
-    /// ([`Conns::gap`]). Without it, a topic whose subscribers had all
-    /// gone (`last` back to none) would take its next live message as a
-    /// start, and a message published between the read and a
-    /// subscription not yet delivering (a half-open connection to Redis
-    /// not yet noticed) would be skipped without a word.
+    /// A replay of topic `idx` reached `(epoch, last)`: when the shard
+    /// knows no position of the topic yet, this one, so a live message
+    /// that skips past it is a gap ([`Conns::gap`]). Without it, a topic
+    /// whose subscribers had all gone (`last` back to none) would take its
+    /// next live message as a start, and a message published between the
+    /// read and a subscription not yet delivering (a half-open connection
+    /// to Redis not yet noticed) would be skipped without a word.
+    ///
+    /// A position the shard knows is never moved forward by a replay: it
+    /// is what the topic's other subscribers here got live, and a replay
+    /// that read further (a message this node missed while its Redis
+    /// connection was down) would hide their gap: the next live message
+    /// would pass as the one after, and they would miss the ones between
+    /// without a word (found by the Redis partition fault test). Left
+    /// behind, that next live message is a gap and closes them: they
+    /// rejoin with `since` and recover.
     pub fn replay_reached(&mut self, idx: u32, epoch: u64, last: u64) {
         let t = &mut self.registry.topics[idx as usize];
-        if t.last.0 == 0 || (t.last.0 == epoch && t.last.1 < last) {
+        if t.last.0 == 0 {
             t.last = (epoch, last);
         }
     }
