@@ -56,7 +56,8 @@ pub struct NodeReport {
     pub users: u64,
     pub stats: StatsSummary,
     /// The node's limit counters, and its hooks' and backplane's figures,
-    /// named (and labelled) as in its `/metrics` (`crate::dashboard::counters`).
+    /// named (and labelled) as in its `/metrics` (read from the metrics
+    /// registry, `crate::scrape::all`).
     /// Empty from a node built before it was added.
     #[serde(default)]
     pub counters: BTreeMap<String, f64>,

@@ -42,7 +42,10 @@
 //! - [`config`]: flags, environment, TOML file; [`limits`]: the bounds
 //!   against hostile clients and faults and where each is enforced;
 //!   [`panic`]: a panic on any thread aborts the process.
-//! - [`metrics`]: per-shard counters; [`scrape`]: the `/metrics` page;
+//! - [`metrics`]: per-shard counters; [`scrape`]: the metrics registry
+//!   (each metric one static descriptor, `throng_pubsub::metrics`) and the
+//!   `/metrics` page that walks it; [`api_stats`]: the server API's and
+//!   dashboard's counters;
 //!   [`health`]: `GET /healthz` and `GET /readyz`; [`dashboard`].
 //! - [`api`]: the server API for app backends on its own listener;
 //!   [`control`]: the nodes' own requests to each other over the
@@ -76,8 +79,8 @@
 //! Where a lower module calls back up, it goes through what the node
 //! implements: the hook client's answers (`hooks::Answers`) and occupancy
 //! events (`throng_pubsub::OccupancySink`), the backplane's deliveries
-//! (`throng_pubsub::Handler`); the figures of a node's report are
-//! `dashboard::counters`, which `Server::start` gives the node.
+//! (`throng_pubsub::Handler`); the figures of a node's report are read
+//! from the metrics registry (`scrape::all`).
 //!
 //! ## The path of a broadcast, in ten hops
 //! A phoenix.js client pushes `new:msg` on `rooms:lobby`.
